@@ -1,0 +1,26 @@
+"""pagedkit: a teaching lab for PagedAttention and paged KV-cache serving.
+
+``import pagedkit`` is cheap: the engine (which needs torch and transformers)
+loads on first use of `LLM`, `LLMEngine` or `SamplingParams`, so the pure
+bookkeeping in `pagedkit.memory` and the simulator work without them.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "LLM": "pagedkit.engine",
+    "LLMEngine": "pagedkit.engine",
+    "SamplingParams": "pagedkit.engine",
+}
+
+__all__ = [*_LAZY, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'pagedkit' has no attribute {name!r}")

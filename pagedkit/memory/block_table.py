@@ -1,0 +1,179 @@
+"""One sequence's page table: logical blocks in order, each naming a physical block.
+
+Like an operating system's page table (paper §4.2, Figure 6), it lets a
+sequence's KV cache look contiguous to the sequence while its blocks lie
+anywhere in GPU memory. Token ``i`` of the sequence lives in logical block
+``i // block_size`` at offset ``i % block_size``; its *slot* in the physical
+cache is ``physical_block * block_size + offset``. The list of slots of a
+step's new tokens is the ``slot_mapping`` the kernels write K/V through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+from .allocator import ROOT_HASH, BlockAllocator, hash_block
+from .errors import BlockStateError, OutOfBlocksError
+
+
+class BlockTable:
+    """Logical-to-physical block mapping of one sequence.
+
+    >>> pool = BlockAllocator(num_blocks=8, block_size=4)
+    >>> table = BlockTable(pool, seq="A")
+    >>> table.append([11, 12, 13, 14, 15])      # two blocks: 4 tokens + 1
+    []
+    >>> table.blocks, table.num_tokens, table.slot(4)
+    ([0, 1], 5, 4)
+    """
+
+    def __init__(self, allocator: BlockAllocator, seq: Hashable | None = None) -> None:
+        self.allocator = allocator
+        self.block_size = allocator.block_size
+        self.seq = seq
+        self.blocks: list[int] = []
+        self.num_tokens = 0
+        # Prefix-cache names of the full blocks, in order, and the tokens of
+        # the partial last block: enough to name each block as it fills.
+        self.block_hashes: list[int] = []
+        self._tail: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __repr__(self) -> str:
+        return f"BlockTable(seq={self.seq!r}, blocks={self.blocks}, num_tokens={self.num_tokens})"
+
+    # ------------------------------------------------------------------ reading
+    def physical_block(self, logical_index: int) -> int:
+        return self.blocks[logical_index]
+
+    def slot(self, position: int) -> int:
+        """Physical slot of token `position`: ``block * block_size + offset``."""
+        if not 0 <= position < self.num_tokens:
+            raise IndexError(f"token position {position} is outside [0, {self.num_tokens})")
+        block, offset = divmod(position, self.block_size)
+        return self.blocks[block] * self.block_size + offset
+
+    def slot_mapping(self, start: int = 0, end: int | None = None) -> list[int]:
+        """Slots of tokens ``start..end-1`` (all tokens by default)."""
+        end = self.num_tokens if end is None else end
+        return [self.slot(p) for p in range(start, end)]
+
+    @property
+    def num_free_slots(self) -> int:
+        """Empty slots at the end of the last block (the only waste of paging)."""
+        return len(self.blocks) * self.block_size - self.num_tokens
+
+    def blocks_needed(self, num_new_tokens: int) -> int:
+        """Fresh blocks that appending `num_new_tokens` would take from the pool,
+        counting the copy a shared, partly filled last block needs first."""
+        total = -(-(self.num_tokens + num_new_tokens) // self.block_size)
+        needed = total - len(self.blocks)
+        if num_new_tokens > 0 and self.num_free_slots and self._last_is_shared():
+            needed += 1
+        return needed
+
+    # ------------------------------------------------------------------ writing
+    def append(self, token_ids: Sequence[int]) -> list[tuple[int, int]]:
+        """Give `token_ids` slots at the end of the sequence, all or nothing.
+
+        Returns the ``(src, dst)`` block copies that must happen before the new
+        K/V are written (copy-on-write of a shared last block). Raises
+        `OutOfBlocksError` without changing anything if the pool is too small.
+        """
+        needed = self.blocks_needed(len(token_ids))
+        if needed > self.allocator.num_free_blocks:
+            raise OutOfBlocksError(
+                f"sequence {self.seq!r} needs {needed} more blocks for {len(token_ids)} tokens "
+                f"but only {self.allocator.num_free_blocks} are free")
+        copies: list[tuple[int, int]] = []
+        pos = 0
+        while pos < len(token_ids):
+            if self.num_free_slots == 0:
+                self.blocks.append(self.allocator.allocate(self.seq))
+            else:
+                new, copy = self.allocator.copy_on_write(self.blocks[-1], self.seq)
+                if copy is not None:
+                    self.blocks[-1] = new
+                    copies.append(copy)
+            take = min(self.num_free_slots, len(token_ids) - pos)
+            chunk = token_ids[pos:pos + take]
+            self.allocator.append_tokens(self.blocks[-1], take, self.seq)
+            self.num_tokens += take
+            self._tail.extend(chunk)
+            pos += take
+            if len(self._tail) == self.block_size:
+                self._seal_last_block()
+        return copies
+
+    def _seal_last_block(self) -> None:
+        """The last block just filled up: name it, and offer it to the prefix cache."""
+        parent = self.block_hashes[-1] if self.block_hashes else ROOT_HASH
+        block_hash = hash_block(parent, self._tail)
+        self.block_hashes.append(block_hash)
+        self.allocator.register(self.blocks[-1], block_hash, self._tail)
+        self._tail = []
+
+    def _last_is_shared(self) -> bool:
+        return bool(self.blocks) and self.allocator.ref_count(self.blocks[-1]) > 1
+
+    # ------------------------------------------------------------ prefix cache
+    def cached_prefix(self, token_ids: Sequence[int]) -> list[int]:
+        """Cached blocks that already hold the leading full blocks of `token_ids`.
+
+        Only asks; takes nothing. The last token is never matched: the model
+        must compute at least one token to produce the next token's logits.
+        """
+        if not self.allocator.enable_prefix_caching or self.blocks:
+            return []
+        hits: list[int] = []
+        parent = ROOT_HASH
+        usable = len(token_ids) - 1
+        for start in range(0, usable - self.block_size + 1, self.block_size):
+            chunk = token_ids[start:start + self.block_size]
+            parent = hash_block(parent, chunk)
+            block = self.allocator.find_cached(parent, chunk)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def adopt_cached(self, blocks: Sequence[int]) -> None:
+        """Start this (empty) table with cached blocks from `cached_prefix`."""
+        if self.blocks:
+            raise BlockStateError(
+                f"sequence {self.seq!r} already has {len(self.blocks)} blocks; "
+                "cached blocks can only start a sequence")
+        for block in blocks:
+            self.blocks.append(self.allocator.touch(block, self.seq))
+            self.block_hashes.append(self.allocator.block_hash(block))
+        self.num_tokens = len(self.blocks) * self.block_size
+
+    def blocks_needed_with_prefix(self, cached: Sequence[int], num_new_tokens: int) -> int:
+        """Pool blocks consumed by adopting `cached` and then appending
+        `num_new_tokens`: cached blocks that are free cost one each (they leave
+        the free queue); live ones are shared for free."""
+        revived = sum(1 for b in cached if self.allocator.is_free(b))
+        total = -(-(len(cached) * self.block_size + num_new_tokens) // self.block_size)
+        return revived + total - len(cached)
+
+    # ------------------------------------------------------------------ sharing
+    def fork(self, seq: Hashable | None = None) -> BlockTable:
+        """A new table sharing every block with this one (ref counts +1)."""
+        child = BlockTable(self.allocator, seq)
+        child.blocks = [self.allocator.fork(b, seq) for b in self.blocks]
+        child.num_tokens = self.num_tokens
+        child.block_hashes = list(self.block_hashes)
+        child._tail = list(self._tail)
+        return child
+
+    def free(self) -> None:
+        """Release every block, last first, so a sequence's tail blocks are the
+        first cached ones to be evicted (its head is likelier to be shared)."""
+        for block in reversed(self.blocks):
+            self.allocator.free(block, self.seq)
+        self.blocks = []
+        self.num_tokens = 0
+        self.block_hashes = []
+        self._tail = []

@@ -1,0 +1,175 @@
+"""The baselines PagedAttention replaced: one contiguous KV region per request.
+
+Before paging, serving systems (the paper's Orca baselines, §2.3 and §6)
+reserved each request one contiguous chunk of KV memory when it started,
+sized for the longest it *might* grow, because its final length is unknown.
+Three reservation policies bracket what such a system can do:
+
+* ``"max"``    reserve the model's maximum sequence length (Orca (Max));
+* ``"pow2"``   reserve the next power of two of the tokens the request will
+               really need: at most 2x over-reservation (Orca (Pow2));
+* ``"oracle"`` reserve exactly what it will need: an impossible, all-knowing
+               system (Orca (Oracle)).
+
+Regions are placed first-fit in one address space of `capacity` token slots.
+Three kinds of waste can then be told apart (paper Figure 2):
+
+* **reservation**: slots reserved for tokens the request *will* produce later;
+* **internal fragmentation**: reserved slots it will *never* use;
+* **external fragmentation**: free slots stranded in holes between regions,
+  too small for the request waiting to start.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from .._validation import check_choice, check_int
+from .errors import BlockStateError
+
+POLICIES = ("max", "pow2", "oracle")
+
+
+@dataclass
+class Reservation:
+    """One request's contiguous region ``[start, start + size)``."""
+
+    request: Hashable
+    start: int
+    size: int  # slots reserved
+    need: int  # slots the request will hold when finished (prompt + output)
+    used: int  # slots holding a token now
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+@dataclass(frozen=True)
+class ContiguousStats:
+    """Where every slot of the address space is, at one moment."""
+
+    capacity: int
+    token_states: int  # slots holding a token
+    reservation: int  # reserved for tokens still to come
+    internal_fragmentation: int  # reserved, never to be used
+    free: int  # not reserved by anyone
+    largest_hole: int
+    num_requests: int
+
+    def external_fragmentation(self, next_request_size: int) -> int:
+        """Free slots stranded for the request waiting to start: when it fits
+        in no hole, every free slot is unusable to it (even if together they
+        would be enough); when it fits, nothing is stranded yet."""
+        return self.free if next_request_size > self.largest_hole else 0
+
+
+class ContiguousAllocator:
+    """First-fit contiguous reservations under one of the three policies.
+
+    >>> mem = ContiguousAllocator(capacity=100, policy="pow2", max_seq_len=64)
+    >>> r = mem.allocate("A", prompt_len=10, output_len=10)   # needs 20, reserves 32
+    >>> (r.start, r.size, r.need)
+    (0, 32, 20)
+    """
+
+    def __init__(self, capacity: int, policy: str = "max", max_seq_len: int = 2048) -> None:
+        self.capacity = check_int("capacity", capacity, minimum=1)
+        self.policy = check_choice("policy", policy, POLICIES)
+        self.max_seq_len = check_int("max_seq_len", max_seq_len, minimum=1)
+        self._by_start: list[int] = []  # starts of live regions, sorted
+        self._regions: dict[int, Reservation] = {}  # start -> region
+        self._by_request: dict[Hashable, Reservation] = {}
+
+    def __contains__(self, request: Hashable) -> bool:
+        return request in self._by_request
+
+    def __len__(self) -> int:
+        return len(self._by_request)
+
+    def reservation_size(self, num_tokens: int) -> int:
+        """Slots this policy reserves for a request that will hold `num_tokens`."""
+        check_int("num_tokens", num_tokens, minimum=1, maximum=self.max_seq_len)
+        if self.policy == "max":
+            return self.max_seq_len
+        if self.policy == "pow2":
+            return min(1 << (num_tokens - 1).bit_length(), self.max_seq_len)
+        return num_tokens
+
+    def holes(self) -> list[tuple[int, int]]:
+        """Free extents as ``(start, size)``, in address order."""
+        holes, cursor = [], 0
+        for start in self._by_start:
+            if start > cursor:
+                holes.append((cursor, start - cursor))
+            cursor = self._regions[start].end
+        if cursor < self.capacity:
+            holes.append((cursor, self.capacity - cursor))
+        return holes
+
+    def allocate(self, request: Hashable, prompt_len: int, output_len: int) -> Reservation | None:
+        """Reserve a region for a request starting now, or ``None`` if no hole fits.
+
+        The prompt's tokens are stored at once; the output's arrive by `append`."""
+        if request in self._by_request:
+            raise BlockStateError(f"request {request!r} already holds a reservation")
+        check_int("prompt_len", prompt_len, minimum=1)
+        check_int("output_len", output_len, minimum=0)
+        need = prompt_len + output_len
+        if need > self.max_seq_len:
+            raise ValueError(f"request {request!r} needs {need} tokens "
+                             f"(prompt {prompt_len} + output {output_len}) but max_seq_len is "
+                             f"{self.max_seq_len}")
+        size = self.reservation_size(need)
+        if size > self.capacity:
+            raise ValueError(f"a reservation of {size} slots can never fit in a capacity of "
+                             f"{self.capacity}")
+        start = next((s for s, length in self.holes() if length >= size), None)
+        if start is None:
+            return None
+        region = Reservation(request, start, size, need, used=prompt_len)
+        bisect.insort(self._by_start, start)
+        self._regions[start] = region
+        self._by_request[request] = region
+        return region
+
+    def append(self, request: Hashable, num_tokens: int = 1) -> None:
+        """The request stored `num_tokens` more tokens inside its region."""
+        region = self._by_request[request]
+        if region.used + num_tokens > region.need:
+            raise BlockStateError(f"request {request!r} would hold {region.used + num_tokens} "
+                                  f"tokens but declared it needs {region.need}")
+        region.used += num_tokens
+
+    def free(self, request: Hashable) -> Reservation:
+        region = self._by_request.pop(request, None)
+        if region is None:
+            raise KeyError(f"request {request!r} holds no reservation")
+        del self._regions[region.start]
+        self._by_start.remove(region.start)
+        return region
+
+    def region(self, request: Hashable) -> Reservation:
+        return self._by_request[request]
+
+    def regions(self) -> list[Reservation]:
+        """Live regions in address order."""
+        return [self._regions[s] for s in self._by_start]
+
+    def stats(self) -> ContiguousStats:
+        regions = self._by_request.values()
+        used = sum(r.used for r in regions)
+        need = sum(r.need for r in regions)
+        reserved = sum(r.size for r in regions)
+        holes = self.holes()
+        return ContiguousStats(
+            capacity=self.capacity,
+            token_states=used,
+            reservation=need - used,
+            internal_fragmentation=reserved - need,
+            free=self.capacity - reserved,
+            largest_hole=max((size for _, size in holes), default=0),
+            num_requests=len(self._by_request),
+        )

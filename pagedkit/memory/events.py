@@ -1,0 +1,100 @@
+"""The event stream: every change to paged memory, as a small record.
+
+Widgets, the simulator's recorders and the labs watch memory through this
+stream; nothing in the engine depends on it. Emitting costs one truthiness
+test when nobody listens, so producers write::
+
+    if self.events:
+        self.events.emit(Event(EventKind.ALLOCATE, block=b, seq=seq_id))
+
+and the record is never even built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from enum import Enum
+
+
+class EventKind(str, Enum):
+    """What happened. Memory events come from `pagedkit.memory`; the scheduler
+    adds the request-level ones (admit, preempt, finish)."""
+
+    ALLOCATE = "allocate"  # a free block was handed to a sequence
+    APPEND = "append"  # tokens were written into a block (num_tokens = its new fill)
+    FREE = "free"  # a sequence let go of a block (ref_count = what is left)
+    FORK = "fork"  # a block gained one more owner (ref_count = new count)
+    COW = "cow"  # copy-on-write: `src` was shared, the writer got `block`
+    CACHE_HIT = "cache_hit"  # a prefix-cache lookup reused `block`
+    EVICT = "evict"  # a cached-but-free block lost its cached contents
+    SWAP_OUT = "swap_out"  # GPU block `src` was copied to CPU block `block`
+    SWAP_IN = "swap_in"  # CPU block `src` was copied back to GPU block `block`
+    ADMIT = "admit"  # the scheduler started running a request
+    PREEMPT = "preempt"  # the scheduler evicted a request (detail: "swap"/"recompute")
+    FINISH = "finish"  # a request finished or was aborted (detail: the reason)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One change. Fields that do not apply to a kind stay ``None``."""
+
+    kind: EventKind
+    block: int | None = None
+    seq: Hashable | None = None
+    src: int | None = None
+    num_tokens: int | None = None
+    ref_count: int | None = None
+    detail: str | None = None
+
+
+Listener = Callable[[Event], None]
+
+
+class EventBus:
+    """A list of listeners. Falsy while empty, so producers can skip work."""
+
+    __slots__ = ("_listeners",)
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._listeners)
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener(event)` for every future event; returns an unsubscribe function."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def emit(self, event: Event) -> None:
+        for listener in self._listeners:
+            listener(event)
+
+
+class EventLog:
+    """A listener that keeps every event, for tests and replay.
+
+    >>> bus = EventBus(); log = EventLog(bus)
+    >>> bus.emit(Event(EventKind.ALLOCATE, block=0)); [e.kind.value for e in log]
+    ['allocate']
+    """
+
+    def __init__(self, bus: EventBus) -> None:
+        self.events: list[Event] = []
+        self.close = bus.subscribe(self.events.append)
+
+    def __iter__(self):
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def kinds(self) -> list[str]:
+        return [e.kind.value for e in self.events]
+
+    def clear(self) -> None:
+        self.events.clear()

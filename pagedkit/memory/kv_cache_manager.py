@@ -1,0 +1,194 @@
+"""The KV-cache manager: block tables for every sequence over one block pool.
+
+This is the policy half (vLLM V1's ``kv_cache_manager.py``): the scheduler and
+the simulator ask it for room for tokens, to share a sequence's blocks with
+a new one, to free a finished sequence, or to park a preempted group's blocks
+in CPU memory (swapping, paper §4.5). The bookkeeping lives in
+`BlockAllocator`; this class only decides what to ask of it.
+
+Every request for room is all-or-nothing: `allocate_slots` either gives every
+token a slot or returns ``None`` having changed nothing, so a scheduler can
+try, and preempt someone if it must.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import replace
+
+from .allocator import BlockAllocator, MemoryStats
+from .block_table import BlockTable
+from .errors import BlockStateError, OutOfBlocksError
+from .events import Event, EventBus, EventKind
+
+BlockCopy = tuple[int, int]
+
+
+class KVCacheManager:
+    """Paged KV memory for many sequences.
+
+    >>> kv = KVCacheManager(num_blocks=8, block_size=4)
+    >>> kv.allocate_slots("A", [1, 2, 3, 4, 5])
+    []
+    >>> kv.fork("A", "B"); kv.allocate_slots("B", [6])   # B's write copies the shared block
+    [(1, 2)]
+    >>> kv.block_ids("A"), kv.block_ids("B")
+    ([0, 1], [0, 2])
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False,
+                 num_swap_blocks: int = 0, events: EventBus | None = None) -> None:
+        self.events = events if events is not None else EventBus()
+        self.allocator = BlockAllocator(num_blocks, block_size,
+                                        enable_prefix_caching=enable_prefix_caching,
+                                        events=self.events)
+        # The CPU swap space is a second pool of the same kind: a swapped-out
+        # table simply points into it instead.
+        self.swap_pool = BlockAllocator(num_swap_blocks, block_size) if num_swap_blocks else None
+        self._tables: dict[Hashable, BlockTable] = {}
+        self._swapped: dict[Hashable, BlockTable] = {}
+
+    @property
+    def block_size(self) -> int:
+        return self.allocator.block_size
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.allocator.num_free_blocks
+
+    def __contains__(self, seq: Hashable) -> bool:
+        return seq in self._tables or seq in self._swapped
+
+    def table(self, seq: Hashable) -> BlockTable:
+        """The block table of a sequence resident in GPU memory."""
+        try:
+            return self._tables[seq]
+        except KeyError:
+            where = "swapped out" if seq in self._swapped else "unknown"
+            raise KeyError(f"sequence {seq!r} has no GPU block table ({where})") from None
+
+    def block_ids(self, seq: Hashable) -> list[int]:
+        return list(self.table(seq).blocks)
+
+    def num_tokens(self, seq: Hashable) -> int:
+        return self.table(seq).num_tokens
+
+    def is_swapped(self, seq: Hashable) -> bool:
+        return seq in self._swapped
+
+    def stats(self) -> MemoryStats:
+        swapped = self.swap_pool.num_used_blocks if self.swap_pool else 0
+        return replace(self.allocator.stats(), swapped_blocks=swapped)
+
+    # ------------------------------------------------------------------- room
+    def cached_prefix(self, seq: Hashable, token_ids: Sequence[int]) -> list[int]:
+        """Cached blocks a new sequence could start from (asks only)."""
+        if seq in self:
+            return []
+        return BlockTable(self.allocator, seq).cached_prefix(token_ids)
+
+    def blocks_needed(self, seq: Hashable, num_new_tokens: int,
+                      cached_blocks: Sequence[int] = ()) -> int:
+        """Blocks that `allocate_slots(seq, <num_new_tokens tokens>, cached_blocks)` would use."""
+        table = self._tables.get(seq)
+        if table is None:
+            return BlockTable(self.allocator, seq).blocks_needed_with_prefix(
+                cached_blocks, num_new_tokens)
+        return table.blocks_needed(num_new_tokens)
+
+    def can_allocate(self, seq: Hashable, num_new_tokens: int,
+                     cached_blocks: Sequence[int] = (), *, reserve: int = 0) -> bool:
+        """Would the tokens fit, leaving at least `reserve` blocks free?"""
+        needed = self.blocks_needed(seq, num_new_tokens, cached_blocks)
+        return needed + reserve <= self.allocator.num_free_blocks
+
+    def allocate_slots(self, seq: Hashable, token_ids: Sequence[int],
+                       cached_blocks: Sequence[int] = ()) -> list[BlockCopy] | None:
+        """Give `token_ids` slots at the end of `seq` (creating its table if new,
+        starting from `cached_blocks` if given). Returns the copy-on-write copies
+        to perform, or ``None`` — with nothing changed — if the pool is too small.
+        """
+        if seq in self._swapped:
+            raise BlockStateError(f"sequence {seq!r} is swapped out; swap it in before appending")
+        if not self.can_allocate(seq, len(token_ids), cached_blocks):
+            return None
+        table = self._tables.get(seq)
+        if table is None:
+            table = self._tables[seq] = BlockTable(self.allocator, seq)
+            table.adopt_cached(cached_blocks)
+        elif cached_blocks:
+            raise BlockStateError(
+                f"sequence {seq!r} already exists; cached blocks can only start a sequence")
+        return table.append(token_ids)
+
+    def fork(self, parent: Hashable, child: Hashable) -> None:
+        """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""
+        if child in self:
+            raise BlockStateError(f"cannot fork into {child!r}: it already has a block table")
+        self._tables[child] = self.table(parent).fork(child)
+
+    def free(self, seq: Hashable) -> None:
+        """Release a sequence's blocks, wherever they are."""
+        table = self._tables.pop(seq, None) or self._swapped.pop(seq, None)
+        if table is None:
+            raise KeyError(f"cannot free sequence {seq!r}: it has no blocks")
+        table.free()
+
+    # ------------------------------------------------------------------- swap
+    def _distinct_blocks(self, tables: Iterable[BlockTable]) -> set[int]:
+        return {b for t in tables for b in t.blocks}
+
+    def can_swap_out(self, seqs: Iterable[Hashable]) -> bool:
+        needed = len(self._distinct_blocks(self.table(s) for s in seqs))
+        return self.swap_pool is not None and needed <= self.swap_pool.num_free_blocks
+
+    def can_swap_in(self, seqs: Iterable[Hashable], *, reserve: int = 0) -> bool:
+        needed = len(self._distinct_blocks(self._swapped[s] for s in seqs))
+        return needed + reserve <= self.allocator.num_free_blocks
+
+    def swap_out(self, seqs: Sequence[Hashable]) -> list[BlockCopy]:
+        """Move a group's blocks to the CPU pool; returns the ``(gpu, cpu)`` copies.
+
+        Blocks shared inside the group travel once, so sharing survives the
+        round trip (paper §4.5: a group is swapped all or nothing)."""
+        if self.swap_pool is None:
+            raise OutOfBlocksError("no swap space: create the manager with num_swap_blocks > 0")
+        if not self.can_swap_out(seqs):
+            raise OutOfBlocksError(
+                f"swap space full: the group needs "
+                f"{len(self._distinct_blocks(self.table(s) for s in seqs))} CPU blocks, "
+                f"{self.swap_pool.num_free_blocks} of {self.swap_pool.num_blocks} are free")
+        return self._move(seqs, self._tables, self._swapped, self.allocator, self.swap_pool,
+                          EventKind.SWAP_OUT)
+
+    def swap_in(self, seqs: Sequence[Hashable]) -> list[BlockCopy]:
+        """Bring a swapped group back into GPU blocks; returns the ``(cpu, gpu)`` copies."""
+        if not self.can_swap_in(seqs):
+            raise OutOfBlocksError(
+                f"cannot swap in: the group needs "
+                f"{len(self._distinct_blocks(self._swapped[s] for s in seqs))} GPU blocks, "
+                f"{self.allocator.num_free_blocks} are free")
+        return self._move(seqs, self._swapped, self._tables, self.swap_pool, self.allocator,
+                          EventKind.SWAP_IN)
+
+    def _move(self, seqs, src_tables, dst_tables, src_pool: BlockAllocator,
+              dst_pool: BlockAllocator, kind: EventKind) -> list[BlockCopy]:
+        copies: dict[int, int] = {}
+        for seq in seqs:
+            table = src_tables.pop(seq)
+            moved = []
+            for block in table.blocks:
+                dst = copies.get(block)
+                if dst is None:
+                    dst = copies[block] = dst_pool.allocate(seq)
+                    dst_pool.append_tokens(dst, src_pool.num_tokens(block), seq)
+                    if self.events:
+                        self.events.emit(Event(kind, block=dst, src=block, seq=seq))
+                else:
+                    dst_pool.fork(dst, seq)
+                moved.append(dst)
+            for block in reversed(table.blocks):
+                src_pool.free(block, seq)
+            table.allocator, table.blocks = dst_pool, moved
+            dst_tables[seq] = table
+        return list(copies.items())

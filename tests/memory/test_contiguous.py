@@ -1,0 +1,74 @@
+import pytest
+
+from pagedkit.memory import ContiguousAllocator
+
+
+@pytest.mark.parametrize("policy, need, reserved", [
+    ("max", 20, 64), ("pow2", 20, 32), ("pow2", 32, 32), ("pow2", 33, 64),
+    ("pow2", 60, 64), ("oracle", 20, 20), ("pow2", 1, 1),
+])
+def test_reservation_policies(policy, need, reserved):
+    assert ContiguousAllocator(128, policy, max_seq_len=64).reservation_size(need) == reserved
+
+
+def test_pow2_never_exceeds_max_len():
+    assert ContiguousAllocator(4096, "pow2", max_seq_len=2000).reservation_size(1500) == 2000
+
+
+def test_first_fit_and_hole_merging():
+    mem = ContiguousAllocator(100, "oracle", max_seq_len=100)
+    a = mem.allocate("A", 10, 10)
+    b = mem.allocate("B", 20, 10)
+    c = mem.allocate("C", 5, 5)
+    assert (a.start, b.start, c.start) == (0, 20, 50)
+    mem.free("B")
+    assert mem.holes() == [(20, 30), (60, 40)]
+    d = mem.allocate("D", 10, 0)
+    assert d.start == 20  # first hole that fits
+    mem.free("A")
+    mem.free("D")
+    assert mem.holes() == [(0, 50), (60, 40)]
+    assert [r.request for r in mem.regions()] == ["C"]
+
+
+def test_waste_breakdown():
+    mem = ContiguousAllocator(100, "pow2", max_seq_len=64)
+    mem.allocate("A", prompt_len=10, output_len=10)  # reserves 32
+    mem.append("A", 4)
+    s = mem.stats()
+    assert (s.token_states, s.reservation, s.internal_fragmentation, s.free) == (14, 6, 12, 68)
+    assert s.token_states + s.reservation + s.internal_fragmentation + s.free == 100
+    assert s.external_fragmentation(next_request_size=64) == 0
+    mem.allocate("B", 30, 0)  # 32 at [32, 64)
+    mem.allocate("C", 30, 0)  # 32 at [64, 96)
+    s = mem.stats()
+    assert s.largest_hole == 4
+    assert s.external_fragmentation(next_request_size=8) == 4
+
+
+def test_external_fragmentation_strands_free_space():
+    mem = ContiguousAllocator(40, "oracle", max_seq_len=40)
+    for name in "ABCD":
+        mem.allocate(name, 10, 0)
+    mem.free("A")
+    mem.free("C")
+    s = mem.stats()
+    assert s.free == 20 and s.largest_hole == 10
+    assert mem.allocate("E", 15, 0) is None  # 20 free slots, no 15-slot hole
+    assert s.external_fragmentation(15) == 20
+
+
+def test_errors_name_values():
+    mem = ContiguousAllocator(100, "max", max_seq_len=64)
+    with pytest.raises(ValueError, match=r"needs 70 tokens .* max_seq_len is 64"):
+        mem.allocate("A", 60, 10)
+    with pytest.raises(ValueError,
+                       match="policy must be one of 'max', 'pow2', 'oracle'; got 'lru'"):
+        ContiguousAllocator(100, "lru")
+    with pytest.raises(ValueError, match="can never fit in a capacity of 32"):
+        ContiguousAllocator(32, "max", max_seq_len=64).allocate("A", 1, 1)
+    mem.allocate("A", 10, 2)
+    with pytest.raises(ValueError, match="would hold 13 tokens but declared it needs 12"):
+        mem.append("A", 3)
+    with pytest.raises(KeyError, match="holds no reservation"):
+        mem.free("Z")

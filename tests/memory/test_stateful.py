@@ -1,0 +1,169 @@
+"""Hypothesis drives random sequences of allocate / append / fork / free /
+prefix-cache hits / evictions / swaps against a KVCacheManager, and checks the
+invariants of paged memory after every step.
+
+The strongest check uses a *shadow memory*: a dict standing in for the GPU
+and CPU KV tensors. Every token the manager gives a slot is written there,
+every copy it asks for (copy-on-write, swap) is performed there, and after
+each step every live sequence must read back exactly its own tokens through
+its block table. That one invariant catches lost tokens, clobbered shared
+blocks, wrong cache hits and broken swaps alike.
+"""
+
+from collections import Counter
+
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    rule,
+)
+
+from pagedkit.memory import KVCacheManager
+
+NUM_BLOCKS = 12
+NUM_SWAP_BLOCKS = 12
+# A tiny vocabulary so that prompts share prefixes and the cache gets hits.
+tokens = st.lists(st.integers(0, 2), min_size=1, max_size=9)
+
+
+class PagedMemoryMachine(RuleBasedStateMachine):
+    seqs = Bundle("seqs")
+
+    def __init__(self):
+        super().__init__()
+        self.contents: dict[str, list[int]] = {}  # what each live sequence holds
+        self.gpu: dict[int, int] = {}  # shadow GPU memory: slot -> token
+        self.cpu: dict[int, int] = {}  # shadow swap space
+        self.next_id = 0
+
+    @initialize(block_size=st.sampled_from([1, 2, 3, 4]))
+    def pool(self, block_size):
+        self.kv = KVCacheManager(NUM_BLOCKS, block_size, enable_prefix_caching=True,
+                                 num_swap_blocks=NUM_SWAP_BLOCKS)
+
+    @rule(target=seqs, prompt=tokens)
+    def start(self, prompt):
+        seq = f"s{self.next_id}"
+        self.next_id += 1
+        cached = self.kv.cached_prefix(seq, prompt)
+        done = len(cached) * self.kv.block_size
+        need = self.kv.blocks_needed(seq, len(prompt) - done, cached)
+        copies = self.kv.allocate_slots(seq, prompt[done:], cached)
+        if copies is None:
+            assert need > self.kv.num_free_blocks
+            assert seq not in self.kv
+            return seq
+        event("prefix cache hit" if cached else "prefix cache miss")
+        self._apply(copies, self.gpu, self.gpu)
+        self.contents[seq] = list(prompt)
+        self._write(seq, done)
+        return seq
+
+    @rule(seq=seqs, new=tokens)
+    def append(self, seq, new):
+        if seq not in self.contents or self.kv.is_swapped(seq):
+            return
+        start = len(self.contents[seq])
+        copies = self.kv.allocate_slots(seq, new)
+        if copies is None:
+            return
+        if copies:
+            event("copy-on-write")
+        self._apply(copies, self.gpu, self.gpu)
+        self.contents[seq].extend(new)
+        self._write(seq, start)
+
+    @rule(target=seqs, seq=seqs)
+    def fork(self, seq):
+        if seq not in self.contents or self.kv.is_swapped(seq):
+            return seq
+        child = f"s{self.next_id}"
+        self.next_id += 1
+        self.kv.fork(seq, child)
+        self.contents[child] = list(self.contents[seq])
+        return child
+
+    @rule(seq=consumes(seqs))
+    def free(self, seq):
+        if seq in self.contents:
+            self.kv.free(seq)
+            del self.contents[seq]
+
+    @rule(group=st.lists(seqs, min_size=1, max_size=3, unique=True))
+    def swap_out(self, group):
+        if all(s in self.contents and not self.kv.is_swapped(s) for s in group) \
+                and self.kv.can_swap_out(group):
+            distinct = {b for s in group for b in self.kv.block_ids(s)}
+            copies = self.kv.swap_out(group)
+            assert len(copies) == len(distinct)  # shared blocks travel once
+            self._apply(copies, self.gpu, self.cpu)
+            event(f"swap out a group of {len(group)}")
+
+    @rule(group=st.lists(seqs, min_size=1, max_size=3, unique=True))
+    def swap_in(self, group):
+        if all(s in self.contents and self.kv.is_swapped(s) for s in group) \
+                and self.kv.can_swap_in(group):
+            self._apply(self.kv.swap_in(group), self.cpu, self.gpu)
+
+    # ------------------------------------------------------------ shadow memory
+    def _write(self, seq, start):
+        table = self.kv.table(seq)
+        for pos in range(start, table.num_tokens):
+            block = table.blocks[pos // self.kv.block_size]
+            # no two live sequences write the same slot: writes need one owner
+            assert self.kv.allocator.ref_count(block) == 1
+            self.gpu[table.slot(pos)] = self.contents[seq][pos]
+
+    def _apply(self, copies, src_mem, dst_mem):
+        bs = self.kv.block_size
+        for src, dst in copies:
+            for off in range(bs):
+                if src * bs + off in src_mem:
+                    dst_mem[dst * bs + off] = src_mem[src * bs + off]
+
+    # --------------------------------------------------------------- invariants
+    @invariant()
+    def every_sequence_reads_back_its_tokens(self):
+        for seq, expected in self.contents.items():
+            swapped = self.kv.is_swapped(seq)
+            table = self.kv._swapped[seq] if swapped else self.kv.table(seq)
+            memory = self.cpu if swapped else self.gpu
+            assert table.num_tokens == len(expected)
+            got = [memory.get(table.slot(p)) for p in range(table.num_tokens)]
+            assert got == expected, f"{seq} reads {got}, holds {expected}"
+
+    @invariant()
+    def ref_counts_equal_table_references(self):
+        for pool, tables in ((self.kv.allocator, self.kv._tables),
+                             (self.kv.swap_pool, self.kv._swapped)):
+            owners = Counter(b for t in tables.values() for b in t.blocks)
+            for block in range(pool.num_blocks):
+                assert pool.ref_count(block) == owners[block]
+                # each block is free xor referenced
+                assert (block in pool._free) == (owners[block] == 0)
+
+    @invariant()
+    def stats_add_up(self):
+        s = self.kv.stats()
+        assert s.free_blocks + s.cached_blocks + s.used_blocks == s.total_blocks
+        filled = sum(self.kv.allocator.num_tokens(b) for b in range(NUM_BLOCKS)
+                     if not self.kv.allocator.is_free(b))
+        assert s.tokens_stored == filled <= s.slots_allocated
+
+    def teardown(self):
+        for seq in list(self.contents):
+            self.kv.free(seq)
+        # nothing leaks: every block can be handed out again
+        assert self.kv.num_free_blocks == NUM_BLOCKS
+        assert self.kv.swap_pool.num_free_blocks == NUM_SWAP_BLOCKS
+        assert len(self.kv.allocator.allocate_many(NUM_BLOCKS)) == NUM_BLOCKS
+
+
+PagedMemoryMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40,
+                                                deadline=None)
+TestPagedMemory = PagedMemoryMachine.TestCase
