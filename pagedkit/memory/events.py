@@ -33,6 +33,7 @@ class EventKind(str, Enum):
     ADMIT = "admit"  # the scheduler started running a request
     PREEMPT = "preempt"  # the scheduler evicted a request (detail: "swap"/"recompute")
     FINISH = "finish"  # a request finished or was aborted (detail: the reason)
+    STEP = "step"  # a scheduler step ended (step: its number); frames are cut here
 
     def __str__(self) -> str:
         return self.value
@@ -49,6 +50,7 @@ class Event:
     num_tokens: int | None = None
     ref_count: int | None = None
     detail: str | None = None
+    step: int | None = None
 
 
 Listener = Callable[[Event], None]
