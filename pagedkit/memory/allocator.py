@@ -197,7 +197,9 @@ class BlockAllocator:
             raise BlockStateError(f"cannot free block {block}: it is already free (ref count 0)")
         self._ref[block] = ref - 1
         if self.events:
-            self.events.emit(Event(EventKind.FREE, block=block, seq=seq, ref_count=ref - 1))
+            keeps = ref == 1 and self._hash[block] is not None  # stays findable in the cache
+            self.events.emit(Event(EventKind.FREE, block=block, seq=seq, ref_count=ref - 1,
+                                   detail="cached" if keeps else None))
         if ref == 1:
             self._tokens_stored -= self._fill[block]
             self._free[block] = None

@@ -23,7 +23,8 @@ class EventKind(str, Enum):
 
     ALLOCATE = "allocate"  # a free block was handed to a sequence
     APPEND = "append"  # tokens were written into a block (num_tokens = its new fill)
-    FREE = "free"  # a sequence let go of a block (ref_count = what is left)
+    FREE = "free"  # a sequence let go of a block (ref_count = what is left;
+    #                detail "cached" when, at zero, it keeps its prefix-cache contents)
     FORK = "fork"  # a block gained one more owner (ref_count = new count)
     COW = "cow"  # copy-on-write: `src` was shared, the writer got `block`
     CACHE_HIT = "cache_hit"  # a prefix-cache lookup reused `block`
