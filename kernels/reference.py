@@ -1,0 +1,140 @@
+"""The PagedAttention operations in plain torch: what each Triton kernel computes.
+
+Read these side by side with the kernels (``store_kv.py``,
+``paged_decode.py``, ``paged_prefill.py``, ``copy_blocks.py``); the
+signatures are the same. Each reference does the obvious thing: *gather* a
+sequence's blocks into one contiguous K and V, then call
+`torch.nn.functional.scaled_dot_product_attention`. The kernels compute the
+same numbers without the gather: they follow the block table while they
+stream K/V through on-chip memory (paper §4.1), which is the whole point.
+
+These run on any device and any float dtype (bfloat16 included) and need no
+Triton; they are what `pagedkit.ops` runs on CPU.
+
+Cache layout, per layer, for K and for V: ``[num_blocks, block_size,
+num_kv_heads, head_dim]``. Token ``i`` of a sequence sits in logical block
+``i // block_size`` at offset ``i % block_size``; its slot is
+``block_tables[s, i // block_size] * block_size + i % block_size``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import checks
+
+
+def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+             v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Write each new token's key and value into its physical slot (paper §4.1).
+
+    key/value: ``[num_tokens, num_kv_heads, head_dim]``; slot_mapping:
+    ``[num_tokens]`` ints, ``block * block_size + offset``; a negative slot
+    means "skip this token" (e.g. padding).
+    """
+    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=True)
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
+    # A cache viewed as [num_slots, heads, head_dim]: slot = block * block_size + offset.
+    k_cache.view(-1, *k_cache.shape[2:])[slots] = key[keep]
+    v_cache.view(-1, *v_cache.shape[2:])[slots] = value[keep]
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """One sequence's first `num_tokens` cached vectors, made contiguous:
+    ``[num_tokens, num_kv_heads, head_dim]``. Only the blocks that hold them
+    are read; the rest of the row is padding."""
+    block_size = cache.shape[1]
+    num_blocks = -(-num_tokens // block_size)
+    blocks = cache[block_table[:num_blocks].long()]          # [n, block_size, H, D]
+    return blocks.flatten(0, 1)[:num_tokens]
+
+
+def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
+              first_position: int) -> torch.Tensor:
+    """Causal grouped-query attention of one sequence over contiguous K/V.
+
+    query ``[q_len, num_q_heads, D]`` holds the tokens at absolute positions
+    ``first_position .. first_position + q_len - 1``; key/value
+    ``[kv_len, num_kv_heads, D]`` hold positions ``0 .. kv_len - 1``. A query
+    at position p sees keys ``0..p``. Query head h reads KV head
+    ``h // (num_q_heads // num_kv_heads)`` (grouped-query attention).
+    """
+    q_len, kv_len = query.shape[0], key.shape[0]
+    group = query.shape[1] // key.shape[1]
+    k = key.repeat_interleave(group, dim=1)
+    v = value.repeat_interleave(group, dim=1)
+    mask = None
+    if kv_len > first_position + 1:  # some key lies in some query's future
+        q_pos = torch.arange(first_position, first_position + q_len, device=query.device)
+        mask = torch.arange(kv_len, device=query.device)[None, :] <= q_pos[:, None]
+    out = F.scaled_dot_product_attention(
+        query.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+        attn_mask=mask, scale=scale)                          # [heads, q_len, D]
+    return out.transpose(0, 1)
+
+
+def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor,
+                           scale: float | None = None, *,
+                           num_splits: int | None = None) -> torch.Tensor:
+    """Attention of one new query token per sequence over its paged K/V (paper §4.1).
+
+    query ``[num_seqs, num_q_heads, head_dim]``; block_tables
+    ``[num_seqs, max_blocks_per_seq]`` (entries past a sequence's blocks are
+    padding and never read); context_lens ``[num_seqs]`` cached tokens, the
+    new token's included. Returns ``[num_seqs, num_q_heads, head_dim]``.
+    `num_splits` only matters to the Triton kernel (split-K); it is checked
+    and then ignored here.
+    """
+    checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
+                        values=True)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    out = torch.empty_like(query)
+    for s, ctx in enumerate(context_lens.tolist()):
+        k = gather_kv(k_cache, block_tables[s], ctx)
+        v = gather_kv(v_cache, block_tables[s], ctx)
+        out[s] = attention(query[s:s + 1], k, v, scale, first_position=ctx - 1)[0]
+    return out
+
+
+def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                            context_lens: torch.Tensor,
+                            scale: float | None = None) -> torch.Tensor:
+    """Causal attention of packed query chunks over their sequences' paged K/V.
+
+    Sequence s owns query rows ``cu_seqlens_q[s] : cu_seqlens_q[s + 1]``
+    (q_len tokens). ``context_lens[s]`` counts its cached tokens *including*
+    this chunk, whose K/V `store_kv` has already written; so query token j
+    sits at position ``context_lens[s] - q_len + j`` and sees cache positions
+    ``0..`` that position. A cached prefix (a prefix-cache hit, paper §4.4,
+    or the earlier chunks of a chunked prefill) is simply read from the
+    cache; a sequence with q_len 1 is a decode step.
+    """
+    checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                         values=True)
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    out = torch.empty_like(query)
+    bounds = cu_seqlens_q.tolist()
+    for s, ctx in enumerate(context_lens.tolist()):
+        start, end = bounds[s], bounds[s + 1]
+        if start == end:
+            continue
+        k = gather_kv(k_cache, block_tables[s], ctx)
+        v = gather_kv(v_cache, block_tables[s], ctx)
+        out[start:end] = attention(query[start:end], k, v, scale,
+                                   first_position=ctx - (end - start))
+    return out
+
+
+def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor) -> None:
+    """Copy whole blocks ``cache[src] -> cache[dst]`` in place, one per row of
+    `block_pairs` ``[n, 2]``: the copy in copy-on-write (paper §4.4).
+
+    Call it once per cache tensor (K and V of every layer).
+    """
+    checks.check_copy_blocks(cache, block_pairs, values=True)
+    pairs = block_pairs.long()
+    cache[pairs[:, 1]] = cache[pairs[:, 0]]

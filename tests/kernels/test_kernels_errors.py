@@ -1,0 +1,122 @@
+"""A learner's mistakes raise an error that names the shapes and values involved.
+
+The checks are shared by the references and the Triton kernels (both call
+pagedkit.kernels.checks first), so testing them through the references
+covers both; test_kernels_triton.py checks that the kernels call them.
+"""
+
+import pytest
+import torch
+from kernel_cases import make_case
+from pagedkit.kernels import reference as ref
+
+
+@pytest.fixture
+def case():
+    return make_case([5, 20], block_size=8, num_kv_heads=2, head_dim=16)
+
+
+def decode(case, query=None, **kw):
+    args = dict(query=torch.randn(2, 4, 16) if query is None else query,
+                k_cache=case.k_cache, v_cache=case.v_cache, block_tables=case.block_tables,
+                context_lens=case.context_lens)
+    args.update(kw)
+    return ref.paged_decode_attention(**args)
+
+
+def test_query_heads_not_a_multiple_of_kv_heads(case):
+    with pytest.raises(ValueError, match=r"3 heads \(shape \[2, 3, 16\]\).*2 KV heads"):
+        decode(case, torch.randn(2, 3, 16))
+
+
+def test_head_dim_mismatch(case):
+    with pytest.raises(ValueError, match=r"head_dim 32 .*\[2, 4, 32\].*head_dim 16"):
+        decode(case, torch.randn(2, 4, 32))
+
+
+def test_block_table_too_short_for_context(case):
+    with pytest.raises(ValueError, match=r"context_lens\[1\] = 40 needs 5 blocks of 8 tokens but "
+                                         r"block_tables has only 4 columns \(shape \[2, 4\]\)"):
+        decode(case, context_lens=torch.tensor([5, 40], dtype=torch.int32))
+
+
+def test_block_id_outside_the_cache(case):
+    tables = case.block_tables.clone()
+    tables[0, 0] = 99
+    with pytest.raises(ValueError, match=r"block_tables\[0, 0\] = 99 .* 6 blocks"):
+        decode(case, block_tables=tables)
+
+
+def test_empty_context_and_wrong_table_rows(case):
+    with pytest.raises(ValueError, match=r"context_lens\[0\] = 0"):
+        decode(case, context_lens=torch.tensor([0, 20], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"block_tables must have shape \[2, \*\]"):
+        decode(case, block_tables=case.block_tables[:1])
+
+
+def test_dtype_and_device_mixes(case):
+    with pytest.raises(TypeError, match=r"query dtype torch\.float16 differs from the cache dtype"):
+        decode(case, torch.randn(2, 4, 16, dtype=torch.float16))
+    with pytest.raises(TypeError, match="v_cache dtype"):
+        decode(case, v_cache=case.v_cache.half())
+    with pytest.raises(ValueError, match="query is on meta but the cache is on cpu"):
+        decode(case, torch.empty(2, 4, 16, device="meta"))
+    with pytest.raises(TypeError, match="context_lens must be an int32 or int64 tensor"):
+        decode(case, context_lens=case.context_lens.float())
+
+
+def test_non_contiguous_cache(case):
+    wide = torch.zeros(case.k_cache.shape[0], 8, 4, 16)[:, :, :2]  # a slice of more heads
+    with pytest.raises(ValueError, match=r"k_cache must be contiguous.*shape \[6, 8, 2, 16\]"):
+        decode(case, k_cache=wide)
+    with pytest.raises(ValueError, match=r"v_cache shape \[6, 8, 2, 8\] differs"):
+        decode(case, v_cache=case.v_cache[..., :8].contiguous())
+
+
+def test_num_splits_must_be_positive(case):
+    with pytest.raises(ValueError, match="num_splits must be None or an integer >= 1, got 0"):
+        decode(case, num_splits=0)
+
+
+def test_prefill_bad_cu_seqlens_and_chunk_longer_than_context(case):
+    query = torch.randn(6, 4, 16)
+
+    def prefill(cu, lens=(5, 20)):
+        return ref.paged_prefill_attention(query, case.k_cache, case.v_cache, case.block_tables,
+                                           torch.tensor(cu, dtype=torch.int32),
+                                           torch.tensor(lens, dtype=torch.int32))
+
+    with pytest.raises(ValueError, match=r"end at the 6 query tokens .*\[0, 2, 5\]"):
+        prefill([0, 2, 5])
+    with pytest.raises(ValueError, match=r"must not decrease.*cu_seqlens_q\[1\] = 7"):
+        prefill([0, 7, 6])
+    with pytest.raises(ValueError,
+                       match=r"sequence 0 has 6 query tokens but context_lens\[0\] = 5"):
+        prefill([0, 6, 6])
+    with pytest.raises(ValueError, match=r"cu_seqlens_q must have shape \[3\]"):
+        prefill([0, 6])
+
+
+def test_store_kv_slot_past_the_cache_and_head_mismatch(case):
+    key = torch.randn(2, 2, 16)
+    with pytest.raises(ValueError, match=r"slot_mapping\[1\] = 48 is past the cache's last "
+                                         r"slot 47"):
+        ref.store_kv(key, key, case.k_cache, case.v_cache, torch.tensor([0, 48]))
+    with pytest.raises(ValueError, match=r"key has 4 heads \(shape \[2, 4, 16\]\) but the cache "
+                                         r"has 2 KV heads"):
+        ref.store_kv(torch.randn(2, 4, 16), key, case.k_cache, case.v_cache,
+                     torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"slot_mapping must have shape \[2\]"):
+        ref.store_kv(key, key, case.k_cache, case.v_cache, torch.tensor([0, 1, 2]))
+
+
+def test_copy_blocks_bad_pairs():
+    cache = torch.zeros(4, 2, 8)
+    with pytest.raises(ValueError, match=r"block_pairs\[1\] = \[2, 4\]: block 4 is outside"):
+        ref.copy_blocks(cache, torch.tensor([[0, 1], [2, 4]]))
+    with pytest.raises(ValueError, match="destination block twice"):
+        ref.copy_blocks(cache, torch.tensor([[0, 1], [2, 1]]))
+    with pytest.raises(ValueError, match="block 1 is both a destination"):
+        ref.copy_blocks(cache, torch.tensor([[0, 1], [1, 2]]))
+    with pytest.raises(ValueError, match="cache must be contiguous"):
+        ref.copy_blocks(torch.zeros(4, 2, 8).transpose(0, 1), torch.tensor([[0, 1]]))

@@ -1,0 +1,130 @@
+"""pagedkit.ops: which implementation runs where, and that it imports without Triton."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+from kernel_cases import make_case
+
+from pagedkit import ops
+
+
+@pytest.fixture(autouse=True)
+def _clean_choice(monkeypatch):
+    monkeypatch.delenv("PAGEDKIT_KERNELS", raising=False)
+    ops.set_backend(None)
+    ops._noticed.clear()
+    yield
+    ops.set_backend(None)
+    ops._noticed.clear()
+
+
+def fake_gpu(monkeypatch, capability, name):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(ops, "_triton_import_error", lambda: None)
+
+
+def test_cpu_runs_the_torch_reference_and_says_how_to_force_triton():
+    choice = ops.backend("cpu")
+    assert choice == "torch"
+    assert "PAGEDKIT_KERNELS=triton" in choice.reason and "TRITON_INTERPRET=1" in choice.reason
+
+
+def test_environment_variable_and_set_backend(monkeypatch):
+    monkeypatch.setenv("PAGEDKIT_KERNELS", "torch")
+    assert ops.backend("cpu").reason == "forced by PAGEDKIT_KERNELS=torch"
+    monkeypatch.setenv("PAGEDKIT_KERNELS", "fast")
+    with pytest.raises(ValueError, match="PAGEDKIT_KERNELS must be one of auto, torch, triton; "
+                                         "got 'fast'"):
+        ops.backend("cpu")
+    ops.set_backend("torch")  # the function wins over the variable
+    assert ops.backend("cpu").reason == "forced by set_backend('torch')"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        ops.set_backend("cuda")
+
+
+def test_a_modern_gpu_gets_triton(monkeypatch):
+    fake_gpu(monkeypatch, (9, 0), "NVIDIA H200")
+    assert ops.backend("cuda") == "triton"
+
+
+def test_t4_falls_back_to_torch_with_one_notice(monkeypatch):
+    fake_gpu(monkeypatch, (7, 5), "Tesla T4")
+    with pytest.warns(ops.KernelFallbackWarning, match="Tesla T4 has compute capability 7.5"):
+        choice = ops.backend("cuda")
+    assert choice == "torch" and "torch reference" in choice.reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second call stays quiet
+        assert ops.backend("cuda") == "torch"
+    ops.set_backend("triton")
+    with pytest.raises(RuntimeError, match=r"forces the Triton kernels, but Tesla T4 has compute "
+                                           r"capability 7\.5; Triton needs 8\.0"):
+        ops.backend("cuda")
+
+
+def test_ops_on_cpu_equal_the_references():
+    case = make_case([3, 17, 9], block_size=4, num_kv_heads=2, head_dim=16)
+    query = torch.randn(3, 4, 16)
+    args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
+    assert torch.equal(ops.paged_decode_attention(*args),
+                       ops.paged_decode_attention_reference(*args))
+    cu = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    assert torch.equal(ops.paged_prefill_attention(*args[:4], cu, case.context_lens),
+                       ops.paged_decode_attention_reference(*args))
+
+
+def run_python(code, **env):
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("TRITON_INTERPRET", "PAGEDKIT_KERNELS")}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=300)
+
+
+def test_works_without_triton():
+    """macOS has no Triton wheels: a failing `import triton` must not matter on the torch path."""
+    code = """
+import sys, warnings
+sys.modules["triton"] = None          # `import triton` now raises ImportError
+import torch
+import pagedkit.ops as ops
+assert "triton" not in [m.split(".")[0] for m in sys.modules if sys.modules[m] is not None]
+k = torch.zeros(4, 2, 1, 8); v = torch.zeros(4, 2, 1, 8)
+ops.store_kv(torch.ones(3, 1, 8), torch.ones(3, 1, 8), k, v, torch.tensor([0, 1, 5]))
+table, lens = torch.tensor([[0, 2]], dtype=torch.int32), torch.tensor([4], dtype=torch.int32)
+out = ops.paged_decode_attention(torch.ones(1, 2, 8), k, v, table, lens)
+assert out.shape == (1, 2, 8)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    choice = ops.backend("cuda")
+assert choice == "torch" and "Triton is not installed" in choice.reason, choice.reason
+assert len(caught) == 1, caught
+ops.set_backend("triton")
+try:
+    ops.backend("cpu")
+except RuntimeError as exc:
+    assert "Triton is not installed" in str(exc)
+else:
+    raise AssertionError("forcing triton without triton must raise")
+print("ok")
+"""
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_forcing_triton_on_cpu_without_the_interpreter_says_to_set_it_before_import():
+    code = """
+import torch, pagedkit.ops as ops
+try:
+    ops.backend("cpu")
+except RuntimeError as exc:
+    print(exc)
+"""
+    out = run_python(code, PAGEDKIT_KERNELS="triton")
+    assert out.returncode == 0, out.stderr
+    assert "TRITON_INTERPRET=1" in out.stdout and "before importing pagedkit" in out.stdout
