@@ -1,0 +1,99 @@
+"""Beam search on shared blocks (paper §4.4, Figure 9).
+
+Each step every live beam proposes its best next tokens; the best
+``beam_width`` candidates overall survive. A beam chosen several times is
+*forked* — the copies share all its KV blocks by reference count, and
+copy-on-write splits only the last block when they diverge — and a beam
+chosen by nobody is freed at once. Most blocks of most beams stay shared,
+which is where the paper's large beam-search savings come from.
+
+The candidate rule follows transformers' ``generate(num_beams=...)``: the
+top ``2 x beam_width`` (beam, token) pairs by cumulative log-probability; an
+end-of-sequence candidate ranking in the first ``beam_width`` becomes a
+finished hypothesis, the first ``beam_width`` others continue.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..sequence import FinishReason, Sequence, SequenceGroup
+
+
+def length_normalized(seq: Sequence, length_penalty: float) -> float:
+    return seq.cumulative_logprob / max(len(seq.output_token_ids), 1) ** length_penalty
+
+
+def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
+              stop_ids: set[int], engine) -> dict[int, int]:
+    """Advance the group's beams by one token. Returns seq_id -> new token.
+
+    `engine` provides ``fork(parent, child, group)`` and the scheduler's
+    ``drop_seq`` / ``finish_seq``: the memory side of forking and freeing."""
+    params = group.params
+    width = params.beam_width
+    candidates: list[tuple[float, int, int, Sequence]] = []
+    for rank, (seq, logits) in enumerate(rows):
+        logprobs = torch.log_softmax(logits, dim=-1)
+        top = torch.topk(logprobs, min(2 * width, logprobs.numel()))
+        for lp, tok in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+            candidates.append((seq.cumulative_logprob + lp, rank, tok, seq))
+    candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+
+    chosen: list[tuple[float, int, Sequence]] = []
+    for position, (score, _, tok, parent) in enumerate(candidates):
+        can_stop = len(parent.output_token_ids) + 1 >= params.min_tokens
+        if tok in stop_ids and can_stop:
+            if position < width:  # a finished hypothesis
+                done = parent.fork()
+                done.token_ids.append(tok)
+                done.cumulative_logprob = score
+                done.finish_reason = FinishReason.STOP
+                group.finished_beams.append(done)
+            continue
+        chosen.append((score, tok, parent))
+        if len(chosen) == width:
+            break
+
+    new_tokens: dict[int, int] = {}
+    used: set[int] = set()
+    survivors: list[Sequence] = []
+    for score, tok, parent in chosen:
+        if parent.seq_id in used:  # chosen again: a new beam sharing all its blocks
+            beam = engine.fork(parent, group)
+        else:
+            beam = parent
+            used.add(parent.seq_id)
+        survivors.append((beam, tok, score))
+    for beam, tok, score in survivors:
+        beam.token_ids.append(tok)
+        beam.cumulative_logprob = score
+        new_tokens[beam.seq_id] = tok
+    for seq, _ in rows:
+        if seq.seq_id not in used:
+            engine.scheduler.drop_seq(seq)
+    live = {b.seq_id for b, _, _ in survivors}
+    group.seqs = [s for s in group.seqs if s.seq_id in live]
+    if _search_is_done(group, width):
+        for seq in group.seqs:
+            engine.scheduler.finish_seq(seq, FinishReason.STOP)
+    return new_tokens
+
+
+def _search_is_done(group: SequenceGroup, width: int) -> bool:
+    """Enough finished hypotheses, and no live beam can still beat the worst of them."""
+    if not group.seqs:
+        return True
+    if len(group.finished_beams) < width:
+        return False
+    lp = group.params.length_penalty
+    worst = sorted(length_normalized(s, lp) for s in group.finished_beams)[-width]
+    best_live = max(length_normalized(s, lp) for s in group.seqs)
+    return best_live < worst
+
+
+def best_beams(group: SequenceGroup) -> list[Sequence]:
+    """The n best hypotheses, finished or still live, best first."""
+    pool = group.finished_beams + list(group.seqs)
+    lp = group.params.length_penalty
+    return sorted(pool, key=lambda s: length_normalized(s, lp), reverse=True)[:group.params.n]

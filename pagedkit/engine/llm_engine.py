@@ -1,0 +1,289 @@
+"""The engine: requests in, one scheduled forward pass per `step()`, outputs out.
+
+`LLMEngine` wires the layers together (paper §4, Figure 4): the scheduler
+decides what each step computes over the `KVCacheManager`'s blocks, the
+`ModelRunner` computes it on the model with attention routed through the
+paged cache, and the engine turns the logits into tokens — forking a request
+into n samples or beams that share its blocks — and finished requests into
+`RequestOutput`s.
+
+Drive it a step at a time to watch it work::
+
+    engine = LLMEngine("tiny", num_blocks=64)
+    engine.add_request("r0", "Once upon a time", SamplingParams(max_tokens=8))
+    while engine.has_unfinished_requests():
+        print(engine.step())
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence as SequenceLike
+from typing import Any
+
+import torch
+
+from .._validation import check_int
+from ..memory import Event, EventKind, KVCacheManager
+from ..model.kv_cache import KVCacheSpec
+from ..model.loader import load_model, resolve_device, resolve_dtype
+from ..model.runner import ModelRunner
+from ..model.sampler import sample
+from ..sampling_params import SamplingParams
+from ..scheduler import Scheduler, SchedulerConfig
+from ..sequence import FinishReason, Sequence, SequenceGroup
+from .beam_search import beam_step, best_beams
+from .outputs import CompletionOutput, RequestOutput, ScheduledInfo, StepOutput
+
+#: KV cache size on CPU when neither num_blocks nor kv_cache_memory is given.
+DEFAULT_CPU_KV_CACHE_BYTES = 256 * 2**20
+
+
+class LLMEngine:
+    """A paged LLM serving engine, one step at a time (vLLM's ``LLMEngine``)."""
+
+    def __init__(self, model: Any = "tiny", tokenizer: Any = None, *, block_size: int = 16,
+                 num_blocks: int | None = None, kv_cache_memory: int | None = None,
+                 enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
+                 swap_space: float | None = None, max_num_seqs: int = 256,
+                 max_num_batched_tokens: int | None = None, enable_chunked_prefill: bool = False,
+                 max_model_len: int | None = None, device: str | torch.device = "auto",
+                 dtype: str | torch.dtype = "auto", gpu_memory_utilization: float = 0.9,
+                 seed: int = 0) -> None:
+        check_int("block_size", block_size, minimum=1)
+        self.device = resolve_device(device)
+        model, self.tokenizer, self.model_name = load_model(model, tokenizer)
+        self.dtype = resolve_dtype(dtype, model)
+        config = model.config
+        self.max_model_len = check_int(
+            "max_model_len", max_model_len or config.max_position_embeddings, minimum=2)
+        if max_num_batched_tokens is None:
+            max_num_batched_tokens = 512 if enable_chunked_prefill else self.max_model_len
+        self.scheduler_config = SchedulerConfig(max_num_seqs, max_num_batched_tokens,
+                                                enable_chunked_prefill, preemption_mode)
+        spec = KVCacheSpec.from_config(config, self.dtype)
+        self.runner = ModelRunner(model, device=self.device, dtype=self.dtype,
+                                  block_size=block_size)
+        num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
+                                      gpu_memory_utilization)
+        if swap_space is None:
+            num_swap_blocks = num_blocks if preemption_mode == "swap" else 0
+        else:
+            num_swap_blocks = int(swap_space * 2**30) // spec.bytes_per_block(block_size)
+        self.runner.allocate_cache(num_blocks, num_swap_blocks)
+        self.kv = KVCacheManager(num_blocks, block_size,
+                                 enable_prefix_caching=enable_prefix_caching,
+                                 num_swap_blocks=num_swap_blocks)
+        self.events = self.kv.events
+        self.scheduler = Scheduler(self.scheduler_config, self.kv)
+        self.groups: dict[str, SequenceGroup] = {}
+        self._generator = torch.Generator(self.device).manual_seed(seed)
+        self._seeded: dict[str, torch.Generator] = {}
+        eos = model.generation_config.eos_token_id if model.generation_config else None
+        eos = config.eos_token_id if eos is None else eos
+        self.eos_token_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+
+    def _num_blocks(self, spec: KVCacheSpec, block_size: int, num_blocks: int | None,
+                    memory: int | None, utilization: float) -> int:
+        """KV cache size: given in blocks, as a byte budget, or (on CUDA) what
+        the GPU has left after a profiling forward pass at full step size."""
+        if num_blocks is not None:
+            if memory is not None:
+                raise ValueError("give num_blocks or kv_cache_memory, not both")
+            return check_int("num_blocks", num_blocks, minimum=1)
+        if memory is None and self.device.type == "cuda":
+            peak = self.runner.profile(self.scheduler_config.max_num_batched_tokens)
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            memory = int(total * utilization) - peak
+            if memory <= 0:
+                raise ValueError(f"no GPU memory left for a KV cache: the model peaks at "
+                                 f"{peak / 2**30:.2f} GiB of {total / 2**30:.2f} GiB x "
+                                 f"gpu_memory_utilization {utilization}")
+        blocks = spec.num_blocks_for(memory or DEFAULT_CPU_KV_CACHE_BYTES, block_size)
+        if blocks < 1:
+            raise ValueError(f"kv_cache_memory of {memory} bytes holds no block of "
+                             f"{spec.bytes_per_block(block_size)} bytes")
+        return blocks
+
+    # ----------------------------------------------------------------- requests
+    def add_request(self, request_id: str, prompt: str | SequenceLike[int],
+                    params: SamplingParams | None = None, *,
+                    arrival_time: float | None = None) -> None:
+        """Queue a request; every check happens before anything changes."""
+        group = self.validate_request(request_id, prompt, params, arrival_time)
+        if group.params.seed is not None:
+            self._seeded[request_id] = torch.Generator(self.device).manual_seed(group.params.seed)
+        self.groups[request_id] = group
+        self.scheduler.add(group)
+
+    def validate_request(self, request_id: str, prompt, params, arrival_time) -> SequenceGroup:
+        request_id = str(request_id)
+        if request_id in self.groups:
+            raise ValueError(f"request id {request_id!r} is already in the engine")
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+        text, token_ids = self._tokenize(prompt)
+        n = len(token_ids)
+        if n == 0:
+            raise ValueError(f"request {request_id!r}: the prompt is empty")
+        if n >= self.max_model_len:
+            raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
+                             f"max_model_len is {self.max_model_len} (room is needed for at "
+                             "least one generated token)")
+        capacity = self.kv.allocator.num_blocks * self.kv.block_size
+        if n + 1 > capacity:
+            raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but the whole KV "
+                             f"cache holds {capacity} ({self.kv.allocator.num_blocks} blocks x "
+                             f"{self.kv.block_size}); give the engine more blocks")
+        budget = self.scheduler_config.max_num_batched_tokens
+        if n > budget and not self.scheduler_config.enable_chunked_prefill:
+            raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
+                             f"max_num_batched_tokens is {budget}; raise it or set "
+                             "enable_chunked_prefill=True")
+        if params.num_sequences > self.scheduler_config.max_num_seqs:
+            raise ValueError(f"request {request_id!r} runs {params.num_sequences} sequences but "
+                             f"max_num_seqs is {self.scheduler_config.max_num_seqs}")
+        return SequenceGroup.new(request_id, text, token_ids, params, arrival_time)
+
+    def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this engine has no tokenizer: pass prompts as lists of token "
+                                 "ids, or give LLM a tokenizer")
+            return prompt, list(self.tokenizer(prompt)["input_ids"])
+        vocab = self.runner.vocab_size
+        ids = [check_int("prompt token id", t, minimum=0) for t in prompt]
+        bad = [t for t in ids if t >= vocab]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        return None, ids
+
+    def abort_request(self, request_id: str) -> bool:
+        """Stop a request and free its memory. Returns False if it was not in the engine."""
+        group = self.scheduler.abort(str(request_id))
+        if group is None:
+            return False
+        self._retire(group)
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # --------------------------------------------------------------------- step
+    def step(self) -> StepOutput:
+        """Schedule, run one forward pass, sample, and report what happened."""
+        start = time.perf_counter()
+        plan = self.scheduler.schedule()
+        logits = self.runner.execute(plan, self.kv)
+        out = StepOutput(step=plan.step)
+        out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
+        rows: dict[str, list[tuple[Sequence, torch.Tensor]]] = {}
+        row = 0
+        for s in plan.scheduled:
+            is_decode = s.num_tokens == 1 and s.samples
+            out.scheduled.append(ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
+                                               is_prefill=not is_decode))
+            s.seq.num_computed_tokens = s.start + s.num_tokens
+            if s.samples:
+                rows.setdefault(s.group.request_id, []).append((s.seq, logits[row]))
+                row += 1
+        for request_id, group_rows in rows.items():
+            out.new_tokens.update(self._sample(self.groups[request_id], group_rows))
+        for group in self.scheduler.retire_finished() + plan.ended:
+            out.finished.append(self._retire(group))
+        self.scheduler.emit_step(plan.step)
+        out.memory = self.memory_stats()
+        out.duration_s = time.perf_counter() - start
+        return out
+
+    def _sample(self, group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]]
+                ) -> dict[int, int]:
+        params = group.params
+        if group.metrics.first_token_time is None:
+            group.metrics.first_token_time = time.monotonic()
+        stop_ids = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            stop_ids |= self.eos_token_ids
+        if params.use_beam_search:
+            new = beam_step(group, rows, stop_ids, self)
+        else:
+            generator = self._seeded.get(group.request_id, self._generator)
+            picks: list[tuple[Sequence, int]] = []
+            for seq, logits in rows:
+                if len(seq.output_token_ids) < params.min_tokens and stop_ids:
+                    logits = logits.clone()
+                    logits[sorted(stop_ids)] = float("-inf")
+                if len(group.seqs) < params.n:  # first token: fork into n samples
+                    tokens = sample(logits, params, params.n, generator)
+                    forks = [self.fork(seq, group) for _ in tokens[1:]]
+                    picks += zip([seq, *forks], tokens, strict=True)
+                else:
+                    picks.append((seq, sample(logits, params, 1, generator)[0]))
+            new = {}
+            for seq, token in picks:
+                seq.token_ids.append(token)
+                new[seq.seq_id] = token
+        for seq in group.unfinished_seqs():
+            if seq.seq_id in new:
+                self._check_stop(seq, group, new[seq.seq_id], stop_ids)
+        return new
+
+    def _check_stop(self, seq: Sequence, group: SequenceGroup, token: int,
+                    stop_ids: set[int]) -> None:
+        params = group.params
+        generated = len(seq.output_token_ids)
+        if token in stop_ids and generated >= params.min_tokens:
+            self.scheduler.finish_seq(seq, FinishReason.STOP)
+        elif generated >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            self.scheduler.finish_seq(seq, FinishReason.LENGTH)
+
+    def fork(self, parent: Sequence, group: SequenceGroup) -> Sequence:
+        """A new sequence of `group` sharing every KV block of `parent` (paper §4.4)."""
+        child = parent.fork()
+        self.kv.fork(parent.seq_id, child.seq_id)
+        group.seqs.append(child)
+        if self.events:
+            self.events.emit(Event(EventKind.ADMIT, seq=child.seq_id, detail=group.request_id))
+        return child
+
+    def _retire(self, group: SequenceGroup) -> RequestOutput:
+        group.metrics.finish_time = time.monotonic()
+        self.groups.pop(group.request_id, None)
+        self._seeded.pop(group.request_id, None)
+        return self.output(group)
+
+    def output(self, group: SequenceGroup) -> RequestOutput:
+        """The request's completions so far (final once it is finished)."""
+        beams = group.params.use_beam_search
+        seqs = best_beams(group) if beams else group.seqs
+        completions = [
+            CompletionOutput(
+                index=i, token_ids=seq.output_token_ids, text=self._detokenize(seq),
+                cumulative_logprob=seq.cumulative_logprob if beams else None,
+                finish_reason=None if seq.finish_reason is None else str(seq.finish_reason))
+            for i, seq in enumerate(seqs)]
+        return RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, completions,
+                             group.is_finished, group.metrics, group.num_cached_tokens,
+                             group.num_preemptions)
+
+    def _detokenize(self, seq: Sequence) -> str | None:
+        if self.tokenizer is None:
+            return None
+        return self.tokenizer.decode(seq.output_token_ids, skip_special_tokens=True)
+
+    # ------------------------------------------------------------------ looking
+    def memory_stats(self) -> dict[str, float]:
+        """Blocks and token slots (the paper's KV usage), plus the queues."""
+        stats = self.kv.stats().as_dict()
+        stats.update(num_running=len(self.scheduler.running),
+                     num_waiting=len(self.scheduler.waiting),
+                     num_swapped=len(self.scheduler.swapped),
+                     num_preemptions=self.scheduler.num_preemptions)
+        return stats
+
+    def __repr__(self) -> str:
+        s = self.kv.stats()
+        return (f"LLMEngine(model={self.model_name!r}, {s.total_blocks} blocks x {s.block_size} "
+                f"tokens, device={self.device.type}, dtype={str(self.dtype).removeprefix('torch.')}"
+                f", {len(self.groups)} requests in flight)")

@@ -1,0 +1,146 @@
+"""The model runner: turn a scheduled step into one forward pass.
+
+A step's tokens — decode tokens of running sequences, prompt chunks of new
+ones — are packed into a single unpadded row: no padding is ever computed.
+Alongside go their positions, the physical slot of each new token
+(``slot_mapping``), each sequence's block table and context length, and the
+query boundaries ``cu_seqlens``. Before the forward, the block copies the
+scheduler asked for (swap out, swap in, copy-on-write) are carried out.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import ops
+from ..memory import BlockCopy, KVCacheManager
+from ..scheduler import SchedulerOutput
+from .attention import AttentionMetadata, forward_context, register
+from .kv_cache import KVCacheSpec
+
+
+class ModelRunner:
+    """Owns the model and its paged KV cache tensors."""
+
+    def __init__(self, model: torch.nn.Module, *, block_size: int, device: torch.device,
+                 dtype: torch.dtype) -> None:
+        _check_supported(model.config)
+        self.model = model.to(device=device, dtype=dtype).eval()
+        self.model.set_attn_implementation(register())
+        self.device = device
+        self.block_size = block_size
+        self.spec = KVCacheSpec.from_config(model.config, dtype)
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.swap_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def allocate_cache(self, num_blocks: int, num_swap_blocks: int = 0) -> None:
+        """The GPU cache, and the CPU swap space (pinned on CUDA for fast copies)."""
+        self.kv_caches = self.spec.allocate(num_blocks, self.block_size, self.device)
+        self.swap_caches = self.spec.allocate(
+            num_swap_blocks, self.block_size, "cpu", pin_memory=self.device.type == "cuda"
+        ) if num_swap_blocks else []
+
+    @torch.inference_mode()
+    def profile(self, num_tokens: int) -> int:
+        """Peak CUDA memory (bytes) of a forward over `num_tokens` tokens: what the
+        model needs besides the KV cache, which gets the rest (vLLM does the same)."""
+        blocks = -(-num_tokens // self.block_size)
+        caches = self.spec.allocate(blocks, self.block_size, self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        ids = torch.zeros(1, num_tokens, dtype=torch.long, device=self.device)
+        positions = torch.arange(num_tokens, device=self.device)[None]
+        meta = AttentionMetadata(
+            slot_mapping=torch.arange(num_tokens, device=self.device),
+            block_tables=torch.arange(blocks, dtype=torch.int32, device=self.device)[None],
+            context_lens=torch.tensor([num_tokens], dtype=torch.int32, device=self.device),
+            cu_seqlens_q=torch.tensor([0, num_tokens], dtype=torch.int32, device=self.device),
+            num_decodes=0, kv_caches=caches)
+        with forward_context(meta):
+            self.model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=1)
+        peak = torch.cuda.max_memory_allocated(self.device) - sum(
+            k.nbytes + v.nbytes for k, v in caches)
+        del caches
+        torch.cuda.empty_cache()
+        return peak
+
+    @torch.inference_mode()
+    def execute(self, step: SchedulerOutput, kv: KVCacheManager) -> torch.Tensor | None:
+        """Run one step; returns float32 logits for the sequences that sample,
+        in scheduled order (None if nothing was scheduled)."""
+        self._swap(step.swap_out, self.kv_caches, self.swap_caches)
+        self._swap(step.swap_in, self.swap_caches, self.kv_caches)
+        if step.block_copies:
+            pairs = torch.tensor(step.block_copies, dtype=torch.long, device=self.device)
+            for k_cache, v_cache in self.kv_caches:
+                ops.copy_blocks(k_cache, pairs)
+                ops.copy_blocks(v_cache, pairs)
+        if step.is_empty:
+            return None
+        input_ids, positions, meta, logits_indices = self.prepare(step, kv)
+        with forward_context(meta):
+            out = self.model(input_ids=input_ids[None], position_ids=positions[None],
+                             use_cache=False, logits_to_keep=logits_indices)
+        return out.logits[0].float()
+
+    def prepare(self, step: SchedulerOutput, kv: KVCacheManager):
+        """Pack the step into one row: ids, positions, attention metadata, and
+        the rows whose logits are needed (the last token of each sampling sequence)."""
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        cu_seqlens = [0]
+        context_lens: list[int] = []
+        tables: list[list[int]] = []
+        logits_indices: list[int] = []
+        for s in step.scheduled:
+            end = s.start + s.num_tokens
+            table = kv.table(s.seq.seq_id)
+            ids += s.seq.token_ids[s.start:end]
+            positions += range(s.start, end)
+            slots += table.slot_mapping(s.start, end)
+            cu_seqlens.append(cu_seqlens[-1] + s.num_tokens)
+            context_lens.append(end)
+            tables.append(table.blocks)
+            if s.samples:
+                logits_indices.append(cu_seqlens[-1] - 1)
+        width = max(len(t) for t in tables)
+        padded = [t + [0] * (width - len(t)) for t in tables]
+        num_decodes = next((i for i, s in enumerate(step.scheduled) if s.num_tokens != 1),
+                           len(step.scheduled))
+
+        def tensor(values, dtype=torch.int32):
+            return torch.tensor(values, dtype=dtype, device=self.device)
+
+        meta = AttentionMetadata(
+            slot_mapping=tensor(slots, torch.long),
+            block_tables=tensor(padded),
+            context_lens=tensor(context_lens),
+            cu_seqlens_q=tensor(cu_seqlens),
+            num_decodes=num_decodes,
+            kv_caches=self.kv_caches,
+        )
+        return (tensor(ids, torch.long), tensor(positions, torch.long), meta,
+                tensor(logits_indices, torch.long))
+
+    def _swap(self, copies: list[BlockCopy], src_caches, dst_caches) -> None:
+        """Copy whole blocks between the GPU cache and the CPU swap space."""
+        if not copies:
+            return
+        src = torch.tensor([s for s, _ in copies], dtype=torch.long)
+        dst = torch.tensor([d for _, d in copies], dtype=torch.long)
+        for (src_k, src_v), (dst_k, dst_v) in zip(src_caches, dst_caches, strict=True):
+            for a, b in ((src_k, dst_k), (src_v, dst_v)):
+                b[dst.to(b.device)] = a[src.to(a.device)].to(b.device)
+
+
+def _check_supported(config) -> None:
+    """Refuse what the paged kernels do not implement, rather than compute it wrong."""
+    layer_types = getattr(config, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types):
+        raise NotImplementedError(
+            f"pagedkit supports full causal attention only; this model has layer types "
+            f"{sorted(set(layer_types))} (sliding-window or linear attention)")
+    if getattr(config, "is_encoder_decoder", False):
+        raise NotImplementedError("pagedkit serves decoder-only models; "
+                                  f"{type(config).__name__} is an encoder-decoder")

@@ -1,0 +1,38 @@
+"""Pick next tokens from logits: greedy, temperature, top-k, top-p.
+
+Each request may carry its own seed; its draws then come from its own
+`torch.Generator`, so a seeded request samples the same tokens whatever else
+shares its batch, and whether or not it was preempted and recomputed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..sampling_params import SamplingParams
+
+
+def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Temperature, then top-k, then top-p (nucleus) on one row of logits."""
+    logits = logits / params.temperature
+    if params.top_k != -1 and params.top_k < logits.numel():
+        kth = torch.topk(logits, params.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # drop a token once the mass *before* it already reaches top_p
+        drop = probs.cumsum(-1) - probs >= params.top_p
+        logits = logits.clone()
+        logits[order[drop]] = float("-inf")
+    return logits
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, num_samples: int = 1,
+           generator: torch.Generator | None = None) -> list[int]:
+    """Draw `num_samples` tokens from one row of logits (argmax if greedy)."""
+    if params.greedy:
+        return [int(logits.argmax())] * num_samples
+    probs = filter_logits(logits, params).softmax(-1)
+    draws = torch.multinomial(probs, num_samples, replacement=True, generator=generator)
+    return draws.tolist()

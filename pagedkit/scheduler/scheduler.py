@@ -1,0 +1,344 @@
+"""Iteration-level scheduling over paged memory (paper §4.5, after Orca).
+
+Every step the scheduler decides, from scratch, which sequences compute which
+tokens. A step is one forward pass over a *mixed* batch: decode tokens of
+running sequences and prompt tokens (whole, or a chunk with chunked prefill)
+of newly admitted ones. Requests join and leave between any two steps —
+continuous batching — so a short request never waits for a long one.
+
+The order of each step:
+
+1. **Running** groups, oldest first, get room for their next tokens. When
+   the block pool runs dry, the *newest* running group is preempted (all its
+   sequences at once: they share blocks) until the older one fits. Preemption
+   either frees the group's blocks and recomputes its tokens later
+   (``"recompute"``) or parks them in CPU memory (``"swap"``).
+2. **Swapped** groups come back, oldest first, when their blocks fit again.
+3. **Waiting** groups are admitted first-come first-served while the token
+   budget, the sequence cap and the pool allow — but never while a group
+   sits swapped out or someone was preempted this step (paper §4.5): memory
+   is short, and the oldest requests go first.
+
+Every decision is also an event (`ADMIT`, `PREEMPT`, `FINISH`, `STEP`) on the
+memory's event bus, so widgets can replay it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from .._validation import check_choice, check_int
+from ..memory import BlockCopy, Event, EventKind, KVCacheManager
+from ..sequence import FinishReason, Sequence, SequenceGroup, SequenceStatus
+
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 256  # sequences computed in one step
+    max_num_batched_tokens: int = 2048  # tokens computed in one step
+    enable_chunked_prefill: bool = False  # may a prompt be split across steps?
+    preemption_mode: str = "recompute"
+
+    def __post_init__(self) -> None:
+        check_int("max_num_seqs", self.max_num_seqs, minimum=1)
+        check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
+        check_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
+
+
+@dataclass
+class ScheduledSeq:
+    """One sequence's share of a step: tokens ``start .. start + num_tokens``."""
+
+    group: SequenceGroup
+    seq: Sequence
+    num_tokens: int
+    start: int
+
+    @property
+    def samples(self) -> bool:
+        """Does this step reach the sequence's last token (so it yields a next token)?"""
+        return self.start + self.num_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    """What one step will compute, and the memory moves that must happen first."""
+
+    step: int
+    scheduled: list[ScheduledSeq] = field(default_factory=list)
+    block_copies: list[BlockCopy] = field(default_factory=list)  # copy-on-write, GPU -> GPU
+    swap_out: list[BlockCopy] = field(default_factory=list)  # GPU block -> CPU block
+    swap_in: list[BlockCopy] = field(default_factory=list)  # CPU block -> GPU block
+    preempted: list[tuple[SequenceGroup, str]] = field(default_factory=list)
+    admitted: list[SequenceGroup] = field(default_factory=list)
+    ended: list[SequenceGroup] = field(default_factory=list)  # could never fit the cache
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """FCFS continuous batching with a token budget, a sequence cap and preemption."""
+
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+        self.config = config
+        self.kv = kv
+        self.events = kv.events
+        self.waiting: deque[SequenceGroup] = deque()
+        self.running: list[SequenceGroup] = []
+        self.swapped: deque[SequenceGroup] = deque()
+        self.num_steps = 0
+        self.num_preemptions = 0
+
+    # ----------------------------------------------------------------- queues
+    def add(self, group: SequenceGroup) -> None:
+        self.waiting.append(group)
+
+    def abort(self, request_id: str) -> SequenceGroup | None:
+        """Remove a request wherever it is and free its memory."""
+        for queue in (self.waiting, self.running, self.swapped):
+            for group in queue:
+                if group.request_id == request_id:
+                    queue.remove(group)
+                    self._end(group, FinishReason.ABORT)
+                    return group
+        return None
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    def finish_seq(self, seq: Sequence, reason: FinishReason, why: str | None = None) -> None:
+        """A sequence is done: free its blocks now (its group may run on)."""
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        if seq.seq_id in self.kv:
+            self.kv.free(seq.seq_id)
+        self._emit(EventKind.FINISH, seq.seq_id, why or str(reason))
+
+    def drop_seq(self, seq: Sequence) -> None:
+        """Free a sequence that leaves its group without an output (a pruned beam)."""
+        if seq.seq_id in self.kv:
+            self.kv.free(seq.seq_id)
+        seq.status = SequenceStatus.FINISHED
+        self._emit(EventKind.FINISH, seq.seq_id, "pruned")
+
+    def retire_finished(self) -> list[SequenceGroup]:
+        """Take finished groups out of the running list."""
+        done = [g for g in self.running if g.is_finished]
+        if done:
+            self.running = [g for g in self.running if not g.is_finished]
+        return done
+
+    # --------------------------------------------------------------- schedule
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput(step=self.num_steps)
+        self.num_steps += 1
+        budget = _Budget(self.config.max_num_batched_tokens, self.config.max_num_seqs)
+        self._schedule_running(out, budget)
+        if not out.preempted:
+            self._schedule_swapped(out, budget)
+        if not out.preempted and not self.swapped:
+            self._schedule_waiting(out, budget)
+        # decodes first: the model runner sends them through the decode kernel
+        out.scheduled.sort(key=lambda s: s.num_tokens != 1)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: _Budget) -> None:
+        queue = deque(self.running)
+        kept: list[SequenceGroup] = []
+        while queue:
+            group = queue.popleft()
+            plan = self._plan(group, budget)
+            if plan is None:  # no budget left this step: it simply waits a step
+                budget.take(0, len(group.unfinished_seqs()))  # but keeps its seats
+                kept.append(group)
+                continue
+            while not self._fits(plan):
+                if queue:
+                    self._preempt(queue.pop(), out)  # the newest running group
+                elif kept:
+                    self._preempt(group, out)  # older groups hold the memory: step aside
+                    break
+                else:  # alone with the whole cache, and it still does not fit
+                    self._end(group, FinishReason.LENGTH, "sequence outgrew the whole KV cache")
+                    out.ended.append(group)
+                    break
+            else:
+                self._allocate(group, plan, out, budget)
+                kept.append(group)
+        self.running = kept
+
+    def _schedule_swapped(self, out: SchedulerOutput, budget: _Budget) -> None:
+        while self.swapped:
+            group = self.swapped[0]
+            seqs = group.unfinished_seqs()
+            ids = [s.seq_id for s in seqs]
+            if not budget.fits(len(seqs), len(seqs)) or not self.kv.can_swap_in(
+                    ids, reserve=len(seqs)):
+                return
+            self.swapped.popleft()
+            out.swap_in += self.kv.swap_in(ids)
+            group.set_status(SequenceStatus.RUNNING)
+            plan = self._plan(group, budget)
+            self._allocate(group, plan, out, budget)
+            self.running.append(group)
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: _Budget) -> None:
+        while self.waiting:
+            group = self.waiting[0]
+            # seats for every sequence the request will fork into (n samples, beams)
+            if not budget.fits(0, max(group.params.num_sequences, len(group.seqs))):
+                return
+            admitted = self._try_admit(group, budget)
+            if admitted is None:
+                if self.running:
+                    return  # first come, first served: the head waits for memory
+                self.waiting.popleft()  # nothing else holds memory: it can never fit
+                self._end(group, FinishReason.LENGTH, "does not fit the whole KV cache")
+                out.ended.append(group)
+                continue
+            self.waiting.popleft()
+            if group.metrics.first_scheduled_time is None:
+                group.metrics.first_scheduled_time = time.monotonic()
+                group.num_cached_tokens = sum(s.start for s, _ in admitted)
+            for s, copies in admitted:
+                out.scheduled.append(s)
+                out.block_copies += copies
+                budget.take(s.num_tokens, 1)
+            group.set_status(SequenceStatus.RUNNING)
+            self.running.append(group)
+            out.admitted.append(group)
+            for seq in group.unfinished_seqs():
+                self._emit(EventKind.ADMIT, seq.seq_id, group.request_id)
+
+    def _try_admit(self, group: SequenceGroup, budget: _Budget
+                   ) -> list[tuple[ScheduledSeq, list[BlockCopy]]] | None:
+        """Give each sequence of a waiting group room for its prompt (or the
+        first chunk of it), starting from whatever the prefix cache holds.
+
+        Sequences are placed one after another, so the second sequence of a
+        group (one preempted after forking) finds the first one's blocks in
+        the prefix cache and shares them. If any does not fit, the ones placed
+        are freed again and None is returned."""
+        placed: list[tuple[ScheduledSeq, list[BlockCopy]]] = []
+        tokens_left = budget.tokens_left
+        for seq in group.unfinished_seqs():
+            cached = self.kv.cached_prefix(seq.seq_id, seq.token_ids)
+            start = len(cached) * self.kv.block_size
+            want = seq.num_tokens - start
+            take = min(want, tokens_left) if self.config.enable_chunked_prefill else want
+            copies = None
+            if 0 < take <= tokens_left:
+                copies = self.kv.allocate_slots(seq.seq_id, seq.token_ids[start:start + take],
+                                                cached)
+            if copies is None:
+                for s, _ in placed:
+                    self.kv.free(s.seq.seq_id)
+                    s.seq.num_computed_tokens = 0
+                return None
+            seq.num_computed_tokens = start
+            tokens_left -= take
+            placed.append((ScheduledSeq(group, seq, take, start), copies))
+        return placed
+
+    # ------------------------------------------------------------ mechanics
+    def _plan(self, group: SequenceGroup, budget: _Budget) -> list[_SeqPlan] | None:
+        """How many tokens each sequence of a resident group computes this step,
+        or None if the budget cannot take the group now."""
+        seqs = group.unfinished_seqs()
+        if not budget.fits(0, len(seqs)):
+            return None
+        plan, tokens_left = [], budget.tokens_left
+        for seq in seqs:
+            want = seq.num_uncomputed_tokens
+            take = min(want, tokens_left) if self.config.enable_chunked_prefill else want
+            if take <= 0 or take > tokens_left:
+                return None
+            tokens_left -= take
+            blocks = self.kv.blocks_needed(seq.seq_id, take)
+            plan.append(_SeqPlan(seq, seq.num_computed_tokens, take, blocks))
+        return plan
+
+    def _fits(self, plan: list[_SeqPlan]) -> bool:
+        return sum(p.blocks for p in plan) <= self.kv.num_free_blocks
+
+    def _allocate(self, group: SequenceGroup, plan: list[_SeqPlan], out: SchedulerOutput,
+                  budget: _Budget) -> None:
+        for p in plan:
+            seq = p.seq
+            copies = self.kv.allocate_slots(seq.seq_id,
+                                            seq.token_ids[p.start:p.start + p.num_tokens])
+            if copies is None:  # _fits promised room: a broken invariant, not a user error
+                raise RuntimeError(f"scheduler planned {p.blocks} blocks for sequence "
+                                   f"{seq.seq_id} but the pool refused")
+            out.block_copies += copies
+            out.scheduled.append(ScheduledSeq(group, seq, p.num_tokens, p.start))
+            budget.take(p.num_tokens, 1)
+
+    def _preempt(self, group: SequenceGroup, out: SchedulerOutput) -> None:
+        """Evict a whole group (paper §4.5: all-or-nothing, its blocks are shared)."""
+        seqs = group.unfinished_seqs()
+        ids = [s.seq_id for s in seqs]
+        mode = self.config.preemption_mode
+        if mode == "swap" and not self.kv.can_swap_out(ids):
+            mode = "recompute"  # no CPU room: fall back rather than fail
+        if mode == "swap":
+            out.swap_out += self.kv.swap_out(ids)
+            group.set_status(SequenceStatus.SWAPPED)
+            self.swapped.append(group)
+        else:
+            for seq in seqs:
+                self.kv.free(seq.seq_id)
+                seq.num_computed_tokens = 0
+            group.set_status(SequenceStatus.WAITING)
+            self.waiting.appendleft(group)
+        group.num_preemptions += 1
+        self.num_preemptions += 1
+        out.preempted.append((group, mode))
+        for seq in seqs:
+            self._emit(EventKind.PREEMPT, seq.seq_id, mode)
+
+    def _end(self, group: SequenceGroup, reason: FinishReason, why: str | None = None) -> None:
+        for seq in group.unfinished_seqs():
+            self.finish_seq(seq, reason, why)
+
+    def emit_step(self, step: int) -> None:
+        if self.events:
+            self.events.emit(Event(EventKind.STEP, step=step))
+
+    def _emit(self, kind: EventKind, seq: Hashable, detail: str | None) -> None:
+        if self.events:
+            self.events.emit(Event(kind, seq=seq, detail=detail))
+
+
+@dataclass
+class _SeqPlan:
+    seq: Sequence
+    start: int
+    num_tokens: int
+    blocks: int
+
+
+class _Budget:
+    """Tokens and sequences left in this step."""
+
+    def __init__(self, max_tokens: int, max_seqs: int) -> None:
+        self.tokens_left = max_tokens
+        self.seqs_left = max_seqs
+
+    def fits(self, tokens: int, seqs: int) -> bool:
+        return tokens <= self.tokens_left and seqs <= self.seqs_left and self.tokens_left > 0
+
+    def take(self, tokens: int, seqs: int) -> None:
+        self.tokens_left -= tokens
+        self.seqs_left -= seqs

@@ -1,0 +1,130 @@
+"""Sequences and sequence groups: the units the scheduler moves around.
+
+A request becomes one `SequenceGroup`. It starts as a single sequence (the
+prompt is computed once); after the prompt, parallel sampling or beam search
+forks it into several sequences that share the prompt's KV blocks (paper
+§4.4). The scheduler always moves a group as a whole: a group runs, waits or
+is swapped out together, because its sequences share memory (§4.5).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from .sampling_params import SamplingParams
+
+_seq_ids = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"  # never started, or preempted by recomputation
+    RUNNING = "running"
+    SWAPPED = "swapped"  # preempted; its blocks wait in CPU memory
+    FINISHED = "finished"
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # an end-of-sequence or stop token
+    LENGTH = "length"  # max_tokens, the model's max length, or a sequence that cannot fit the cache
+    ABORT = "abort"  # abort_request
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Sequence:
+    """One token stream: the prompt, then what was generated after it."""
+
+    def __init__(self, prompt_token_ids: list[int], *, seq_id: int | None = None) -> None:
+        self.seq_id = next(_seq_ids) if seq_id is None else seq_id
+        self.token_ids = list(prompt_token_ids)
+        self.prompt_len = len(prompt_token_ids)
+        self.num_computed_tokens = 0  # tokens whose K/V are in the cache
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.cumulative_logprob = 0.0
+
+    def __repr__(self) -> str:
+        return (f"Sequence(id={self.seq_id}, tokens={len(self.token_ids)}, "
+                f"computed={self.num_computed_tokens}, {self.status.value})")
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_len:]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def fork(self) -> Sequence:
+        """A copy with a new id: same tokens, same progress (its blocks are shared separately)."""
+        child = Sequence(self.token_ids[:self.prompt_len])
+        child.token_ids = list(self.token_ids)
+        child.num_computed_tokens = self.num_computed_tokens
+        child.status = self.status
+        child.cumulative_logprob = self.cumulative_logprob
+        return child
+
+
+@dataclass
+class RequestMetrics:
+    """Wall-clock times (``time.monotonic()``) of one request's life."""
+
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        if self.first_token_time is None:
+            return None
+        return self.first_token_time - self.arrival_time
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.finish_time is None else self.finish_time - self.arrival_time
+
+
+@dataclass
+class SequenceGroup:
+    """The sequences of one request, scheduled together."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    seqs: list[Sequence]
+    metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(time.monotonic()))
+    finished_beams: list[Sequence] = field(default_factory=list)  # beam search hypotheses
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    num_preemptions: int = 0
+
+    @classmethod
+    def new(cls, request_id: str, prompt: str | None, prompt_token_ids: list[int],
+            params: SamplingParams, arrival_time: float | None = None) -> SequenceGroup:
+        now = time.monotonic() if arrival_time is None else arrival_time
+        return cls(request_id, prompt, list(prompt_token_ids), params,
+                   [Sequence(prompt_token_ids)], RequestMetrics(now))
+
+    def unfinished_seqs(self) -> list[Sequence]:
+        return [s for s in self.seqs if not s.is_finished]
+
+    @property
+    def is_finished(self) -> bool:
+        return all(s.is_finished for s in self.seqs)
+
+    def set_status(self, status: SequenceStatus) -> None:
+        for seq in self.unfinished_seqs():
+            seq.status = status

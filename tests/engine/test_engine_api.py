@@ -1,0 +1,136 @@
+"""The engine's contract: step outputs, events, aborts, and clear errors for
+bad input that leave the engine exactly as it was."""
+
+import pytest
+
+from pagedkit import LLM, LLMEngine, SamplingParams
+from pagedkit.memory import EventKind, EventLog
+
+GREEDY = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+
+
+@pytest.fixture
+def engine(reference):
+    build, _, _ = reference("llama")
+    return LLMEngine(build(), block_size=4, num_blocks=32, max_num_batched_tokens=64)
+
+
+def snapshot(engine):
+    return (engine.memory_stats(), dict(engine.groups), list(engine.scheduler.waiting))
+
+
+@pytest.mark.parametrize("prompt, params, error, message", [
+    ([], None, ValueError, "the prompt is empty"),
+    (list(range(60)) * 5, None, ValueError, "300 tokens but max_model_len is 256"),
+    (list(range(90)) * 2, None, ValueError, "180 tokens but the whole KV cache holds 128"),
+    (list(range(70)), None, ValueError, "70 tokens but max_num_batched_tokens is 64"),
+    ([1, 2, 300], None, ValueError, r"token id 300 is outside the vocabulary \[0, 96\)"),
+    ("hello", None, ValueError, "no tokenizer"),
+    ([1, 2], "greedy", TypeError, "params must be SamplingParams, got str"),
+])
+def test_bad_requests_are_refused_and_change_nothing(engine, prompt, params, error, message):
+    before = snapshot(engine)
+    with pytest.raises(error, match=message):
+        engine.add_request("x", prompt, params)
+    assert snapshot(engine) == before
+
+
+def test_duplicate_request_id(engine):
+    engine.add_request("a", [1, 2, 3], GREEDY)
+    before = snapshot(engine)
+    with pytest.raises(ValueError, match="request id 'a' is already in the engine"):
+        engine.add_request("a", [4], GREEDY)
+    assert snapshot(engine) == before
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"n": 0}, "n must be >= 1, got 0"),
+    ({"temperature": -0.5}, "temperature must be a number >= 0, got -0.5"),
+    ({"top_p": 0.0}, r"top_p must be in \(0, 1\], got 0.0"),
+    ({"top_p": 1.5}, r"top_p must be in \(0, 1\], got 1.5"),
+    ({"top_k": 0}, "top_k must be -1 .* got 0"),
+    ({"max_tokens": 0}, "max_tokens must be >= 1, got 0"),
+    ({"min_tokens": 9, "max_tokens": 4}, "min_tokens must be <= 4, got 9"),
+    ({"use_beam_search": True, "n": 3, "beam_width": 2, "temperature": 0},
+     r"beam_width \(2\) must be >= n \(3\)"),
+    ({"use_beam_search": True, "temperature": 1.0}, "use temperature=0"),
+    ({"beam_width": 2}, "only applies with use_beam_search"),
+])
+def test_bad_sampling_params(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_generate_validates_every_prompt_before_queueing_any(engine):
+    llm = LLM.__new__(LLM)
+    llm.llm_engine, llm._ids = engine, iter(range(100))
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        llm.generate([[1, 2], []], GREEDY, use_tqdm=False)
+    assert not engine.has_unfinished_requests()
+    with pytest.raises(ValueError, match="got 1 sampling params for 2 prompts"):
+        llm.generate([[1], [2]], [GREEDY], use_tqdm=False)
+
+
+def test_unknown_model_name_offline():
+    with pytest.raises(OSError, match="could not load model name 'no-such-org/no-such-model'"):
+        LLM("no-such-org/no-such-model")
+
+
+def test_step_output_and_events(engine):
+    log = EventLog(engine.events)
+    engine.add_request("a", [5, 6, 7, 8, 9], GREEDY)
+    engine.add_request("b", [1, 2], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    first = engine.step()
+    assert [(s.request_id, s.num_tokens, s.is_prefill) for s in first.scheduled] == [
+        ("a", 5, True), ("b", 2, True)]
+    assert len(first.new_tokens) == 2 and first.num_batched_tokens == 7
+    assert first.memory["used_blocks"] == 3
+    second = engine.step()
+    assert all(not s.is_prefill and s.num_tokens == 1 for s in second.scheduled)
+    assert [o.request_id for o in second.finished] == ["b"]
+    out = second.finished[0]
+    assert out.finished and out.outputs[0].finish_reason == "length"
+    assert len(out.outputs[0].token_ids) == 2
+    m = out.metrics
+    assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time <= m.finish_time
+    kinds = log.kinds()
+    assert kinds.count("admit") == 2 and kinds.count("step") == 2
+    assert [e.step for e in log if e.kind is EventKind.STEP] == [0, 1]
+    assert any(e.kind is EventKind.FINISH and e.detail == "length" for e in log)
+
+
+def test_abort_frees_memory_wherever_the_request_is(engine):
+    engine.add_request("a", list(range(10)), GREEDY)
+    engine.add_request("b", list(range(12)), GREEDY)
+    engine.step()
+    engine.add_request("c", [1], GREEDY)  # still waiting
+    assert engine.abort_request("a") and engine.abort_request("c")
+    assert not engine.abort_request("zzz")
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert engine.memory_stats()["used_blocks"] == 0
+
+
+def test_stop_tokens_and_min_tokens(reference, make_prompts):
+    build, prompt_list, expected = reference("llama")
+    llm = LLM(build(), block_size=8, num_blocks=64)
+    target = expected[2]
+    stop = target[3]
+    first = target.index(stop)
+    out = llm.generate(prompt_list[2], SamplingParams(temperature=0, max_tokens=12,
+                                                      stop_token_ids=[stop]), use_tqdm=False)[0]
+    assert out.outputs[0].token_ids == target[:first + 1]
+    assert out.outputs[0].finish_reason == "stop"
+    # min_tokens masks the stop token until enough tokens exist
+    out = llm.generate(prompt_list[2], SamplingParams(temperature=0, max_tokens=12, min_tokens=6,
+                                                      stop_token_ids=[stop]), use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) >= 6 and stop not in out.outputs[0].token_ids[:6]
+
+
+def test_group_that_outgrows_the_whole_cache_ends_with_length(reference):
+    build, _, _ = reference("llama")
+    llm = LLM(build(), block_size=4, num_blocks=4)  # 16 slots
+    out = llm.generate([list(range(10))], SamplingParams(temperature=0, max_tokens=30,
+                                                         ignore_eos=True), use_tqdm=False)[0]
+    assert out.outputs[0].finish_reason == "length"
+    assert 10 + len(out.outputs[0].token_ids) == 16 + 1  # the last token never needs a slot

@@ -1,0 +1,101 @@
+"""Sharing KV blocks between the sequences of one request (paper §4.4):
+beam search equals transformers' own, and parallel samples share the prompt."""
+
+import pytest
+import torch
+
+from pagedkit import LLM, SamplingParams
+from pagedkit.memory import EventKind, EventLog
+
+
+def transformers_beams(model, prompt, num_beams, max_new_tokens):
+    with torch.inference_mode():
+        ids = model.generate(torch.tensor([prompt]), num_beams=num_beams, do_sample=False,
+                             max_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=0,
+                             attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    return ids[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("num_beams", [2, 4])
+def test_beam_search_matches_transformers(reference, make_prompts, num_beams):
+    build, _, _ = reference("llama")
+    model = build()
+    prompt_list = make_prompts(seed=3, lengths=(5, 12, 30))
+    expected = [transformers_beams(model, p, num_beams, 10) for p in prompt_list]
+    llm = LLM(model, block_size=4, num_blocks=200)
+    params = SamplingParams(use_beam_search=True, beam_width=num_beams, temperature=0,
+                            max_tokens=10, ignore_eos=True)
+    outs = llm.generate(prompt_list, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == expected
+    assert llm.llm_engine.memory_stats()["used_blocks"] == 0
+
+
+def test_beams_fork_share_and_copy_on_write(reference, make_prompts):
+    build, _, _ = reference("llama")
+    llm = LLM(build(), block_size=4, num_blocks=64)
+    engine = llm.llm_engine
+    log = EventLog(engine.events)
+    engine.add_request("b", make_prompts(lengths=(10,))[0],
+                       SamplingParams(use_beam_search=True, beam_width=3, n=2, temperature=0,
+                                      max_tokens=8, ignore_eos=True))
+    while engine.has_unfinished_requests():
+        step = engine.step()
+    kinds = log.kinds()
+    assert "fork" in kinds and "cow" in kinds
+    assert any(e.kind is EventKind.FINISH and e.detail == "pruned" for e in log)
+    out = step.finished[0]
+    assert len(out.outputs) == 2  # n best of 3 beams
+    assert out.outputs[0].cumulative_logprob >= out.outputs[1].cumulative_logprob
+    assert engine.memory_stats()["used_blocks"] == 0
+
+
+def test_parallel_samples_share_the_prompt_blocks(reference, make_prompts):
+    build, _, _ = reference("llama")
+    llm = LLM(build(), block_size=4, num_blocks=64)
+    engine = llm.llm_engine
+    prompt = make_prompts(lengths=(18,))[0]  # 4 full blocks + 2 tokens
+    engine.add_request("p", prompt, SamplingParams(n=4, temperature=1.0, seed=1, max_tokens=6,
+                                                    ignore_eos=True))
+    engine.step()  # the prompt, once; then four samples fork from it
+    group = engine.groups["p"]
+    assert len(group.seqs) == 4
+    tables = [engine.kv.block_ids(s.seq_id) for s in group.seqs]
+    assert all(t == tables[0] for t in tables)
+    assert [engine.kv.allocator.ref_count(b) for b in tables[0]] == [4] * 5
+    engine.step()  # each sample writes its own token: the shared half-full block is copied
+    tables = [engine.kv.block_ids(s.seq_id) for s in group.seqs]
+    assert len({t[-1] for t in tables}) == 4
+    assert [engine.kv.allocator.ref_count(b) for b in tables[0][:4]] == [4] * 4
+
+
+def test_seeded_sampling_is_reproducible_and_preemption_proof(reference, make_prompts):
+    build, _, _ = reference("llama")
+    prompt_list = make_prompts(seed=5)
+    params = [SamplingParams(n=2, temperature=0.8, top_p=0.9, top_k=20, seed=s, max_tokens=10,
+                             ignore_eos=True) for s in range(len(prompt_list))]
+
+    def run(**engine_args):
+        outs = LLM(build(), block_size=4, **engine_args).generate(prompt_list, params,
+                                                                   use_tqdm=False)
+        return [[c.token_ids for c in o.outputs] for o in outs]
+
+    roomy = run(num_blocks=200)
+    assert roomy == run(num_blocks=200)
+    assert roomy == run(num_blocks=18)  # preempted and recomputed: same draws
+    other = [SamplingParams(n=2, temperature=0.8, seed=s + 100, max_tokens=10, ignore_eos=True)
+             for s in range(len(prompt_list))]
+    outs = LLM(build(), block_size=4, num_blocks=200).generate(prompt_list, other, use_tqdm=False)
+    assert [[c.token_ids for c in o.outputs] for o in outs] != roomy
+
+
+def test_unseeded_requests_follow_the_engine_seed(reference, make_prompts):
+    build, _, _ = reference("llama")
+    prompt_list = make_prompts(seed=6)
+    params = SamplingParams(temperature=1.0, max_tokens=8, ignore_eos=True)
+
+    def run(seed):
+        llm = LLM(build(), block_size=8, num_blocks=64, seed=seed)
+        return [o.outputs[0].token_ids for o in llm.generate(prompt_list, params, use_tqdm=False)]
+
+    assert run(0) == run(0)
+    assert run(0) != run(123)
