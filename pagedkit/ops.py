@@ -20,11 +20,11 @@ why: ``backend("cpu").reason``.
 
 Triton's interpreter (``TRITON_INTERPRET=1``) runs a kernel's Python body
 with numpy on CPU, so you can step through it in a debugger. Triton reads the
-variable when a kernel is *decorated*, i.e. when its module is imported, not
-when it runs. This module imports the kernel modules only on the first call
-that uses them, but to be safe set the variable before importing anything
-from pagedkit, e.g. first thing in a notebook (then restart the kernel if you
-change it)::
+variable when a kernel is *decorated*, not when it runs: when our kernel
+modules are imported, and already when ``triton`` itself is first imported
+(its ``tl.max``, ``tl.cdiv``... are kernels too). This module imports Triton
+only on the first call that uses it, but set the variable before importing
+anything, first thing in a notebook (restart the kernel to change it)::
 
     import os; os.environ["TRITON_INTERPRET"] = "1"; os.environ["PAGEDKIT_KERNELS"] = "triton"
 
@@ -141,7 +141,9 @@ def _interpreted(name: str) -> bool:
     module = sys.modules.get(f"pagedkit.kernels.{_TRITON_MODULES[name]}")
     if module is not None:
         return module.INTERPRETED
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+    from pagedkit.kernels.triton_support import interpreter_on  # Triton is known to import
+
+    return interpreter_on()
 
 
 def backend(device: torch.device | str) -> Backend:

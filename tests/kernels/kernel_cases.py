@@ -27,8 +27,14 @@ class PagedCase:
     v_cache: torch.Tensor
     block_tables: torch.Tensor       # int32 [num_seqs, max_blocks]
     context_lens: torch.Tensor       # int32 [num_seqs]
-    keys: list[torch.Tensor]         # per sequence, contiguous [ctx, num_kv_heads, head_dim]
+    keys: list[torch.Tensor]         # per sequence, contiguous [ctx, num_kv_heads, head_dim], CPU
     values: list[torch.Tensor]
+
+    def to(self, device: torch.device | str) -> PagedCase:
+        """The cache, tables and lengths on `device` (the un-paged K/V stay on CPU)."""
+        return PagedCase(self.k_cache.to(device), self.v_cache.to(device),
+                         self.block_tables.to(device), self.context_lens.to(device),
+                         self.keys, self.values)
 
 
 def make_case(context_lens: list[int], block_size: int, num_kv_heads: int, head_dim: int,
@@ -98,4 +104,5 @@ def prefill_truth(query: torch.Tensor, cu_seqlens: list[int], case: PagedCase,
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
     atol, rtol = TOLERANCE[dtype]
     assert actual.dtype == dtype
-    torch.testing.assert_close(actual.double(), expected.double(), atol=atol, rtol=rtol)
+    torch.testing.assert_close(actual.cpu().double(), expected.cpu().double(), atol=atol,
+                               rtol=rtol)
