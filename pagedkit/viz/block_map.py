@@ -1,0 +1,218 @@
+"""The block map: GPU memory as a grid of physical blocks, one cell each.
+
+A cell is colored by the request that owns it and filled from the bottom as
+tokens arrive; a white badge shows the ref count of a shared block; an amber
+frame flashes on the blocks of a copy-on-write; cached-but-free blocks are
+slate, free ones pale; swapped-out blocks appear hatched in a CPU area below.
+Hovering a cell names its block id, owners, ref count and tokens.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import numpy as np
+
+from .block_grid import CELL, Grid, block_map_data, grid_for
+from .controls import Player
+from .frames import CACHED, FREE, Frame
+from .palette import (
+    CACHED_COLOR,
+    CELL_SCALE,
+    COW_COLOR,
+    FILL_SCALE,
+    FREE_COLOR,
+    NUM_INDICES,
+    OWNER_COLORS,
+    SWAP_COLOR,
+    tint,
+)
+from .recorder import Recorder
+from .view import View
+
+_LETTERS = string.ascii_uppercase
+
+
+def as_recorder(source: Any) -> Recorder:
+    """A `Recorder` as is; anything else (LLM, engine, simulator, KVCacheManager) gets one."""
+    return source if isinstance(source, Recorder) else Recorder.attach(source)
+
+
+class BlockMap(View):
+    """Watch a recording's blocks: ``BlockMap(recorder)`` or ``BlockMap(llm)``.
+
+    >>> from pagedkit.memory import KVCacheManager
+    >>> kv = KVCacheManager(num_blocks=16, block_size=4)
+    >>> view = BlockMap(kv)
+    >>> _ = kv.allocate_slots("A", [1, 2, 3, 4, 5]); _ = view.recorder.cut()
+    >>> view.index = 1; view
+    BlockMap(16 blocks, step 1/1: 2 used, 0 shared, 0 cached)
+    """
+
+    def __init__(self, source: Any, *, player: Player | None = None,
+                 columns: int | None = None) -> None:
+        self.recorder = as_recorder(source)
+        self.grid: Grid = grid_for(self.recorder.num_blocks, columns)
+        super().__init__(player or Player(self.recorder))
+
+    @property
+    def frame(self) -> Frame:
+        return self.recorder[self.index]
+
+    def summary(self, index: int | None = None) -> str:
+        i = self._at(index)
+        f = self.recorder[i]
+        m = f.memory
+        extra = f", {m.swapped} swapped out" if m.swapped else ""
+        extra += f", {len(f.copies)} copied on write" if f.copies else ""
+        return (f"{f.num_blocks} blocks, {self._step_label(i)}: {m.used} used, "
+                f"{m.shared} shared, {m.cached} cached{extra}")
+
+    def text(self, index: int | None = None) -> str:
+        """The summary, and for pools up to 1,024 blocks the map in letters:
+        ``.`` free, ``c`` cached, ``A`` a full block of the first request
+        (``a`` partly filled), ``2``-``9`` a block shared by that many."""
+        i = self._at(index)
+        f = self.recorder[i]
+        lines = [repr(self) if index is None else f"BlockMap({self.summary(i)})"]
+        if f.num_blocks > 1024:
+            return lines[0]
+        letters = {}
+        for s in f.blocks:
+            if s.owners:
+                key = f.request(s.owners[0])
+                letters.setdefault(key, _LETTERS[self.recorder.first_seen.get(key, 0) % 26])
+        cols = self.grid.columns
+        for row in range(self.grid.rows):
+            cells = [_char(f, b, letters) for b in range(row * cols,
+                                                          min((row + 1) * cols, f.num_blocks))]
+            lines.append(f"{row * cols:5d} " + "".join(cells))
+        if letters:
+            lines.append("      " + ", ".join(f"{c}={k}" for k, c in letters.items()))
+        return "\n".join(lines)
+
+    # ---------------------------------------------------------------- drawing
+    def _geometry(self) -> tuple[float, int, int]:
+        cols = self.grid.columns
+        cell_px = float(min(44, max(10, 880 // cols)))
+        cpu_rows = -(-self.recorder.cpu_blocks_seen // cols)
+        total_rows = self.grid.rows + (cpu_rows + 1 if cpu_rows else 0)
+        return cell_px, cpu_rows, total_rows
+
+    def _build(self, fig: Any) -> None:
+        cols, rows = self.grid.columns, self.grid.rows
+        cell_px, cpu_rows, total_rows = self._geometry()
+        blocks = np.arange(self.grid.num_blocks)
+        x = self.grid.column(blocks)
+        y0 = self.grid.row(blocks).astype(float)
+        scale = dict(cmin=0, cmax=NUM_INDICES - 1)
+        fig.add_bar(name="cells", x=x, base=y0, y=np.full(len(x), CELL), width=CELL,
+                    marker=dict(color=np.zeros(len(x)), colorscale=CELL_SCALE,
+                                line=dict(width=0.6, color="#BDBDBD"), **scale),
+                    hovertemplate="%{hovertext}<extra></extra>", showlegend=False)
+        fig.add_bar(name="tokens", x=x, base=y0 + CELL, y=np.zeros(len(x)), width=CELL,
+                    marker=dict(color=np.zeros(len(x)), colorscale=FILL_SCALE,
+                                line=dict(width=0), **scale),
+                    hoverinfo="skip", showlegend=False)
+        fig.add_bar(name="swapped out (CPU)", x=[], base=[], y=[], width=CELL,
+                    marker=dict(color=[], colorscale=FILL_SCALE, pattern=dict(
+                        shape="/", fgcolor="white", fgopacity=0.6), **scale),
+                    hovertemplate="%{hovertext}<extra></extra>", showlegend=False)
+        badge_px = max(8, cell_px * 0.5)
+        fig.add_scatter(name="shared", x=[], y=[], mode="markers+text", text=[],
+                        marker=dict(symbol="circle", size=badge_px * 1.6, color="white",
+                                    line=dict(width=1, color="#333")),
+                        textfont=dict(size=badge_px * 0.75, color="#111"),
+                        textposition="middle center", hoverinfo="skip", showlegend=False)
+        fig.add_scatter(name="copy-on-write", x=[], y=[], mode="lines",
+                        line=dict(color=COW_COLOR, width=2, dash="dot"),
+                        hoverinfo="skip", showlegend=False)
+        fig.add_scatter(name="copy-on-write blocks", x=[], y=[], mode="markers",
+                        marker=dict(symbol="square-open", size=cell_px * 1.05, color=COW_COLOR,
+                                    line=dict(width=3, color=COW_COLOR)),
+                        hoverinfo="skip", showlegend=False)
+        for name, color, symbol in (
+                ("free", FREE_COLOR, "square"), ("cached (free, reusable)", CACHED_COLOR,
+                                                 "square"),
+                ("tokens, colored by request", OWNER_COLORS[0], "square"),
+                ("reserved, not yet filled", tint(OWNER_COLORS[0]), "square"),
+                ("shared (ref count)", "white", "circle"),
+                ("copy-on-write", COW_COLOR, "square-open"),
+                ("swapped out to CPU (hatched)", SWAP_COLOR, "square-x")):
+            fig.add_scatter(name=name, x=[None], y=[None], mode="markers",
+                            marker=dict(symbol=symbol, size=11, color=color,
+                                        line=dict(width=1, color="#555")))
+        height_px = total_rows * cell_px + 130
+        ticks = np.arange(rows)
+        tickvals = list(ticks + CELL / 2)
+        ticktext = [str(r * cols) for r in ticks]
+        if cpu_rows:
+            tickvals += [rows + 1 + r + CELL / 2 for r in range(cpu_rows)]
+            ticktext += [f"CPU {r * cols}" for r in range(cpu_rows)]
+        fig.update_layout(
+            barmode="overlay", bargap=0, template="simple_white",
+            width=int(cols * cell_px + 190), height=int(height_px),
+            margin=dict(l=60, r=10, t=40, b=60), hovermode="closest",
+            title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
+            legend=dict(orientation="h", yanchor="top", y=-0.01, x=0, font=dict(size=11)),
+            xaxis=dict(range=[-0.55, cols - 0.45], showgrid=False, zeroline=False,
+                       showticklabels=False, ticks="", showline=False, fixedrange=True),
+            yaxis=dict(range=[total_rows, -0.1], showgrid=False, zeroline=False, ticks="",
+                       tickvals=tickvals, ticktext=ticktext, showline=False,
+                       tickfont=dict(size=9, color="#777"), fixedrange=True),
+        )
+
+    def _draw(self, fig: Any, index: int) -> None:
+        frame = self.recorder[index]
+        d = block_map_data(frame, self.recorder.first_seen)
+        grid = self.grid
+        cells, tokens, cpu, badges, cow_lines, cow = fig.data[:6]
+        cells.marker.color = d.color
+        cells.hovertext = d.hover
+        rows = grid.row(np.arange(grid.num_blocks)).astype(float)
+        height = CELL * d.fill
+        tokens.marker.color = d.color
+        tokens.y = height
+        tokens.base = rows + CELL - height
+        cpu_rows = grid.cpu_row(d.cpu_blocks).astype(float)
+        cpu.x = grid.column(d.cpu_blocks)
+        cpu.base = cpu_rows
+        cpu.y = np.full(len(d.cpu_blocks), CELL)
+        cpu.marker.color = d.cpu_color
+        cpu.hovertext = d.cpu_hover
+        badges.x = grid.column(d.badge_blocks)
+        badges.y = grid.row(d.badge_blocks) + CELL / 2
+        badges.text = d.badge_text
+        cow.x = grid.column(d.cow_blocks)
+        cow.y = grid.row(d.cow_blocks) + CELL / 2
+        lx: list[float | None] = []
+        ly: list[float | None] = []
+        for src, dst in d.cow_pairs:
+            lx += [grid.column(src), grid.column(dst), None]
+            ly += [grid.row(src) + CELL / 2, grid.row(dst) + CELL / 2, None]
+        cow_lines.x, cow_lines.y = lx, ly
+        fig.layout.title.text = self._title(frame, index)
+
+    def _title(self, f: Frame, index: int) -> str:
+        m = f.memory
+        usage = f"{m.tokens / (m.used * f.block_size):.0%}" if m.used else "–"
+        engine_step = f" (after engine step {f.step})" if f.step is not None else ""
+        return (f"<b>{self._step_label(index)}</b>{engine_step} · {m.used} used · "
+                f"{m.shared} shared · {m.cached} cached · {m.free} free"
+                + (f" · {m.swapped} on CPU" if m.swapped else "")
+                + f" · slots filled {usage} · blocks of {f.block_size} tokens")
+
+
+def _char(f: Frame, block: int, letters: dict) -> str:
+    s = f.blocks[block]
+    if s.status == FREE:
+        return "."
+    if s.status == CACHED:
+        return "c"
+    if s.ref_count > 1:
+        return str(s.ref_count) if s.ref_count < 10 else "+"
+    if not s.owners:
+        return "?"
+    letter = letters[f.request(s.owners[0])]
+    return letter if s.num_tokens == f.block_size else letter.lower()

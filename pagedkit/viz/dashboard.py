@@ -1,0 +1,76 @@
+"""The dashboard: block map, page table and timeline under one set of controls.
+
+All three views share one `Player`, so scrubbing the slider moves the block
+map, the selected sequence's page table and the timeline cursor together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .block_map import BlockMap, as_recorder
+from .controls import Player
+from .frontend import display_mode, enable_colab_widgets
+from .page_table_view import PageTable
+from .timeline_view import Timeline
+
+
+class Dashboard:
+    """``Dashboard(llm)`` (or a recorder, engine, simulator, KVCacheManager)."""
+
+    def __init__(self, source: Any, *, columns: int | None = None,
+                 min_interval: float = 0.15) -> None:
+        self.recorder = as_recorder(source)
+        self.player = Player(self.recorder, min_interval=min_interval)
+        self.block_map = BlockMap(self.recorder, player=self.player, columns=columns)
+        self.page_table = PageTable(self.recorder, player=self.player)
+        self.timeline = Timeline(self.recorder, player=self.player)
+        self._widget: Any = None
+
+    @property
+    def views(self) -> tuple[BlockMap, PageTable, Timeline]:
+        return self.block_map, self.page_table, self.timeline
+
+    @property
+    def index(self) -> int:
+        return self.player.index
+
+    @index.setter
+    def index(self, value: int) -> None:
+        self.player.index = value
+
+    def live(self, min_interval: float | None = None):
+        """``with dash.live(): llm.generate(...)`` — follow the engine as it runs."""
+        return self.player.live(min_interval)
+
+    def on_step(self, *args: object) -> None:
+        """Pass as ``LLM.generate(..., on_step=dash.on_step)``."""
+        self.player.on_step(*args)
+
+    def __repr__(self) -> str:
+        return f"Dashboard({self.block_map.summary()}; {self.page_table.summary()})"
+
+    def __str__(self) -> str:
+        return "\n".join(v.text() for v in self.views)
+
+    @property
+    def widget(self) -> Any:
+        if self._widget is None:
+            import ipywidgets as w
+
+            parts = [v.widget.children[:-1] for v in self.views]  # each minus its controls
+            self._widget = w.VBox([*(c for p in parts for c in p), self.player.widget])
+        return self._widget
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        mode = display_mode()
+        if mode == "widget":
+            enable_colab_widgets()
+            bundle = dict(self.widget._repr_mimebundle_())
+            bundle["text/plain"] = repr(self)
+            display(bundle, raw=True)
+        else:
+            for view in self.views:
+                display(view)

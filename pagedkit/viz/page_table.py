@@ -1,0 +1,66 @@
+"""Page-table data: one sequence's logical blocks and the physical blocks behind them.
+
+This is the picture of paper Figure 6: to the sequence its KV cache looks
+contiguous (logical blocks 0, 1, 2, ...), while the physical blocks lie
+wherever the allocator found room — ``A: 3 -> 7 -> 9``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from .frames import Frame
+
+
+@dataclass(frozen=True, slots=True)
+class PageTableRow:
+    logical: int
+    physical: int
+    num_tokens: int
+    ref_count: int  # sharers of the physical block (1 when not shared)
+
+
+@dataclass(frozen=True)
+class PageTableData:
+    """A sequence's page table at one frame. `where` is ``"gpu"`` or ``"cpu"``
+    (swapped out: the physical ids are then CPU swap blocks)."""
+
+    seq: Hashable
+    request: Hashable
+    where: str
+    rows: tuple[PageTableRow, ...]
+    block_size: int
+
+    @property
+    def physical(self) -> tuple[int, ...]:
+        return tuple(r.physical for r in self.rows)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.num_tokens for r in self.rows)
+
+    def chain(self) -> str:
+        """The page table in one line, e.g. ``A: 3 -> 7 -> 9``."""
+        prefix = "cpu " if self.where == "cpu" else ""
+        blocks = " -> ".join(f"{prefix}{b}" for b in self.physical) or "(no blocks)"
+        return f"{self.seq}: {blocks}"
+
+
+def page_table(frame: Frame, seq: Hashable) -> PageTableData:
+    """The page table of `seq` at `frame`; raises naming the sequences that exist."""
+    if seq in frame.tables:
+        rows = tuple(PageTableRow(i, b, frame.blocks[b].num_tokens,
+                                  max(frame.blocks[b].ref_count, 1))
+                     for i, b in enumerate(frame.tables[seq]))
+        where = "gpu"
+    elif seq in frame.swapped_tables:
+        rows = tuple(PageTableRow(i, b, frame.swapped[b].num_tokens,
+                                  max(len(frame.swapped[b].owners), 1))
+                     for i, b in enumerate(frame.swapped_tables[seq]))
+        where = "cpu"
+    else:
+        known = ", ".join(map(repr, frame.sequences[:10])) or "none"
+        raise KeyError(f"sequence {seq!r} holds no blocks at step {frame.index}; "
+                       f"sequences with blocks: {known}")
+    return PageTableData(seq, frame.request(seq), where, rows, frame.block_size)

@@ -1,0 +1,86 @@
+"""The timeline view: blocks and queues over the whole recording, with a cursor.
+
+Top: used, cached and free blocks stacked to the pool size (and the CPU
+blocks holding swapped-out KV, dashed). Bottom: running, waiting and swapped
+requests, with a bar for every step that preempted someone. The cursor is
+the step the other views show; only the cursor moves when scrubbing, so a
+long recording stays cheap to browse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .block_map import as_recorder
+from .controls import Player
+from .palette import CACHED_COLOR, FREE_COLOR, OWNER_COLORS, SWAP_COLOR
+from .timeline import TimelineData, timeline
+from .view import View
+
+
+class Timeline(View):
+    """``Timeline(recorder)``: memory and scheduler queues over all recorded steps."""
+
+    def __init__(self, source: Any, *, player: Player | None = None) -> None:
+        self.recorder = as_recorder(source)
+        self._drawn_frames = 0  # how many frames the series in the widget cover
+        super().__init__(player or Player(self.recorder))
+
+    def data(self) -> TimelineData:
+        return timeline(self.recorder.frames)
+
+    def summary(self, index: int | None = None) -> str:
+        i = self._at(index)
+        f = self.recorder[i]
+        m, r = f.memory, f.requests
+        total = sum(x.preemptions for x in self.recorder.frames[:i + 1])
+        return (f"{len(self.recorder)} frames, at {self._step_label(i)}: "
+                f"{m.used} used / {m.free} free / {m.cached} cached blocks, "
+                f"{r.running} running / {r.waiting} waiting / {r.swapped} swapped, "
+                f"{total} preemptions so far")
+
+    def _build(self, fig: Any) -> None:
+        from plotly.subplots import make_subplots
+
+        make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                      subplot_titles=("GPU blocks", "requests"), figure=fig)
+        for name, color in (("used", OWNER_COLORS[0]), ("cached", CACHED_COLOR),
+                            ("free", FREE_COLOR)):
+            fig.add_scatter(name=f"{name} blocks", x=[], y=[], mode="lines", stackgroup="mem",
+                            line=dict(width=0.5, color=color), fillcolor=color,
+                            legendgroup="mem", row=1, col=1)
+        fig.add_scatter(name="CPU blocks (swapped)", x=[], y=[], mode="lines",
+                        line=dict(color=SWAP_COLOR, dash="dash"), row=1, col=1)
+        for name, color in (("running", OWNER_COLORS[2]), ("waiting", OWNER_COLORS[1]),
+                            ("swapped", SWAP_COLOR)):
+            fig.add_scatter(name=name, x=[], y=[], mode="lines", line=dict(color=color),
+                            row=2, col=1)
+        fig.add_bar(name="preemptions", x=[], y=[], marker=dict(color=OWNER_COLORS[3]),
+                    row=2, col=1)
+        for row in (1, 2):
+            fig.add_scatter(name="now", x=[], y=[], mode="lines", showlegend=row == 1,
+                            line=dict(color="#111", width=2), hoverinfo="skip",
+                            row=row, col=1)
+        fig.update_layout(template="simple_white", width=900, height=420, bargap=0.2,
+                          margin=dict(l=60, r=20, t=50, b=40), hovermode="x unified",
+                          title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
+                          legend=dict(font=dict(size=11)))
+        fig.update_xaxes(title_text="step", row=2, col=1)
+
+    def _draw(self, fig: Any, index: int) -> None:
+        series = fig.data
+        if fig is not self._figure_widget or self._drawn_frames != len(self.recorder):
+            d = self.data()
+            x = d.index
+            for trace, y in zip(series[:8], (d.used, d.cached, d.free, d.swapped_blocks,
+                                             d.running, d.waiting, d.swapped,
+                                             d.preemptions), strict=True):
+                trace.x, trace.y = x, y
+            self._peaks = (d.num_blocks, max(max(d.running), max(d.waiting), max(d.swapped),
+                                             max(d.preemptions), 1))
+            if fig is self._figure_widget:
+                self._drawn_frames = len(self.recorder)
+        top, bottom = self._peaks
+        series[8].x, series[8].y = (index, index), (0, top)
+        series[9].x, series[9].y = (index, index), (0, bottom)
+        fig.layout.title.text = f"<b>{self._step_label(index)}</b> · {self.summary(index)}"

@@ -1,0 +1,147 @@
+"""What every view shares: a player, a text form, a static figure and a widget.
+
+A view is a thin drawing of frames. Subclasses say how to build an empty
+figure (`_build`) and how to draw one frame into it (`_draw`); the same
+`_draw` fills a static ``go.Figure`` and updates a live ``FigureWidget``, so
+the two can never disagree. The widget is built only when a view is
+displayed in a widget frontend; everywhere else the view shows a static
+figure or its text (see `frontend`).
+
+Text matters too: nbval compares notebook outputs as text, so a view's repr
+is a stable one-line summary — never a memory address or a random uid.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from typing import Any
+
+from .controls import Player
+from .frontend import display_mode, enable_colab_widgets
+
+
+class View:
+    """Base class of the views; see the module docstring."""
+
+    #: seconds the last widget update took (kernel side), for the curious and the benchmark
+    last_update_s: float = 0.0
+
+    def __init__(self, player: Player) -> None:
+        self.player = player
+        self._widget: Any = None
+        self._figure_widget: Any = None
+        self._unsubscribe = player.subscribe(self._index_moved)
+
+    # ------------------------------------------------------------ to override
+    def _build(self, fig: Any) -> None:
+        """Add every trace this view will fill, empty, and the layout, to `fig`."""
+        raise NotImplementedError
+
+    def _draw(self, fig: Any, index: int) -> None:
+        """Fill `fig` (a Figure or a FigureWidget) with frame `index`."""
+        raise NotImplementedError
+
+    def summary(self, index: int | None = None) -> str:
+        """One line: what this view shows at `index` (default: the current step)."""
+        raise NotImplementedError
+
+    def text(self, index: int | None = None) -> str:
+        """A longer text form, shown where nothing can draw (a terminal, a script)."""
+        return self.summary(index)
+
+    def _extra_controls(self) -> list[Any]:
+        return []
+
+    # ------------------------------------------------------------------ model
+    @property
+    def index(self) -> int:
+        """The step shown (0 is before the first step). Setting it redraws."""
+        return self.player.index
+
+    @index.setter
+    def index(self, value: int) -> None:
+        self.player.index = value
+
+    def _at(self, index: int | None) -> int:
+        if index is None:
+            return self.player.index
+        self.player._check(index)
+        return index
+
+    def _step_label(self, index: int) -> str:
+        return f"step {index}/{self.player.last}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.summary()})"
+
+    def __str__(self) -> str:
+        return self.text()
+
+    # ---------------------------------------------------------------- drawing
+    def figure(self, index: int | None = None) -> Any:
+        """A static plotly figure of step `index`: for export, or where widgets cannot show."""
+        import plotly.graph_objects as go
+
+        fig = go.Figure()
+        self._build(fig)
+        self._draw(fig, self._at(index))
+        return fig
+
+    @property
+    def widget(self) -> Any:
+        """The interactive widget: the figure and the controls (built on first use)."""
+        if self._widget is None:
+            import ipywidgets as w
+            import plotly.graph_objects as go
+
+            fig = go.FigureWidget()
+            self._build(fig)
+            with fig.batch_update():
+                self._draw(fig, self.player.index)
+            self._figure_widget = fig
+            self._widget = w.VBox([self._figure_widget, *self._extra_controls(),
+                                   self.player.widget])
+        return self._widget
+
+    def _index_moved(self, index: int) -> None:
+        if self._figure_widget is None:
+            return
+        start = time.perf_counter()
+        with self._figure_widget.batch_update():
+            self._draw(self._figure_widget, index)
+        self.last_update_s = time.perf_counter() - start
+
+    def redraw(self) -> None:
+        """Draw the current step again (after changing what the view selects)."""
+        self._index_moved(self.player.index)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        mode = display_mode()
+        if mode == "widget":
+            enable_colab_widgets()
+            bundle = dict(self.widget._repr_mimebundle_(include=include, exclude=exclude))
+        elif mode == "static":
+            bundle = static_bundle(self.figure())
+        else:
+            return {"text/plain": self.text()}
+        bundle["text/plain"] = repr(self)
+        return bundle
+
+
+_figure_ids = itertools.count()
+
+
+def static_bundle(fig: Any) -> dict[str, Any]:
+    """A plotly figure as display data: JSON for JupyterLab's plotly renderer, and
+    HTML (plotly.js from its CDN) for exported pages. Ids count up, so a fresh
+    kernel writes the same page every time."""
+    import plotly.io as pio
+
+    return {
+        "application/vnd.plotly.v1+json": json.loads(
+            pio.to_json(fig, validate=False, remove_uids=True)),
+        "text/html": pio.to_html(fig, include_plotlyjs="cdn", full_html=False,
+                                 div_id=f"pagedkit-figure-{next(_figure_ids)}"),
+    }
