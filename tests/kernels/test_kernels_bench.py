@@ -1,0 +1,84 @@
+"""`python -m pagedkit.bench kernels --quick` runs end to end and writes a well-formed report.
+
+Timings are not checked (a benchmark measures; it does not pass or fail);
+the report's structure, and that every timed implementation agreed with
+SDPA on the numbers it timed, are.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pagedkit.bench import kernels as bench
+
+
+def run_bench(*args):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-m", "pagedkit.bench", *args], capture_output=True,
+                          text=True, env=env, timeout=600)
+
+
+def check_rows(rows, rate_key):
+    assert rows
+    for row in rows:
+        assert set(row["shape"]) >= {"batch", "dtype", "block_size", "num_q_heads",
+                                     "num_kv_heads", "head_dim"}
+        if "skipped" in row:
+            continue
+        assert row["reference_max_abs_diff"] < 1e-3
+        if "paged_max_abs_diff" in row:
+            assert row["paged_max_abs_diff"] < 1e-2
+            assert row["paged_over_sdpa"] > 0
+        timed = 0
+        for name in ("paged_triton", "sdpa_contiguous", "gather_sdpa_reference"):
+            result = row["results"][name]
+            if "skipped" in result:
+                assert name == "paged_triton" and result["skipped"]
+                continue
+            assert result["ms"] > 0 and result[rate_key] > 0
+            timed += 1
+        assert timed >= 2
+
+
+def test_quick_run_writes_the_report(tmp_path):
+    path = tmp_path / "kernels.json"
+    out = run_bench("kernels", "--quick", "--json", str(path))
+    assert out.returncode == 0, out.stderr
+    assert "decode:" in out.stdout and "prefill:" in out.stdout
+    report = json.loads(path.read_text())
+    assert report["benchmark"] == "kernels" and report["quick"] is True
+    assert {"type", "name", "peak_bytes_per_s"} <= set(report["device"])
+    assert {"pagedkit", "torch", "triton", "python"} <= set(report["versions"])
+    check_rows(report["decode"], "gb_per_s")
+    check_rows(report["prefill"], "tflop_per_s")
+    if report["device"]["type"] == "cpu":
+        assert report["triton_kernels"].startswith("not timed: no GPU")
+
+
+def test_usage_errors():
+    out = run_bench()
+    assert out.returncode == 2 and "usage: python -m pagedkit.bench {kernels}" in out.stderr
+    if not torch.cuda.is_available():
+        out = run_bench("kernels")
+        assert out.returncode == 2 and "pass --quick" in out.stderr
+
+
+@pytest.mark.parametrize("q_len,context", [(4, 4), (2, 5)])
+def test_causal_flops_counts_visible_pairs(q_len, context):
+    shape = bench.PrefillShape(3, q_len, context, "float32", num_q_heads=2, head_dim=8)
+    pairs = sum(context - q_len + j + 1 for j in range(q_len))
+    assert bench.causal_flops(shape) == 4 * 3 * pairs * 2 * 8
+
+
+def test_paged_copy_holds_the_contiguous_tokens():
+    contiguous = torch.randn(2, 3, 8, 4)          # [batch, kv_heads, context, head_dim]
+    tables = torch.tensor([[3, 1], [2, 0]], dtype=torch.int32)
+    cache = bench.paged_copy(contiguous, 4, tables)
+    for b in range(2):
+        for t in range(8):
+            block, offset = tables[b, t // 4], t % 4
+            assert torch.equal(cache[block, offset], contiguous[b, :, t])
