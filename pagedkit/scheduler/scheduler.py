@@ -313,8 +313,10 @@ class Scheduler:
             self.finish_seq(seq, reason, why)
 
     def emit_step(self, step: int) -> None:
-        if self.events:
-            self.events.emit(Event(EventKind.STEP, step=step))
+        if self.events:  # the queues ride along: requests never admitted make no event
+            queues = (f"running={len(self.running)} waiting={len(self.waiting)} "
+                      f"swapped={len(self.swapped)}")
+            self.events.emit(Event(EventKind.STEP, step=step, detail=queues))
 
     def _emit(self, kind: EventKind, seq: Hashable, detail: str | None) -> None:
         if self.events:
