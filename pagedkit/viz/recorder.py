@@ -69,8 +69,9 @@ class Recorder:
         self.cpu_blocks_seen = 0
         self._blocks: list[BlockState] = [EMPTY_BLOCK] * self.num_blocks
         self._used = self._cached = self._shared = self._tokens = 0
-        self._tables: dict[Hashable, list[int]] = {}
-        self._swapped_tables: dict[Hashable, list[int]] = {}
+        # Page tables are tuples, replaced on change, so a cut copies only the dict.
+        self._tables: dict[Hashable, tuple[int, ...]] = {}
+        self._swapped_tables: dict[Hashable, tuple[int, ...]] = {}
         self._swapped: dict[int, SwappedBlock] = {}
         self._request_of: dict[Hashable, Hashable] = {}
         self._status: dict[Hashable, str] = {}
@@ -79,7 +80,7 @@ class Recorder:
         self._swap_in_run: set[int] = set()  # GPU blocks filled by swap-ins this step
         self._copies: list[tuple[int, int]] = []
         self._preemptions = 0
-        self._kinds: Counter[str] = Counter()
+        self._kinds: Counter[EventKind] = Counter()
         self._queue_override: RequestCounts | None = None  # from a STEP event's detail
         self._listeners: list[FrameListener] = []
         self._handlers = {
@@ -168,14 +169,14 @@ class Recorder:
                                 shared=self._shared, tokens=self._tokens,
                                 swapped=len(self._swapped)),
             requests=self._request_counts(),
-            tables={s: tuple(b) for s, b in self._tables.items()},
-            swapped_tables={s: tuple(b) for s, b in self._swapped_tables.items()},
+            tables=dict(self._tables),
+            swapped_tables=dict(self._swapped_tables),
             swapped=dict(self._swapped),
             request_of={s: self._request_of[s] for s in present if s in self._request_of},
             seq_status=dict(self._status),
             copies=tuple(self._copies),
             preemptions=self._preemptions,
-            event_counts=dict(self._kinds),
+            event_counts={kind.value: n for kind, n in self._kinds.items()},
         )
         self.frames.append(frame)
         self._copies, self._preemptions, self._kinds = [], 0, Counter()
@@ -201,11 +202,12 @@ class Recorder:
     # ---------------------------------------------------------------- folding
     def on_event(self, event: Event) -> None:
         """Fold one event into the picture (the bus calls this)."""
-        self._kinds[event.kind.value] += 1
-        if event.kind not in (EventKind.SWAP_OUT, EventKind.FREE):
+        kind = event.kind
+        self._kinds[kind] += 1
+        if self._swap_out_run and kind is not EventKind.FREE and kind is not EventKind.SWAP_OUT:
             self._swap_out_run.clear()
             self._run_freers.clear()
-        self._handlers[event.kind](event)
+        self._handlers[kind](event)
 
     def _set(self, block: int, state: BlockState) -> None:
         """Replace a block's record, keeping the pool totals in step."""
@@ -224,7 +226,7 @@ class Recorder:
     def _take(self, seq: Hashable | None, block: int) -> None:
         """`seq`'s page table grows by `block`."""
         if seq is not None:
-            self._tables.setdefault(seq, []).append(block)
+            self._tables[seq] = (*self._tables.get(seq, ()), block)
 
     def _allocate(self, e: Event) -> None:
         owners = () if e.seq is None else (e.seq,)
@@ -270,8 +272,10 @@ class Recorder:
         else:
             self._set(e.block, EMPTY_BLOCK)
         if table is not None:
-            _remove_last(table, e.block)
-            if not table:
+            table = _without_last(table, e.block)
+            if table:
+                self._tables[e.seq] = table
+            else:
                 del self._tables[e.seq]
 
     def _cow(self, e: Event) -> None:
@@ -282,8 +286,9 @@ class Recorder:
         self._set(e.block, BlockState(USED, new.owners, new.ref_count, e.num_tokens))
         table = self._tables.get(e.seq)
         if table is not None and table[-1] == e.block and e.src in table:
-            table.pop()  # the allocation just before this event appended it
-            table[len(table) - 1 - table[::-1].index(e.src)] = e.block
+            table = table[:-1]  # the allocation just before this event appended it
+            at = len(table) - 1 - table[::-1].index(e.src)
+            self._tables[e.seq] = (*table[:at], e.block, *table[at + 1:])
         self._copies.append((e.src, e.block))
 
     def _evict(self, e: Event) -> None:
@@ -296,8 +301,8 @@ class Recorder:
         self.cpu_blocks_seen = max(self.cpu_blocks_seen, cpu + 1)
         self._swapped[cpu] = SwappedBlock((), self._blocks[gpu].num_tokens, gpu)
 
-    def _to_cpu(self, seq: Hashable, table: list[int]) -> None:
-        cpu_blocks = [self._swap_out_run[b] for b in table]
+    def _to_cpu(self, seq: Hashable, table: tuple[int, ...]) -> None:
+        cpu_blocks = tuple(self._swap_out_run[b] for b in table)
         self._swapped_tables[seq] = cpu_blocks
         for cpu in dict.fromkeys(cpu_blocks):
             s = self._swapped[cpu]
@@ -383,8 +388,9 @@ def _minus(owners: tuple, seq: Hashable | None) -> tuple:
     return owners[:i] + owners[i + 1:]
 
 
-def _remove_last(table: list[int], block: int) -> None:
-    for i in range(len(table) - 1, -1, -1):
-        if table[i] == block:
-            del table[i]
-            return
+def _without_last(table: tuple[int, ...], block: int) -> tuple[int, ...]:
+    """`table` less the last occurrence of `block` (frees run last-first: usually the end)."""
+    if table[-1] == block:
+        return table[:-1]
+    at = len(table) - 1 - table[::-1].index(block)
+    return table[:at] + table[at + 1:]

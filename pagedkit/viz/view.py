@@ -64,6 +64,15 @@ class View:
     def index(self, value: int) -> None:
         self.player.index = value
 
+    def live(self, min_interval: float | None = None) -> Any:
+        """``with view.live(): llm.generate(...)`` — follow the engine, throttled,
+        and show its last step when the block ends."""
+        return self.player.live(min_interval)
+
+    def on_step(self, *step_output: object) -> None:
+        """Pass as ``LLM.generate(..., on_step=view.on_step)`` to follow the engine."""
+        self.player.on_step(*step_output)
+
     def _at(self, index: int | None) -> int:
         if index is None:
             return self.player.index

@@ -1,0 +1,91 @@
+"""Watching never changes what is watched: the same run, with and without the
+widgets attached, allocates the same blocks and generates the same tokens."""
+
+import random
+
+import pytest
+
+from pagedkit.memory import EventLog, KVCacheManager
+from pagedkit.viz import BlockMap, Dashboard, Recorder
+from pagedkit.viz.bench import _workload
+
+
+def run_workload(attach: bool):
+    kv = KVCacheManager(256, 8, enable_prefix_caching=True, num_swap_blocks=64)
+    if attach:
+        view = Dashboard(kv)
+        view.block_map.widget  # noqa: B018  (a displayed widget redraws on every step)
+    stats = []
+    log = EventLog(kv.events)
+    kv.events.subscribe(lambda e: stats.append(kv.stats()) if e.kind.value == "step" else None)
+    _workload(kv, 120, random.Random(3))
+    return stats, [(e.kind, e.block, e.seq, e.src) for e in log]
+
+
+def test_memory_is_identical_with_and_without_a_recorder():
+    plain_stats, plain_events = run_workload(attach=False)
+    watched_stats, watched_events = run_workload(attach=True)
+    assert watched_stats == plain_stats
+    assert watched_events == plain_events
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def generate(model, watch: bool):
+    from pagedkit import LLM, SamplingParams
+
+    llm = LLM(model, num_blocks=12, block_size=4, preemption_mode="swap")
+    engine = llm.llm_engine
+    view = BlockMap(llm) if watch else None
+    if view is not None:
+        view.widget  # noqa: B018
+    stats = []
+
+    def on_step(step_output):
+        stats.append(engine.kv.stats())
+        if view is not None:
+            view.player.on_step(step_output)
+
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12], [13, 14, 15, 16, 17, 18]]
+    params = SamplingParams(max_tokens=10, n=2, temperature=0.8, seed=7)
+    if view is None:
+        outs = llm.generate(prompts, params, use_tqdm=False, on_step=on_step)
+    else:
+        with view.live():
+            outs = llm.generate(prompts, params, use_tqdm=False, on_step=on_step)
+    tokens = [[c.token_ids for c in o.outputs] for o in outs]
+    return tokens, stats, view
+
+
+def test_the_engine_generates_the_same_with_the_widgets_attached(tiny_llama):
+    plain_tokens, plain_stats, _ = generate(tiny_llama, watch=False)
+    tokens, stats, view = generate(tiny_llama, watch=True)
+    assert tokens == plain_tokens and stats == plain_stats
+    frames = view.recorder.frames[1:]
+    assert len(frames) == len(stats)
+    for frame, s in zip(frames, stats, strict=True):  # the picture agrees at every step
+        m = frame.memory
+        assert (m.used, m.cached, m.tokens, m.swapped) == (
+            s.used_blocks, s.cached_blocks, s.tokens_stored, s.swapped_blocks)
+    assert sum(f.preemptions for f in frames) > 0  # the pool was tight enough to preempt
+    assert any(f.memory.swapped for f in frames)
+    assert any(f.copies for f in frames)  # the second sample copied a shared block
+    assert view.index == len(view.recorder) - 1  # live mode ended on the newest step
+
+
+def test_attach_finds_the_engine_of_an_llm(tiny_llama):
+    from pagedkit import LLM
+
+    llm = LLM(tiny_llama, num_blocks=9, block_size=4)
+    rec = Recorder.attach(llm)
+    assert rec.num_blocks == 9 and rec.block_size == 4 and rec.listening
+    assert Recorder.attach(llm.llm_engine).num_blocks == 9

@@ -1,0 +1,205 @@
+"""Views and controls, driven headless by setting the step index (Play never ticks
+in a kernel): what the figures hold, the text forms, and the static fallbacks."""
+
+import json
+
+import numpy as np
+import pytest
+from viz_helpers import admit, emit, step
+
+from pagedkit.memory import EventKind, KVCacheManager
+from pagedkit.viz import (
+    BlockMap,
+    ContiguousVsPaged,
+    Dashboard,
+    PageTable,
+    Player,
+    Recorder,
+    Throttle,
+    Timeline,
+    TraceRequest,
+    display_mode,
+    replay,
+)
+
+
+def three_steps():
+    """Step 1: A (9 tokens) and B (6) start; step 2: B forks into B2, which copies
+    B's partial last block on write; step 3: A finishes, its full blocks stay cached."""
+    kv = KVCacheManager(16, 4, enable_prefix_caching=True, num_swap_blocks=4)
+    rec = Recorder.attach(kv)
+    admit(kv, "A", "r1", list(range(9)))
+    admit(kv, "B", "r2", [50, 51, 52, 53, 54, 55])
+    step(kv, 0)
+    kv.fork("B", "B2")
+    kv.allocate_slots("B2", [60])
+    step(kv, 1)
+    kv.free("A")
+    emit(kv, EventKind.FINISH, "A", "stop")
+    step(kv, 2)
+    return kv, rec
+
+
+def test_block_map_widget_follows_the_step_index():
+    _, rec = three_steps()
+    view = BlockMap(rec)
+    assert view.index == 3  # a live recording opens at its newest frame
+    view.widget  # noqa: B018
+    fig = view._figure_widget
+    cells, tokens = fig.data[0], fig.data[1]
+    assert len(cells.x) == 16
+    view.index = 1
+    assert np.allclose(tokens.y[:5], [0.9, 0.9, 0.225, 0.9, 0.45])
+    assert len(fig.data[3].x) == 0 and "step 1/3" in fig.layout.title.text
+    view.index = 2
+    assert list(fig.data[3].text) == ["×2"]  # B's first block, shared with B2
+    assert list(fig.data[5].x) == [4, 5] and list(fig.data[5].y) == [0.45, 0.45]  # cow 4->5
+    view.index = 3
+    assert list(np.asarray(cells.marker.color)[:3]) == [1, 1, 0]  # A's full blocks: cached
+    assert view.last_update_s > 0
+    with pytest.raises(IndexError, match="step index 4 is outside the recording"):
+        view.index = 4
+
+
+def test_play_is_linked_to_the_slider_and_buttons_step():
+    _, rec = three_steps()
+    view = BlockMap(rec)
+    view.index = 0
+    controls = view.player._controls or (view.widget and view.player._controls)
+    assert controls.play.max == controls.slider.max == 3
+    controls.forward.click()
+    assert view.index == 1 and controls.slider.value == 1
+    controls.slider.value = 3  # what the browser's Play does through the link
+    assert view.index == 3
+    controls.back.click()
+    assert view.index == 2
+    controls.speed.value = "4×"
+    assert controls.play.interval == 100
+
+
+def test_live_mode_follows_new_frames_through_a_throttle():
+    kv = KVCacheManager(8, 2)
+    rec = Recorder.attach(kv)
+    now = [0.0]
+    player = Player(rec, min_interval=1.0, clock=lambda: now[0])
+    view = BlockMap(rec, player=player)
+    view.widget  # noqa: B018  (displayed: the throttle now matters)
+    step(kv, 0)
+    assert view.index == 1
+    now[0] = 0.5
+    step(kv, 1)
+    assert view.index == 1  # too soon: skipped, pending
+    player.flush()
+    assert view.index == 2
+    now[0] = 5.0
+    with player.live():
+        step(kv, 2)
+        now[0] = 5.1
+        step(kv, 3)
+    assert view.index == 4  # the context manager draws the last frame on exit
+    view.index = 1  # looking back stops following
+    step(kv, 4)
+    assert view.index == 1 and not player.follow
+    now[0] = 10.0
+    player.on_step(object())  # an LLM.generate on_step callback turns following back on
+    assert player.follow and view.index == 5
+
+
+def test_throttle_and_player_validate_their_arguments():
+    t = Throttle(0.5, clock=iter([0.0, 0.1, 0.6]).__next__)
+    assert [t.ready(), t.ready(), t.ready()] == [True, False, True]
+    with pytest.raises(ValueError, match="min_interval"):
+        Throttle(-1)
+    with pytest.raises(TypeError, match="integer"):
+        Player([1, 2]).index = "1"
+
+
+def test_page_table_view_shows_the_chosen_sequence():
+    _, rec = three_steps()
+    view = PageTable(rec, seq="A")
+    assert repr(view) == "PageTable('A': no blocks at step 3/3)"
+    view.index = 1
+    assert repr(view) == "PageTable(A: 0 -> 1 -> 2 at step 1/3)"
+    fig = view.figure()
+    assert [float(x) for x in fig.data[5].x] == [0.0, 1.0, 2.0]  # arrows end at blocks 0, 1, 2
+    assert list(fig.data[4].text) == ["L0", "L1", "L2"]
+    view.seq = None  # the oldest sequence
+    view.index = 2
+    assert view.summary() == "A: 0 -> 1 -> 2 at step 2/3"
+    view.seq = "B2"
+    assert view.summary() == "B2: 3 -> 5 at step 2/3"
+    view.widget  # noqa: B018
+    assert ("B2", "B2") in view._chooser.options
+    view._chooser.value = "B"
+    assert view.seq == "B" and "B: 3 -> 4" in view._figure_widget.layout.title.text
+
+
+def test_timeline_view_moves_only_its_cursor():
+    _, rec = three_steps()
+    view = Timeline(rec)
+    view.widget  # noqa: B018
+    fig = view._figure_widget
+    assert list(fig.data[0].y) == [0, 5, 6, 3]  # used blocks
+    assert list(fig.data[1].y) == [0, 0, 0, 2]  # cached
+    view.index = 1
+    assert list(fig.data[8].x) == [1, 1]
+    assert "2 running / 0 waiting / 0 swapped" in view.summary()
+
+
+def test_contiguous_vs_paged_view_draws_regions_holes_and_blocks():
+    trace = [TraceRequest("a", 5, 3), TraceRequest("b", 9, 3), TraceRequest("c", 20, 4, 1)]
+    view = ContiguousVsPaged(replay(trace, num_blocks=12, block_size=4, policy="pow2"))
+    assert view.index == 0
+    view.index = 1
+    fig = view.figure()
+    tokens, ahead, never = fig.data[:3]
+    assert list(tokens.base) == [0, 8] and list(tokens.x) == [5, 9]  # 8 and 16 reserved
+    assert list(ahead.x) == [3, 3] and list(never.x) == [0, 4]  # 8 of 8, 12 of 16
+    assert list(fig.data[5].base) == [24] and list(fig.data[5].x) == [24]  # the free rest
+    assert list(fig.data[3].x) == [4, 1, 4, 4, 1]  # paged: a in 2 blocks, b in 3
+    w = view.figures()
+    assert w["contiguous_wasted_share"] == pytest.approx((6 + 4) / 48)
+    assert w["paged_unfilled"] == 3 + 3
+    assert view.summary().startswith("pow2 vs paged, step 1/")
+    assert "stranded in holes" in view.text()
+
+
+def test_reprs_are_stable_and_informative():
+    _, rec = three_steps()
+    view = BlockMap(rec)
+    assert repr(view) == "BlockMap(16 blocks, step 3/3: 3 used, 1 shared, 2 cached)"
+    view.widget  # noqa: B018  (building the widget must not change the text)
+    assert repr(view) == "BlockMap(16 blocks, step 3/3: 3 used, 1 shared, 2 cached)"
+    assert str(view).splitlines()[1] == "    0 cc.2bb.........."  # B2 inherits r2's letter
+    dash = Dashboard(rec)
+    assert repr(dash).startswith("Dashboard(16 blocks, step 3/3")
+
+
+def test_widget_mode_bundle_has_the_widget_and_the_text(monkeypatch):
+    monkeypatch.setenv("PAGEDKIT_VIZ", "widget")
+    _, rec = three_steps()
+    bundle = BlockMap(rec)._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith("BlockMap(16 blocks")
+
+
+def test_static_fallback_is_a_plotly_figure_with_the_same_text(monkeypatch):
+    monkeypatch.setenv("PAGEDKIT_VIZ", "static")
+    _, rec = three_steps()
+    for view in (BlockMap(rec), PageTable(rec), Timeline(rec)):
+        bundle = view._repr_mimebundle_()
+        fig = bundle["application/vnd.plotly.v1+json"]
+        assert fig["data"] and json.dumps(fig)  # plain JSON, no widget
+        assert "uid" not in fig["data"][0]
+        assert "<div" in bundle["text/html"] and "pagedkit-figure-" in bundle["text/html"]
+        assert bundle["text/plain"] == repr(view)
+
+
+def test_without_a_kernel_views_show_text(monkeypatch):
+    monkeypatch.delenv("PAGEDKIT_VIZ", raising=False)
+    assert display_mode() == "text"  # pytest is no Jupyter kernel
+    _, rec = three_steps()
+    assert BlockMap(rec)._repr_mimebundle_() == {"text/plain": BlockMap(rec).text()}
+    monkeypatch.setenv("PAGEDKIT_VIZ", "fancy")
+    with pytest.raises(ValueError, match="PAGEDKIT_VIZ must be one of widget, static, text"):
+        display_mode()
