@@ -95,7 +95,7 @@ class BlockMap(View):
     # ---------------------------------------------------------------- drawing
     def _geometry(self) -> tuple[float, int, int]:
         cols = self.grid.columns
-        cell_px = float(min(44, max(10, 880 // cols)))
+        cell_px = float(min(40, max(10, 720 // cols)))  # fits a notebook's output area
         cpu_rows = -(-self.recorder.cpu_blocks_seen // cols)
         total_rows = self.grid.rows + (cpu_rows + 1 if cpu_rows else 0)
         return cell_px, cpu_rows, total_rows
@@ -152,8 +152,8 @@ class BlockMap(View):
             ticktext += [f"CPU {r * cols}" for r in range(cpu_rows)]
         fig.update_layout(
             barmode="overlay", bargap=0, template="simple_white",
-            width=int(cols * cell_px + 190), height=int(height_px),
-            margin=dict(l=60, r=10, t=40, b=60), hovermode="closest",
+            width=int(cols * cell_px + 70), height=int(height_px),
+            margin=dict(l=55, r=15, t=40, b=60), hovermode="closest",
             title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
             legend=dict(orientation="h", yanchor="top", y=-0.01, x=0, font=dict(size=11)),
             xaxis=dict(range=[-0.55, cols - 0.45], showgrid=False, zeroline=False,

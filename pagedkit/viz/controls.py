@@ -187,14 +187,16 @@ class _Controls:
                            description="play", show_repeat=False,
                            layout=w.Layout(width="auto"))
         self.slider = w.IntSlider(value=player.index, min=0, max=last, description="step",
-                                  continuous_update=True, layout=w.Layout(width="360px"))
+                                  style={"description_width": "30px"},
+                                  continuous_update=True, layout=w.Layout(width="260px"))
         w.jslink((self.play, "value"), (self.slider, "value"))
         self.back = w.Button(description="◀", tooltip="previous step",
                              layout=w.Layout(width="40px"))
         self.forward = w.Button(description="▶", tooltip="next step",
                                 layout=w.Layout(width="40px"))
         self.speed = w.Dropdown(options=list(SPEEDS), value="1×", description="speed",
-                                layout=w.Layout(width="150px"))
+                                layout=w.Layout(width="140px"),
+                                style={"description_width": "40px"})
         self.live = w.ToggleButton(value=player.follow, description="live",
                                    tooltip="follow the newest step while the engine runs",
                                    layout=w.Layout(width="70px"))
