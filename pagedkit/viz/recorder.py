@@ -109,8 +109,8 @@ class Recorder:
         if not isinstance(events, EventBus) or pool is None:
             raise TypeError(
                 f"cannot record {type(source).__name__}: expected an object with an `events` "
-                "EventBus and a block pool (`.kv.allocator` or `.allocator`), such as LLM, "
-                "LLMEngine or KVCacheManager")
+                "EventBus and a block pool (`.kv.allocator`, `.memory.kv.allocator` or "
+                "`.allocator`), such as LLM, LLMEngine, Simulator or KVCacheManager")
         rec = cls(events, pool.num_blocks, pool.block_size)
         if pool.num_free_blocks != pool.num_blocks or pool.num_cached_blocks:
             rec._seed(pool)
@@ -368,7 +368,7 @@ def parse_queue_counts(detail: str | None) -> RequestCounts | None:
 
 
 def _find_pool(source: Any) -> BlockAllocator | None:
-    for path in (("kv", "allocator"), ("allocator",)):
+    for path in (("kv", "allocator"), ("memory", "kv", "allocator"), ("allocator",)):
         obj = source
         for name in path:
             obj = getattr(obj, name, None)

@@ -257,3 +257,14 @@ def check(frame, kv, seqs):
         assert len(cpu) == len(kv._swapped[seq].blocks)
         for c in cpu:
             assert seq in frame.swapped[c].owners
+
+
+def test_attach_finds_a_pool_behind_memory_kv_as_in_the_simulator():
+    from types import SimpleNamespace
+
+    kv = KVCacheManager(8, 4)
+    sim = SimpleNamespace(events=kv.events, memory=SimpleNamespace(kv=kv))
+    rec = Recorder.attach(sim)
+    kv.allocate_slots("A", [1])
+    rec.cut()
+    assert rec.num_blocks == 8 and rec[-1].tables == {"A": (0,)}
