@@ -173,6 +173,10 @@ def test_reprs_are_stable_and_informative():
     assert str(view).splitlines()[1] == "    0 cc.2bb.........."  # B2 inherits r2's letter
     dash = Dashboard(rec)
     assert repr(dash).startswith("Dashboard(16 blocks, step 3/3")
+    assert len(dash.widget.children) == 5  # three figures, the sequence chooser, the controls
+    dash.index = 1  # one player moves all three views
+    assert dash.timeline._figure_widget.data[8].x == (1, 1)
+    assert "step 1/3" in dash.page_table._figure_widget.layout.title.text
 
 
 def test_widget_mode_bundle_has_the_widget_and_the_text(monkeypatch):
