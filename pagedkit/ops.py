@@ -22,9 +22,11 @@ Triton's interpreter (``TRITON_INTERPRET=1``) runs a kernel's Python body
 with numpy on CPU, so you can step through it in a debugger. Triton reads the
 variable when a kernel is *decorated*, not when it runs: when our kernel
 modules are imported, and already when ``triton`` itself is first imported
-(its ``tl.max``, ``tl.cdiv``... are kernels too). This module imports Triton
-only on the first call that uses it, but set the variable before importing
-anything, first thing in a notebook (restart the kernel to change it)::
+(its ``tl.max``, ``tl.cdiv``... are kernels too), which importing
+transformers already does (through ``torch._dynamo``). This module imports
+Triton only on the first call that uses it, but set the variable before
+importing anything, first thing in a notebook (restart the kernel to change
+it)::
 
     import os; os.environ["TRITON_INTERPRET"] = "1"; os.environ["PAGEDKIT_KERNELS"] = "triton"
 

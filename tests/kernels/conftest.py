@@ -15,6 +15,11 @@ cannot run at all, and `pagedkit.ops` picks the torch references on CPU
 whatever TRITON_INTERPRET says (the interpreter is used only when forced with
 PAGEDKIT_KERNELS=triton / `ops.set_backend("triton")`). On a GPU machine the
 variable is never touched.
+
+If Triton was imported earlier in compiled mode (in the whole suite it is:
+transformers imports torch._dynamo, which imports Triton, while the engine
+tests are collected), the tests that need `triton_kernels` skip here and
+test_kernels_fresh_process.py runs them all in a fresh pytest process.
 """
 
 from __future__ import annotations
@@ -29,20 +34,22 @@ import pytest
 import torch
 
 KERNEL_MODULES = ("store_kv", "paged_decode", "paged_prefill", "copy_blocks")
+NO_TRITON = "Triton is not installed"
+TOO_LATE = ("Triton was imported before this folder's conftest could switch its interpreter on "
+            "(Triton fixes the mode on first import); test_kernels_fresh_process.py runs these "
+            "tests in a fresh process")
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _import_kernels() -> tuple[dict | None, str | None]:
     """The kernel modules by short name, or None and why not."""
     if importlib.util.find_spec("triton") is None:
-        return None, "Triton is not installed"
+        return None, NO_TRITON
     if DEVICE.type == "cuda":
         return {m: importlib.import_module(f"pagedkit.kernels.{m}") for m in KERNEL_MODULES}, None
     triton_language = sys.modules.get("triton.language")
     if triton_language is not None and type(triton_language.cdiv).__name__ != "InterpretedFunction":
-        return None, ("triton was imported before tests/kernels/conftest.py could switch on its "
-                      "interpreter, and Triton fixes that mode on first import; run "
-                      "`python -m pytest tests/kernels` in a process of its own")
+        return None, TOO_LATE
     os.environ["TRITON_INTERPRET"] = "1"
     modules = {m: importlib.import_module(f"pagedkit.kernels.{m}") for m in KERNEL_MODULES}
     assert all(module.INTERPRETED for module in modules.values())
@@ -55,10 +62,14 @@ KERNELS, NOT_LOADED = _import_kernels()
 @pytest.fixture(scope="session")
 def triton_kernels() -> SimpleNamespace:
     if KERNELS is None:
-        if NOT_LOADED == "Triton is not installed":
-            pytest.skip(NOT_LOADED)
-        pytest.fail(NOT_LOADED)
+        pytest.skip(NOT_LOADED)
     return SimpleNamespace(**KERNELS)
+
+
+@pytest.fixture(scope="session")
+def kernels_not_loaded() -> str | None:
+    """Why `triton_kernels` is unavailable in this process (None: it is)."""
+    return NOT_LOADED
 
 
 @pytest.fixture(scope="session")

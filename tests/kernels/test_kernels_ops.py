@@ -128,3 +128,19 @@ except RuntimeError as exc:
     out = run_python(code, PAGEDKIT_KERNELS="triton")
     assert out.returncode == 0, out.stderr
     assert "TRITON_INTERPRET=1" in out.stdout and "before importing pagedkit" in out.stdout
+
+
+def test_switching_the_interpreter_on_after_triton_was_imported_is_refused_clearly():
+    """Triton fixes interpreter mode when it is first imported (its own helpers
+    are kernels too): a kernel module imported after the switch must say so."""
+    code = """
+import os, triton
+os.environ["TRITON_INTERPRET"] = "1"
+try:
+    import pagedkit.kernels.paged_decode
+except RuntimeError as exc:
+    print(exc)
+"""
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert "TRITON_INTERPRET is on now but was off when Triton was first imported" in out.stdout
