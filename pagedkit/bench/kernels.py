@@ -40,6 +40,7 @@ import argparse
 import json
 import math
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -59,8 +60,8 @@ PEAK_BANDWIDTH = {
     "H200": 4.8e12,
     "H100 SXM": 3.35e12, "H100 80GB HBM3": 3.35e12, "H100 PCIe": 2.0e12, "H100 NVL": 3.9e12,
     "A100-SXM4-80GB": 2.039e12, "A100 80GB PCIe": 1.935e12, "A100-SXM4-40GB": 1.555e12,
-    "A100-PCIE-40GB": 1.555e12, "L40S": 864e9, "L4": 300e9, "A10G": 600e9, "A10": 600e9,
-    "RTX 4090": 1008e9, "RTX 3090": 936e9,
+    "A100-PCIE-40GB": 1.555e12, "L40S": 864e9, "L40": 864e9, "L4": 300e9, "A10G": 600e9,
+    "A10": 600e9, "RTX 4090": 1008e9, "RTX 3090": 936e9,
 }
 L2_FLUSH_BYTES = 256 * 2**20
 
@@ -116,7 +117,7 @@ def device_info(device: torch.device) -> dict:
     props = torch.cuda.get_device_properties(device)
     peak, source = None, None
     for key, value in PEAK_BANDWIDTH.items():
-        if key in props.name:
+        if re.search(rf"\b{re.escape(key)}\b", props.name):  # "A10" must not match "A100"
             peak, source = value, f"spec sheet ({key})"
             break
     driver_peak = _driver_peak_bandwidth(device)
