@@ -290,6 +290,16 @@ class BlockAllocator:
                                    ref_count=self._ref[block], num_tokens=self._fill[block]))
         return block
 
+    def forget(self, block: int) -> bool:
+        """Drop a free block's cached contents now (they were never computed,
+        say). Returns whether there was anything to forget."""
+        if self._ref[self._check_id(block)] or self._hash[block] is None:
+            return False
+        self._evict(block)
+        self._fill[block] = 0
+        self._num_cached_free -= 1
+        return True
+
     def evict_all_cached(self) -> int:
         """Forget every cached-but-free block (they stay free). Returns how many."""
         victims = [b for b in self._free if self._hash[b] is not None]

@@ -69,10 +69,11 @@ class BlockTable:
         """Fresh blocks that appending `num_new_tokens` would take from the pool,
         counting the copy a shared, partly filled last block needs first."""
         total = -(-(self.num_tokens + num_new_tokens) // self.block_size)
-        needed = total - len(self.blocks)
-        if num_new_tokens > 0 and self.num_free_slots and self._last_is_shared():
-            needed += 1
-        return needed
+        return total - len(self.blocks) + self.needs_copy(num_new_tokens)
+
+    def needs_copy(self, num_new_tokens: int) -> bool:
+        """Would appending write into a block others still read (copy-on-write)?"""
+        return num_new_tokens > 0 and self.num_free_slots > 0 and self._last_is_shared()
 
     # ------------------------------------------------------------------ writing
     def append(self, token_ids: Sequence[int]) -> list[tuple[int, int]]:

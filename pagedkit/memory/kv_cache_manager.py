@@ -67,6 +67,13 @@ class KVCacheManager:
             where = "swapped out" if seq in self._swapped else "unknown"
             raise KeyError(f"sequence {seq!r} has no GPU block table ({where})") from None
 
+    def block_table(self, seq: Hashable) -> BlockTable:
+        """The sequence's table wherever it is; a swapped-out one points into the swap pool."""
+        table = self._tables.get(seq) or self._swapped.get(seq)
+        if table is None:
+            raise KeyError(f"sequence {seq!r} has no blocks")
+        return table
+
     def block_ids(self, seq: Hashable) -> list[int]:
         return list(self.table(seq).blocks)
 

@@ -181,15 +181,22 @@ class Scheduler:
     def _schedule_swapped(self, out: SchedulerOutput, budget: _Budget) -> None:
         while self.swapped:
             group = self.swapped[0]
-            seqs = group.unfinished_seqs()
-            ids = [s.seq_id for s in seqs]
-            if not budget.fits(len(seqs), len(seqs)) or not self.kv.can_swap_in(
-                    ids, reserve=len(seqs)):
+            ids = [s.seq_id for s in group.unfinished_seqs()]
+            plan = self._plan(group, budget)
+            if plan is None:
                 return
+            if not self.kv.can_swap_in(ids, reserve=plan.blocks):
+                if self.running:
+                    return  # wait until running groups finish and free their blocks
+                self.swapped.popleft()  # nothing else holds memory: it can never come back
+                for seq_id in ids:
+                    self.kv.free(seq_id)
+                self._end(group, FinishReason.LENGTH, "does not fit the whole KV cache")
+                out.ended.append(group)
+                continue
             self.swapped.popleft()
             out.swap_in += self.kv.swap_in(ids)
             group.set_status(SequenceStatus.RUNNING)
-            plan = self._plan(group, budget)
             self._allocate(group, plan, out, budget)
             self.running.append(group)
 
@@ -242,9 +249,7 @@ class Scheduler:
                 copies = self.kv.allocate_slots(seq.seq_id, seq.token_ids[start:start + take],
                                                 cached)
             if copies is None:
-                for s, _ in placed:
-                    self.kv.free(s.seq.seq_id)
-                    s.seq.num_computed_tokens = 0
+                self._roll_back(placed)
                 return None
             seq.num_computed_tokens = start
             tokens_left -= take
@@ -252,35 +257,61 @@ class Scheduler:
         return placed
 
     # ------------------------------------------------------------ mechanics
-    def _plan(self, group: SequenceGroup, budget: _Budget) -> list[_SeqPlan] | None:
-        """How many tokens each sequence of a resident group computes this step,
-        or None if the budget cannot take the group now."""
+    def _roll_back(self, placed: list[tuple[ScheduledSeq, list[BlockCopy]]]) -> None:
+        """Undo a partial admission. The blocks it allocated were never
+        computed, so their prefix-cache names must go with them: a later
+        cache hit on one would read keys and values that were never written."""
+        fresh: list[int] = []
+        for s, _ in placed:
+            fresh += self.kv.block_ids(s.seq.seq_id)[s.start // self.kv.block_size:]
+            self.kv.free(s.seq.seq_id)
+            s.seq.num_computed_tokens = 0
+        for block in fresh:
+            self.kv.allocator.forget(block)
+
+    def _plan(self, group: SequenceGroup, budget: _Budget) -> _GroupPlan | None:
+        """How many tokens each sequence of a group in memory (GPU or swapped)
+        computes this step, and the exact number of fresh blocks that takes;
+        None if the budget cannot take the group now.
+
+        Copy-on-write is counted once per copy really made: when all k owners
+        of a shared, half-full block write into it, k - 1 copies suffice (the
+        last writer keeps the original)."""
         seqs = group.unfinished_seqs()
         if not budget.fits(0, len(seqs)):
             return None
-        plan, tokens_left = [], budget.tokens_left
+        plan = _GroupPlan([], 0)
+        tokens_left = budget.tokens_left
+        writers: dict[int, int] = {}  # shared last block -> sequences writing into it
         for seq in seqs:
             want = seq.num_uncomputed_tokens
             take = min(want, tokens_left) if self.config.enable_chunked_prefill else want
             if take <= 0 or take > tokens_left:
                 return None
             tokens_left -= take
-            blocks = self.kv.blocks_needed(seq.seq_id, take)
-            plan.append(_SeqPlan(seq, seq.num_computed_tokens, take, blocks))
+            table = self.kv.block_table(seq.seq_id)
+            copy = table.needs_copy(take)
+            plan.blocks += table.blocks_needed(take) - copy
+            if copy:
+                writers[table.blocks[-1]] = writers.get(table.blocks[-1], 0) + 1
+            plan.seqs.append(_SeqPlan(seq, seq.num_computed_tokens, take))
+        pool = self.kv.block_table(seqs[0].seq_id).allocator
+        plan.blocks += sum(k - (pool.ref_count(b) == k) for b, k in writers.items())
         return plan
 
-    def _fits(self, plan: list[_SeqPlan]) -> bool:
-        return sum(p.blocks for p in plan) <= self.kv.num_free_blocks
+    def _fits(self, plan: _GroupPlan) -> bool:
+        return plan.blocks <= self.kv.num_free_blocks
 
-    def _allocate(self, group: SequenceGroup, plan: list[_SeqPlan], out: SchedulerOutput,
+    def _allocate(self, group: SequenceGroup, plan: _GroupPlan, out: SchedulerOutput,
                   budget: _Budget) -> None:
-        for p in plan:
+        for p in plan.seqs:
             seq = p.seq
             copies = self.kv.allocate_slots(seq.seq_id,
                                             seq.token_ids[p.start:p.start + p.num_tokens])
             if copies is None:  # _fits promised room: a broken invariant, not a user error
-                raise RuntimeError(f"scheduler planned {p.blocks} blocks for sequence "
-                                   f"{seq.seq_id} but the pool refused")
+                raise RuntimeError(f"scheduler planned {plan.blocks} blocks for group "
+                                   f"{group.request_id} but the pool refused sequence "
+                                   f"{seq.seq_id}")
             out.block_copies += copies
             out.scheduled.append(ScheduledSeq(group, seq, p.num_tokens, p.start))
             budget.take(p.num_tokens, 1)
@@ -328,7 +359,12 @@ class _SeqPlan:
     seq: Sequence
     start: int
     num_tokens: int
-    blocks: int
+
+
+@dataclass
+class _GroupPlan:
+    seqs: list[_SeqPlan]
+    blocks: int  # fresh blocks the whole group takes
 
 
 class _Budget:

@@ -208,3 +208,15 @@ def test_events_describe_each_change():
     cow = log.events[4]
     assert (cow.kind, cow.block, cow.src, cow.seq) == (EventKind.COW, new, b, "B")
     assert log.events[-1].ref_count == 0
+
+
+def test_forget_drops_a_free_cached_block_only():
+    pool = BlockAllocator(3, 1, enable_prefix_caching=True)
+    a, h = _full_cached_block(pool, [1])
+    assert not pool.forget(a)  # still in use: keeps its name
+    pool.free(a)
+    assert pool.stats().cached_blocks == 1
+    assert pool.forget(a)
+    assert pool.find_cached(h, [1]) is None
+    assert pool.stats().cached_blocks == 0 and pool.stats().free_blocks == 3
+    assert not pool.forget(a)
