@@ -1,0 +1,86 @@
+"""Automatic checks for the labs' exercises.
+
+Each lab's exercises live in ``pagedkit.exercises.labNN``: the learner writes
+a function in the notebook and hands it to a check, which runs it on known
+cases and answers with a `CheckResult` — a pass, or the first case that went
+wrong, what was expected, and a hint. A check never raises on a wrong answer
+(the notebook keeps running); it raises only for misuse (not a function).
+
+The reference solutions live apart, in ``labs/solutions/``, and the test
+suite runs every check against them, so checks and solutions cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Case", "CheckResult", "check_function"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the learner's function and what it should give."""
+
+    args: tuple
+    expected: Any
+    hint: str = ""
+    kwargs: dict = field(default_factory=dict)
+
+    def call_text(self, name: str) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        text = f"{name}({', '.join(parts)})"
+        return text if len(text) <= 120 else text[:117] + "..."
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of a check; its text is what the notebook shows."""
+
+    name: str
+    passed: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        mark = "✅" if self.passed else "❌"
+        return f"{mark} {self.name}: {self.message}"
+
+    def _repr_markdown_(self) -> str:
+        return repr(self)
+
+
+def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
+                   equal: Callable[[Any, Any], bool] | None = None,
+                   prepare: Callable[[Case], Case] | None = None) -> CheckResult:
+    """Run `fn` on each case; pass if every result equals the expected one.
+
+    `equal(got, expected)` compares (default ``==``); `prepare` builds fresh
+    arguments per case (for functions that mutate what they are given).
+    """
+    if not callable(fn):
+        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
+                        f"got {type(fn).__name__}")
+    equal = equal or (lambda got, want: got == want)
+    cases = list(cases)
+    for case in cases:
+        case = prepare(case) if prepare else case
+        call = case.call_text(getattr(fn, "__name__", name))
+        try:
+            got = fn(*case.args, **case.kwargs)
+        except NotImplementedError:
+            return CheckResult(name, False, "not written yet: replace the `...` / "
+                                            "NotImplementedError with your code")
+        except Exception as err:  # the learner's bug, reported instead of raised
+            return CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}"
+                                            + (f"  Hint: {case.hint}" if case.hint else ""))
+        if got is None and case.expected is not None:
+            return CheckResult(name, False, f"{call} returned None — did you forget `return`?")
+        if not equal(got, case.expected):
+            hint = f"  Hint: {case.hint}" if case.hint else ""
+            return CheckResult(name, False,
+                               f"{call} returned {got!r}, expected {case.expected!r}.{hint}")
+    return CheckResult(name, True, f"all {len(cases)} cases pass")

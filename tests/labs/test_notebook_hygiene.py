@@ -1,0 +1,32 @@
+"""The committed notebooks are light, carry no widget state, and follow the
+lesson template: Colab badge and install cell, objectives, recap."""
+
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
+
+spec = importlib.util.spec_from_file_location("ci_notebooks", ROOT / ".ci" / "notebooks.py")
+ci_notebooks = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ci_notebooks)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_tidy(path):
+    assert ci_notebooks.problems(path) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_follows_the_lesson_template(path):
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    first_markdown = next(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "colab.research.google.com" in first_markdown, "Open in Colab badge"
+    assert "google.colab" in text, "a first cell that installs pagedkit on Colab only"
+    lower = text.lower()
+    assert "learning objectives" in lower or "you will" in lower
+    assert "recap" in lower
