@@ -82,6 +82,10 @@ class ContiguousAllocator:
         self._by_start: list[int] = []  # starts of live regions, sorted
         self._regions: dict[int, Reservation] = {}  # start -> region
         self._by_request: dict[Hashable, Reservation] = {}
+        # Running totals and the hole list (rebuilt only after allocate/free),
+        # so `stats()` costs O(1) per call: the simulator asks every iteration.
+        self._used = self._need = self._reserved = 0
+        self._holes: list[tuple[int, int]] | None = None
 
     def __contains__(self, request: Hashable) -> bool:
         return request in self._by_request
@@ -100,6 +104,11 @@ class ContiguousAllocator:
 
     def holes(self) -> list[tuple[int, int]]:
         """Free extents as ``(start, size)``, in address order."""
+        if self._holes is None:
+            self._holes = self._find_holes()
+        return list(self._holes)
+
+    def _find_holes(self) -> list[tuple[int, int]]:
         holes, cursor = [], 0
         for start in self._by_start:
             if start > cursor:
@@ -126,13 +135,19 @@ class ContiguousAllocator:
         if size > self.capacity:
             raise ValueError(f"a reservation of {size} slots can never fit in a capacity of "
                              f"{self.capacity}")
-        start = next((s for s, length in self.holes() if length >= size), None)
+        if self._holes is None:
+            self._holes = self._find_holes()
+        start = next((s for s, length in self._holes if length >= size), None)
         if start is None:
             return None
         region = Reservation(request, start, size, need, used=prompt_len)
         bisect.insort(self._by_start, start)
         self._regions[start] = region
         self._by_request[request] = region
+        self._used += prompt_len
+        self._need += need
+        self._reserved += size
+        self._holes = None
         return region
 
     def append(self, request: Hashable, num_tokens: int = 1) -> None:
@@ -142,6 +157,7 @@ class ContiguousAllocator:
             raise BlockStateError(f"request {request!r} would hold {region.used + num_tokens} "
                                   f"tokens but declared it needs {region.need}")
         region.used += num_tokens
+        self._used += num_tokens
 
     def free(self, request: Hashable) -> Reservation:
         region = self._by_request.pop(request, None)
@@ -149,6 +165,10 @@ class ContiguousAllocator:
             raise KeyError(f"request {request!r} holds no reservation")
         del self._regions[region.start]
         self._by_start.remove(region.start)
+        self._used -= region.used
+        self._need -= region.need
+        self._reserved -= region.size
+        self._holes = None
         return region
 
     def region(self, request: Hashable) -> Reservation:
@@ -159,17 +179,14 @@ class ContiguousAllocator:
         return [self._regions[s] for s in self._by_start]
 
     def stats(self) -> ContiguousStats:
-        regions = self._by_request.values()
-        used = sum(r.used for r in regions)
-        need = sum(r.need for r in regions)
-        reserved = sum(r.size for r in regions)
-        holes = self.holes()
+        if self._holes is None:
+            self._holes = self._find_holes()
         return ContiguousStats(
             capacity=self.capacity,
-            token_states=used,
-            reservation=need - used,
-            internal_fragmentation=reserved - need,
-            free=self.capacity - reserved,
-            largest_hole=max((size for _, size in holes), default=0),
+            token_states=self._used,
+            reservation=self._need - self._used,
+            internal_fragmentation=self._reserved - self._need,
+            free=self.capacity - self._reserved,
+            largest_hole=max((size for _, size in self._holes), default=0),
             num_requests=len(self._by_request),
         )

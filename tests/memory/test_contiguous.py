@@ -72,3 +72,36 @@ def test_errors_name_values():
         mem.append("A", 3)
     with pytest.raises(KeyError, match="holds no reservation"):
         mem.free("Z")
+
+
+def test_stats_running_totals_match_the_regions():
+    """stats() keeps running totals (it is asked every simulated iteration);
+    they must always equal a recount over the live regions and holes."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    ops = st.lists(st.tuples(st.sampled_from(["alloc", "append", "free"]),
+                             st.integers(0, 5), st.integers(1, 30), st.integers(0, 30)),
+                   max_size=40)
+
+    @settings(max_examples=80, deadline=None)
+    @given(ops=ops, policy=st.sampled_from(["max", "pow2", "oracle"]))
+    def check(ops, policy):
+        mem = ContiguousAllocator(200, policy, max_seq_len=64)
+        for op, name, a, b in ops:
+            if op == "alloc" and name not in mem and a + b <= 64:
+                mem.allocate(name, a, b)
+            elif op == "append" and name in mem:
+                region = mem.region(name)
+                mem.append(name, min(a, region.need - region.used))
+            elif op == "free" and name in mem:
+                mem.free(name)
+            s, regions = mem.stats(), mem.regions()
+            assert s.token_states == sum(r.used for r in regions)
+            assert s.reservation == sum(r.need - r.used for r in regions)
+            assert s.internal_fragmentation == sum(r.size - r.need for r in regions)
+            assert s.free == sum(size for _, size in mem.holes()) == 200 - sum(
+                r.size for r in regions)
+            assert s.largest_hole == max((size for _, size in mem.holes()), default=0)
+
+    check()
