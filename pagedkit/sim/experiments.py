@@ -1,0 +1,236 @@
+"""The paper's figures, reproduced as data by simulation.
+
+Each ``figN_*`` function runs the simulator and returns a `FigureData`:
+plain rows a test can check and a notebook can tabulate. Drawing is apart,
+in `pagedkit.sim.plots`, so the numbers never depend on a plotting library.
+
+Every run uses `PAPER_OPTIONS` unless told otherwise: the paper's vLLM
+runs an iteration of newly admitted prompts apart from the decoding
+iterations (``prefill="separate"``), and so do our runs of its baselines,
+so that only the memory manager differs between them. Traces are the
+synthetic ShareGPT- and Alpaca-like ones of `pagedkit.sim.trace`; pass
+your own `Trace` to use real lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from .managers import PAPER_MANAGERS, ManagerSpec
+from .metrics import SimResult
+from .sharing import BeamSearch, ParallelSampling, SharedPrefix, Sharing
+from .simulator import simulate
+from .trace import Trace, synthetic_trace
+
+#: Simulator options that mimic the system the paper measured.
+PAPER_OPTIONS: dict[str, object] = {"prefill": "separate"}
+
+#: The request rates of the paper's Fig. 13 (and our default for Fig. 2 and 18b).
+PAPER_RATES = {"sharegpt": 2.0, "alpaca": 30.0}
+
+#: Fig. 15's scenarios, then two few-shot prefixes of the paper's §6.4 (80 and 341 tokens).
+SHARING_SCENARIOS: tuple[Sharing, ...] = (
+    ParallelSampling(2), ParallelSampling(4), ParallelSampling(6),
+    BeamSearch(2), BeamSearch(4), BeamSearch(6),
+    SharedPrefix(80), SharedPrefix(341))
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class FigureData:
+    """A figure's numbers: one dict per bar or point, plus how they were made."""
+
+    figure: str
+    title: str
+    rows: tuple[dict, ...]
+    settings: dict = field(default_factory=dict)
+
+    def column(self, key: str, **match) -> list:
+        return [row[key] for row in self.select(**match)]
+
+    def select(self, **match) -> list[dict]:
+        """Rows whose fields equal every given value."""
+        return [row for row in self.rows if all(row.get(k) == v for k, v in match.items())]
+
+    def value(self, key: str, **match) -> float:
+        """The `key` of the one row matching, e.g. ``value("mean_batch_size", manager="vLLM")``."""
+        rows = self.select(**match)
+        if len(rows) != 1:
+            raise KeyError(f"{len(rows)} rows of {self.figure} match {match}; expected one")
+        return rows[0][key]
+
+
+def paper_trace(dataset: str, *, rate: float | None = None, num_requests: int | None = None,
+                duration: float | None = None, seed: int = 0) -> Trace:
+    """A synthetic trace of `dataset` at the paper's rate for it (Fig. 13) by default."""
+    rate = PAPER_RATES[dataset] if rate is None else rate
+    if num_requests is None and duration is None:
+        num_requests = 1000
+    return synthetic_trace(dataset, rate=rate, num_requests=num_requests, duration=duration,
+                           seed=seed)
+
+
+def run_managers(trace: Trace, managers: Iterable[ManagerSpec] = PAPER_MANAGERS,
+                 **options) -> dict[str, SimResult]:
+    """Simulate `trace` once per manager; keyed by the manager's label."""
+    return {m.label: _simulate(trace, m, **options) for m in managers}
+
+
+def _simulate(trace: Trace, manager: ManagerSpec, **options) -> SimResult:
+    """One run with the paper's options; no per-run progress bar (figures run many)."""
+    return simulate(trace, manager, **{"progress": False, **PAPER_OPTIONS, **options})
+
+
+# ------------------------------------------------------------------ Fig. 2
+def fig2_memory_breakdown(trace: Trace | None = None, *,
+                          managers: Iterable[ManagerSpec] = PAPER_MANAGERS,
+                          results: dict[str, SimResult] | None = None, **options) -> FigureData:
+    """Where the KV cache goes, per manager, time-averaged (%): token states,
+    reservation, internal and external fragmentation (paper Fig. 2)."""
+    trace = trace or paper_trace("sharegpt")
+    results = results or run_managers(trace, managers, **options)
+    rows = tuple({"manager": label, **{k: 100 * v for k, v in r.breakdown().as_dict().items()}}
+                 for label, r in results.items())
+    return FigureData("Fig. 2", "KV cache usage by memory manager", rows,
+                      {"trace": trace.name, "requests": len(trace), **PAPER_OPTIONS, **options})
+
+
+# ----------------------------------------------------------------- Fig. 13
+def fig13_batch_sizes(traces: Sequence[Trace] | None = None, *,
+                      managers: Iterable[ManagerSpec] = PAPER_MANAGERS,
+                      results: dict[str, dict[str, SimResult]] | None = None,
+                      **options) -> FigureData:
+    """Average number of batched requests per manager and trace (paper Fig. 13)."""
+    traces = traces or [paper_trace("sharegpt"), paper_trace("alpaca")]
+    managers = tuple(managers)
+    if results is None:
+        results = {t.name: run_managers(t, managers, **options) for t in traces}
+    rows = tuple({"trace": name, "manager": label, "mean_batch_size": r.mean_batch_size(),
+                  "preemptions": r.num_preemptions}
+                 for name, by_manager in results.items() for label, r in by_manager.items())
+    return FigureData("Fig. 13", "Average number of batched requests", rows,
+                      {"traces": [t.name for t in traces], **PAPER_OPTIONS, **options})
+
+
+# ----------------------------------------------------------------- Fig. 12
+def default_rates(dataset: str) -> tuple[float, ...]:
+    """Request rates spanning every manager's knee on `dataset` (OPT-13B)."""
+    if dataset == "sharegpt":
+        return tuple(0.25 * i for i in range(1, 12))  # 0.25 .. 2.75 req/s
+    return tuple(5.0 * i for i in range(1, 12))  # 5 .. 55 req/s
+
+
+def fig12_latency_vs_rate(dataset: str = "sharegpt", rates: Sequence[float] | None = None, *,
+                          managers: Iterable[ManagerSpec] = PAPER_MANAGERS,
+                          duration: float = 300.0, cutoff: float = 1.0, seed: int = 0,
+                          **options) -> FigureData:
+    """Mean normalized latency (s/token) against request rate (paper Fig. 12).
+
+    Each rate replays the same seeded lengths for `duration` seconds of
+    arrivals. Past a manager's capacity its queue grows without bound and
+    latency shoots up: the knee. Paging moves the knee right. Once a
+    manager's latency passes `cutoff` s/token (the top of the paper's
+    axes), higher rates can only be worse and are not simulated for it."""
+    rates = sorted(rates or default_rates(dataset))
+    managers = tuple(managers)
+    rows, overloaded = [], set()
+    for rate in rates:
+        trace = synthetic_trace(dataset, rate=rate, duration=duration, seed=seed)
+        for m in managers:
+            if m.label in overloaded:
+                continue
+            r = _simulate(trace, m, **options)
+            latency = r.mean_normalized_latency()
+            rows.append({"dataset": dataset, "manager": m.label, "rate": rate,
+                         "normalized_latency": latency, "mean_batch_size": r.mean_batch_size(),
+                         "requests": len(trace)})
+            if latency > cutoff:
+                overloaded.add(m.label)
+    return FigureData("Fig. 12", f"Normalized latency vs request rate ({dataset})", tuple(rows),
+                      {"dataset": dataset, "duration": duration, "cutoff": cutoff,
+                       **PAPER_OPTIONS, **options})
+
+
+def sustainable_rates(data: FigureData, factor: float = 4.0) -> dict[str, float]:
+    """The highest rate each manager serves within one latency bound:
+    `factor` times the lowest normalized latency any manager reaches at the
+    lowest rate ("similar latencies", §6.2). Interpolated between grid
+    points; a manager that never crosses the bound gets the highest rate
+    tried (a lower bound), one already past it at the lowest rate gets that."""
+    lowest = min(data.column("rate"))
+    bound = factor * min(data.column("normalized_latency", rate=lowest))
+    out = {}
+    for manager in dict.fromkeys(data.column("manager")):
+        points = sorted((row["rate"], row["normalized_latency"])
+                        for row in data.select(manager=manager))
+        rate = points[-1][0]
+        for (r0, l0), (r1, l1) in pairwise(points):
+            if l1 > bound:
+                rate = r0 + (r1 - r0) * (bound - l0) / (l1 - l0) if l0 <= bound else r0
+                break
+        if points[0][1] > bound:
+            rate = points[0][0]
+        out[manager] = float(rate)
+    return out
+
+
+# ----------------------------------------------------------------- Fig. 15
+def fig15_sharing_savings(trace: Trace | None = None, *,
+                          scenarios: Iterable[Sharing] = SHARING_SCENARIOS,
+                          block_size: int = 16, **options) -> FigureData:
+    """KV blocks saved by sharing (%): ``1 - blocks used / blocks the sequences
+    would hold alone``, time-averaged (paper Fig. 15 for parallel sampling
+    and beam search on Alpaca; the shared prefix goes beyond it)."""
+    trace = trace or paper_trace("alpaca", rate=10.0, num_requests=500)
+    rows = []
+    for sharing in scenarios:
+        r = _simulate(trace, ManagerSpec("paged", block_size), sharing=sharing, **options)
+        kind, size = {ParallelSampling: ("parallel", "n"), BeamSearch: ("beam", "width"),
+                      SharedPrefix: ("prefix", "length")}[type(sharing)]
+        rows.append({"scenario": kind, "size": getattr(sharing, size), "label": sharing.label,
+                     "saving": 100 * r.sharing_saving(), "mean_batch_size": r.mean_batch_size(),
+                     "aborted": len(r.aborted)})
+    return FigureData("Fig. 15", "Memory saved by sharing KV blocks", tuple(rows),
+                      {"trace": trace.name, "requests": len(trace), "block_size": block_size,
+                       **PAPER_OPTIONS, **options})
+
+
+# ---------------------------------------------------------------- Fig. 18b
+def fig18b_block_size_sweep(block_sizes: Sequence[int] = BLOCK_SIZES,
+                            traces: Sequence[Trace] | None = None, **options) -> FigureData:
+    """Normalized latency of paged memory against block size (paper Fig. 18b).
+
+    Small blocks read the KV cache slowly (see `LatencyModel`); large ones
+    waste the tail of every sequence's last block, which hurts the short
+    Alpaca sequences most: fewer requests fit, and the queue grows."""
+    traces = traces or [paper_trace("sharegpt"), paper_trace("alpaca")]
+    rows = []
+    for trace in traces:
+        for size in block_sizes:
+            r = _simulate(trace, ManagerSpec("paged", size), **options)
+            rows.append({"trace": trace.name, "block_size": size,
+                         "normalized_latency": r.mean_normalized_latency(),
+                         "mean_batch_size": r.mean_batch_size(),
+                         "token_states": 100 * r.breakdown().token_states,
+                         "preemptions": r.num_preemptions})
+    return FigureData("Fig. 18b", "Normalized latency vs block size", tuple(rows),
+                      {"traces": [t.name for t in traces], **PAPER_OPTIONS, **options})
+
+
+def best_block_sizes(data: FigureData, trace: str, tolerance: float = 0.05) -> list[int]:
+    """Block sizes within `tolerance` of the lowest latency on `trace`."""
+    rows = data.select(trace=trace)
+    best = min(row["normalized_latency"] for row in rows)
+    return [row["block_size"] for row in rows
+            if row["normalized_latency"] <= best * (1 + tolerance)]
+
+
+__all__ = [
+    "BLOCK_SIZES", "PAPER_OPTIONS", "PAPER_RATES", "SHARING_SCENARIOS", "FigureData",
+    "best_block_sizes", "default_rates", "fig2_memory_breakdown", "fig12_latency_vs_rate",
+    "fig13_batch_sizes", "fig15_sharing_savings", "fig18b_block_size_sweep", "paper_trace",
+    "run_managers", "sustainable_rates",
+]

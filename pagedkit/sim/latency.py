@@ -1,0 +1,112 @@
+"""How long one iteration takes: a roofline model of a decoder step.
+
+The simulator never runs a model, so it needs a model of time to turn
+iterations into seconds (and so normalized latency, paper §6.1, Fig. 12).
+One step of a decoder-only model, batched over every running sequence:
+
+* reads every weight once (``weight_bytes``), whatever the batch size;
+* reads each sequence's cached keys and values once for attention
+  (``kv_bytes_per_token`` per token of context);
+* does ``2 * num_params`` floating-point operations per token it
+  processes (a prompt token or a newly generated one).
+
+A step is bound by whichever is slower, memory traffic or arithmetic
+(the roofline), plus a fixed per-step overhead (scheduling, sampling,
+launching kernels):
+
+    t = overhead + max((weights + kv_read / attention_efficiency) / (bandwidth * mem_eff),
+                       2 * params * tokens / (peak_flops * flop_eff))
+
+Paged KV reads are slower than contiguous ones because every block is a
+separate gather; the paper measures its PagedAttention kernel 20-26%
+slower than FasterTransformer's (§7.1, Fig. 18a). We model the attention
+efficiency of block size ``B`` as ``B / (B + block_overhead_tokens)``:
+with the default 4 tokens, block size 16 reads KV 25% slower, and tiny
+blocks are much slower, which is why the paper's Fig. 18b curve rises at
+the left. Contiguous managers read at full efficiency.
+
+Left out on purpose: the quadratic attention FLOPs of long prompts,
+tensor-parallel communication, and kernel-launch details. Numbers are
+physical datasheet values; the efficiencies and overhead are documented
+assumptions, not fits to the paper's measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A model on its GPUs: sizes (paper Table 1) and hardware speeds."""
+
+    name: str
+    num_params: float  # parameters
+    weight_bytes: float  # all GPUs together (fp16)
+    num_layers: int
+    hidden_size: int
+    kv_cache_bytes: float  # memory left for the KV cache (Table 1)
+    num_gpus: int
+    gpu: str
+    bandwidth: float  # bytes/s per GPU (HBM)
+    peak_flops: float  # FLOP/s per GPU (fp16 tensor cores)
+    max_seq_len: int = 2048
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Keys and values of one token in every layer: ``2 * layers * hidden * 2 bytes``."""
+        return 2 * self.num_layers * self.hidden_size * 2
+
+    @property
+    def kv_slots(self) -> int:
+        """Token slots the KV cache holds: Table 1's "max # KV cache slots"."""
+        return int(self.kv_cache_bytes // self.kv_bytes_per_token)
+
+    def slots_for_bytes(self, num_bytes: float) -> int:
+        return int(num_bytes // self.kv_bytes_per_token)
+
+
+_A100_BW, _A100_FLOPS = 1.555e12, 312e12  # A100-40GB: HBM2 bandwidth, fp16 tensor peak
+_A100_80_BW = 2.039e12  # A100-80GB (SXM) HBM2e bandwidth
+
+#: OPT-13B on one A100-40GB (Table 1: 26 GB of weights, 12 GB of KV cache, 15.7K slots).
+OPT_13B = ModelPreset("OPT-13B", 13e9, 26e9, 40, 5120, 12 * GiB, 1, "A100-40GB",
+                      _A100_BW, _A100_FLOPS)
+#: OPT-66B on four A100-40GB (Table 1: 132 GB, 21 GB of KV cache, 9.7K slots).
+OPT_66B = ModelPreset("OPT-66B", 66e9, 132e9, 64, 9216, 21 * GiB, 4, "A100-40GB",
+                      _A100_BW, _A100_FLOPS)
+#: OPT-175B on eight A100-80GB (Table 1: 346 GB, 264 GB of KV cache, 60.1K slots).
+OPT_175B = ModelPreset("OPT-175B", 175e9, 346e9, 96, 12288, 264 * GiB, 8, "A100-80GB",
+                       _A100_80_BW, _A100_FLOPS)
+
+PRESETS = {p.name.lower(): p for p in (OPT_13B, OPT_66B, OPT_175B)}
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Seconds per iteration for `preset` (see the module docstring)."""
+
+    preset: ModelPreset = OPT_13B
+    mem_efficiency: float = 0.8  # share of peak bandwidth a decode step achieves
+    flop_efficiency: float = 0.5  # share of peak FLOP/s a large batch achieves
+    overhead: float = 0.005  # seconds per step outside the GPU kernels
+    block_overhead_tokens: float = 4.0  # paged gather cost, in tokens per block
+
+    def attention_efficiency(self, block_size: int | None) -> float:
+        """Relative speed of KV reads: 1 for contiguous, ``B / (B + overhead)`` for paged."""
+        if block_size is None:
+            return 1.0
+        return block_size / (block_size + self.block_overhead_tokens)
+
+    def step_time(self, num_tokens: int, context_tokens: int,
+                  block_size: int | None = None) -> float:
+        """One iteration processing `num_tokens` new tokens (prompt tokens plus
+        one per decoding sequence) that attend over `context_tokens` cached tokens."""
+        p = self.preset
+        kv_bytes = context_tokens * p.kv_bytes_per_token / self.attention_efficiency(block_size)
+        memory = (p.weight_bytes + kv_bytes) / (p.bandwidth * p.num_gpus * self.mem_efficiency)
+        compute = 2 * p.num_params * num_tokens / (p.peak_flops * p.num_gpus
+                                                    * self.flop_efficiency)
+        return self.overhead + max(memory, compute)

@@ -1,0 +1,336 @@
+"""The memory managers the simulator compares, as thin adapters over `pagedkit.memory`.
+
+The paper's evaluation (§6) runs one scheduler over four ways of holding
+the KV cache. Three reserve one contiguous region per request when it
+starts (`ContiguousAllocator`, the Orca baselines); one allocates blocks
+as tokens arrive (`KVCacheManager`, vLLM). The simulator talks to both
+through the small interface below, so its scheduling loop does not care
+which it drives; the bookkeeping itself is the real `pagedkit.memory`
+code, not a copy.
+
+A request in flight is a `Group` of sequences: one for plain sampling,
+``n`` for parallel sampling, ``width`` beams for beam search (§4.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..memory import ContiguousAllocator, EventBus, KVCacheManager
+from .trace import TraceRequest
+
+
+@dataclass(frozen=True)
+class ManagerSpec:
+    """Which memory manager to simulate: ``"max"``, ``"pow2"``, ``"oracle"``
+    (contiguous, Orca) or ``"paged"`` with a block size (vLLM)."""
+
+    kind: str
+    block_size: int = 16
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("max", "pow2", "oracle", "paged"):
+            raise ValueError(f"manager kind must be 'max', 'pow2', 'oracle' or 'paged'; "
+                             f"got {self.kind!r}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+
+    @property
+    def paged(self) -> bool:
+        return self.kind == "paged"
+
+    @property
+    def label(self) -> str:
+        if self.paged:
+            return "vLLM" if self.block_size == 16 else f"vLLM (block {self.block_size})"
+        return {"max": "Orca (Max)", "pow2": "Orca (Pow2)", "oracle": "Orca (Oracle)"}[self.kind]
+
+    @classmethod
+    def parse(cls, text: str) -> ManagerSpec:
+        """``"max"``, ``"pow2"``, ``"oracle"``, ``"paged"`` or ``"paged:32"``."""
+        kind, _, size = text.strip().lower().partition(":")
+        kind = {"vllm": "paged", "orca-max": "max", "orca-pow2": "pow2",
+                "orca-oracle": "oracle"}.get(kind, kind)
+        return cls(kind, int(size)) if size else cls(kind)
+
+
+ORCA_MAX = ManagerSpec("max")
+ORCA_POW2 = ManagerSpec("pow2")
+ORCA_ORACLE = ManagerSpec("oracle")
+PAGED = ManagerSpec("paged", 16)
+#: The paper's four systems (Fig. 2, 12, 13), in its order.
+PAPER_MANAGERS = (ORCA_MAX, ORCA_POW2, ORCA_ORACLE, PAGED)
+
+
+@dataclass(eq=False)
+class Seq:
+    """One sequence: it has produced `generated` of its `output_len` tokens."""
+
+    seq_id: int
+    output_len: int
+    generated: int = 0
+    pending: int = 0  # tokens not yet handed to the allocator (`PagedMemory.lazy`)
+    room: int = 0  # how many more may be held back
+
+
+@dataclass(eq=False)
+class Group:
+    """A request in flight: its sequences and its prompt (with any shared prefix)."""
+
+    request: TraceRequest
+    prompt_len: int
+    seqs: list[Seq] = field(default_factory=list)
+    done: list[Seq] = field(default_factory=list)
+    first_token_time: float | None = None
+    num_preemptions: int = 0
+    token: list[int] = field(default_factory=lambda: [0])  # id of the tokens it appends
+    checked: bool = False  # known to fit an empty memory
+
+    def prompt_tokens(self, prefix: list[int]) -> list[int]:
+        """The prompt's token ids: the shared prefix, then tokens of its own."""
+        return prefix + self.token * self.request.prompt_len
+
+    @property
+    def request_id(self) -> int:
+        return self.request.request_id
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Where the KV slots are at the end of a step (paper Fig. 2's categories)."""
+
+    token_states: int
+    reservation: int = 0
+    internal_fragmentation: int = 0
+    external_fragmentation: int = 0
+    used_blocks: int = 0  # paged only: blocks referenced by some sequence
+    blocks_alone: int = 0  # paged only: blocks the sequences would hold without sharing
+
+
+class ContiguousMemory:
+    """Orca's reservations: a region sized by the policy, taken at admission.
+
+    A request holds its region until it finishes, so running requests never
+    need more memory and are never preempted; the cost is paid up front."""
+
+    def __init__(self, spec: ManagerSpec, capacity: int, max_seq_len: int) -> None:
+        self.spec = spec
+        self.allocator = ContiguousAllocator(capacity, spec.kind, max_seq_len)
+        self.capacity = capacity
+        self._blocked: Group | None = None  # found no hole; none appears until a free
+        self._head: Group | None = None
+        self._head_size = 0
+
+    def never_fits(self, group: Group) -> str | None:
+        if len(group.seqs) != 1:
+            return "contiguous managers serve one sequence per request (no sharing)"
+        need = group.prompt_len + group.seqs[0].output_len
+        if need > self.allocator.max_seq_len:
+            return f"needs {need} tokens > max_seq_len {self.allocator.max_seq_len}"
+        if self.allocator.reservation_size(need) > self.capacity:
+            return f"needs a {self.allocator.reservation_size(need)}-slot region > capacity"
+        return None
+
+    def try_admit(self, group: Group) -> bool:
+        """Reserve the policy's region for the request's whole life."""
+        if group is self._blocked:
+            return False
+        seq = group.seqs[0]
+        prompt = group.prompt_len + seq.generated
+        region = self.allocator.allocate(seq.seq_id, prompt, seq.output_len - seq.generated)
+        if region is None:
+            self._blocked = group
+            return False
+        self.allocator.append(seq.seq_id, 1)
+        return True
+
+    def try_append(self, group: Group) -> bool:
+        self.allocator.append(group.seqs[0].seq_id, 1)
+        return True
+
+    def free_seq(self, group: Group, seq: Seq) -> None:
+        self.allocator.free(seq.seq_id)
+        self._blocked = None
+
+    def usage(self, head: Group | None, running: list[Group] | None = None) -> Usage:
+        s = self.allocator.stats()
+        external = 0
+        if head is not None:
+            if head is not self._head:  # the region the waiting head asks for
+                need = min(head.prompt_len + head.seqs[0].output_len, self.allocator.max_seq_len)
+                self._head, self._head_size = head, self.allocator.reservation_size(need)
+            external = s.external_fragmentation(self._head_size)
+        return Usage(s.token_states, s.reservation, s.internal_fragmentation, external)
+
+
+class PagedMemory:
+    """vLLM's paged KV cache: blocks are taken one at a time as tokens arrive.
+
+    Nothing is reserved ahead, so a running sequence may find the pool empty
+    when it needs its next block: the scheduler then preempts someone (§4.5).
+
+    With `lazy` set (the simulator's `run()` does so when nobody listens to
+    events), a lone sequence's tokens that land in the free slots of a block
+    it alone owns are handed to the allocator in one call, when it next needs
+    a block or is freed, instead of one call per token. The same blocks are
+    taken at the same iterations; only the per-token ``append`` events and
+    the calls are saved.
+    """
+
+    def __init__(self, spec: ManagerSpec, capacity: int, *, enable_prefix_caching: bool = False,
+                 swap_slots: int = 0, events: EventBus | None = None) -> None:
+        self.spec = spec
+        self.block_size = spec.block_size
+        num_blocks = capacity // spec.block_size
+        if num_blocks < 1:
+            raise ValueError(f"a capacity of {capacity} slots holds no block of "
+                             f"{spec.block_size} slots")
+        self.kv = KVCacheManager(num_blocks, spec.block_size,
+                                 enable_prefix_caching=enable_prefix_caching,
+                                 num_swap_blocks=swap_slots // spec.block_size, events=events)
+        self.num_blocks = num_blocks
+        self.lazy = False
+        self._blocked: Group | None = None  # did not fit when `_blocked_free` blocks were free
+        self._blocked_free = -1
+        self._pending_total = 0  # tokens held back from the allocator (lazy mode)
+
+    # ---------------------------------------------------------------- blocks
+    def _group_blocks(self, prompt_len: int, appends: list[int], prompt_blocks: int) -> int:
+        """Blocks a group takes when its prompt (costing `prompt_blocks`) is
+        shared by all its sequences and each then appends ``appends[i]`` tokens:
+        each copies the shared partly filled last block (copy-on-write) except
+        the last writer, which finds itself its only owner."""
+        r = prompt_len % self.block_size
+        own = sum(-(-(r + a) // self.block_size) for a in appends)
+        return prompt_blocks + own - (1 if r else 0)
+
+    def never_fits(self, group: Group) -> str | None:
+        worst = self._group_blocks(group.prompt_len, [s.output_len for s in group.seqs],
+                                   -(-group.prompt_len // self.block_size))
+        if worst > self.num_blocks:
+            return f"needs up to {worst} blocks > the pool's {self.num_blocks}"
+        return None
+
+    def try_admit(self, group: Group, prefix: list[int], watermark: int = 0) -> int | None:
+        """Prefill the prompt once, share it with every sequence of the group,
+        then give each its own tokens: those it had generated before a
+        recompute preemption, plus the one it produces now.
+
+        Returns how many prompt tokens the prefix cache supplied, or ``None``
+        (nothing changed) if the blocks plus `watermark` are not free."""
+        kv, parent = self.kv, group.seqs[0].seq_id
+        caching = kv.allocator.enable_prefix_caching
+        if not caching and self._blocked is group and self._blocked_free == kv.num_free_blocks:
+            return None  # nothing was freed since it last did not fit
+        tokens = group.prompt_tokens(prefix)
+        cached = kv.cached_prefix(parent, tokens) if caching else []
+        new_tokens = tokens[len(cached) * self.block_size:]
+        need = self._group_blocks(len(tokens), [s.generated + 1 for s in group.seqs],
+                                  kv.blocks_needed(parent, len(new_tokens), cached))
+        if need + watermark > kv.num_free_blocks:
+            self._blocked, self._blocked_free = group, kv.num_free_blocks
+            return None
+        self._must(kv.allocate_slots(parent, new_tokens, cached))
+        for seq in group.seqs[1:]:
+            kv.fork(parent, seq.seq_id)
+        for seq in group.seqs:
+            self._write(seq, group.token * (seq.generated + 1))
+        return len(cached) * self.block_size
+
+    def append_cost(self, group: Group) -> int:
+        """Blocks that one more token for every sequence of `group` takes."""
+        kv = self.kv
+        if len(group.seqs) == 1:
+            seq = group.seqs[0]
+            return 0 if kv.table(seq.seq_id).num_free_slots > seq.pending else 1
+        cost, partial = 0, {}
+        for seq in group.seqs:
+            self._sync(group, seq)
+            table = kv.table(seq.seq_id)
+            if table.num_free_slots:
+                partial[table.blocks[-1]] = partial.get(table.blocks[-1], 0) + 1
+            else:
+                cost += 1
+        ref = kv.allocator.ref_count
+        return cost + sum(m - 1 if ref(b) == m else m for b, m in partial.items())
+
+    def try_append(self, group: Group) -> bool:
+        """Give every sequence of `group` a slot for one more token, or return
+        False (nothing changed) if the pool is short."""
+        if self.lazy and len(group.seqs) == 1:
+            seq = group.seqs[0]
+            if seq.room:  # a free slot of a block only it owns: no call needed yet
+                seq.room -= 1
+                seq.pending += 1
+                self._pending_total += 1
+                return True
+        if self.append_cost(group) > self.kv.num_free_blocks:
+            return False
+        for seq in group.seqs:
+            self._write(seq, group.token * (seq.pending + 1))
+        return True
+
+    def fork_seq(self, group: Group, parent: Seq, child: Seq) -> None:
+        self._sync(group, parent)
+        self.kv.fork(parent.seq_id, child.seq_id)
+
+    def free_seq(self, group: Group, seq: Seq) -> None:
+        # tokens held back are written first, so full blocks get cached as usual
+        self._sync(group, seq)
+        self.kv.free(seq.seq_id)
+
+    def _write(self, seq: Seq, tokens: list[int]) -> None:
+        """Append `tokens` (including any held back) to `seq`'s blocks."""
+        self._must(self.kv.allocate_slots(seq.seq_id, tokens))
+        self._pending_total -= seq.pending
+        seq.pending = 0
+        if self.lazy:  # how many later tokens may be held back
+            table = self.kv.table(seq.seq_id)
+            free = table.num_free_slots
+            seq.room = free if free and self.kv.allocator.ref_count(table.blocks[-1]) == 1 \
+                else 0
+
+    def _sync(self, group: Group, seq: Seq) -> None:
+        if seq.pending:
+            self._write(seq, group.token * seq.pending)
+        seq.room = 0
+
+    def sync(self, groups: list[Group]) -> None:
+        """Hand every held-back token to the allocator (leaving lazy mode)."""
+        for group in groups:
+            for seq in group.seqs:
+                self._sync(group, seq)
+
+    # ------------------------------------------------------------------ swap
+    def can_swap_out(self, group: Group) -> bool:
+        return self.kv.can_swap_out(s.seq_id for s in group.seqs)
+
+    def swap_out(self, group: Group) -> None:
+        for seq in group.seqs:
+            self._sync(group, seq)
+        self.kv.swap_out([s.seq_id for s in group.seqs])
+
+    def can_swap_in(self, group: Group, reserve: int = 0) -> bool:
+        return self.kv.can_swap_in((s.seq_id for s in group.seqs), reserve=reserve)
+
+    def swap_in(self, group: Group) -> None:
+        self.kv.swap_in([s.seq_id for s in group.seqs])
+
+    # ----------------------------------------------------------------- usage
+    def usage(self, head: Group | None, running: list[Group] | None = None) -> Usage:
+        """Token states and the unfilled tails of last blocks (paging's only
+        waste); `running` is given to count what the sequences would hold
+        without sharing."""
+        a = self.kv.allocator
+        used = a.num_used_blocks
+        tokens = a.stats().tokens_stored + self._pending_total
+        alone = used
+        if running is not None:
+            bs = self.block_size
+            alone = sum(-(-(g.prompt_len + s.generated) // bs) for g in running for s in g.seqs)
+        return Usage(tokens, 0, used * self.block_size - tokens, 0, used, alone)
+
+    @staticmethod
+    def _must(copies) -> None:
+        if copies is None:  # the room was checked first: this is a bookkeeping bug
+            raise RuntimeError("the KV cache refused an allocation the simulator had checked")

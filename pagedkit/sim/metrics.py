@@ -1,0 +1,156 @@
+"""What a simulation measured: one row per iteration, one record per request.
+
+Averages over a run are *time* averages: each iteration's snapshot is
+weighted by how long it took, so a long prompt step counts for more than a
+quick decode step. Shares of memory (paper Fig. 2) are taken over the
+slots that hold something or are wasted (token states + reservation +
+internal + external fragmentation); free memory that a waiting request
+could still use is not waste and is left out, as in the paper.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .managers import Usage
+
+COLUMNS = ("time", "duration", "num_running", "num_waiting", "num_tokens", "context_tokens",
+           "token_states", "reservation", "internal_fragmentation", "external_fragmentation",
+           "used_blocks", "blocks_alone")
+
+
+class StepLog:
+    """Per-iteration rows, stored flat in one compact array (an hour of
+    simulation is hundreds of thousands of iterations); `array(name)` gives
+    a column."""
+
+    def __init__(self) -> None:
+        self._data = array("d")
+
+    def __len__(self) -> int:
+        return len(self._data) // len(COLUMNS)
+
+    def add(self, time: float, duration: float, num_running: int, num_waiting: int,
+            num_tokens: int, context_tokens: int, usage: Usage) -> None:
+        self._data.extend((time, duration, num_running, num_waiting, num_tokens, context_tokens,
+                           usage.token_states, usage.reservation, usage.internal_fragmentation,
+                           usage.external_fragmentation, usage.used_blocks, usage.blocks_alone))
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in COLUMNS:
+            raise KeyError(f"no column {name!r}; the columns are {', '.join(COLUMNS)}")
+        rows = np.frombuffer(self._data, dtype=np.float64).reshape(-1, len(COLUMNS))
+        return rows[:, COLUMNS.index(name)]
+
+    def time_average(self, name: str) -> float:
+        w = self.array("duration")
+        return float(np.dot(self.array(name), w) / w.sum()) if len(self) else 0.0
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """How one request went. `finish_reason` is ``"stop"`` when it produced its
+    whole output, or says why it was aborted."""
+
+    request_id: int
+    arrival: float
+    prompt_len: int
+    output_len: int
+    first_token_time: float | None
+    finish_time: float
+    num_preemptions: int
+    finish_reason: str
+
+    @property
+    def latency(self) -> float:
+        return self.finish_time - self.arrival
+
+    @property
+    def normalized_latency(self) -> float:
+        """End-to-end latency per output token, the paper's metric (§6.1)."""
+        return self.latency / self.output_len
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Time-averaged shares of the used-or-wasted KV slots (paper Fig. 2)."""
+
+    token_states: float
+    reservation: float
+    internal_fragmentation: float
+    external_fragmentation: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"token_states": self.token_states, "reservation": self.reservation,
+                "internal_fragmentation": self.internal_fragmentation,
+                "external_fragmentation": self.external_fragmentation}
+
+
+@dataclass
+class SimResult:
+    """Everything one simulation produced, with the paper's summary metrics."""
+
+    manager: str
+    trace: str
+    capacity_slots: int
+    requests: list[RequestResult]
+    steps: StepLog
+    wall_seconds: float = 0.0
+    num_preemptions: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def finished(self) -> list[RequestResult]:
+        return [r for r in self.requests if r.finish_reason == "stop"]
+
+    @property
+    def aborted(self) -> list[RequestResult]:
+        return [r for r in self.requests if r.finish_reason != "stop"]
+
+    @property
+    def makespan(self) -> float:
+        """Seconds from time 0 to the last request's end."""
+        return max((r.finish_time for r in self.requests), default=0.0)
+
+    def mean_batch_size(self) -> float:
+        """Average number of requests running in an iteration (paper Fig. 13)."""
+        return self.steps.time_average("num_running")
+
+    def breakdown(self) -> Breakdown:
+        parts = [self.steps.time_average(name) for name in
+                 ("token_states", "reservation", "internal_fragmentation",
+                  "external_fragmentation")]
+        total = sum(parts) or 1.0
+        return Breakdown(*(p / total for p in parts))
+
+    def mean_normalized_latency(self) -> float:
+        """Mean over finished requests of latency / output length (s/token)."""
+        done = self.finished
+        return float(np.mean([r.normalized_latency for r in done])) if done else float("nan")
+
+    def throughput(self) -> float:
+        """Finished requests per second of simulated time."""
+        return len(self.finished) / self.makespan if self.makespan else 0.0
+
+    def sharing_saving(self) -> float:
+        """Share of KV blocks sharing saved: ``1 - used / held-alone`` (paper Fig. 15)."""
+        alone = self.steps.time_average("blocks_alone")
+        return 1.0 - self.steps.time_average("used_blocks") / alone if alone else 0.0
+
+    def summary(self) -> dict[str, float | int | str]:
+        b = self.breakdown()
+        return {"manager": self.manager, "trace": self.trace, "requests": len(self.requests),
+                "aborted": len(self.aborted), "steps": self.num_steps,
+                "preemptions": self.num_preemptions,
+                "mean_batch_size": round(self.mean_batch_size(), 3),
+                "token_state_share": round(b.token_states, 4),
+                "normalized_latency_s_per_token": round(self.mean_normalized_latency(), 5),
+                "makespan_s": round(self.makespan, 2),
+                "wall_seconds": round(self.wall_seconds, 3)}

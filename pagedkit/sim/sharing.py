@@ -1,0 +1,89 @@
+"""Decoding scenarios where sequences of one request share KV blocks (paper §4.4).
+
+* `ParallelSampling(n)`: one prompt, `n` independent samples. The prompt's
+  blocks are shared; each sample copies the partly filled last block on its
+  first write (copy-on-write) and grows its own blocks from there.
+* `BeamSearch(width)`: every step keeps the `width` best candidates. A
+  candidate extends one of the current beams, so a beam picked by several
+  candidates is forked, one picked by none is freed, and beams share all
+  the blocks of their common history.
+* `SharedPrefix(length)`: every prompt starts with the same few-shot prefix
+  (a system prompt, examples); the prefix cache hands its full blocks to
+  each new request instead of computing and storing them again.
+
+The trace still says how long each output is; a scenario only says how the
+request's sequences relate. Which beams the candidates extend depends on
+the model's probabilities, which a trace does not have: `choose_parents`
+draws them uniformly at random, a neutral model under which beams share
+their history up to a few steps back (real beams often agree for longer,
+which would share more).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ParallelSampling:
+    n: int
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"parallel sampling needs n >= 1 samples, got {self.n}")
+
+    @property
+    def label(self) -> str:
+        return f"parallel sampling n={self.n}"
+
+
+@dataclass(frozen=True)
+class BeamSearch:
+    width: int
+
+    def __post_init__(self) -> None:
+        if self.width < 1:
+            raise ValueError(f"beam search needs width >= 1, got {self.width}")
+
+    @property
+    def label(self) -> str:
+        return f"beam search width={self.width}"
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.length < 1:
+            raise ValueError(f"a shared prefix needs length >= 1 tokens, got {self.length}")
+
+    @property
+    def label(self) -> str:
+        return f"shared prefix {self.length} tokens"
+
+
+Sharing = ParallelSampling | BeamSearch | SharedPrefix
+
+
+def num_sequences(sharing: Sharing | None) -> int:
+    """How many sequences one request runs."""
+    if isinstance(sharing, ParallelSampling):
+        return sharing.n
+    if isinstance(sharing, BeamSearch):
+        return sharing.width
+    return 1
+
+
+def sample_output_lens(first: int, n: int, pool: list[int], room: int,
+                       rng: random.Random) -> list[int]:
+    """Output lengths of `n` parallel samples: the trace's own for the first,
+    and for the others lengths drawn from the trace's outputs (`pool`), since
+    each sample stops at its own end-of-sequence; none exceeds `room`."""
+    return [first] + [min(rng.choice(pool), room) for _ in range(n - 1)]
+
+
+def choose_parents(width: int, rng: random.Random) -> list[int]:
+    """For each of the next step's `width` beams, which current beam it extends."""
+    return [rng.randrange(width) for _ in range(width)]

@@ -1,0 +1,416 @@
+"""The simulator: iteration-level FCFS scheduling over a trace, no model compute.
+
+A deliberately small model of the scheduler the paper evaluates (§4.5,
+§6.1; Orca's iteration-level scheduling). Each call to `Simulator.step`
+is one iteration:
+
+1. Requests whose arrival time has passed join the waiting queue.
+2. Every running request, oldest first, gets a slot for the token it
+   produces in this iteration. If the paged pool has no block left, the
+   newest running request is preempted until the older one fits: its
+   blocks are freed and it returns to the front of the queue to be
+   recomputed later (the paper's default), or they are swapped to CPU
+   memory (``preemption="swap"``). Contiguous managers reserved at
+   admission and never run out.
+3. If nobody was preempted, swapped-out requests come back first, then
+   waiting requests are admitted in arrival order while memory and
+   `max_num_seqs` allow (the paged manager keeps a `watermark` of free
+   blocks back, as vLLM does). A request that could never fit is aborted
+   with the reason.
+4. The iteration runs: admitted requests prefill their prompts, everyone
+   else decodes one token; every running sequence produces one token.
+   `LatencyModel` says how long that took.
+5. Sequences that produced their whole output finish and free their memory.
+
+Every change is announced on `events` exactly as the engine announces it
+(the memory manager's own events plus ``admit``, ``preempt``, ``finish`` and
+``step``), so a widget can animate a simulation like a live engine. With
+no listener, no event is ever built.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from ..memory import Event, EventBus, EventKind
+from .latency import LatencyModel, ModelPreset
+from .managers import PAGED, ContiguousMemory, Group, ManagerSpec, PagedMemory, Seq, Usage
+from .metrics import RequestResult, SimResult, StepLog
+from .sharing import (
+    BeamSearch,
+    ParallelSampling,
+    SharedPrefix,
+    Sharing,
+    choose_parents,
+    num_sequences,
+    sample_output_lens,
+)
+from .trace import Trace
+
+PREEMPTION_MODES = ("recompute", "swap")
+PREFILL_MODES = ("mixed", "separate")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one iteration did (returned by `Simulator.step`)."""
+
+    step: int
+    time: float  # when it started (s)
+    duration: float  # how long it took (s)
+    num_running: int  # requests that produced a token
+    num_waiting: int
+    num_swapped: int
+    admitted: tuple[int, ...]  # request ids
+    preempted: tuple[int, ...]
+    finished: tuple[int, ...]
+    num_tokens: int  # tokens computed (prompt tokens + one per decoding sequence)
+    usage: Usage
+
+
+class Simulator:
+    """Run `trace` through one memory manager, one iteration per `step()`.
+
+    >>> from pagedkit.sim import synthetic_trace
+    >>> sim = Simulator(synthetic_trace("alpaca", rate=5, num_requests=20), "paged")
+    >>> result = sim.run()
+    >>> len(result.finished)
+    20
+    """
+
+    def __init__(self, trace: Trace, manager: ManagerSpec | str = PAGED, *,
+                 model: LatencyModel | ModelPreset | None = None,
+                 capacity_slots: int | None = None, max_num_seqs: int = 256,
+                 preemption: str = "recompute", prefill: str = "mixed",
+                 swap_slots: int | None = None,
+                 watermark: float = 0.01, sharing: Sharing | None = None, seed: int = 0,
+                 events: EventBus | None = None) -> None:
+        self.spec = ManagerSpec.parse(manager) if isinstance(manager, str) else manager
+        self.latency = model if isinstance(model, LatencyModel) else LatencyModel(
+            model) if model is not None else LatencyModel()
+        preset = self.latency.preset
+        self.capacity = preset.kv_slots if capacity_slots is None else capacity_slots
+        if self.capacity < 1:
+            raise ValueError(f"capacity_slots must be >= 1, got {self.capacity}")
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption must be 'recompute' or 'swap', got {preemption!r}")
+        if prefill not in PREFILL_MODES:
+            raise ValueError(f"prefill must be 'mixed' or 'separate', got {prefill!r}")
+        if not 0 <= watermark < 1:
+            raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
+        if sharing is not None and not self.spec.paged:
+            raise ValueError(f"{sharing.label} shares KV blocks, which only the paged manager "
+                             f"can do; got {self.spec.label}")
+        self.trace, self.sharing, self.preemption = trace, sharing, preemption
+        self.prefill = prefill
+        self.max_num_seqs, self.max_seq_len = max_num_seqs, preset.max_seq_len
+        self.events = events if events is not None else EventBus()
+        if self.spec.paged:
+            if swap_slots is None:  # vLLM's default swap space: 4 GiB per GPU
+                swap_slots = preset.slots_for_bytes(4 * (1 << 30) * preset.num_gpus)
+            self.memory = PagedMemory(
+                self.spec, self.capacity, swap_slots=swap_slots if preemption == "swap" else 0,
+                enable_prefix_caching=isinstance(sharing, SharedPrefix), events=self.events)
+            self._watermark = int(watermark * self.memory.num_blocks)
+        else:
+            self.memory = ContiguousMemory(self.spec, self.capacity, self.max_seq_len)
+            self._watermark = 0
+        self._block_size = self.spec.block_size if self.spec.paged else None
+        self._rng = random.Random(seed)
+        self._output_pool = [r.output_len for r in trace.requests] or [1]
+        self._prefix = list(range(1, sharing.length + 1)) if isinstance(
+            sharing, SharedPrefix) else []
+        self.now = 0.0
+        self.step_count = 0
+        self.waiting: deque[Group] = deque()
+        self.running: list[Group] = []
+        self.swapped: deque[Group] = deque()
+        self.results: list[RequestResult] = []
+        self.log = StepLog()
+        self.num_preemptions = 0
+        self._next_arrival = 0
+        self._next_seq_id = 0
+        self._wall = 0.0
+
+    # ------------------------------------------------------------- queries
+    @property
+    def done(self) -> bool:
+        return (self._next_arrival == len(self.trace) and not self.waiting
+                and not self.running and not self.swapped)
+
+    def result(self) -> SimResult:
+        """The measurements so far (complete once `done`)."""
+        return SimResult(self.spec.label, self.trace.name, self.capacity,
+                         sorted(self.results, key=lambda r: r.request_id), self.log,
+                         self._wall, self.num_preemptions,
+                         {"sharing": self.sharing.label if self.sharing else None,
+                          "preemption": self.preemption})
+
+    # ----------------------------------------------------------------- run
+    def run(self, progress: bool | None = None) -> SimResult:
+        """Step until every request has finished. A progress bar shows for
+        long traces (`progress=None`: more than 2,000 requests)."""
+        from tqdm.auto import tqdm
+
+        show = len(self.trace) > 2000 if progress is None else progress
+        lazy = self.spec.paged and not self.events  # exact per-token calls only if watched
+        if lazy:
+            self.memory.lazy = True
+        with tqdm(total=len(self.trace), disable=not show, unit="req",
+                  desc=f"{self.spec.label} on {self.trace.name}") as bar:
+            reported = len(self.results)
+            while self.step() is not None:
+                if len(self.results) != reported:
+                    bar.update(len(self.results) - reported)
+                    reported = len(self.results)
+        if lazy:
+            self.memory.sync(self.running)
+            self.memory.lazy = False
+        return self.result()
+
+    def step(self) -> StepRecord | None:
+        """Run one iteration; ``None`` once every request has finished."""
+        started = time.perf_counter()
+        record = None
+        while record is None and not self.done:
+            record = self._iterate()
+        self._wall += time.perf_counter() - started
+        return record
+
+    def _iterate(self) -> StepRecord | None:
+        self._arrive()
+        if not (self.running or self.waiting or self.swapped):
+            self.now = self.trace.requests[self._next_arrival].arrival  # idle: skip ahead
+            self._arrive()
+        separate = self.prefill == "separate"
+        if separate and self.waiting and not self.swapped:
+            prefill, admitted = self._admit(sum(len(g.seqs) for g in self.running))
+            if admitted:  # a prompt iteration: only the newcomers run
+                return self._execute(prefill, admitted, [], admitted)
+        preempted = self._make_room_for_running()
+        prefill, admitted = 0, []
+        if not preempted:
+            seqs = self._swap_in(sum(len(g.seqs) for g in self.running))
+            if not self.swapped and not separate:
+                prefill, admitted = self._admit(seqs)
+        if not self.running:
+            if self.waiting or self.swapped:  # an empty pool always takes the head
+                raise RuntimeError("the simulator could not schedule anything; this is a bug")
+            return None  # everyone who had arrived was aborted
+        return self._execute(prefill, admitted, preempted, self.running)
+
+    # -------------------------------------------------------------- phases
+    def _arrive(self) -> None:
+        requests = self.trace.requests
+        while self._next_arrival < len(requests) and \
+                requests[self._next_arrival].arrival <= self.now:
+            self.waiting.append(self._new_group(requests[self._next_arrival]))
+            self._next_arrival += 1
+
+    def _new_group(self, request) -> Group:
+        prompt_len = len(self._prefix) + request.prompt_len
+        n = num_sequences(self.sharing)
+        if isinstance(self.sharing, ParallelSampling):
+            room = max(1, self.max_seq_len - prompt_len)
+            lens = sample_output_lens(request.output_len, n, self._output_pool, room, self._rng)
+        else:
+            lens = [request.output_len] * n
+        seqs = [Seq(self._next_seq_id + i, length) for i, length in enumerate(lens)]
+        self._next_seq_id += n
+        # a token id no other request uses, for the prompt and generated tokens
+        return Group(request, prompt_len, seqs, token=[-1 - request.request_id])
+
+    def _make_room_for_running(self) -> list[Group]:
+        """Give every running request its next slot, oldest first, preempting
+        the newest while the paged pool is short (§4.5)."""
+        preempted: list[Group] = []
+        memory, running = self.memory, self.running
+        beams = isinstance(self.sharing, BeamSearch)
+        i = 0
+        while i < len(running):
+            group = running[i]
+            if beams:
+                self._reshuffle_beams(group)
+            if memory.try_append(group):
+                i += 1
+                continue
+            victim = running.pop()
+            self._preempt(victim)
+            preempted.append(victim)
+        return preempted
+
+    def _reshuffle_beams(self, group: Group) -> None:
+        """Beam search's step (§4.4): each new beam extends a chosen parent;
+        unchosen beams are freed first, then parents chosen more than once fork."""
+        children = Counter(choose_parents(len(group.seqs), self._rng))
+        chosen = []
+        for i, seq in enumerate(group.seqs):
+            if children[i]:
+                chosen.append((seq, children[i]))
+            else:
+                self.memory.free_seq(group, seq)
+                self._emit(EventKind.FINISH, seq.seq_id, "pruned")
+        beams = []
+        for seq, count in chosen:
+            beams.append(seq)
+            for _ in range(count - 1):
+                child = Seq(self._next_seq_id, seq.output_len, seq.generated)
+                self._next_seq_id += 1
+                self.memory.fork_seq(group, seq, child)
+                beams.append(child)
+        group.seqs = beams
+
+    def _preempt(self, group: Group) -> None:
+        if self.preemption == "swap" and self.memory.can_swap_out(group):
+            self.memory.swap_out(group)
+            self.swapped.appendleft(group)
+            how = "swap"
+        else:  # recompute: drop the KV cache, keep the generated tokens
+            for seq in group.seqs:
+                self.memory.free_seq(group, seq)
+            self.waiting.appendleft(group)
+            how = "recompute"
+        group.num_preemptions += 1
+        self.num_preemptions += 1
+        for seq in group.seqs:
+            self._emit(EventKind.PREEMPT, seq.seq_id, how)
+
+    def _swap_in(self, seqs: int) -> int:
+        """Bring swapped-out requests back, oldest first, while they fit;
+        returns how many sequences are running then."""
+        while self.swapped:
+            group = self.swapped[0]
+            # room to come back plus one block per sequence for its next token;
+            # into an otherwise empty pool a group always fits (it did before)
+            reserve = len(group.seqs) + self._watermark if self.running else 0
+            if seqs + len(group.seqs) > self.max_num_seqs or \
+                    not self.memory.can_swap_in(group, reserve):
+                break
+            self.swapped.popleft()
+            self.memory.swap_in(group)
+            if not self.memory.try_append(group):
+                raise RuntimeError("a swapped-in group found no room it had reserved")
+            self.running.append(group)
+            seqs += len(group.seqs)
+        return seqs
+
+    def _admit(self, seqs: int) -> tuple[int, list[Group]]:
+        """Admit waiting requests in arrival order while they fit and the
+        running sequences stay within `max_num_seqs`. Returns the prompt
+        tokens to compute and the admitted groups."""
+        prefill, admitted = 0, []
+        while self.waiting:
+            group = self.waiting[0]
+            if not group.checked:
+                reason = self._never_fits(group)
+                if reason:
+                    self.waiting.popleft()
+                    self._abort(group, reason)
+                    continue
+                group.checked = True
+            if seqs + len(group.seqs) > self.max_num_seqs:
+                break
+            computed = self._try_admit(group)
+            if computed is None:
+                break
+            self.waiting.popleft()
+            self.running.append(group)
+            admitted.append(group)
+            prefill += computed
+            seqs += len(group.seqs)
+            if self.events:
+                for seq in group.seqs:
+                    self.events.emit(Event(EventKind.ADMIT, seq=seq.seq_id,
+                                           detail=str(group.request_id)))
+        return prefill, admitted
+
+    def _never_fits(self, group: Group) -> str | None:
+        longest = max(s.output_len for s in group.seqs)
+        if group.prompt_len + longest > self.max_seq_len:
+            return (f"needs {group.prompt_len + longest} tokens > max_seq_len "
+                    f"{self.max_seq_len}")
+        return self.memory.never_fits(group)
+
+    def _try_admit(self, group: Group) -> int | None:
+        """Allocate the group's prompt (plus tokens to recompute); returns how
+        many tokens its prefill computes, or None if memory is short."""
+        recompute = sum(s.generated for s in group.seqs)
+        if not self.spec.paged:
+            ok = self.memory.try_admit(group)
+            return group.prompt_len + recompute if ok else None
+        watermark = self._watermark if self.running else 0  # an empty pool takes anyone
+        hit = self.memory.try_admit(group, self._prefix, watermark)
+        return None if hit is None else group.prompt_len - hit + recompute
+
+    def _execute(self, prefill: int, admitted: list[Group], preempted: list[Group],
+                 batch: list[Group]) -> StepRecord:
+        """Every sequence of the `batch` produces a token; time the iteration;
+        finish whoever is done."""
+        num_seqs = context = 0
+        finished_seqs = []
+        for group in batch:
+            prompt_len = group.prompt_len
+            for seq in group.seqs:
+                seq.generated += 1
+                context += prompt_len + seq.generated
+                if seq.generated == seq.output_len:
+                    finished_seqs.append((group, seq))
+            num_seqs += len(group.seqs)
+        num_tokens = prefill + num_seqs - sum(len(g.seqs) for g in admitted)
+        duration = self.latency.step_time(num_tokens, context, self._block_size)
+        start, self.now = self.now, self.now + duration
+        for group in admitted:
+            if group.first_token_time is None:
+                group.first_token_time = self.now
+        head = self.waiting[0] if self.waiting else None
+        usage = self.memory.usage(head, self.running if self.sharing else None)
+        self.log.add(start, duration, len(self.running), len(self.waiting), num_tokens,
+                     context, usage)
+        finished_groups = []
+        for group, seq in finished_seqs:
+            self.memory.free_seq(group, seq)
+            group.seqs.remove(seq)
+            group.done.append(seq)
+            self._emit(EventKind.FINISH, seq.seq_id, "stop")
+            if not group.seqs:
+                finished_groups.append(group)
+        num_running = len(self.running)
+        if finished_groups:
+            done = set(map(id, finished_groups))
+            self.running = [g for g in self.running if id(g) not in done]
+            for group in finished_groups:
+                self._record(group, "stop")
+        self.step_count += 1
+        if self.events:
+            self.events.emit(Event(EventKind.STEP, step=self.step_count))
+        return StepRecord(self.step_count, start, duration, num_running, len(self.waiting),
+                          len(self.swapped), tuple(g.request_id for g in admitted),
+                          tuple(g.request_id for g in preempted),
+                          tuple(g.request_id for g in finished_groups), num_tokens, usage)
+
+    # ------------------------------------------------------------- helpers
+    def _abort(self, group: Group, reason: str) -> None:
+        for seq in group.seqs:
+            self._emit(EventKind.FINISH, seq.seq_id, f"abort: {reason}")
+        self._record(group, f"abort: {reason}")
+
+    def _record(self, group: Group, reason: str) -> None:
+        r = group.request
+        self.results.append(RequestResult(r.request_id, r.arrival, group.prompt_len,
+                                          r.output_len, group.first_token_time, self.now,
+                                          group.num_preemptions, reason))
+
+    def _emit(self, kind: EventKind, seq: int, detail: str) -> None:
+        if self.events:
+            self.events.emit(Event(kind, seq=seq, detail=detail))
+
+
+def simulate(trace: Trace, manager: ManagerSpec | str = PAGED, *,
+             progress: bool | None = None, **options) -> SimResult:
+    """Run a whole trace through one manager (see `Simulator` for the options)."""
+    return Simulator(trace, manager, **options).run(progress)

@@ -1,0 +1,285 @@
+"""Request traces: who arrives when, with how long a prompt and how long an answer.
+
+The simulator needs only lengths and arrival times, never text. The paper
+(§6.1, Figure 11) drives its experiments with two datasets, ShareGPT (long
+conversations) and Alpaca (short instructions), and synthesizes Poisson
+arrival times at a chosen request rate. We cannot ship those datasets, so
+`synthetic_trace` draws **synthetic** lengths shaped like them: each length
+is a log-normal truncated to ``[1, max_len]``, its location solved so the
+mean matches the paper's Figure 11 exactly (the shape, `sigma`, is chosen by
+eye, not fitted to the real data). Real length lists load from a local JSON
+or CSV file with `load_trace`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+
+from .._validation import check_int
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace: it arrives at `arrival` seconds, brings a prompt
+    of `prompt_len` tokens and will produce `output_len` tokens."""
+
+    request_id: int
+    arrival: float
+    prompt_len: int
+    output_len: int
+
+    @property
+    def total_len(self) -> int:
+        return self.prompt_len + self.output_len
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests in arrival order, with a name and where they came from."""
+
+    name: str
+    requests: tuple[TraceRequest, ...]
+    source: str = "synthetic"
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __iter__(self):
+        return iter(self.requests)
+
+    @property
+    def duration(self) -> float:
+        """Seconds from time 0 to the last arrival."""
+        return self.requests[-1].arrival if self.requests else 0.0
+
+    def mean_prompt_len(self) -> float:
+        return float(np.mean([r.prompt_len for r in self.requests]))
+
+    def mean_output_len(self) -> float:
+        return float(np.mean([r.output_len for r in self.requests]))
+
+    def head(self, n: int) -> Trace:
+        """The first `n` requests (a quick trace for tests and demos)."""
+        return Trace(self.name, self.requests[:n], self.source)
+
+
+# ----------------------------------------------------------------- shapes
+@dataclass(frozen=True)
+class LengthShape:
+    """A log-normal length distribution known by its mean and its log-spread."""
+
+    mean: float
+    sigma: float
+
+
+@dataclass(frozen=True)
+class DatasetShape:
+    """Prompt and output length distributions of one dataset; ``prompt + output``
+    never exceeds `max_len` (OPT's 2048-token context, paper §6.1)."""
+
+    name: str
+    prompt: LengthShape
+    output: LengthShape
+    max_len: int = 2048
+    notes: str = field(default="", compare=False)
+
+
+#: Shaped like ShareGPT (paper Fig. 11a): means 161.31 in, 337.99 out; long tails.
+SHAREGPT = DatasetShape(
+    "sharegpt", LengthShape(161.31, 1.2), LengthShape(337.99, 0.8),
+    notes="synthetic, log-normal; means from the paper's Fig. 11a, shape by eye")
+#: Shaped like Alpaca (paper Fig. 11b): short instructions, means 19.31 in, 58.45 out.
+ALPACA = DatasetShape(
+    "alpaca", LengthShape(19.31, 0.5), LengthShape(58.45, 0.9),
+    notes="synthetic, log-normal; means from the paper's Fig. 11b, shape by eye")
+
+DATASETS = {"sharegpt": SHAREGPT, "alpaca": ALPACA}
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def _truncated_lognormal_mean(mu: float, sigma: float, lo: float, hi: float) -> float:
+    """Mean of exp(mu + sigma Z) conditioned on lying in [lo, hi] (closed form)."""
+    a, b = (math.log(lo) - mu) / sigma, (math.log(hi) - mu) / sigma
+    mass = _phi(b) - _phi(a)
+    if mass < 1e-300:  # all the mass is beyond one bound: the mean sits on it
+        return lo if b < 0 else hi
+    return math.exp(mu + sigma * sigma / 2) * (_phi(b - sigma) - _phi(a - sigma)) / mass
+
+
+def _solve_mu(target: float, sigma: float, his: Iterable[float]) -> float:
+    """The log-location whose truncated mean, averaged over upper bounds `his`
+    (one per conditioning case), equals `target`. Rounding a value in
+    [k - 0.5, k + 0.5) to k is unbiased enough that this continuous mean
+    is the integer lengths' mean too."""
+    his = list(his)
+    if not 1 <= target <= max(his):
+        raise ValueError(f"a mean length of {target} is outside [1, {max(his)}]")
+    lo, hi = -20.0, 20.0
+    for _ in range(100):  # the mean grows with mu: bisect
+        mid = (lo + hi) / 2
+        mean = sum(_truncated_lognormal_mean(mid, sigma, 0.5, h) for h in his) / len(his)
+        lo, hi = (mid, hi) if mean < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _draw_truncated(rng: np.random.Generator, mu: float, sigma: float,
+                    his: np.ndarray) -> np.ndarray:
+    """Integer lengths from the log-normal, each rounding into [1, his[i]].
+
+    Redrawing what falls outside is fast while the bound is loose; the few
+    whose bound cuts deep into the distribution (a long prompt leaves little
+    room for the output) are drawn exactly by inverting the normal CDF."""
+    out = np.zeros(len(his), dtype=np.int64)
+    todo = np.arange(len(his))
+    for _ in range(8):
+        if not len(todo):
+            return out
+        x = np.rint(rng.lognormal(mu, sigma, size=len(todo))).astype(np.int64)
+        ok = (x >= 1) & (x <= his[todo])
+        out[todo[ok]] = x[ok]
+        todo = todo[~ok]
+    normal = NormalDist()
+    lo = normal.cdf((math.log(0.5) - mu) / sigma)
+    for i, u in zip(todo, rng.random(len(todo)), strict=True):
+        hi = normal.cdf((math.log(his[i] + 0.5) - mu) / sigma)
+        q = min(max(lo + u * (hi - lo), 1e-300), 1 - 1e-16)
+        out[i] = min(max(round(math.exp(mu + sigma * normal.inv_cdf(q))), 1), his[i])
+    return out
+
+
+def sample_lengths(shape: DatasetShape, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """`n` (prompt, output) length pairs drawn from `shape`.
+
+    The output is truncated to what the context has left after the prompt,
+    so its location is solved over a grid of prompt lengths (the prompt's
+    quantiles) to keep its mean on target."""
+    check_int("n", n, minimum=0)
+    rng = np.random.default_rng(seed)
+    max_prompt = shape.max_len - 1
+    mu_p = _solve_mu(shape.prompt.mean, shape.prompt.sigma, [max_prompt + 0.5])
+    grid = _draw_truncated(np.random.default_rng(12345), mu_p, shape.prompt.sigma,
+                           np.full(400, max_prompt))
+    mu_o = _solve_mu(shape.output.mean, shape.output.sigma, shape.max_len - grid + 0.5)
+    prompts = _draw_truncated(rng, mu_p, shape.prompt.sigma, np.full(n, max_prompt))
+    outputs = _draw_truncated(rng, mu_o, shape.output.sigma, shape.max_len - prompts)
+    return prompts, outputs
+
+
+def poisson_arrivals(n: int, rate: float, seed: int = 0) -> np.ndarray:
+    """Arrival times of `n` requests of a Poisson process with `rate` requests/s
+    (exponential gaps), as the paper synthesizes them (§6.1)."""
+    check_int("n", n, minimum=0)
+    if not rate > 0:
+        raise ValueError(f"rate must be > 0 requests/s, got {rate!r}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+    return np.cumsum(gaps)
+
+
+def synthetic_trace(dataset: str | DatasetShape = "sharegpt", *, rate: float,
+                    num_requests: int | None = None, duration: float | None = None,
+                    seed: int = 0) -> Trace:
+    """A seeded synthetic trace: lengths shaped like `dataset`, Poisson arrivals.
+
+    Give either `num_requests` or `duration` (seconds; ``rate * duration``
+    requests). Lengths depend only on the seed, not on the rate, so a sweep
+    over rates replays the same requests faster or slower.
+    """
+    shape = _shape(dataset)
+    if (num_requests is None) == (duration is None):
+        raise ValueError("give exactly one of num_requests and duration")
+    if num_requests is None:
+        if not duration > 0:
+            raise ValueError(f"duration must be > 0 seconds, got {duration!r}")
+        num_requests = max(1, round(rate * duration))
+    prompts, outputs = sample_lengths(shape, num_requests, seed)
+    arrivals = poisson_arrivals(num_requests, rate, seed + 1)
+    requests = tuple(TraceRequest(i, float(t), int(p), int(o))
+                     for i, (t, p, o) in enumerate(zip(arrivals, prompts, outputs, strict=True)))
+    return Trace(f"{shape.name}@{rate:g}", requests, f"synthetic ({shape.notes})")
+
+
+def _shape(dataset: str | DatasetShape) -> DatasetShape:
+    if isinstance(dataset, DatasetShape):
+        return dataset
+    try:
+        return DATASETS[dataset.lower()]
+    except KeyError:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of "
+                         f"{', '.join(map(repr, DATASETS))} or pass a DatasetShape") from None
+
+
+# ---------------------------------------------------------------- loading
+_PROMPT_KEYS = ("prompt_len", "input_len", "prompt_tokens", "input_tokens", "prompt", "input")
+_OUTPUT_KEYS = ("output_len", "output_tokens", "completion_tokens", "output")
+_ARRIVAL_KEYS = ("arrival", "arrival_time", "timestamp")
+
+
+def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
+               name: str | None = None) -> Trace:
+    """Load real lengths from a JSON or CSV file.
+
+    JSON: a list of ``[prompt_len, output_len]`` pairs or of objects; CSV: a
+    header row. Columns may be called ``prompt_len``/``input_len`` and
+    ``output_len``/``output_tokens`` (and a few aliases); an ``arrival``
+    column (seconds) is used if present, otherwise give `rate` and Poisson
+    arrivals are drawn.
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".json":
+        rows = json.loads(path.read_text())
+        if not isinstance(rows, list):
+            raise ValueError(f"{path}: expected a JSON list of requests, got {type(rows).__name__}")
+    elif path.suffix.lower() == ".csv":
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    else:
+        raise ValueError(f"{path}: unsupported trace format {path.suffix!r} (use .json or .csv)")
+    lengths, arrivals = [], []
+    for i, row in enumerate(rows):
+        if isinstance(row, (list, tuple)):
+            if len(row) not in (2, 3):
+                raise ValueError(f"{path}: request {i} should be [prompt_len, output_len] "
+                                 f"(optionally + arrival), got {row!r}")
+            lengths.append((row[0], row[1]))
+            arrivals.append(row[2] if len(row) == 3 else None)
+        elif isinstance(row, dict):
+            lengths.append((_field(row, _PROMPT_KEYS, path, i), _field(row, _OUTPUT_KEYS, path, i)))
+            arrivals.append(next((row[k] for k in _ARRIVAL_KEYS if row.get(k) not in (None, "")),
+                                 None))
+        else:
+            raise ValueError(f"{path}: request {i} is neither a list nor an object: {row!r}")
+    if not lengths:
+        raise ValueError(f"{path}: the trace holds no requests")
+    pairs = [(check_int(f"prompt_len of request {i}", int(p), minimum=1),
+              check_int(f"output_len of request {i}", int(o), minimum=1))
+             for i, (p, o) in enumerate(lengths)]
+    if all(a is not None for a in arrivals):
+        times = np.array([float(a) for a in arrivals])
+        if np.any(np.diff(times) < 0):
+            raise ValueError(f"{path}: arrival times must be non-decreasing")
+    elif rate is None:
+        raise ValueError(f"{path}: the file has no arrival times; pass rate= (requests/s) "
+                         "to draw Poisson arrivals")
+    else:
+        times = poisson_arrivals(len(pairs), rate, seed)
+    requests = tuple(TraceRequest(i, float(t), p, o)
+                     for i, ((p, o), t) in enumerate(zip(pairs, times, strict=True)))
+    return Trace(name or path.stem, requests, f"file {path.name}")
+
+
+def _field(row: dict, keys: tuple[str, ...], path: Path, i: int):
+    for key in keys:
+        if row.get(key) not in (None, ""):
+            return row[key]
+    raise ValueError(f"{path}: request {i} has none of the columns {', '.join(keys)}")

@@ -1,0 +1,62 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pagedkit.sim import paper
+from pagedkit.sim.cli import main
+from pagedkit.sim.report import compare, format_table
+
+
+@pytest.fixture(scope="module")
+def quick_report():
+    return compare("quick")
+
+
+def test_report_sets_every_paper_number_beside_ours(quick_report):
+    rows = quick_report.rows
+    figures = {r.figure for r in rows}
+    assert {"Table 1", "Fig. 11", "Fig. 2", "Fig. 12", "Fig. 13", "Fig. 15",
+            "Fig. 18b"} <= figures
+    fig13 = [r for r in rows if r.figure == "Fig. 13"]
+    assert len(fig13) == 8 and {r.paper for r in fig13} >= set(paper.FIG13_BATCH["alpaca"]
+                                                                 .values())
+    assert all(isinstance(r.ours, (int, float, str)) and r.note for r in rows)
+    table = format_table(quick_report)
+    assert "Orca (Oracle)" in table and "first-fit" in table
+    assert format_table(quick_report, markdown=True).startswith("| figure | quantity |")
+
+
+def test_main_prints_json(capsys, monkeypatch, quick_report):
+    monkeypatch.setattr("pagedkit.sim.cli.compare", lambda *a, **k: quick_report)
+    assert main(["--scale", "quick", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scale"] == "quick" and out["speed"]["iterations"] > 0
+    slots = next(r for r in out["rows"] if r["figure"] == "Table 1")
+    assert (slots["ours"], slots["paper"]) == (15_728, 15_700)
+    assert set(out["notes"]) >= {"max", "speed", "lengths"}
+
+
+def test_one_trace_mode(capsys, tmp_path):
+    assert main(["--dataset", "alpaca", "--rate", "5", "--requests", "25", "--manager",
+                 "paged:8", "--manager", "oracle", "--json", "--no-progress"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert [r["manager"] for r in runs] == ["vLLM (block 8)", "Orca (Oracle)"]
+    assert all(r["requests"] == 25 and r["aborted"] == 0 for r in runs)
+    path = tmp_path / "t.csv"
+    path.write_text("prompt_len,output_len,arrival\n10,5,0\n20,3,0.5\n")
+    assert main(["--trace", str(path), "--manager", "pow2", "--no-progress"]) == 0
+    assert "Orca (Pow2)" in capsys.readouterr().out
+    assert main(["--dataset", "alpaca", "--no-progress"]) == 2  # a rate is needed
+
+
+def test_python_dash_m_pagedkit_sim_without_torch():
+    code = ("import sys, runpy; sys.argv = ['x', '--dataset', 'alpaca', '--rate', '5', "
+            "'--requests', '5', '--manager', 'paged', '--json']\n"
+            "try:\n    runpy.run_module('pagedkit.sim', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert e.code == 0\n"
+            "print('torch' in sys.modules, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)[0]["requests"] == 5
+    assert out.stderr.strip().splitlines()[-1] == "False"

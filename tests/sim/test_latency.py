@@ -1,0 +1,34 @@
+import pytest
+
+from pagedkit.sim import OPT_13B, OPT_66B, OPT_175B, LatencyModel
+from pagedkit.sim.paper import TABLE1_KV_SLOTS
+
+
+@pytest.mark.parametrize("preset, tolerance", [(OPT_13B, 0.01), (OPT_66B, 0.02),
+                                               (OPT_175B, 0.01)], ids=lambda p: str(p)[:20])
+def test_presets_reproduce_table1_slots(preset, tolerance):
+    assert preset.kv_slots == pytest.approx(TABLE1_KV_SLOTS[preset.name], rel=tolerance)
+
+
+def test_opt13b_numbers():
+    assert OPT_13B.kv_bytes_per_token == 2 * 40 * 5120 * 2 == 819_200
+    assert OPT_13B.kv_slots == 15_728
+
+
+def test_a_step_reads_the_weights_at_least_once():
+    m = LatencyModel()
+    floor = m.overhead + 26e9 / (1.555e12 * m.mem_efficiency)
+    assert m.step_time(1, 0) == pytest.approx(floor)
+    # more context costs more memory traffic; enough tokens make it compute-bound
+    assert m.step_time(1, 10_000) > m.step_time(1, 1_000) > floor
+    big = m.step_time(4096, 0)
+    assert big == pytest.approx(m.overhead + 2 * 13e9 * 4096 / (312e12 * m.flop_efficiency))
+
+
+def test_paged_reads_are_slower_and_tiny_blocks_slowest():
+    m = LatencyModel()
+    assert m.attention_efficiency(None) == 1.0
+    assert m.attention_efficiency(16) == pytest.approx(0.8)  # the paper's ~20-26% (Fig. 18a)
+    times = [m.step_time(30, 15_000, b) for b in (1, 4, 16, 256)]
+    assert times == sorted(times, reverse=True)
+    assert m.step_time(30, 15_000, None) < times[-1]

@@ -1,0 +1,214 @@
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pagedkit.memory.allocator as allocator_module
+import pagedkit.sim.simulator as simulator_module
+from pagedkit.memory import EventBus, EventLog
+from pagedkit.sim import (
+    OPT_13B,
+    PAGED,
+    PAPER_MANAGERS,
+    LatencyModel,
+    ManagerSpec,
+    Simulator,
+    Trace,
+    TraceRequest,
+    simulate,
+    synthetic_trace,
+)
+
+
+def make_trace(*requests, name="t"):
+    """requests: (arrival, prompt_len, output_len) tuples."""
+    return Trace(name, tuple(TraceRequest(i, *r) for i, r in enumerate(requests)))
+
+
+def test_every_request_finishes_with_its_output():
+    trace = synthetic_trace("alpaca", rate=20, num_requests=60, seed=1)
+    for manager in PAPER_MANAGERS:
+        r = simulate(trace, manager, capacity_slots=2048)
+        assert [x.request_id for x in r.finished] == list(range(60))
+        for req, res in zip(trace, r.requests, strict=True):
+            assert res.finish_time > req.arrival and res.first_token_time <= res.finish_time
+            assert res.output_len == req.output_len
+
+
+def test_one_request_alone_takes_one_iteration_per_output_token():
+    trace = make_trace((0.0, 10, 5))
+    r = simulate(trace, PAGED)
+    assert r.num_steps == 5
+    assert r.steps.array("num_tokens").tolist() == [10, 1, 1, 1, 1]  # prefill, then decode
+    assert r.steps.array("token_states").tolist() == [11, 12, 13, 14, 15]
+    assert r.requests[0].finish_time == pytest.approx(r.steps.array("duration").sum())
+
+
+def test_idle_time_is_skipped_and_arrivals_wait_for_their_time():
+    trace = make_trace((0.0, 4, 2), (100.0, 4, 2))
+    sim = Simulator(trace, PAGED)
+    records = [sim.step() for _ in range(4)]
+    assert records[0].admitted == (0,) and records[2].admitted == (1,)
+    assert records[2].time == 100.0 and records[3].finished == (1,)
+    assert sim.step() is None and sim.done
+
+
+def test_contiguous_max_holds_seven_opt13b_requests():
+    """15,728 slots // 2,048 per reservation = 7, however short the requests."""
+    trace = make_trace(*[(0.0, 10, 50)] * 20)
+    r = simulate(trace, "max")
+    assert r.steps.array("num_running").max() == 7
+    assert r.num_preemptions == 0
+
+
+def test_paged_preempts_newest_and_recomputes():
+    # 4 blocks of 4 slots; two requests that each grow to 12 tokens cannot both fit
+    trace = make_trace((0.0, 4, 8), (0.0, 4, 8))
+    log_bus = EventBus()
+    log = EventLog(log_bus)
+    sim = Simulator(trace, ManagerSpec("paged", 4), capacity_slots=16, watermark=0,
+                    events=log_bus)
+    r = sim.run()
+    assert r.num_preemptions >= 1 and len(r.finished) == 2
+    preempts = [e for e in log if e.kind.value == "preempt"]
+    assert {e.detail for e in preempts} == {"recompute"}
+    assert {e.seq for e in preempts} == {1}  # the newest goes first
+    assert r.requests[1].num_preemptions >= 1 and r.requests[0].num_preemptions == 0
+    assert sim.memory.kv.stats().used_blocks == 0
+
+
+def test_swap_preemption_parks_blocks_in_cpu_memory():
+    trace = make_trace((0.0, 4, 8), (0.0, 4, 8))
+    log = EventLog(bus := EventBus())
+    sim = Simulator(trace, ManagerSpec("paged", 4), capacity_slots=16, watermark=0,
+                    preemption="swap", swap_slots=64, events=bus)
+    r = sim.run()
+    assert len(r.finished) == 2
+    kinds = Counter(log.kinds())
+    assert kinds["swap_out"] >= 1 and kinds["swap_in"] == kinds["swap_out"]
+    assert {e.detail for e in log if e.kind.value == "preempt"} == {"swap"}
+    assert sim.memory.kv.stats().swapped_blocks == 0
+
+
+def test_requests_that_can_never_fit_are_aborted_with_the_reason():
+    trace = make_trace((0.0, 2000, 100), (0.0, 10, 10), (1.0, 300, 10))
+    r = simulate(trace, PAGED, capacity_slots=256)
+    reasons = {x.request_id: x.finish_reason for x in r.requests}
+    assert reasons[1] == "stop"
+    assert reasons[0].startswith("abort: needs 2100 tokens > max_seq_len 2048")
+    assert reasons[2].startswith("abort: needs up to 20 blocks > the pool's 16")
+    r = simulate(make_trace((0.0, 10, 10)), "max", capacity_slots=1000)
+    assert "region > capacity" in r.requests[0].finish_reason
+
+
+def test_events_match_the_engine_vocabulary():
+    trace = synthetic_trace("alpaca", rate=50, num_requests=20, seed=2)
+    log = EventLog(bus := EventBus())
+    sim = Simulator(trace, PAGED, capacity_slots=512, events=bus)
+    r = sim.run()
+    admits = [e for e in log if e.kind.value == "admit"]
+    assert sorted({e.detail for e in admits}, key=int) == [str(i) for i in range(20)]
+    finishes = [e for e in log if e.kind.value == "finish"]
+    assert Counter(e.detail for e in finishes) == {"stop": 20}
+    steps = [e.step for e in log if e.kind.value == "step"]
+    assert steps == list(range(1, r.num_steps + 1))
+    # every token lands in a block: appends add up to the tokens the trace produced
+    assert Counter(log.kinds())["allocate"] >= 20
+
+
+def test_no_event_is_built_when_nobody_listens(monkeypatch):
+    def boom(*args, **kwargs):
+        raise AssertionError("an Event was built with no listener")
+
+    monkeypatch.setattr(simulator_module, "Event", boom)
+    monkeypatch.setattr(allocator_module, "Event", boom)
+    trace = synthetic_trace("sharegpt", rate=5, num_requests=30, seed=0)
+    sim = Simulator(trace, PAGED, capacity_slots=2048)
+    while sim.step():  # the exact path too, not only run()
+        pass
+    assert len(sim.result().finished) == 30
+
+
+@pytest.mark.parametrize("manager", ["paged", "paged:1", "oracle"])
+def test_step_by_step_equals_run(manager):
+    """run() batches a lone sequence's appends when nobody listens; stepping
+    (as a widget does) calls the allocator per token. Same numbers."""
+    trace = synthetic_trace("sharegpt", rate=4, num_requests=60, seed=5)
+    stepped = Simulator(trace, manager, capacity_slots=4096)
+    while stepped.step():
+        pass
+    ran = simulate(trace, manager, capacity_slots=4096)
+    a, b = stepped.result(), ran
+    assert a.num_preemptions == b.num_preemptions > 0 or manager == "oracle"
+    for column in ("time", "num_running", "token_states", "internal_fragmentation",
+                   "used_blocks"):
+        assert np.array_equal(a.steps.array(column), b.steps.array(column)), column
+
+
+def test_max_num_seqs_caps_the_batch():
+    trace = make_trace(*[(0.0, 5, 20)] * 12)
+    r = simulate(trace, PAGED, max_num_seqs=5)
+    assert r.steps.array("num_running").max() == 5
+
+
+def test_separate_prefill_runs_prompts_in_their_own_iterations():
+    trace = make_trace((0.0, 8, 4), (0.05, 8, 4))
+    mixed = Simulator(trace, PAGED)
+    separate = Simulator(trace, PAGED, prefill="separate")
+    a, b = mixed.run(), separate.run()
+    # the second prompt joins request 0's decoding, or runs alone while it waits
+    assert a.steps.array("num_tokens").tolist() == [8, 1, 9, 2, 1, 1]
+    assert b.steps.array("num_tokens").tolist() == [8, 1, 8, 2, 2, 1]
+    assert b.requests[0].finish_time > a.requests[0].finish_time
+
+
+def test_bad_options_name_the_value():
+    trace = make_trace((0.0, 4, 4))
+    with pytest.raises(ValueError, match="preemption must be 'recompute' or 'swap', got 'drop'"):
+        Simulator(trace, PAGED, preemption="drop")
+    with pytest.raises(ValueError, match=r"manager kind must be .* got 'lru'"):
+        Simulator(trace, "lru")
+    with pytest.raises(ValueError, match="holds no block of 32 slots"):
+        Simulator(trace, "paged:32", capacity_slots=16)
+    with pytest.raises(ValueError, match="max_num_seqs must be >= 1, got 0"):
+        Simulator(trace, PAGED, max_num_seqs=0)
+
+
+# --------------------------------------------------------------- properties
+requests = st.lists(st.tuples(st.floats(0, 5), st.integers(1, 60), st.integers(1, 60)),
+                    min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=requests, kind=st.sampled_from(["max", "pow2", "oracle", "paged"]),
+       block_size=st.sampled_from([1, 2, 4, 16]), capacity=st.integers(64, 400),
+       preemption=st.sampled_from(["recompute", "swap"]),
+       prefill=st.sampled_from(["mixed", "separate"]), watched=st.booleans())
+def test_no_request_is_lost(reqs, kind, block_size, capacity, preemption, prefill, watched):
+    """Whatever the trace and memory: every request ends, finished with its whole
+    output or aborted with a reason, and all memory is returned."""
+    trace = make_trace(*sorted(reqs))
+    bus = EventBus()
+    log = EventLog(bus) if watched else None
+    model = LatencyModel(replace(OPT_13B, max_seq_len=100))  # so that "max" regions fit
+    sim = Simulator(trace, ManagerSpec(kind, block_size), model=model, capacity_slots=capacity,
+                    preemption=preemption, swap_slots=256, prefill=prefill, events=bus)
+    result = sim.run()
+    assert sorted(r.request_id for r in result.requests) == list(range(len(reqs)))
+    for r in result.requests:
+        assert r.finish_reason == "stop" or r.finish_reason.startswith("abort: needs")
+    steps = result.steps
+    held = (steps.array("token_states") + steps.array("reservation")
+            + steps.array("internal_fragmentation"))
+    assert np.all(held <= capacity)
+    if kind == "paged":
+        assert sim.memory.kv.stats().used_blocks == 0
+        assert sim.memory.kv.stats().swapped_blocks == 0
+    else:
+        assert len(sim.memory.allocator) == 0
+    if log is not None:
+        finished = sum(1 for e in log if e.kind.value == "finish" and e.detail == "stop")
+        assert finished == len(result.finished)

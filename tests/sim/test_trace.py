@@ -1,0 +1,98 @@
+import json
+
+import numpy as np
+import pytest
+
+from pagedkit.sim import (
+    ALPACA,
+    SHAREGPT,
+    load_trace,
+    poisson_arrivals,
+    sample_lengths,
+    synthetic_trace,
+)
+from pagedkit.sim.paper import FIG11_MEANS
+
+
+@pytest.mark.parametrize("shape", [SHAREGPT, ALPACA], ids=lambda s: s.name)
+def test_synthetic_means_match_the_paper(shape):
+    prompts, outputs = sample_lengths(shape, 40_000, seed=7)
+    want_prompt, want_output = FIG11_MEANS[shape.name]
+    assert prompts.mean() == pytest.approx(want_prompt, rel=0.03)
+    assert outputs.mean() == pytest.approx(want_output, rel=0.03)
+    assert prompts.min() >= 1 and outputs.min() >= 1
+    assert (prompts + outputs).max() <= shape.max_len
+
+
+def test_sharegpt_is_long_tailed_and_alpaca_short():
+    p, o = sample_lengths(SHAREGPT, 20_000, seed=1)
+    assert np.median(p) < p.mean()  # long tail: the mean sits above the median
+    assert np.percentile(p + o, 99) > 4 * np.median(p + o) / 2
+    ap, ao = sample_lengths(ALPACA, 20_000, seed=1)
+    assert np.median(ap + ao) < np.median(p + o) / 4
+
+
+def test_traces_are_seeded():
+    a = synthetic_trace("sharegpt", rate=2, num_requests=50, seed=3)
+    b = synthetic_trace("sharegpt", rate=2, num_requests=50, seed=3)
+    c = synthetic_trace("sharegpt", rate=2, num_requests=50, seed=4)
+    assert a == b and a != c
+    # the rate only stretches time: the same requests arrive faster
+    fast = synthetic_trace("sharegpt", rate=4, num_requests=50, seed=3)
+    assert [r.prompt_len for r in fast] == [r.prompt_len for r in a]
+    assert fast.duration < a.duration
+    assert "synthetic" in a.source
+
+
+def test_poisson_arrivals_have_the_rate():
+    t = poisson_arrivals(20_000, rate=5.0, seed=0)
+    assert np.all(np.diff(t) >= 0)
+    assert np.diff(t).mean() == pytest.approx(0.2, rel=0.03)
+
+
+def test_duration_sets_the_number_of_requests():
+    assert len(synthetic_trace("alpaca", rate=30, duration=10)) == 300
+    with pytest.raises(ValueError, match="exactly one of num_requests and duration"):
+        synthetic_trace("alpaca", rate=30)
+    with pytest.raises(ValueError, match="unknown dataset 'lmsys'"):
+        synthetic_trace("lmsys", rate=1, num_requests=1)
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        synthetic_trace("alpaca", rate=0, num_requests=1)
+
+
+def test_load_json_pairs_and_objects(tmp_path):
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps([[10, 20], [5, 7]]))
+    trace = load_trace(pairs, rate=1.0)
+    assert [(r.prompt_len, r.output_len) for r in trace] == [(10, 20), (5, 7)]
+    objects = tmp_path / "objs.json"
+    objects.write_text(json.dumps([{"input_len": 3, "output_tokens": 4, "arrival": 0.5},
+                                   {"prompt_len": 6, "output_len": 1, "arrival": 1.5}]))
+    trace = load_trace(objects)
+    assert [(r.arrival, r.prompt_len, r.output_len) for r in trace] == [(0.5, 3, 4),
+                                                                         (1.5, 6, 1)]
+    assert trace.name == "objs" and trace.source == "file objs.json"
+
+
+def test_load_csv(tmp_path):
+    path = tmp_path / "lengths.csv"
+    path.write_text("prompt_len,output_len\n12,30\n8,2\n")
+    trace = load_trace(path, rate=2.0, seed=1)
+    assert trace.mean_prompt_len() == 10 and trace.mean_output_len() == 16
+
+
+def test_load_errors_name_the_problem(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([[10, 20]]))
+    with pytest.raises(ValueError, match="no arrival times; pass rate="):
+        load_trace(path)
+    path.write_text(json.dumps([[10, 0]]))
+    with pytest.raises(ValueError, match="output_len of request 0 must be >= 1, got 0"):
+        load_trace(path, rate=1)
+    path.write_text(json.dumps([{"prompt": 3}]))
+    with pytest.raises(ValueError, match="request 0 has none of the columns output_len"):
+        load_trace(path, rate=1)
+    other = tmp_path / "t.parquet"
+    other.write_text("")
+    with pytest.raises(ValueError, match=r"unsupported trace format '\.parquet'"):
+        load_trace(other, rate=1)
