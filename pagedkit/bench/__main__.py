@@ -1,7 +1,8 @@
 """``python -m pagedkit.bench <name> [options]``: run one benchmark.
 
-Available: ``kernels`` (the PagedAttention kernels against SDPA on a
-contiguous cache; ``python -m pagedkit.bench kernels --help``).
+Available: ``engine`` (pagedkit against transformers' generate and its
+continuous batching; also ``python -m pagedkit bench``) and ``kernels`` (the
+PagedAttention kernels against SDPA on a contiguous cache).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import importlib
 import sys
 
 BENCHMARKS = {
+    "engine": "pagedkit.bench.engine",
     "kernels": "pagedkit.bench.kernels",
 }
 
