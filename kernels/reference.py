@@ -26,14 +26,14 @@ from . import checks
 
 
 def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
-             v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+             v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
     """Write each new token's key and value into its physical slot (paper §4.1).
 
     key/value: ``[num_tokens, num_kv_heads, head_dim]``; slot_mapping:
     ``[num_tokens]`` ints, ``block * block_size + offset``; a negative slot
     means "skip this token" (e.g. padding).
     """
-    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=True)
+    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=check)
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].long()
     # A cache viewed as [num_slots, heads, head_dim]: slot = block * block_size + offset.
@@ -77,8 +77,8 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float | None = None, *,
-                           num_splits: int | None = None) -> torch.Tensor:
+                           scale: float | None = None, *, num_splits: int | None = None,
+                           check: bool = True) -> torch.Tensor:
     """Attention of one new query token per sequence over its paged K/V (paper §4.1).
 
     query ``[num_seqs, num_q_heads, head_dim]``; block_tables
@@ -89,7 +89,7 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     and then ignored here.
     """
     checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
-                        values=True)
+                        values=check)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     out = torch.empty_like(query)
     for s, ctx in enumerate(context_lens.tolist()):
@@ -101,8 +101,8 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                            context_lens: torch.Tensor,
-                            scale: float | None = None) -> torch.Tensor:
+                            context_lens: torch.Tensor, scale: float | None = None, *,
+                            check: bool = True) -> torch.Tensor:
     """Causal attention of packed query chunks over their sequences' paged K/V.
 
     Sequence s owns query rows ``cu_seqlens_q[s] : cu_seqlens_q[s + 1]``
@@ -114,7 +114,7 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     cache; a sequence with q_len 1 is a decode step.
     """
     checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
-                         values=True)
+                         values=check)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     out = torch.empty_like(query)
     bounds = cu_seqlens_q.tolist()
@@ -129,12 +129,12 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     return out
 
 
-def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor) -> None:
+def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool = True) -> None:
     """Copy whole blocks ``cache[src] -> cache[dst]`` in place, one per row of
     `block_pairs` ``[n, 2]``: the copy in copy-on-write (paper §4.4).
 
     Call it once per cache tensor (K and V of every layer).
     """
-    checks.check_copy_blocks(cache, block_pairs, values=True)
+    checks.check_copy_blocks(cache, block_pairs, values=check)
     pairs = block_pairs.long()
     cache[pairs[:, 1]] = cache[pairs[:, 0]]

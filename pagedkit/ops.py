@@ -34,6 +34,11 @@ The interpreter computes ``tl.dot`` on bfloat16 wrongly (Triton issue
 11584), so the Triton attention kernels refuse bfloat16 on CPU; use float32
 or float16 there, or the torch reference.
 
+Every operation checks its arguments first and raises an error naming the
+shapes. ``check=False`` skips the checks that read tensor *values* (block
+ids, slots and lengths in range), which on a GPU cost a host sync per call;
+the engine, whose inputs come from its own bookkeeping, skips them on CUDA.
+
 Importing this module never imports Triton, so it works where Triton is not
 installed. The references are re-exported here under ``*_reference``.
 """
@@ -216,33 +221,34 @@ def _op(name: str, device: torch.device) -> Callable:
 
 
 def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
-             v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+             v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
     """Write new tokens' K/V ``[num_tokens, num_kv_heads, head_dim]`` into their
     slots of the paged cache; a negative slot skips the token."""
-    _op("store_kv", k_cache.device)(key, value, k_cache, v_cache, slot_mapping)
+    _op("store_kv", k_cache.device)(key, value, k_cache, v_cache, slot_mapping, check=check)
 
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float | None = None, *,
-                           num_splits: int | None = None) -> torch.Tensor:
+                           scale: float | None = None, *, num_splits: int | None = None,
+                           check: bool = True) -> torch.Tensor:
     """One query token per sequence attending to its paged K/V; see
     `pagedkit.kernels.reference.paged_decode_attention` for the contract."""
     return _op("paged_decode_attention", k_cache.device)(
-        query, k_cache, v_cache, block_tables, context_lens, scale, num_splits=num_splits)
+        query, k_cache, v_cache, block_tables, context_lens, scale, num_splits=num_splits,
+        check=check)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                            context_lens: torch.Tensor,
-                            scale: float | None = None) -> torch.Tensor:
+                            context_lens: torch.Tensor, scale: float | None = None, *,
+                            check: bool = True) -> torch.Tensor:
     """Packed query chunks attending causally to their paged K/V (cached prefix
     plus the chunk); see `pagedkit.kernels.reference.paged_prefill_attention`."""
     return _op("paged_prefill_attention", k_cache.device)(
-        query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale)
+        query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, check=check)
 
 
-def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor) -> None:
+def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool = True) -> None:
     """Copy blocks ``cache[src] -> cache[dst]`` in place for each (src, dst) row
     of `block_pairs` (copy-on-write)."""
-    _op("copy_blocks", cache.device)(cache, block_pairs)
+    _op("copy_blocks", cache.device)(cache, block_pairs, check=check)

@@ -41,6 +41,7 @@ class AttentionMetadata:
     cu_seqlens_q: torch.Tensor  # [num_seqs + 1] int32: query rows of each sequence
     num_decodes: int  # the first num_decodes sequences contribute one token each
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (K, V)
+    check: bool = True  # let the ops check values (a host sync per call on a GPU)
 
 
 _current: ContextVar[AttentionMetadata | None] = ContextVar("pagedkit_attention", default=None)
@@ -76,17 +77,17 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     q = query[0].transpose(0, 1)
     k_cache, v_cache = meta.kv_caches[module.layer_idx]
     ops.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache,
-                 meta.slot_mapping)
+                 meta.slot_mapping, check=meta.check)
     d = meta.num_decodes
     parts = []
     if d:
         parts.append(ops.paged_decode_attention(
             q[:d].contiguous(), k_cache, v_cache, meta.block_tables[:d], meta.context_lens[:d],
-            scaling))
+            scaling, check=meta.check))
     if d < meta.context_lens.numel():
         parts.append(ops.paged_prefill_attention(
             q[d:].contiguous(), k_cache, v_cache, meta.block_tables[d:],
-            meta.cu_seqlens_q[d:] - d, meta.context_lens[d:], scaling))
+            meta.cu_seqlens_q[d:] - d, meta.context_lens[d:], scaling, check=meta.check))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return out.unsqueeze(0), None
 

@@ -72,9 +72,10 @@ class ModelRunner:
         self._swap(step.swap_in, self.swap_caches, self.kv_caches)
         if step.block_copies:
             pairs = torch.tensor(step.block_copies, dtype=torch.long, device=self.device)
+            check = self.device.type != "cuda"
             for k_cache, v_cache in self.kv_caches:
-                ops.copy_blocks(k_cache, pairs)
-                ops.copy_blocks(v_cache, pairs)
+                ops.copy_blocks(k_cache, pairs, check=check)
+                ops.copy_blocks(v_cache, pairs, check=check)
         if step.is_empty:
             return None
         input_ids, positions, meta, logits_indices = self.prepare(step, kv)
@@ -119,6 +120,7 @@ class ModelRunner:
             cu_seqlens_q=tensor(cu_seqlens),
             num_decodes=num_decodes,
             kv_caches=self.kv_caches,
+            check=self.device.type != "cuda",
         )
         return (tensor(ids, torch.long), tensor(positions, torch.long), meta,
                 tensor(logits_indices, torch.long))

@@ -61,7 +61,7 @@ def test_quick_run_writes_the_report(tmp_path):
 
 def test_usage_errors():
     out = run_bench()
-    assert out.returncode == 2 and "usage: python -m pagedkit.bench {kernels}" in out.stderr
+    assert out.returncode == 2 and "usage: python -m pagedkit.bench {engine, kernels}" in out.stderr
     if not torch.cuda.is_available():
         out = run_bench("kernels")
         assert out.returncode == 2 and "pass --quick" in out.stderr
