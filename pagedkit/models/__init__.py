@@ -49,10 +49,19 @@ def load_tiny(
     """
     import torch
     from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
 
     _check_present()
     dtype = torch.float32 if dtype is None else dtype
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    model = LlamaForCausalLM.from_pretrained(TINY_DIR, dtype=dtype, local_files_only=True)
+    # 38 tensors load in milliseconds: a progress bar would only clutter
+    # notebook outputs (and nbval compares them).
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model = LlamaForCausalLM.from_pretrained(TINY_DIR, dtype=dtype, local_files_only=True)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     return model.to(device).eval(), load_tiny_tokenizer()

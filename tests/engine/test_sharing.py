@@ -99,3 +99,19 @@ def test_unseeded_requests_follow_the_engine_seed(reference, make_prompts):
 
     assert run(0) == run(0)
     assert run(0) != run(123)
+
+
+@pytest.mark.parametrize("num_beams", [2, 4])
+def test_beam_search_matches_transformers_on_the_tiny_model(num_beams):
+    from pagedkit.models import load_tiny
+
+    model, tokenizer = load_tiny()
+    prompt_list = [tokenizer(t)["input_ids"] for t in
+                   ("Once upon a time", "The little robot looked at the sky and")]
+    expected = [transformers_beams(model, p, num_beams, 12) for p in prompt_list]
+    llm = LLM(model, tokenizer, block_size=8, num_blocks=64)
+    params = SamplingParams(use_beam_search=True, beam_width=num_beams, temperature=0,
+                            max_tokens=12, ignore_eos=True)
+    outs = llm.generate(prompt_list, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == expected
+    assert outs[0].outputs[0].text == tokenizer.decode(expected[0], skip_special_tokens=True)
