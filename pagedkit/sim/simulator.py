@@ -22,6 +22,12 @@ is one iteration:
    `LatencyModel` says how long that took.
 5. Sequences that produced their whole output finish and free their memory.
 
+That is Orca's mixed batching (``prefill="mixed"``, the default). The
+vLLM the paper measured ran newly admitted prompts in an iteration of
+their own while the running requests waited (``prefill="separate"``):
+then steps 3-4 come first, and when anyone was admitted the iteration
+is theirs alone. The paper experiments use that.
+
 Every change is announced on `events` exactly as the engine announces it
 (the memory manager's own events plus ``admit``, ``preempt``, ``finish`` and
 ``step``), so a widget can animate a simulation like a live engine. With
@@ -35,7 +41,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from ..memory import Event, EventBus, EventKind
+from ..memory import ContiguousAllocator, Event, EventBus, EventKind, KVCacheManager
 from .latency import LatencyModel, ModelPreset
 from .managers import PAGED, ContiguousMemory, Group, ManagerSpec, PagedMemory, Seq, Usage
 from .metrics import RequestResult, SimResult, StepLog
@@ -74,6 +80,12 @@ class StepRecord:
 class Simulator:
     """Run `trace` through one memory manager, one iteration per `step()`.
 
+    `manager` is a `ManagerSpec` or its text (``"max"``, ``"pow2"``,
+    ``"oracle"``, ``"paged"``, ``"paged:32"``); `model` a `LatencyModel` or a
+    `ModelPreset`, whose KV slots are the capacity unless `capacity_slots`
+    says otherwise. `memory_manager` is the `pagedkit.memory` object being
+    driven, for widgets to draw.
+
     >>> from pagedkit.sim import synthetic_trace
     >>> sim = Simulator(synthetic_trace("alpaca", rate=5, num_requests=20), "paged")
     >>> result = sim.run()
@@ -89,8 +101,9 @@ class Simulator:
                  watermark: float = 0.01, sharing: Sharing | None = None, seed: int = 0,
                  events: EventBus | None = None) -> None:
         self.spec = ManagerSpec.parse(manager) if isinstance(manager, str) else manager
-        self.latency = model if isinstance(model, LatencyModel) else LatencyModel(
-            model) if model is not None else LatencyModel()
+        if model is None:
+            model = LatencyModel()
+        self.latency = model if isinstance(model, LatencyModel) else LatencyModel(model)
         preset = self.latency.preset
         self.capacity = preset.kv_slots if capacity_slots is None else capacity_slots
         if self.capacity < 1:
@@ -143,13 +156,18 @@ class Simulator:
         return (self._next_arrival == len(self.trace) and not self.waiting
                 and not self.running and not self.swapped)
 
+    @property
+    def memory_manager(self) -> KVCacheManager | ContiguousAllocator:
+        """The `pagedkit.memory` object the simulation drives."""
+        return self.memory.kv if self.spec.paged else self.memory.allocator
+
     def result(self) -> SimResult:
         """The measurements so far (complete once `done`)."""
         return SimResult(self.spec.label, self.trace.name, self.capacity,
                          sorted(self.results, key=lambda r: r.request_id), self.log,
                          self._wall, self.num_preemptions,
                          {"sharing": self.sharing.label if self.sharing else None,
-                          "preemption": self.preemption})
+                          "preemption": self.preemption, "prefill": self.prefill})
 
     # ----------------------------------------------------------------- run
     def run(self, progress: bool | None = None) -> SimResult:
@@ -161,17 +179,28 @@ class Simulator:
         lazy = self.spec.paged and not self.events  # exact per-token calls only if watched
         if lazy:
             self.memory.lazy = True
-        with tqdm(total=len(self.trace), disable=not show, unit="req",
-                  desc=f"{self.spec.label} on {self.trace.name}") as bar:
-            reported = len(self.results)
-            while self.step() is not None:
-                if len(self.results) != reported:
-                    bar.update(len(self.results) - reported)
-                    reported = len(self.results)
-        if lazy:
-            self.memory.sync(self.running)
-            self.memory.lazy = False
+        try:
+            with tqdm(total=len(self.trace), initial=len(self.results), disable=not show,
+                      unit="req", desc=f"{self.spec.label} on {self.trace.name}") as bar:
+                reported = len(self.results)
+                while self.step() is not None:
+                    if len(self.results) != reported:
+                        bar.update(len(self.results) - reported)
+                        reported = len(self.results)
+        finally:
+            if lazy:
+                self.memory.sync(self.running)
+                self.memory.lazy = False
         return self.result()
+
+    def advance_to(self, seconds: float) -> list[StepRecord]:
+        """Step until the clock reaches `seconds` (or the trace ends), e.g. to
+        show two managers side by side at the same moment. An idle gap is
+        crossed in one jump, which may pass it."""
+        records = []
+        while self.now < seconds and (record := self.step()) is not None:
+            records.append(record)
+        return records
 
     def step(self) -> StepRecord | None:
         """Run one iteration; ``None`` once every request has finished."""

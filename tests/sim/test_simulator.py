@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import pagedkit.memory.allocator as allocator_module
 import pagedkit.sim.simulator as simulator_module
-from pagedkit.memory import EventBus, EventLog
+from pagedkit.memory import ContiguousAllocator, EventBus, EventLog, KVCacheManager
 from pagedkit.sim import (
     OPT_13B,
     PAGED,
@@ -212,3 +212,17 @@ def test_no_request_is_lost(reqs, kind, block_size, capacity, preemption, prefil
     if log is not None:
         finished = sum(1 for e in log if e.kind.value == "finish" and e.detail == "stop")
         assert finished == len(result.finished)
+
+
+def test_side_by_side_at_the_same_clock():
+    """What the contiguous-vs-paged widget does: two managers, one trace, one clock."""
+    trace = synthetic_trace("sharegpt", rate=4, num_requests=40, seed=2)
+    contiguous, paged = Simulator(trace, "pow2"), Simulator(trace, "paged")
+    for t in (1.0, 5.0, 10.0):
+        contiguous.advance_to(t)
+        paged.advance_to(t)
+        assert contiguous.now >= t and paged.now >= t
+        assert contiguous.memory_manager.stats().num_requests == len(contiguous.running)
+        assert paged.memory_manager.stats().used_blocks > 0
+    assert isinstance(contiguous.memory_manager, ContiguousAllocator)
+    assert isinstance(paged.memory_manager, KVCacheManager)
