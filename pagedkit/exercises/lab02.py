@@ -1,0 +1,138 @@
+"""Lab 02 exercises: contiguous reservations and where their memory goes (paper §2.3, Fig. 2).
+
+* `reservation_size` — what the max / pow2 / oracle policies reserve.
+* `first_fit` — place a region in an address space that has holes.
+* `waste_breakdown` — split a contiguous cache into token states,
+  reservation, internal and external fragmentation.
+
+Expected answers come from `pagedkit.memory.ContiguousAllocator` itself
+where it has one, so the exercises and the package cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..memory import ContiguousAllocator, Reservation
+from . import Case, CheckResult, check_function
+
+__all__ = ["CHECKS", "check_first_fit", "check_reservation_size", "check_waste_breakdown"]
+
+PARTS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation")
+
+
+def check_reservation_size(fn: Callable[[str, int, int], int]) -> CheckResult:
+    """`reservation_size(policy, need, max_len)`: slots reserved for a request that
+    will hold `need` tokens, under policy ``"max"``, ``"pow2"`` or ``"oracle"``."""
+    pow2 = "pow2 rounds up to the next power of two: 20 -> 32, 33 -> 64"
+    hints = {
+        ("max", 20, 2048): "max reserves the longest a request might grow: max_len",
+        ("oracle", 20, 2048): "the oracle knows the final length and reserves exactly `need`",
+        ("pow2", 20, 2048): pow2,
+        ("pow2", 33, 2048): pow2,
+        ("pow2", 32, 2048): "32 is already a power of two: no rounding needed",
+        ("pow2", 1, 2048): "1 = 2**0 is a power of two",
+        ("pow2", 1025, 2048): pow2,
+        ("pow2", 1500, 2048): "1500 rounds up to 2048",
+        ("pow2", 70, 100): "no policy reserves more than max_len: cap the power of two at it",
+        ("max", 1, 100): "max reserves max_len even for a 1-token request",
+        ("oracle", 100, 100): "the oracle reserves exactly `need`",
+    }
+    cases = [Case(args, ContiguousAllocator(max(args[2], 1), args[0], args[2])
+                  .reservation_size(args[1]), hint) for args, hint in hints.items()]
+    return check_function("reservation_size", fn, cases)
+
+
+def check_first_fit(fn: Callable[[list[tuple[int, int]], int, int], int | None]) -> CheckResult:
+    """`first_fit(regions, capacity, size)`: the lowest address where `size` free
+    slots in a row start, given the live `regions` as ``(start, size)`` pairs in
+    any order inside ``[0, capacity)``; ``None`` when no hole is big enough."""
+    cases = [
+        Case(([], 100, 10), 0, "an empty address space: the region starts at 0"),
+        Case(([(0, 10)], 100, 10), 10, "the first free slot is right after the region [0, 10)"),
+        Case(([(10, 10)], 100, 10), 0, "the hole [0, 10) before the first region fits exactly"),
+        Case(([(0, 10), (30, 10)], 100, 20), 10,
+             "the hole [10, 30) is exactly 20 slots: a hole fits when its size >= size"),
+        Case(([(30, 10), (0, 10)], 100, 25), 40,
+             "regions come in any order: sort them by start. [10, 30) is too small, so the "
+             "first hole that fits starts at 40"),
+        Case(([(0, 90)], 100, 10), 90, "the hole at the end, [90, 100), counts too"),
+        Case(([(0, 50), (60, 40)], 100, 20), None,
+             "10 slots are free but in no run of 20: return None (external fragmentation)"),
+        Case(([(0, 45), (55, 45)], 100, 10), 45, "the hole [45, 55) fits 10 exactly"),
+        Case(([], 100, 101), None, "a region larger than the whole address space never fits"),
+        Case(([(70, 10), (20, 10), (50, 10)], 100, 20), 0,
+             "the first fit is the lowest address: [0, 20) fits before any region"),
+    ]
+    return check_function("first_fit", fn, cases)
+
+
+def _scenario(capacity: int, policy: str, max_len: int, script: list[tuple],
+              next_size: int, hint: str) -> Case:
+    """Play `script` on a real `ContiguousAllocator`; its stats are the answer."""
+    mem = ContiguousAllocator(capacity, policy, max_len)
+    for op, request, *args in script:
+        if op == "allocate":
+            if mem.allocate(request, *args) is None:
+                raise AssertionError(f"scenario bug: {request!r} did not fit")
+        elif op == "append":
+            mem.append(request, *args)
+        else:
+            mem.free(request)
+    s = mem.stats()
+    expected = {"token_states": s.token_states, "reservation": s.reservation,
+                "internal_fragmentation": s.internal_fragmentation,
+                "external_fragmentation": s.external_fragmentation(next_size)}
+    regions = [replace(r) for r in mem.regions()]  # copies: an answer may not change the next
+    return Case((regions, capacity, next_size), expected, hint)
+
+
+def _scenarios() -> list[Case]:
+    four = [("allocate", "A", 12, 8), ("allocate", "B", 6, 4), ("allocate", "C", 5, 3),
+            ("allocate", "D", 4, 2), ("free", "B")]
+    return [
+        _scenario(100, "max", 32, [("allocate", "A", 5, 10)], 32,
+                  "one request under 'max': 5 prompt tokens stored (token states), 10 output "
+                  "tokens still to come (reservation = need - used), 32 - 15 = 17 slots it "
+                  "will never use (internal fragmentation = size - need)"),
+        _scenario(100, "max", 32, [("allocate", "A", 5, 10), ("append", "A", 7)], 32,
+                  "after 7 decoding steps, 12 slots hold tokens and 3 are still reserved"),
+        _scenario(64, "oracle", 64, [("allocate", "A", 10, 6), ("allocate", "B", 4, 4),
+                                     ("append", "A", 3)], 40,
+                  "oracle reservations are exact: no internal fragmentation. Sum each part "
+                  "over all regions"),
+        _scenario(64, "pow2", 64, four, 32,
+                  "B's region was freed, leaving a hole of 16 between A and C; the next "
+                  "request needs 32 and fits in no hole, so every free slot is stranded"),
+        _scenario(64, "pow2", 64, four, 16,
+                  "the same memory, but the next request needs 16: it fits in the hole, so "
+                  "nothing is stranded (external fragmentation 0)"),
+        _scenario(64, "pow2", 64, [], 8, "no regions at all: nothing used, nothing wasted"),
+        _scenario(100, "oracle", 100,
+                  [("allocate", "A", 6, 4), ("allocate", "B", 5, 5), ("allocate", "C", 8, 2),
+                   ("allocate", "D", 9, 1), ("free", "B")], 70,
+                  "70 slots are free (holes of 10 and 60) but the next request needs 70: "
+                  "the largest hole decides, not the total"),
+    ]
+
+
+def _same_breakdown(got: object, expected: dict[str, int]) -> bool:
+    try:
+        return {k: got[k] for k in PARTS} == expected and len(got) == len(PARTS)
+    except (TypeError, KeyError, IndexError):
+        return False
+
+
+def check_waste_breakdown(fn: Callable[[list[Reservation], int, int], dict]) -> CheckResult:
+    """`waste_breakdown(reservations, capacity, next_size)` -> a dict with the slots
+    of each part: ``token_states``, ``reservation``, ``internal_fragmentation`` and
+    ``external_fragmentation`` (for a waiting request of `next_size` slots)."""
+    return check_function("waste_breakdown", fn, _scenarios(), equal=_same_breakdown)
+
+
+CHECKS = {
+    "reservation_size": check_reservation_size,
+    "first_fit": check_first_fit,
+    "waste_breakdown": check_waste_breakdown,
+}

@@ -1,0 +1,118 @@
+"""Lab 03 exercises: blocks, block tables and slots (paper §4.2, Figure 6).
+
+* `slot_of` — where token `position` of a sequence lives in the paged cache.
+* `blocks_needed` — how many fresh blocks appending tokens takes.
+* `append_slots` — a block table that grows on block boundaries from a free
+  list, all or nothing: the heart of `pagedkit.memory.BlockTable.append`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import Case, CheckResult, check_function
+
+__all__ = ["CHECKS", "check_append_slots", "check_blocks_needed", "check_slot_of"]
+
+
+def check_slot_of(fn: Callable[[list[int], int, int], int]) -> CheckResult:
+    """`slot_of(block_table, block_size, position)`: the physical slot of token
+    `position`, ``block_table[position // block_size] * block_size + offset``."""
+    lookup = ("position // block_size is the *logical* block; look up its physical block "
+              "in the table before multiplying by block_size")
+    cases = [
+        Case(([7], 4, 0), 28, "token 0 sits at offset 0 of physical block 7: 7 x 4 + 0"),
+        Case(([7], 4, 3), 31, "offset = position % block_size"),
+        Case(([7, 2], 4, 4), 8, "token 4 is the first token of logical block 1, which is "
+                                "physical block 2: slot 2 x 4 + 0 = 8"),
+        Case(([3, 0, 5], 16, 40), 88, lookup + ": logical 2 -> physical 5, offset 8"),
+        Case(([3, 0, 5], 16, 20), 4, lookup + ": logical 1 -> physical 0, offset 4"),
+        Case(([1, 0], 1, 1), 0, "with block_size 1 every token is its own block"),
+    ]
+    return check_function("slot_of", fn, cases)
+
+
+def check_blocks_needed(fn: Callable[[int, int, int], int]) -> CheckResult:
+    """`blocks_needed(num_tokens, num_new_tokens, block_size)`: fresh blocks a
+    sequence holding `num_tokens` tokens takes to append `num_new_tokens` more."""
+    room = "the last block may still have free slots: fill them before taking a new block"
+    cases = [
+        Case((0, 1, 4), 1, "an empty sequence has no blocks: its first token takes one"),
+        Case((0, 4, 4), 1, "4 tokens fill exactly one block of 4"),
+        Case((0, 5, 4), 2, "5 tokens need 2 blocks of 4 (round up)"),
+        Case((5, 3, 4), 0, room + ": 5 tokens in blocks of 4 leave 3 free slots"),
+        Case((5, 4, 4), 1, room + ": 3 fit in the last block, the 4th needs a new one"),
+        Case((4, 1, 4), 1, "a full last block has no room: the next token starts a new block"),
+        Case((7, 0, 16), 0, "appending nothing takes nothing"),
+        Case((100, 60, 16), 3, "blocks for 160 tokens (10) minus blocks held for 100 (7)"),
+    ]
+    return check_function("blocks_needed", fn, cases)
+
+
+# (block_table, num_tokens, num_new_tokens, block_size, free_blocks)
+#   -> (returned slots, table after, free list after, hint)
+_APPEND_CASES = [
+    (([], 0, 3, 4, [5, 1, 7]), [20, 21, 22], [5], [1, 7],
+     "an empty table takes the head of the free list (block 5) for its first token; "
+     "3 tokens fit in it: slots 5 x 4 + 0, 1, 2"),
+    (([5], 3, 1, 4, [1, 7]), [23], [5], [1, 7],
+     "the last block (5) holds 3 of 4 tokens: the new token takes its free slot, no new block"),
+    (([5], 4, 1, 4, [1, 7]), [4], [5, 1], [7],
+     "block 5 is full: take the next free block (1) from the FRONT of the free list"),
+    (([5], 3, 6, 4, [1, 7]), [23, 4, 5, 6, 7, 28], [5, 1, 7], [],
+     "fill block 5's last slot, then block 1 (4 tokens), then block 7"),
+    (([5], 4, 9, 4, [1, 7]), None, [5], [1, 7],
+     "9 more tokens need 3 blocks but only 2 are free: return None and change NOTHING "
+     "(all or nothing: check before you pop any block)"),
+    (([5, 1], 6, 0, 4, [7]), [], [5, 1], [7], "appending no tokens returns no slots"),
+    (([2], 16, 17, 16, [0, 9, 3]), [*range(0, 16), 144], [2, 0, 9], [3],
+     "16 tokens fill block 2; the next 16 fill block 0, the 17th starts block 9"),
+]
+
+
+def _call_text(args: tuple) -> str:
+    table, num_tokens, new, block_size, free = args
+    return f"append_slots({table}, {num_tokens}, {new}, {block_size}, {free})"
+
+
+def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[int] | None]
+                       ) -> CheckResult:
+    """`append_slots(block_table, num_tokens, num_new_tokens, block_size, free_blocks)`:
+    give `num_new_tokens` tokens slots after the `num_tokens` the sequence holds,
+    appending blocks popped from the front of `free_blocks` to `block_table` (both
+    lists are changed in place), and return the new tokens' slots. If the free list
+    is too short, return ``None`` and change nothing."""
+    name = "append_slots"
+    if not callable(fn):
+        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
+                        f"got {type(fn).__name__}")
+    for args, slots, table_after, free_after, hint in _APPEND_CASES:
+        table, free = list(args[0]), list(args[4])
+        call = _call_text(args)
+        try:
+            got = fn(table, args[1], args[2], args[3], free)
+        except NotImplementedError:
+            return CheckResult(name, False, "not written yet: replace the `...` / "
+                                            "NotImplementedError with your code")
+        except Exception as err:  # the learner's bug, reported instead of raised
+            return CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}  "
+                                            f"Hint: {hint}")
+        got = list(got) if isinstance(got, (tuple, range)) else got
+        if got is None and slots is not None:
+            return CheckResult(name, False, f"{call} returned None — did you forget `return`?"
+                                            f"  Hint: {hint}")
+        if got != slots:
+            return CheckResult(name, False, f"{call} returned {got!r}, expected {slots!r}.  "
+                                            f"Hint: {hint}")
+        if table != table_after or free != free_after:
+            return CheckResult(name, False,
+                               f"after {call} the block table is {table} and the free list "
+                               f"{free}; expected {table_after} and {free_after}.  Hint: {hint}")
+    return CheckResult(name, True, f"all {len(_APPEND_CASES)} cases pass")
+
+
+CHECKS = {
+    "slot_of": check_slot_of,
+    "blocks_needed": check_blocks_needed,
+    "append_slots": check_append_slots,
+}
