@@ -1,0 +1,161 @@
+"""Checks for lab 08 (the full engine: packing a step, filtering logits).
+
+The expected answers come from the engine's own code: `ModelRunner.prepare`
+packs the same scheduled sequences, and `pagedkit.model.sampler.filter_logits`
+filters the same logits. A learner's function passes only if it agrees with
+what the engine really runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import torch
+
+from ..memory import KVCacheManager
+from ..model.runner import ModelRunner
+from ..model.sampler import filter_logits
+from ..sampling_params import SamplingParams
+from ..scheduler.scheduler import ScheduledSeq, SchedulerOutput
+from ..sequence import Sequence
+from . import Case, CheckResult, check_function
+
+__all__ = ["CHECKS", "check_pack_step", "check_top_p_filter", "engine_packing"]
+
+
+# ------------------------------------------------------------ top_p_filter
+def _same_logits(got, want: torch.Tensor) -> bool:
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return False
+    dropped = torch.isinf(want)
+    if not torch.equal(torch.isinf(got) & (got < 0), dropped):
+        return False
+    return torch.allclose(got[~dropped], want[~dropped])
+
+
+class _Logits(torch.Tensor):
+    """A tensor whose repr in a failure message stays short and readable."""
+
+    def __repr__(self) -> str:
+        values = ", ".join("-inf" if v == float("-inf") else f"{v:.2f}" for v in self.tolist())
+        return f"tensor([{values}])"
+
+
+def _logits(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32).as_subclass(_Logits)
+
+
+def check_top_p_filter(fn: Callable) -> CheckResult:
+    """`top_p_filter(logits, top_p)` must match `filter_logits` at temperature 1."""
+    g = torch.Generator().manual_seed(8)
+    rows = [
+        ([2.0, 1.0, 0.5, -1.0], 0.9, "sort by probability; keep tokens until the kept mass "
+                                     "reaches top_p"),
+        ([2.0, 1.0, 0.5, -1.0], 1.0, "top_p = 1 keeps every token"),
+        ([0.5, 3.0, -1.0, 2.0, 0.0], 0.5, "the most likely token is not first: sort first, then "
+                                          "map the cut back to the original positions"),
+        ([0.5, 3.0, -1.0, 2.0, 0.0], 0.01, "a tiny top_p still keeps the most likely token"),
+        ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], 0.6, "a token is dropped once the mass of the tokens "
+                                              "*before* it already reaches top_p"),
+        (torch.randn(50, generator=g).tolist(), 0.8, "50 logits: use softmax probabilities"),
+        (torch.randn(50, generator=g).mul(4).tolist(), 0.95, "keep the dropped logits at -inf, "
+                                                             "the kept ones unchanged"),
+    ]
+    cases = [Case((_logits(v), p), filter_logits(_logits(v), SamplingParams(top_p=p)).as_subclass(
+        _Logits), hint) for v, p, hint in rows]
+    result = check_function("top_p_filter", fn, cases, equal=_same_logits)
+    if not result:
+        return result
+    logits = _logits([1.0, 2.0, 3.0])
+    fn(logits, 0.5)
+    if not torch.equal(logits, torch.tensor([1.0, 2.0, 3.0])):
+        return CheckResult("top_p_filter", False, "your function changed the logits it was "
+                                                  "given; return a new tensor (e.g. clone first)")
+    return result
+
+
+# --------------------------------------------------------------- pack_step
+def engine_packing(seqs: list[tuple[int, int]], block_size: int
+                   ) -> tuple[list[tuple[list[int], int, int]], tuple[list[int], ...]]:
+    """A step as the engine packs it.
+
+    `seqs` gives each scheduled sequence's ``(total_tokens, start)``: its
+    tokens ``start..total_tokens-1`` are computed this step (decodes first).
+    Their slots come from a real block pool, handed out round-robin a block
+    at a time so the tables interleave as in a busy engine. Returns the
+    learner's input — ``(block_table, start, num_tokens)`` per sequence — and
+    what `ModelRunner.prepare` makes of the same step: positions,
+    slot_mapping, cu_seqlens and context_lens (it needs no model for that).
+    """
+    kv = KVCacheManager(num_blocks=sum(-(-n // block_size) for n, _ in seqs),
+                        block_size=block_size)
+    sequences = [Sequence(list(range(100, 100 + n)), seq_id=f"s{i}")
+                 for i, (n, _) in enumerate(seqs)]
+    for first in range(0, max(n for n, _ in seqs), block_size):
+        for seq in sequences:
+            chunk = seq.token_ids[first:first + block_size]
+            if chunk:
+                kv.allocate_slots(seq.seq_id, chunk)
+    step = SchedulerOutput(step=0)
+    learner = []
+    for seq, (n, start) in zip(sequences, seqs, strict=True):
+        step.scheduled.append(ScheduledSeq(None, seq, n - start, start))
+        learner.append((kv.block_ids(seq.seq_id), start, n - start))
+    stub = SimpleNamespace(device=torch.device("cpu"), kv_caches=[])
+    _, positions, meta, _ = ModelRunner.prepare(stub, step, kv)
+    return learner, (positions.tolist(), meta.slot_mapping.tolist(), meta.cu_seqlens_q.tolist(),
+                     meta.context_lens.tolist())
+
+
+def check_pack_step(fn: Callable) -> CheckResult:
+    """`pack_step(scheduled, block_size)` must pack like `ModelRunner.prepare`."""
+    specs = [
+        ([(6, 0)], 4, "one prompt of 6 tokens from position 0: token i sits in block "
+                      "table[i // block_size] at offset i % block_size"),
+        ([(10, 9), (3, 2)], 4, "two decodes: each has one new token, at position start"),
+        ([(11, 10), (4, 3), (7, 0)], 4, "two decodes then a prompt: cu_seqlens starts at 0 and "
+                                        "adds each sequence's new tokens"),
+        ([(11, 8)], 4, "a prefix-cache hit: the first 8 tokens are cached, only positions 8..10 "
+                       "are new; context_lens counts all 11"),
+        ([(8, 7), (12, 4)], 4, "a chunk of a longer prompt (chunked prefill): positions 4..11 "
+                               "only"),
+        ([(5, 2), (2, 1)], 1, "block_size 1: every token has its own block"),
+        ([(40, 39), (17, 16), (25, 0)], 16, "block_size 16, a busy step"),
+    ]
+    name = "pack_step"
+    if not callable(fn):
+        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
+                        f"got {type(fn).__name__}")
+    fields = {
+        "positions": "only the new tokens' positions: start .. start + num_tokens - 1",
+        "slot_mapping": "slot = table[pos // block_size] * block_size + pos % block_size",
+        "cu_seqlens": "starts at 0 and adds each sequence's num_tokens (one more entry than "
+                      "sequences)",
+        "context_lens": "every token in the cache once this step is done: start + num_tokens",
+    }
+    for seqs, block_size, hint in specs:
+        learner, expected = engine_packing(seqs, block_size)
+        call = Case((learner, block_size), expected).call_text(name)
+        try:
+            got = fn(learner, block_size)
+        except NotImplementedError:
+            return CheckResult(name, False, "not written yet: replace the `...` / "
+                                            "NotImplementedError with your code")
+        except Exception as err:
+            return CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}  "
+                                            f"Hint: {hint}")
+        if not isinstance(got, (tuple, list)) or len(got) != 4:
+            return CheckResult(name, False, f"{call} returned {got!r}; expected four lists: "
+                                            f"{', '.join(fields)}")
+        for (field, field_hint), g, want in zip(fields.items(), got, expected, strict=True):
+            if [int(x) for x in g] != want:
+                return CheckResult(name, False, f"{call}: {field} is {list(g)}, expected {want}."
+                                                f"  Hint: {field_hint}. ({hint})")
+    return CheckResult(name, True, f"all {len(specs)} cases pass")
+
+
+CHECKS = {
+    "top_p_filter": check_top_p_filter,
+    "pack_step": check_pack_step,
+}
