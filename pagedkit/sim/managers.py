@@ -122,8 +122,7 @@ class ContiguousMemory:
         self._head_size = 0
 
     def never_fits(self, group: Group) -> str | None:
-        if len(group.seqs) != 1:
-            return "contiguous managers serve one sequence per request (no sharing)"
+        """Why the request can never be admitted, or None."""
         need = group.prompt_len + group.seqs[0].output_len
         if need > self.allocator.max_seq_len:
             return f"needs {need} tokens > max_seq_len {self.allocator.max_seq_len}"
@@ -153,6 +152,8 @@ class ContiguousMemory:
         self._blocked = None
 
     def usage(self, head: Group | None, running: list[Group] | None = None) -> Usage:
+        """The allocator's breakdown; free slots count as external fragmentation
+        while the waiting `head` fits in no hole."""
         s = self.allocator.stats()
         external = 0
         if head is not None:
