@@ -415,8 +415,10 @@ class Simulator:
             for group in finished_groups:
                 self._record(group, "stop")
         self.step_count += 1
-        if self.events:
-            self.events.emit(Event(EventKind.STEP, step=self.step_count))
+        if self.events:  # the queues ride along, in the engine scheduler's words
+            queues = (f"running={len(self.running)} waiting={len(self.waiting)} "
+                      f"swapped={len(self.swapped)}")
+            self.events.emit(Event(EventKind.STEP, step=self.step_count, detail=queues))
         return StepRecord(self.step_count, start, duration, num_running, len(self.waiting),
                           len(self.swapped), tuple(g.request_id for g in admitted),
                           tuple(g.request_id for g in preempted),

@@ -113,8 +113,9 @@ def test_events_match_the_engine_vocabulary():
     assert sorted({e.detail for e in admits}, key=int) == [str(i) for i in range(20)]
     finishes = [e for e in log if e.kind.value == "finish"]
     assert Counter(e.detail for e in finishes) == {"stop": 20}
-    steps = [e.step for e in log if e.kind.value == "step"]
-    assert steps == list(range(1, r.num_steps + 1))
+    steps = [e for e in log if e.kind.value == "step"]
+    assert [e.step for e in steps] == list(range(1, r.num_steps + 1))
+    assert steps[-1].detail == "running=0 waiting=0 swapped=0"
     # every token lands in a block: appends add up to the tokens the trace produced
     assert Counter(log.kinds())["allocate"] >= 20
 
