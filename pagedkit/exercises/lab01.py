@@ -1,4 +1,4 @@
-"""Lab 01 exercises: what a KV cache costs and what it saves (paper §2.1, §3).
+"""Lab 01 exercises: what a KV cache costs and what it saves (paper §2.2, §3).
 
 * `bytes_per_token` — the size formula: 2 (K and V) x layers x KV heads x
   head dim x bytes per element.
