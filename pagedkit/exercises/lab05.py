@@ -1,0 +1,82 @@
+"""Checks for lab 05 (continuous batching).
+
+Both exercises model a rule of `pagedkit.scheduler` small enough to reason
+about on paper: how many steps requests take under static and continuous
+batching, and which waiting requests a step admits (first come, first
+served, under a token budget, a sequence cap and the free blocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import Case, CheckResult, check_function
+
+__all__ = ["CHECKS", "check_admit", "check_finish_steps"]
+
+_STATIC = ("a static batch starts only when every request of the previous batch has "
+           "finished: its longest request sets the pace")
+_CONTINUOUS = ("with continuous batching a request takes a slot at the first step after one "
+               "frees up (the oldest waiting request first); nobody waits for a whole batch")
+
+FINISH_CASES = [
+    Case(([3, 1, 2], 3, "static"), [3, 1, 2], "one batch holds everyone: each finishes after "
+         "as many steps as it has tokens"),
+    Case(([5, 1, 1, 1], 2, "static"), [5, 1, 6, 6], _STATIC),
+    Case(([5, 1, 1, 1], 2, "continuous"), [5, 1, 2, 3], _CONTINUOUS),
+    Case(([2, 2, 2], 1, "static"), [2, 4, 6], "one slot: requests run one after another"),
+    Case(([2, 2, 2], 1, "continuous"), [2, 4, 6], "one slot: requests run one after another"),
+    Case(([1, 8, 3, 2, 2, 6], 2, "static"), [1, 8, 11, 10, 13, 17], _STATIC),
+    Case(([1, 8, 3, 2, 2, 6], 2, "continuous"), [1, 8, 4, 6, 8, 14], _CONTINUOUS),
+    Case(([4, 4], 8, "continuous"), [4, 4], "more slots than requests: all start at once"),
+    Case(([], 4, "static"), [], "no requests, no steps"),
+]
+
+
+def check_finish_steps(finish_steps: Callable) -> CheckResult:
+    """`finish_steps(output_lens, slots, policy)` -> for each request, the
+    number of steps run when it produced its last token ("static" or
+    "continuous"); everyone arrives at step 0, in order."""
+    return check_function("finish_steps", finish_steps, FINISH_CASES,
+                          equal=lambda got, want: list(got) == want)
+
+
+_FCFS = ("first come, first served: when the head of the queue does not fit, the step admits "
+         "no one behind it either (else a long prompt could wait forever)")
+_BLOCKS = "a prompt of n tokens needs ceil(n / block_size) blocks"
+
+ADMIT_CASES = [
+    Case(([("a", 5), ("b", 7), ("c", 2)], 12, 8, 10, 4), [("a", 5), ("b", 7)],
+         "each prompt takes its tokens from the step's budget; c finds none left"),
+    Case(([("a", 10), ("b", 2)], 8, 8, 10, 4), [], _FCFS),
+    Case(([("a", 5), ("b", 9), ("c", 1)], 100, 8, 4, 4), [("a", 5)],
+         f"{_BLOCKS}: a takes 2 of the 4 free blocks and b needs 3; {_FCFS}"),
+    Case(([("a", 1), ("b", 1), ("c", 1)], 100, 2, 10, 4), [("a", 1), ("b", 1)],
+         "each admitted request takes one of the seats left"),
+    Case(([("a", 8)], 8, 1, 2, 4), [("a", 8)], f"exactly enough is enough; {_BLOCKS}"),
+    Case(([], 16, 4, 4, 4), [], "nobody waiting, nobody admitted"),
+    Case(([("a", 3)], 0, 4, 4, 4), [], "no tokens left in the budget: nobody is admitted"),
+    Case(([("a", 10), ("b", 3)], 6, 8, 10, 4), [("a", 6)],
+         "with chunked prefill the head takes what the budget allows (6 of its 10 tokens); "
+         "then the budget is spent", {"chunked": True}),
+    Case(([("a", 3), ("b", 10)], 8, 8, 10, 4), [("a", 3), ("b", 5)],
+         "chunked: a takes 3, b takes the 5 tokens left (its first chunk)", {"chunked": True}),
+    Case(([("a", 10)], 10, 8, 2, 4), [],
+         "chunked: the chunk is sized by the token budget; if its blocks do not fit, the request "
+         "waits (10 tokens need 3 blocks, 2 are free)", {"chunked": True}),
+    Case(([("a", 10), ("b", 3)], 6, 8, 10, 4), [],
+         "without chunked prefill a prompt longer than the budget left waits whole; " + _FCFS),
+]
+
+
+def check_admit(admit: Callable) -> CheckResult:
+    """`admit(waiting, tokens_left, seats_left, free_blocks, block_size, chunked=False)`
+    -> ``[(request_id, tokens scheduled), ...]`` in admission order."""
+    return check_function("admit", admit, ADMIT_CASES,
+                          equal=lambda got, want: [tuple(x) for x in got] == want)
+
+
+CHECKS = {
+    "finish_steps": check_finish_steps,
+    "admit": check_admit,
+}

@@ -1,0 +1,105 @@
+"""Checks for lab 06 (when memory runs out): preemption, swap or recompute.
+
+Each exercise is one decision of `pagedkit.scheduler` (or of a cost model
+for it), small enough to reason about on paper: what a recompute must
+compute again, whether to swap or recompute a group, and whom to preempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import Case, CheckResult, check_function
+
+__all__ = ["CHECKS", "check_choose_victims", "check_preemption_mode",
+           "check_tokens_to_recompute"]
+
+_LAST = ("a prompt never matches its own last token in the prefix cache (the model must compute "
+         "at least one token to get logits), so at most (num_tokens - 1) // block_size blocks "
+         "are reused")
+
+RECOMPUTE_CASES = [
+    Case((25, 4, 0), 25, "with nothing cached, every token is computed again: the prompt, the "
+         "generated tokens and the last sampled one, whose K/V were never computed"),
+    Case((25, 4, 3), 13, "3 cached blocks of 4 tokens save 12 tokens"),
+    Case((1, 16, 0), 1, "a single token is computed once"),
+    Case((25, 4, 6), 1, "6 full blocks hold 24 tokens; only the 25th is left to compute"),
+    Case((24, 4, 6), 4, _LAST),
+    Case((16, 16, 1), 16, _LAST),
+    Case((17, 16, 1), 1, "one full block of 16 is cached; the 17th token is computed"),
+    Case((40, 8, 2), 24, "2 cached blocks of 8 save 16 of the 40 tokens"),
+]
+
+
+def check_tokens_to_recompute(tokens_to_recompute: Callable) -> CheckResult:
+    """`tokens_to_recompute(num_tokens, block_size, cached_blocks)` -> tokens the
+    re-admission prefill of a sequence preempted by recomputation computes."""
+    return check_function("tokens_to_recompute", tokens_to_recompute, RECOMPUTE_CASES)
+
+
+_DISTINCT = ("blocks shared inside the group travel once: count distinct block ids "
+             "(KVCacheManager.swap_out does)")
+_BOTH_WAYS = ("a swapped group's blocks cross the link twice: out now, back in later")
+
+MODE_CASES = [
+    # tables, num_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s, prefill_tokens_per_s
+    Case(([[0, 1, 2]], [10], 8, 1000, 1e6, 1000), "swap",
+         "swap: 2 x 3 blocks x 1000 B / 1e6 B/s = 6 ms; recompute: 10 tokens / 1000 tok/s = 10 ms"),
+    Case(([[0, 1, 2]], [10], 8, 1000, 1e6, 10_000), "recompute",
+         "recompute: 10 tokens / 10,000 tok/s = 1 ms beats swapping's 6 ms"),
+    Case(([[0, 1, 2]], [10], 2, 1000, 1e6, 1000), "recompute",
+         "3 blocks do not fit in 2 free CPU blocks: swapping is impossible"),
+    Case(([[0, 1, 2], [0, 1, 3], [0, 1, 4]], [10, 10, 10], 5, 1000, 1e6, 1000), "swap",
+         f"{_DISTINCT}: 5 blocks fit in 5 free CPU blocks"),
+    Case(([[0, 1, 2], [0, 1, 3], [0, 1, 4]], [10, 10, 10], 4, 1000, 1e6, 1000), "recompute",
+         f"{_DISTINCT}: 5 blocks do not fit in 4"),
+    Case(([[5, 6, 7, 8]], [7], 10, 1000, 1e6, 1000), "recompute",
+         f"{_BOTH_WAYS}: 2 x 4 ms = 8 ms > 7 ms of recompute"),
+    Case(([[0, 1], [0, 2]], [6, 6], 8, 2000, 1e6, 1000), "recompute",
+         "the group recomputes every sequence's tokens (12 tokens = 12 ms) but swaps 3 distinct "
+         "blocks (2 x 3 x 2000 B / 1e6 B/s = 12 ms): swap only if strictly cheaper"),
+    Case(([[0, 1], [0, 2]], [7, 6], 8, 2000, 1e6, 1000), "swap",
+         "13 tokens to recompute (13 ms) against 12 ms of swapping"),
+]
+
+
+def check_preemption_mode(preemption_mode: Callable) -> CheckResult:
+    """`preemption_mode(tables, num_tokens, free_cpu_blocks, block_bytes,
+    link_bytes_per_s, prefill_tokens_per_s)` -> ``"swap"`` or ``"recompute"``."""
+    return check_function("preemption_mode", preemption_mode, MODE_CASES)
+
+
+_NEWEST = ("the newest running request is preempted first (it has waited least; first come, "
+           "first served), whatever it holds or needs")
+_ITSELF = ("when no request newer than the one being served is left, and older ones hold the "
+           "memory, it steps aside itself")
+
+VICTIM_CASES = [
+    Case(([("A", 1, 5), ("B", 1, 3), ("C", 1, 2)], 3), [], "3 free blocks cover the 3 needed"),
+    Case(([("A", 1, 5), ("B", 1, 3), ("C", 1, 2)], 2), ["C"], _ITSELF),
+    Case(([("A", 2, 5), ("B", 1, 3), ("C", 1, 2)], 1), ["C"],
+         f"{_NEWEST}; C's 2 blocks then cover A and B"),
+    Case(([("A", 1, 8), ("B", 1, 1)], 0), ["B"],
+         f"{_NEWEST} — even if an older one holds far more blocks"),
+    Case(([("A", 1, 1), ("B", 1, 8)], 0), ["B"], _NEWEST),
+    Case(([("A", 1, 4), ("B", 2, 4), ("C", 1, 1), ("D", 1, 1)], 0), ["D", "C", "B"],
+         f"D frees a block for A; for B, C goes, and then: {_ITSELF}"),
+    Case(([("A", 0, 3), ("B", 1, 2), ("C", 0, 1)], 0), ["C"],
+         "B needs a block: C is newest, so C goes, although C itself needed none this step"),
+    Case(([], 4), [], "nobody running, nobody preempted"),
+]
+
+
+def check_choose_victims(choose_victims: Callable) -> CheckResult:
+    """`choose_victims(running, free_blocks)` with running ``[(request_id,
+    blocks_needed, blocks_held), ...]`` oldest first -> the preempted request
+    ids in the order they are preempted."""
+    return check_function("choose_victims", choose_victims, VICTIM_CASES,
+                          equal=lambda got, want: list(got) == want)
+
+
+CHECKS = {
+    "tokens_to_recompute": check_tokens_to_recompute,
+    "preemption_mode": check_preemption_mode,
+    "choose_victims": check_choose_victims,
+}
