@@ -181,9 +181,10 @@ class LLMEngine:
         rows: dict[str, list[tuple[Sequence, torch.Tensor]]] = {}
         row = 0
         for s in plan.scheduled:
-            is_decode = s.num_tokens == 1 and s.samples
+            # a decode computes one generated token; anything else is (re)filling the cache
+            is_prefill = s.num_tokens > 1 or s.start < s.seq.prompt_len
             out.scheduled.append(ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
-                                               is_prefill=not is_decode))
+                                               is_prefill))
             s.seq.num_computed_tokens = s.start + s.num_tokens
             if s.samples:
                 rows.setdefault(s.group.request_id, []).append((s.seq, logits[row]))

@@ -134,3 +134,14 @@ def test_group_that_outgrows_the_whole_cache_ends_with_length(reference):
                                                          ignore_eos=True), use_tqdm=False)[0]
     assert out.outputs[0].finish_reason == "length"
     assert 10 + len(out.outputs[0].token_ids) == 16 + 1  # the last token never needs a slot
+
+
+def test_a_one_token_last_prompt_chunk_is_prefill(reference):
+    build, _, _ = reference("llama")
+    engine = LLMEngine(build(), block_size=4, num_blocks=32, enable_chunked_prefill=True,
+                       max_num_batched_tokens=4)
+    engine.add_request("a", list(range(5)), GREEDY)  # chunks of 4 and 1
+    first, second, third = engine.step(), engine.step(), engine.step()
+    assert [(s.num_tokens, s.is_prefill) for s in first.scheduled] == [(4, True)]
+    assert [(s.num_tokens, s.is_prefill) for s in second.scheduled] == [(1, True)]
+    assert [(s.num_tokens, s.is_prefill) for s in third.scheduled] == [(1, False)]
