@@ -67,9 +67,9 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
-    def fork(self) -> Sequence:
+    def fork(self, seq_id: int | None = None) -> Sequence:
         """A copy with a new id: same tokens, same progress (its blocks are shared separately)."""
-        child = Sequence(self.token_ids[:self.prompt_len])
+        child = Sequence(self.token_ids[:self.prompt_len], seq_id=seq_id)
         child.token_ids = list(self.token_ids)
         child.num_computed_tokens = self.num_computed_tokens
         child.status = self.status
@@ -113,10 +113,11 @@ class SequenceGroup:
 
     @classmethod
     def new(cls, request_id: str, prompt: str | None, prompt_token_ids: list[int],
-            params: SamplingParams, arrival_time: float | None = None) -> SequenceGroup:
+            params: SamplingParams, arrival_time: float | None = None,
+            seq_id: int | None = None) -> SequenceGroup:
         now = time.monotonic() if arrival_time is None else arrival_time
         return cls(request_id, prompt, list(prompt_token_ids), params,
-                   [Sequence(prompt_token_ids)], RequestMetrics(now))
+                   [Sequence(prompt_token_ids, seq_id=seq_id)], RequestMetrics(now))
 
     def unfinished_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if not s.is_finished]

@@ -231,15 +231,20 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                                  "device_name": torch.cuda.get_device_name(dev)
                                  if dev.type == "cuda" else platform.processor() or "cpu"})
     runners = {
-        "pagedkit": lambda m: run_pagedkit(m, work, block_size),
-        "hf_static": lambda m: run_hf_static(m, work, batch_size, pad_id=0),
-        "hf_continuous": lambda m: run_hf_continuous(m, work),
+        "pagedkit": lambda m, w: run_pagedkit(m, w, block_size),
+        "hf_static": lambda m, w: run_hf_static(m, w, batch_size, pad_id=0),
+        "hf_continuous": lambda m, w: run_hf_continuous(m, w),
     }
+    # a short untimed run first: one-time costs (lazy imports, allocator and
+    # kernel warm-up) would otherwise land on whichever system runs first
+    warmup = Workload(work.prompts[:2], [2, 2])
     reference = None
     for name in systems:
         log(f"running {name} ...")
         try:
-            result, tokens = runners[name](build_model(model_name, dev))
+            model = build_model(model_name, dev)
+            runners[name](model, warmup)
+            result, tokens = runners[name](model, work)
         except Exception as err:  # report a system that cannot run here, keep the others
             log(f"  {name} failed: {type(err).__name__}: {err}")
             continue

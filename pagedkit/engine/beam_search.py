@@ -28,8 +28,9 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
               stop_ids: set[int], engine) -> dict[int, int]:
     """Advance the group's beams by one token. Returns seq_id -> new token.
 
-    `engine` provides ``fork(parent, child, group)`` and the scheduler's
-    ``drop_seq`` / ``finish_seq``: the memory side of forking and freeing."""
+    `engine` provides ``fork(parent, group)``, ``next_seq_id()`` and the
+    scheduler's ``drop_seq`` / ``finish_seq``: the memory side of forking and
+    freeing."""
     params = group.params
     width = params.beam_width
     candidates: list[tuple[float, int, int, Sequence]] = []
@@ -45,7 +46,7 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
         can_stop = len(parent.output_token_ids) + 1 >= params.min_tokens
         if tok in stop_ids and can_stop:
             if position < width:  # a finished hypothesis
-                done = parent.fork()
+                done = parent.fork(engine.next_seq_id())
                 done.token_ids.append(tok)
                 done.cumulative_logprob = score
                 done.finish_reason = FinishReason.STOP

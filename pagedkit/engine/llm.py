@@ -60,7 +60,7 @@ class LLM:
         ids = [f"{next(self._ids)}" for _ in prompts]
         # check every request before queueing any, so a bad one changes nothing
         for request_id, prompt, p in zip(ids, prompts, params, strict=True):
-            engine.validate_request(request_id, prompt, p, None)
+            engine.check_request(request_id, prompt, p)
         for request_id, prompt, p in zip(ids, prompts, params, strict=True):
             engine.add_request(request_id, prompt, p)
         wanted = set(ids)

@@ -17,6 +17,7 @@ Drive it a step at a time to watch it work::
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence as SequenceLike
 from typing import Any
@@ -77,6 +78,7 @@ class LLMEngine:
         self.events = self.kv.events
         self.scheduler = Scheduler(self.scheduler_config, self.kv)
         self.groups: dict[str, SequenceGroup] = {}
+        self._seq_ids = itertools.count()  # per engine, so ids do not depend on other engines
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._seeded: dict[str, torch.Generator] = {}
         eos = model.generation_config.eos_token_id if model.generation_config else None
@@ -110,13 +112,23 @@ class LLMEngine:
                     params: SamplingParams | None = None, *,
                     arrival_time: float | None = None) -> None:
         """Queue a request; every check happens before anything changes."""
-        group = self.validate_request(request_id, prompt, params, arrival_time)
-        if group.params.seed is not None:
-            self._seeded[request_id] = torch.Generator(self.device).manual_seed(group.params.seed)
+        request_id = str(request_id)
+        text, token_ids, params = self.check_request(request_id, prompt, params)
+        group = SequenceGroup.new(request_id, text, token_ids, params, arrival_time,
+                                  seq_id=self.next_seq_id())
+        if params.seed is not None:
+            self._seeded[request_id] = torch.Generator(self.device).manual_seed(params.seed)
         self.groups[request_id] = group
         self.scheduler.add(group)
 
-    def validate_request(self, request_id: str, prompt, params, arrival_time) -> SequenceGroup:
+    def next_seq_id(self) -> int:
+        return next(self._seq_ids)
+
+    def check_request(self, request_id: str, prompt: str | SequenceLike[int],
+                      params: SamplingParams | None = None
+                      ) -> tuple[str | None, list[int], SamplingParams]:
+        """Everything `add_request` checks, without queueing: returns the prompt's
+        text (if any), its token ids and the sampling params."""
         request_id = str(request_id)
         if request_id in self.groups:
             raise ValueError(f"request id {request_id!r} is already in the engine")
@@ -144,7 +156,7 @@ class LLMEngine:
         if params.num_sequences > self.scheduler_config.max_num_seqs:
             raise ValueError(f"request {request_id!r} runs {params.num_sequences} sequences but "
                              f"max_num_seqs is {self.scheduler_config.max_num_seqs}")
-        return SequenceGroup.new(request_id, text, token_ids, params, arrival_time)
+        return text, token_ids, params
 
     def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -241,7 +253,7 @@ class LLMEngine:
 
     def fork(self, parent: Sequence, group: SequenceGroup) -> Sequence:
         """A new sequence of `group` sharing every KV block of `parent` (paper §4.4)."""
-        child = parent.fork()
+        child = parent.fork(self.next_seq_id())
         self.kv.fork(parent.seq_id, child.seq_id)
         group.seqs.append(child)
         if self.events:

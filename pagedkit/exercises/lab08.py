@@ -1,6 +1,6 @@
 """Checks for lab 08 (the full engine: packing a step, filtering logits).
 
-The expected answers come from the engine's own code: `ModelRunner.prepare`
+The expected answers come from the engine's own code: `pack_step`
 packs the same scheduled sequences, and `pagedkit.model.sampler.filter_logits`
 filters the same logits. A learner's function passes only if it agrees with
 what the engine really runs.
@@ -9,12 +9,11 @@ what the engine really runs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import torch
 
 from ..memory import KVCacheManager
-from ..model.runner import ModelRunner
+from ..model.runner import pack_step
 from ..model.sampler import filter_logits
 from ..sampling_params import SamplingParams
 from ..scheduler.scheduler import ScheduledSeq, SchedulerOutput
@@ -85,7 +84,7 @@ def engine_packing(seqs: list[tuple[int, int]], block_size: int
     Their slots come from a real block pool, handed out round-robin a block
     at a time so the tables interleave as in a busy engine. Returns the
     learner's input — ``(block_table, start, num_tokens)`` per sequence — and
-    what `ModelRunner.prepare` makes of the same step: positions,
+    what the engine's `pack_step` makes of the same step: positions,
     slot_mapping, cu_seqlens and context_lens (it needs no model for that).
     """
     kv = KVCacheManager(num_blocks=sum(-(-n // block_size) for n, _ in seqs),
@@ -102,14 +101,13 @@ def engine_packing(seqs: list[tuple[int, int]], block_size: int
     for seq, (n, start) in zip(sequences, seqs, strict=True):
         step.scheduled.append(ScheduledSeq(None, seq, n - start, start))
         learner.append((kv.block_ids(seq.seq_id), start, n - start))
-    stub = SimpleNamespace(device=torch.device("cpu"), kv_caches=[])
-    _, positions, meta, _ = ModelRunner.prepare(stub, step, kv)
+    _, positions, meta, _ = pack_step(step, kv)
     return learner, (positions.tolist(), meta.slot_mapping.tolist(), meta.cu_seqlens_q.tolist(),
                      meta.context_lens.tolist())
 
 
 def check_pack_step(fn: Callable) -> CheckResult:
-    """`pack_step(scheduled, block_size)` must pack like `ModelRunner.prepare`."""
+    """`pack_step(scheduled, block_size)` must pack like the engine's `pack_step`."""
     specs = [
         ([(6, 0)], 4, "one prompt of 6 tokens from position 0: token i sits in block "
                       "table[i // block_size] at offset i % block_size"),

@@ -85,45 +85,9 @@ class ModelRunner:
         return out.logits[0].float()
 
     def prepare(self, step: SchedulerOutput, kv: KVCacheManager):
-        """Pack the step into one row: ids, positions, attention metadata, and
-        the rows whose logits are needed (the last token of each sampling sequence)."""
-        ids: list[int] = []
-        positions: list[int] = []
-        slots: list[int] = []
-        cu_seqlens = [0]
-        context_lens: list[int] = []
-        tables: list[list[int]] = []
-        logits_indices: list[int] = []
-        for s in step.scheduled:
-            end = s.start + s.num_tokens
-            table = kv.table(s.seq.seq_id)
-            ids += s.seq.token_ids[s.start:end]
-            positions += range(s.start, end)
-            slots += table.slot_mapping(s.start, end)
-            cu_seqlens.append(cu_seqlens[-1] + s.num_tokens)
-            context_lens.append(end)
-            tables.append(table.blocks)
-            if s.samples:
-                logits_indices.append(cu_seqlens[-1] - 1)
-        width = max(len(t) for t in tables)
-        padded = [t + [0] * (width - len(t)) for t in tables]
-        num_decodes = next((i for i, s in enumerate(step.scheduled) if s.num_tokens != 1),
-                           len(step.scheduled))
-
-        def tensor(values, dtype=torch.int32):
-            return torch.tensor(values, dtype=dtype, device=self.device)
-
-        meta = AttentionMetadata(
-            slot_mapping=tensor(slots, torch.long),
-            block_tables=tensor(padded),
-            context_lens=tensor(context_lens),
-            cu_seqlens_q=tensor(cu_seqlens),
-            num_decodes=num_decodes,
-            kv_caches=self.kv_caches,
-            check=self.device.type != "cuda",
-        )
-        return (tensor(ids, torch.long), tensor(positions, torch.long), meta,
-                tensor(logits_indices, torch.long))
+        """`pack_step` on this runner's device and caches."""
+        return pack_step(step, kv, self.device, self.kv_caches,
+                         check=self.device.type != "cuda")
 
     def _swap(self, copies: list[BlockCopy], src_caches, dst_caches) -> None:
         """Copy whole blocks between the GPU cache and the CPU swap space."""
@@ -134,6 +98,56 @@ class ModelRunner:
         for (src_k, src_v), (dst_k, dst_v) in zip(src_caches, dst_caches, strict=True):
             for a, b in ((src_k, dst_k), (src_v, dst_v)):
                 b[dst.to(b.device)] = a[src.to(a.device)].to(b.device)
+
+
+def pack_step(step: SchedulerOutput, kv: KVCacheManager, device: torch.device | str = "cpu",
+              kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None, *,
+              check: bool = True):
+    """Pack a scheduled step into one unpadded row.
+
+    Returns ``(input_ids, positions, metadata, logits_indices)``: the tokens
+    and positions of every scheduled sequence one after another, the
+    `AttentionMetadata` (each new token's slot, block tables, context lengths,
+    query boundaries ``cu_seqlens``), and the rows whose logits are needed —
+    the last token of each sequence that samples this step.
+    """
+    ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    cu_seqlens = [0]
+    context_lens: list[int] = []
+    tables: list[list[int]] = []
+    logits_indices: list[int] = []
+    for s in step.scheduled:
+        end = s.start + s.num_tokens
+        table = kv.table(s.seq.seq_id)
+        ids += s.seq.token_ids[s.start:end]
+        positions += range(s.start, end)
+        slots += table.slot_mapping(s.start, end)
+        cu_seqlens.append(cu_seqlens[-1] + s.num_tokens)
+        context_lens.append(end)
+        tables.append(table.blocks)
+        if s.samples:
+            logits_indices.append(cu_seqlens[-1] - 1)
+    width = max(len(t) for t in tables)
+    padded = [t + [0] * (width - len(t)) for t in tables]
+    num_decodes = next((i for i, s in enumerate(step.scheduled) if s.num_tokens != 1),
+                       len(step.scheduled))
+
+    def tensor(values, dtype=torch.int32):
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    meta = AttentionMetadata(
+        slot_mapping=tensor(slots, torch.long),
+        block_tables=tensor(padded),
+        context_lens=tensor(context_lens),
+        cu_seqlens_q=tensor(cu_seqlens),
+        num_decodes=num_decodes,
+        kv_caches=kv_caches if kv_caches is not None else [],
+        check=check,
+    )
+    return tensor(ids, torch.long), tensor(positions, torch.long), meta, \
+        tensor(logits_indices, torch.long)
 
 
 def _check_supported(config) -> None:

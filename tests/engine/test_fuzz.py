@@ -46,8 +46,12 @@ def serve(engine_args, requests, aborts=frozenset(), *, note=False):
         while pending and pending[0][1][0] <= step:
             i, (_, prompt, max_tokens, kind) = pending.pop(0)
             capacity = engine.kv.allocator.num_blocks * engine.kv.block_size
-            if len(prompt) + 1 > capacity:  # can never fit: refused up front, with a reason
-                with pytest.raises(ValueError, match="whole KV cache holds"):
+            budget = engine.scheduler_config.max_num_batched_tokens
+            chunked = engine.scheduler_config.enable_chunked_prefill
+            reason = ("whole KV cache holds" if len(prompt) + 1 > capacity else
+                      "max_num_batched_tokens" if len(prompt) > budget and not chunked else None)
+            if reason:  # can never be scheduled: refused up front, with the reason
+                with pytest.raises(ValueError, match=reason):
                     engine.add_request(str(i), prompt, params_for(kind, max_tokens))
                 outputs[str(i)] = "refused"
                 continue
