@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ._validation import check_int
@@ -37,17 +38,24 @@ class SamplingParams:
         check_int("n", self.n, minimum=1)
         check_int("max_tokens", self.max_tokens, minimum=1)
         check_int("min_tokens", self.min_tokens, minimum=0, maximum=self.max_tokens)
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+        if not _is_number(self.temperature) or not self.temperature >= 0:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not _is_number(self.length_penalty) or math.isnan(self.length_penalty):
+            raise ValueError(f"length_penalty must be a number, got {self.length_penalty!r}")
         check_int("top_k", self.top_k)
         if self.top_k == 0 or self.top_k < -1:
             raise ValueError(f"top_k must be -1 (no limit) or >= 1, got {self.top_k}")
         if self.seed is not None:
             check_int("seed", self.seed)
+        if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(
+                self.stop_token_ids, "__iter__"):
+            raise TypeError(f"stop_token_ids must be a list of token ids, got "
+                            f"{self.stop_token_ids!r}")
         object.__setattr__(self, "stop_token_ids", tuple(
-            check_int("stop_token_ids[i]", t, minimum=0) for t in self.stop_token_ids))
+            check_int(f"stop_token_ids[{i}]", t, minimum=0)
+            for i, t in enumerate(self.stop_token_ids)))
         if self.use_beam_search:
             width = self.n if self.beam_width is None else check_int(
                 "beam_width", self.beam_width, minimum=1)
@@ -69,3 +77,7 @@ class SamplingParams:
     def num_sequences(self) -> int:
         """How many sequences the request runs at once after its prompt."""
         return self.beam_width if self.use_beam_search else self.n
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

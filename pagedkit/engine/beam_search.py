@@ -36,6 +36,8 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
     candidates: list[tuple[float, int, int, Sequence]] = []
     for rank, (seq, logits) in enumerate(rows):
         logprobs = torch.log_softmax(logits, dim=-1)
+        if len(seq.output_token_ids) < params.min_tokens and stop_ids:
+            logprobs[sorted(stop_ids)] = float("-inf")  # too early to stop
         top = torch.topk(logprobs, min(2 * width, logprobs.numel()))
         for lp, tok in zip(top.values.tolist(), top.indices.tolist(), strict=True):
             candidates.append((seq.cumulative_logprob + lp, rank, tok, seq))
@@ -43,8 +45,9 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
 
     chosen: list[tuple[float, int, Sequence]] = []
     for position, (score, _, tok, parent) in enumerate(candidates):
-        can_stop = len(parent.output_token_ids) + 1 >= params.min_tokens
-        if tok in stop_ids and can_stop:
+        if score == float("-inf"):  # only masked tokens are left
+            break
+        if tok in stop_ids:
             if position < width:  # a finished hypothesis
                 done = parent.fork(engine.next_seq_id())
                 done.token_ids.append(tok)

@@ -26,7 +26,8 @@ class LLM:
     All keyword arguments go to `LLMEngine` (``block_size``, ``num_blocks``,
     ``kv_cache_memory``, ``enable_prefix_caching``, ``preemption_mode``,
     ``swap_space``, ``max_num_seqs``, ``max_num_batched_tokens``,
-    ``enable_chunked_prefill``, ``max_model_len``, ``device``, ``dtype``).
+    ``enable_chunked_prefill``, ``max_model_len``, ``device``, ``dtype``,
+    ``gpu_memory_utilization``, ``seed``; see docs/api.md).
     The engine is `llm.llm_engine`, as in vLLM.
     """
 

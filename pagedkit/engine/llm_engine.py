@@ -56,8 +56,12 @@ class LLMEngine:
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         self.dtype = resolve_dtype(dtype, model)
         config = model.config
-        self.max_model_len = check_int(
-            "max_model_len", max_model_len or config.max_position_embeddings, minimum=2)
+        positions = config.max_position_embeddings
+        self.max_model_len = positions if max_model_len is None else check_int(
+            "max_model_len", max_model_len, minimum=2, maximum=positions)
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got "
+                             f"{gpu_memory_utilization!r}")
         if max_num_batched_tokens is None:
             max_num_batched_tokens = 512 if enable_chunked_prefill else self.max_model_len
         self.scheduler_config = SchedulerConfig(max_num_seqs, max_num_batched_tokens,
@@ -67,10 +71,18 @@ class LLMEngine:
                                   block_size=block_size)
         num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
                                       gpu_memory_utilization)
-        if swap_space is None:
-            num_swap_blocks = num_blocks if preemption_mode == "swap" else 0
-        else:
-            num_swap_blocks = int(swap_space * 2**30) // spec.bytes_per_block(block_size)
+        num_swap_blocks = 0  # swap space exists only to swap into
+        if preemption_mode == "swap":
+            if swap_space is None:
+                num_swap_blocks = num_blocks
+            elif not swap_space > 0:
+                raise ValueError(f"preemption_mode='swap' needs swap_space > 0 (GiB), got "
+                                 f"{swap_space!r}")
+            else:
+                num_swap_blocks = int(swap_space * 2**30) // spec.bytes_per_block(block_size)
+                if num_swap_blocks < 1:
+                    raise ValueError(f"swap_space of {swap_space} GiB holds no block of "
+                                     f"{spec.bytes_per_block(block_size)} bytes")
         self.runner.allocate_cache(num_blocks, num_swap_blocks)
         self.kv = KVCacheManager(num_blocks, block_size,
                                  enable_prefix_caching=enable_prefix_caching,
@@ -79,6 +91,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.scheduler_config, self.kv)
         self.groups: dict[str, SequenceGroup] = {}
         self._seq_ids = itertools.count()  # per engine, so ids do not depend on other engines
+        self._aborted: list[RequestOutput] = []  # reported by the next step
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._seeded: dict[str, torch.Generator] = {}
         eos = model.generation_config.eos_token_id if model.generation_config else None
@@ -101,7 +114,8 @@ class LLMEngine:
                 raise ValueError(f"no GPU memory left for a KV cache: the model peaks at "
                                  f"{peak / 2**30:.2f} GiB of {total / 2**30:.2f} GiB x "
                                  f"gpu_memory_utilization {utilization}")
-        blocks = spec.num_blocks_for(memory or DEFAULT_CPU_KV_CACHE_BYTES, block_size)
+        blocks = spec.num_blocks_for(DEFAULT_CPU_KV_CACHE_BYTES if memory is None else memory,
+                                     block_size)
         if blocks < 1:
             raise ValueError(f"kv_cache_memory of {memory} bytes holds no block of "
                              f"{spec.bytes_per_block(block_size)} bytes")
@@ -153,6 +167,10 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
                              f"max_num_batched_tokens is {budget}; raise it or set "
                              "enable_chunked_prefill=True")
+        bad = [t for t in params.stop_token_ids if t >= self.runner.vocab_size]
+        if bad:
+            raise ValueError(f"request {request_id!r}: stop token id {bad[0]} is outside the "
+                             f"vocabulary [0, {self.runner.vocab_size})")
         if params.num_sequences > self.scheduler_config.max_num_seqs:
             raise ValueError(f"request {request_id!r} runs {params.num_sequences} sequences but "
                              f"max_num_seqs is {self.scheduler_config.max_num_seqs}")
@@ -172,15 +190,17 @@ class LLMEngine:
         return None, ids
 
     def abort_request(self, request_id: str) -> bool:
-        """Stop a request and free its memory. Returns False if it was not in the engine."""
+        """Stop a request and free its memory; its output (finish reason
+        ``"abort"``) comes with the next step. False if it was not in the engine."""
         group = self.scheduler.abort(str(request_id))
         if group is None:
             return False
-        self._retire(group)
+        self._aborted.append(self._retire(group))
         return True
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished()
+        """Anything still to run, or an aborted request not yet reported?"""
+        return self.scheduler.has_unfinished() or bool(self._aborted)
 
     # --------------------------------------------------------------------- step
     def step(self) -> StepOutput:
@@ -188,7 +208,8 @@ class LLMEngine:
         start = time.perf_counter()
         plan = self.scheduler.schedule()
         logits = self.runner.execute(plan, self.kv)
-        out = StepOutput(step=plan.step)
+        out = StepOutput(step=plan.step, finished=self._aborted)
+        self._aborted = []
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
         rows: dict[str, list[tuple[Sequence, torch.Tensor]]] = {}
         row = 0

@@ -69,9 +69,11 @@ class KVCacheManager:
 
     def block_table(self, seq: Hashable) -> BlockTable:
         """The sequence's table wherever it is; a swapped-out one points into the swap pool."""
-        table = self._tables.get(seq) or self._swapped.get(seq)
+        table = self._tables.get(seq)
         if table is None:
-            raise KeyError(f"sequence {seq!r} has no blocks")
+            table = self._swapped.get(seq)
+        if table is None:
+            raise KeyError(f"sequence {seq!r} has no block table")
         return table
 
     def block_ids(self, seq: Hashable) -> list[int]:
@@ -103,6 +105,25 @@ class KVCacheManager:
                 cached_blocks, num_new_tokens)
         return table.blocks_needed(num_new_tokens)
 
+    def blocks_needed_for(self, appends: Iterable[tuple[Hashable, int]]) -> int:
+        """Fresh blocks that appending ``n`` tokens to each ``(seq, n)`` takes,
+        all together (the sequences of one group, in GPU or in swap memory).
+
+        Copy-on-write is counted once per copy really made: when all k owners
+        of a shared, partly filled block write into it, k - 1 copies suffice,
+        because the last writer finds itself the block's only owner."""
+        total = 0
+        writers: dict[int, int] = {}  # shared last block -> sequences writing into it
+        pool = self.allocator
+        for seq, n in appends:
+            table = self.block_table(seq)
+            copy = table.needs_copy(n)
+            total += table.blocks_needed(n) - copy
+            if copy:
+                writers[table.blocks[-1]] = writers.get(table.blocks[-1], 0) + 1
+                pool = table.allocator
+        return total + sum(k - (pool.ref_count(b) == k) for b, k in writers.items())
+
     def can_allocate(self, seq: Hashable, num_new_tokens: int,
                      cached_blocks: Sequence[int] = (), *, reserve: int = 0) -> bool:
         """Would the tokens fit, leaving at least `reserve` blocks free?"""
@@ -117,15 +138,16 @@ class KVCacheManager:
         """
         if seq in self._swapped:
             raise BlockStateError(f"sequence {seq!r} is swapped out; swap it in before appending")
-        if not self.can_allocate(seq, len(token_ids), cached_blocks):
-            return None
         table = self._tables.get(seq)
-        if table is None:
-            table = self._tables[seq] = BlockTable(self.allocator, seq)
-            table.adopt_cached(cached_blocks)
-        elif cached_blocks:
+        if table is not None and cached_blocks:
             raise BlockStateError(
                 f"sequence {seq!r} already exists; cached blocks can only start a sequence")
+        if not self.can_allocate(seq, len(token_ids), cached_blocks):
+            return None
+        if table is None:
+            table = BlockTable(self.allocator, seq)
+            table.adopt_cached(cached_blocks)  # checks them all before taking any
+            self._tables[seq] = table
         return table.append(token_ids)
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
@@ -136,9 +158,11 @@ class KVCacheManager:
 
     def free(self, seq: Hashable) -> None:
         """Release a sequence's blocks, wherever they are."""
-        table = self._tables.pop(seq, None) or self._swapped.pop(seq, None)
+        table = self._tables.pop(seq, None)
         if table is None:
-            raise KeyError(f"cannot free sequence {seq!r}: it has no blocks")
+            table = self._swapped.pop(seq, None)
+        if table is None:
+            raise KeyError(f"cannot free sequence {seq!r}: it has no block table")
         table.free()
 
     # ------------------------------------------------------------------- swap
@@ -149,8 +173,15 @@ class KVCacheManager:
         needed = len(self._distinct_blocks(self.table(s) for s in seqs))
         return self.swap_pool is not None and needed <= self.swap_pool.num_free_blocks
 
+    def _swapped_table(self, seq: Hashable) -> BlockTable:
+        try:
+            return self._swapped[seq]
+        except KeyError:
+            where = "in GPU memory" if seq in self._tables else "unknown"
+            raise KeyError(f"sequence {seq!r} is not swapped out ({where})") from None
+
     def can_swap_in(self, seqs: Iterable[Hashable], *, reserve: int = 0) -> bool:
-        needed = len(self._distinct_blocks(self._swapped[s] for s in seqs))
+        needed = len(self._distinct_blocks(self._swapped_table(s) for s in seqs))
         return needed + reserve <= self.allocator.num_free_blocks
 
     def swap_out(self, seqs: Sequence[Hashable]) -> list[BlockCopy]:
@@ -173,7 +204,7 @@ class KVCacheManager:
         if not self.can_swap_in(seqs):
             raise OutOfBlocksError(
                 f"cannot swap in: the group needs "
-                f"{len(self._distinct_blocks(self._swapped[s] for s in seqs))} GPU blocks, "
+                f"{len(self._distinct_blocks(self._swapped_table(s) for s in seqs))} GPU blocks, "
                 f"{self.allocator.num_free_blocks} are free")
         return self._move(seqs, self._swapped, self._tables, self.swap_pool, self.allocator,
                           EventKind.SWAP_IN)

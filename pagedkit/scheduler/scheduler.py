@@ -19,12 +19,19 @@ The order of each step:
    sits swapped out or someone was preempted this step (paper §4.5): memory
    is short, and the oldest requests go first.
 
+"Oldest" is by arrival: every queue is kept in arrival order, so a group
+brought back from swap or recomputation takes its old place. The prompt of a
+new request must fit one step's token budget (the engine checks); the
+tokens a preempted sequence must recompute may not, so they are spread over
+as many steps as needed, as chunked prefill would.
+
 Every decision is also an event (`ADMIT`, `PREEMPT`, `FINISH`, `STEP`) on the
 memory's event bus, so widgets can replay it.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import deque
 from collections.abc import Hashable
@@ -102,7 +109,7 @@ class Scheduler:
 
     # ----------------------------------------------------------------- queues
     def add(self, group: SequenceGroup) -> None:
-        self.waiting.append(group)
+        _insert_by_arrival(self.waiting, group)
 
     def abort(self, request_id: str) -> SequenceGroup | None:
         """Remove a request wherever it is and free its memory."""
@@ -198,7 +205,7 @@ class Scheduler:
             out.swap_in += self.kv.swap_in(ids)
             group.set_status(SequenceStatus.RUNNING)
             self._allocate(group, plan, out, budget)
-            self.running.append(group)
+            _insert_by_arrival(self.running, group)
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: _Budget) -> None:
         while self.waiting:
@@ -207,7 +214,9 @@ class Scheduler:
             if not budget.fits(0, max(group.params.num_sequences, len(group.seqs))):
                 return
             admitted = self._try_admit(group, budget)
-            if admitted is None:
+            if admitted == "budget":
+                return  # no tokens left this step: next step
+            if admitted == "memory":
                 if self.running:
                     return  # first come, first served: the head waits for memory
                 self.waiting.popleft()  # nothing else holds memory: it can never fit
@@ -219,42 +228,54 @@ class Scheduler:
                 group.metrics.first_scheduled_time = time.monotonic()
                 group.num_cached_tokens = sum(s.start for s, _ in admitted)
             for s, copies in admitted:
-                out.scheduled.append(s)
+                if s.num_tokens:
+                    out.scheduled.append(s)
                 out.block_copies += copies
                 budget.take(s.num_tokens, 1)
             group.set_status(SequenceStatus.RUNNING)
-            self.running.append(group)
+            _insert_by_arrival(self.running, group)
             out.admitted.append(group)
             for seq in group.unfinished_seqs():
                 self._emit(EventKind.ADMIT, seq.seq_id, group.request_id)
 
     def _try_admit(self, group: SequenceGroup, budget: _Budget
-                   ) -> list[tuple[ScheduledSeq, list[BlockCopy]]] | None:
+                   ) -> list[tuple[ScheduledSeq, list[BlockCopy]]] | str:
         """Give each sequence of a waiting group room for its prompt (or the
         first chunk of it), starting from whatever the prefix cache holds.
 
         Sequences are placed one after another, so the second sequence of a
         group (one preempted after forking) finds the first one's blocks in
         the prefix cache and shares them. If any does not fit, the ones placed
-        are freed again and None is returned."""
+        are freed again and the reason is returned: ``"budget"`` (no tokens
+        left this step) or ``"memory"`` (not enough free blocks)."""
         placed: list[tuple[ScheduledSeq, list[BlockCopy]]] = []
         tokens_left = budget.tokens_left
         for seq in group.unfinished_seqs():
             cached = self.kv.cached_prefix(seq.seq_id, seq.token_ids)
             start = len(cached) * self.kv.block_size
-            want = seq.num_tokens - start
-            take = min(want, tokens_left) if self.config.enable_chunked_prefill else want
-            copies = None
-            if 0 < take <= tokens_left:
-                copies = self.kv.allocate_slots(seq.seq_id, seq.token_ids[start:start + take],
-                                                cached)
+            take = self._take(seq, seq.num_tokens - start, tokens_left)
+            if take is None or (take == 0 and not placed):
+                self._roll_back(placed)
+                return "budget"
+            copies = self.kv.allocate_slots(seq.seq_id, seq.token_ids[start:start + take],
+                                            cached)
             if copies is None:
                 self._roll_back(placed)
-                return None
+                return "memory"
             seq.num_computed_tokens = start
             tokens_left -= take
             placed.append((ScheduledSeq(group, seq, take, start), copies))
         return placed
+
+    def _take(self, seq: Sequence, want: int, tokens_left: int) -> int | None:
+        """How many of its `want` tokens a sequence computes this step, or None
+        if it must compute them all at once and they do not fit. A prompt is
+        split only with chunked prefill; tokens being recomputed after a
+        preemption always may be (only the prompt was checked against the
+        budget)."""
+        if self.config.enable_chunked_prefill or seq.output_token_ids:
+            return min(want, tokens_left)
+        return want if want <= tokens_left else None
 
     # ------------------------------------------------------------ mechanics
     def _roll_back(self, placed: list[tuple[ScheduledSeq, list[BlockCopy]]]) -> None:
@@ -274,29 +295,32 @@ class Scheduler:
         computes this step, and the exact number of fresh blocks that takes;
         None if the budget cannot take the group now.
 
-        Copy-on-write is counted once per copy really made: when all k owners
-        of a shared, half-full block write into it, k - 1 copies suffice (the
-        last writer keeps the original)."""
+        A sequence's table may already hold slots for some of these tokens (a
+        step that raised before its forward pass or its sampling): only the
+        rest get new ones, so retrying a step never allocates twice."""
         seqs = group.unfinished_seqs()
         if not budget.fits(0, len(seqs)):
             return None
         plan = _GroupPlan([], 0)
         tokens_left = budget.tokens_left
-        writers: dict[int, int] = {}  # shared last block -> sequences writing into it
+        appends = []
         for seq in seqs:
+            if seq.num_uncomputed_tokens == 0:
+                # a step computed its last token but failed before sampling from it:
+                # compute that token again for its logits (its slot is already held)
+                seq.num_computed_tokens -= 1
             want = seq.num_uncomputed_tokens
-            take = min(want, tokens_left) if self.config.enable_chunked_prefill else want
-            if take <= 0 or take > tokens_left:
+            take = self._take(seq, want, tokens_left)
+            if take is None:
                 return None
             tokens_left -= take
-            table = self.kv.block_table(seq.seq_id)
-            copy = table.needs_copy(take)
-            plan.blocks += table.blocks_needed(take) - copy
-            if copy:
-                writers[table.blocks[-1]] = writers.get(table.blocks[-1], 0) + 1
-            plan.seqs.append(_SeqPlan(seq, seq.num_computed_tokens, take))
-        pool = self.kv.block_table(seqs[0].seq_id).allocator
-        plan.blocks += sum(k - (pool.ref_count(b) == k) for b, k in writers.items())
+            if take:
+                table = self.kv.block_table(seq.seq_id)
+                appends.append((seq.seq_id, seq.num_computed_tokens + take - table.num_tokens))
+                plan.seqs.append(_SeqPlan(seq, seq.num_computed_tokens, take))
+        if not plan.seqs:
+            return None
+        plan.blocks = self.kv.blocks_needed_for(appends)
         return plan
 
     def _fits(self, plan: _GroupPlan) -> bool:
@@ -306,8 +330,9 @@ class Scheduler:
                   budget: _Budget) -> None:
         for p in plan.seqs:
             seq = p.seq
+            held = self.kv.num_tokens(seq.seq_id)  # slots a failed step may have left
             copies = self.kv.allocate_slots(seq.seq_id,
-                                            seq.token_ids[p.start:p.start + p.num_tokens])
+                                            seq.token_ids[held:p.start + p.num_tokens])
             if copies is None:  # _fits promised room: a broken invariant, not a user error
                 raise RuntimeError(f"scheduler planned {plan.blocks} blocks for group "
                                    f"{group.request_id} but the pool refused sequence "
@@ -326,13 +351,13 @@ class Scheduler:
         if mode == "swap":
             out.swap_out += self.kv.swap_out(ids)
             group.set_status(SequenceStatus.SWAPPED)
-            self.swapped.append(group)
+            _insert_by_arrival(self.swapped, group)
         else:
             for seq in seqs:
                 self.kv.free(seq.seq_id)
                 seq.num_computed_tokens = 0
             group.set_status(SequenceStatus.WAITING)
-            self.waiting.appendleft(group)
+            _insert_by_arrival(self.waiting, group)
         group.num_preemptions += 1
         self.num_preemptions += 1
         out.preempted.append((group, mode))
@@ -352,6 +377,13 @@ class Scheduler:
     def _emit(self, kind: EventKind, seq: Hashable, detail: str | None) -> None:
         if self.events:
             self.events.emit(Event(kind, seq=seq, detail=detail))
+
+
+def _insert_by_arrival(queue, group: SequenceGroup) -> None:
+    """Put a group back in its place: queues are in arrival order."""
+    arrival = group.metrics.arrival_time
+    queue.insert(bisect.bisect_right(queue, arrival, key=lambda g: g.metrics.arrival_time),
+                 group)
 
 
 @dataclass

@@ -27,6 +27,8 @@ def snapshot(engine):
     ([1, 2, 300], None, ValueError, r"token id 300 is outside the vocabulary \[0, 96\)"),
     ("hello", None, ValueError, "no tokenizer"),
     ([1, 2], "greedy", TypeError, "params must be SamplingParams, got str"),
+    ([1, 2], SamplingParams(stop_token_ids=[500]), ValueError,
+     r"stop token id 500 is outside the vocabulary \[0, 96\)"),
 ])
 def test_bad_requests_are_refused_and_change_nothing(engine, prompt, params, error, message):
     before = snapshot(engine)
@@ -145,3 +147,109 @@ def test_a_one_token_last_prompt_chunk_is_prefill(reference):
     assert [(s.num_tokens, s.is_prefill) for s in first.scheduled] == [(4, True)]
     assert [(s.num_tokens, s.is_prefill) for s in second.scheduled] == [(1, True)]
     assert [(s.num_tokens, s.is_prefill) for s in third.scheduled] == [(1, False)]
+
+
+def test_recomputation_longer_than_the_budget_is_spread_over_steps(reference):
+    """Only the prompt is checked against the token budget: a preempted request
+    must recompute prompt + output, which may not fit one step."""
+    build, _, _ = reference("llama")
+    engine = LLMEngine(build(), block_size=4, num_blocks=16, max_num_batched_tokens=16,
+                       enable_prefix_caching=False)
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    engine.add_request("old", list(range(20, 30)), params)
+    engine.add_request("new", list(range(5, 15)), params)
+    done, preempted = {}, 0
+    while engine.has_unfinished_requests():
+        step = engine.step()
+        preempted += len(step.preempted)
+        assert step.num_batched_tokens <= 16
+        done.update({o.request_id: o for o in step.finished})
+    assert preempted > 0
+    assert all(len(o.outputs[0].token_ids) == 40 for o in done.values())
+
+
+def test_beam_search_respects_min_tokens(reference, make_prompts):
+    build, _, _ = reference("llama")
+    llm = LLM(build(), block_size=4, num_blocks=64)
+    prompt = make_prompts(lengths=(6,))[0]
+    free = llm.generate(prompt, SamplingParams(use_beam_search=True, beam_width=2,
+                                               temperature=0, max_tokens=6, ignore_eos=True),
+                        use_tqdm=False)[0].outputs[0].token_ids
+    stop = free[0]  # the best first token, made a stop token that is not allowed yet
+    out = llm.generate(prompt, SamplingParams(use_beam_search=True, beam_width=2,
+                                              temperature=0, max_tokens=6, min_tokens=3,
+                                              stop_token_ids=[stop]), use_tqdm=False)[0]
+    assert stop not in out.outputs[0].token_ids[:3]
+
+
+def test_an_aborted_request_is_reported_with_its_reason(engine):
+    engine.add_request("a", list(range(10)), GREEDY)
+    engine.step()
+    assert engine.abort_request("a")
+    assert engine.has_unfinished_requests()  # its output is still to be reported
+    out = engine.step().finished
+    assert [(o.request_id, o.outputs[0].finish_reason) for o in out] == [("a", "abort")]
+    assert not engine.has_unfinished_requests()
+
+
+def test_swapped_groups_come_back_oldest_first(reference):
+    build, _, _ = reference("llama")
+    engine = LLMEngine(build(), block_size=4, num_blocks=12, preemption_mode="swap",
+                       enable_prefix_caching=False)
+    for i, rid in enumerate("ABC"):
+        engine.add_request(rid, list(range(10 + i, 22 + i)),
+                           SamplingParams(temperature=0, max_tokens=30, ignore_eos=True),
+                           arrival_time=float(i))
+    while engine.has_unfinished_requests():
+        engine.step()
+        arrivals = [g.metrics.arrival_time for g in engine.scheduler.swapped]
+        assert arrivals == sorted(arrivals)
+        running = [g.metrics.arrival_time for g in engine.scheduler.running]
+        assert running == sorted(running)
+    assert engine.memory_stats()["num_preemptions"] > 0
+
+
+def test_a_step_that_fails_midway_can_be_retried(reference, monkeypatch):
+    build, prompt_list, expected = reference("llama")
+    engine = LLMEngine(build(), block_size=4, num_blocks=64)
+    engine.add_request("a", prompt_list[3], SamplingParams(temperature=0, max_tokens=12,
+                                                           ignore_eos=True))
+    engine.step()
+    real = engine.runner.execute
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine.runner, "execute", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        engine.step()
+    monkeypatch.setattr(engine.runner, "execute", real)
+    done = []
+    while engine.has_unfinished_requests():
+        done += engine.step().finished
+    assert done[0].outputs[0].token_ids == expected[3]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_model_len": 1000}, "max_model_len must be <= 256, got 1000"),
+    ({"max_model_len": 0}, "max_model_len must be >= 2, got 0"),
+    ({"kv_cache_memory": 0}, "kv_cache_memory must be >= 1, got 0"),
+    ({"gpu_memory_utilization": 90}, r"gpu_memory_utilization must be in \(0, 1\], got 90"),
+    ({"preemption_mode": "swap", "swap_space": 0}, "needs swap_space > 0"),
+    ({"preemption_mode": "evict"}, "preemption_mode must be one of"),
+])
+def test_bad_engine_arguments(reference, kwargs, message):
+    build, _, _ = reference("llama")
+    with pytest.raises(ValueError, match=message):
+        LLMEngine(build(), **kwargs)
+
+
+def test_stop_token_ids_are_checked():
+    with pytest.raises(TypeError, match="stop_token_ids must be a list of token ids, got 5"):
+        SamplingParams(stop_token_ids=5)
+    with pytest.raises(ValueError, match=r"stop_token_ids\[1\] must be >= 0, got -1"):
+        SamplingParams(stop_token_ids=[3, -1])
+    with pytest.raises(ValueError, match="temperature must be a number >= 0, got nan"):
+        SamplingParams(temperature=float("nan"))
+    with pytest.raises(ValueError, match="temperature must be a number >= 0, got True"):
+        SamplingParams(temperature=True)

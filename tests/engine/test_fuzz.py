@@ -58,9 +58,13 @@ def serve(engine_args, requests, aborts=frozenset(), *, note=False):
             engine.add_request(str(i), prompt, params_for(kind, max_tokens))
         for i in aborts:
             if step == 2 and engine.abort_request(str(i)):
-                outputs[str(i)] = "aborted"
+                outputs[str(i)] = "abort requested"
         for out in engine.step().finished:
-            outputs[out.request_id] = out
+            if out.outputs[0].finish_reason == "abort":  # reported by the next step
+                assert outputs.pop(out.request_id) == "abort requested"
+                outputs[out.request_id] = "aborted"
+            else:
+                outputs[out.request_id] = out
         step += 1
         assert step < 500, "the engine stopped making progress"
     stats = engine.memory_stats()
