@@ -25,6 +25,7 @@ Four ideas live here:
 
 from __future__ import annotations
 
+import numbers
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -231,6 +232,7 @@ class BlockAllocator:
 
     def append_tokens(self, block: int, num_tokens: int, seq: Hashable | None = None) -> None:
         """Record that `num_tokens` more slots of `block` now hold tokens."""
+        check_int("num_tokens", num_tokens, minimum=0)
         fill = self._fill[self._check_id(block)] + num_tokens
         if self._ref[block] != 1:
             raise BlockStateError(
@@ -317,6 +319,9 @@ class BlockAllocator:
             self.events.emit(Event(EventKind.EVICT, block=block))
 
     def _check_id(self, block: int) -> int:
+        if type(block) is not int and (isinstance(block, bool)
+                                       or not isinstance(block, numbers.Integral)):
+            raise TypeError(f"a block id is an int, got {block!r}")
         if not 0 <= block < self.num_blocks:
             raise IndexError(f"block id {block} is outside the pool [0, {self.num_blocks})")
         return block

@@ -46,6 +46,9 @@ class BlockTable:
 
     # ------------------------------------------------------------------ reading
     def physical_block(self, logical_index: int) -> int:
+        if not 0 <= logical_index < len(self.blocks):
+            raise IndexError(f"logical block {logical_index} is outside the table "
+                             f"[0, {len(self.blocks)}) of sequence {self.seq!r}")
         return self.blocks[logical_index]
 
     def slot(self, position: int) -> int:
@@ -146,6 +149,11 @@ class BlockTable:
             raise BlockStateError(
                 f"sequence {self.seq!r} already has {len(self.blocks)} blocks; "
                 "cached blocks can only start a sequence")
+        if len(set(blocks)) != len(blocks):
+            raise BlockStateError(f"cached blocks {list(blocks)} name a block twice")
+        stray = [b for b in blocks if self.allocator.block_hash(b) is None]
+        if stray:
+            raise BlockStateError(f"blocks {stray} are not in the prefix cache")
         for block in blocks:
             self.blocks.append(self.allocator.touch(block, self.seq))
             self.block_hashes.append(self.allocator.block_hash(block))

@@ -152,7 +152,8 @@ class ContiguousAllocator:
 
     def append(self, request: Hashable, num_tokens: int = 1) -> None:
         """The request stored `num_tokens` more tokens inside its region."""
-        region = self._by_request[request]
+        region = self.region(request)
+        check_int("num_tokens", num_tokens, minimum=0)
         if region.used + num_tokens > region.need:
             raise BlockStateError(f"request {request!r} would hold {region.used + num_tokens} "
                                   f"tokens but declared it needs {region.need}")
@@ -172,7 +173,10 @@ class ContiguousAllocator:
         return region
 
     def region(self, request: Hashable) -> Reservation:
-        return self._by_request[request]
+        try:
+            return self._by_request[request]
+        except KeyError:
+            raise KeyError(f"request {request!r} holds no reservation") from None
 
     def regions(self) -> list[Reservation]:
         """Live regions in address order."""

@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--benchmark", action="store_true",
                    help="time an hour of ShareGPT-like traffic at 2 req/s through each manager")
     one = p.add_argument_group("one trace instead of the paper comparison")
-    one.add_argument("--dataset", choices=sorted(DATASETS), help="a synthetic trace shaped so")
+    one.add_argument("--dataset", choices=sorted(DATASETS),
+                     help="a synthetic trace shaped like this dataset")
     one.add_argument("--trace", help="a JSON or CSV file of request lengths")
     one.add_argument("--rate", type=float, help="requests/s (Poisson arrivals)")
     size = one.add_mutually_exclusive_group()

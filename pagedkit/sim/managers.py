@@ -244,16 +244,9 @@ class PagedMemory:
         if len(group.seqs) == 1:
             seq = group.seqs[0]
             return 0 if kv.table(seq.seq_id).num_free_slots > seq.pending else 1
-        cost, partial = 0, {}
         for seq in group.seqs:
             self._sync(group, seq)
-            table = kv.table(seq.seq_id)
-            if table.num_free_slots:
-                partial[table.blocks[-1]] = partial.get(table.blocks[-1], 0) + 1
-            else:
-                cost += 1
-        ref = kv.allocator.ref_count
-        return cost + sum(m - 1 if ref(b) == m else m for b, m in partial.items())
+        return kv.blocks_needed_for([(seq.seq_id, 1) for seq in group.seqs])
 
     def try_append(self, group: Group) -> bool:
         """Give every sequence of `group` a slot for one more token, or return

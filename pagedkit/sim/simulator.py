@@ -41,7 +41,9 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
+from .._validation import check_choice, check_int
 from ..memory import ContiguousAllocator, Event, EventBus, EventKind, KVCacheManager
+from ..scheduler import PREEMPTION_MODES
 from .latency import LatencyModel, ModelPreset
 from .managers import PAGED, ContiguousMemory, Group, ManagerSpec, PagedMemory, Seq, Usage
 from .metrics import RequestResult, SimResult, StepLog
@@ -56,7 +58,6 @@ from .sharing import (
 )
 from .trace import Trace
 
-PREEMPTION_MODES = ("recompute", "swap")
 PREFILL_MODES = ("mixed", "separate")
 
 
@@ -105,15 +106,11 @@ class Simulator:
             model = LatencyModel()
         self.latency = model if isinstance(model, LatencyModel) else LatencyModel(model)
         preset = self.latency.preset
-        self.capacity = preset.kv_slots if capacity_slots is None else capacity_slots
-        if self.capacity < 1:
-            raise ValueError(f"capacity_slots must be >= 1, got {self.capacity}")
-        if max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
-        if preemption not in PREEMPTION_MODES:
-            raise ValueError(f"preemption must be 'recompute' or 'swap', got {preemption!r}")
-        if prefill not in PREFILL_MODES:
-            raise ValueError(f"prefill must be 'mixed' or 'separate', got {prefill!r}")
+        self.capacity = preset.kv_slots if capacity_slots is None else check_int(
+            "capacity_slots", capacity_slots, minimum=1)
+        check_int("max_num_seqs", max_num_seqs, minimum=1)
+        check_choice("preemption", preemption, PREEMPTION_MODES)
+        check_choice("prefill", prefill, PREFILL_MODES)
         if not 0 <= watermark < 1:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
         if sharing is not None and not self.spec.paged:

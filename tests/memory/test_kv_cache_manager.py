@@ -88,3 +88,47 @@ def test_free_a_swapped_sequence():
     kv.swap_out(["A"])
     kv.free("A")
     assert kv.swap_pool.num_free_blocks == 2 and "A" not in kv
+
+
+def test_errors_name_the_sequence():
+    kv = KVCacheManager(4, 2, num_swap_blocks=4)
+    kv.allocate_slots("A", [1, 2, 3])
+    with pytest.raises(KeyError, match="sequence 'A' is not swapped out"):
+        kv.swap_in(["A"])
+    with pytest.raises(KeyError, match=r"sequence 'Z' is not swapped out \(unknown\)"):
+        kv.can_swap_in(["Z"])
+    with pytest.raises(IndexError, match=r"logical block 5 is outside the table \[0, 2\)"):
+        kv.table("A").physical_block(5)
+
+
+def test_an_empty_table_is_still_a_table():
+    kv = KVCacheManager(4, 2)
+    assert kv.allocate_slots("A", []) == []
+    assert kv.block_table("A").blocks == []
+    kv.free("A")
+    assert "A" not in kv
+
+
+def test_bad_cached_blocks_change_nothing():
+    kv = KVCacheManager(8, 2, enable_prefix_caching=True)
+    kv.allocate_slots("A", [1, 2, 3, 4, 5])
+    hits = kv.cached_prefix("B", [1, 2, 3, 4, 9])
+    before = kv.stats()
+    with pytest.raises(BlockStateError, match="are not in the prefix cache"):
+        kv.allocate_slots("B", [9], [*hits, 7])
+    with pytest.raises(BlockStateError, match="name a block twice"):
+        kv.allocate_slots("B", [9], [hits[0], hits[0]])
+    assert "B" not in kv and kv.stats() == before
+
+
+def test_group_block_count_counts_copy_on_write_once_per_copy():
+    kv = KVCacheManager(16, 4)
+    kv.allocate_slots("P", [1, 2, 3, 4, 5, 6])  # one full block, one half-full
+    kv.fork("P", "C1")
+    kv.fork("P", "C2")
+    # all three owners write into the shared half-full block: two copies suffice
+    assert kv.blocks_needed_for([("P", 1), ("C1", 1), ("C2", 1)]) == 2
+    # two of three write: both must copy (the third still reads the original)
+    assert kv.blocks_needed_for([("P", 1), ("C1", 1)]) == 2
+    # three tokens each still fit the block's two free slots... after the copy
+    assert kv.blocks_needed_for([("P", 3), ("C1", 3), ("C2", 3)]) == 2 + 3

@@ -168,7 +168,8 @@ def test_separate_prefill_runs_prompts_in_their_own_iterations():
 
 def test_bad_options_name_the_value():
     trace = make_trace((0.0, 4, 4))
-    with pytest.raises(ValueError, match="preemption must be 'recompute' or 'swap', got 'drop'"):
+    with pytest.raises(ValueError,
+                       match="preemption must be one of 'recompute', 'swap'; got 'drop'"):
         Simulator(trace, PAGED, preemption="drop")
     with pytest.raises(ValueError, match=r"manager kind must be .* got 'lru'"):
         Simulator(trace, "lru")
