@@ -279,9 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--device", default="auto")
     p.add_argument("--systems", default="pagedkit,hf_static,hf_continuous")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quick", action="store_true", help="8 requests, tiny model (a smoke run)")
     p.add_argument("--json", help="write the reports here")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     models = ["tiny"] if args.quick else (args.model or list(MODELS))
     requests = 8 if args.quick else args.requests
     reports = []
