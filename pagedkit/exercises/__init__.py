@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Case", "CheckResult", "check_function"]
+__all__ = ["NOT_WRITTEN", "Case", "CheckResult", "call_learner", "check_function",
+           "require_function"]
+
+NOT_WRITTEN = "not written yet: replace the `...` / NotImplementedError with your code"
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,27 @@ class CheckResult:
         return repr(self)
 
 
+def require_function(name: str, fn: object) -> None:
+    """Misuse, not a wrong answer: the check needs the function itself."""
+    if not callable(fn):
+        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
+                        f"got {type(fn).__name__}")
+
+
+def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str = "",
+                 **kwargs: Any) -> tuple[Any, CheckResult | None]:
+    """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
+    it raised — "not written yet" for the stub's NotImplementedError, else the
+    call, the exception and the hint."""
+    try:
+        return fn(*args, **kwargs), None
+    except NotImplementedError:
+        return None, CheckResult(name, False, NOT_WRITTEN)
+    except Exception as err:  # the learner's bug, reported instead of raised
+        hint = f"  Hint: {hint}" if hint else ""
+        return None, CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}{hint}")
+
+
 def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
                    equal: Callable[[Any, Any], bool] | None = None,
                    prepare: Callable[[Case], Case] | None = None) -> CheckResult:
@@ -61,22 +85,15 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
     `equal(got, expected)` compares (default ``==``); `prepare` builds fresh
     arguments per case (for functions that mutate what they are given).
     """
-    if not callable(fn):
-        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
-                        f"got {type(fn).__name__}")
+    require_function(name, fn)
     equal = equal or (lambda got, want: got == want)
     cases = list(cases)
     for case in cases:
         case = prepare(case) if prepare else case
         call = case.call_text(getattr(fn, "__name__", name))
-        try:
-            got = fn(*case.args, **case.kwargs)
-        except NotImplementedError:
-            return CheckResult(name, False, "not written yet: replace the `...` / "
-                                            "NotImplementedError with your code")
-        except Exception as err:  # the learner's bug, reported instead of raised
-            return CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}"
-                                            + (f"  Hint: {case.hint}" if case.hint else ""))
+        got, failed = call_learner(name, fn, call, *case.args, hint=case.hint, **case.kwargs)
+        if failed is not None:
+            return failed
         if got is None and case.expected is not None:
             return CheckResult(name, False, f"{call} returned None — did you forget `return`?")
         if not equal(got, case.expected):

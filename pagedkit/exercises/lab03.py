@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import Case, CheckResult, check_function
+from . import Case, CheckResult, call_learner, check_function, require_function
 
 __all__ = ["CHECKS", "check_append_slots", "check_blocks_needed", "check_slot_of"]
 
@@ -83,20 +83,14 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
     lists are changed in place), and return the new tokens' slots. If the free list
     is too short, return ``None`` and change nothing."""
     name = "append_slots"
-    if not callable(fn):
-        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
-                        f"got {type(fn).__name__}")
+    require_function(name, fn)
     for args, slots, table_after, free_after, hint in _APPEND_CASES:
         table, free = list(args[0]), list(args[4])
         call = _call_text(args)
-        try:
-            got = fn(table, args[1], args[2], args[3], free)
-        except NotImplementedError:
-            return CheckResult(name, False, "not written yet: replace the `...` / "
-                                            "NotImplementedError with your code")
-        except Exception as err:  # the learner's bug, reported instead of raised
-            return CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}  "
-                                            f"Hint: {hint}")
+        got, failed = call_learner(name, fn, call, table, args[1], args[2], args[3], free,
+                                   hint=hint)
+        if failed is not None:
+            return failed
         got = list(got) if isinstance(got, (tuple, range)) else got
         if got is None and slots is not None:
             return CheckResult(name, False, f"{call} returned None — did you forget `return`?"

@@ -18,12 +18,10 @@ from itertools import pairwise
 import torch
 import torch.nn.functional as F
 
-from . import CheckResult
+from . import NOT_WRITTEN, CheckResult, require_function
 
 __all__ = ["CHECKS", "check_gather_kv", "check_merge_splits", "check_online_softmax_update",
            "check_paged_decode_attention", "paged_example"]
-
-NOT_WRITTEN = "not written yet: replace the `...` / NotImplementedError with your code"
 
 
 @dataclass(frozen=True)
@@ -104,9 +102,7 @@ def _first_problem(name: str, got, want: torch.Tensor, call: str, *, exact: bool
 
 
 def _run(name: str, fn: Callable, body: Callable[[], CheckResult]) -> CheckResult:
-    if not callable(fn):
-        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
-                        f"got {type(fn).__name__}")
+    require_function(name, fn)
     try:
         return body()
     except NotImplementedError:

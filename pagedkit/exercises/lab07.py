@@ -12,7 +12,7 @@ import copy
 from collections.abc import Callable
 
 from ..memory import BlockAllocator, BlockTable, KVCacheManager
-from . import Case, CheckResult, check_function
+from . import Case, CheckResult, call_learner, check_function, require_function
 
 __all__ = ["CHECKS", "check_chain_hashes", "check_copy_on_write", "check_sharing_blocks"]
 
@@ -73,21 +73,14 @@ _COW_CASES = [
 def check_copy_on_write(fn: Callable) -> CheckResult:
     """`copy_on_write(ref_counts, free_blocks, table)` updates a tiny pool in place."""
     name = "copy_on_write"
-    if not callable(fn):
-        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
-                        f"got {type(fn).__name__}")
+    require_function(name, fn)
     for ref_counts, free_blocks, table, want, (want_refs, want_free, want_table), hint in \
             _COW_CASES:
         args = (copy.deepcopy(ref_counts), copy.deepcopy(free_blocks), copy.deepcopy(table))
         call = f"copy_on_write({ref_counts}, {free_blocks}, {table})"
-        try:
-            got = fn(*args)
-        except NotImplementedError:
-            return CheckResult(name, False, "not written yet: replace the `...` / "
-                                            "NotImplementedError with your code")
-        except Exception as err:
-            return CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}  "
-                                            f"Hint: {hint}")
+        got, failed = call_learner(name, fn, call, *args, hint=hint)
+        if failed is not None:
+            return failed
         got = tuple(got) if isinstance(got, list) else got
         if got != want:
             return CheckResult(name, False, f"{call} returned {got!r}, expected {want!r}.  "

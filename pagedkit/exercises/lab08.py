@@ -18,7 +18,7 @@ from ..model.sampler import filter_logits
 from ..sampling_params import SamplingParams
 from ..scheduler.scheduler import ScheduledSeq, SchedulerOutput
 from ..sequence import Sequence
-from . import Case, CheckResult, check_function
+from . import Case, CheckResult, call_learner, check_function, require_function
 
 __all__ = ["CHECKS", "check_pack_step", "check_top_p_filter", "engine_packing"]
 
@@ -122,9 +122,7 @@ def check_pack_step(fn: Callable) -> CheckResult:
         ([(40, 39), (17, 16), (25, 0)], 16, "block_size 16, a busy step"),
     ]
     name = "pack_step"
-    if not callable(fn):
-        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
-                        f"got {type(fn).__name__}")
+    require_function(name, fn)
     fields = {
         "positions": "only the new tokens' positions: start .. start + num_tokens - 1",
         "slot_mapping": "slot = table[pos // block_size] * block_size + pos % block_size",
@@ -135,14 +133,9 @@ def check_pack_step(fn: Callable) -> CheckResult:
     for seqs, block_size, hint in specs:
         learner, expected = engine_packing(seqs, block_size)
         call = Case((learner, block_size), expected).call_text(name)
-        try:
-            got = fn(learner, block_size)
-        except NotImplementedError:
-            return CheckResult(name, False, "not written yet: replace the `...` / "
-                                            "NotImplementedError with your code")
-        except Exception as err:
-            return CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}  "
-                                            f"Hint: {hint}")
+        got, failed = call_learner(name, fn, call, learner, block_size, hint=hint)
+        if failed is not None:
+            return failed
         if not isinstance(got, (tuple, list)) or len(got) != 4:
             return CheckResult(name, False, f"{call} returned {got!r}; expected four lists: "
                                             f"{', '.join(fields)}")
