@@ -226,3 +226,28 @@ class _Controls:
     def show(self, index: int) -> None:
         self.slider.value = index
         self.live.value = self.player.follow
+
+
+class Played:
+    """What a view and a dashboard both offer through their `player`: the
+    step shown, and following an engine while it runs."""
+
+    player: Player
+
+    @property
+    def index(self) -> int:
+        """The step shown (0 is before the first step). Setting it redraws."""
+        return self.player.index
+
+    @index.setter
+    def index(self, value: int) -> None:
+        self.player.index = value
+
+    def live(self, min_interval: float | None = None) -> Any:
+        """``with view.live(): llm.generate(...)`` — follow the engine, throttled,
+        and show its last step when the block ends."""
+        return self.player.live(min_interval)
+
+    def on_step(self, *step_output: object) -> None:
+        """Pass as ``LLM.generate(..., on_step=view.on_step)`` to follow the engine."""
+        self.player.on_step(*step_output)

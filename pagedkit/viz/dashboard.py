@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from .block_map import BlockMap, as_recorder
-from .controls import Player
+from .controls import Played, Player
 from .frontend import display_mode, enable_colab_widgets
 from .page_table_view import PageTable
 from .timeline_view import Timeline
 
 
-class Dashboard:
+class Dashboard(Played):
     """``Dashboard(llm)`` (or a recorder, engine, simulator, KVCacheManager)."""
 
     def __init__(self, source: Any, *, columns: int | None = None,
@@ -30,22 +30,6 @@ class Dashboard:
     @property
     def views(self) -> tuple[BlockMap, PageTable, Timeline]:
         return self.block_map, self.page_table, self.timeline
-
-    @property
-    def index(self) -> int:
-        return self.player.index
-
-    @index.setter
-    def index(self, value: int) -> None:
-        self.player.index = value
-
-    def live(self, min_interval: float | None = None):
-        """``with dash.live(): llm.generate(...)`` — follow the engine as it runs."""
-        return self.player.live(min_interval)
-
-    def on_step(self, *args: object) -> None:
-        """Pass as ``LLM.generate(..., on_step=dash.on_step)``."""
-        self.player.on_step(*args)
 
     def __repr__(self) -> str:
         return f"Dashboard({self.block_map.summary()}; {self.page_table.summary()})"

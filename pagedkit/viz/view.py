@@ -18,11 +18,11 @@ import json
 import time
 from typing import Any
 
-from .controls import Player
+from .controls import Played, Player
 from .frontend import display_mode, enable_colab_widgets
 
 
-class View:
+class View(Played):
     """Base class of the views; see the module docstring."""
 
     #: seconds the last widget update took (kernel side), for the curious and the benchmark
@@ -55,24 +55,6 @@ class View:
         return []
 
     # ------------------------------------------------------------------ model
-    @property
-    def index(self) -> int:
-        """The step shown (0 is before the first step). Setting it redraws."""
-        return self.player.index
-
-    @index.setter
-    def index(self, value: int) -> None:
-        self.player.index = value
-
-    def live(self, min_interval: float | None = None) -> Any:
-        """``with view.live(): llm.generate(...)`` — follow the engine, throttled,
-        and show its last step when the block ends."""
-        return self.player.live(min_interval)
-
-    def on_step(self, *step_output: object) -> None:
-        """Pass as ``LLM.generate(..., on_step=view.on_step)`` to follow the engine."""
-        self.player.on_step(*step_output)
-
     def _at(self, index: int | None) -> int:
         if index is None:
             return self.player.index
