@@ -33,10 +33,10 @@ import torch
 
 from . import checks
 from .triton_support import (
+    check_attention_dtype,
     dot_precision,
     interpreter_on,
     next_power_of_2,
-    refuse_bf16_in_interpreter,
     tl,
     triton,
 )
@@ -177,7 +177,7 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     """
     checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
                         values=check)
-    refuse_bf16_in_interpreter(query, "paged_decode_attention")
+    check_attention_dtype(query, "paged_decode_attention")
     num_seqs, num_q_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     out = torch.empty((num_seqs, num_q_heads, head_dim), dtype=query.dtype, device=query.device)

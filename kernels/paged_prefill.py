@@ -27,10 +27,10 @@ import torch
 
 from . import checks
 from .triton_support import (
+    check_attention_dtype,
     dot_precision,
     interpreter_on,
     next_power_of_2,
-    refuse_bf16_in_interpreter,
     tl,
     triton,
 )
@@ -114,7 +114,7 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     """
     checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
                          values=check)
-    refuse_bf16_in_interpreter(query, "paged_prefill_attention")
+    check_attention_dtype(query, "paged_prefill_attention")
     total_tokens, num_q_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     out = torch.empty((total_tokens, num_q_heads, head_dim), dtype=query.dtype,

@@ -20,11 +20,12 @@ except ImportError as exc:  # pragma: no cover - exercised where Triton is absen
         "pagedkit.ops runs the torch references (pagedkit.kernels.reference) without it") from exc
 
 __all__ = [
+    "ATTENTION_DTYPES",
     "TRITON_INTERPRETED",
+    "check_attention_dtype",
     "dot_precision",
     "interpreter_on",
     "next_power_of_2",
-    "refuse_bf16_in_interpreter",
     "tl",
     "triton",
 ]
@@ -67,8 +68,17 @@ def next_power_of_2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def refuse_bf16_in_interpreter(x: torch.Tensor, what: str) -> None:
-    """The interpreter's ``tl.dot`` returns garbage for bfloat16 (triton-lang/triton#11584)."""
+ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def check_attention_dtype(x: torch.Tensor, what: str) -> None:
+    """The attention kernels accumulate in float32 and multiply in the input
+    dtype: float16, bfloat16 or float32. And the interpreter's ``tl.dot``
+    returns garbage for bfloat16 (triton-lang/triton#11584)."""
+    if x.dtype not in ATTENTION_DTYPES:
+        raise TypeError(
+            f"{what}: the Triton kernels take float16, bfloat16 or float32, got {x.dtype}; "
+            "the torch reference (pagedkit.kernels.reference) takes any float dtype")
     if x.dtype == torch.bfloat16 and x.device.type == "cpu":
         raise TypeError(
             f"{what}: bfloat16 on CPU is refused because Triton's interpreter computes tl.dot on "

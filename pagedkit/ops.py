@@ -45,12 +45,13 @@ installed. The references are re-exported here under ``*_reference``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -76,6 +77,7 @@ __all__ = [
     "set_backend",
     "store_kv",
     "store_kv_reference",
+    "use_backend",
 ]
 
 ENV_VAR = "PAGEDKIT_KERNELS"
@@ -121,6 +123,28 @@ def set_backend(name: str | None) -> None:
     if name is not None and name not in CHOICES:
         raise ValueError(f"backend must be one of {CHOICES} or None, got {name!r}")
     _override = name
+
+
+@contextlib.contextmanager
+def use_backend(name: str | None) -> Iterator[None]:
+    """``with ops.use_backend("triton"): ...`` — `set_backend` for a block only;
+    the previous choice comes back even if the block raises."""
+    previous = _override
+    set_backend(name)
+    try:
+        yield
+    finally:
+        set_backend(previous)
+
+
+def _gpu_too_old(device: torch.device) -> str | None:
+    """Why a CUDA device cannot run the Triton kernels, or None if it can."""
+    cap = torch.cuda.get_device_capability(device)
+    if cap >= MIN_TRITON_CAPABILITY:
+        return None
+    return (f"{torch.cuda.get_device_name(device)} has compute capability {cap[0]}.{cap[1]} "
+            f"and pagedkit's Triton kernels need {MIN_TRITON_CAPABILITY[0]}."
+            f"{MIN_TRITON_CAPABILITY[1]}+")
 
 
 def _mode() -> tuple[str, str]:
@@ -172,11 +196,7 @@ def backend(device: torch.device | str) -> Backend:
                        "reads TRITON_INTERPRET=1 when a kernel module is imported: set it "
                        "before importing pagedkit (in a notebook, restart the kernel first)")
         if problem is None and device.type == "cuda":
-            cap = torch.cuda.get_device_capability(device)
-            if cap < MIN_TRITON_CAPABILITY:
-                problem = (f"{torch.cuda.get_device_name(device)} has compute capability "
-                           f"{cap[0]}.{cap[1]}; Triton needs {MIN_TRITON_CAPABILITY[0]}."
-                           f"{MIN_TRITON_CAPABILITY[1]} or newer")
+            problem = _gpu_too_old(device)
         if problem is None and device.type not in ("cpu", "cuda"):
             problem = f"Triton does not run on {device.type} devices"
         if problem:
@@ -188,13 +208,7 @@ def backend(device: torch.device | str) -> Backend:
     if device.type != "cuda":
         return Backend("torch", f"{device.type} device: the torch reference runs (force the "
                                 f"Triton kernels with {ENV_VAR}=triton and TRITON_INTERPRET=1)")
-    problem = _triton_import_error()
-    if problem is None:
-        cap = torch.cuda.get_device_capability(device)
-        if cap < MIN_TRITON_CAPABILITY:
-            problem = (f"{torch.cuda.get_device_name(device)} has compute capability "
-                       f"{cap[0]}.{cap[1]} and Triton needs {MIN_TRITON_CAPABILITY[0]}."
-                       f"{MIN_TRITON_CAPABILITY[1]}+")
+    problem = _triton_import_error() or _gpu_too_old(device)
     if problem is None:
         return Backend("triton", f"CUDA device {device} with Triton")
     _notice(str(device), problem)

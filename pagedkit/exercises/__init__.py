@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["NOT_WRITTEN", "Case", "CheckResult", "call_learner", "check_function",
-           "require_function"]
+           "not_written", "require_function"]
 
 NOT_WRITTEN = "not written yet: replace the `...` / NotImplementedError with your code"
 
@@ -56,6 +56,20 @@ class CheckResult:
         return repr(self)
 
 
+def not_written(name: str, fn: Callable, err: NotImplementedError) -> CheckResult:
+    """The stub's NotImplementedError — raised by `fn` itself, or by another
+    stub it calls (say an earlier exercise's function still unwritten)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    code = getattr(fn, "__code__", None)
+    if tb is not None and code is not None and tb.tb_frame.f_code is not code:
+        culprit = tb.tb_frame.f_code.co_name
+        return CheckResult(name, False, f"your function calls `{culprit}`, which is not written "
+                                        f"yet: write it first, or call pagedkit's own version")
+    return CheckResult(name, False, NOT_WRITTEN)
+
+
 def require_function(name: str, fn: object) -> None:
     """Misuse, not a wrong answer: the check needs the function itself."""
     if not callable(fn):
@@ -70,8 +84,8 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str = "",
     call, the exception and the hint."""
     try:
         return fn(*args, **kwargs), None
-    except NotImplementedError:
-        return None, CheckResult(name, False, NOT_WRITTEN)
+    except NotImplementedError as err:
+        return None, not_written(name, fn, err)
     except Exception as err:  # the learner's bug, reported instead of raised
         hint = f"  Hint: {hint}" if hint else ""
         return None, CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}{hint}")

@@ -18,7 +18,7 @@ from itertools import pairwise
 import torch
 import torch.nn.functional as F
 
-from . import NOT_WRITTEN, CheckResult, require_function
+from . import CheckResult, not_written, require_function
 
 __all__ = ["CHECKS", "check_gather_kv", "check_merge_splits", "check_online_softmax_update",
            "check_paged_decode_attention", "paged_example"]
@@ -105,8 +105,8 @@ def _run(name: str, fn: Callable, body: Callable[[], CheckResult]) -> CheckResul
     require_function(name, fn)
     try:
         return body()
-    except NotImplementedError:
-        return CheckResult(name, False, NOT_WRITTEN)
+    except NotImplementedError as err:
+        return not_written(name, fn, err)
 
 
 def _call(name: str, fn: Callable, call: str, *args,

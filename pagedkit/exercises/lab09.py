@@ -64,8 +64,16 @@ def check_expected_tokens_per_step(fn: Callable) -> CheckResult:
     cases = [Case(args, _expected_tokens(*args), hint) for args, hint in specs]
     return check_function(
         "expected_tokens_per_step", fn, cases,
-        equal=lambda got, want: isinstance(got, (int, float)) and math.isclose(got, want,
-                                                                                rel_tol=1e-9))
+        equal=lambda got, want: _as_float(got) is not None and math.isclose(
+            _as_float(got), want, rel_tol=1e-9))
+
+
+def _as_float(value) -> float | None:
+    """A number in any form a learner may return: int, float, numpy or torch scalar."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 CHECKS = {

@@ -62,8 +62,18 @@ def test_t4_falls_back_to_torch_with_one_notice(monkeypatch):
         assert ops.backend("cuda") == "torch"
     ops.set_backend("triton")
     with pytest.raises(RuntimeError, match=r"forces the Triton kernels, but Tesla T4 has compute "
-                                           r"capability 7\.5; Triton needs 8\.0"):
+                                           r"capability 7\.5 and pagedkit's Triton kernels "
+                                           r"need 8\.0\+"):
         ops.backend("cuda")
+
+
+def test_use_backend_restores_the_previous_choice_even_on_error():
+    ops.set_backend("torch")
+    with pytest.raises(KeyError), ops.use_backend("auto"):
+        assert ops.backend("cpu").reason.startswith("cpu device")
+        raise KeyError("a failing cell")
+    assert ops.backend("cpu").reason == "forced by set_backend('torch')"
+    ops.set_backend(None)
 
 
 def test_ops_on_cpu_equal_the_references():

@@ -205,3 +205,15 @@ def test_random_shapes(triton_kernels, device, data):
     query = torch.randn(cu[-1], num_q_heads, head_dim, generator=gen)
     out, _ = run_prefill(triton_kernels, case, query, cu)
     assert_close(out, prefill_truth(query, cu, case, head_dim ** -0.5), F32)
+
+
+def test_attention_kernels_take_half_bfloat_or_single_precision(triton_kernels):
+    case = make_case([3], 4, num_kv_heads=1, head_dim=16, dtype=torch.float64)
+    query = torch.randn(1, 1, 16, dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"take float16, bfloat16 or float32, got torch\.float64"):
+        triton_kernels.paged_decode.paged_decode_attention(
+            query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
+    with pytest.raises(TypeError, match=r"take float16, bfloat16 or float32, got torch\.float64"):
+        triton_kernels.paged_prefill.paged_prefill_attention(
+            query, case.k_cache, case.v_cache, case.block_tables,
+            torch.tensor([0, 1], dtype=torch.int32), case.context_lens)
