@@ -1,18 +1,23 @@
 """The baselines PagedAttention replaced: one contiguous KV region per request.
 
-Before paging, serving systems (the paper's Orca baselines, §2.3 and §6)
+Before paging, serving systems (the paper's Orca baselines, §3 and §6.1)
 reserved each request one contiguous chunk of KV memory when it started,
 sized for the longest it *might* grow, because its final length is unknown.
-Three reservation policies bracket what such a system can do:
+The prompt is known at that moment; the output's length is not. The paper's
+three reservation policies (§6.1) bracket what such a system can do:
 
-* ``"max"``    reserve the model's maximum sequence length (Orca (Max));
-* ``"pow2"``   reserve the next power of two of the tokens the request will
-               really need: at most 2x over-reservation (Orca (Pow2));
-* ``"oracle"`` reserve exactly what it will need: an impossible, all-knowing
+* ``"max"``    reserve the model's maximum sequence length, prompt included
+               (Orca (Max));
+* ``"pow2"``   reserve the prompt plus the next power of two of the output:
+               the output is over-reserved by at most 2x ("if the true output
+               length is 25, it reserves 32 positions for outputs"), capped at
+               the maximum sequence length (Orca (Pow2));
+* ``"oracle"`` reserve exactly prompt + output: an impossible, all-knowing
                system (Orca (Oracle)).
 
 Regions are placed first-fit in one address space of `capacity` token slots.
-Three kinds of waste can then be told apart (paper Figure 2):
+Three kinds of waste can then be told apart (paper §3, Fig. 3; measured in
+Fig. 2):
 
 * **reservation**: slots reserved for tokens the request *will* produce later;
 * **internal fragmentation**: reserved slots it will *never* use;
@@ -70,9 +75,9 @@ class ContiguousAllocator:
     """First-fit contiguous reservations under one of the three policies.
 
     >>> mem = ContiguousAllocator(capacity=100, policy="pow2", max_seq_len=64)
-    >>> r = mem.allocate("A", prompt_len=10, output_len=10)   # needs 20, reserves 32
+    >>> r = mem.allocate("A", prompt_len=10, output_len=25)   # needs 35, reserves 10 + 32
     >>> (r.start, r.size, r.need)
-    (0, 32, 20)
+    (0, 42, 35)
     """
 
     def __init__(self, capacity: int, policy: str = "max", max_seq_len: int = 2048) -> None:
@@ -93,14 +98,34 @@ class ContiguousAllocator:
     def __len__(self) -> int:
         return len(self._by_request)
 
-    def reservation_size(self, num_tokens: int) -> int:
-        """Slots this policy reserves for a request that will hold `num_tokens`."""
-        check_int("num_tokens", num_tokens, minimum=1, maximum=self.max_seq_len)
+    def reservation_size(self, prompt_len: int, output_len: int) -> int:
+        """Slots this policy reserves for a request whose prompt holds
+        `prompt_len` tokens and which will generate `output_len` more (§6.1).
+
+        The prompt is known when the region is reserved; only the output's
+        length must be guessed. For a 10-token prompt and a 25-token output,
+        with ``max_seq_len=2048``: ``max`` reserves 2048, ``pow2`` reserves
+        10 + 32 = 42 (32 positions for the 25 output tokens, as in the paper's
+        example), ``oracle`` reserves 10 + 25 = 35. No policy reserves more
+        than ``max_seq_len``.
+        """
+        self._check_need(prompt_len, output_len)
         if self.policy == "max":
             return self.max_seq_len
         if self.policy == "pow2":
-            return min(1 << (num_tokens - 1).bit_length(), self.max_seq_len)
-        return num_tokens
+            output_slots = 1 << (output_len - 1).bit_length() if output_len else 0
+            return min(prompt_len + output_slots, self.max_seq_len)
+        return prompt_len + output_len
+
+    def _check_need(self, prompt_len: int, output_len: int,
+                    request: Hashable | None = None) -> None:
+        check_int("prompt_len", prompt_len, minimum=1)
+        check_int("output_len", output_len, minimum=0)
+        need = prompt_len + output_len
+        if need > self.max_seq_len:
+            who = "a request" if request is None else f"request {request!r}"
+            raise ValueError(f"{who} needs {need} tokens (prompt {prompt_len} + output "
+                             f"{output_len}) but max_seq_len is {self.max_seq_len}")
 
     def holes(self) -> list[tuple[int, int]]:
         """Free extents as ``(start, size)``, in address order."""
@@ -124,14 +149,9 @@ class ContiguousAllocator:
         The prompt's tokens are stored at once; the output's arrive by `append`."""
         if request in self._by_request:
             raise BlockStateError(f"request {request!r} already holds a reservation")
-        check_int("prompt_len", prompt_len, minimum=1)
-        check_int("output_len", output_len, minimum=0)
+        self._check_need(prompt_len, output_len, request)
         need = prompt_len + output_len
-        if need > self.max_seq_len:
-            raise ValueError(f"request {request!r} needs {need} tokens "
-                             f"(prompt {prompt_len} + output {output_len}) but max_seq_len is "
-                             f"{self.max_seq_len}")
-        size = self.reservation_size(need)
+        size = self.reservation_size(prompt_len, output_len)
         if size > self.capacity:
             raise ValueError(f"a reservation of {size} slots can never fit in a capacity of "
                              f"{self.capacity}")

@@ -126,9 +126,18 @@ class ContiguousMemory:
         need = group.prompt_len + group.seqs[0].output_len
         if need > self.allocator.max_seq_len:
             return f"needs {need} tokens > max_seq_len {self.allocator.max_seq_len}"
-        if self.allocator.reservation_size(need) > self.capacity:
-            return f"needs a {self.allocator.reservation_size(need)}-slot region > capacity"
+        size = self.region_size(group)
+        if size > self.capacity:
+            return f"needs a {size}-slot region > capacity"
         return None
+
+    def region_size(self, group: Group) -> int:
+        """Slots the policy reserves for `group` (at most ``max_seq_len``, also
+        for a request too long to ever run)."""
+        prompt_len, output_len = group.prompt_len, group.seqs[0].output_len
+        if prompt_len + output_len > self.allocator.max_seq_len:
+            return self.allocator.max_seq_len
+        return self.allocator.reservation_size(prompt_len, output_len)
 
     def try_admit(self, group: Group) -> bool:
         """Reserve the policy's region for the request's whole life."""
@@ -158,8 +167,7 @@ class ContiguousMemory:
         external = 0
         if head is not None:
             if head is not self._head:  # the region the waiting head asks for
-                need = min(head.prompt_len + head.seqs[0].output_len, self.allocator.max_seq_len)
-                self._head, self._head_size = head, self.allocator.reservation_size(need)
+                self._head, self._head_size = head, self.region_size(head)
             external = s.external_fragmentation(self._head_size)
         return Usage(s.token_states, s.reservation, s.internal_fragmentation, external)
 

@@ -4,7 +4,7 @@ The contiguous-vs-paged view needs both memories at the same steps of the
 same workload. This helper drives `ContiguousAllocator` and `KVCacheManager`
 with the same first-come-first-served policy — admit while the head of the
 queue fits, every running request adds one token per step, free on finish —
-so the only difference is how memory is handed out (paper §2.3 vs §4):
+so the only difference is how memory is handed out (paper §3 vs §4):
 
 * contiguous: a request reserves its whole region up front and never runs out
   later, but wastes the reservation, its unused tail and the holes between
@@ -201,8 +201,8 @@ class _ContiguousSide:
     def snapshot(self) -> None:
         stats = self.mem.stats()
         head = self.waiting[0] if self.waiting else None
-        external = stats.external_fragmentation(self.mem.reservation_size(head.need)) \
-            if head else 0
+        external = stats.external_fragmentation(
+            self.mem.reservation_size(head.prompt_len, head.output_len)) if head else 0
         regions = tuple(Region(r.request, r.start, r.size, r.need, r.used)
                         for r in self.mem.regions())
         self.frames.append(ContiguousFrame(len(self.frames), regions, tuple(self.mem.holes()),

@@ -3,16 +3,31 @@ import pytest
 from pagedkit.memory import ContiguousAllocator
 
 
-@pytest.mark.parametrize("policy, need, reserved", [
-    ("max", 20, 64), ("pow2", 20, 32), ("pow2", 32, 32), ("pow2", 33, 64),
-    ("pow2", 60, 64), ("oracle", 20, 20), ("pow2", 1, 1),
+@pytest.mark.parametrize("policy, prompt, output, reserved", [
+    ("max", 10, 10, 64), ("max", 1, 0, 64),
+    # pow2 knows the prompt and rounds only the output up (paper §6.1: 25 -> 32)
+    ("pow2", 10, 25, 10 + 32), ("pow2", 4, 16, 4 + 16), ("pow2", 4, 17, 4 + 32),
+    ("pow2", 3, 1, 3 + 1), ("pow2", 5, 0, 5), ("pow2", 20, 20, 20 + 32),
+    ("oracle", 10, 10, 20), ("oracle", 7, 0, 7),
 ])
-def test_reservation_policies(policy, need, reserved):
-    assert ContiguousAllocator(128, policy, max_seq_len=64).reservation_size(need) == reserved
+def test_reservation_policies(policy, prompt, output, reserved):
+    mem = ContiguousAllocator(128, policy, max_seq_len=64)
+    assert mem.reservation_size(prompt, output) == reserved
+    assert mem.allocate("A", prompt, output).size == reserved
 
 
 def test_pow2_never_exceeds_max_len():
-    assert ContiguousAllocator(4096, "pow2", max_seq_len=2000).reservation_size(1500) == 2000
+    mem = ContiguousAllocator(4096, "pow2", max_seq_len=2000)
+    assert mem.reservation_size(500, 1025) == 2000  # 500 + 2048, capped
+    assert mem.reservation_size(161, 338) == 161 + 512
+
+
+def test_reservation_size_rejects_what_can_never_run():
+    mem = ContiguousAllocator(128, "pow2", max_seq_len=64)
+    with pytest.raises(ValueError, match=r"needs 70 tokens \(prompt 60 \+ output 10\)"):
+        mem.reservation_size(60, 10)
+    with pytest.raises(ValueError, match="prompt_len"):
+        mem.reservation_size(0, 10)
 
 
 def test_first_fit_and_hole_merging():
@@ -33,17 +48,17 @@ def test_first_fit_and_hole_merging():
 
 def test_waste_breakdown():
     mem = ContiguousAllocator(100, "pow2", max_seq_len=64)
-    mem.allocate("A", prompt_len=10, output_len=10)  # reserves 32
+    mem.allocate("A", prompt_len=10, output_len=10)  # reserves 10 + 16 = 26
     mem.append("A", 4)
     s = mem.stats()
-    assert (s.token_states, s.reservation, s.internal_fragmentation, s.free) == (14, 6, 12, 68)
+    assert (s.token_states, s.reservation, s.internal_fragmentation, s.free) == (14, 6, 6, 74)
     assert s.token_states + s.reservation + s.internal_fragmentation + s.free == 100
     assert s.external_fragmentation(next_request_size=64) == 0
-    mem.allocate("B", 30, 0)  # 32 at [32, 64)
-    mem.allocate("C", 30, 0)  # 32 at [64, 96)
+    mem.allocate("B", 32, 0)  # 32 at [26, 58)
+    mem.allocate("C", 32, 0)  # 32 at [58, 90)
     s = mem.stats()
-    assert s.largest_hole == 4
-    assert s.external_fragmentation(next_request_size=8) == 4
+    assert s.largest_hole == 10
+    assert s.external_fragmentation(next_request_size=16) == 10
 
 
 def test_external_fragmentation_strands_free_space():

@@ -153,12 +153,13 @@ def test_contiguous_vs_paged_view_draws_regions_holes_and_blocks():
     view.index = 1
     fig = view.figure()
     tokens, ahead, never = fig.data[:3]
-    assert list(tokens.base) == [0, 8] and list(tokens.x) == [5, 9]  # 8 and 16 reserved
-    assert list(ahead.x) == [3, 3] and list(never.x) == [0, 4]  # 8 of 8, 12 of 16
-    assert list(fig.data[5].base) == [24] and list(fig.data[5].x) == [24]  # the free rest
+    # pow2 reserves prompt + the output rounded up: a 5 + 4, b 9 + 4
+    assert list(tokens.base) == [0, 9] and list(tokens.x) == [5, 9]
+    assert list(ahead.x) == [3, 3] and list(never.x) == [1, 1]  # 8 of 9, 12 of 13
+    assert list(fig.data[5].base) == [22] and list(fig.data[5].x) == [26]  # the free rest
     assert list(fig.data[3].x) == [4, 1, 4, 4, 1]  # paged: a in 2 blocks, b in 3
     w = view.figures()
-    assert w["contiguous_wasted_share"] == pytest.approx((6 + 4) / 48)
+    assert w["contiguous_wasted_share"] == pytest.approx((6 + 2) / 48)
     assert w["paged_unfilled"] == 3 + 3
     assert view.summary().startswith("pow2 vs paged, step 1/")
     assert "stranded in holes" in view.text()
