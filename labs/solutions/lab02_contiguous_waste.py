@@ -1,12 +1,13 @@
 """Reference solutions of lab 02 (checked by tests/labs/test_exercises.py)."""
 
 
-def reservation_size(policy: str, need: int, max_len: int) -> int:
+def reservation_size(policy: str, prompt_len: int, output_len: int, max_len: int) -> int:
     if policy == "max":
         return max_len
-    if policy == "pow2":
-        return min(1 << (need - 1).bit_length(), max_len)  # smallest 2**k >= need
-    return need  # oracle
+    if policy == "pow2":  # the prompt is known; only the output is rounded up
+        output_slots = 1 << (output_len - 1).bit_length() if output_len else 0  # 2**k >= it
+        return min(prompt_len + output_slots, max_len)
+    return prompt_len + output_len  # oracle
 
 
 def first_fit(regions, capacity: int, size: int):

@@ -1,4 +1,7 @@
-"""Lab 02 exercises: contiguous reservations and where their memory goes (paper §2.3, Fig. 2).
+"""Lab 02 exercises: contiguous reservations and where their memory goes.
+
+The baselines are the paper's Orca (Max / Pow2 / Oracle), §6.1; the kinds of
+waste are defined in §3 (Fig. 3) and measured in Fig. 2 (§1).
 
 * `reservation_size` — what the max / pow2 / oracle policies reserve.
 * `first_fit` — place a region in an address space that has holes.
@@ -22,25 +25,31 @@ __all__ = ["CHECKS", "check_first_fit", "check_reservation_size", "check_waste_b
 PARTS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation")
 
 
-def check_reservation_size(fn: Callable[[str, int, int], int]) -> CheckResult:
-    """`reservation_size(policy, need, max_len)`: slots reserved for a request that
-    will hold `need` tokens, under policy ``"max"``, ``"pow2"`` or ``"oracle"``."""
-    pow2 = "pow2 rounds up to the next power of two: 20 -> 32, 33 -> 64"
+def check_reservation_size(fn: Callable[[str, int, int, int], int]) -> CheckResult:
+    """`reservation_size(policy, prompt_len, output_len, max_len)`: slots reserved,
+    under policy ``"max"``, ``"pow2"`` or ``"oracle"``, for a request whose prompt
+    holds `prompt_len` tokens and which will generate `output_len` more (paper
+    §6.1). ``max`` and ``pow2`` never reserve more than `max_len`."""
+    pow2 = ("pow2 knows the prompt and rounds only the output up to a power of two: "
+            "prompt 10 + output 25 -> 10 + 32")
     hints = {
-        ("max", 20, 2048): "max reserves the longest a request might grow: max_len",
-        ("oracle", 20, 2048): "the oracle knows the final length and reserves exactly `need`",
-        ("pow2", 20, 2048): pow2,
-        ("pow2", 33, 2048): pow2,
-        ("pow2", 32, 2048): "32 is already a power of two: no rounding needed",
-        ("pow2", 1, 2048): "1 = 2**0 is a power of two",
-        ("pow2", 1025, 2048): pow2,
-        ("pow2", 1500, 2048): "1500 rounds up to 2048",
-        ("pow2", 70, 100): "no policy reserves more than max_len: cap the power of two at it",
-        ("max", 1, 100): "max reserves max_len even for a 1-token request",
-        ("oracle", 100, 100): "the oracle reserves exactly `need`",
+        ("max", 10, 10, 2048): "max reserves the longest a request might grow: max_len",
+        ("oracle", 10, 25, 2048): "the oracle knows the output's length: prompt + output",
+        ("pow2", 10, 25, 2048): pow2,
+        ("pow2", 100, 33, 2048): pow2,
+        ("pow2", 7, 32, 2048): "32 is already a power of two: no rounding needed",
+        ("pow2", 3, 1, 2048): "1 = 2**0 is a power of two",
+        ("pow2", 5, 0, 2048): "no output to come: reserve the prompt alone",
+        ("pow2", 161, 338, 2048): "the prompt is not rounded: 161 + 512, not 512",
+        ("pow2", 500, 1025, 2048): "500 + 2048 is over max_len: no policy reserves more "
+                                   "than max_len",
+        ("pow2", 30, 40, 100): "30 + 64 = 94 fits under max_len 100",
+        ("pow2", 40, 40, 100): "40 + 64 = 104: cap it at max_len",
+        ("max", 1, 0, 100): "max reserves max_len even for a 1-token request",
+        ("oracle", 60, 40, 100): "the oracle reserves exactly prompt + output",
     }
-    cases = [Case(args, ContiguousAllocator(max(args[2], 1), args[0], args[2])
-                  .reservation_size(args[1]), hint) for args, hint in hints.items()]
+    cases = [Case(args, ContiguousAllocator(args[3], args[0], args[3])
+                  .reservation_size(args[1], args[2]), hint) for args, hint in hints.items()]
     return check_function("reservation_size", fn, cases)
 
 
