@@ -64,6 +64,17 @@ def test_contiguous_max_holds_seven_opt13b_requests():
     assert r.num_preemptions == 0
 
 
+def test_contiguous_policies_reserve_as_in_the_paper():
+    """§6.1: Orca (Pow2) knows the prompt and reserves at most 2x the output
+    (25 -> 32), Orca (Oracle) exactly prompt + output, Orca (Max) the limit."""
+    trace = make_trace((0.0, 161, 25), (0.0, 100, 338))
+    for kind, sizes in (("pow2", [161 + 32, 100 + 512]), ("oracle", [161 + 25, 100 + 338]),
+                        ("max", [2048, 2048])):
+        sim = Simulator(trace, kind)
+        sim.step()
+        assert [r.size for r in sim.memory_manager.regions()] == sizes
+
+
 def test_paged_preempts_newest_and_recomputes():
     # 4 blocks of 4 slots; two requests that each grow to 12 tokens cannot both fit
     trace = make_trace((0.0, 4, 8), (0.0, 4, 8))
