@@ -257,11 +257,13 @@ class Simulator:
         preempted: list[Group] = []
         memory, running = self.memory, self.running
         beams = isinstance(self.sharing, BeamSearch)
+        reshuffled = -1  # index of the last group whose beams chose their parents
         i = 0
         while i < len(running):
             group = running[i]
-            if beams:
+            if beams and reshuffled < i:  # once per iteration, also when retried
                 self._reshuffle_beams(group)
+                reshuffled = i
             if memory.try_append(group):
                 i += 1
                 continue

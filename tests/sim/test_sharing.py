@@ -83,3 +83,22 @@ def test_saving_counts_blocks_against_holding_alone():
     assert plain.sharing_saving() == 0.0
     assert simulate(trace, "paged", sharing=ParallelSampling(1)).sharing_saving() == 0.0
     assert simulate(trace, "paged", sharing=ParallelSampling(4)).sharing_saving() > 0.0
+
+
+def test_beams_are_reshuffled_once_per_iteration_even_when_someone_is_preempted(monkeypatch):
+    """Each iteration chooses every beam group's parents once (§4.4): a group
+    that waits while a newer one is preempted for its room must not draw again."""
+    calls = []
+    reshuffle = Simulator._reshuffle_beams
+
+    def counted(self, group):
+        calls.append((self.step_count, group.request_id))
+        reshuffle(self, group)
+
+    monkeypatch.setattr(Simulator, "_reshuffle_beams", counted)
+    trace = Trace("t", tuple(one(6, 20, rid=i) for i in range(4)))
+    sim = Simulator(trace, PAGED4, capacity_slots=96, watermark=0, sharing=BeamSearch(3),
+                    seed=3)
+    r = sim.run()
+    assert r.num_preemptions > 0 and len(r.finished) == 4
+    assert max(Counter(calls).values()) == 1
