@@ -13,6 +13,7 @@ or CSV file with `load_trace`.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -229,11 +230,14 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
                name: str | None = None) -> Trace:
     """Load real lengths from a JSON or CSV file.
 
-    JSON: a list of ``[prompt_len, output_len]`` pairs or of objects; CSV: a
-    header row. Columns may be called ``prompt_len``/``input_len`` and
-    ``output_len``/``output_tokens`` (and a few aliases); an ``arrival``
-    column (seconds) is used if present, otherwise give `rate` and Poisson
-    arrivals are drawn.
+    JSON: a list of ``[prompt_len, output_len]`` pairs (optionally with an
+    arrival third) or of objects; CSV: a header row. Columns may be called
+    ``prompt_len``/``input_len`` and ``output_len``/``output_tokens`` (and a
+    few aliases). Lengths are whole numbers of tokens (``12`` or ``12.0``,
+    never ``12.7``). Arrival times (seconds, an ``arrival`` column) are used
+    when every request has one; a file without any takes Poisson arrivals
+    at `rate`. A file where only some requests have one, or one with
+    arrivals and a `rate`, is refused rather than half used.
     """
     path = Path(path)
     if path.suffix.lower() == ".json":
@@ -261,13 +265,24 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
             raise ValueError(f"{path}: request {i} is neither a list nor an object: {row!r}")
     if not lengths:
         raise ValueError(f"{path}: the trace holds no requests")
-    pairs = [(check_int(f"prompt_len of request {i}", int(p), minimum=1),
-              check_int(f"output_len of request {i}", int(o), minimum=1))
+    pairs = [(_length(p, "prompt_len", path, i), _length(o, "output_len", path, i))
              for i, (p, o) in enumerate(lengths)]
-    if all(a is not None for a in arrivals):
-        times = np.array([float(a) for a in arrivals])
+    missing = [i for i, a in enumerate(arrivals) if a is None]
+    if not missing:
+        if rate is not None:
+            raise ValueError(f"{path}: the file gives every request an arrival time; leave out "
+                             f"rate={rate!r} (it would replace them) or drop the arrivals")
+        times = np.array([_arrival(a, path, i) for i, a in enumerate(arrivals)])
         if np.any(np.diff(times) < 0):
-            raise ValueError(f"{path}: arrival times must be non-decreasing")
+            at = int(np.argmax(np.diff(times) < 0)) + 1
+            raise ValueError(f"{path}: arrival times must be non-decreasing; request {at} "
+                             f"arrives at {times[at]:g} s, before request {at - 1} "
+                             f"({times[at - 1]:g} s)")
+    elif len(missing) < len(arrivals):
+        given = next(i for i, a in enumerate(arrivals) if a is not None)
+        raise ValueError(f"{path}: request {missing[0]} has no arrival time but request {given} "
+                         f"has one ({len(missing)} of {len(arrivals)} lack one); give every "
+                         "request an arrival, or none and pass rate=")
     elif rate is None:
         raise ValueError(f"{path}: the file has no arrival times; pass rate= (requests/s) "
                          "to draw Poisson arrivals")
@@ -276,6 +291,31 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
     requests = tuple(TraceRequest(i, float(t), p, o)
                      for i, ((p, o), t) in enumerate(zip(pairs, times, strict=True)))
     return Trace(name or path.stem, requests, f"file {path.name}")
+
+
+def _length(value, what: str, path: Path, i: int) -> int:
+    """A length as read from a file: a whole number of tokens, at least 1."""
+    number = None
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = float(value.strip())
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = value
+    if number is None or not math.isfinite(number) or number != int(number):
+        raise ValueError(f"{path}: {what} of request {i} must be a whole number of tokens, "
+                         f"got {value!r}")
+    return check_int(f"{what} of request {i}", int(number), minimum=1)
+
+
+def _arrival(value, path: Path, i: int) -> float:
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        t = math.nan
+    if isinstance(value, bool) or not math.isfinite(t) or t < 0:
+        raise ValueError(f"{path}: the arrival of request {i} must be a time >= 0 in seconds, "
+                         f"got {value!r}")
+    return t
 
 
 def _field(row: dict, keys: tuple[str, ...], path: Path, i: int):

@@ -96,3 +96,34 @@ def test_load_errors_name_the_problem(tmp_path):
     other.write_text("")
     with pytest.raises(ValueError, match=r"unsupported trace format '\.parquet'"):
         load_trace(other, rate=1)
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([[10, 20, 0.5], [5, 7]], "request 1 has no arrival time but request 0 has one "
+                              r"\(1 of 2 lack one\)"),
+    ([{"prompt_len": 3, "output_len": 4}, {"prompt_len": 3, "output_len": 4, "arrival": 2}],
+     "request 0 has no arrival time but request 1 has one"),
+    ([[12.7, 20]], r"prompt_len of request 0 must be a whole number of tokens, got 12\.7"),
+    ([[12, "3.5"]], "output_len of request 0 must be a whole number of tokens, got '3.5'"),
+    ([[12, 3], [12, True]], "output_len of request 1 must be a whole number of tokens"),
+    ([[12, "many"]], "output_len of request 0 must be a whole number of tokens, got 'many'"),
+    ([[12, 3, 1.0], [12, 3, 0.5]], "request 1 arrives at 0.5 s, before request 0"),
+    ([[12, 3, -1]], "the arrival of request 0 must be a time >= 0"),
+])
+def test_load_refuses_what_it_would_otherwise_half_read(tmp_path, rows, message):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(rows))
+    with pytest.raises(ValueError, match=message):
+        load_trace(path, rate=None if any(len(r) == 3 or "arrival" in r for r in rows
+                                          if isinstance(r, (list, dict))) else 1.0)
+
+
+def test_load_accepts_whole_numbers_written_as_floats_and_refuses_a_rate_beside_arrivals(
+        tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("prompt_len,output_len,arrival\n12.0,30,0\n8, 2 ,1.5\n")
+    trace = load_trace(path)
+    assert [(r.arrival, r.prompt_len, r.output_len) for r in trace] == [(0.0, 12, 30),
+                                                                         (1.5, 8, 2)]
+    with pytest.raises(ValueError, match="every request an arrival time; leave out rate=2"):
+        load_trace(path, rate=2)
