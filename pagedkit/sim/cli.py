@@ -12,11 +12,20 @@ import argparse
 import json
 import sys
 
+from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
 from .managers import PAPER_MANAGERS, ManagerSpec
 from .report import SCALES, benchmark, compare, format_table
-from .simulator import simulate
+from .simulator import PREFILL_MODES, simulate
 from .trace import DATASETS, load_trace, synthetic_trace
+
+
+def _manager(text: str) -> ManagerSpec:
+    """``--manager`` values, refused by argparse with the reason when malformed."""
+    try:
+        return ManagerSpec.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,23 +44,32 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--dataset", choices=sorted(DATASETS),
                      help="a synthetic trace shaped like this dataset")
     one.add_argument("--trace", help="a JSON or CSV file of request lengths")
-    one.add_argument("--rate", type=float, help="requests/s (Poisson arrivals)")
+    one.add_argument("--rate", type=float,
+                     help="requests/s (Poisson arrivals); needed with --dataset, and with "
+                          "--trace when the file has no arrival times")
     size = one.add_mutually_exclusive_group()
-    size.add_argument("--requests", type=int, help="number of requests")
-    size.add_argument("--duration", type=float, help="seconds of arrivals")
-    one.add_argument("--manager", action="append", metavar="KIND",
+    size.add_argument("--requests", type=int,
+                      help="number of requests (with --trace: the file's first N)")
+    size.add_argument("--duration", type=float,
+                      help="seconds of arrivals (--dataset only)")
+    one.add_argument("--manager", action="append", metavar="KIND", type=_manager,
                      help="max, pow2, oracle, paged or paged:BLOCK_SIZE (repeatable; "
                           "default: the paper's four)")
     one.add_argument("--model", choices=sorted(PRESETS), default="opt-13b")
-    one.add_argument("--preemption", choices=("recompute", "swap"), default="recompute")
-    one.add_argument("--prefill", choices=("mixed", "separate"), default="separate")
+    one.add_argument("--preemption", choices=PREEMPTION_MODES, default="recompute")
+    one.add_argument("--prefill", choices=PREFILL_MODES, default="separate",
+                     help="separate (default, as the Simulator's: the paper's vLLM ran newly "
+                          "admitted prompts in an iteration of their own, and every paper "
+                          "experiment here does) or mixed (Orca's: new prompts join the "
+                          "decoding batch)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.dataset or args.trace:
-        return _one_trace(args)
+        return _one_trace(parser, args)
     if args.benchmark:
         rows = benchmark(seed=args.seed)
         if args.json:
@@ -67,23 +85,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _one_trace(args: argparse.Namespace) -> int:
+def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.dataset and args.trace:
-        print("give --dataset or --trace, not both", file=sys.stderr)
-        return 2
+        parser.error("give --dataset or --trace, not both")
     if args.trace:
-        trace = load_trace(args.trace, rate=args.rate, seed=args.seed)
+        if args.duration is not None:
+            parser.error("--duration draws a synthetic trace (--dataset); with --trace, "
+                         "--requests N takes the file's first N requests")
+        try:
+            trace = load_trace(args.trace, rate=args.rate, seed=args.seed)
+        except (OSError, ValueError) as e:
+            parser.error(f"--trace: {e}")
         if args.requests:
             trace = trace.head(args.requests)
     else:
         if args.rate is None:
-            print("--dataset needs --rate (requests/s)", file=sys.stderr)
-            return 2
+            parser.error("--dataset needs --rate (requests/s)")
         if args.requests is None and args.duration is None:
             args.requests = 1000
         trace = synthetic_trace(args.dataset, rate=args.rate, num_requests=args.requests,
                                 duration=args.duration, seed=args.seed)
-    managers = [ManagerSpec.parse(m) for m in args.manager] if args.manager else PAPER_MANAGERS
+    managers = args.manager or PAPER_MANAGERS
     model = LatencyModel(PRESETS[args.model])
     summaries = [simulate(trace, m, model=model, preemption=args.preemption,
                           prefill=args.prefill, seed=args.seed,

@@ -24,7 +24,8 @@ from .sharing import BeamSearch, ParallelSampling, SharedPrefix, Sharing
 from .simulator import simulate
 from .trace import Trace, synthetic_trace
 
-#: Simulator options that mimic the system the paper measured.
+#: Simulator options that mimic the system the paper measured (``"separate"`` is
+#: also `Simulator`'s default; it is stated so that the figures never depend on it).
 PAPER_OPTIONS: dict[str, object] = {"prefill": "separate"}
 
 #: The request rates of the paper's Fig. 13 (and our default for Fig. 2 and 18b).

@@ -48,10 +48,18 @@ class ManagerSpec:
     @classmethod
     def parse(cls, text: str) -> ManagerSpec:
         """``"max"``, ``"pow2"``, ``"oracle"``, ``"paged"`` or ``"paged:32"``."""
-        kind, _, size = text.strip().lower().partition(":")
+        kind, colon, size = text.strip().lower().partition(":")
         kind = {"vllm": "paged", "orca-max": "max", "orca-pow2": "pow2",
                 "orca-oracle": "oracle"}.get(kind, kind)
-        return cls(kind, int(size)) if size else cls(kind)
+        if not colon:
+            return cls(kind)
+        if kind != "paged":
+            raise ValueError(f"only the paged manager takes a block size ('paged:32'); "
+                             f"got {text!r}")
+        if not size.strip().isdigit():
+            raise ValueError(f"the block size in {text!r} must be a whole number of tokens, "
+                             "as in 'paged:32'")
+        return cls(kind, int(size))
 
 
 ORCA_MAX = ManagerSpec("max")

@@ -2,31 +2,35 @@
 
 A deliberately small model of the scheduler the paper evaluates (§4.5,
 §6.1; Orca's iteration-level scheduling). Each call to `Simulator.step`
-is one iteration:
+is one iteration. By default (``prefill="separate"``) it runs as the vLLM
+the paper measured did:
 
 1. Requests whose arrival time has passed join the waiting queue.
-2. Every running request, oldest first, gets a slot for the token it
-   produces in this iteration. If the paged pool has no block left, the
-   newest running request is preempted until the older one fits: its
-   blocks are freed and it returns to the front of the queue to be
-   recomputed later (the paper's default), or they are swapped to CPU
-   memory (``preemption="swap"``). Contiguous managers reserved at
-   admission and never run out.
-3. If nobody was preempted, swapped-out requests come back first, then
-   waiting requests are admitted in arrival order while memory and
-   `max_num_seqs` allow (the paged manager keeps a `watermark` of free
-   blocks back, as vLLM does). A request that could never fit is aborted
-   with the reason.
-4. The iteration runs: admitted requests prefill their prompts, everyone
-   else decodes one token; every running sequence produces one token.
-   `LatencyModel` says how long that took.
-5. Sequences that produced their whole output finish and free their memory.
+2. If requests wait and none is swapped out, they are admitted in arrival
+   order while memory and `max_num_seqs` allow (the paged manager keeps a
+   `watermark` of free blocks back, as vLLM does); a request that could
+   never fit is aborted with the reason. If anyone was admitted, this
+   iteration computes their prompts alone (each produces its first token)
+   while the running requests wait, holding their memory: on to step 5.
+3. Otherwise every running request, oldest first, gets a slot for the
+   token it produces now. If the paged pool has no block left, the newest
+   running request is preempted until the older one fits: its blocks are
+   freed and it returns to the front of the queue to be recomputed later
+   (the paper's default), or they are swapped to CPU memory
+   (``preemption="swap"``). Contiguous managers reserved at admission and
+   never run out. If nobody was preempted, swapped-out requests come back,
+   oldest first, while they fit.
+4. Every running sequence produces one token.
+5. `LatencyModel` says how long the iteration took; sequences that
+   produced their whole output finish and free their memory.
 
-That is Orca's mixed batching (``prefill="mixed"``, the default). The
-vLLM the paper measured ran newly admitted prompts in an iteration of
-their own while the running requests waited (``prefill="separate"``):
-then steps 3-4 come first, and when anyone was admitted the iteration
-is theirs alone. The paper experiments use that.
+``prefill="mixed"`` is Orca's batching (and pagedkit's engine's): a newly
+admitted prompt joins the decoding iteration instead, so admission (step
+2, when nobody was preempted and nobody is swapped out) comes after step
+3 and every running request produces a token in every iteration.
+``separate`` is the default because it is the paper's setting: every
+experiment of `pagedkit.sim.experiments` and ``python -m pagedkit
+simulate`` use it, so a `Simulator` made without options reproduces them.
 
 Every change is announced on `events` exactly as the engine announces it
 (the memory manager's own events plus ``admit``, ``preempt``, ``finish`` and
@@ -58,7 +62,7 @@ from .sharing import (
 )
 from .trace import Trace
 
-PREFILL_MODES = ("mixed", "separate")
+PREFILL_MODES = ("separate", "mixed")  # the default first
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,9 @@ class StepRecord:
     step: int
     time: float  # when it started (s)
     duration: float  # how long it took (s)
-    num_running: int  # requests that produced a token
+    num_running: int  # requests in the running batch: admitted, holding KV memory (Fig. 13)
+    num_scheduled: int  # requests whose tokens this iteration computed
+    num_scheduled_seqs: int  # their sequences (beams, parallel samples)
     num_waiting: int
     num_swapped: int
     admitted: tuple[int, ...]  # request ids
@@ -84,8 +90,10 @@ class Simulator:
     `manager` is a `ManagerSpec` or its text (``"max"``, ``"pow2"``,
     ``"oracle"``, ``"paged"``, ``"paged:32"``); `model` a `LatencyModel` or a
     `ModelPreset`, whose KV slots are the capacity unless `capacity_slots`
-    says otherwise. `memory_manager` is the `pagedkit.memory` object being
-    driven, for widgets to draw.
+    says otherwise. `prefill` is ``"separate"`` (the paper's vLLM: new prompts
+    run in an iteration of their own) or ``"mixed"`` (Orca: they join the
+    decoding batch); see the module docstring. `memory_manager` is the
+    `pagedkit.memory` object being driven, for widgets to draw.
 
     >>> from pagedkit.sim import synthetic_trace
     >>> sim = Simulator(synthetic_trace("alpaca", rate=5, num_requests=20), "paged")
@@ -97,7 +105,7 @@ class Simulator:
     def __init__(self, trace: Trace, manager: ManagerSpec | str = PAGED, *,
                  model: LatencyModel | ModelPreset | None = None,
                  capacity_slots: int | None = None, max_num_seqs: int = 256,
-                 preemption: str = "recompute", prefill: str = "mixed",
+                 preemption: str = "recompute", prefill: str = "separate",
                  swap_slots: int | None = None,
                  watermark: float = 0.01, sharing: Sharing | None = None, seed: int = 0,
                  events: EventBus | None = None) -> None:
@@ -379,7 +387,7 @@ class Simulator:
                  batch: list[Group]) -> StepRecord:
         """Every sequence of the `batch` produces a token; time the iteration;
         finish whoever is done."""
-        num_seqs = context = 0
+        scheduled, num_seqs, context = len(batch), 0, 0
         finished_seqs = []
         for group in batch:
             prompt_len = group.prompt_len
@@ -397,8 +405,8 @@ class Simulator:
                 group.first_token_time = self.now
         head = self.waiting[0] if self.waiting else None
         usage = self.memory.usage(head, self.running if self.sharing else None)
-        self.log.add(start, duration, len(self.running), len(self.waiting), num_tokens,
-                     context, usage)
+        self.log.add(start, duration, len(self.running), scheduled, num_seqs,
+                     len(self.waiting), num_tokens, context, usage)
         finished_groups = []
         for group, seq in finished_seqs:
             self.memory.free_seq(group, seq)
@@ -418,8 +426,9 @@ class Simulator:
             queues = (f"running={len(self.running)} waiting={len(self.waiting)} "
                       f"swapped={len(self.swapped)}")
             self.events.emit(Event(EventKind.STEP, step=self.step_count, detail=queues))
-        return StepRecord(self.step_count, start, duration, num_running, len(self.waiting),
-                          len(self.swapped), tuple(g.request_id for g in admitted),
+        return StepRecord(self.step_count, start, duration, num_running, scheduled, num_seqs,
+                          len(self.waiting), len(self.swapped),
+                          tuple(g.request_id for g in admitted),
                           tuple(g.request_id for g in preempted),
                           tuple(g.request_id for g in finished_groups), num_tokens, usage)
 

@@ -48,7 +48,42 @@ def test_one_trace_mode(capsys, tmp_path):
     path.write_text("prompt_len,output_len,arrival\n10,5,0\n20,3,0.5\n")
     assert main(["--trace", str(path), "--manager", "pow2", "--no-progress"]) == 0
     assert "Orca (Pow2)" in capsys.readouterr().out
-    assert main(["--dataset", "alpaca", "--no-progress"]) == 2  # a rate is needed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dataset", "alpaca"], "--dataset needs --rate"),
+    (["--dataset", "alpaca", "--rate", "2", "--manager", "lru"], "manager kind must be"),
+    (["--dataset", "alpaca", "--rate", "2", "--manager", "paged:big"],
+     "must be a whole number of tokens"),
+    (["--dataset", "alpaca", "--rate", "2", "--manager", "pow2:16"],
+     "only the paged manager takes a block size"),
+    (["--trace", "{csv}", "--duration", "60"], "--duration draws a synthetic trace"),
+    (["--trace", "{csv}", "--dataset", "alpaca"], "not both"),
+    (["--trace", "{bare}"], "no arrival times; pass rate="),
+])
+def test_bad_arguments_are_argparse_errors(argv, message, capsys, tmp_path):
+    """A mistake ends in a usage message naming it (exit status 2), not a traceback
+    and not a silently ignored option."""
+    (tmp_path / "t.csv").write_text("prompt_len,output_len,arrival\n10,5,0\n")
+    (tmp_path / "bare.csv").write_text("prompt_len,output_len\n10,5\n")
+    argv = [a.format(csv=tmp_path / "t.csv", bare=tmp_path / "bare.csv") for a in argv]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--no-progress"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: pagedkit simulate" in err and message in err
+
+
+def test_the_command_line_and_the_simulator_default_to_the_same_prefill():
+    import inspect
+
+    from pagedkit.sim import Simulator
+    from pagedkit.sim.cli import _parser
+    from pagedkit.sim.experiments import PAPER_OPTIONS
+
+    default = inspect.signature(Simulator).parameters["prefill"].default
+    assert _parser().parse_args([]).prefill == default == PAPER_OPTIONS["prefill"] == "separate"
+    assert "separate (default" in _parser().format_help()
 
 
 def test_python_dash_m_pagedkit_sim_without_torch():
