@@ -87,10 +87,12 @@ class ContiguousAllocator:
         self._by_start: list[int] = []  # starts of live regions, sorted
         self._regions: dict[int, Reservation] = {}  # start -> region
         self._by_request: dict[Hashable, Reservation] = {}
-        # Running totals and the hole list (rebuilt only after allocate/free),
-        # so `stats()` costs O(1) per call: the simulator asks every iteration.
+        # Running totals, and the hole list with its largest hole (rebuilt only
+        # after allocate/free), so `stats()` costs O(1) per call between them:
+        # the simulator asks every iteration.
         self._used = self._need = self._reserved = 0
         self._holes: list[tuple[int, int]] | None = None
+        self._largest_hole = 0
 
     def __contains__(self, request: Hashable) -> bool:
         return request in self._by_request
@@ -129,19 +131,21 @@ class ContiguousAllocator:
 
     def holes(self) -> list[tuple[int, int]]:
         """Free extents as ``(start, size)``, in address order."""
-        if self._holes is None:
-            self._holes = self._find_holes()
-        return list(self._holes)
+        return list(self._hole_list())
 
-    def _find_holes(self) -> list[tuple[int, int]]:
-        holes, cursor = [], 0
-        for start in self._by_start:
-            if start > cursor:
-                holes.append((cursor, start - cursor))
-            cursor = self._regions[start].end
-        if cursor < self.capacity:
-            holes.append((cursor, self.capacity - cursor))
-        return holes
+    def _hole_list(self) -> list[tuple[int, int]]:
+        """The cached hole list, rebuilt (with the largest hole) after a change."""
+        if self._holes is None:
+            holes, cursor = [], 0
+            for start in self._by_start:
+                if start > cursor:
+                    holes.append((cursor, start - cursor))
+                cursor = self._regions[start].end
+            if cursor < self.capacity:
+                holes.append((cursor, self.capacity - cursor))
+            self._holes = holes
+            self._largest_hole = max((size for _, size in holes), default=0)
+        return self._holes
 
     def allocate(self, request: Hashable, prompt_len: int, output_len: int) -> Reservation | None:
         """Reserve a region for a request starting now, or ``None`` if no hole fits.
@@ -155,11 +159,10 @@ class ContiguousAllocator:
         if size > self.capacity:
             raise ValueError(f"a reservation of {size} slots can never fit in a capacity of "
                              f"{self.capacity}")
-        if self._holes is None:
-            self._holes = self._find_holes()
-        start = next((s for s, length in self._holes if length >= size), None)
-        if start is None:
+        holes = self._hole_list()
+        if size > self._largest_hole:
             return None
+        start = next(s for s, length in holes if length >= size)
         region = Reservation(request, start, size, need, used=prompt_len)
         bisect.insort(self._by_start, start)
         self._regions[start] = region
@@ -203,14 +206,14 @@ class ContiguousAllocator:
         return [self._regions[s] for s in self._by_start]
 
     def stats(self) -> ContiguousStats:
-        if self._holes is None:
-            self._holes = self._find_holes()
+        """Where the slots are: O(1) from running totals and the cached largest hole."""
+        self._hole_list()
         return ContiguousStats(
             capacity=self.capacity,
             token_states=self._used,
             reservation=self._need - self._used,
             internal_fragmentation=self._reserved - self._need,
             free=self.capacity - self._reserved,
-            largest_hole=max((size for _, size in self._holes), default=0),
+            largest_hole=self._largest_hole,
             num_requests=len(self._by_request),
         )

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from .._validation import check_int
 from .managers import PAPER_MANAGERS, ManagerSpec
 from .metrics import SimResult
 from .sharing import BeamSearch, ParallelSampling, SharedPrefix, Sharing
@@ -30,6 +31,10 @@ PAPER_OPTIONS: dict[str, object] = {"prefill": "separate"}
 
 #: The request rates of the paper's Fig. 13 (and our default for Fig. 2 and 18b).
 PAPER_RATES = {"sharegpt": 2.0, "alpaca": 30.0}
+
+#: Our rate for Fig. 15's Alpaca trace (the paper does not give one; memory saved
+#: depends on it little).
+SHARING_RATE = 10.0
 
 #: Fig. 15's scenarios, then two few-shot prefixes of the paper's §6.4 (80 and 341 tokens).
 SHARING_SCENARIOS: tuple[Sharing, ...] = (
@@ -117,11 +122,16 @@ def fig13_batch_sizes(traces: Sequence[Trace] | None = None, *,
 
 
 # ----------------------------------------------------------------- Fig. 12
-def default_rates(dataset: str) -> tuple[float, ...]:
-    """Request rates spanning every manager's knee on `dataset` (OPT-13B)."""
-    if dataset == "sharegpt":
-        return tuple(0.25 * i for i in range(1, 12))  # 0.25 .. 2.75 req/s
-    return tuple(5.0 * i for i in range(1, 12))  # 5 .. 55 req/s
+#: The highest request rate of each Fig. 12 sweep: past every manager's knee (OPT-13B).
+TOP_RATES = {"sharegpt": 2.75, "alpaca": 55.0}
+
+
+def default_rates(dataset: str, points: int = 11) -> tuple[float, ...]:
+    """`points` evenly spaced request rates up to one past every manager's knee
+    on `dataset` (OPT-13B): 0.25 .. 2.75 req/s on ShareGPT, 5 .. 55 on Alpaca."""
+    check_int("points", points, minimum=1)
+    top = TOP_RATES[dataset]
+    return tuple(round(top * i / points, 3) for i in range(1, points + 1))
 
 
 def fig12_latency_vs_rate(dataset: str = "sharegpt", rates: Sequence[float] | None = None, *,
@@ -185,7 +195,7 @@ def fig15_sharing_savings(trace: Trace | None = None, *,
     """KV blocks saved by sharing (%): ``1 - blocks used / blocks the sequences
     would hold alone``, time-averaged (paper Fig. 15 for parallel sampling
     and beam search on Alpaca; the shared prefix goes beyond it)."""
-    trace = trace or paper_trace("alpaca", rate=10.0, num_requests=500)
+    trace = trace or paper_trace("alpaca", rate=SHARING_RATE, num_requests=500)
     rows = []
     for sharing in scenarios:
         r = _simulate(trace, ManagerSpec("paged", block_size), sharing=sharing, **options)
@@ -230,7 +240,9 @@ def best_block_sizes(data: FigureData, trace: str, tolerance: float = 0.05) -> l
 
 
 __all__ = [
-    "BLOCK_SIZES", "PAPER_OPTIONS", "PAPER_RATES", "SHARING_SCENARIOS", "FigureData",
+    "BLOCK_SIZES", "PAPER_OPTIONS", "PAPER_RATES", "SHARING_RATE", "SHARING_SCENARIOS",
+    "TOP_RATES",
+    "FigureData",
     "best_block_sizes", "default_rates", "fig2_memory_breakdown", "fig12_latency_vs_rate",
     "fig13_batch_sizes", "fig15_sharing_savings", "fig18b_block_size_sweep", "paper_trace",
     "run_managers", "sustainable_rates",

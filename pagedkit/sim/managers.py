@@ -130,10 +130,8 @@ class ContiguousMemory:
         self._head_size = 0
 
     def never_fits(self, group: Group) -> str | None:
-        """Why the request can never be admitted, or None."""
-        need = group.prompt_len + group.seqs[0].output_len
-        if need > self.allocator.max_seq_len:
-            return f"needs {need} tokens > max_seq_len {self.allocator.max_seq_len}"
+        """Why the request can never be admitted, or None. (`Simulator` has
+        already refused anything longer than ``max_seq_len``.)"""
         size = self.region_size(group)
         if size > self.capacity:
             return f"needs a {size}-slot region > capacity"

@@ -26,8 +26,8 @@ FIG2_BREAKDOWN = {
              "external_fragmentation": 0.0},
 }
 
-#: Fig. 13: average number of batched requests (ShareGPT at 2 req/s, Alpaca at 30 req/s).
-FIG13_RATES = {"sharegpt": 2.0, "alpaca": 30.0}
+#: Fig. 13: average number of batched requests (ShareGPT at 2 req/s, Alpaca at 30 req/s:
+#: `pagedkit.sim.experiments.PAPER_RATES`).
 FIG13_BATCH = {
     "sharegpt": {"Orca (Max)": 7.00, "Orca (Pow2)": 9.81, "Orca (Oracle)": 13.62, "vLLM": 30.42},
     "alpaca": {"Orca (Max)": 7.00, "Orca (Pow2)": 43.24, "Orca (Oracle)": 72.75,

@@ -21,18 +21,20 @@ from dataclasses import asdict, dataclass, field
 
 from . import paper as ref
 from .experiments import (
+    SHARING_RATE,
     SHARING_SCENARIOS,
     best_block_sizes,
+    default_rates,
     fig2_memory_breakdown,
     fig12_latency_vs_rate,
     fig13_batch_sizes,
     fig15_sharing_savings,
     fig18b_block_size_sweep,
+    paper_trace,
     run_managers,
     sustainable_rates,
 )
 from .latency import OPT_13B
-from .trace import synthetic_trace
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,8 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
 
     add(Comparison("Table 1", "OPT-13B KV cache slots", OPT_13B.kv_slots,
                    ref.TABLE1_KV_SLOTS["OPT-13B"], "slots", "exact"))
-    sharegpt = synthetic_trace("sharegpt", rate=2.0, duration=sc.sharegpt_seconds, seed=seed)
-    alpaca = synthetic_trace("alpaca", rate=30.0, duration=sc.alpaca_seconds, seed=seed)
+    sharegpt = paper_trace("sharegpt", duration=sc.sharegpt_seconds, seed=seed)
+    alpaca = paper_trace("alpaca", duration=sc.alpaca_seconds, seed=seed)
     for name, trace in (("sharegpt", sharegpt), ("alpaca", alpaca)):
         for i, what in enumerate(("prompt", "output")):
             mean = trace.mean_prompt_len() if i == 0 else trace.mean_output_len()
@@ -176,7 +178,7 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
     tick()
 
     for dataset in ("sharegpt", "alpaca"):
-        rates = _rates(dataset, sc.rate_points)
+        rates = default_rates(dataset, sc.rate_points)
         data = _timed(report, f"fig12 {dataset}", lambda d=dataset, r=rates:
                       fig12_latency_vs_rate(d, r, duration=sc.latency_seconds, seed=seed))
         knees = sustainable_rates(data)
@@ -185,8 +187,8 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
                            round(knees["vLLM"] / knees[base], 2), f"{low}-{high}", "x", "knee"))
     tick()
 
-    sharing_trace = synthetic_trace("alpaca", rate=10.0, num_requests=sc.sharing_requests,
-                                    seed=seed)
+    sharing_trace = paper_trace("alpaca", rate=SHARING_RATE, num_requests=sc.sharing_requests,
+                                seed=seed)
     fig15 = _timed(report, "fig15", lambda: fig15_sharing_savings(
         sharing_trace, scenarios=SHARING_SCENARIOS))
     for kind, by_size in ref.FIG15_SAVING.items():
@@ -199,8 +201,8 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
                        "not reported", "%", "prefix"))
     tick()
 
-    traces = [synthetic_trace("sharegpt", rate=2.0, duration=sc.block_sweep_seconds, seed=seed),
-              synthetic_trace("alpaca", rate=30.0, duration=sc.block_sweep_seconds, seed=seed)]
+    traces = [paper_trace(dataset, duration=sc.block_sweep_seconds, seed=seed)
+              for dataset in ("sharegpt", "alpaca")]
     fig18 = _timed(report, "fig18b", lambda: fig18b_block_size_sweep(traces=traces))
     for trace in traces:
         best = best_block_sizes(fig18, trace.name)
@@ -222,13 +224,14 @@ def _internal_share(parts: dict) -> float:
     return 100 * parts["internal_fragmentation"] / sum(parts[k] for k in RESERVED_PARTS)
 
 
-def benchmark(duration: float = 3600.0, rate: float = 2.0, seed: int = 0) -> list[dict]:
+def benchmark(duration: float = 3600.0, rate: float | None = None,
+              seed: int = 0) -> list[dict]:
     """Time each of the paper's managers on an hour of ShareGPT-like traffic
-    (about 7,200 requests at 2 req/s): wall and CPU seconds, iterations."""
+    (about 7,200 requests at the paper's 2 req/s): wall and CPU seconds, iterations."""
     from .experiments import _simulate
     from .managers import PAPER_MANAGERS
 
-    trace = synthetic_trace("sharegpt", rate=rate, duration=duration, seed=seed)
+    trace = paper_trace("sharegpt", rate=rate, duration=duration, seed=seed)
     out = []
     for manager in PAPER_MANAGERS:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -238,11 +241,6 @@ def benchmark(duration: float = 3600.0, rate: float = 2.0, seed: int = 0) -> lis
                     "cpu_seconds": round(time.process_time() - cpu, 2),
                     "simulated_seconds": round(r.makespan, 1)})
     return out
-
-
-def _rates(dataset: str, points: int) -> tuple[float, ...]:
-    top = 2.75 if dataset == "sharegpt" else 55.0
-    return tuple(round(top * i / points, 3) for i in range(1, points + 1))
 
 
 def format_table(report: Report, markdown: bool = False) -> str:

@@ -64,6 +64,32 @@ def test_contiguous_max_holds_seven_opt13b_requests():
     assert r.num_preemptions == 0
 
 
+def test_contiguous_stats_cost_no_scan_of_the_holes_between_changes():
+    """The simulator asks for the breakdown every iteration: `stats()` reads
+    running totals and the largest hole, cached with the hole list."""
+    mem = ContiguousAllocator(10_000, "oracle", 100)
+    for i in range(200):
+        mem.allocate(i, 10, 10)
+    for i in range(0, 200, 2):
+        mem.free(i)  # 100 holes of 20 slots
+    before = mem.stats()
+    assert before.largest_hole == 6000 and len(mem.holes()) == 101
+
+    class Counted(list):
+        scans = 0
+
+        def __iter__(self):
+            Counted.scans += 1
+            return super().__iter__()
+
+    mem._holes = Counted(mem._holes)
+    for _ in range(50):
+        assert mem.stats() == before
+    assert Counted.scans == 0
+    mem.allocate("big", 50, 10)  # a change rebuilds both
+    assert mem.stats().largest_hole == 6000 - 60 and mem.stats().free == before.free - 60
+
+
 def test_contiguous_policies_reserve_as_in_the_paper():
     """§6.1: Orca (Pow2) knows the prompt and reserves at most 2x the output
     (25 -> 32), Orca (Oracle) exactly prompt + output, Orca (Max) the limit."""
