@@ -7,7 +7,7 @@ with a roofline model of time instead of a model. On top of it,
 `pagedkit.sim.plots` draws them.
 """
 
-from .latency import OPT_13B, OPT_66B, OPT_175B, PRESETS, LatencyModel, ModelPreset
+from .latency import OPT_13B, OPT_66B, OPT_175B, PRESETS, LatencyModel, ModelPreset, StepClock
 from .managers import (
     ORCA_MAX,
     ORCA_ORACLE,
@@ -59,6 +59,7 @@ __all__ = [
     "SharedPrefix",
     "SimResult",
     "Simulator",
+    "StepClock",
     "StepLog",
     "StepRecord",
     "Trace",

@@ -110,3 +110,21 @@ class LatencyModel:
         compute = 2 * p.num_params * num_tokens / (p.peak_flops * p.num_gpus
                                                     * self.flop_efficiency)
         return self.overhead + max(memory, compute)
+
+
+@dataclass(frozen=True)
+class StepClock(LatencyModel):
+    """Every iteration lasts `seconds` (1 by default), whatever it computes: a
+    clock that counts iterations. For toy traces whose arrivals are given in
+    steps (`pagedkit.viz.replay`), where the roofline's milliseconds would
+    only obscure the order of events."""
+
+    seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.seconds > 0:
+            raise ValueError(f"an iteration must last > 0 seconds, got {self.seconds!r}")
+
+    def step_time(self, num_tokens: int, context_tokens: int,
+                  block_size: int | None = None) -> float:
+        return self.seconds

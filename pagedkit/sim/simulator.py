@@ -198,12 +198,28 @@ class Simulator:
                 self.memory.lazy = False
         return self.result()
 
+    @property
+    def next_step_time(self) -> float | None:
+        """When the next iteration starts: now while any arrived request is
+        unfinished, else when the next one arrives; ``None`` once done."""
+        if self.waiting or self.running or self.swapped:
+            return self.now
+        if self._next_arrival < len(self.trace):
+            return max(self.now, self.trace.requests[self._next_arrival].arrival)
+        return None
+
     def advance_to(self, seconds: float) -> list[StepRecord]:
-        """Step until the clock reaches `seconds` (or the trace ends), e.g. to
-        show two managers side by side at the same moment. An idle gap is
-        crossed in one jump, which may pass it."""
+        """Run the iterations that start before `seconds`, e.g. to show two
+        managers side by side at the same moment. The last one may end past
+        it; an idle stretch is crossed only up to `seconds`."""
         records = []
-        while self.now < seconds and (record := self.step()) is not None:
+        while self.now < seconds and (start := self.next_step_time) is not None:
+            if start >= seconds:  # idle until then
+                self.now = seconds
+                break
+            record = self.step()
+            if record is None:
+                break
             records.append(record)
         return records
 

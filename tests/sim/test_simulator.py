@@ -56,6 +56,19 @@ def test_idle_time_is_skipped_and_arrivals_wait_for_their_time():
     assert sim.step() is None and sim.done
 
 
+def test_advance_to_crosses_an_idle_stretch_only_up_to_the_target():
+    trace = make_trace((0.0, 4, 2), (100.0, 4, 2))
+    sim = Simulator(trace, PAGED)
+    assert sim.next_step_time == 0.0
+    assert len(sim.advance_to(1.0)) == 2 and sim.now == 1.0  # request 0, then idle
+    assert sim.next_step_time == 100.0
+    assert sim.advance_to(50.0) == [] and sim.now == 50.0
+    records = sim.advance_to(100.01)
+    assert records[0].time == 100.0 and records[0].admitted == (1,)
+    sim.run()
+    assert sim.next_step_time is None and sim.advance_to(1e9) == []
+
+
 def test_contiguous_max_holds_seven_opt13b_requests():
     """15,728 slots // 2,048 per reservation = 7, however short the requests."""
     trace = make_trace(*[(0.0, 10, 50)] * 20)
