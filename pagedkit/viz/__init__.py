@@ -11,7 +11,8 @@ plain data, one per step. Views draw frames:
 * `Timeline` — used / cached / free blocks and running / waiting / swapped
   requests over the steps, with preemptions;
 * `ContiguousVsPaged` — one trace through a contiguous cache and a paged one
-  (`replay`), side by side, with the waste figures;
+  (`replay`: two `pagedkit.sim.Simulator`s stepped together), side by side,
+  with the waste figures;
 * `Dashboard` — the first three under one set of controls.
 
 ::
@@ -34,7 +35,7 @@ from .frontend import display_mode
 from .page_table import PageTableData, PageTableRow, page_table
 from .page_table_view import PageTable
 from .recorder import Recorder, parse_queue_counts
-from .replay import Comparison, ContiguousFrame, PagedWaste, TraceRequest, paged_waste, replay
+from .replay import Comparison, ContiguousFrame, PagedWaste, paged_waste, replay
 from .timeline import TimelineData, timeline
 from .timeline_view import Timeline
 
@@ -60,7 +61,6 @@ __all__ = [
     "Throttle",
     "Timeline",
     "TimelineData",
-    "TraceRequest",
     "block_map_data",
     "display_mode",
     "grid_for",

@@ -142,13 +142,18 @@ class ContiguousVsPaged(View):
         holes.base = np.array([s for s, _ in c.holes])
         holes.x = np.array([n for _, n in c.holes])
         holes.y = np.full(len(c.holes), _CONTIGUOUS)
-        holes.hovertext = [f"hole of {n} slots at {s}" + self._stranded(c, n)
+        holes.hovertext = [f"hole of {n} slots at {s}" + self._hole_note(c, n)
                            for s, n in c.holes]
         fig.layout.title.text = self._title(index)
 
     @staticmethod
-    def _stranded(c: ContiguousFrame, size: int) -> str:
-        return " (too small for the next request)" if c.external_fragmentation else ""
+    def _hole_note(c: ContiguousFrame, size: int) -> str:
+        """Whether the waiting head's region fits in a hole of `size` slots."""
+        if c.next_size is None:
+            return ""
+        if size < c.next_size:
+            return f" (too small for the next request's {c.next_size}-slot region)"
+        return f" (the next request's {c.next_size}-slot region fits)"
 
     def _title(self, index: int) -> str:
         w = self.figures(index)

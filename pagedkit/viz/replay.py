@@ -1,54 +1,43 @@
-"""Replay one trace through a contiguous cache and a paged one, step by step.
+"""Replay one trace through a contiguous cache and a paged one, side by side.
 
-The contiguous-vs-paged view needs both memories at the same steps of the
-same workload. This helper drives `ContiguousAllocator` and `KVCacheManager`
-with the same first-come-first-served policy — admit while the head of the
-queue fits, every running request adds one token per step, free on finish —
-so the only difference is how memory is handed out (paper §3 vs §4):
+The contiguous-vs-paged view needs both memories at the same moments of the
+same workload. `replay` steps two `pagedkit.sim.Simulator`s together over
+one trace: the same iteration-level, first-come-first-served scheduler with
+the same options, one driving `ContiguousAllocator`, the other
+`KVCacheManager`, so the only difference is how memory is handed out
+(paper §3 vs §4):
 
-* contiguous: a request reserves its whole region up front and never runs out
-  later, but wastes the reservation, its unused tail and the holes between
-  regions;
+* contiguous: a request reserves its whole region when it is admitted and
+  never runs out later, but wastes the reservation, its unused tail and the
+  holes between regions;
 * paged: a request takes a block at a time, wastes at most part of its last
-  block, and is preempted (recompute) when the pool runs dry.
+  block, and is preempted (recomputed later) when the pool runs dry.
 
-The paged side emits the scheduler's events on its own bus, recorded by a
-`Recorder`, so its frames are the very frames the block map draws.
+Time is the simulator's. By default it is a `StepClock`: every iteration
+lasts one step, so a request's `arrival` counts steps and frame *i* of both
+sides is the state after iteration *i* (a stretch where both sides are idle
+is skipped; `Comparison.times` says when each frame is). Pass ``model=`` (a `LatencyModel`)
+to replay a simulator trace in seconds; frames then fall where either side
+ends an iteration, each side shown after its iteration in progress.
+
+The paged simulator's events are passed on to a `Recorder` (its sequences
+named after their requests), so its frames are the very frames the block
+map draws.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import math
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import chain
 from typing import Any
 
-from .._validation import check_int
-from ..memory import (
-    ContiguousAllocator,
-    ContiguousStats,
-    Event,
-    EventBus,
-    EventKind,
-    KVCacheManager,
-)
+from .._validation import check_choice, check_int
+from ..memory import POLICIES, ContiguousAllocator, ContiguousStats, Event, EventBus, EventKind
+from ..sim import LatencyModel, ManagerSpec, ModelPreset, Simulator, StepClock, Trace, TraceRequest
 from .frames import Frame
 from .recorder import Recorder
-
-
-@dataclass(frozen=True)
-class TraceRequest:
-    """A request of the trace: it arrives at `arrival_step` with a prompt of
-    `prompt_len` tokens and will generate `output_len` more."""
-
-    request_id: Hashable
-    prompt_len: int
-    output_len: int
-    arrival_step: int = 0
-
-    @property
-    def need(self) -> int:
-        return self.prompt_len + self.output_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +62,7 @@ class ContiguousFrame:
     running: int
     waiting: int
     external_fragmentation: int  # free slots the head of the queue cannot use
+    next_size: int | None = None  # slots the head of the queue asks for (None: nobody waits)
 
     @property
     def wasted(self) -> int:
@@ -102,7 +92,7 @@ def paged_waste(frame: Frame) -> PagedWaste:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The same trace through both memories: frame *i* of each is step *i*."""
+    """The same trace through both memories: frame *i* of each is the same moment."""
 
     policy: str
     block_size: int
@@ -110,16 +100,19 @@ class Comparison:
     contiguous: tuple[ContiguousFrame, ...]
     paged: tuple[Frame, ...]
     recorder: Recorder  # the paged side's recorder (its colors, its frames)
+    times: tuple[float, ...] = ()  # the clock at each frame (steps, or seconds)
 
     def __len__(self) -> int:
         return len(self.paged)
 
 
-def as_trace(requests: Iterable[Any]) -> list[TraceRequest]:
-    """Accept `TraceRequest`s, or anything with ``prompt_len`` and ``output_len``
-    (and optionally ``request_id`` and ``arrival_step``)."""
+def as_trace(requests: Trace | Iterable[Any]) -> list[TraceRequest]:
+    """A `pagedkit.sim.Trace`, `pagedkit.sim.TraceRequest`s, or anything with
+    ``prompt_len`` and ``output_len`` (and optionally ``request_id``, any
+    hashable name, by default its position, and ``arrival``, by default 0)."""
+    items = requests.requests if isinstance(requests, Trace) else requests
     trace = []
-    for i, r in enumerate(requests):
+    for i, r in enumerate(items):
         if isinstance(r, TraceRequest):
             trace.append(r)
             continue
@@ -127,141 +120,140 @@ def as_trace(requests: Iterable[Any]) -> list[TraceRequest]:
             prompt_len, output_len = r.prompt_len, r.output_len
         except AttributeError:
             raise TypeError(f"trace item {i} ({r!r}) has no prompt_len/output_len") from None
-        trace.append(TraceRequest(getattr(r, "request_id", i), prompt_len, output_len,
-                                  getattr(r, "arrival_step", 0)))
+        trace.append(TraceRequest(getattr(r, "request_id", i), getattr(r, "arrival", 0.0),
+                                  prompt_len, output_len))
     return trace
 
 
-def replay(requests: Iterable[Any], *, num_blocks: int, block_size: int, policy: str = "pow2",
-           max_seq_len: int | None = None, max_steps: int = 10_000) -> Comparison:
-    """Step `requests` through both memories until every request finished on both."""
+def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
+           policy: str = "pow2", max_seq_len: int | None = None,
+           model: LatencyModel | ModelPreset | None = None, max_steps: int = 10_000,
+           **options: Any) -> Comparison:
+    """Step `requests` (see `as_trace`) through both memories until every
+    request finished on both.
+
+    Both get `num_blocks` blocks of `block_size` slots; the contiguous one
+    reserves by `policy` (``"max"``, ``"pow2"`` or ``"oracle"``, first-fit)
+    up to `max_seq_len` (by default the longest request's prompt + output).
+    `model` is the clock (`StepClock()`: one step per iteration); other
+    keyword arguments (``prefill``, ``preemption``, ``watermark``,
+    ``max_num_seqs``) go to both `Simulator`s. Unlike the simulator's
+    paper experiments, a replay mixes new prompts into the decoding
+    iteration (``prefill="mixed"``, as pagedkit's engine and Orca do), so
+    every running request writes one token at every step; pass
+    ``prefill="separate"`` for the paper's vLLM.
+    """
     check_int("num_blocks", num_blocks, minimum=1)
     check_int("block_size", block_size, minimum=1)
-    # Ids become strings: the paged side's ADMIT events carry them as text, and
-    # both sides must name (and so color) a request alike.
-    trace = sorted((TraceRequest(str(r.request_id), r.prompt_len, r.output_len, r.arrival_step)
-                    for r in as_trace(requests)), key=lambda r: r.arrival_step)
-    if len({r.request_id for r in trace}) != len(trace):
-        raise ValueError("request ids in the trace must be unique")
+    check_choice("policy", policy, POLICIES)
+    check_int("max_steps", max_steps, minimum=1)
+    trace = as_trace(requests)
     if not trace:
         raise ValueError("the trace is empty: give at least one request")
+    # Names become strings: both sides must name (and so color) a request alike.
+    names = [str(r.request_id) for r in trace]
+    if len(set(names)) != len(names):
+        raise ValueError("request ids in the trace must be unique")
     capacity = num_blocks * block_size
-    for r in trace:
-        check_int("prompt_len", r.prompt_len, minimum=1)
-        check_int("output_len", r.output_len, minimum=0)
-        if -(-r.need // block_size) > num_blocks:
-            raise ValueError(f"request {r.request_id!r} needs {r.need} tokens, more than the "
+    for r, name in zip(trace, names, strict=True):
+        check_int(f"prompt_len of request {name!r}", r.prompt_len, minimum=1)
+        check_int(f"output_len of request {name!r}", r.output_len, minimum=1)
+        if not (math.isfinite(r.arrival) and r.arrival >= 0):
+            raise ValueError(f"request {name!r} arrives at {r.arrival!r}; give a time >= 0")
+    max_seq_len = check_int("max_seq_len", max_seq_len or max(r.total_len for r in trace),
+                            minimum=1)
+    regions = ContiguousAllocator(capacity, policy, max_seq_len)
+    for r, name in zip(trace, names, strict=True):
+        if r.total_len > max_seq_len:
+            raise ValueError(f"request {name!r} needs {r.total_len} tokens > max_seq_len "
+                             f"{max_seq_len}")
+        if -(-r.total_len // block_size) > num_blocks:
+            raise ValueError(f"request {name!r} needs {r.total_len} tokens, more than the "
                              f"{capacity} slots of {num_blocks} blocks of {block_size}")
-    max_seq_len = max_seq_len or max(r.need for r in trace)
-    contiguous = _ContiguousSide(ContiguousAllocator(capacity, policy, max_seq_len))
-    paged = _PagedSide(num_blocks, block_size)
-    contiguous.snapshot()
-    pending = deque(trace)
-    for step in range(max_steps):
-        arrived = []
-        while pending and pending[0].arrival_step <= step:
-            arrived.append(pending.popleft())
-        contiguous.step(arrived)
-        paged.step(arrived, step)
-        if not pending and contiguous.done and paged.done:
-            break
-    else:
-        raise RuntimeError(f"the trace did not finish within max_steps={max_steps} steps")
-    paged.recorder.close()
-    return Comparison(policy, block_size, capacity, tuple(contiguous.frames),
-                      tuple(paged.recorder.frames), paged.recorder)
+        if (size := regions.reservation_size(r.prompt_len, r.output_len)) > capacity:
+            raise ValueError(f"request {name!r}'s {policy} region of {size} slots is more "
+                             f"than the {capacity} slots")
+
+    # The simulators take requests in arrival order, numbered from 0.
+    order = sorted(range(len(trace)), key=lambda i: trace[i].arrival)
+    sim_trace = Trace("replay", tuple(
+        TraceRequest(k, float(trace[i].arrival), trace[i].prompt_len, trace[i].output_len)
+        for k, i in enumerate(order)), "pagedkit.viz.replay")
+    names = [names[i] for i in order]
+    clock = model if isinstance(model, LatencyModel) else \
+        StepClock() if model is None else LatencyModel(model)
+    clock = replace(clock, preset=replace(clock.preset, max_seq_len=max_seq_len))
+    options.setdefault("prefill", "mixed")
+    bus = EventBus()
+    paged = Simulator(sim_trace, ManagerSpec("paged", block_size), model=clock,
+                      capacity_slots=capacity, events=bus, **options)
+    contiguous = Simulator(sim_trace, ManagerSpec(policy), model=clock, capacity_slots=capacity,
+                           **options)
+    paged_side = _PagedSide(paged, bus, names, num_blocks, block_size)
+    frames = [_contiguous_frame(0, contiguous, names)]
+    times = [0.0]
+    sides = (paged, contiguous)
+    while starts := [(s.next_step_time, k) for k, s in enumerate(sides)
+                     if s.next_step_time is not None]:
+        if len(frames) > max_steps:
+            raise RuntimeError(f"the trace did not finish within max_steps={max_steps} steps")
+        _, k = min(starts)  # the side whose next iteration starts first runs it
+        sides[k].step()
+        now = sides[k].now
+        sides[1 - k].advance_to(now)  # the other catches up to that moment
+        paged_side.cut()
+        frames.append(_contiguous_frame(len(frames), contiguous, names))
+        times.append(now)
+    paged_side.recorder.close()
+    return Comparison(policy, block_size, capacity, tuple(frames),
+                      tuple(paged_side.recorder.frames), paged_side.recorder, tuple(times))
 
 
-class _ContiguousSide:
-    def __init__(self, mem: ContiguousAllocator) -> None:
-        self.mem = mem
-        self.waiting: deque[TraceRequest] = deque()
-        self.left: dict[Hashable, int] = {}  # running request -> output tokens still to come
-        self.frames: list[ContiguousFrame] = []
-
-    @property
-    def done(self) -> bool:
-        return not self.waiting and not self.left
-
-    def step(self, arrived: list[TraceRequest]) -> None:
-        self.waiting.extend(arrived)
-        for request in list(self.left):
-            self.mem.append(request)
-            self.left[request] -= 1
-        while self.waiting and self.mem.allocate(
-                self.waiting[0].request_id, self.waiting[0].prompt_len,
-                self.waiting[0].output_len) is not None:
-            r = self.waiting.popleft()
-            self.left[r.request_id] = r.output_len
-        for request in [q for q, n in self.left.items() if n == 0]:
-            self.mem.free(request)
-            del self.left[request]
-        self.snapshot()
-
-    def snapshot(self) -> None:
-        stats = self.mem.stats()
-        head = self.waiting[0] if self.waiting else None
-        external = stats.external_fragmentation(
-            self.mem.reservation_size(head.prompt_len, head.output_len)) if head else 0
-        regions = tuple(Region(r.request, r.start, r.size, r.need, r.used)
-                        for r in self.mem.regions())
-        self.frames.append(ContiguousFrame(len(self.frames), regions, tuple(self.mem.holes()),
-                                           stats, len(self.left), len(self.waiting), external))
+def _contiguous_frame(index: int, sim: Simulator, names: list[str]) -> ContiguousFrame:
+    """The contiguous simulator's address space now, regions named by request."""
+    mem: ContiguousAllocator = sim.memory_manager
+    owner = {seq.seq_id: names[g.request_id] for g in sim.running for seq in g.seqs}
+    stats = mem.stats()
+    head = sim.waiting[0] if sim.waiting else None
+    next_size = sim.memory.region_size(head) if head is not None else None
+    external = stats.external_fragmentation(next_size) if next_size is not None else 0
+    regions = tuple(Region(owner[r.request], r.start, r.size, r.need, r.used)
+                    for r in mem.regions())
+    return ContiguousFrame(index, regions, tuple(mem.holes()), stats, len(sim.running),
+                           len(sim.waiting), external, next_size)
 
 
 class _PagedSide:
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.events = EventBus()
-        self.kv = KVCacheManager(num_blocks, block_size, events=self.events)
-        self.recorder = Recorder(self.events, num_blocks, block_size)
-        self.waiting: deque[TraceRequest] = deque()
-        self.running: list[TraceRequest] = []  # admission order
-        self.generated: dict[Hashable, int] = {}
-        self._token = 0
+    """Passes the paged simulator's events on to a recorder, its sequences and
+    admissions named after their requests; cuts a frame when told to, so both
+    sides have one frame per moment."""
 
-    @property
-    def done(self) -> bool:
-        return not self.waiting and not self.running
+    def __init__(self, sim: Simulator, bus: EventBus, names: list[str], num_blocks: int,
+                 block_size: int) -> None:
+        self.sim, self.names = sim, names
+        self.out = EventBus()
+        self.recorder = Recorder(self.out, num_blocks, block_size)
+        self._name_of: dict[Hashable, str] = {}
+        bus.subscribe(self._forward)
 
-    def _tokens(self, n: int) -> list[int]:
-        self._token += n
-        return list(range(self._token - n, self._token))
+    def _seq_name(self, seq: Hashable) -> Hashable:
+        if seq not in self._name_of:  # first seen when admitted, from the waiting queue
+            sim = self.sim
+            for group in chain(sim.waiting, sim.running, sim.swapped):
+                for s in group.seqs:
+                    self._name_of.setdefault(s.seq_id, self.names[group.request_id])
+        return self._name_of.get(seq, seq)
 
-    def step(self, arrived: list[TraceRequest], step: int) -> None:
-        self.waiting.extend(arrived)
-        preempted = False
-        for r in list(self.running):
-            if r not in self.running:
-                continue  # preempted to make room for an older one
-            while self.kv.allocate_slots(r.request_id, self._tokens(1)) is None:
-                victim = self.running[-1]
-                self._preempt(victim)
-                preempted = True
-                if victim is r:
-                    break
-            else:
-                self.generated[r.request_id] += 1
-        while not preempted and self.waiting:
-            r = self.waiting[0]
-            done = self.generated.get(r.request_id, 0)
-            if self.kv.allocate_slots(r.request_id, self._tokens(r.prompt_len + done)) is None:
-                break
-            self.waiting.popleft()
-            self.running.append(r)
-            self.generated[r.request_id] = done
-            self._emit(EventKind.ADMIT, r.request_id, r.request_id)
-        for r in [q for q in self.running if self.generated[q.request_id] == q.output_len]:
-            self.kv.free(r.request_id)
-            self.running.remove(r)
-            self._emit(EventKind.FINISH, r.request_id, "length")
-        queues = f"running={len(self.running)} waiting={len(self.waiting)} swapped=0"
-        self.events.emit(Event(EventKind.STEP, step=step, detail=queues))
+    def _forward(self, e: Event) -> None:
+        if e.kind is EventKind.STEP:
+            return  # frames are cut by `cut`, one per moment of the replay
+        if e.seq is not None:
+            e = replace(e, seq=self._seq_name(e.seq))
+        if e.kind is EventKind.ADMIT:
+            e = replace(e, detail=self.names[int(e.detail)])
+        self.out.emit(e)
 
-    def _preempt(self, r: TraceRequest) -> None:
-        self.kv.free(r.request_id)
-        self.running.remove(r)
-        self.waiting.appendleft(r)
-        self._emit(EventKind.PREEMPT, r.request_id, "recompute")
-
-    def _emit(self, kind: EventKind, seq: Hashable, detail: str) -> None:
-        self.events.emit(Event(kind, seq=seq, detail=detail))
+    def cut(self) -> None:
+        sim = self.sim
+        queues = f"running={len(sim.running)} waiting={len(sim.waiting)} swapped={len(sim.swapped)}"
+        self.out.emit(Event(EventKind.STEP, step=sim.step_count, detail=queues))

@@ -5,9 +5,17 @@ import pytest
 from viz_helpers import admit, emit, step
 
 from pagedkit.memory import EventKind, KVCacheManager
+from pagedkit.sim import (
+    OPT_13B,
+    ManagerSpec,
+    Simulator,
+    StepClock,
+    Trace,
+    TraceRequest,
+    synthetic_trace,
+)
 from pagedkit.viz import (
     Recorder,
-    TraceRequest,
     block_map_data,
     grid_for,
     page_table,
@@ -117,41 +125,84 @@ def test_timeline_series_line_up_with_frames():
 
 
 def test_replay_steps_both_memories_over_the_same_trace():
-    trace = [TraceRequest("a", 6, 4), TraceRequest("b", 6, 4), TraceRequest("c", 6, 10, 1)]
+    # c arrives at step 1; every iteration lasts one step (StepClock)
+    trace = [TraceRequest("a", 0, 6, 4), TraceRequest("b", 0, 6, 4), TraceRequest("c", 1, 6, 10)]
     cmp = replay(trace, num_blocks=8, block_size=4, policy="max", max_seq_len=16)
-    assert len(cmp.contiguous) == len(cmp.paged) == len(cmp)
-    assert cmp.capacity == 32
+    assert len(cmp.contiguous) == len(cmp.paged) == len(cmp.times) == len(cmp)
+    assert cmp.capacity == 32 and cmp.times[:3] == (0.0, 1.0, 2.0)
     first = cmp.contiguous[1]
-    # max policy: every request reserves 16 slots, so only two fit at once
-    assert [r.size for r in first.regions] == [16, 16] and first.waiting == 0
-    assert first.stats.token_states == 12 and first.stats.reservation == 8  # 2 x (10 - 6)
+    # max policy: every request reserves 16 slots, so only two fit at once; an
+    # admitted request holds its prompt and the token its prefill produced
+    assert [(r.request, r.size) for r in first.regions] == [("a", 16), ("b", 16)]
+    assert first.waiting == 0 and first.running == 2
+    assert first.stats.token_states == 14 and first.stats.reservation == 6  # 2 x (10 - 7)
     assert first.stats.internal_fragmentation == 12  # 2 x (16 - 10)
     second = cmp.contiguous[2]
-    assert second.waiting == 1 and second.external_fragmentation == 0
+    assert second.waiting == 1 and second.next_size == 16
+    assert second.external_fragmentation == 0  # nothing is free to strand
     paged = cmp.paged[2]
-    # paged: a and b decoded to 7 tokens (2 blocks each), c started with 6 (2 blocks)
+    # paged: a and b decoded to 8 tokens (2 full blocks each), c joined with 6 + 1
     assert paged.requests.running == 3 and paged.memory.used == 6
+    assert paged.tables["c"] == (4, 5)
     w = paged_waste(paged)
-    assert (w.tokens, w.unfilled, w.free) == (20, 4, 8)
+    assert (w.tokens, w.unfilled, w.free) == (23, 1, 8)
     last_c, last_p = cmp.contiguous[-1], cmp.paged[-1]
     assert last_c.stats.num_requests == 0 and last_p.memory.used == 0
     assert last_c.running == last_c.waiting == 0 and last_p.requests.running == 0
 
 
-def test_replay_preempts_paged_requests_when_blocks_run_out():
-    trace = [TraceRequest(i, 7, 9) for i in range(4)]  # 4 x 16 tokens in 12 blocks of 4
+def test_replay_is_two_simulators_stepped_together():
+    """The paged side is exactly what `pagedkit.sim.Simulator` does alone."""
+    trace = [TraceRequest(i, 0, 7, 9) for i in range(4)]  # 4 x 16 tokens in 12 blocks of 4
     cmp = replay(trace, num_blocks=12, block_size=4)
     assert sum(f.preemptions for f in cmp.paged) > 0
     assert all(f.memory.used <= 12 for f in cmp.paged)
     assert cmp.paged[-1].memory.used == 0 and cmp.contiguous[-1].stats.num_requests == 0
+    alone = Simulator(Trace("t", tuple(trace)), ManagerSpec("paged", 4), capacity_slots=48,
+                      prefill="mixed", model=StepClock())
+    records = []
+    while (record := alone.step()) is not None:
+        records.append(record)
+    paged_done = next(i for i, f in enumerate(cmp.paged)
+                      if i and not f.requests.running and not f.requests.waiting)
+    assert paged_done == len(records) == cmp.times[paged_done]
+    assert [f.preemptions for f in cmp.paged[1:paged_done + 1]] == \
+        [len(r.preempted) for r in records]
+
+
+def test_replay_takes_simulator_traces_with_their_arrival_times():
+    trace = Trace("t", (TraceRequest(0, 0.0, 4, 3), TraceRequest(1, 5.0, 4, 3)))
+    cmp = replay(trace, num_blocks=8, block_size=4)
+    # request 1 arrives at step 5: the idle steps between are skipped, not lost
+    assert cmp.times == (0.0, 1.0, 2.0, 3.0, 6.0, 7.0, 8.0)
+    assert [f.requests.running for f in cmp.paged] == [0, 1, 1, 0, 1, 1, 0]
+    assert [len(f.regions) for f in cmp.contiguous] == [0, 1, 1, 0, 1, 1, 0]
+    # in seconds, with the simulator's roofline clock: arrivals keep their times
+    real = synthetic_trace("alpaca", rate=20, num_requests=12, seed=0)
+    cmp = replay(real, num_blocks=64, block_size=16, model=OPT_13B)
+    assert list(cmp.times) == sorted(cmp.times) and len(cmp) > 12
+    admitted = next(i for i, f in enumerate(cmp.paged) if f.requests.running)
+    assert cmp.times[admitted - 1] < real.requests[0].arrival <= cmp.times[admitted]
+    assert cmp.paged[-1].memory.used == 0 and not cmp.contiguous[-1].regions
 
 
 def test_replay_rejects_what_can_never_run():
     with pytest.raises(ValueError, match="needs 40 tokens, more than the 32 slots"):
-        replay([TraceRequest("big", 30, 10)], num_blocks=8, block_size=4)
+        replay([TraceRequest("big", 0, 30, 10)], num_blocks=8, block_size=4)
+    with pytest.raises(ValueError, match="pow2 region of 36 slots is more than the 24 slots"):
+        replay([TraceRequest("r", 0, 4, 17)], num_blocks=6, block_size=4, max_seq_len=64)
+    with pytest.raises(ValueError, match="needs 21 tokens > max_seq_len 20"):
+        replay([TraceRequest("r", 0, 4, 17)], num_blocks=6, block_size=4, max_seq_len=20)
+    with pytest.raises(ValueError, match="output_len of request 'r' must be >= 1"):
+        replay([TraceRequest("r", 0, 4, 0)], num_blocks=6, block_size=4)
+    with pytest.raises(ValueError, match="request 'r' arrives at -1"):
+        replay([TraceRequest("r", -1, 4, 2)], num_blocks=6, block_size=4)
+    with pytest.raises(ValueError, match="policy must be one of"):
+        replay([TraceRequest("r", 0, 4, 2)], num_blocks=6, block_size=4, policy="paged")
     with pytest.raises(ValueError, match="empty"):
         replay([], num_blocks=8, block_size=4)
     with pytest.raises(ValueError, match="unique"):
-        replay([TraceRequest(1, 2, 2), TraceRequest("1", 2, 2)], num_blocks=8, block_size=4)
+        replay([TraceRequest(1, 0, 2, 2), TraceRequest("1", 0, 2, 2)], num_blocks=8,
+               block_size=4)
     with pytest.raises(TypeError, match="prompt_len"):
         replay([object()], num_blocks=8, block_size=4)

@@ -8,6 +8,7 @@ import pytest
 from viz_helpers import admit, emit, step
 
 from pagedkit.memory import EventKind, KVCacheManager
+from pagedkit.sim import TraceRequest
 from pagedkit.viz import (
     BlockMap,
     ContiguousVsPaged,
@@ -17,7 +18,6 @@ from pagedkit.viz import (
     Recorder,
     Throttle,
     Timeline,
-    TraceRequest,
     display_mode,
     replay,
 )
@@ -147,22 +147,46 @@ def test_timeline_view_moves_only_its_cursor():
 
 
 def test_contiguous_vs_paged_view_draws_regions_holes_and_blocks():
-    trace = [TraceRequest("a", 5, 3), TraceRequest("b", 9, 3), TraceRequest("c", 20, 4, 1)]
+    trace = [TraceRequest("a", 0, 5, 3), TraceRequest("b", 0, 9, 3),
+             TraceRequest("c", 1, 20, 4)]
     view = ContiguousVsPaged(replay(trace, num_blocks=12, block_size=4, policy="pow2"))
     assert view.index == 0
     view.index = 1
     fig = view.figure()
     tokens, ahead, never = fig.data[:3]
-    # pow2 reserves prompt + the output rounded up: a 5 + 4, b 9 + 4
-    assert list(tokens.base) == [0, 9] and list(tokens.x) == [5, 9]
-    assert list(ahead.x) == [3, 3] and list(never.x) == [1, 1]  # 8 of 9, 12 of 13
+    # pow2 reserves prompt + the output rounded up: a 5 + 4, b 9 + 4; each holds
+    # its prompt and the token its prefill produced
+    assert list(tokens.base) == [0, 9] and list(tokens.x) == [6, 10]
+    assert list(ahead.x) == [2, 2] and list(never.x) == [1, 1]  # 8 of 9, 12 of 13
     assert list(fig.data[5].base) == [22] and list(fig.data[5].x) == [26]  # the free rest
-    assert list(fig.data[3].x) == [4, 1, 4, 4, 1]  # paged: a in 2 blocks, b in 3
+    assert list(fig.data[5].hovertext) == ["hole of 26 slots at 22"]  # nobody waits
+    assert list(fig.data[3].x) == [4, 2, 4, 4, 2]  # paged: a in 2 blocks, b in 3
     w = view.figures()
-    assert w["contiguous_wasted_share"] == pytest.approx((6 + 2) / 48)
-    assert w["paged_unfilled"] == 3 + 3
+    assert w["contiguous_wasted_share"] == pytest.approx((4 + 2) / 48)
+    assert w["paged_unfilled"] == 2 + 2
     assert view.summary().startswith("pow2 vs paged, step 1/")
     assert "stranded in holes" in view.text()
+
+
+def test_hole_notes_name_the_region_the_waiting_request_needs():
+    trace = [TraceRequest("a", 0, 8, 8), TraceRequest("b", 0, 8, 8), TraceRequest("c", 0, 8, 8),
+             TraceRequest("d", 0, 4, 30)]
+    cmp = replay(trace, num_blocks=14, block_size=4, policy="oracle")  # 56 slots
+    view = ContiguousVsPaged(cmp)
+    i = next(i for i, c in enumerate(cmp.contiguous) if c.next_size and c.holes)
+    view.index = i
+    c = cmp.contiguous[i]
+    notes = list(view.figure().data[5].hovertext)
+    assert c.holes and all(size < c.next_size for _, size in c.holes)  # d must wait
+    assert notes == [f"hole of {size} slots at {start} (too small for the next request's "
+                     f"{c.next_size}-slot region)" for start, size in c.holes]
+    assert c.external_fragmentation == c.stats.free > 0
+    # a, b and c finish together: d's region fits the empty space, admitted next step
+    j = next(j for j, c in enumerate(cmp.contiguous) if c.next_size and not c.regions)
+    view.index = j
+    assert list(view.figure().data[5].hovertext) == [
+        "hole of 56 slots at 0 (the next request's 34-slot region fits)"]
+    assert cmp.contiguous[j + 1].regions[0].request == "d"
 
 
 def test_reprs_are_stable_and_informative():
