@@ -109,13 +109,16 @@ def fig13_batch_sizes(traces: Sequence[Trace] | None = None, *,
                       managers: Iterable[ManagerSpec] = PAPER_MANAGERS,
                       results: dict[str, dict[str, SimResult]] | None = None,
                       **options) -> FigureData:
-    """Average number of batched requests per manager and trace (paper Fig. 13)."""
+    """Average number of batched requests per manager and trace (paper Fig. 13):
+    ``mean_batch_size`` counts the running batch, as the paper does (see
+    `SimResult.mean_batch_size`); ``mean_scheduled`` the requests an iteration
+    computed, fewer when prompts run in iterations of their own."""
     traces = traces or [paper_trace("sharegpt"), paper_trace("alpaca")]
     managers = tuple(managers)
     if results is None:
         results = {t.name: run_managers(t, managers, **options) for t in traces}
     rows = tuple({"trace": name, "manager": label, "mean_batch_size": r.mean_batch_size(),
-                  "preemptions": r.num_preemptions}
+                  "mean_scheduled": r.mean_scheduled(), "preemptions": r.num_preemptions}
                  for name, by_manager in results.items() for label, r in by_manager.items())
     return FigureData("Fig. 13", "Average number of batched requests", rows,
                       {"traces": [t.name for t in traces], **PAPER_OPTIONS, **options})

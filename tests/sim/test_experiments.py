@@ -64,6 +64,10 @@ def test_fig13_batch_sizes(sharegpt, alpaca, results):
     alpaca_batch = [data.value("mean_batch_size", trace=alpaca.name, manager=m) for m in LABELS]
     assert alpaca_batch[0] <= 7 and min(alpaca_batch[1:]) > 4 * alpaca_batch[0]
     assert alpaca_batch[3] >= alpaca_batch[2] >= alpaca_batch[1]
+    for trace in (sharegpt, alpaca):  # prompt iterations compute fewer than the batch holds
+        for m in LABELS:
+            row = data.select(trace=trace.name, manager=m)[0]
+            assert 0 < row["mean_scheduled"] <= row["mean_batch_size"]
     assert isinstance(plot_fig13(data), go.Figure)
 
 
