@@ -102,7 +102,7 @@ class Frame:
     seq_status: Mapping[Hashable, str] = field(default_factory=dict)
     # during this step:
     copies: tuple[tuple[int, int], ...] = ()  # copy-on-write (src, dst)
-    preemptions: int = 0
+    preemptions: int = 0  # requests preempted (all sequences of each at once)
     event_counts: Mapping[str, int] = field(default_factory=dict)
 
     @property

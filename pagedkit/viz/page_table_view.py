@@ -22,6 +22,7 @@ from .palette import CELL_SCALE, FILL_SCALE, NUM_INDICES, color_index, owner_col
 from .view import View
 
 _MAX_ROWS = 64  # logical blocks drawn; longer sequences are cut with a note
+_OLDEST = "(oldest)"  # the dropdown's value for seq=None (ipywidgets reads None as "no choice")
 
 
 class PageTable(View):
@@ -74,17 +75,18 @@ class PageTable(View):
         import ipywidgets as w
 
         self._chooser = w.Dropdown(description="sequence", options=self._options(self.index),
-                                   value=self._seq, layout=w.Layout(width="260px"))
+                                   value=_OLDEST if self._seq is None else self._seq,
+                                   layout=w.Layout(width="260px"))
         self._chooser.observe(self._chose, names="value")
         return [self._chooser]
 
     def _chose(self, change: dict) -> None:
         if not self._refilling:
-            self.seq = change["new"]
+            self.seq = None if change["new"] == _OLDEST else change["new"]
 
     def _options(self, index: int) -> list[tuple[str, Hashable | None]]:
         frame = self.recorder[index]
-        options = [("oldest", None)] + [(str(s), s) for s in frame.sequences[:200]]
+        options = [("oldest", _OLDEST)] + [(str(s), s) for s in frame.sequences[:200]]
         if self._seq is not None and self._seq not in frame.sequences:
             options.append((f"{self._seq} (no blocks now)", self._seq))
         return options
@@ -114,7 +116,7 @@ class PageTable(View):
                         textfont=dict(size=10))
         fig.update_layout(
             barmode="overlay", template="simple_white", showlegend=False,
-            width=900, height=330, margin=dict(l=90, r=20, t=50, b=40),
+            height=330, margin=dict(l=90, r=20, t=50, b=40),
             title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
             xaxis=dict(range=[-0.5, n - 0.5], showgrid=False, zeroline=False, ticks="",
                        showticklabels=False, showline=False, fixedrange=True),
@@ -168,7 +170,7 @@ class PageTable(View):
                 self._refilling = True
                 try:
                     self._chooser.options = options
-                    self._chooser.value = self._seq
+                    self._chooser.value = _OLDEST if self._seq is None else self._seq
                 finally:
                     self._refilling = False
 

@@ -79,7 +79,7 @@ class Recorder:
         self._run_freers: set[Hashable] = set()  # sequences that freed during that swap
         self._swap_in_run: set[int] = set()  # GPU blocks filled by swap-ins this step
         self._copies: list[tuple[int, int]] = []
-        self._preemptions = 0
+        self._preempted: set[Hashable] = set()  # requests preempted in this step
         self._kinds: Counter[EventKind] = Counter()
         self._queue_override: RequestCounts | None = None  # from a STEP event's detail
         self._listeners: list[FrameListener] = []
@@ -175,11 +175,11 @@ class Recorder:
             request_of={s: self._request_of[s] for s in present if s in self._request_of},
             seq_status=dict(self._status),
             copies=tuple(self._copies),
-            preemptions=self._preemptions,
+            preemptions=len(self._preempted),
             event_counts={kind.value: n for kind, n in self._kinds.items()},
         )
         self.frames.append(frame)
-        self._copies, self._preemptions, self._kinds = [], 0, Counter()
+        self._copies, self._preempted, self._kinds = [], set(), Counter()
         self._swap_in_run.clear()
         self._queue_override = None
         for listener in list(self._listeners):
@@ -331,7 +331,8 @@ class Recorder:
 
     def _preempt(self, e: Event) -> None:
         self._status[e.seq] = SWAPPED if e.detail == "swap" else WAITING
-        self._preemptions += 1
+        # one decision per request: the sequences of a group are preempted together
+        self._preempted.add(self._request_of.get(e.seq, e.seq))
 
     def _finish(self, e: Event) -> None:
         self._status.pop(e.seq, None)

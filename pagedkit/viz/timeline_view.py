@@ -17,6 +17,8 @@ from .palette import CACHED_COLOR, FREE_COLOR, OWNER_COLORS, SWAP_COLOR
 from .timeline import TimelineData, timeline
 from .view import View
 
+PREEMPT_COLOR = "#111111"  # not an owner color: a bar is a scheduler decision, not a request
+
 
 class Timeline(View):
     """``Timeline(recorder)``: memory and scheduler queues over all recorded steps."""
@@ -37,7 +39,7 @@ class Timeline(View):
         return (f"{len(self.recorder)} frames, at {self._step_label(i)}: "
                 f"{m.used} used / {m.free} free / {m.cached} cached blocks, "
                 f"{r.running} running / {r.waiting} waiting / {r.swapped} swapped, "
-                f"{total} preemptions so far")
+                f"{total} requests preempted so far")
 
     def _build(self, fig: Any) -> None:
         from plotly.subplots import make_subplots
@@ -55,13 +57,13 @@ class Timeline(View):
                             ("swapped", SWAP_COLOR)):
             fig.add_scatter(name=name, x=[], y=[], mode="lines", line=dict(color=color),
                             row=2, col=1)
-        fig.add_bar(name="preemptions", x=[], y=[], marker=dict(color=OWNER_COLORS[3]),
+        fig.add_bar(name="requests preempted", x=[], y=[], marker=dict(color=PREEMPT_COLOR),
                     row=2, col=1)
         for row in (1, 2):
             fig.add_scatter(name="now", x=[], y=[], mode="lines", showlegend=row == 1,
                             line=dict(color="#111", width=2), hoverinfo="skip",
                             row=row, col=1)
-        fig.update_layout(template="simple_white", width=900, height=420, bargap=0.2,
+        fig.update_layout(template="simple_white", height=420, bargap=0.2,
                           margin=dict(l=60, r=20, t=50, b=40), hovermode="x unified",
                           title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
                           legend=dict(font=dict(size=11)))

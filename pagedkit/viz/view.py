@@ -13,6 +13,7 @@ is a stable one-line summary — never a memory address or a random uid.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import time
@@ -87,10 +88,9 @@ class View(Played):
             import ipywidgets as w
             import plotly.graph_objects as go
 
-            fig = go.FigureWidget()
-            self._build(fig)
-            with fig.batch_update():
-                self._draw(fig, self.player.index)
+            # Build the whole figure, then wrap it: the constructor sends the
+            # complete traces and layout to the browser in one piece.
+            fig = go.FigureWidget(self.figure(self.player.index))
             self._figure_widget = fig
             self._widget = w.VBox([self._figure_widget, *self._extra_controls(),
                                    self.player.widget])
@@ -100,8 +100,7 @@ class View(Played):
         if self._figure_widget is None:
             return
         start = time.perf_counter()
-        with self._figure_widget.batch_update():
-            self._draw(self._figure_widget, index)
+        _update(self._figure_widget, lambda: self._draw(self._figure_widget, index))
         self.last_update_s = time.perf_counter() - start
 
     def redraw(self) -> None:
@@ -136,3 +135,38 @@ def static_bundle(fig: Any) -> dict[str, Any]:
         "text/html": pio.to_html(fig, include_plotlyjs="cdn", full_html=False,
                                  div_id=f"pagedkit-figure-{next(_figure_ids)}"),
     }
+
+
+def _update(fig: Any, draw: Any) -> None:
+    """Run `draw` on a FigureWidget and send its edits to the browser.
+
+    One plain ``batch_update`` over traces that changed *different* properties
+    sends the placeholder "_undefined_" for the gaps (plotly 7.1); the
+    browser stores it literally, drops x / y / base / colors, and syncs the
+    loss back to the kernel. So the edits are sent grouped by the set of
+    properties they change, and the widget's own copy is refreshed so that a
+    reloaded page shows this step too. Where plotly's batch internals differ
+    (another version), a plain batch update is the fallback.
+    """
+    if not all(hasattr(fig, a) for a in ("_batch_trace_edits", "_batch_layout_edits",
+                                         "_widget_data", "_widget_layout")):
+        with fig.batch_update():
+            draw()
+        return
+    with fig.batch_update():
+        draw()
+        edits = {t: dict(props) for t, props in fig._batch_trace_edits.items()}
+        layout = dict(fig._batch_layout_edits)
+        fig._batch_trace_edits.clear()
+        fig._batch_layout_edits.clear()
+    groups: dict[frozenset, list[int]] = {}
+    for trace, props in sorted(edits.items()):
+        groups.setdefault(frozenset(props), []).append(trace)
+    for keys, traces in groups.items():
+        fig.plotly_update(restyle_data={k: [edits[t][k] for t in traces] for k in keys},
+                          relayout_data=layout, trace_indexes=traces)
+        layout = {}
+    if layout:
+        fig.plotly_update(relayout_data=layout)
+    fig._widget_data = copy.deepcopy(fig._data)
+    fig._widget_layout = copy.deepcopy(fig._layout_obj._props)
