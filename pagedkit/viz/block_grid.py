@@ -67,9 +67,8 @@ class BlockMapData:
     badge_text: list[str]
     cow_blocks: np.ndarray  # blocks a copy-on-write read from or wrote to this step
     cow_pairs: tuple[tuple[int, int], ...]  # (src, dst)
-    cpu_blocks: np.ndarray  # CPU swap blocks in use
+    cpu_blocks: np.ndarray  # CPU swap blocks in use, drawn whole (hover: their tokens)
     cpu_color: np.ndarray
-    cpu_fill: np.ndarray
     cpu_hover: list[str]
 
 
@@ -105,7 +104,6 @@ def block_map_data(frame: Frame, first_seen: Mapping[Hashable, int]) -> BlockMap
         cow_pairs=frame.copies,
         cpu_blocks=np.array(cpu, dtype=np.int64),
         cpu_color=cpu_color,
-        cpu_fill=np.array([frame.swapped[c].num_tokens / bs for c in cpu], dtype=np.float32),
         cpu_hover=[_cpu_hover(frame, c) for c in cpu],
     )
 

@@ -35,8 +35,30 @@ _LETTERS = string.ascii_uppercase
 
 
 def as_recorder(source: Any) -> Recorder:
-    """A `Recorder` as is; anything else (LLM, engine, simulator, KVCacheManager) gets one."""
-    return source if isinstance(source, Recorder) else Recorder.attach(source)
+    """A `Recorder` as is; anything else (LLM, engine, paged simulator, KVCacheManager)
+    gets one. A contiguous simulator has no blocks to draw: that is a `TypeError`
+    saying what to use instead."""
+    if isinstance(source, Recorder):
+        return source
+    spec = getattr(source, "spec", None)
+    if getattr(source, "memory_manager", None) is not None and spec is not None \
+            and not getattr(spec, "paged", True):
+        raise TypeError(
+            f"a {spec.label} Simulator reserves contiguous regions and has no blocks to "
+            "draw: watch a paged one (Simulator(trace, 'paged')), or compare both with "
+            "ContiguousVsPaged(replay(trace, num_blocks=..., block_size=...))")
+    return Recorder.attach(source)
+
+
+def request_name(order: int) -> str:
+    """The letters of the `order`-th request seen: A .. Z, then AA, AB, .. (as
+    spreadsheet columns), so no two requests of a recording share a name."""
+    name = ""
+    order += 1
+    while order:
+        order, r = divmod(order - 1, 26)
+        name = _LETTERS[r] + name
+    return name
 
 
 class BlockMap(View):
@@ -71,8 +93,12 @@ class BlockMap(View):
 
     def text(self, index: int | None = None) -> str:
         """The summary, and for pools up to 1,024 blocks the map in letters:
-        ``.`` free, ``c`` cached, ``A`` a full block of the first request
-        (``a`` partly filled), ``2``-``9`` a block shared by that many."""
+        ``.`` free, ``~`` cached, ``A`` a full block of the first request
+        (``a`` partly filled), ``2``-``9`` a block shared by that many (``+``
+        ten or more), ``?`` a block whose owner the recorder never saw.
+        Requests are named A .. Z, then AA, AB, .. in the order first seen;
+        once a frame shows a two-letter name, every cell is two characters
+        wide. A legend names each letter's request."""
         i = self._at(index)
         f = self.recorder[i]
         lines = [repr(self) if index is None else f"BlockMap({self.summary(i)})"]
@@ -82,14 +108,19 @@ class BlockMap(View):
         for s in f.blocks:
             if s.owners:
                 key = f.request(s.owners[0])
-                letters.setdefault(key, _LETTERS[self.recorder.first_seen.get(key, 0) % 26])
+                if key not in letters:
+                    order = self.recorder.first_seen.get(key)
+                    letters[key] = "?" if order is None else request_name(order)
+        width = max(map(len, letters.values()), default=1)
         cols = self.grid.columns
         for row in range(self.grid.rows):
             cells = [_char(f, b, letters) for b in range(row * cols,
                                                           min((row + 1) * cols, f.num_blocks))]
-            lines.append(f"{row * cols:5d} " + "".join(cells))
+            lines.append(f"{row * cols:5d} " + "".join(
+                c * width if c in ".~" else c.ljust(width) for c in cells))
         if letters:
-            lines.append("      " + ", ".join(f"{c}={k}" for k, c in letters.items()))
+            lines.append("      " + ", ".join(f"{c}={k}" for k, c in letters.items()
+                                              if c != "?"))
         return "\n".join(lines)
 
     # ---------------------------------------------------------------- drawing
@@ -209,7 +240,7 @@ def _char(f: Frame, block: int, letters: dict) -> str:
     if s.status == FREE:
         return "."
     if s.status == CACHED:
-        return "c"
+        return "~"  # not "c", which is request C's partly filled block
     if s.ref_count > 1:
         return str(s.ref_count) if s.ref_count < 10 else "+"
     if not s.owners:

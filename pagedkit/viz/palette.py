@@ -70,9 +70,3 @@ def color_index(frame: Frame, block: BlockState, first_seen: Mapping[Hashable, i
 def owner_color_index(key: Hashable, first_seen: Mapping[Hashable, int]) -> int:
     order = first_seen.get(key)
     return UNKNOWN_INDEX if order is None else 2 + order % len(OWNER_COLORS)
-
-
-def owner_color(key: Hashable, first_seen: Mapping[Hashable, int]) -> str:
-    """The solid color of an owner, for views that draw strings (few items)."""
-    i = owner_color_index(key, first_seen)
-    return UNKNOWN_COLOR if i == UNKNOWN_INDEX else OWNER_COLORS[i - 2]

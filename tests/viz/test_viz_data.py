@@ -90,8 +90,9 @@ def test_block_map_data_for_unknown_owners_and_swapped_blocks():
     kv.swap_out(["S"])
     rec.cut()
     d = block_map_data(rec[-1], rec.first_seen)
-    assert list(d.cpu_blocks) == [0, 1] and np.allclose(d.cpu_fill, [1.0, 0.5])
-    assert "swapped out from GPU block 1" in d.cpu_hover[0]
+    assert list(d.cpu_blocks) == [0, 1] and len(d.cpu_color) == 2
+    assert "swapped out from GPU block 1, 2/2 tokens" in d.cpu_hover[0]
+    assert "1/2 tokens" in d.cpu_hover[1]
 
 
 def test_grid_shape_grows_with_the_pool():

@@ -195,13 +195,52 @@ def test_reprs_are_stable_and_informative():
     assert repr(view) == "BlockMap(16 blocks, step 3/3: 3 used, 1 shared, 2 cached)"
     view.widget  # noqa: B018  (building the widget must not change the text)
     assert repr(view) == "BlockMap(16 blocks, step 3/3: 3 used, 1 shared, 2 cached)"
-    assert str(view).splitlines()[1] == "    0 cc.2bb.........."  # B2 inherits r2's letter
+    assert str(view).splitlines()[1] == "    0 ~~.2bb.........."  # B2 inherits r2's letter
+    assert str(view).splitlines()[-1] == "      B=r2"
     dash = Dashboard(rec)
     assert repr(dash).startswith("Dashboard(16 blocks, step 3/3")
     assert len(dash.widget.children) == 5  # three figures, the sequence chooser, the controls
     dash.index = 1  # one player moves all three views
     assert dash.timeline._figure_widget.data[8].x == (1, 1)
     assert "step 1/3" in dash.page_table._figure_widget.layout.title.text
+
+
+def test_text_map_names_every_request_apart_past_26():
+    """A .. Z, then AA, AB: letters never wrap onto another request; ``+`` is a
+    ref count of ten or more and ``?`` a block whose owner was never seen."""
+    from pagedkit.viz.block_map import request_name
+
+    assert [request_name(i) for i in (0, 25, 26, 27, 51, 52, 701, 702)] == \
+        ["A", "Z", "AA", "AB", "AZ", "BA", "ZZ", "AAA"]
+    kv = KVCacheManager(40, 2)
+    kv.allocate_slots("early", [1, 2])  # before anyone listens: owner unknown
+    rec = Recorder.attach(kv)
+    for i in range(28):
+        admit(kv, f"s{i}", f"r{i}", [i, i])
+    for i in range(10):
+        kv.fork("s0", f"f{i}")  # s0's block shared by 11
+    step(kv, 0)
+    lines = BlockMap(rec).text().splitlines()
+    cells = lines[1][6:]
+    assert cells[:2] == "? " and cells[2:4] == "+ " and cells[4:6] == "B "
+    assert "AB" in lines[2] and "A " not in lines[2][6:].replace("AA", "").replace("AB", "")
+    legend = lines[-1]
+    assert legend.strip().startswith("A=r0, B=r1") and "AA=r26, AB=r27" in legend
+    assert legend.count("A=") == legend.count("A=r")  # one name per request
+
+
+def test_a_contiguous_simulator_is_refused_with_what_to_use_instead():
+    from pagedkit.sim import Simulator, Trace
+    from pagedkit.sim import TraceRequest as Request
+
+    trace = Trace("t", (Request(0, 0.0, 4, 4),))
+    with pytest.raises(TypeError, match=r"Orca \(Pow2\) Simulator .* no blocks to draw.*"
+                                        r"ContiguousVsPaged\(replay"):
+        BlockMap(Simulator(trace, "pow2"))
+    paged = Simulator(trace, "paged")
+    view = BlockMap(paged)
+    paged.run()
+    assert view.recorder[-1].memory.used == 0 and len(view.recorder) > 1
 
 
 def test_widget_mode_bundle_has_the_widget_and_the_text(monkeypatch):
