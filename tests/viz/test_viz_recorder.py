@@ -2,7 +2,7 @@
 random walk over a real KVCacheManager never makes the picture disagree with it."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from viz_helpers import admit, emit, step
 
@@ -193,33 +193,43 @@ def test_close_stops_listening_and_frame_listeners_hear_every_cut():
 
 
 # -------------------------------------------------------------------- property
-ops = st.lists(st.tuples(st.sampled_from(["new", "grow", "fork", "free", "swap_out",
-                                          "swap_in"]),
+# "new" and "fork" twice as often: forked groups to swap whole
+ops = st.lists(st.tuples(st.sampled_from(["new", "new", "grow", "fork", "fork", "free",
+                                          "swap_out", "swap_in", "swap_out_group",
+                                          "swap_in_group"]),
                          st.integers(0, 5), st.integers(1, 9)), max_size=40)
 
 
 @settings(max_examples=80, deadline=None)
 @given(ops)
 def test_frames_always_agree_with_the_manager(script):
-    """Whatever happens, a cut frame says what the manager says."""
+    """Whatever happens, a cut frame says what the manager says: also when a
+    forked group is swapped out and back whole, its shared blocks moving once."""
     kv = KVCacheManager(12, 4, enable_prefix_caching=True, num_swap_blocks=12)
     rec = Recorder.attach(kv)
     seqs: list[str] = []
+    group_of: dict[str, str] = {}  # sequence -> the sequence its group was forked from
     for n, (op, pick, size) in enumerate(script):
         live = [s for s in seqs if s in kv and not kv.is_swapped(s)]
         away = [s for s in seqs if s in kv and kv.is_swapped(s)]
+        groups: dict[str, list[str]] = {}
+        for s in seqs:
+            if s in kv:
+                groups.setdefault(group_of[s], []).append(s)
         if op == "new":
             tokens = [pick % 2] * 4 + list(range(size))  # shared prefixes: cache hits
             seq = f"s{n}"
             hits = kv.cached_prefix(seq, tokens)
             if kv.allocate_slots(seq, tokens[len(hits) * 4:], hits) is not None:
                 seqs.append(seq)
+                group_of[seq] = seq
         elif op == "grow" and live:
             kv.allocate_slots(live[pick % len(live)], list(range(size % 5)))
         elif op == "fork" and live:
-            child = f"s{n}"
-            kv.fork(live[pick % len(live)], child)
+            child, parent = f"s{n}", live[pick % len(live)]
+            kv.fork(parent, child)
             seqs.append(child)
+            group_of[child] = group_of[parent]
         elif op == "free" and (live or away):
             seq = (live + away)[pick % len(live + away)]
             kv.free(seq)
@@ -228,6 +238,26 @@ def test_frames_always_agree_with_the_manager(script):
             kv.swap_out([live[pick % len(live)]])
         elif op == "swap_in" and away and kv.can_swap_in(away[:1]):
             kv.swap_in(away[:1])
+        elif op in ("swap_out_group", "swap_in_group"):
+            out = op == "swap_out_group"
+            whole = [g for g in groups.values()
+                     if len(g) > 1 and all(kv.is_swapped(s) != out for s in g)]
+            if whole:
+                group = whole[pick % len(whole)]
+                distinct = {b for s in group for b in (
+                    kv.block_ids(s) if out else kv._swapped[s].blocks)}
+                if out and kv.can_swap_out(group):
+                    kv.swap_out(group)
+                elif not out and kv.can_swap_in(group):
+                    kv.swap_in(group)
+                else:
+                    continue
+                event(op)
+                frame = rec.cut()
+                where = frame.swapped_tables if out else frame.tables
+                moved = {b for s in group for b in where[s]}
+                assert len(moved) == len(distinct)  # shared blocks travelled once
+                check(frame, kv, seqs)
         if n % 3 == 0:
             kv.events.emit(Event(EventKind.STEP, step=n))
             check(rec[-1], kv, seqs)
