@@ -22,11 +22,11 @@ context and at most 10% slower than ``sdpa_contiguous``. Prefill is
 compute-bound and reported in TFLOP/s at a few shapes.
 
 On a GPU the grid is batch {1, 16, 64, 256} x context {512, 2k, 8k, 32k},
-float16 and bfloat16, Llama-7B-like heads (32 query heads, 8 KV heads, head
-dim 128); shapes that do not fit in free memory are skipped and say so.
-Without a GPU, ``--quick`` runs small shapes and times only the torch
-reference against SDPA (Triton's interpreter is for reading kernels, not for
-timing them).
+float16 and bfloat16, Llama-3-8B / Mistral-7B-like heads (32 query heads, 8
+KV heads, head dim 128; Llama-2-7B has 32 KV heads); shapes that do not fit
+in free memory are skipped and say so. Without a GPU, ``--quick`` runs small
+shapes and times only the torch reference against SDPA (Triton's interpreter
+is for reading kernels, not for timing them).
 
 Each GPU timing is the median over repetitions, with the L2 cache flushed
 before each, so that small caches are not served from L2. The Triton
@@ -68,6 +68,9 @@ L2_FLUSH_BYTES = 256 * 2**20
 
 @dataclass
 class DecodeShape:
+    """One decode benchmark shape; the default heads are Llama-3-8B / Mistral-7B-like
+    (32 query heads sharing 8 KV heads of dim 128)."""
+
     batch: int
     context: int
     dtype: str
