@@ -1,10 +1,11 @@
 """Checks for lab 04 (PagedAttention): attention through a block table.
 
-Every check builds paged caches the way the engine does: a sequence's
-blocks scattered over the cache in shuffled order, the block table padded
-past its last block with ids that are out of range, and every slot that
-does not hold one of the sequence's tokens set to NaN — so an answer that
-reads a slot it should not read shows it. Expected values come from
+Every check builds paged caches like the engine's — a sequence's blocks
+scattered over the cache in shuffled order — with two traps for stray reads:
+the block table is padded past its last block with ids out of range (the
+engine pads with 0, a valid id; padding is never read, so an answer that
+reads only the sequence's blocks works with either), and every slot that
+does not hold one of the sequence's tokens is NaN. Expected values come from
 `torch.nn.functional.scaled_dot_product_attention` (or a plain softmax) on
 the un-paged K/V, never from the code under test.
 """
@@ -211,8 +212,9 @@ def _decode_hint(got, query: torch.Tensor, ex: PagedExample) -> str:
     unscaled = F.scaled_dot_product_attention(query[:, None], k, v, scale=1.0)[:, 0]
     if torch.allclose(got.to(unscaled.dtype), unscaled, atol=1e-5):
         return "  Hint: scale the scores by 1 / sqrt(head_dim) before the softmax"
-    return ("  Hint: gather the K and V of the first context_len tokens (your gather_kv), "
-            "then softmax(q . k / sqrt(head_dim)) over the tokens, weighted sum of v")
+    return ("  Hint: gather the K and V of the first context_len tokens (your gather_kv, or "
+            "pagedkit.kernels.reference.gather_kv), then softmax(q . k / sqrt(head_dim)) over "
+            "the tokens, weighted sum of v")
 
 
 # ------------------------------------------------------- online_softmax_update
