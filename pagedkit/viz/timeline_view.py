@@ -39,7 +39,7 @@ class Timeline(View):
         return (f"{len(self.recorder)} frames, at {self._step_label(i)}: "
                 f"{m.used} used / {m.free} free / {m.cached} cached blocks, "
                 f"{r.running} running / {r.waiting} waiting / {r.swapped} swapped, "
-                f"{total} requests preempted so far")
+                f"{total} {'request' if total == 1 else 'requests'} preempted so far")
 
     def _build(self, fig: Any) -> None:
         from plotly.subplots import make_subplots
