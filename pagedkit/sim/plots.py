@@ -2,7 +2,8 @@
 
 Each function takes a `FigureData` and returns a ``plotly.graph_objects.Figure``;
 nothing here simulates. Where the paper gives numbers, they are drawn as
-hollow diamonds beside ours (``paper=False`` leaves them out).
+hollow diamonds on the right edge of our bars, clear of the value labels,
+under one legend entry (``paper=False`` leaves them out).
 """
 
 from __future__ import annotations
@@ -16,26 +17,47 @@ _PARTS = (("token_states", "Token states", "#2b8a3e"), ("reservation", "Reservat
           ("internal_fragmentation", "Internal fragmentation", "#c92a2a"),
           ("external_fragmentation", "External fragmentation", "#5f3dc4"))
 _PAPER_MARKER = {"symbol": "diamond-open", "size": 12, "color": "black", "line": {"width": 2}}
+_PAPER_NAME = "paper (Kwon et al.)"
+_BAR_WIDTH = 0.7
+# The paper's values sit on the right edge of each bar, clear of the value
+# labels, which are centred in the bars.
+_PAPER_OFFSET = _BAR_WIDTH / 2
 
 
 def _dataset(trace_name: str) -> str:
     return trace_name.split("@")[0]
 
 
+def _categories(fig: go.Figure, labels: list[str], **axis) -> None:
+    """Bars at x = 0, 1, ...: a numeric axis labelled with `labels`, so the
+    paper's markers can sit beside a bar instead of on its label."""
+    fig.update_xaxes(tickvals=list(range(len(labels))), ticktext=labels,
+                     range=[-0.6, len(labels) - 0.4], **axis)
+
+
 def plot_fig2(data: FigureData, paper: bool = True) -> go.Figure:
     """Stacked bars: where each manager's KV memory goes (paper Fig. 2)."""
     managers = data.column("manager")
+    x = list(range(len(managers)))
     fig = go.Figure()
     for key, name, color in _PARTS:
         values = data.column(key)
-        fig.add_bar(x=managers, y=values, name=name, marker_color=color,
-                    text=[f"{v:.1f}%" if v >= 3 else "" for v in values], textposition="inside")
+        fig.add_bar(x=x, y=values, name=name, marker_color=color, width=_BAR_WIDTH,
+                    customdata=managers, hovertemplate=f"%{{customdata}}: {name.lower()} "
+                    "%{y:.1f}%<extra></extra>",
+                    text=[f"{v:.1f}%" if v >= 3 else "" for v in values],
+                    textposition="inside", insidetextanchor="middle")
     if paper:
-        known = [m for m in managers if m in ref.FIG2_BREAKDOWN]
-        fig.add_scatter(x=known, y=[ref.FIG2_BREAKDOWN[m]["token_states"] for m in known],
-                        mode="markers", marker=_PAPER_MARKER, name="paper: token states")
+        known = [(i, m) for i, m in enumerate(managers) if m in ref.FIG2_BREAKDOWN]
+        fig.add_scatter(x=[i + _PAPER_OFFSET for i, _ in known],
+                        y=[ref.FIG2_BREAKDOWN[m]["token_states"] for _, m in known],
+                        customdata=[m for _, m in known], mode="markers",
+                        marker=_PAPER_MARKER, name=f"{_PAPER_NAME}: token states",
+                        hovertemplate="%{customdata}: the paper's token states "
+                        "%{y:.1f}%<extra></extra>")
     fig.update_layout(barmode="stack", title=f"{data.figure}: {data.title}",
                       yaxis_title="share of KV memory used or wasted (%)", yaxis_range=[0, 100])
+    _categories(fig, managers)
     return fig
 
 
@@ -68,19 +90,32 @@ def plot_fig12(data: FigureData) -> go.Figure:
 
 
 def plot_fig15(data: FigureData, paper: bool = True) -> go.Figure:
-    """Bars of memory saved by sharing, one group per scenario kind."""
+    """Bars of memory saved by sharing, one color per scenario kind; the paper's
+    values, where it gives them, as diamonds on the bars' right edges."""
+    rows = data.rows
+    labels = [r["label"] for r in rows]
     fig = go.Figure()
     for kind in dict.fromkeys(data.column("scenario")):
-        rows = data.select(scenario=kind)
-        fig.add_bar(x=[r["label"] for r in rows], y=[r["saving"] for r in rows], name=kind,
-                    text=[f"{r['saving']:.1f}%" for r in rows])
-        if paper and kind in ref.FIG15_SAVING:
-            known = [r for r in rows if r["size"] in ref.FIG15_SAVING[kind]]
-            fig.add_scatter(x=[r["label"] for r in known],
-                            y=[ref.FIG15_SAVING[kind][r["size"]] for r in known],
-                            mode="markers", marker=_PAPER_MARKER, name=f"paper: {kind}")
-    fig.update_layout(title=f"{data.figure}: {data.title}",
-                      yaxis_title="KV blocks saved by sharing (%)")
+        mine = [(i, r) for i, r in enumerate(rows) if r["scenario"] == kind]
+        fig.add_bar(x=[i for i, _ in mine], y=[r["saving"] for _, r in mine], name=kind,
+                    width=_BAR_WIDTH, customdata=[r["label"] for _, r in mine],
+                    hovertemplate="%{customdata}: %{y:.1f}% saved<extra></extra>",
+                    text=[f"{r['saving']:.1f}%" for _, r in mine], textposition="outside")
+    if paper:
+        known = [(i, r) for i, r in enumerate(rows)
+                 if r["size"] in ref.FIG15_SAVING.get(r["scenario"], {})]
+        if known:
+            fig.add_scatter(x=[i + _PAPER_OFFSET for i, _ in known],
+                            y=[ref.FIG15_SAVING[r["scenario"]][r["size"]] for _, r in known],
+                            customdata=[r["label"] for _, r in known], mode="markers",
+                            marker=_PAPER_MARKER, name=_PAPER_NAME,
+                            hovertemplate="%{customdata}: the paper's %{y:.1f}%"
+                            "<extra></extra>")
+    top = max([r["saving"] for r in rows] + [0.0])
+    fig.update_layout(title=f"{data.figure}: {data.title}", barmode="overlay",
+                      yaxis_title="KV blocks saved by sharing (%)",
+                      yaxis_range=[0, max(10.0, top * 1.15)])
+    _categories(fig, labels, tickangle=30)
     return fig
 
 
