@@ -110,7 +110,8 @@ class Recorder:
             raise TypeError(
                 f"cannot record {type(source).__name__}: expected an object with an `events` "
                 "EventBus and a block pool (`.kv.allocator`, `.memory.kv.allocator` or "
-                "`.allocator`), such as LLM, LLMEngine, Simulator or KVCacheManager")
+                "`.allocator`), such as LLM, LLMEngine, KVCacheManager or a paged "
+                "pagedkit.sim Simulator (Simulator(trace, 'paged'))")
         rec = cls(events, pool.num_blocks, pool.block_size)
         if pool.num_free_blocks != pool.num_blocks or pool.num_cached_blocks:
             rec._seed(pool)

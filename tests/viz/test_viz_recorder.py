@@ -172,8 +172,9 @@ def test_attach_late_takes_over_blocks_in_use_with_unknown_owners():
 
 
 def test_attach_names_what_it_needs():
-    with pytest.raises(TypeError, match="events"):
+    with pytest.raises(TypeError, match="events") as refused:
         Recorder.attach(object())
+    assert "a paged pagedkit.sim Simulator (Simulator(trace, 'paged'))" in str(refused.value)
     with pytest.raises(ValueError, match="num_blocks must be >= 1"):
         Recorder(EventBus(), 0, 4)
 
