@@ -1,10 +1,13 @@
-"""The block map in a real browser: JupyterLab (headless) runs a small notebook,
-Chromium (Debian's, driven by Playwright) checks that the widget drew one cell per
-block and that pressing "next step" and "play" changes the drawing.
+"""The block map in a real browser: JupyterLab (headless) runs a small notebook that
+shows the map mid-run (step 4 of 8, blocks in use), and Chromium (Debian's, driven by
+Playwright) checks what plotly.js holds and draws: one cell per block, each with its
+x, y and base (widgets first shown mid-run once lost them in the browser), on every row
+of the grid; then that "next step", "play" and a page reload change or keep it as they
+should.
 
 Skipped with a reason where Chromium or Playwright is missing, unless
-PAGEDKIT_REQUIRE_BROWSER=1 (CI sets it): then it fails instead. A screenshot
-goes to test-artifacts/viz/.
+PAGEDKIT_REQUIRE_BROWSER=1 (CI sets it): then it fails instead. Screenshots go to
+test-artifacts/viz/.
 """
 
 import os
@@ -22,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = Path(__file__).with_name("block_map_notebook.ipynb")
 ARTIFACTS = ROOT / "test-artifacts" / "viz"
 CHROMIUM = "/usr/bin/chromium"
-NUM_BLOCKS = 64  # what the notebook builds
+NUM_BLOCKS = 64  # what the notebook builds: 4 rows of 16
+ROWS = 4
+SHOWN_STEP = 4  # the step the notebook shows
 LAST_STEP = 8
 
 
@@ -89,16 +94,44 @@ def lab(tmp_path):
         log.close()
 
 
-def _cells(page):
-    """The heights of the token bars (trace 2) and the count of cells (trace 1)."""
+def _state(page):
+    """What plotly.js holds for the cells (trace 0) and the token bars (trace 1), and
+    what it drew: cell shapes and the rows they sit on."""
     return page.evaluate("""() => {
-        const plot = document.querySelector('.js-plotly-plot');
-        const traces = plot.querySelectorAll('.barlayer .trace');
-        const cells = traces[0].querySelectorAll('.point');
-        const tokens = [...traces[1].querySelectorAll('.point path')].map(p => p.getAttribute('d'));
-        return {cells: cells.length, tokens: tokens.join('|'), title: plot.querySelector('.gtitle')
-                ? plot.querySelector('.gtitle').textContent : ''};
+        const gd = document.querySelector('.js-plotly-plot');
+        const list = v => (v && typeof v === 'object' && v.length !== undefined)
+            ? Array.from(v) : [];
+        const numbers = v => list(v).filter(n => typeof n === 'number' && isFinite(n));
+        const [cells, tokens] = gd.data;
+        const drawn = [...gd.querySelectorAll('.barlayer .trace')][0]
+            .querySelectorAll('.point path');
+        const tops = new Set([...drawn].map(p => {
+            const m = /^M[^,]+,([-0-9.]+)/.exec(p.getAttribute('d') || '');
+            return m ? Math.round(parseFloat(m[1])) : null; }).filter(y => y !== null));
+        const title = gd.querySelector('.gtitle');
+        return {
+            x: numbers(cells.x).length, y: numbers(cells.y).length,
+            base: numbers(cells.base).length,
+            rows: new Set(numbers(cells.base)).size, columns: new Set(numbers(cells.x)).size,
+            colors: numbers(cells.marker && cells.marker.color),
+            fill: numbers(tokens.y).map(v => Math.round(v * 1000)),
+            drawn: drawn.length, drawn_rows: tops.size,
+            title: title ? title.textContent : ''};
     }""")
+
+
+def _check_complete(state, label):
+    """Every cell holds a number for x, y and base, and the grid has all its rows."""
+    assert (state["x"], state["y"], state["base"]) == (NUM_BLOCKS,) * 3, (label, state)
+    assert (state["rows"], state["columns"]) == (ROWS, NUM_BLOCKS // ROWS), (label, state)
+    assert state["drawn"] == NUM_BLOCKS and state["drawn_rows"] == ROWS, (label, state)
+    assert len(state["colors"]) == NUM_BLOCKS and len(state["fill"]) == NUM_BLOCKS, (label, state)
+
+
+def _wait_title(page, text, timeout=30_000):
+    page.wait_for_function(
+        "(text) => { const t = document.querySelector('.js-plotly-plot .gtitle');"
+        " return t && t.textContent.includes(text); }", arg=text, timeout=timeout)
 
 
 def test_block_map_renders_and_steps_in_jupyterlab(lab):
@@ -127,28 +160,41 @@ def test_block_map_renders_and_steps_in_jupyterlab(lab):
             page.evaluate("() => { window.jupyterapp.commands.execute("
                           "'notebook:run-all-cells'); }")
             page.wait_for_selector(".js-plotly-plot .barlayer .trace .point", timeout=90_000)
-            page.wait_for_function("document.querySelector('.js-plotly-plot .gtitle')"
-                                   " && document.querySelector('.js-plotly-plot .gtitle')"
-                                   ".textContent.includes('step 0/')", timeout=30_000)
-            start = _cells(page)
-            assert start["cells"] == NUM_BLOCKS, start
-            assert f"step 0/{LAST_STEP}" in start["title"]
+            _wait_title(page, f"step {SHOWN_STEP}/{LAST_STEP}")
+            page.wait_for_timeout(500)
+            shown = _state(page)
+            _check_complete(shown, "shown mid-run")
+            assert sum(c > 0 for c in shown["colors"]) > 0 and max(shown["fill"]) > 0, shown
+            page.locator(".js-plotly-plot").first.screenshot(path=ARTIFACTS / "block_map.png")
 
             page.get_by_role("button", name="▶").click()  # next step
-            page.wait_for_function("document.querySelector('.js-plotly-plot .gtitle')"
-                                   ".textContent.includes('step 1/')", timeout=30_000)
-            one = _cells(page)
-            assert one["cells"] == NUM_BLOCKS and one["tokens"] != start["tokens"]
+            _wait_title(page, f"step {SHOWN_STEP + 1}/")
+            page.wait_for_timeout(500)
+            one = _state(page)
+            _check_complete(one, "after next step")
+            assert (one["fill"], one["colors"]) != (shown["fill"], shown["colors"])
 
             page.locator(".widget-play button").first.click()  # play to the end
-            page.wait_for_function(
-                "document.querySelector('.js-plotly-plot .gtitle')"
-                f".textContent.includes('step {LAST_STEP}/{LAST_STEP}')", timeout=60_000)
+            _wait_title(page, f"step {LAST_STEP}/{LAST_STEP}", timeout=60_000)
             page.wait_for_timeout(500)
-            end = _cells(page)
-            assert end["cells"] == NUM_BLOCKS and end["tokens"] != one["tokens"]
-            assert "1 shared" in end["title"] or "shared" in end["title"]
-            page.locator(".js-plotly-plot").first.screenshot(path=ARTIFACTS / "block_map.png")
+            end = _state(page)
+            _check_complete(end, "after play")
+            assert end["fill"] != one["fill"] and "shared" in end["title"]
+
+            # Reload the page, kernel alive: the widget is rebuilt from the kernel's copy
+            page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+            page.wait_for_timeout(1000)
+            page.reload()
+            page.wait_for_function("window.jupyterapp && window.jupyterapp.shell"
+                                   " && document.querySelector('.jp-Notebook')",
+                                   timeout=60_000)
+            _wait_title(page, "step ", timeout=60_000)
+            page.wait_for_timeout(1000)
+            again = _state(page)
+            assert f"step {LAST_STEP}/{LAST_STEP}" in again["title"], again["title"]
+            _check_complete(again, "after a page reload")
+            assert (again["fill"], again["colors"]) == (end["fill"], end["colors"])
+            page.locator(".js-plotly-plot").first.screenshot(path=ARTIFACTS / "block_map_end.png")
             page.screenshot(path=ARTIFACTS / "jupyterlab.png", full_page=True)
         finally:
             browser.close()
