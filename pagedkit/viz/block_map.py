@@ -25,7 +25,6 @@ from .palette import (
     FREE_COLOR,
     NUM_INDICES,
     OWNER_COLORS,
-    SWAP_COLOR,
     tint,
 )
 from .recorder import Recorder
@@ -134,6 +133,9 @@ class BlockMap(View):
     def _build(self, fig: Any) -> None:
         cols, rows = self.grid.columns, self.grid.rows
         cell_px, cpu_rows, total_rows = self._geometry()
+        # square cells; at least wide enough for two legend entries side by side
+        plot_w = max((cols + 0.1) * cell_px, _legend_width(2))
+        plot_h = (total_rows + 0.1) * cell_px
         blocks = np.arange(self.grid.num_blocks)
         x = self.grid.column(blocks)
         y0 = self.grid.row(blocks).astype(float)
@@ -169,26 +171,35 @@ class BlockMap(View):
                 ("tokens, colored by request", OWNER_COLORS[0], "square"),
                 ("reserved, not yet filled", tint(OWNER_COLORS[0]), "square"),
                 ("shared (ref count)", "white", "circle"),
-                ("copy-on-write", COW_COLOR, "square-open"),
-                ("swapped out to CPU (hatched)", SWAP_COLOR, "square-x")):
+                ("copy-on-write", COW_COLOR, "square-open")):
             fig.add_scatter(name=name, x=[None], y=[None], mode="markers",
                             marker=dict(symbol=symbol, size=11, color=color,
                                         line=dict(width=1, color="#555")))
-        height_px = total_rows * cell_px + 130
+        # drawn like the CPU cells themselves: the owner's color, hatched
+        fig.add_bar(name="swapped out to CPU", x=[None], y=[None], width=CELL,
+                    marker=dict(color=OWNER_COLORS[0], line=dict(width=1, color="#555"),
+                                pattern=dict(shape="/", fgcolor="white", fgopacity=0.6)))
+        legend_rows = _legend_rows(_LEGEND_ITEMS, plot_w)
+        legend_px = legend_rows * _LEGEND_ROW_PX + 10
         ticks = np.arange(rows)
         tickvals = list(ticks + CELL / 2)
         ticktext = [str(r * cols) for r in ticks]
         if cpu_rows:
             tickvals += [rows + 1 + r + CELL / 2 for r in range(cpu_rows)]
             ticktext += [f"CPU {r * cols}" for r in range(cpu_rows)]
+        margin = dict(l=55, r=15, t=40, b=legend_px + 12)
         fig.update_layout(
             barmode="overlay", bargap=0, template="simple_white",
-            width=int(cols * cell_px + 70), height=int(height_px),
-            margin=dict(l=55, r=15, t=40, b=60), hovermode="closest",
+            width=int(plot_w + margin["l"] + margin["r"]),
+            height=int(plot_h + margin["t"] + margin["b"]),
+            margin=margin, hovermode="closest",
             title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
-            legend=dict(orientation="h", yanchor="top", y=-0.01, x=0, font=dict(size=11)),
-            xaxis=dict(range=[-0.55, cols - 0.45], showgrid=False, zeroline=False,
-                       showticklabels=False, ticks="", showline=False, fixedrange=True),
+            # fixed-width entries, and room for all their rows: no legend scrollbar
+            legend=dict(orientation="h", yanchor="top", y=-0.01, x=0, font=dict(size=11),
+                        entrywidth=_LEGEND_ENTRY_PX, maxheight=legend_px + 20),
+            xaxis=dict(range=[-0.55, -0.55 + plot_w / cell_px], showgrid=False,
+                       zeroline=False, showticklabels=False, ticks="", showline=False,
+                       fixedrange=True),
             yaxis=dict(range=[total_rows, -0.1], showgrid=False, zeroline=False, ticks="",
                        tickvals=tickvals, ticktext=ticktext, showline=False,
                        tickfont=dict(size=9, color="#777"), fixedrange=True),
@@ -233,6 +244,27 @@ class BlockMap(View):
                 f"{m.shared} shared · {m.cached} cached · {m.free} free"
                 + (f" · {m.swapped} on CPU" if m.swapped else "")
                 + f" · slots filled {usage} · blocks of {f.block_size} tokens")
+
+
+#: the number of legend entries; fixed-width entries make its rows predictable
+_LEGEND_ITEMS = 7
+_LEGEND_ENTRY_PX = 160  # room for "tokens, colored by request" at 11 px
+_LEGEND_ROW_PX = 21
+
+
+def _legend_width(columns: int) -> float:
+    """Pixels that `columns` legend entries side by side take (plotly: 40 px of
+    swatch and gaps, the entry, 5 px between entries)."""
+    return columns * (40 + _LEGEND_ENTRY_PX + 5) - 5 + 1
+
+
+def _legend_rows(items: int, plot_w: float) -> int:
+    """How many rows plotly wraps a horizontal legend of `items` into, below a
+    plot area `plot_w` pixels wide."""
+    per_row = 1
+    while per_row < items and _legend_width(per_row + 1) <= plot_w:
+        per_row += 1
+    return -(-items // per_row)
 
 
 def _char(f: Frame, block: int, letters: dict) -> str:

@@ -94,8 +94,9 @@ class ContiguousVsPaged(View):
                             marker=dict(symbol=symbol, size=11, color=color,
                                         line=dict(width=1, color="#555")))
         fig.update_layout(
-            barmode="overlay", template="simple_white", width=900, height=360,
-            margin=dict(l=120, r=20, t=70, b=80), title=dict(text="", font=dict(size=12),
+            # 840 px: fits a notebook's output area (~850 px) without a scrollbar
+            barmode="overlay", template="simple_white", width=840, height=370,
+            margin=dict(l=95, r=15, t=70, b=90), title=dict(text="", font=dict(size=12),
                                                            x=0, xanchor="left"),
             legend=dict(orientation="h", y=-0.3, x=0, font=dict(size=11)),
             xaxis=dict(range=[0, cap], title_text="KV slots (token positions)",
