@@ -7,18 +7,18 @@ these, so they stay in step with the checks. Try the exercises first.
 import heapq
 
 
-def finish_steps(output_lens, slots, policy):
+def finish_steps(output_lens, max_num_seqs, policy):
     """Steps run when each request produced its last token; all arrive at step 0."""
     finish = []
     if policy == "static":
         start = 0
-        for b in range(0, len(output_lens), slots):
-            batch = output_lens[b:b + slots]
+        for b in range(0, len(output_lens), max_num_seqs):
+            batch = output_lens[b:b + max_num_seqs]
             finish += [start + n for n in batch]
             start += max(batch)                 # the batch's longest request sets the pace
     elif policy == "continuous":
-        free_at = [0] * min(slots, len(output_lens))   # when each slot frees up
-        for n in output_lens:                   # oldest first: take the slot that frees first
+        free_at = [0] * min(max_num_seqs, len(output_lens))   # when each seat frees up
+        for n in output_lens:                   # oldest first: take the seat that frees first
             start = heapq.heappop(free_at)
             finish.append(start + n)
             heapq.heappush(free_at, start + n)

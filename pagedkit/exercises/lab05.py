@@ -16,7 +16,7 @@ __all__ = ["CHECKS", "check_admit", "check_finish_steps"]
 
 _STATIC = ("a static batch starts only when every request of the previous batch has "
            "finished: its longest request sets the pace")
-_CONTINUOUS = ("with continuous batching a request takes a slot at the first step after one "
+_CONTINUOUS = ("with continuous batching a request takes a seat at the first step after one "
                "frees up (the oldest waiting request first); nobody waits for a whole batch")
 
 FINISH_CASES = [
@@ -24,19 +24,20 @@ FINISH_CASES = [
          "as many steps as it has tokens"),
     Case(([5, 1, 1, 1], 2, "static"), [5, 1, 6, 6], _STATIC),
     Case(([5, 1, 1, 1], 2, "continuous"), [5, 1, 2, 3], _CONTINUOUS),
-    Case(([2, 2, 2], 1, "static"), [2, 4, 6], "one slot: requests run one after another"),
-    Case(([2, 2, 2], 1, "continuous"), [2, 4, 6], "one slot: requests run one after another"),
+    Case(([2, 2, 2], 1, "static"), [2, 4, 6], "one seat: requests run one after another"),
+    Case(([2, 2, 2], 1, "continuous"), [2, 4, 6], "one seat: requests run one after another"),
     Case(([1, 8, 3, 2, 2, 6], 2, "static"), [1, 8, 11, 10, 13, 17], _STATIC),
     Case(([1, 8, 3, 2, 2, 6], 2, "continuous"), [1, 8, 4, 6, 8, 14], _CONTINUOUS),
-    Case(([4, 4], 8, "continuous"), [4, 4], "more slots than requests: all start at once"),
+    Case(([4, 4], 8, "continuous"), [4, 4], "more seats than requests: all start at once"),
     Case(([], 4, "static"), [], "no requests, no steps"),
 ]
 
 
 def check_finish_steps(finish_steps: Callable) -> CheckResult:
-    """`finish_steps(output_lens, slots, policy)` -> for each request, the
-    number of steps run when it produced its last token ("static" or
-    "continuous"); everyone arrives at step 0, in order."""
+    """`finish_steps(output_lens, max_num_seqs, policy)` -> for each request,
+    the number of steps run when it produced its last token ("static" or
+    "continuous"), with `max_num_seqs` seats (sequences per step); everyone
+    arrives before the first step, in order."""
     return check_function("finish_steps", finish_steps, FINISH_CASES,
                           equal=lambda got, want: list(got) == want)
 
