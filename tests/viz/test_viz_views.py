@@ -271,3 +271,32 @@ def test_without_a_kernel_views_show_text(monkeypatch):
     monkeypatch.setenv("PAGEDKIT_VIZ", "fancy")
     with pytest.raises(ValueError, match="PAGEDKIT_VIZ must be one of widget, static, text"):
         display_mode()
+
+
+@pytest.mark.parametrize("num_blocks, legend_rows", [(8, 4), (12, 4), (64, 3), (4096, 3)])
+def test_block_map_sizes_itself_to_fit_its_legend(num_blocks, legend_rows):
+    """The legend's rows fit under the cells (plotly scrolls a legend taller than
+    its maxheight, by default half the figure), and the CPU entry is drawn like
+    the CPU cells: hatched, in a request's color."""
+    from pagedkit.viz.palette import OWNER_COLORS
+
+    fig = BlockMap(KVCacheManager(num_blocks=num_blocks, block_size=4)).figure()
+    layout = fig.layout
+    entries = [t for t in fig.data if t.showlegend is not False]
+    assert len(entries) == 7
+    per_row = -(-len(entries) // legend_rows)
+    plot_w = layout.width - layout.margin.l - layout.margin.r
+    entry = layout.legend.entrywidth + 40 + 5  # plotly: swatch and gaps, then 5 px apart
+    assert per_row * entry - 5 < plot_w < (per_row + 1) * entry - 5
+    legend_h = legend_rows * 21 + 10
+    assert layout.margin.b >= legend_h and layout.legend.maxheight >= legend_h
+    assert layout.width <= 840
+    cpu = next(t for t in entries if t.name == "swapped out to CPU")
+    assert cpu.type == "bar" and cpu.marker.pattern.shape == "/"
+    assert cpu.marker.color == OWNER_COLORS[0]
+
+
+def test_contiguous_vs_paged_fits_a_notebook_output_area():
+    trace = [TraceRequest("A", 0, 4, 4)]
+    view = ContiguousVsPaged(replay(trace, num_blocks=4, block_size=4))
+    assert view.figure().layout.width <= 840
