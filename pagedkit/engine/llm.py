@@ -59,11 +59,7 @@ class LLM:
                                  "give one for all, or one per prompt")
         engine = self.llm_engine
         ids = [f"{next(self._ids)}" for _ in prompts]
-        # check every request before queueing any, so a bad one changes nothing
-        for request_id, prompt, p in zip(ids, prompts, params, strict=True):
-            engine.check_request(request_id, prompt, p)
-        for request_id, prompt, p in zip(ids, prompts, params, strict=True):
-            engine.add_request(request_id, prompt, p)
+        engine.add_requests(list(zip(ids, prompts, params, strict=True)))  # all or none
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}
         with tqdm(total=len(prompts), desc="generate", disable=not use_tqdm) as bar:

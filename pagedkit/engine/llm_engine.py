@@ -126,14 +126,25 @@ class LLMEngine:
                     params: SamplingParams | None = None, *,
                     arrival_time: float | None = None) -> None:
         """Queue a request; every check happens before anything changes."""
-        request_id = str(request_id)
-        text, token_ids, params = self.check_request(request_id, prompt, params)
-        group = SequenceGroup.new(request_id, text, token_ids, params, arrival_time,
-                                  seq_id=self.next_seq_id())
-        if params.seed is not None:
-            self._seeded[request_id] = torch.Generator(self.device).manual_seed(params.seed)
-        self.groups[request_id] = group
-        self.scheduler.add(group)
+        self.add_requests([(request_id, prompt, params)], arrival_time=arrival_time)
+
+    def add_requests(self, requests: SequenceLike[tuple[str, Any, SamplingParams | None]], *,
+                     arrival_time: float | None = None) -> None:
+        """Queue ``(request_id, prompt, params)`` triples, all or none: every one
+        is checked (and tokenized, once) before any is queued."""
+        checked = [(str(rid), *self.check_request(rid, prompt, params))
+                   for rid, prompt, params in requests]
+        ids = [rid for rid, *_ in checked]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"request ids repeat within one call: {ids}")
+        for request_id, text, token_ids, params in checked:
+            group = SequenceGroup.new(request_id, text, token_ids, params, arrival_time,
+                                      seq_id=self.next_seq_id())
+            if params.seed is not None:
+                self._seeded[request_id] = torch.Generator(self.device).manual_seed(
+                    params.seed)
+            self.groups[request_id] = group
+            self.scheduler.add(group)
 
     def next_seq_id(self) -> int:
         return next(self._seq_ids)

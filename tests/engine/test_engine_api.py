@@ -253,3 +253,14 @@ def test_stop_token_ids_are_checked():
         SamplingParams(temperature=float("nan"))
     with pytest.raises(ValueError, match="temperature must be a number >= 0, got True"):
         SamplingParams(temperature=True)
+
+
+def test_add_requests_is_all_or_none(engine):
+    before = snapshot(engine)
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        engine.add_requests([("a", [1, 2], GREEDY), ("b", [], GREEDY)])
+    with pytest.raises(ValueError, match="request ids repeat within one call"):
+        engine.add_requests([("a", [1, 2], GREEDY), ("a", [3], GREEDY)])
+    assert snapshot(engine) == before
+    engine.add_requests([("a", [1, 2], GREEDY), ("b", [3], GREEDY)])
+    assert set(engine.groups) == {"a", "b"}
