@@ -17,6 +17,8 @@ Two kinds of check:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 CACHE_LAYOUT = "[num_blocks, block_size, num_kv_heads, head_dim]"
@@ -98,6 +100,28 @@ def check_num_splits(num_splits: int | None) -> None:
         raise ValueError(f"num_splits must be None or an integer >= 1, got {num_splits!r}")
 
 
+def check_options(query: torch.Tensor, sliding_window: int | None, softcap: float | None,
+                  sinks: torch.Tensor | None) -> None:
+    """The attention options every implementation takes (see `reference.attention`)."""
+    if sliding_window is not None and (isinstance(sliding_window, bool)
+                                       or not isinstance(sliding_window, int)
+                                       or sliding_window < 1):
+        raise ValueError(f"sliding_window must be None or an integer >= 1 (the keys a query "
+                         f"sees, its own included), got {sliding_window!r}")
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
+                                or not math.isfinite(softcap) or softcap <= 0):
+        raise ValueError(f"softcap must be None or a finite number > 0, got {softcap!r}")
+    if sinks is not None:
+        if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+            what = sinks.dtype if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+            raise TypeError(f"sinks must be None or a floating-point tensor, got {what}")
+        if sinks.dim() != 1 or sinks.shape[0] != query.shape[1]:
+            raise ValueError(f"sinks must have shape [{query.shape[1]}] (one logit per query "
+                             f"head of query shape {_shape(query)}), got {_shape(sinks)}")
+        if sinks.device != query.device:
+            raise ValueError(f"sinks is on {sinks.device} but query is on {query.device}")
+
+
 # --------------------------------------------------------------------- entry points
 def check_store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
                    v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, values: bool) -> None:
@@ -120,9 +144,11 @@ def check_store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
 
 def check_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  block_tables: torch.Tensor, context_lens: torch.Tensor,
-                 num_splits: int | None, *, values: bool) -> None:
+                 num_splits: int | None, *, values: bool, sliding_window: int | None = None,
+                 softcap: float | None = None, sinks: torch.Tensor | None = None) -> None:
     check_cache_pair(k_cache, v_cache)
     check_tokens("query", query, k_cache, gqa=True)
+    check_options(query, sliding_window, softcap, sinks)
     num_seqs = query.shape[0]
     check_index_tensor("block_tables", block_tables, (num_seqs, None), k_cache.device,
                        "one row of physical block ids per sequence")
@@ -130,14 +156,17 @@ def check_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                        "cached tokens per sequence")
     check_num_splits(num_splits)
     if values and num_seqs:
-        check_blocks_cover(block_tables, context_lens, k_cache, minimum=1)
+        check_blocks_cover(block_tables, context_lens, k_cache, minimum=1,
+                           sliding_window=sliding_window)
 
 
 def check_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                  context_lens: torch.Tensor, *, values: bool) -> None:
+                  context_lens: torch.Tensor, *, values: bool, sliding_window: int | None = None,
+                  softcap: float | None = None, sinks: torch.Tensor | None = None) -> None:
     check_cache_pair(k_cache, v_cache)
     check_tokens("query", query, k_cache, gqa=True)
+    check_options(query, sliding_window, softcap, sinks)
     check_index_tensor("context_lens", context_lens, (None,), k_cache.device,
                        "cached tokens per sequence, this chunk included")
     num_seqs = context_lens.shape[0]
@@ -167,17 +196,28 @@ def check_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
             f"sequence {s} has {int(q_lens[s])} query tokens but context_lens[{s}] = "
             f"{int(context_lens[s])}: context_lens counts the cached tokens including this chunk, "
             "so it is at least the chunk's length")
-    check_blocks_cover(block_tables, context_lens, k_cache, minimum=0)
+    check_blocks_cover(block_tables, context_lens, k_cache, minimum=0,
+                       sliding_window=sliding_window, q_lens=q_lens)
 
 
 def check_blocks_cover(block_tables: torch.Tensor, context_lens: torch.Tensor,
-                       k_cache: torch.Tensor, *, minimum: int) -> None:
+                       k_cache: torch.Tensor, *, minimum: int, sliding_window: int | None = None,
+                       q_lens: torch.Tensor | None = None) -> None:
     """Every sequence's table has enough columns for its context, and every
-    block id it uses (only those; the rest are padding) lies in the cache."""
+    block id it uses (only those; the rest are padding) lies in the cache.
+
+    With a `sliding_window`, the blocks wholly before the window of the
+    sequence's first query (at ``context_len - q_len``; q_len 1 for decode)
+    are not used either: the engine may have returned them to the pool."""
     num_blocks, block_size = k_cache.shape[0], k_cache.shape[1]
     ctx = context_lens.long()
     needed = (ctx + block_size - 1) // block_size
-    used = torch.arange(block_tables.shape[1], device=ctx.device)[None, :] < needed[:, None]
+    columns = torch.arange(block_tables.shape[1], device=ctx.device)[None, :]
+    used = columns < needed[:, None]
+    if sliding_window is not None:
+        first_query = ctx - (1 if q_lens is None else q_lens.long())
+        first_block = (first_query - sliding_window + 1).clamp(min=0) // block_size
+        used &= columns >= first_block[:, None]
     ids = block_tables.long()
     big = torch.iinfo(torch.int64).max
     low_ctx, most_needed, low_id, high_id = torch.stack([

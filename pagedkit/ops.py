@@ -1,19 +1,33 @@
-"""The four PagedAttention operations, each run by a Triton kernel or its torch reference.
+"""The four PagedAttention operations, each run by one of three implementations.
+
+* the **Triton kernels** (``kernels/paged_decode.py``, ...): follow the block
+  table while streaming K/V through on-chip memory (paper §4.1), on a GPU;
+* the **torch reference** (``kernels/reference.py``): one sequence at a time,
+  gather its blocks, attend — the readable statement of the math, and the
+  oracle the tests hold the others against;
+* the **batched torch path** (``kernels/batched.py``): the same numbers for a
+  whole step in one gather and two matrix multiplications per layer, however
+  many sequences run — what a CPU runs by default, because the reference's
+  per-sequence calls cost far more in overhead than in arithmetic there.
 
 Which one runs is decided per call from the tensors' device, by `backend`:
 
 =================  ===========================================================
 ``auto`` (default) CUDA GPU of compute capability >= 8.0 with Triton installed:
                    Triton. Anything else (CPU, an older GPU such as Colab's T4,
-                   no Triton as on macOS): the torch reference, with a one-line
-                   notice when a GPU is passed over.
-``torch``          always the torch reference.
+                   no Triton as on macOS): the batched torch path, with a
+                   one-line notice when a GPU is passed over.
+``batched``        always the batched torch path.
+``torch``          always the per-sequence torch reference.
 ``triton``         always the Triton kernels. On CPU they run in Triton's
                    interpreter, which must be switched on *before* the kernel
                    modules are imported (see below); otherwise this raises.
 =================  ===========================================================
 
-Choose with the environment variable ``PAGEDKIT_KERNELS=auto|torch|triton``
+Writing K/V into slots and copying blocks are one batched torch operation
+each already; ``batched`` and ``torch`` both run the reference for those.
+
+Choose with the environment variable ``PAGEDKIT_KERNELS=auto|batched|torch|triton``
 or, from Python, ``set_backend("triton")`` (``set_backend(None)`` goes back
 to the variable). ``backend(device)`` tells you what a call would run and
 why: ``backend("cpu").reason``.
@@ -32,7 +46,7 @@ it)::
 
 The interpreter computes ``tl.dot`` on bfloat16 wrongly (Triton issue
 11584), so the Triton attention kernels refuse bfloat16 on CPU; use float32
-or float16 there, or the torch reference.
+or float16 there, or the torch paths.
 
 Every operation checks its arguments first and raises an error naming the
 shapes. ``check=False`` skips the checks that read tensor *values* (block
@@ -40,7 +54,8 @@ ids, slots and lengths in range), which on a GPU cost a host sync per call;
 the engine, whose inputs come from its own bookkeeping, skips them on CUDA.
 
 Importing this module never imports Triton, so it works where Triton is not
-installed. The references are re-exported here under ``*_reference``.
+installed. The references are re-exported here under ``*_reference``, the
+batched attention under ``*_batched``.
 """
 
 from __future__ import annotations
@@ -48,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
 import os
 import sys
 import warnings
@@ -55,7 +71,11 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from pagedkit.kernels import reference
+from pagedkit.kernels import batched, reference
+from pagedkit.kernels.batched import paged_decode_attention as paged_decode_attention_batched
+from pagedkit.kernels.batched import (
+    paged_prefill_attention as paged_prefill_attention_batched,
+)
 from pagedkit.kernels.reference import copy_blocks as copy_blocks_reference
 from pagedkit.kernels.reference import paged_decode_attention as paged_decode_attention_reference
 from pagedkit.kernels.reference import (
@@ -71,8 +91,10 @@ __all__ = [
     "copy_blocks",
     "copy_blocks_reference",
     "paged_decode_attention",
+    "paged_decode_attention_batched",
     "paged_decode_attention_reference",
     "paged_prefill_attention",
+    "paged_prefill_attention_batched",
     "paged_prefill_attention_reference",
     "set_backend",
     "store_kv",
@@ -81,9 +103,9 @@ __all__ = [
 ]
 
 ENV_VAR = "PAGEDKIT_KERNELS"
-CHOICES = ("auto", "torch", "triton")
+CHOICES = ("auto", "batched", "torch", "triton")
 # Current Triton releases generate code for Ampere (8.0) and newer only; a
-# T4 (7.5, Colab's free GPU) or a V100 (7.0) gets the torch reference.
+# T4 (7.5, Colab's free GPU) or a V100 (7.0) gets the batched torch path.
 MIN_TRITON_CAPABILITY = (8, 0)
 
 # operation -> module under pagedkit.kernels holding its Triton kernel
@@ -99,11 +121,11 @@ _noticed: set[tuple[str, str]] = set()
 
 
 class KernelFallbackWarning(UserWarning):
-    """A GPU was found but the torch reference runs instead of Triton."""
+    """A GPU was found but a torch path runs instead of Triton."""
 
 
 class Backend(str):
-    """``"triton"`` or ``"torch"``, with the `reason` it was chosen."""
+    """``"triton"``, ``"batched"`` or ``"torch"``, with the `reason` it was chosen."""
 
     reason: str
 
@@ -117,7 +139,7 @@ class Backend(str):
 
 
 def set_backend(name: str | None) -> None:
-    """Force ``"torch"`` or ``"triton"`` (or ``"auto"``) for every call from now on;
+    """Force ``"batched"``, ``"torch"`` or ``"triton"`` (or ``"auto"``) for every call from now on;
     ``None`` defers to the ``PAGEDKIT_KERNELS`` environment variable again."""
     global _override
     if name is not None and name not in CHOICES:
@@ -178,7 +200,8 @@ def _interpreted(name: str) -> bool:
 
 
 def backend(device: torch.device | str) -> Backend:
-    """What a call on `device` runs, ``"triton"`` or ``"torch"``; ``.reason`` says why.
+    """What a call on `device` runs, ``"triton"``, ``"batched"`` or ``"torch"``;
+    ``.reason`` says why.
 
     Raises when ``triton`` is forced where it cannot run (no Triton, an
     unsupported GPU, or CPU without the interpreter).
@@ -187,6 +210,8 @@ def backend(device: torch.device | str) -> Backend:
     mode, source = _mode()
     if mode == "torch":
         return Backend("torch", f"forced by {source}")
+    if mode == "batched":
+        return Backend("batched", f"forced by {source}")
 
     if mode == "triton":
         problem = _triton_import_error()
@@ -206,20 +231,22 @@ def backend(device: torch.device | str) -> Backend:
 
     # auto
     if device.type != "cuda":
-        return Backend("torch", f"{device.type} device: the torch reference runs (force the "
-                                f"Triton kernels with {ENV_VAR}=triton and TRITON_INTERPRET=1)")
+        return Backend("batched", f"{device.type} device: the batched torch path runs, one "
+                                  f"call per layer for all sequences (the per-sequence "
+                                  f"reference with {ENV_VAR}=torch; the Triton kernels with "
+                                  f"{ENV_VAR}=triton and TRITON_INTERPRET=1)")
     problem = _triton_import_error() or _gpu_too_old(device)
     if problem is None:
         return Backend("triton", f"CUDA device {device} with Triton")
     _notice(str(device), problem)
-    return Backend("torch", f"{problem}: the torch reference runs instead")
+    return Backend("batched", f"{problem}: the batched torch path runs instead")
 
 
 def _notice(device: str, problem: str) -> None:
     """One line, once per device and problem, when a GPU does not get Triton."""
     if (device, problem) not in _noticed:
         _noticed.add((device, problem))
-        warnings.warn(f"pagedkit: {problem}; using the torch reference kernels on {device}",
+        warnings.warn(f"pagedkit: {problem}; using the batched torch path on {device}",
                       KernelFallbackWarning, stacklevel=4)
 
 
@@ -229,9 +256,12 @@ def _triton_op(name: str) -> Callable:
 
 
 def _op(name: str, device: torch.device) -> Callable:
-    if backend(device) == "torch":
-        return getattr(reference, name)
-    return _triton_op(name)
+    choice = backend(device)
+    if choice == "triton":
+        return _triton_op(name)
+    if choice == "batched" and hasattr(batched, name):  # attention; the rest is batched already
+        return getattr(batched, name)
+    return getattr(reference, name)
 
 
 def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -241,25 +271,45 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
     _op("store_kv", k_cache.device)(key, value, k_cache, v_cache, slot_mapping, check=check)
 
 
+def _attention_op(name: str, device: torch.device, **options) -> tuple[Callable, dict]:
+    """The op and the options to pass it: those that are set (so an implementation
+    without an option still serves calls that do not use it), refusing one it lacks."""
+    op = _op(name, device)
+    given = {k: v for k, v in options.items() if v is not None}
+    missing = sorted(set(given) - set(inspect.signature(op).parameters))
+    if missing:
+        raise NotImplementedError(
+            f"the {backend(device)} {name} does not implement {', '.join(missing)} yet; "
+            "use the torch reference: ops.use_backend('torch') or PAGEDKIT_KERNELS=torch")
+    return op, given
+
+
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float | None = None, *, num_splits: int | None = None,
-                           check: bool = True) -> torch.Tensor:
+                           scale: float | None = None, *, sliding_window: int | None = None,
+                           softcap: float | None = None, sinks: torch.Tensor | None = None,
+                           num_splits: int | None = None, check: bool = True) -> torch.Tensor:
     """One query token per sequence attending to its paged K/V; see
-    `pagedkit.kernels.reference.paged_decode_attention` for the contract."""
-    return _op("paged_decode_attention", k_cache.device)(
-        query, k_cache, v_cache, block_tables, context_lens, scale, num_splits=num_splits,
-        check=check)
+    `pagedkit.kernels.reference.paged_decode_attention` for the contract
+    (`sliding_window`, `softcap`, `sinks`: `pagedkit.kernels.reference.attention`)."""
+    op, options = _attention_op("paged_decode_attention", k_cache.device,
+                                sliding_window=sliding_window, softcap=softcap, sinks=sinks)
+    return op(query, k_cache, v_cache, block_tables, context_lens, scale, num_splits=num_splits,
+              check=check, **options)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
                             context_lens: torch.Tensor, scale: float | None = None, *,
+                            sliding_window: int | None = None, softcap: float | None = None,
+                            sinks: torch.Tensor | None = None,
                             check: bool = True) -> torch.Tensor:
     """Packed query chunks attending causally to their paged K/V (cached prefix
     plus the chunk); see `pagedkit.kernels.reference.paged_prefill_attention`."""
-    return _op("paged_prefill_attention", k_cache.device)(
-        query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, check=check)
+    op, options = _attention_op("paged_prefill_attention", k_cache.device,
+                                sliding_window=sliding_window, softcap=softcap, sinks=sinks)
+    return op(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale,
+              check=check, **options)
 
 
 def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool = True) -> None:

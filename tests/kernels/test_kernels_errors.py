@@ -120,3 +120,37 @@ def test_copy_blocks_bad_pairs():
         ref.copy_blocks(cache, torch.tensor([[0, 1], [1, 2]]))
     with pytest.raises(ValueError, match="cache must be contiguous"):
         ref.copy_blocks(torch.zeros(4, 2, 8).transpose(0, 1), torch.tensor([[0, 1]]))
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    (dict(sliding_window=0), ValueError, r"sliding_window must be None or an integer >= 1.*0"),
+    (dict(sliding_window=True), ValueError, r"sliding_window .* got True"),
+    (dict(sliding_window=4.0), ValueError, r"sliding_window .* got 4\.0"),
+    (dict(softcap=0.0), ValueError, r"softcap must be None or a finite number > 0, got 0\.0"),
+    (dict(softcap=float("inf")), ValueError, r"softcap .* got inf"),
+    (dict(softcap=-1), ValueError, r"softcap .* got -1"),
+    (dict(sinks=torch.zeros(3)), ValueError, r"sinks must have shape \[4\].*got \[3\]"),
+    (dict(sinks=torch.zeros(4, 1)), ValueError, r"sinks must have shape \[4\].*got \[4, 1\]"),
+    (dict(sinks=torch.zeros(4, dtype=torch.long)), TypeError, r"floating-point.*int64"),
+    (dict(sinks=[0.0] * 4), TypeError, r"floating-point tensor, got list"),
+])
+def test_attention_options_are_checked(case, kw, err, match):
+    with pytest.raises(err, match=match):
+        decode(case, **kw)
+    with pytest.raises(err, match=match):
+        ref.paged_prefill_attention(torch.randn(2, 4, 16), case.k_cache, case.v_cache,
+                                    case.block_tables, torch.tensor([0, 1, 2], dtype=torch.int32),
+                                    case.context_lens, **kw)
+
+
+def test_window_skips_the_value_check_only_for_blocks_before_it(case):
+    # sequence 1 (20 tokens, blocks of 8): a window of 5 at position 19 needs block 1 (15..19)
+    # onwards, so block 0's entry may be anything; block 1's may not
+    tables = case.block_tables.clone()
+    tables[1, 0] = 99
+    decode(case, block_tables=tables, sliding_window=5)
+    with pytest.raises(ValueError, match=r"block_tables\[1, 0\] = 99"):
+        decode(case, block_tables=tables)
+    tables[1, 1] = 99
+    with pytest.raises(ValueError, match=r"block_tables\[1, 1\] = 99"):
+        decode(case, block_tables=tables, sliding_window=5)
