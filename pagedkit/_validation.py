@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import numbers
+from typing import Any
+
+#: What `check_prompt` accepts, as said in its errors (vLLM's prompt forms).
+PROMPT_FORMS = ("a string, a list of token ids (ints), {'prompt': str} or "
+                "{'prompt_token_ids': [int, ...]}")
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None,
@@ -18,8 +24,69 @@ def check_int(name: str, value: object, *, minimum: int | None = None,
     return value
 
 
+def check_bool(name: str, value: object) -> bool:
+    """Return `value` if it is True or False. A string such as ``'no'`` is
+    truthy, so taking ``bool(value)`` would silently mean the opposite."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def check_number(name: str, value: object, *, minimum: float | None = None,
+                 positive: bool = False) -> float:
+    """Return `value` as a finite float (>= `minimum`, or > 0 if `positive`), else raise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if positive and not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return value
+
+
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     """Return `value` if it is one of `choices`, else raise listing them."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
     return value  # type: ignore[return-value]
+
+
+def check_prompt(prompt: Any, name: str = "prompt") -> str | list[int]:
+    """A prompt as text or as a list of token ids, from any of vLLM's forms.
+
+    Anything else is refused by name: iterating a dict, a tensor or a number
+    would otherwise serve something the caller never wrote (``{1: 2, 3: 4}``
+    read as the tokens ``[1, 3]``)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, dict):
+        if set(prompt) == {"prompt"} and isinstance(prompt["prompt"], str):
+            return prompt["prompt"]
+        if set(prompt) == {"prompt_token_ids"}:
+            return _token_ids(prompt["prompt_token_ids"], f"{name}['prompt_token_ids']")
+        raise TypeError(f"{name} {_short(prompt)} is a dict with keys {sorted(map(str, prompt))}; "
+                        f"a prompt is {PROMPT_FORMS}")
+    if isinstance(prompt, (list, tuple, range)):
+        return _token_ids(prompt, name)
+    hint = " (a tensor or array: pass .tolist())" if hasattr(prompt, "tolist") else ""
+    raise TypeError(f"{name} {_short(prompt)} ({type(prompt).__name__}) is not a prompt{hint}; "
+                    f"a prompt is {PROMPT_FORMS}")
+
+
+def _token_ids(ids: Any, name: str) -> list[int]:
+    if not isinstance(ids, (list, tuple, range)):
+        raise TypeError(f"{name} must be a list of token ids (ints), got {_short(ids)} "
+                        f"({type(ids).__name__})")
+    for i, t in enumerate(ids):
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise TypeError(f"{name}[{i}] is {t!r} ({type(t).__name__}); token ids are ints, "
+                            f"and a prompt is {PROMPT_FORMS}")
+    return [int(t) for t in ids]
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

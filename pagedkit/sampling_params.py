@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ._validation import check_int
+from ._validation import check_bool, check_int
+
+#: Seeds a torch.Generator takes: 0 <= seed < 2**64.
+MAX_SEED = 2**64 - 1
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,9 @@ class SamplingParams:
         if self.top_k == 0 or self.top_k < -1:
             raise ValueError(f"top_k must be -1 (no limit) or >= 1, got {self.top_k}")
         if self.seed is not None:
-            check_int("seed", self.seed)
+            check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
+        check_bool("ignore_eos", self.ignore_eos)
+        check_bool("use_beam_search", self.use_beam_search)
         if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(
                 self.stop_token_ids, "__iter__"):
             raise TypeError(f"stop_token_ids must be a list of token ids, got "

@@ -4,17 +4,19 @@ carries over to vLLM itself."""
 from __future__ import annotations
 
 import itertools
+import numbers
 from collections.abc import Callable
 from collections.abc import Sequence as SequenceLike
 from typing import Any
 
 from tqdm.auto import tqdm
 
+from .._validation import check_bool, check_prompt
 from ..sampling_params import SamplingParams
 from .llm_engine import LLMEngine
 from .outputs import RequestOutput, StepOutput
 
-Prompt = str | SequenceLike[int]
+Prompt = str | SequenceLike[int] | dict[str, Any]  # see generate
 
 
 class LLM:
@@ -44,31 +46,92 @@ class LLM:
                  on_step: Callable[[StepOutput], Any] | None = None) -> list[RequestOutput]:
         """Run prompts to completion; outputs come back in input order.
 
-        `sampling_params` is one for all prompts or a list with one per
-        prompt. `on_step(step_output)` is called after every engine step (the
-        widgets' live mode uses it)."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        prompts = list(prompts)
-        if sampling_params is None or isinstance(sampling_params, SamplingParams):
-            params = [sampling_params or SamplingParams()] * len(prompts)
-        else:
-            params = list(sampling_params)
-            if len(params) != len(prompts):
-                raise ValueError(f"got {len(params)} sampling params for {len(prompts)} prompts: "
-                                 "give one for all, or one per prompt")
+        A prompt is a string, a list of token ids, ``{"prompt": str}`` or
+        ``{"prompt_token_ids": [...]}`` (vLLM's forms); `prompts` is one
+        prompt or a list of them. `sampling_params` is one for all prompts or
+        a list with one per prompt. `on_step(step_output)` is called after
+        every engine step (the widgets' live mode uses it).
+
+        A call that does not return — an exception in the model or in
+        `on_step`, or a KeyboardInterrupt (a notebook's "interrupt") — aborts
+        its unfinished requests and frees their blocks before the error
+        propagates, so nothing it queued keeps running in later calls."""
+        prompts = _prompt_list(prompts)
+        params = _params_list(sampling_params, len(prompts))
+        check_bool("use_tqdm", use_tqdm)
+        if on_step is not None and not callable(on_step):
+            raise TypeError(f"on_step must be a function of a StepOutput, got {on_step!r}")
         engine = self.llm_engine
         ids = [f"{next(self._ids)}" for _ in prompts]
         engine.add_requests(list(zip(ids, prompts, params, strict=True)))  # all or none
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}
-        with tqdm(total=len(prompts), desc="generate", disable=not use_tqdm) as bar:
-            while len(done) < len(ids) and engine.has_unfinished_requests():
-                step = engine.step()
-                for output in step.finished:
-                    if output.request_id in wanted:
-                        done[output.request_id] = output
-                        bar.update(1)
-                if on_step is not None:
-                    on_step(step)
+        try:
+            with tqdm(total=len(prompts), desc="generate", disable=not use_tqdm) as bar:
+                while len(done) < len(ids) and engine.has_unfinished_requests():
+                    step = engine.step()
+                    for output in step.finished:
+                        if output.request_id in wanted:
+                            done[output.request_id] = output
+                            bar.update(1)
+                    if on_step is not None:
+                        on_step(step)
+        except BaseException as error:
+            aborted = self._abort_unfinished([i for i in ids if i not in done])
+            if aborted and hasattr(error, "add_note"):  # Python 3.11+
+                error.add_note(f"pagedkit: generate() did not finish; its {aborted} unfinished "
+                               f"request{'s' if aborted != 1 else ''} were aborted and their KV "
+                               "blocks freed (the engine is ready for the next call)")
+            raise
         return [done[i] for i in ids]
+
+    def _abort_unfinished(self, request_ids: list[str]) -> int:
+        """End this call's requests that are still in the engine (finish reason
+        ``"abort"``) and free their blocks. Their outputs would come with the
+        engine's next step, to a caller who never asked for them: drop them."""
+        engine = self.llm_engine
+        ended = set()
+        for request_id in request_ids:
+            if engine.abort_request(request_id):
+                ended.add(request_id)
+            elif request_id in engine.groups:
+                # interrupted mid-schedule, outside every queue: free it by hand
+                group = engine.groups[request_id]
+                stale = engine.uncomputed_blocks(group)
+                for seq in group.seqs:
+                    if seq.seq_id in engine.kv:
+                        engine.kv.free(seq.seq_id)
+                for block in stale:
+                    engine.kv.allocator.forget(block)
+                engine._retire(group)
+                ended.add(request_id)
+        engine._aborted = [o for o in engine._aborted if o.request_id not in ended]
+        return len(ended)
+
+
+def _prompt_list(prompts: Any) -> list[str | list[int]]:
+    """One prompt or a list of prompts, as a list of checked prompts."""
+    if isinstance(prompts, (str, dict)):
+        return [check_prompt(prompts)]
+    if isinstance(prompts, (list, tuple)):
+        if prompts and all(isinstance(p, numbers.Integral) and not isinstance(p, bool)
+                           for p in prompts):
+            return [check_prompt(list(prompts))]  # one prompt of token ids
+        return [check_prompt(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
+    return [check_prompt(prompts, "prompts")]
+
+
+def _params_list(params: Any, n: int) -> list[SamplingParams]:
+    if params is None or isinstance(params, SamplingParams):
+        return [params or SamplingParams()] * n
+    if not isinstance(params, (list, tuple)):
+        raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got "
+                        f"{params!r} ({type(params).__name__})")
+    for i, p in enumerate(params):
+        if not isinstance(p, SamplingParams):
+            raise TypeError(f"sampling_params[{i}] must be a SamplingParams, got {p!r} "
+                            f"({type(p).__name__})")
+    if len(params) != n:
+        raise ValueError(f"got {len(params)} sampling params for {n} prompts: "
+                         "give one for all, or one per prompt")
+    return list(params)

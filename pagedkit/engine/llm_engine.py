@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .._validation import check_int
+from .._validation import check_int, check_prompt
 from ..memory import Event, EventKind, KVCacheManager
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
@@ -92,6 +92,7 @@ class LLMEngine:
         self.groups: dict[str, SequenceGroup] = {}
         self._seq_ids = itertools.count()  # per engine, so ids do not depend on other engines
         self._aborted: list[RequestOutput] = []  # reported by the next step
+        self._peak_used_blocks = 0  # the most blocks in use at once, for memory_stats
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._seeded: dict[str, torch.Generator] = {}
         eos = model.generation_config.eos_token_id if model.generation_config else None
@@ -160,7 +161,7 @@ class LLMEngine:
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
-        text, token_ids = self._tokenize(prompt)
+        text, token_ids = self._tokenize(check_prompt(prompt))
         n = len(token_ids)
         if n == 0:
             raise ValueError(f"request {request_id!r}: the prompt is empty")
@@ -203,11 +204,27 @@ class LLMEngine:
     def abort_request(self, request_id: str) -> bool:
         """Stop a request and free its memory; its output (finish reason
         ``"abort"``) comes with the next step. False if it was not in the engine."""
+        pending = self.groups.get(str(request_id))
+        stale = self.uncomputed_blocks(pending) if pending is not None else []
         group = self.scheduler.abort(str(request_id))
         if group is None:
             return False
+        for block in stale:
+            self.kv.allocator.forget(block)
         self._aborted.append(self._retire(group))
         return True
+
+    def uncomputed_blocks(self, group: SequenceGroup) -> list[int]:
+        """GPU blocks of `group` holding tokens no step has computed yet: after
+        a step that failed midway (an exception, a KeyboardInterrupt) a full
+        one may already be named in the prefix cache. Freeing the request must
+        drop those names too, or a later cache hit would read K/V never written."""
+        blocks = []
+        for seq in group.seqs:
+            if seq.seq_id in self.kv and not self.kv.is_swapped(seq.seq_id):
+                first = seq.num_computed_tokens // self.kv.block_size
+                blocks += self.kv.block_ids(seq.seq_id)[first:]
+        return blocks
 
     def has_unfinished_requests(self) -> bool:
         """Anything still to run, or an aborted request not yet reported?"""
@@ -218,6 +235,7 @@ class LLMEngine:
         """Schedule, run one forward pass, sample, and report what happened."""
         start = time.perf_counter()
         plan = self.scheduler.schedule()
+        self._peak_used_blocks = max(self._peak_used_blocks, self.kv.allocator.num_used_blocks)
         logits = self.runner.execute(plan, self.kv)
         out = StepOutput(step=plan.step, finished=self._aborted)
         self._aborted = []
@@ -319,12 +337,17 @@ class LLMEngine:
 
     # ------------------------------------------------------------------ looking
     def memory_stats(self) -> dict[str, float]:
-        """Blocks and token slots (the paper's KV usage), plus the queues."""
+        """Blocks and token slots (the paper's KV usage), plus the queues.
+
+        ``kv_usage`` describes the blocks in use now (1.0 when none are);
+        ``peak_used_blocks`` is the most in use at once since the engine was
+        built, the figure to read after a run."""
         stats = self.kv.stats().as_dict()
         stats.update(num_running=len(self.scheduler.running),
                      num_waiting=len(self.scheduler.waiting),
                      num_swapped=len(self.scheduler.swapped),
-                     num_preemptions=self.scheduler.num_preemptions)
+                     num_preemptions=self.scheduler.num_preemptions,
+                     peak_used_blocks=self._peak_used_blocks)
         return stats
 
     def __repr__(self) -> str:
