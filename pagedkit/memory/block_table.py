@@ -37,12 +37,22 @@ class BlockTable:
         # the partial last block: enough to name each block as it fills.
         self.block_hashes: list[int] = []
         self._tail: list[int] = []
+        self._freed = False  # a freed table is closed: its sequence is over
+
 
     def __len__(self) -> int:
         return len(self.blocks)
 
     def __repr__(self) -> str:
-        return f"BlockTable(seq={self.seq!r}, blocks={self.blocks}, num_tokens={self.num_tokens})"
+        freed = ", freed" if self._freed else ""
+        return (f"BlockTable(seq={self.seq!r}, blocks={self.blocks}, "
+                f"num_tokens={self.num_tokens}{freed})")
+
+    def _check_open(self, action: str) -> None:
+        """A handle kept after `free` must not take blocks nobody would free again."""
+        if self._freed:
+            raise BlockStateError(f"cannot {action}: the block table of sequence {self.seq!r} "
+                                  "was freed; start a new BlockTable for a new sequence")
 
     # ------------------------------------------------------------------ reading
     def physical_block(self, logical_index: int) -> int:
@@ -86,6 +96,9 @@ class BlockTable:
         K/V are written (copy-on-write of a shared last block). Raises
         `OutOfBlocksError` without changing anything if the pool is too small.
         """
+        self._check_open("append to it")
+        if isinstance(token_ids, (str, bytes)):
+            raise TypeError(f"token_ids must be a list of token ids, got {token_ids!r}")
         needed = self.blocks_needed(len(token_ids))
         if needed > self.allocator.num_free_blocks:
             raise OutOfBlocksError(
@@ -145,6 +158,7 @@ class BlockTable:
 
     def adopt_cached(self, blocks: Sequence[int]) -> None:
         """Start this (empty) table with cached blocks from `cached_prefix`."""
+        self._check_open("adopt cached blocks")
         if self.blocks:
             raise BlockStateError(
                 f"sequence {self.seq!r} already has {len(self.blocks)} blocks; "
@@ -170,6 +184,7 @@ class BlockTable:
     # ------------------------------------------------------------------ sharing
     def fork(self, seq: Hashable | None = None) -> BlockTable:
         """A new table sharing every block with this one (ref counts +1)."""
+        self._check_open("fork it")
         child = BlockTable(self.allocator, seq)
         child.blocks = [self.allocator.fork(b, seq) for b in self.blocks]
         child.num_tokens = self.num_tokens
@@ -179,10 +194,13 @@ class BlockTable:
 
     def free(self) -> None:
         """Release every block, last first, so a sequence's tail blocks are the
-        first cached ones to be evicted (its head is likelier to be shared)."""
+        first cached ones to be evicted (its head is likelier to be shared).
+        The table is closed afterwards: appending to it again is an error."""
+        self._check_open("free it again")
         for block in reversed(self.blocks):
             self.allocator.free(block, self.seq)
         self.blocks = []
         self.num_tokens = 0
         self.block_hashes = []
         self._tail = []
+        self._freed = True

@@ -142,6 +142,7 @@ class KVCacheManager:
         if table is not None and cached_blocks:
             raise BlockStateError(
                 f"sequence {seq!r} already exists; cached blocks can only start a sequence")
+        self._check_cached(seq, cached_blocks)  # an error whether or not the tokens would fit
         if not self.can_allocate(seq, len(token_ids), cached_blocks):
             return None
         if table is None:
@@ -149,6 +150,15 @@ class KVCacheManager:
             table.adopt_cached(cached_blocks)  # checks them all before taking any
             self._tables[seq] = table
         return table.append(token_ids)
+
+    def _check_cached(self, seq: Hashable, cached_blocks: Sequence[int]) -> None:
+        blocks = list(cached_blocks)
+        if len(set(blocks)) != len(blocks):
+            raise BlockStateError(f"cached blocks {blocks} for sequence {seq!r} name a block twice")
+        stray = [b for b in blocks if self.allocator.block_hash(b) is None]
+        if stray:
+            raise BlockStateError(f"cached blocks {stray} for sequence {seq!r} are not in the "
+                                  "prefix cache (take them from cached_prefix)")
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
         """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""
@@ -170,6 +180,7 @@ class KVCacheManager:
         return {b for t in tables for b in t.blocks}
 
     def can_swap_out(self, seqs: Iterable[Hashable]) -> bool:
+        seqs = _group(seqs, "swap out")
         needed = len(self._distinct_blocks(self.table(s) for s in seqs))
         return self.swap_pool is not None and needed <= self.swap_pool.num_free_blocks
 
@@ -181,6 +192,7 @@ class KVCacheManager:
             raise KeyError(f"sequence {seq!r} is not swapped out ({where})") from None
 
     def can_swap_in(self, seqs: Iterable[Hashable], *, reserve: int = 0) -> bool:
+        seqs = _group(seqs, "swap in")
         needed = len(self._distinct_blocks(self._swapped_table(s) for s in seqs))
         return needed + reserve <= self.allocator.num_free_blocks
 
@@ -189,6 +201,7 @@ class KVCacheManager:
 
         Blocks shared inside the group travel once, so sharing survives the
         round trip (paper §4.5: a group is swapped all or nothing)."""
+        seqs = _group(seqs, "swap out")
         if self.swap_pool is None:
             raise OutOfBlocksError("no swap space: create the manager with num_swap_blocks > 0")
         if not self.can_swap_out(seqs):
@@ -201,6 +214,7 @@ class KVCacheManager:
 
     def swap_in(self, seqs: Sequence[Hashable]) -> list[BlockCopy]:
         """Bring a swapped group back into GPU blocks; returns the ``(cpu, gpu)`` copies."""
+        seqs = _group(seqs, "swap in")
         if not self.can_swap_in(seqs):
             raise OutOfBlocksError(
                 f"cannot swap in: the group needs "
@@ -230,3 +244,16 @@ class KVCacheManager:
             table.allocator, table.blocks = dst_pool, moved
             dst_tables[seq] = table
         return list(copies.items())
+
+
+def _group(seqs: Iterable[Hashable], action: str) -> list[Hashable]:
+    """A group's sequences as a list, each named once (checked before anything moves)."""
+    if isinstance(seqs, (str, bytes)):
+        raise TypeError(f"cannot {action} {seqs!r}: give a list of sequences, not one id")
+    seqs = list(seqs)
+    seen: set[Hashable] = set()
+    for seq in seqs:
+        if seq in seen:
+            raise BlockStateError(f"cannot {action} {seqs!r}: sequence {seq!r} is named twice")
+        seen.add(seq)
+    return seqs
