@@ -28,18 +28,31 @@ def fake_gpu(monkeypatch, capability, name):
     monkeypatch.setattr(ops, "_triton_import_error", lambda: None)
 
 
-def test_cpu_runs_the_torch_reference_and_says_how_to_force_triton():
+def test_cpu_runs_the_batched_path_and_says_how_to_get_the_others():
     choice = ops.backend("cpu")
-    assert choice == "torch"
+    assert choice == "batched"
+    assert "batched torch path" in choice.reason
+    assert "PAGEDKIT_KERNELS=torch" in choice.reason  # the per-sequence reference
     assert "PAGEDKIT_KERNELS=triton" in choice.reason and "TRITON_INTERPRET=1" in choice.reason
+
+
+@pytest.mark.parametrize("name,implementation", [("batched", "batched"), ("torch", "reference")])
+def test_each_torch_path_is_selectable_and_runs(monkeypatch, name, implementation):
+    monkeypatch.setenv("PAGEDKIT_KERNELS", name)
+    assert ops.backend("cpu") == name
+    assert ops.backend("cpu").reason == f"forced by PAGEDKIT_KERNELS={name}"
+    for op in ("paged_decode_attention", "paged_prefill_attention"):
+        assert ops._op(op, torch.device("cpu")).__module__ == f"pagedkit.kernels.{implementation}"
+    for op in ("store_kv", "copy_blocks"):  # one batched torch op each: the reference's
+        assert ops._op(op, torch.device("cpu")).__module__ == "pagedkit.kernels.reference"
 
 
 def test_environment_variable_and_set_backend(monkeypatch):
     monkeypatch.setenv("PAGEDKIT_KERNELS", "torch")
     assert ops.backend("cpu").reason == "forced by PAGEDKIT_KERNELS=torch"
     monkeypatch.setenv("PAGEDKIT_KERNELS", "fast")
-    with pytest.raises(ValueError, match="PAGEDKIT_KERNELS must be one of auto, torch, triton; "
-                                         "got 'fast'"):
+    with pytest.raises(ValueError, match="PAGEDKIT_KERNELS must be one of auto, batched, torch, "
+                                         "triton; got 'fast'"):
         ops.backend("cpu")
     ops.set_backend("torch")  # the function wins over the variable
     assert ops.backend("cpu").reason == "forced by set_backend('torch')"
@@ -52,14 +65,14 @@ def test_a_modern_gpu_gets_triton(monkeypatch):
     assert ops.backend("cuda") == "triton"
 
 
-def test_t4_falls_back_to_torch_with_one_notice(monkeypatch):
+def test_t4_falls_back_to_the_batched_path_with_one_notice(monkeypatch):
     fake_gpu(monkeypatch, (7, 5), "Tesla T4")
     with pytest.warns(ops.KernelFallbackWarning, match="Tesla T4 has compute capability 7.5"):
         choice = ops.backend("cuda")
-    assert choice == "torch" and "torch reference" in choice.reason
+    assert choice == "batched" and "batched torch path" in choice.reason
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second call stays quiet
-        assert ops.backend("cuda") == "torch"
+        assert ops.backend("cuda") == "batched"
     ops.set_backend("triton")
     with pytest.raises(RuntimeError, match=r"forces the Triton kernels, but Tesla T4 has compute "
                                            r"capability 7\.5 and pagedkit's Triton kernels "
@@ -76,15 +89,21 @@ def test_use_backend_restores_the_previous_choice_even_on_error():
     ops.set_backend(None)
 
 
-def test_ops_on_cpu_equal_the_references():
+def test_ops_on_cpu_run_the_batched_path_and_agree_with_the_references():
     case = make_case([3, 17, 9], block_size=4, num_kv_heads=2, head_dim=16)
     query = torch.randn(3, 4, 16)
     args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
-    assert torch.equal(ops.paged_decode_attention(*args),
-                       ops.paged_decode_attention_reference(*args))
+    out = ops.paged_decode_attention(*args)
+    assert torch.equal(out, ops.paged_decode_attention_batched(*args))
+    torch.testing.assert_close(out, ops.paged_decode_attention_reference(*args))
     cu = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
-    assert torch.equal(ops.paged_prefill_attention(*args[:4], cu, case.context_lens),
-                       ops.paged_decode_attention_reference(*args))
+    prefill = ops.paged_prefill_attention(*args[:4], cu, case.context_lens)
+    assert torch.equal(prefill, ops.paged_prefill_attention_batched(*args[:4], cu,
+                                                                    case.context_lens))
+    torch.testing.assert_close(prefill, ops.paged_decode_attention_reference(*args))
+    with ops.use_backend("torch"):
+        assert torch.equal(ops.paged_decode_attention(*args),
+                           ops.paged_decode_attention_reference(*args))
 
 
 def run_python(code, **env):
@@ -111,7 +130,7 @@ assert out.shape == (1, 2, 8)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     choice = ops.backend("cuda")
-assert choice == "torch" and "Triton is not installed" in choice.reason, choice.reason
+assert choice == "batched" and "Triton is not installed" in choice.reason, choice.reason
 assert len(caught) == 1, caught
 ops.set_backend("triton")
 try:
