@@ -1,17 +1,16 @@
 """Reference solutions of lab 01 (checked by tests/labs/test_exercises.py)."""
 
 
-def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes  # K and V, every layer
+def cached_kv_reads(prompt_len: int, new_tokens: int) -> int:
+    # decode steps feed output tokens 1 .. new_tokens - 1 (the prefill yields token 0);
+    # the one at position prompt_len + j - 1 attends over prompt_len + j positions
+    return sum(prompt_len + j for j in range(1, new_tokens))
 
 
-def tokens_processed(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
-    if new_tokens == 0:
-        return 0
-    if use_cache:
-        return prompt_len + new_tokens - 1  # prefill once, then one token per step
-    # step t re-reads prompt_len + t tokens, t = 0 .. new_tokens - 1
-    return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2
+def max_batch(gpu_bytes: int, num_params: int, param_bytes: int, kv_bytes_per_token: int,
+              seq_len: int) -> int:
+    left = gpu_bytes - num_params * param_bytes         # what the weights leave
+    return max(0, left // (seq_len * kv_bytes_per_token))  # whole sequences only
 
 
 def kv_bytes_per_token(config, dtype_bytes: int) -> int:

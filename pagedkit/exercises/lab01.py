@@ -1,10 +1,11 @@
 """Lab 01 exercises: what a KV cache costs and what it saves (paper §2.2, §3).
 
-* `bytes_per_token` — the size formula: 2 (K and V) x layers x KV heads x
-  head dim x bytes per element.
-* `tokens_processed` — tokens pushed through the model to generate `n`
-  tokens, with and without a KV cache: why every serving system caches.
-* `kv_bytes_per_token` — the same formula read off a real transformers
+* `cached_kv_reads` — the cache saves recomputing K/V, not reading them: the
+  token positions whose K/V the decode steps read, a count that grows with
+  every step (what makes decoding's memory traffic grow with the context).
+* `max_batch` — how many full-length sequences fit beside the weights: the
+  size formula turned into the number that caps a server's batch.
+* `kv_bytes_per_token` — the size formula read off a real transformers
   config, where grouped-query attention and an explicit ``head_dim`` hide.
 """
 
@@ -15,45 +16,57 @@ from typing import Any
 
 from . import Case, CheckResult, check_function
 
-__all__ = ["CHECKS", "check_bytes_per_token", "check_kv_bytes_per_token",
-           "check_tokens_processed"]
+__all__ = ["CHECKS", "check_cached_kv_reads", "check_kv_bytes_per_token", "check_max_batch"]
+
+GIB = 2**30
 
 
-def check_bytes_per_token(fn: Callable[[int, int, int, int], int]) -> CheckResult:
-    """`bytes_per_token(num_layers, num_kv_heads, head_dim, dtype_bytes)`."""
-    both = "every token stores a key AND a value vector per KV head: the factor 2"
+def check_cached_kv_reads(fn: Callable[[int, int], int]) -> CheckResult:
+    """`cached_kv_reads(prompt_len, new_tokens)`: token positions whose K/V the
+    decode steps read (per layer and KV head) while a cached generation writes
+    `new_tokens` tokens after a prompt; the prefill pass is not counted."""
+    steps = ("the prefill pass yields the first new token; only the new_tokens - 1 later "
+             "tokens are fed back, one decode step each")
+    grows = ("the step that feeds the token at position p attends over positions 0..p, its "
+             "own included: every step reads one position more than the last")
     cases = [
-        Case((1, 1, 1, 1), 2, both),
-        Case((1, 1, 64, 4), 512, f"one head of 64 float32 numbers is 256 bytes; {both}"),
-        Case((4, 2, 64, 4), 4096, "the tiny model in float32: 2 x 4 layers x 2 KV heads x 64 "
-                                  "x 4 bytes = 4 KiB. Multiply by the number of layers: "
-                                  "each layer keeps its own K and V"),
-        Case((40, 40, 128, 2), 819_200, "OPT-13B in fp16 (paper §3): 2 x 40 x 40 x 128 x 2 "
-                                        "= 819,200 bytes = 800 KiB per token"),
-        Case((32, 8, 128, 2), 131_072, "Llama-3-8B: grouped-query attention keeps 8 KV heads "
-                                       "(not 32): 128 KiB per token in bf16"),
+        Case((5, 1), 0, f"one new token comes from the prefill alone: no decode step. {steps}"),
+        Case((5, 2), 6, "one decode step feeds the first new token (position 5) and reads "
+                        "positions 0..5: 6"),
+        Case((5, 3), 13, f"two decode steps read 6, then 7 positions. {grows}"),
+        Case((10, 100), 5_940, f"99 decode steps reading 11, 12, ..., 109 positions. {grows}"),
+        Case((157, 128), 28_067, f"lab 01's run: 127 decode steps, the first reads 158 "
+                                 f"positions. {steps}"),
+        Case((1, 4), 9, "a 1-token prompt: 3 decode steps read 2, 3 and 4 positions"),
+        Case((3, 0), 0, "generating nothing runs nothing"),
     ]
-    return check_function("bytes_per_token", fn, cases)
+    return check_function("cached_kv_reads", fn, cases)
 
 
-def check_tokens_processed(fn: Callable[[int, int, bool], int]) -> CheckResult:
-    """`tokens_processed(prompt_len, new_tokens, use_cache)`: token positions fed
-    through the model to generate `new_tokens` tokens after a prompt."""
-    cached = ("with a cache, the prompt goes through once (prefill) and every later step "
-              "feeds only the token sampled last: prompt_len + new_tokens - 1")
-    uncached = ("without a cache, step t (t = 0, 1, ...) re-reads the whole sequence so far: "
-                "prompt_len + t tokens, summed over the new_tokens steps")
+def check_max_batch(fn: Callable[[int, int, int, int, int], int]) -> CheckResult:
+    """`max_batch(gpu_bytes, num_params, param_bytes, kv_bytes_per_token, seq_len)`:
+    how many sequences of `seq_len` tokens have room for their whole KV cache in
+    what the weights leave of the GPU's memory."""
+    weights = "the weights come first: num_params x param_bytes bytes, the rest holds K/V"
+    floor = "a sequence whose cache does not fit whole does not fit: round down"
     cases = [
-        Case((5, 1, True), 5, "the first new token needs only the prompt's forward pass"),
-        Case((5, 1, False), 5, "the first new token needs only the prompt's forward pass"),
-        Case((5, 2, True), 6, cached),
-        Case((5, 2, False), 11, uncached + ": 5 + 6"),
-        Case((10, 100, True), 109, cached),
-        Case((10, 100, False), 5_950, uncached + ": 100 x 10 + (0 + 1 + ... + 99)"),
-        Case((3, 0, True), 0, "generating nothing runs nothing"),
-        Case((3, 0, False), 0, "generating nothing runs nothing"),
+        Case((40 * GIB, 13 * 10**9, 2, 819_200, 2048), 10,
+             f"OPT-13B on a 40 GiB GPU: {weights}; 16.9e9 bytes / (2048 x 800 KiB) = 10.1"),
+        Case((40 * GIB, 13 * 10**9, 2, 819_200, 500), 41,
+             f"the same GPU, sequences of 500 tokens: 41.4, so 41. {floor}"),
+        Case((80 * GIB, 13 * 10**9, 2, 819_200, 2048), 35,
+             "twice the GPU memory, but the weights stay 26 GB: 35 sequences, not 2 x 10"),
+        Case((24 * GIB, 8 * 10**9, 2, 131_072, 8192), 9,
+             f"Llama-3-8B (GQA, 128 KiB a token) at 8K context on 24 GiB: 9.1. {floor}"),
+        Case((24 * GIB, 8 * 10**9, 1, 131_072, 8192), 16,
+             "the same with 1-byte (int8) weights: the weights take half, and only the "
+             "weights: the KV cache keeps its own dtype"),
+        Case((16 * GIB, 13 * 10**9, 2, 819_200, 2048), 0,
+             "26 GB of weights do not fit in 16 GiB: no sequence fits (not a negative number)"),
+        Case((1000, 100, 2, 10, 40), 2, f"{weights}: 800 bytes left, 400 per sequence"),
+        Case((1000, 100, 2, 10, 41), 1, f"410 bytes a sequence: 800 / 410 = 1.95. {floor}"),
     ]
-    return check_function("tokens_processed", fn, cases)
+    return check_function("max_batch", fn, cases)
 
 
 class _Config:
@@ -115,7 +128,7 @@ def check_kv_bytes_per_token(fn: Callable[[Any, int], int]) -> CheckResult:
 
 
 CHECKS = {
-    "bytes_per_token": check_bytes_per_token,
-    "tokens_processed": check_tokens_processed,
+    "cached_kv_reads": check_cached_kv_reads,
+    "max_batch": check_max_batch,
     "kv_bytes_per_token": check_kv_bytes_per_token,
 }
