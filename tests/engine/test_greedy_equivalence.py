@@ -4,7 +4,7 @@ prefill, and preemption by recomputation or swapping."""
 
 import pytest
 
-from pagedkit import LLM, SamplingParams
+from pagedkit import LLM, SamplingParams, ops
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
@@ -15,11 +15,14 @@ def run(model, prompt_list, **engine_args):
     return llm, [o.outputs[0].token_ids for o in outs]
 
 
+@pytest.mark.parametrize("backend", ["auto", "torch"])  # auto: batched on CPU; the reference
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
 @pytest.mark.parametrize("block_size", [1, 8, 16, 32])
-def test_matches_transformers(reference, arch, block_size):
+def test_matches_transformers(reference, arch, block_size, backend):
     build, prompt_list, expected = reference(arch)
-    llm, got = run(build(), prompt_list, block_size=block_size, num_blocks=256 // block_size + 8)
+    with ops.use_backend(backend):
+        llm, got = run(build(), prompt_list, block_size=block_size,
+                       num_blocks=256 // block_size + 8)
     assert got == expected
     assert llm.llm_engine.memory_stats()["used_blocks"] == 0
 
