@@ -75,12 +75,12 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
         new_tokens[beam.seq_id] = tok
     for seq, _ in rows:
         if seq.seq_id not in used:
-            engine.scheduler.drop_seq(seq)
+            engine.scheduler.drop_seq(group, seq)
     live = {b.seq_id for b, _, _ in survivors}
     group.seqs = [s for s in group.seqs if s.seq_id in live]
     if _search_is_done(group, width):
         for seq in group.seqs:
-            engine.scheduler.finish_seq(seq, FinishReason.STOP)
+            engine.scheduler.finish_seq(group, seq, FinishReason.STOP)
     return new_tokens
 
 

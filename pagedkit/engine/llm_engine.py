@@ -25,19 +25,22 @@ from typing import Any
 import torch
 
 from .._validation import check_int, check_prompt
-from ..memory import Event, EventKind, KVCacheManager
+from ..memory import KVCacheManager
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
 from ..model.sampler import sample
+from ..model.support import check_supported
 from ..sampling_params import SamplingParams
-from ..scheduler import Scheduler, SchedulerConfig
+from ..scheduler import Admit, Scheduler, SchedulerConfig
 from ..sequence import FinishReason, Sequence, SequenceGroup
 from .beam_search import beam_step, best_beams
 from .outputs import CompletionOutput, RequestOutput, ScheduledInfo, StepOutput
 
 #: KV cache size on CPU when neither num_blocks nor kv_cache_memory is given.
 DEFAULT_CPU_KV_CACHE_BYTES = 256 * 2**20
+#: max_model_len of a model whose config states no limit (vLLM's default too).
+DEFAULT_MAX_MODEL_LEN = 2048
 
 
 class LLMEngine:
@@ -56,8 +59,10 @@ class LLMEngine:
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         self.dtype = resolve_dtype(dtype, model)
         config = model.config
-        positions = config.max_position_embeddings
-        self.max_model_len = positions if max_model_len is None else check_int(
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        positions = getattr(text_config, "max_position_embeddings", None)  # None: no limit (ALiBi)
+        default_len = DEFAULT_MAX_MODEL_LEN if positions is None else positions
+        self.max_model_len = default_len if max_model_len is None else check_int(
             "max_model_len", max_model_len, minimum=2, maximum=positions)
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got "
@@ -69,6 +74,9 @@ class LLMEngine:
         spec = KVCacheSpec.from_config(config, self.dtype)
         self.runner = ModelRunner(model, device=self.device, dtype=self.dtype,
                                   block_size=block_size)
+        # served exactly like transformers, or refused here, before any KV memory is reserved
+        check_supported(self.runner.model, block_size=block_size,
+                        max_model_len=self.max_model_len, spec=spec)
         num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
                                       gpu_memory_utilization)
         num_swap_blocks = 0  # swap space exists only to swap into
@@ -297,9 +305,9 @@ class LLMEngine:
         params = group.params
         generated = len(seq.output_token_ids)
         if token in stop_ids and generated >= params.min_tokens:
-            self.scheduler.finish_seq(seq, FinishReason.STOP)
+            self.scheduler.finish_seq(group, seq, FinishReason.STOP)
         elif generated >= params.max_tokens or seq.num_tokens >= self.max_model_len:
-            self.scheduler.finish_seq(seq, FinishReason.LENGTH)
+            self.scheduler.finish_seq(group, seq, FinishReason.LENGTH)
 
     def fork(self, parent: Sequence, group: SequenceGroup) -> Sequence:
         """A new sequence of `group` sharing every KV block of `parent` (paper §4.4)."""
@@ -307,7 +315,7 @@ class LLMEngine:
         self.kv.fork(parent.seq_id, child.seq_id)
         group.seqs.append(child)
         if self.events:
-            self.events.emit(Event(EventKind.ADMIT, seq=child.seq_id, detail=group.request_id))
+            self.events.emit(Admit(child.seq_id, group.request_id))
         return child
 
     def _retire(self, group: SequenceGroup) -> RequestOutput:

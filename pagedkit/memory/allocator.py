@@ -200,7 +200,7 @@ class BlockAllocator:
         if self.events:
             keeps = ref == 1 and self._hash[block] is not None  # stays findable in the cache
             self.events.emit(Event(EventKind.FREE, block=block, seq=seq, ref_count=ref - 1,
-                                   detail="cached" if keeps else None))
+                                   cached=keeps))
         if ref == 1:
             self._tokens_stored -= self._fill[block]
             self._free[block] = None

@@ -1,8 +1,11 @@
 """The event stream: every change to paged memory, as a small record.
 
 Widgets, the simulator's recorders and the labs watch memory through this
-stream; nothing in the engine depends on it. Emitting costs one truthiness
-test when nobody listens, so producers write::
+stream; nothing in the engine depends on it. The bus carries any record with
+a ``kind``: the scheduler puts its own (`pagedkit.scheduler.events`) on the
+same bus, so one listener sees a step's memory changes and decisions in
+order. Emitting costs one truthiness test when nobody listens, so producers
+write::
 
     if self.events:
         self.events.emit(Event(EventKind.ALLOCATE, block=b, seq=seq_id))
@@ -15,26 +18,24 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class EventKind(str, Enum):
-    """What happened. Memory events come from `pagedkit.memory`; the scheduler
-    adds the request-level ones (admit, preempt, finish)."""
+    """What happened to memory. (The scheduler's request-level kinds — admit,
+    preempt, finish, step — are defined a layer up, in
+    `pagedkit.scheduler.events`; the same bus carries both.)"""
 
     ALLOCATE = "allocate"  # a free block was handed to a sequence
     APPEND = "append"  # tokens were written into a block (num_tokens = its new fill)
-    FREE = "free"  # a sequence let go of a block (ref_count = what is left;
-    #                detail "cached" when, at zero, it keeps its prefix-cache contents)
+    FREE = "free"  # a sequence let go of a block (ref_count = what is left; cached =
+    #                at zero, it keeps its prefix-cache contents)
     FORK = "fork"  # a block gained one more owner (ref_count = new count)
     COW = "cow"  # copy-on-write: `src` was shared, the writer got `block`
     CACHE_HIT = "cache_hit"  # a prefix-cache lookup reused `block`
     EVICT = "evict"  # a cached-but-free block lost its cached contents
     SWAP_OUT = "swap_out"  # GPU block `src` was copied to CPU block `block`
     SWAP_IN = "swap_in"  # CPU block `src` was copied back to GPU block `block`
-    ADMIT = "admit"  # the scheduler started running a request
-    PREEMPT = "preempt"  # the scheduler evicted a request (detail: "swap"/"recompute")
-    FINISH = "finish"  # a request finished or was aborted (detail: the reason)
-    STEP = "step"  # a scheduler step ended (step: its number); frames are cut here
 
     def __str__(self) -> str:
         return self.value
@@ -42,7 +43,8 @@ class EventKind(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One change. Fields that do not apply to a kind stay ``None``."""
+    """One change to memory. Fields that do not apply to a kind stay ``None``
+    (``cached`` is meaningful for ``FREE`` only)."""
 
     kind: EventKind
     block: int | None = None
@@ -50,11 +52,10 @@ class Event:
     src: int | None = None
     num_tokens: int | None = None
     ref_count: int | None = None
-    detail: str | None = None
-    step: int | None = None
+    cached: bool = False
 
 
-Listener = Callable[[Event], None]
+Listener = Callable[[Any], None]  # an `Event` or a scheduler event
 
 
 class EventBus:

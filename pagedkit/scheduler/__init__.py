@@ -1,5 +1,6 @@
 """Continuous batching over paged memory: which tokens each step computes."""
 
+from .events import FINISH_REASONS, Admit, Finish, Preempt, SchedulerEventKind, Step
 from .scheduler import (
     PREEMPTION_MODES,
     ScheduledSeq,
@@ -8,4 +9,16 @@ from .scheduler import (
     SchedulerOutput,
 )
 
-__all__ = ["PREEMPTION_MODES", "ScheduledSeq", "Scheduler", "SchedulerConfig", "SchedulerOutput"]
+__all__ = [
+    "FINISH_REASONS",
+    "PREEMPTION_MODES",
+    "Admit",
+    "Finish",
+    "Preempt",
+    "ScheduledSeq",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerEventKind",
+    "SchedulerOutput",
+    "Step",
+]

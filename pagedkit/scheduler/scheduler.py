@@ -25,8 +25,8 @@ new request must fit one step's token budget (the engine checks); the
 tokens a preempted sequence must recompute may not, so they are spread over
 as many steps as needed, as chunked prefill would.
 
-Every decision is also an event (`ADMIT`, `PREEMPT`, `FINISH`, `STEP`) on the
-memory's event bus, so widgets can replay it.
+Every decision is also an event (`Admit`, `Preempt`, `Finish`, `Step`, from
+`pagedkit.scheduler.events`) on the memory's event bus, so widgets can replay it.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from .._validation import check_choice, check_int
-from ..memory import BlockCopy, Event, EventKind, KVCacheManager
+from ..memory import BlockCopy, KVCacheManager
 from ..sequence import FinishReason, Sequence, SequenceGroup, SequenceStatus
+from .events import Admit, Finish, Preempt, Step
 
 PREEMPTION_MODES = ("recompute", "swap")
 
@@ -124,20 +124,23 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
-    def finish_seq(self, seq: Sequence, reason: FinishReason, why: str | None = None) -> None:
+    def finish_seq(self, group: SequenceGroup, seq: Sequence, reason: FinishReason,
+                   message: str | None = None) -> None:
         """A sequence is done: free its blocks now (its group may run on)."""
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         if seq.seq_id in self.kv:
             self.kv.free(seq.seq_id)
-        self._emit(EventKind.FINISH, seq.seq_id, why or str(reason))
+        if self.events:
+            self.events.emit(Finish(seq.seq_id, group.request_id, reason.value, message))
 
-    def drop_seq(self, seq: Sequence) -> None:
+    def drop_seq(self, group: SequenceGroup, seq: Sequence) -> None:
         """Free a sequence that leaves its group without an output (a pruned beam)."""
         if seq.seq_id in self.kv:
             self.kv.free(seq.seq_id)
         seq.status = SequenceStatus.FINISHED
-        self._emit(EventKind.FINISH, seq.seq_id, "pruned")
+        if self.events:
+            self.events.emit(Finish(seq.seq_id, group.request_id, "pruned"))
 
     def retire_finished(self) -> list[SequenceGroup]:
         """Take finished groups out of the running list."""
@@ -235,8 +238,9 @@ class Scheduler:
             group.set_status(SequenceStatus.RUNNING)
             _insert_by_arrival(self.running, group)
             out.admitted.append(group)
-            for seq in group.unfinished_seqs():
-                self._emit(EventKind.ADMIT, seq.seq_id, group.request_id)
+            if self.events:
+                for seq in group.unfinished_seqs():
+                    self.events.emit(Admit(seq.seq_id, group.request_id))
 
     def _try_admit(self, group: SequenceGroup, budget: _Budget
                    ) -> list[tuple[ScheduledSeq, list[BlockCopy]]] | str:
@@ -361,22 +365,19 @@ class Scheduler:
         group.num_preemptions += 1
         self.num_preemptions += 1
         out.preempted.append((group, mode))
-        for seq in seqs:
-            self._emit(EventKind.PREEMPT, seq.seq_id, mode)
+        if self.events:
+            for seq in seqs:
+                self.events.emit(Preempt(seq.seq_id, group.request_id, mode))
 
-    def _end(self, group: SequenceGroup, reason: FinishReason, why: str | None = None) -> None:
+    def _end(self, group: SequenceGroup, reason: FinishReason,
+             message: str | None = None) -> None:
         for seq in group.unfinished_seqs():
-            self.finish_seq(seq, reason, why)
+            self.finish_seq(group, seq, reason, message)
 
     def emit_step(self, step: int) -> None:
         if self.events:  # the queues ride along: requests never admitted make no event
-            queues = (f"running={len(self.running)} waiting={len(self.waiting)} "
-                      f"swapped={len(self.swapped)}")
-            self.events.emit(Event(EventKind.STEP, step=step, detail=queues))
-
-    def _emit(self, kind: EventKind, seq: Hashable, detail: str | None) -> None:
-        if self.events:
-            self.events.emit(Event(kind, seq=seq, detail=detail))
+            self.events.emit(Step(step, len(self.running), len(self.waiting),
+                                  len(self.swapped)))
 
 
 def _insert_by_arrival(queue, group: SequenceGroup) -> None:

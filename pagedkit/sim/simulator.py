@@ -45,9 +45,9 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from .._validation import check_choice, check_int
-from ..memory import ContiguousAllocator, Event, EventBus, EventKind, KVCacheManager
-from ..scheduler import PREEMPTION_MODES
+from .._validation import check_choice, check_int, check_number
+from ..memory import ContiguousAllocator, EventBus, KVCacheManager
+from ..scheduler import PREEMPTION_MODES, Admit, Finish, Preempt, Step
 from .latency import LatencyModel, ModelPreset
 from .managers import PAGED, ContiguousMemory, Group, ManagerSpec, PagedMemory, Seq, Usage
 from .metrics import RequestResult, SimResult, StepLog
@@ -109,7 +109,23 @@ class Simulator:
                  swap_slots: int | None = None,
                  watermark: float = 0.01, sharing: Sharing | None = None, seed: int = 0,
                  events: EventBus | None = None) -> None:
+        if not isinstance(trace, Trace):
+            raise TypeError(f"trace must be a pagedkit.sim.Trace (synthetic_trace, load_trace, or "
+                            f"Trace(name, requests)), got {type(trace).__name__}")
+        if not isinstance(manager, (str, ManagerSpec)):
+            raise TypeError(f"manager must be a ManagerSpec or one of 'max', 'pow2', 'oracle', "
+                            f"'paged', 'paged:BLOCK_SIZE'; got {manager!r}")
         self.spec = ManagerSpec.parse(manager) if isinstance(manager, str) else manager
+        if model is not None and not isinstance(model, (LatencyModel, ModelPreset)):
+            raise TypeError(f"model must be a LatencyModel or a ModelPreset, got {model!r}")
+        if sharing is not None and not isinstance(sharing, (ParallelSampling, BeamSearch,
+                                                            SharedPrefix)):
+            raise TypeError(f"sharing must be ParallelSampling, BeamSearch or SharedPrefix, got "
+                            f"{sharing!r}")
+        if swap_slots is not None:
+            check_int("swap_slots", swap_slots, minimum=0)
+        check_int("seed", seed)
+        check_number("watermark", watermark)
         if model is None:
             model = LatencyModel()
         self.latency = model if isinstance(model, LatencyModel) else LatencyModel(model)
@@ -306,7 +322,8 @@ class Simulator:
                 chosen.append((seq, children[i]))
             else:
                 self.memory.free_seq(group, seq)
-                self._emit(EventKind.FINISH, seq.seq_id, "pruned")
+                if self.events:
+                    self.events.emit(Finish(seq.seq_id, group.request_id, "pruned"))
         beams = []
         for seq, count in chosen:
             beams.append(seq)
@@ -329,8 +346,9 @@ class Simulator:
             how = "recompute"
         group.num_preemptions += 1
         self.num_preemptions += 1
-        for seq in group.seqs:
-            self._emit(EventKind.PREEMPT, seq.seq_id, how)
+        if self.events:
+            for seq in group.seqs:
+                self.events.emit(Preempt(seq.seq_id, group.request_id, how))
 
     def _swap_in(self, seqs: int) -> int:
         """Bring swapped-out requests back, oldest first, while they fit;
@@ -377,8 +395,7 @@ class Simulator:
             seqs += len(group.seqs)
             if self.events:
                 for seq in group.seqs:
-                    self.events.emit(Event(EventKind.ADMIT, seq=seq.seq_id,
-                                           detail=str(group.request_id)))
+                    self.events.emit(Admit(seq.seq_id, group.request_id))
         return prefill, admitted
 
     def _never_fits(self, group: Group) -> str | None:
@@ -428,7 +445,8 @@ class Simulator:
             self.memory.free_seq(group, seq)
             group.seqs.remove(seq)
             group.done.append(seq)
-            self._emit(EventKind.FINISH, seq.seq_id, "stop")
+            if self.events:
+                self.events.emit(Finish(seq.seq_id, group.request_id, "stop"))
             if not group.seqs:
                 finished_groups.append(group)
         num_running = len(self.running)
@@ -438,10 +456,9 @@ class Simulator:
             for group in finished_groups:
                 self._record(group, "stop")
         self.step_count += 1
-        if self.events:  # the queues ride along, in the engine scheduler's words
-            queues = (f"running={len(self.running)} waiting={len(self.waiting)} "
-                      f"swapped={len(self.swapped)}")
-            self.events.emit(Event(EventKind.STEP, step=self.step_count, detail=queues))
+        if self.events:  # the queues ride along, as the engine's scheduler sends them
+            self.events.emit(Step(self.step_count, len(self.running), len(self.waiting),
+                                  len(self.swapped)))
         return StepRecord(self.step_count, start, duration, num_running, scheduled, num_seqs,
                           len(self.waiting), len(self.swapped),
                           tuple(g.request_id for g in admitted),
@@ -450,8 +467,9 @@ class Simulator:
 
     # ------------------------------------------------------------- helpers
     def _abort(self, group: Group, reason: str) -> None:
-        for seq in group.seqs:
-            self._emit(EventKind.FINISH, seq.seq_id, f"abort: {reason}")
+        if self.events:
+            for seq in group.seqs:
+                self.events.emit(Finish(seq.seq_id, group.request_id, "abort", reason))
         self._record(group, f"abort: {reason}")
 
     def _record(self, group: Group, reason: str) -> None:
@@ -459,10 +477,6 @@ class Simulator:
         self.results.append(RequestResult(r.request_id, r.arrival, group.prompt_len,
                                           r.output_len, group.first_token_time, self.now,
                                           group.num_preemptions, reason))
-
-    def _emit(self, kind: EventKind, seq: int, detail: str) -> None:
-        if self.events:
-            self.events.emit(Event(kind, seq=seq, detail=detail))
 
 
 def simulate(trace: Trace, manager: ManagerSpec | str = PAGED, *,

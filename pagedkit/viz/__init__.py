@@ -34,7 +34,7 @@ from .frames import BlockState, Frame, MemoryCounts, RequestCounts, SwappedBlock
 from .frontend import display_mode
 from .page_table import PageTableData, PageTableRow, page_table
 from .page_table_view import PageTable
-from .recorder import Recorder, parse_queue_counts
+from .recorder import Recorder
 from .replay import Comparison, ContiguousFrame, PagedWaste, paged_waste, replay
 from .timeline import TimelineData, timeline
 from .timeline_view import Timeline
@@ -66,7 +66,6 @@ __all__ = [
     "grid_for",
     "page_table",
     "paged_waste",
-    "parse_queue_counts",
     "replay",
     "timeline",
 ]

@@ -17,7 +17,8 @@ import statistics
 import time
 from typing import Any
 
-from ..memory import Event, EventKind, KVCacheManager
+from ..memory import KVCacheManager
+from ..scheduler import Admit, Finish, Preempt, Step
 from .block_grid import block_map_data
 from .block_map import BlockMap
 from .recorder import Recorder
@@ -37,14 +38,14 @@ def _workload(kv: KVCacheManager, num_steps: int, rng: random.Random) -> None:
                 if kv.can_swap_out([victim]):
                     kv.swap_out([victim])
                     swapped.append(victim)
-                    bus.emit(Event(EventKind.PREEMPT, seq=victim, detail="swap"))
+                    bus.emit(Preempt(victim, _request(victim), "swap"))
                 else:
                     kv.free(victim)
-                    bus.emit(Event(EventKind.PREEMPT, seq=victim, detail="recompute"))
+                    bus.emit(Preempt(victim, _request(victim), "recompute"))
             elif rng.random() < 0.005:
                 kv.free(seq)
                 running.remove(seq)
-                bus.emit(Event(EventKind.FINISH, seq=seq, detail="stop"))
+                bus.emit(Finish(seq, _request(seq), "stop"))
         if swapped and kv.can_swap_in(swapped[:1], reserve=8):
             seq = swapped.pop(0)
             kv.swap_in([seq])
@@ -59,13 +60,18 @@ def _workload(kv: KVCacheManager, num_steps: int, rng: random.Random) -> None:
                                    reserve=2):
                 break
             kv.allocate_slots(seq, prompt[len(cached) * kv.block_size:], cached)
-            bus.emit(Event(EventKind.ADMIT, seq=seq, detail=f"r{seq}"))
+            bus.emit(Admit(seq, _request(seq)))
             running.append(seq)
             if rng.random() < 0.2:  # a second sample sharing the prompt
                 kv.fork(seq, f"{seq}.1")
-                bus.emit(Event(EventKind.ADMIT, seq=f"{seq}.1", detail=f"r{seq}"))
+                bus.emit(Admit(f"{seq}.1", _request(seq)))
                 running.append(f"{seq}.1")
-        bus.emit(Event(EventKind.STEP, step=step))
+        bus.emit(Step(step))  # no queues kept here: the recorder counts
+
+
+def _request(seq: int | str) -> str:
+    """The request a sequence of this workload belongs to (``7.1`` is a sample of ``r7``)."""
+    return f"r{str(seq).partition('.')[0]}"
 
 
 def _ms(xs: list[float]) -> str:

@@ -15,8 +15,8 @@ Two things are not on the bus and are inferred instead:
   ``FINISH`` event (the scheduler's abort), or when it is swapped back in;
 * the waiting queue: requests that arrived but were never admitted make no
   event, so ``waiting`` counts requests preempted for recompute — unless the
-  ``STEP`` event's detail carries the scheduler's own counts as
-  ``"running=R waiting=W swapped=S"``, which are then taken as they are.
+  `Step` event carries the scheduler's own counts (``running``, ``waiting``,
+  ``swapped``), which are then taken as they are.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 from .._validation import check_int
 from ..memory import BlockAllocator, Event, EventBus, EventKind
+from ..scheduler.events import Admit, Finish, Preempt, SchedulerEventKind, Step
 from .frames import (
     CACHED,
     EMPTY_BLOCK,
@@ -80,16 +81,16 @@ class Recorder:
         self._swap_in_run: set[int] = set()  # GPU blocks filled by swap-ins this step
         self._copies: list[tuple[int, int]] = []
         self._preempted: set[Hashable] = set()  # requests preempted in this step
-        self._kinds: Counter[EventKind] = Counter()
-        self._queue_override: RequestCounts | None = None  # from a STEP event's detail
+        self._kinds: Counter[EventKind | SchedulerEventKind] = Counter()
+        self._queue_override: RequestCounts | None = None  # from a Step event's counts
         self._listeners: list[FrameListener] = []
         self._handlers = {
             EventKind.ALLOCATE: self._allocate, EventKind.APPEND: self._append,
             EventKind.FREE: self._free, EventKind.FORK: self._fork, EventKind.COW: self._cow,
             EventKind.CACHE_HIT: self._cache_hit, EventKind.EVICT: self._evict,
             EventKind.SWAP_OUT: self._swap_out, EventKind.SWAP_IN: self._swap_in,
-            EventKind.ADMIT: self._admit, EventKind.PREEMPT: self._preempt,
-            EventKind.FINISH: self._finish, EventKind.STEP: self._step,
+            SchedulerEventKind.ADMIT: self._admit, SchedulerEventKind.PREEMPT: self._preempt,
+            SchedulerEventKind.FINISH: self._finish, SchedulerEventKind.STEP: self._step,
         }
         self._unsubscribe: Callable[[], None] | None = events.subscribe(self.on_event)
         self.cut()
@@ -201,7 +202,7 @@ class Recorder:
                              swapped=counts[SWAPPED])
 
     # ---------------------------------------------------------------- folding
-    def on_event(self, event: Event) -> None:
+    def on_event(self, event: Event | Admit | Preempt | Finish | Step) -> None:
         """Fold one event into the picture (the bus calls this)."""
         kind = event.kind
         self._kinds[kind] += 1
@@ -268,7 +269,7 @@ class Recorder:
         if e.ref_count:
             self._set(e.block, BlockState(USED, _minus(b.owners, e.seq), e.ref_count,
                                           b.num_tokens))
-        elif e.detail == CACHED:
+        elif e.cached:
             self._set(e.block, BlockState(CACHED, (), 0, b.num_tokens))
         else:
             self._set(e.block, EMPTY_BLOCK)
@@ -325,24 +326,26 @@ class Recorder:
                 del self._swapped[cpu]
         self._status[seq] = RUNNING
 
-    def _admit(self, e: Event) -> None:
-        if e.detail is not None:
-            self._request_of[e.seq] = e.detail
+    def _admit(self, e: Admit) -> None:
+        if e.request_id is not None:
+            self._request_of[e.seq] = e.request_id
         self._status[e.seq] = RUNNING
 
-    def _preempt(self, e: Event) -> None:
-        self._status[e.seq] = SWAPPED if e.detail == "swap" else WAITING
+    def _preempt(self, e: Preempt) -> None:
+        self._status[e.seq] = SWAPPED if e.mode == "swap" else WAITING
         # one decision per request: the sequences of a group are preempted together
         self._preempted.add(self._request_of.get(e.seq, e.seq))
 
-    def _finish(self, e: Event) -> None:
+    def _finish(self, e: Finish) -> None:
         self._status.pop(e.seq, None)
         if e.seq in self._swapped_tables:  # aborted while swapped out: its CPU blocks go
             self._back_from_cpu(e.seq)
             self._status.pop(e.seq, None)
 
-    def _step(self, e: Event) -> None:
-        self._queue_override = parse_queue_counts(e.detail)
+    def _step(self, e: Step) -> None:
+        known = e.running is not None and e.waiting is not None and e.swapped is not None
+        self._queue_override = RequestCounts(running=e.running, waiting=e.waiting,
+                                             swapped=e.swapped) if known else None
         self.cut(e.step)
 
     def _seed(self, pool: BlockAllocator) -> None:
@@ -355,18 +358,6 @@ class Recorder:
                 self._set(block, BlockState(CACHED, (), 0, pool.num_tokens(block)))
         self.frames.clear()
         self.cut()
-
-
-def parse_queue_counts(detail: str | None) -> RequestCounts | None:
-    """Read ``"running=R waiting=W swapped=S"`` from a STEP event's detail, if it is there."""
-    if not detail:
-        return None
-    fields = dict(part.split("=", 1) for part in detail.split() if "=" in part)
-    try:
-        return RequestCounts(running=int(fields["running"]), waiting=int(fields["waiting"]),
-                             swapped=int(fields["swapped"]))
-    except (KeyError, ValueError):
-        return None
 
 
 def _find_pool(source: Any) -> BlockAllocator | None:

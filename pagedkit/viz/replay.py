@@ -34,7 +34,8 @@ from itertools import chain
 from typing import Any
 
 from .._validation import check_choice, check_int
-from ..memory import POLICIES, ContiguousAllocator, ContiguousStats, Event, EventBus, EventKind
+from ..memory import POLICIES, ContiguousAllocator, ContiguousStats, EventBus
+from ..scheduler import SchedulerEventKind, Step
 from ..sim import LatencyModel, ManagerSpec, ModelPreset, Simulator, StepClock, Trace, TraceRequest
 from .frames import Frame
 from .recorder import Recorder
@@ -244,16 +245,15 @@ class _PagedSide:
                     self._name_of.setdefault(s.seq_id, self.names[group.request_id])
         return self._name_of.get(seq, seq)
 
-    def _forward(self, e: Event) -> None:
-        if e.kind is EventKind.STEP:
+    def _forward(self, e) -> None:
+        if e.kind is SchedulerEventKind.STEP:
             return  # frames are cut by `cut`, one per moment of the replay
         if e.seq is not None:
             e = replace(e, seq=self._seq_name(e.seq))
-        if e.kind is EventKind.ADMIT:
-            e = replace(e, detail=self.names[int(e.detail)])
+        if isinstance(e.kind, SchedulerEventKind):  # admit, preempt, finish name a request
+            e = replace(e, request_id=self.names[e.request_id])
         self.out.emit(e)
 
     def cut(self) -> None:
         sim = self.sim
-        queues = f"running={len(sim.running)} waiting={len(sim.waiting)} swapped={len(sim.swapped)}"
-        self.out.emit(Event(EventKind.STEP, step=sim.step_count, detail=queues))
+        self.out.emit(Step(sim.step_count, len(sim.running), len(sim.waiting), len(sim.swapped)))

@@ -4,7 +4,8 @@ bad input that leave the engine exactly as it was."""
 import pytest
 
 from pagedkit import LLM, LLMEngine, SamplingParams
-from pagedkit.memory import EventKind, EventLog
+from pagedkit.memory import EventLog
+from pagedkit.scheduler import SchedulerEventKind
 
 GREEDY = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
 
@@ -97,8 +98,8 @@ def test_step_output_and_events(engine):
     assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time <= m.finish_time
     kinds = log.kinds()
     assert kinds.count("admit") == 2 and kinds.count("step") == 2
-    assert [e.step for e in log if e.kind is EventKind.STEP] == [0, 1]
-    assert any(e.kind is EventKind.FINISH and e.detail == "length" for e in log)
+    assert [e.step for e in log if e.kind is SchedulerEventKind.STEP] == [0, 1]
+    assert any(e.kind is SchedulerEventKind.FINISH and e.reason == "length" for e in log)
 
 
 def test_abort_frees_memory_wherever_the_request_is(engine):

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from pagedkit import LLM, SamplingParams
-from pagedkit.memory import EventKind, EventLog
+from pagedkit.memory import EventLog
+from pagedkit.scheduler import SchedulerEventKind
 
 
 def transformers_beams(model, prompt, num_beams, max_new_tokens):
@@ -42,7 +43,7 @@ def test_beams_fork_share_and_copy_on_write(reference, make_prompts):
         step = engine.step()
     kinds = log.kinds()
     assert "fork" in kinds and "cow" in kinds
-    assert any(e.kind is EventKind.FINISH and e.detail == "pruned" for e in log)
+    assert any(e.kind is SchedulerEventKind.FINISH and e.reason == "pruned" for e in log)
     out = step.finished[0]
     assert len(out.outputs) == 2  # n best of 3 beams
     assert out.outputs[0].cumulative_logprob >= out.outputs[1].cumulative_logprob

@@ -42,8 +42,8 @@ def test_beam_search_forks_and_frees_beams_every_step():
     r = sim.run()
     kinds = Counter(log.kinds())
     assert kinds["fork"] > 0 and kinds["cow"] > 0
-    pruned = sum(1 for e in log if e.kind.value == "finish" and e.detail == "pruned")
-    stopped = sum(1 for e in log if e.kind.value == "finish" and e.detail == "stop")
+    pruned = sum(1 for e in log if e.kind.value == "finish" and e.reason == "pruned")
+    stopped = sum(1 for e in log if e.kind.value == "finish" and e.reason == "stop")
     assert pruned > 0 and stopped == 3 * len(trace)  # every request ends with its 3 beams
     assert 0 < r.sharing_saving() < 1
     assert sim.memory.kv.stats().used_blocks == 0

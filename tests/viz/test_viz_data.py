@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from viz_helpers import admit, emit, step
 
-from pagedkit.memory import EventKind, KVCacheManager
+from pagedkit.memory import KVCacheManager
+from pagedkit.scheduler import SchedulerEventKind
 from pagedkit.sim import (
     OPT_13B,
     ManagerSpec,
@@ -113,7 +114,7 @@ def test_timeline_series_line_up_with_frames():
     admit(kv, "b", "r2", [1, 2, 3])
     step(kv, 1)
     kv.free("b")
-    emit(kv, EventKind.PREEMPT, "b", "recompute")
+    emit(kv, SchedulerEventKind.PREEMPT, "b", "recompute")
     step(kv, 2)
     t = timeline(rec.frames)
     assert t.index == (0, 1, 2, 3)

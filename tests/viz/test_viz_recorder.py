@@ -6,8 +6,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from viz_helpers import admit, emit, step
 
-from pagedkit.memory import Event, EventBus, EventKind, KVCacheManager
-from pagedkit.viz import Recorder, parse_queue_counts
+from pagedkit.memory import EventBus, KVCacheManager
+from pagedkit.scheduler import Finish, SchedulerEventKind, Step
+from pagedkit.viz import Recorder
 from pagedkit.viz.frames import CACHED, FREE, RUNNING, SWAPPED, USED, WAITING
 
 
@@ -58,7 +59,7 @@ def test_free_leaves_cached_blocks_and_a_cache_hit_revives_them():
     prompt = list(range(10))  # two full blocks (cached when freed) and a partial one
     admit(kv, "A", "r1", prompt)
     kv.free("A")
-    emit(kv, EventKind.FINISH, "A", "stop")
+    emit(kv, SchedulerEventKind.FINISH, "A", "stop")
     step(kv, 0)
     f = rec[-1]
     assert [b.status for b in f.blocks[:3]] == [CACHED, CACHED, FREE]
@@ -95,12 +96,12 @@ def test_swap_out_and_back_in_moves_a_group_and_its_sharing():
     kv, rec = recorded(num_swap_blocks=8)
     admit(kv, "A", "r1", [1, 2, 3, 4, 5])
     kv.fork("A", "A2")
-    emit(kv, EventKind.ADMIT, "A2", "r1")
+    emit(kv, SchedulerEventKind.ADMIT, "A2", "r1")
     kv.allocate_slots("A2", [9])
     step(kv, 0)
     kv.swap_out(["A", "A2"])
     for seq in ("A", "A2"):
-        emit(kv, EventKind.PREEMPT, seq, "swap")
+        emit(kv, SchedulerEventKind.PREEMPT, seq, "swap")
     step(kv, 1)
     f = rec[-1]
     assert f.tables == {} and f.memory.used == 0
@@ -125,31 +126,28 @@ def test_preempt_recompute_and_finish_move_request_counts():
     admit(kv, "a", "r1", [1, 2])
     admit(kv, "b", "r2", [3, 4])
     kv.fork("b", "b2")
-    emit(kv, EventKind.ADMIT, "b2", "r2")  # two samples, one request
+    emit(kv, SchedulerEventKind.ADMIT, "b2", "r2")  # two samples, one request
     step(kv, 0)
     assert rec[-1].requests.running == 2
     kv.free("a")
-    emit(kv, EventKind.PREEMPT, "a", "recompute")
+    emit(kv, SchedulerEventKind.PREEMPT, "a", "recompute")
     step(kv, 1)
     f = rec[-1]
     assert (f.requests.running, f.requests.waiting) == (1, 1) and f.preemptions == 1
     assert f.seq_status["a"] == WAITING
     for seq in ("b", "b2"):
         kv.free(seq)
-        emit(kv, EventKind.FINISH, seq, "length")
+        emit(kv, SchedulerEventKind.FINISH, seq, "length")
     step(kv, 2)
     assert rec[-1].requests.running == 0 and rec[-1].preemptions == 0
 
 
-def test_step_detail_can_carry_the_schedulers_own_queue_counts():
-    assert parse_queue_counts("running=3 waiting=5 swapped=1").waiting == 5
-    assert parse_queue_counts("no counts here") is None
-    assert parse_queue_counts(None) is None
+def test_step_event_can_carry_the_schedulers_own_queue_counts():
     kv, rec = recorded()
-    emit(kv, EventKind.STEP, step=0, detail="running=2 waiting=7 swapped=0")
+    kv.events.emit(Step(0, running=2, waiting=7, swapped=0))
     assert rec[-1].requests.waiting == 7
     step(kv, 1)
-    assert rec[-1].requests.waiting == 0  # derived again without the detail
+    assert rec[-1].requests.waiting == 0  # derived again without the counts
 
 
 def test_colors_follow_requests_in_order_first_seen():
@@ -234,7 +232,7 @@ def test_frames_always_agree_with_the_manager(script):
         elif op == "free" and (live or away):
             seq = (live + away)[pick % len(live + away)]
             kv.free(seq)
-            kv.events.emit(Event(EventKind.FINISH, seq=seq, detail="abort"))  # as the scheduler
+            kv.events.emit(Finish(seq, None, "abort"))  # as the scheduler
         elif op == "swap_out" and live and kv.can_swap_out(live[pick % len(live):][:1]):
             kv.swap_out([live[pick % len(live)]])
         elif op == "swap_in" and away and kv.can_swap_in(away[:1]):
@@ -260,7 +258,7 @@ def test_frames_always_agree_with_the_manager(script):
                 assert len(moved) == len(distinct)  # shared blocks travelled once
                 check(frame, kv, seqs)
         if n % 3 == 0:
-            kv.events.emit(Event(EventKind.STEP, step=n))
+            kv.events.emit(Step(n))
             check(rec[-1], kv, seqs)
     check(rec.cut(), kv, seqs)
 

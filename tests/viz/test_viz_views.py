@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from viz_helpers import admit, emit, step
 
-from pagedkit.memory import EventKind, KVCacheManager
+from pagedkit.memory import KVCacheManager
+from pagedkit.scheduler import SchedulerEventKind
 from pagedkit.sim import TraceRequest
 from pagedkit.viz import (
     BlockMap,
@@ -35,7 +36,7 @@ def three_steps():
     kv.allocate_slots("B2", [60])
     step(kv, 1)
     kv.free("A")
-    emit(kv, EventKind.FINISH, "A", "stop")
+    emit(kv, SchedulerEventKind.FINISH, "A", "stop")
     step(kv, 2)
     return kv, rec
 
