@@ -86,11 +86,12 @@ class View(Played):
         """The interactive widget: the figure and the controls (built on first use)."""
         if self._widget is None:
             import ipywidgets as w
-            import plotly.graph_objects as go
+
+            from .figure_widget import figure_widget
 
             # Build the whole figure, then wrap it: the constructor sends the
             # complete traces and layout to the browser in one piece.
-            fig = go.FigureWidget(self.figure(self.player.index))
+            fig = figure_widget(self.figure(self.player.index))
             self._figure_widget = fig
             self._widget = w.VBox([self._figure_widget, *self._extra_controls(),
                                    self.player.widget])
