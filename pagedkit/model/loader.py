@@ -2,14 +2,18 @@
 
 * ``"tiny"`` — the embedded default that ships inside pagedkit (no download);
 * a Hugging Face model name or a local directory — loaded with transformers
-  (a name needs the hub, e.g. on Colab);
+  (a name needs the hub, e.g. on Colab, unless it is in the local cache; an
+  unreachable hub is said at once, and a missing path is told from a name);
 * an already-built ``transformers.PreTrainedModel`` — how the labs and tests
   serve random-weight configs of any size (tokenizer optional).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
@@ -52,15 +56,57 @@ def load_model(model, tokenizer=None):
 
         loaded, tok = load_tiny()
         return loaded, tokenizer or tok, "tiny"
+    path = Path(name).expanduser()
+    if path.exists():
+        return (*_from_pretrained(str(path), tokenizer, f"local directory {name!r}"), name)
+    if _looks_like_path(name):
+        raise FileNotFoundError(
+            f"model path {name!r} does not exist (a Hugging Face model name is 'name' or "
+            "'org/name'); use model='tiny' (the embedded default), an existing local directory, "
+            "or pass a transformers model object")
+    try:  # a name already in the local Hugging Face cache needs no network
+        return (*_from_pretrained(name, tokenizer, "", local_files_only=True), name)
+    except OSError:
+        pass
+    where = _hub_unreachable()
+    if where:  # fail now: transformers would spend ~30 s retrying before saying so
+        raise OSError(
+            f"could not load model name {name!r}: it is not in the local Hugging Face cache and "
+            f"{where}; use model='tiny' (the embedded default), a local directory, or pass a "
+            "transformers model object")
+    return (*_from_pretrained(name, tokenizer, f"model name {name!r}"), name)
+
+
+def _from_pretrained(name: str, tokenizer, what: str, **kwargs):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(name)
-        tok = tokenizer or AutoTokenizer.from_pretrained(name)
+        loaded = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        tok = tokenizer or AutoTokenizer.from_pretrained(name, **kwargs)
     except OSError as err:
-        where = "local directory" if Path(name).exists() else "model name"
-        raise OSError(
-            f"could not load {where} {name!r}: {err}\nA model name needs the Hugging Face hub, "
-            "which is not reachable from here; use model='tiny' (the embedded default), a local "
-            "path, or pass a transformers model object.") from err
-    return loaded, tok, name
+        if not what:
+            raise
+        raise OSError(f"could not load {what}: {err}\nUse model='tiny' (the embedded default), "
+                      "a local directory, or pass a transformers model object.") from err
+    return loaded, tok
+
+
+def _looks_like_path(name: str) -> bool:
+    """Hub names are ``name`` or ``org/name``; anything else shaped like a path is one."""
+    return (name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
+            or name.endswith("/"))
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached, found in well under a second, or None."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in (
+            "1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+    except OSError as err:
+        return f"the hub ({host}) is not reachable from here ({err})"
+    return None

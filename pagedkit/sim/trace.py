@@ -17,6 +17,7 @@ import contextlib
 import csv
 import json
 import math
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import check_int, check_number
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,23 @@ class TraceRequest:
     arrival: float
     prompt_len: int
     output_len: int
+
+    def __post_init__(self) -> None:
+        # Checked here, so a hand-built request cannot reach the simulator with a
+        # length it would loop on (an arrival of NaN is never reached).
+        who = f"request {self.request_id!r}"
+        object.__setattr__(self, "prompt_len",
+                           check_int(f"prompt_len of {who}", self.prompt_len, minimum=1))
+        object.__setattr__(self, "output_len",
+                           check_int(f"output_len of {who}", self.output_len, minimum=1))
+        t = self.arrival
+        if isinstance(t, bool) or not isinstance(t, numbers.Real):
+            raise TypeError(f"{who} arrives at {t!r} ({type(t).__name__}): an arrival is a "
+                            "time >= 0 in seconds")
+        if not (math.isfinite(t) and t >= 0):
+            raise ValueError(f"{who} arrives at {t!r} s: an arrival is a finite time >= 0 "
+                             "in seconds")
+        object.__setattr__(self, "arrival", float(t))
 
     @property
     def total_len(self) -> int:
@@ -49,6 +67,17 @@ class Trace:
     name: str
     requests: tuple[TraceRequest, ...]
     source: str = "synthetic"
+
+    def __post_init__(self) -> None:
+        requests = tuple(self.requests)
+        for i, r in enumerate(requests):
+            if not isinstance(r, TraceRequest):
+                raise TypeError(f"trace {self.name!r}: request {i} is {r!r}, not a TraceRequest")
+            if i and r.arrival < requests[i - 1].arrival:
+                raise ValueError(f"trace {self.name!r}: requests must be in arrival order; "
+                                 f"request {i} arrives at {r.arrival:g} s, before request "
+                                 f"{i - 1} ({requests[i - 1].arrival:g} s)")
+        object.__setattr__(self, "requests", requests)
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -69,6 +98,7 @@ class Trace:
 
     def head(self, n: int) -> Trace:
         """The first `n` requests (a quick trace for tests and demos)."""
+        check_int("n", n, minimum=1)
         return Trace(self.name, self.requests[:n], self.source)
 
 
@@ -181,8 +211,7 @@ def poisson_arrivals(n: int, rate: float, seed: int = 0) -> np.ndarray:
     """Arrival times of `n` requests of a Poisson process with `rate` requests/s
     (exponential gaps), as the paper synthesizes them (§6.1)."""
     check_int("n", n, minimum=0)
-    if not rate > 0:
-        raise ValueError(f"rate must be > 0 requests/s, got {rate!r}")
+    rate = check_number("rate", rate, positive=True)
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
     return np.cumsum(gaps)
 
@@ -197,12 +226,13 @@ def synthetic_trace(dataset: str | DatasetShape = "sharegpt", *, rate: float,
     over rates replays the same requests faster or slower.
     """
     shape = _shape(dataset)
+    rate = check_number("rate", rate, positive=True)
     if (num_requests is None) == (duration is None):
         raise ValueError("give exactly one of num_requests and duration")
     if num_requests is None:
-        if not duration > 0:
-            raise ValueError(f"duration must be > 0 seconds, got {duration!r}")
+        duration = check_number("duration", duration, positive=True)
         num_requests = max(1, round(rate * duration))
+    check_int("num_requests", num_requests, minimum=1)
     prompts, outputs = sample_lengths(shape, num_requests, seed)
     arrivals = poisson_arrivals(num_requests, rate, seed + 1)
     requests = tuple(TraceRequest(i, float(t), int(p), int(o))
