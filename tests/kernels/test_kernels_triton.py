@@ -217,3 +217,151 @@ def test_attention_kernels_take_half_bfloat_or_single_precision(triton_kernels):
         triton_kernels.paged_prefill.paged_prefill_attention(
             query, case.k_cache, case.v_cache, case.block_tables,
             torch.tensor([0, 1], dtype=torch.int32), case.context_lens)
+
+
+# ------------------------------------------------------------------ attention options
+# sliding window / softcap / sinks (docs/kernels.md, "Attention options"), against an
+# oracle of their own: float64 over the un-paged K/V, an explicit mask, the sink as one
+# extra logit. Windows smaller and larger than a block, not multiples of it, crossing
+# block and tile boundaries; the blocks wholly before a window hold NaN (the engine may
+# have freed them) and their table entries point at a NaN block.
+def options_truth(query, key, value, scale, first_position, *, window=None, softcap=None,
+                  sinks=None):
+    group = query.shape[1] // key.shape[1]
+    q = query.double()
+    k = key.double().repeat_interleave(group, dim=1)
+    v = value.double().repeat_interleave(group, dim=1)
+    s = torch.einsum("qhd,khd->hqk", q, k) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    pos = first_position + torch.arange(q.shape[0])[:, None]
+    kpos = torch.arange(k.shape[0])[None, :]
+    visible = kpos <= pos
+    if window is not None:
+        visible &= kpos > pos - window
+    s = s.masked_fill(~visible[None], float("-inf"))
+    if sinks is not None:
+        sink = sinks.double()[:, None, None].expand(-1, s.shape[1], 1)
+        p = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        p = torch.softmax(s, dim=-1)
+    return torch.einsum("hqk,khd->qhd", p, v)
+
+
+def poison_before_window(case, q_lens, window):
+    """NaN into every block wholly before each sequence's window, and its table entry
+    pointed at a NaN spare block: a kernel that reads one returns NaN."""
+    bs = case.k_cache.shape[1]
+    spare = int(case.block_tables[0, -1])  # make_case(padding=None): a NaN spare block
+    poisoned = 0
+    for s, (n, q_len) in enumerate(zip(case.context_lens.tolist(), q_lens, strict=True)):
+        window_start = n - q_len - window + 1          # p_min - window + 1
+        for b in range(max(0, window_start) // bs):    # (b + 1) * bs <= window_start
+            block = int(case.block_tables[s, b])
+            case.k_cache[block] = float("nan")
+            case.v_cache[block] = float("nan")
+            case.block_tables[s, b] = spare
+            poisoned += 1
+    return poisoned
+
+
+WINDOW_LENS = [1, 8, 9, 30, 70]  # block size 8: inside one block, exactly one, crossing many
+
+
+@pytest.mark.parametrize("window", [1, 5, 8, 13, 100])
+def test_decode_sliding_window_never_reads_blocks_before_it(triton_kernels, device, window):
+    case = make_case(WINDOW_LENS, 8, num_kv_heads=2, head_dim=32, seed=window, padding=None)
+    poisoned = poison_before_window(case, [1] * len(WINDOW_LENS), window)
+    assert poisoned > 0 or window == 100
+    case = case.to(device)
+    query = torch.randn(len(WINDOW_LENS), 4, 32)
+    truth = torch.stack([options_truth(query[s:s + 1], k, v, 32 ** -0.5, k.shape[0] - 1,
+                                       window=window)[0]
+                         for s, (k, v) in enumerate(zip(case.keys, case.values, strict=True))])
+    for num_splits in (1, 3):
+        out = triton_kernels.paged_decode.paged_decode_attention(
+            query.to(device), case.k_cache, case.v_cache, case.block_tables, case.context_lens,
+            sliding_window=window, num_splits=num_splits)
+        assert_close(out, truth, F32)
+
+
+@pytest.mark.parametrize("window", [1, 7, 16, 29])
+def test_prefill_sliding_window_never_reads_blocks_before_it(triton_kernels, device, window):
+    # a whole prompt spanning three query tiles, a chunk after a cached prefix, a decode
+    lens, q_lens = [150, 45, 70], [150, 13, 1]
+    case = make_case(lens, 8, num_kv_heads=2, head_dim=32, seed=window, padding=None)
+    assert poison_before_window(case, q_lens, window) > 0
+    case = case.to(device)
+    cu = cu_seqlens(q_lens)
+    query = torch.randn(cu[-1], 4, 32)
+    truth = torch.cat([options_truth(query[cu[s]:cu[s + 1]], k, v, 32 ** -0.5,
+                                     k.shape[0] - q_lens[s], window=window)
+                       for s, (k, v) in enumerate(zip(case.keys, case.values, strict=True))])
+    out = triton_kernels.paged_prefill.paged_prefill_attention(
+        query.to(device), case.k_cache, case.v_cache, case.block_tables,
+        torch.tensor(cu, dtype=torch.int32, device=device), case.context_lens,
+        sliding_window=window)
+    assert_close(out, truth, F32)
+
+
+def softcap_and_sink_case(device, dtype):
+    """Large scores (nearly one-hot attention) so that a softcap of 2 flattens them, and
+    sinks from -10 (no weight) to 40 (above every score: most of the weight)."""
+    case = make_case([40, 17], 8, num_kv_heads=2, head_dim=16, dtype=dtype, seed=11,
+                     padding=None).to(device)
+    query = (3 * torch.randn(2, 8, 16)).to(dtype)
+    sinks = torch.linspace(-10, 40, 8)
+    return case, query, sinks
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_decode_softcap_and_sinks_change_the_output_as_the_oracle_says(triton_kernels, device,
+                                                                       dtype):
+    case, query, sinks = softcap_and_sink_case(device, dtype)
+    scale = 1.0
+
+    def truth(**kw):
+        return torch.stack([options_truth(query[s:s + 1], k, v, scale, k.shape[0] - 1, **kw)[0]
+                            for s, (k, v) in enumerate(zip(case.keys, case.values,
+                                                           strict=True))])
+
+    plain, capped = truth(), truth(softcap=2.0)
+    sunk, everything = truth(sinks=sinks), truth(softcap=2.0, sinks=sinks, window=11)
+    # the options bite: the output's largest coordinate moves, sinks shrink the outputs
+    assert (plain.argmax(-1) != capped.argmax(-1)).any()
+    assert (plain - sunk).abs().max() > 0.3
+    for num_splits in (1, 2):
+        def run(num_splits=num_splits, **kw):
+            return triton_kernels.paged_decode.paged_decode_attention(
+                query.to(device), case.k_cache, case.v_cache, case.block_tables,
+                case.context_lens, scale, num_splits=num_splits, **kw)
+        assert_close(run(softcap=2.0), capped, dtype)
+        assert_close(run(sinks=sinks.to(device)), sunk, dtype)
+        assert_close(run(softcap=2.0, sinks=sinks.to(device), sliding_window=11), everything,
+                     dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])
+def test_prefill_softcap_and_sinks_match_the_oracle(triton_kernels, device, dtype):
+    case, _, sinks = softcap_and_sink_case(device, dtype)
+    q_lens = [40, 5]
+    cu = cu_seqlens(q_lens)
+    query = (3 * torch.randn(cu[-1], 8, 16)).to(dtype)
+
+    def truth(**kw):
+        return torch.cat([options_truth(query[cu[s]:cu[s + 1]], k, v, 1.0,
+                                        k.shape[0] - q_lens[s], **kw)
+                          for s, (k, v) in enumerate(zip(case.keys, case.values, strict=True))])
+
+    def run(**kw):
+        return triton_kernels.paged_prefill.paged_prefill_attention(
+            query.to(device), case.k_cache, case.v_cache, case.block_tables,
+            torch.tensor(cu, dtype=torch.int32, device=device), case.context_lens, 1.0, **kw)
+
+    capped, sunk = truth(softcap=2.0), truth(sinks=sinks)
+    assert (truth().argmax(-1) != capped.argmax(-1)).any()
+    assert (truth() - sunk).abs().max() > 0.3
+    assert_close(run(softcap=2.0), capped, dtype)
+    assert_close(run(sinks=sinks.to(device)), sunk, dtype)
+    assert_close(run(softcap=2.0, sinks=sinks.to(device), sliding_window=11),
+                 truth(softcap=2.0, sinks=sinks, window=11), dtype)
