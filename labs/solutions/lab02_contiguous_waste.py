@@ -33,6 +33,6 @@ def waste_breakdown(reservations, capacity: int, next_size: int) -> dict:
         "token_states": used,
         "reservation": need - used,  # reserved for tokens still to come
         "internal_fragmentation": reserved - need,  # reserved, never to be used
-        # free slots are stranded only if the waiting request fits in no hole
+        # free slots are external fragmentation only if the waiting request fits in no hole
         "external_fragmentation": free if next_size > max(holes) else 0,
     }

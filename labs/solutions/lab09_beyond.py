@@ -9,6 +9,11 @@ def tokens_that_fit(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_byte
     return blocks * block_size
 
 
-def expected_tokens_per_step(acceptance_rate, num_draft_tokens):
-    """Tokens one target-model step yields: 1 + a + a^2 + ... + a^k."""
-    return sum(acceptance_rate ** i for i in range(num_draft_tokens + 1))
+def best_num_drafts(acceptance_rate, draft_cost, max_drafts):
+    """The k with the most tokens per unit of time; the smallest on a tie."""
+    def tokens_per_step(k):  # 1 + a + ... + a^k: draft i counts if drafts 1..i were accepted
+        return sum(acceptance_rate ** i for i in range(k + 1))
+
+    rates = [tokens_per_step(k) / (1 + k * draft_cost) for k in range(max_drafts + 1)]
+    best = max(rates)
+    return next(k for k, r in enumerate(rates) if r >= best * (1 - 1e-12))

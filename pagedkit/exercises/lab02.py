@@ -73,6 +73,9 @@ def check_first_fit(fn: Callable[[list[tuple[int, int]], int, int], int | None])
         Case(([], 100, 101), None, "a region larger than the whole address space never fits"),
         Case(([(70, 10), (20, 10), (50, 10)], 100, 20), 0,
              "the first fit is the lowest address: [0, 20) fits before any region"),
+        Case(([(20, 10), (35, 10)], 100, 5), 0,
+             "first fit takes the lowest hole that fits, [0, 20), not the tightest one ([30, 35) "
+             "fits 5 exactly: that would be best fit)"),
     ]
     return check_function("first_fit", fn, cases)
 
@@ -113,10 +116,11 @@ def _scenarios() -> list[Case]:
                   "over all regions"),
         _scenario(64, "pow2", 64, four, 32,
                   "B's region was freed, leaving a hole of 16 between A and C; the next "
-                  "request needs 32 and fits in no hole, so every free slot is stranded"),
+                  "request needs 32 and fits in no hole, so every free slot is external "
+                  "fragmentation"),
         _scenario(64, "pow2", 64, four, 16,
                   "the same memory, but the next request needs 16: it fits in the hole, so "
-                  "nothing is stranded (external fragmentation 0)"),
+                  "no free slot is lost (external fragmentation 0)"),
         _scenario(64, "pow2", 64, [], 8, "no regions at all: nothing used, nothing wasted"),
         _scenario(100, "oracle", 100,
                   [("allocate", "A", 6, 4), ("allocate", "B", 5, 5), ("allocate", "C", 8, 2),

@@ -8,6 +8,7 @@ what the engine really runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -57,6 +58,9 @@ def check_top_p_filter(fn: Callable) -> CheckResult:
         ([0.5, 3.0, -1.0, 2.0, 0.0], 0.01, "a tiny top_p still keeps the most likely token"),
         ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], 0.6, "a token is dropped once the mass of the tokens "
                                               "*before* it already reaches top_p"),
+        ([math.log(2), math.log(8), 0.0, math.log(4), 0.0], 0.75,
+         "probabilities 1/2, 1/4, 1/8, 1/16, 1/16 (in sorted order): the mass before the third "
+         "is exactly 0.75 = top_p, which *reaches* top_p, so it is dropped (>=, not >)"),
         (torch.randn(50, generator=g).tolist(), 0.8, "50 logits: use softmax probabilities"),
         (torch.randn(50, generator=g).mul(4).tolist(), 0.95, "keep the dropped logits at -inf, "
                                                              "the kept ones unchanged"),

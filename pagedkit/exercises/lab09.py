@@ -1,5 +1,6 @@
 """Checks for lab 09 (beyond PagedAttention): two short calculations about
-where serving goes next — a quantized KV cache and speculative decoding.
+where serving goes next — a quantized KV cache, and how many tokens
+speculative decoding should draft.
 
 The KV-cache answers come from the engine's own `KVCacheSpec`, so the
 learner's arithmetic is held against what `LLMEngine` sizes its cache with.
@@ -7,7 +8,6 @@ learner's arithmetic is held against what `LLMEngine` sizes its cache with.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -15,7 +15,7 @@ import torch
 from ..model.kv_cache import KVCacheSpec
 from . import Case, CheckResult, check_function
 
-__all__ = ["CHECKS", "check_expected_tokens_per_step", "check_tokens_that_fit"]
+__all__ = ["CHECKS", "check_best_num_drafts", "check_tokens_that_fit"]
 
 _DTYPES = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32}
 GIB = 2**30
@@ -49,34 +49,51 @@ def _expected_tokens(alpha: float, k: int) -> float:
     return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
 
 
-def check_expected_tokens_per_step(fn: Callable) -> CheckResult:
-    """`expected_tokens_per_step(acceptance_rate, num_draft_tokens)` for speculative
-    decoding with independent acceptances."""
+def _best_num_drafts(alpha: float, draft_cost: float, max_drafts: int) -> int:
+    """The smallest k in 0..max_drafts with the most tokens per unit of time,
+    E(alpha, k) / (1 + k * draft_cost); the tolerance only breaks float ties."""
+    rate = [_expected_tokens(alpha, k) / (1 + k * draft_cost) for k in range(max_drafts + 1)]
+    best = max(rate)
+    return next(k for k, r in enumerate(rate) if r >= best * (1 - 1e-12))
+
+
+def check_best_num_drafts(fn: Callable) -> CheckResult:
+    """`best_num_drafts(acceptance_rate, draft_cost, max_drafts)`: the number of
+    draft tokens k (0..max_drafts) that gives speculative decoding the most
+    tokens per unit of time, where a target-model step costs 1 and each draft
+    token `draft_cost` (independent acceptances; the smallest k on a tie)."""
+    chain = ("draft i counts only if drafts 1..i were all accepted, and the target model adds "
+             "one token of its own: E(a, k) = 1 + a + a^2 + ... + a^k tokens per step")
+    cost = "a step with k drafts costs 1 + k x draft_cost: maximize E(a, k) / (1 + k x draft_cost)"
     specs = [
-        ((0.0, 4), "nothing accepted: the target model's own token still comes out (1)"),
-        ((0.5, 1), "one draft token: 1 (the target's token) + 0.5 (the draft, if accepted)"),
-        ((0.8, 4), "draft i counts only if drafts 1..i were all accepted: 1 + a + a^2 + ... "
-                   "+ a^k"),
-        ((0.6, 7), "a geometric series"),
-        ((1.0, 5), "every draft accepted: k + 1 tokens (mind a division by zero)"),
-        ((0.9, 0), "no drafts: plain decoding, 1 token per step"),
+        ((0.8, 0.05, 10), f"more drafts are not always better: {cost}"),
+        ((0.8, 0.2, 10), f"dearer drafts, fewer of them. {chain}"),
+        ((0.6, 0.1, 10), f"{chain}: E is not 1 + k x a (acceptances must chain)"),
+        ((0.95, 0.1, 20), f"a good draft model: {chain}"),
+        ((0.3, 0.05, 10), f"a poor draft model: {chain}"),
+        ((0.9, 0.3, 10), f"{chain}; and the target's own token counts"),
+        ((0.5, 0.5, 8), "k = 0 and k = 1 give exactly 1 token per unit of time: on a tie take the "
+                        "smallest k (drafting costs work for nothing)"),
+        ((0.0, 0.1, 5), "nothing is ever accepted: drafting only costs time"),
+        ((1.0, 0.1, 6), "every draft accepted: E = k + 1 (mind a division by zero), so the most "
+                        "drafts allowed win"),
+        ((0.7, 0.0, 5), "free drafts: as many as allowed"),
     ]
-    cases = [Case(args, _expected_tokens(*args), hint) for args, hint in specs]
-    return check_function(
-        "expected_tokens_per_step", fn, cases,
-        equal=lambda got, want: _as_float(got) is not None and math.isclose(
-            _as_float(got), want, rel_tol=1e-9))
+    cases = [Case(args, _best_num_drafts(*args), hint) for args, hint in specs]
+    return check_function("best_num_drafts", fn, cases,
+                          equal=lambda got, want: _as_int(got) == want)
 
 
-def _as_float(value) -> float | None:
-    """A number in any form a learner may return: int, float, numpy or torch scalar."""
+def _as_int(value) -> int | None:
+    """An integer in any form a learner may return (int, numpy or torch scalar)."""
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return None
+    return int(number) if number == int(number) else None
 
 
 CHECKS = {
     "tokens_that_fit": check_tokens_that_fit,
-    "expected_tokens_per_step": check_expected_tokens_per_step,
+    "best_num_drafts": check_best_num_drafts,
 }
