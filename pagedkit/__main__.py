@@ -1,32 +1,56 @@
 """``python -m pagedkit <command>`` (also the ``pagedkit`` console script).
 
-  demo       the embedded model serving a batch: outputs, throughput, KV usage
-  bench      benchmarks: ``bench`` (engine vs transformers) or ``bench kernels``
-  simulate   the paper's memory and batching results from the simulator
+Each command has its own options: ``python -m pagedkit <command> --help``.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import sys
+
+from . import __version__
+
+#: command -> (module whose ``main(argv)`` runs it, one line of help)
+COMMANDS = {
+    "demo": ("pagedkit.demo",
+             "the embedded model serving a batch: outputs, throughput, KV cache use"),
+    "bench": ("pagedkit.bench.__main__",
+              "benchmarks: 'bench' (the engine against transformers) or 'bench kernels'"),
+    "simulate": ("pagedkit.sim.cli",
+                 "the paper's memory and batching results from the simulator (no GPU)"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items())
+    p = argparse.ArgumentParser(
+        prog="pagedkit", description=f"pagedkit {__version__}: a teaching lab for "
+        "PagedAttention.", epilog=f"commands:\n{lines}\n\nEach command has its own options: "
+        "pagedkit COMMAND --help", formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"pagedkit {__version__}")
+    p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
+                   help=f"one of: {', '.join(COMMANDS)}")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
+                   help="the command's own options")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    command, rest = (argv[0], argv[1:]) if argv else ("", [])
-    if command == "demo":
-        from .demo import main as run
-    elif command == "bench":
-        from .bench.__main__ import main as bench
-
-        def run(args):
-            # `bench` alone is the engine benchmark; `bench kernels` the kernels'
-            return bench(args if args and not args[0].startswith("-") else ["engine", *args])
-    elif command == "simulate":
-        from .sim.cli import main as run
-    else:
-        print(__doc__, file=sys.stderr)
-        return 0 if command in ("-h", "--help") else 2
-    return run(rest)
+    """Run a command; returns its exit status (2 for a usage error, as argparse)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    if not argv:  # a first try: show what there is to run
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a usage error already printed
+        return e.code if isinstance(e.code, int) else 2
+    run = importlib.import_module(COMMANDS[args.command][0]).main
+    if args.command == "bench":
+        return run(args.args, prog="pagedkit bench", default="engine")
+    return run(args.args)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
 from typing import Any
@@ -90,3 +91,33 @@ def _token_ids(ids: Any, name: str) -> list[int]:
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# ------------------------------------------------------------ command lines
+# argparse `type=` functions: a bad value becomes a usage error (exit 2) that
+# names the option and the limit, never a traceback deep inside a run.
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        return check_number("value", float(text), positive=True)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}") from None
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    try:
+        return check_number("value", float(text), minimum=0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}") from None

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+
+from tqdm.auto import tqdm
+
+from ._validation import non_negative_float, positive_int
 
 PROMPTS = [
     "Once upon a time",
@@ -23,24 +28,68 @@ PROMPTS = [
 ]
 
 
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pagedkit demo",
+        description="The embedded model serves a batch of 8 prompts through the paged engine; "
+                    "prints the completions, tokens/s and what the KV cache did.")
+    p.add_argument("--model", default="tiny",
+                   help="'tiny' (embedded, the default), a Hugging Face model name or a local "
+                        "directory")
+    p.add_argument("--max-tokens", type=positive_int, default=40, metavar="N",
+                   help="tokens to generate per completion (default: 40)")
+    p.add_argument("--block-size", type=positive_int, default=16, metavar="SLOTS",
+                   help="token slots per KV block (default: 16)")
+    p.add_argument("--num-blocks", type=positive_int, default=64, metavar="N",
+                   help="KV cache size in blocks (default: 64); too few and requests are "
+                        "preempted")
+    p.add_argument("--temperature", type=non_negative_float, default=0.0, metavar="T",
+                   help="0 is greedy (the default); higher samples (seeded)")
+    p.add_argument("-n", type=positive_int, default=1, metavar="N",
+                   help="completions per prompt, sharing the prompt's blocks (default: 1)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedkit demo", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tiny", help="'tiny' (embedded) or a model name/path")
-    p.add_argument("--max-tokens", type=int, default=40)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--num-blocks", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("-n", type=int, default=1, help="completions per prompt (they share blocks)")
-    args = p.parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
 
     from . import LLM, SamplingParams
 
-    llm = LLM(args.model, block_size=args.block_size, num_blocks=args.num_blocks)
+    try:
+        llm = LLM(args.model, block_size=args.block_size, num_blocks=args.num_blocks)
+    except (OSError, ValueError, TypeError) as e:
+        parser.error(f"--model {args.model!r}: {e}")
     params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens,
                             seed=0)
+    engine = llm.llm_engine
+    if engine.tokenizer is None:
+        parser.error(f"--model {args.model!r} comes without a tokenizer; the demo's prompts are "
+                     "text")
+    longest = max(len(engine.tokenizer(p)["input_ids"]) for p in PROMPTS)
+    # a request's n completions run together: each must be able to reach max_tokens
+    per_seq = -(-min(longest + args.max_tokens, engine.max_model_len) // args.block_size)
+    needed = args.n * per_seq
+    if needed > args.num_blocks:
+        parser.error(f"--num-blocks {args.num_blocks} is too small: the longest prompt "
+                     f"({longest} tokens) + --max-tokens {args.max_tokens} takes {per_seq} "
+                     f"blocks of {args.block_size} per completion, x -n {args.n} = {needed}; "
+                     f"give --num-blocks {needed} or more")
     steps = []
+    # progress in tokens: requests all finish near the end, so a bar of requests would stall
+    bar = tqdm(total=len(PROMPTS) * args.n * args.max_tokens, unit="tok", desc="demo",
+               disable=args.no_progress, file=sys.stderr)
+
+    def on_step(step):
+        steps.append(step)
+        bar.update(len(step.new_tokens))
+
     start = time.perf_counter()
-    outputs = llm.generate(PROMPTS, params, use_tqdm=False, on_step=steps.append)
+    with bar:
+        outputs = llm.generate(PROMPTS, params, use_tqdm=False, on_step=on_step)
+        bar.total = bar.n  # some completions stopped early (an end-of-sequence token)
+        bar.refresh()
     seconds = time.perf_counter() - start
     for out in outputs:
         for c in out.outputs:
@@ -54,3 +103,7 @@ def main(argv: list[str] | None = None) -> int:
           f"in use; KV usage {usage:.1%} (allocated slots holding a token); "
           f"{sum(len(s.preempted) for s in steps)} preemptions")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,28 +1,52 @@
 """``python -m pagedkit.bench <name> [options]``: run one benchmark.
 
-Available: ``engine`` (pagedkit against transformers' generate and its
-continuous batching; also ``python -m pagedkit bench``) and ``kernels`` (the
-PagedAttention kernels against SDPA on a contiguous cache).
+``engine`` is pagedkit against transformers' generate and its continuous
+batching (also ``python -m pagedkit bench``); ``kernels`` the PagedAttention
+kernels against SDPA on a contiguous cache. Each has its own options:
+``python -m pagedkit.bench <name> --help``.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
+from .. import __version__
+
+#: name -> (module whose ``main(argv)`` runs it, one line of help)
 BENCHMARKS = {
-    "engine": "pagedkit.bench.engine",
-    "kernels": "pagedkit.bench.kernels",
+    "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate"),
+    "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA"),
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in BENCHMARKS:
-        names = ", ".join(BENCHMARKS)
-        print(f"usage: python -m pagedkit.bench {{{names}}} [options]", file=sys.stderr)
-        return 2
-    return importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:])
+def _parser(prog: str, default: str | None) -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {name:<9} {text}" for name, (_, text) in BENCHMARKS.items())
+    p = argparse.ArgumentParser(
+        prog=prog, usage=f"%(prog)s {{{', '.join(BENCHMARKS)}}} [options]",
+        description="Run one of pagedkit's benchmarks"
+                    + (f" (without NAME: {default})." if default else "."),
+        epilog=f"benchmarks:\n{lines}\n\nEach has its own options: {prog} NAME --help",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"pagedkit {__version__}")
+    p.add_argument("name", choices=list(BENCHMARKS), metavar="NAME",
+                   help=f"one of: {', '.join(BENCHMARKS)}")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
+                   help="the benchmark's own options")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m pagedkit.bench",
+         default: str | None = None) -> int:
+    """Run benchmark ``argv[0]`` with the rest; `default` runs when no name is
+    given (``pagedkit bench`` alone is the engine benchmark)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if default and (not argv or (argv[0].startswith("-")
+                                 and argv[0] not in ("-h", "--help", "--version"))):
+        argv = [default, *argv]
+    args = _parser(prog, default).parse_args(argv)
+    return importlib.import_module(BENCHMARKS[args.name][0]).main(args.args)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 
+from .._validation import positive_float, positive_int
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
 from .managers import PAPER_MANAGERS, ManagerSpec
@@ -36,27 +37,32 @@ def _parser() -> argparse.ArgumentParser:
                    help="how much to simulate for the paper comparison (default: default)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the synthetic traces and of sampling (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--benchmark", action="store_true",
                    help="time an hour of ShareGPT-like traffic at 2 req/s through each manager")
     one = p.add_argument_group("one trace instead of the paper comparison")
     one.add_argument("--dataset", choices=sorted(DATASETS),
                      help="a synthetic trace shaped like this dataset")
-    one.add_argument("--trace", help="a JSON or CSV file of request lengths")
-    one.add_argument("--rate", type=float,
+    one.add_argument("--trace", metavar="FILE", help="a JSON or CSV file of request lengths")
+    one.add_argument("--rate", type=positive_float,
                      help="requests/s (Poisson arrivals); needed with --dataset, and with "
                           "--trace when the file has no arrival times")
     size = one.add_mutually_exclusive_group()
-    size.add_argument("--requests", type=int,
+    size.add_argument("--requests", type=positive_int, metavar="N",
                       help="number of requests (with --trace: the file's first N)")
-    size.add_argument("--duration", type=float,
+    size.add_argument("--duration", type=positive_float, metavar="SECONDS",
                       help="seconds of arrivals (--dataset only)")
     one.add_argument("--manager", action="append", metavar="KIND", type=_manager,
                      help="max, pow2, oracle, paged or paged:BLOCK_SIZE (repeatable; "
                           "default: the paper's four)")
-    one.add_argument("--model", choices=sorted(PRESETS), default="opt-13b")
-    one.add_argument("--preemption", choices=PREEMPTION_MODES, default="recompute")
+    one.add_argument("--model", choices=sorted(PRESETS), default="opt-13b",
+                     help="the model and GPUs whose KV capacity and step times are simulated "
+                          "(default: opt-13b)")
+    one.add_argument("--preemption", choices=PREEMPTION_MODES, default="recompute",
+                     help="how the paged manager frees memory when it runs out (default: "
+                          "recompute)")
     one.add_argument("--prefill", choices=PREFILL_MODES, default="separate",
                      help="separate (default, as the Simulator's: the paper's vLLM ran newly "
                           "admitted prompts in an iteration of their own, and every paper "
@@ -96,7 +102,10 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
             trace = load_trace(args.trace, rate=args.rate, seed=args.seed)
         except (OSError, ValueError) as e:
             parser.error(f"--trace: {e}")
-        if args.requests:
+        if args.requests is not None:
+            if args.requests > len(trace):
+                parser.error(f"--requests {args.requests}: {args.trace} holds only "
+                             f"{len(trace)} requests")
             trace = trace.head(args.requests)
     else:
         if args.rate is None:
