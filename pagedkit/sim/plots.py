@@ -28,6 +28,13 @@ def _dataset(trace_name: str) -> str:
     return trace_name.split("@")[0]
 
 
+def trace_label(trace_name: str) -> str:
+    """A synthetic trace's name as a reader reads it: ``sharegpt@2`` is the ShareGPT
+    shape at 2 requests per second (`pagedkit.sim.trace` names them ``shape@rate``)."""
+    shape, at, rate = trace_name.partition("@")
+    return f"{shape} at {rate} req/s" if at else trace_name
+
+
 def _categories(fig: go.Figure, labels: list[str], **axis) -> None:
     """Bars at x = 0, 1, ...: a numeric axis labelled with `labels`, so the
     paper's markers can sit beside a bar instead of on its label."""
@@ -63,16 +70,25 @@ def plot_fig2(data: FigureData, paper: bool = True) -> go.Figure:
 
 def plot_fig13(data: FigureData, paper: bool = True) -> go.Figure:
     """Average batched requests per manager, grouped by trace; the paper's beside ours."""
-    x = [data.column("trace"), data.column("manager")]
+    traces = data.column("trace")
+    x = [[trace_label(t) for t in traces], data.column("manager")]
     ours = data.column("mean_batch_size")
     fig = go.Figure()
-    fig.add_bar(x=x, y=ours, name="simulated", text=[f"{v:.1f}" for v in ours])
+    fig.add_bar(x=x, y=ours, name="simulated", text=[f"{v:.1f}" for v in ours],
+                textposition="outside")
     if paper:
-        values = [ref.FIG13_BATCH.get(_dataset(t), {}).get(m) for t, m in zip(*x, strict=True)]
+        values = [ref.FIG13_BATCH.get(_dataset(t), {}).get(m)
+                  for t, m in zip(traces, x[1], strict=True)]
         fig.add_bar(x=x, y=values, name="paper", marker_color="lightgray",
-                    text=[f"{v:.1f}" if v is not None else "" for v in values])
-    fig.update_layout(barmode="group", title=f"{data.figure}: {data.title}",
-                      yaxis_title="requests in the running batch (time average)")
+                    text=[f"{v:.1f}" if v is not None else "" for v in values],
+                    textposition="outside")
+    else:
+        values = []
+    top = max([v for v in (*ours, *values) if v is not None] + [1.0])
+    # two short lines: one long one was taller than the plot
+    fig.update_layout(barmode="group", title=f"{data.figure}: {data.title}", height=450,
+                      yaxis_title="requests in the running<br>batch (time average)",
+                      yaxis_range=[0, top * 1.12], legend_title_text="mean batch")
     return fig
 
 
@@ -126,7 +142,7 @@ def plot_fig18b(data: FigureData) -> go.Figure:
         rows = data.select(trace=trace)
         fig.add_scatter(x=[r["block_size"] for r in rows],
                         y=[r["normalized_latency"] for r in rows], mode="lines+markers",
-                        name=trace)
+                        name=trace_label(trace))
     fig.update_layout(title=f"{data.figure}: {data.title}", xaxis_title="block size (tokens)",
                       xaxis_type="log", yaxis_title="normalized latency (s/token)")
     fig.update_xaxes(tickvals=sorted(set(data.column("block_size"))))
