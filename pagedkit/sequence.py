@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import itertools
 import time
+from collections.abc import Set
 from dataclasses import dataclass, field
 
 from .sampling_params import SamplingParams
@@ -33,6 +34,22 @@ class FinishReason(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def stop_reason(seq: Sequence, params: SamplingParams, stop_ids: Set[int],
+                max_model_len: int) -> FinishReason | None:
+    """Why `seq` stops after the token it just sampled (its last), or ``None``.
+
+    The one stop rule of the engine: a stop token (end-of-sequence unless
+    ``ignore_eos``, or one of ``stop_token_ids``) once ``min_tokens`` are out;
+    otherwise ``max_tokens`` or the model's length. Beam search decides
+    when a whole search is over itself (`pagedkit.engine.beam_search`)."""
+    generated = len(seq.token_ids) - seq.prompt_len
+    if seq.token_ids[-1] in stop_ids and generated >= params.min_tokens:
+        return FinishReason.STOP
+    if generated >= params.max_tokens or len(seq.token_ids) >= max_model_len:
+        return FinishReason.LENGTH
+    return None
 
 
 class Sequence:

@@ -15,6 +15,9 @@ finished hypothesis, the first ``beam_width`` others continue.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 
 from ..sequence import FinishReason, Sequence, SequenceGroup
@@ -24,13 +27,23 @@ def length_normalized(seq: Sequence, length_penalty: float) -> float:
     return seq.cumulative_logprob / max(len(seq.output_token_ids), 1) ** length_penalty
 
 
-def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
-              stop_ids: set[int], engine) -> dict[int, int]:
-    """Advance the group's beams by one token. Returns seq_id -> new token.
+@dataclass
+class BeamStep:
+    """What one step of beam search decided; the scheduler frees what it drops."""
 
-    `engine` provides ``fork(parent, group)``, ``next_seq_id()`` and the
-    scheduler's ``drop_seq`` / ``finish_seq``: the memory side of forking and
-    freeing."""
+    new_tokens: dict[int, int]  # seq_id -> the token appended to it
+    dropped: list[Sequence]  # beams chosen by nobody (already out of group.seqs)
+    done: bool  # the search is over: every live beam stops
+
+
+def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
+              stop_ids: set[int], fork: Callable[[Sequence], Sequence],
+              new_seq_id: Callable[[], int]) -> BeamStep:
+    """Advance the group's beams by one token.
+
+    `fork(parent)` makes a new beam of the group sharing all of `parent`'s
+    blocks; `new_seq_id()` names a finished hypothesis. Freeing the dropped
+    beams and finishing the search are the scheduler's (`Scheduler.update`)."""
     params = group.params
     width = params.beam_width
     candidates: list[tuple[float, int, int, Sequence]] = []
@@ -49,7 +62,7 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
             break
         if tok in stop_ids:
             if position < width:  # a finished hypothesis
-                done = parent.fork(engine.next_seq_id())
+                done = parent.fork(new_seq_id())
                 done.token_ids.append(tok)
                 done.cumulative_logprob = score
                 done.finish_reason = FinishReason.STOP
@@ -64,7 +77,7 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
     survivors: list[Sequence] = []
     for score, tok, parent in chosen:
         if parent.seq_id in used:  # chosen again: a new beam sharing all its blocks
-            beam = engine.fork(parent, group)
+            beam = fork(parent)
         else:
             beam = parent
             used.add(parent.seq_id)
@@ -73,15 +86,10 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
         beam.token_ids.append(tok)
         beam.cumulative_logprob = score
         new_tokens[beam.seq_id] = tok
-    for seq, _ in rows:
-        if seq.seq_id not in used:
-            engine.scheduler.drop_seq(group, seq)
+    dropped = [seq for seq, _ in rows if seq.seq_id not in used]
     live = {b.seq_id for b, _, _ in survivors}
     group.seqs = [s for s in group.seqs if s.seq_id in live]
-    if _search_is_done(group, width):
-        for seq in group.seqs:
-            engine.scheduler.finish_seq(group, seq, FinishReason.STOP)
-    return new_tokens
+    return BeamStep(new_tokens, dropped, _search_is_done(group, width))
 
 
 def _search_is_done(group: SequenceGroup, width: int) -> bool:

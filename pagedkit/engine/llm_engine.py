@@ -33,7 +33,7 @@ from ..model.sampler import sample
 from ..model.support import check_supported
 from ..sampling_params import SamplingParams
 from ..scheduler import Admit, Scheduler, SchedulerConfig
-from ..sequence import FinishReason, Sequence, SequenceGroup
+from ..sequence import FinishReason, Sequence, SequenceGroup, stop_reason
 from .beam_search import beam_step, best_beams
 from .outputs import CompletionOutput, RequestOutput, ScheduledInfo, StepOutput
 
@@ -255,21 +255,26 @@ class LLMEngine:
             is_prefill = s.num_tokens > 1 or s.start < s.seq.prompt_len
             out.scheduled.append(ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
                                                is_prefill))
-            s.seq.num_computed_tokens = s.start + s.num_tokens
             if s.samples:
                 rows.setdefault(s.group.request_id, []).append((s.seq, logits[row]))
                 row += 1
+        stops: list[tuple[SequenceGroup, Sequence, FinishReason]] = []
+        dropped: list[tuple[SequenceGroup, Sequence]] = []
         for request_id, group_rows in rows.items():
-            out.new_tokens.update(self._sample(self.groups[request_id], group_rows))
-        for group in self.scheduler.retire_finished() + plan.ended:
+            out.new_tokens.update(self._sample(self.groups[request_id], group_rows, stops,
+                                               dropped))
+        for group in self.scheduler.update(plan, out.new_tokens, stops, dropped):
             out.finished.append(self._retire(group))
-        self.scheduler.emit_step(plan.step)
         out.memory = self.memory_stats()
         out.duration_s = time.perf_counter() - start
         return out
 
-    def _sample(self, group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]]
-                ) -> dict[int, int]:
+    def _sample(self, group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
+                stops: list[tuple[SequenceGroup, Sequence, FinishReason]],
+                dropped: list[tuple[SequenceGroup, Sequence]]) -> dict[int, int]:
+        """Sample the group's next tokens (forking n samples or beams) and
+        append them; say which sequences stop or were dropped, for
+        `Scheduler.update` to act on."""
         params = group.params
         if group.metrics.first_token_time is None:
             group.metrics.first_token_time = time.monotonic()
@@ -277,7 +282,13 @@ class LLMEngine:
         if not params.ignore_eos:
             stop_ids |= self.eos_token_ids
         if params.use_beam_search:
-            new = beam_step(group, rows, stop_ids, self)
+            beams = beam_step(group, rows, stop_ids, lambda parent: self.fork(parent, group),
+                              self.next_seq_id)
+            new = beams.new_tokens
+            dropped += [(group, seq) for seq in beams.dropped]
+            if beams.done:
+                stops += [(group, seq, FinishReason.STOP) for seq in group.seqs]
+                return new
         else:
             generator = self._seeded.get(group.request_id, self._generator)
             picks: list[tuple[Sequence, int]] = []
@@ -297,17 +308,10 @@ class LLMEngine:
                 new[seq.seq_id] = token
         for seq in group.unfinished_seqs():
             if seq.seq_id in new:
-                self._check_stop(seq, group, new[seq.seq_id], stop_ids)
+                reason = stop_reason(seq, params, stop_ids, self.max_model_len)
+                if reason is not None:
+                    stops.append((group, seq, reason))
         return new
-
-    def _check_stop(self, seq: Sequence, group: SequenceGroup, token: int,
-                    stop_ids: set[int]) -> None:
-        params = group.params
-        generated = len(seq.output_token_ids)
-        if token in stop_ids and generated >= params.min_tokens:
-            self.scheduler.finish_seq(group, seq, FinishReason.STOP)
-        elif generated >= params.max_tokens or seq.num_tokens >= self.max_model_len:
-            self.scheduler.finish_seq(group, seq, FinishReason.LENGTH)
 
     def fork(self, parent: Sequence, group: SequenceGroup) -> Sequence:
         """A new sequence of `group` sharing every KV block of `parent` (paper §4.4)."""

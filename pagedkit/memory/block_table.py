@@ -204,3 +204,13 @@ class BlockTable:
         self.block_hashes = []
         self._tail = []
         self._freed = True
+
+    def relocate(self, allocator: BlockAllocator, blocks: Sequence[int]) -> None:
+        """Point the table at copies of its blocks in another pool (a swap, paper
+        §4.5): same tokens and names, new physical blocks, one for one. The
+        caller (`KVCacheManager`) has copied the contents and let go of the old ones."""
+        self._check_open("relocate it")
+        if len(blocks) != len(self.blocks):
+            raise BlockStateError(f"cannot relocate sequence {self.seq!r}: it holds "
+                                  f"{len(self.blocks)} blocks, {len(blocks)} copies given")
+        self.allocator, self.blocks = allocator, list(blocks)

@@ -175,6 +175,19 @@ class KVCacheManager:
             raise KeyError(f"cannot free sequence {seq!r}: it has no block table")
         table.free()
 
+    def free_uncomputed(self, seqs: Iterable[tuple[Hashable, int]]) -> None:
+        """Undo an admission: free each ``(seq, num_computed_tokens)`` and forget
+        the prefix-cache names of its blocks past those tokens. They were never
+        computed, so a later cache hit on one would read K/V never written.
+        Names are dropped after every sequence has let go (only a free block
+        can lose its name), so blocks the sequences shared are caught too."""
+        fresh: list[int] = []
+        for seq, computed in seqs:
+            fresh += self.table(seq).blocks[computed // self.block_size:]
+            self.free(seq)
+        for block in fresh:
+            self.allocator.forget(block)
+
     # ------------------------------------------------------------------- swap
     def _distinct_blocks(self, tables: Iterable[BlockTable]) -> set[int]:
         return {b for t in tables for b in t.blocks}
@@ -241,7 +254,7 @@ class KVCacheManager:
                 moved.append(dst)
             for block in reversed(table.blocks):
                 src_pool.free(block, seq)
-            table.allocator, table.blocks = dst_pool, moved
+            table.relocate(dst_pool, moved)
             dst_tables[seq] = table
         return list(copies.items())
 

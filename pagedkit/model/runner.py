@@ -10,13 +10,40 @@ scheduler asked for (swap out, swap in, copy-on-write) are carried out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import torch
 
 from .. import ops
 from ..memory import BlockCopy, KVCacheManager
-from ..scheduler import SchedulerOutput
 from .attention import AttentionMetadata, forward_context, register
 from .kv_cache import KVCacheSpec
+
+
+class ScheduledTokens(Protocol):
+    """One sequence's share of a step: its tokens ``start .. start + num_tokens``."""
+
+    seq: object  # has ``seq_id`` and ``token_ids``
+    start: int
+    num_tokens: int
+
+    @property
+    def samples(self) -> bool: ...  # does the step reach its last token?
+
+
+class StepPlan(Protocol):
+    """What the runner needs of a scheduled step. The scheduler's
+    `SchedulerOutput` is one; the runner, a layer below, only names the shape
+    (data flows down: docs/architecture.md)."""
+
+    scheduled: Sequence[ScheduledTokens]  # decodes first
+    block_copies: list[BlockCopy]  # copy-on-write, GPU -> GPU
+    swap_out: list[BlockCopy]  # GPU -> CPU
+    swap_in: list[BlockCopy]  # CPU -> GPU
+
+    @property
+    def is_empty(self) -> bool: ...
 
 
 class ModelRunner:
@@ -65,7 +92,7 @@ class ModelRunner:
         return peak
 
     @torch.inference_mode()
-    def execute(self, step: SchedulerOutput, kv: KVCacheManager) -> torch.Tensor | None:
+    def execute(self, step: StepPlan, kv: KVCacheManager) -> torch.Tensor | None:
         """Run one step; returns float32 logits for the sequences that sample,
         in scheduled order (None if nothing was scheduled)."""
         self._swap(step.swap_out, self.kv_caches, self.swap_caches)
@@ -84,7 +111,7 @@ class ModelRunner:
                              use_cache=False, logits_to_keep=logits_indices)
         return out.logits[0].float()
 
-    def prepare(self, step: SchedulerOutput, kv: KVCacheManager):
+    def prepare(self, step: StepPlan, kv: KVCacheManager):
         """`pack_step` on this runner's device and caches."""
         return pack_step(step, kv, self.device, self.kv_caches,
                          check=self.device.type != "cuda")
@@ -100,7 +127,7 @@ class ModelRunner:
                 b[dst.to(b.device)] = a[src.to(a.device)].to(b.device)
 
 
-def pack_step(step: SchedulerOutput, kv: KVCacheManager, device: torch.device | str = "cpu",
+def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "cpu",
               kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None, *,
               check: bool = True):
     """Pack a scheduled step into one unpadded row.

@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .._validation import check_choice, check_int
@@ -142,12 +143,41 @@ class Scheduler:
         if self.events:
             self.events.emit(Finish(seq.seq_id, group.request_id, "pruned"))
 
-    def retire_finished(self) -> list[SequenceGroup]:
-        """Take finished groups out of the running list."""
+    # ----------------------------------------------------------------- update
+    def update(self, out: SchedulerOutput, sampled: Mapping[Hashable, int] | None = None,
+               stops: Iterable[tuple[SequenceGroup, Sequence, FinishReason]] = (),
+               dropped: Iterable[tuple[SequenceGroup, Sequence]] = ()) -> list[SequenceGroup]:
+        """Close a step that ran (vLLM's ``update_from_output``, nano-vllm's
+        ``postprocess``): the only place a step's progress is written.
+
+        Every scheduled sequence now holds the K/V of the tokens it computed;
+        a sequence forked from one while sampling (n > 1, a beam chosen twice:
+        in `sampled`, seq id -> token, without being scheduled) has computed
+        all but the token it just sampled, like its parent.
+        Then `dropped` sequences (pruned beams) and those that `stops` names
+        are freed, and the groups with nothing left to run leave the running
+        list; they are returned, with the groups this step ended (that could
+        never fit), and a `Step` event closes the step.
+
+        A step that raised before this call changed no progress, so it is
+        simply scheduled again (its slots are still held)."""
+        scheduled = {}
+        for s in out.scheduled:
+            s.seq.num_computed_tokens = s.start + s.num_tokens
+            scheduled[s.seq.seq_id] = s.group
+        for group in {id(g): g for g in scheduled.values()}.values():
+            for seq in group.unfinished_seqs():
+                if seq.seq_id not in scheduled and sampled and seq.seq_id in sampled:
+                    seq.num_computed_tokens = seq.num_tokens - 1  # forked this step
+        for group, seq in dropped:
+            self.drop_seq(group, seq)
+        for group, seq, reason in stops:
+            self.finish_seq(group, seq, reason)
         done = [g for g in self.running if g.is_finished]
         if done:
             self.running = [g for g in self.running if not g.is_finished]
-        return done
+        self.emit_step(out.step)
+        return done + out.ended
 
     # --------------------------------------------------------------- schedule
     def schedule(self) -> SchedulerOutput:
@@ -286,13 +316,9 @@ class Scheduler:
         """Undo a partial admission. The blocks it allocated were never
         computed, so their prefix-cache names must go with them: a later
         cache hit on one would read keys and values that were never written."""
-        fresh: list[int] = []
+        self.kv.free_uncomputed([(s.seq.seq_id, s.start) for s, _ in placed])
         for s, _ in placed:
-            fresh += self.kv.block_ids(s.seq.seq_id)[s.start // self.kv.block_size:]
-            self.kv.free(s.seq.seq_id)
             s.seq.num_computed_tokens = 0
-        for block in fresh:
-            self.kv.allocator.forget(block)
 
     def _plan(self, group: SequenceGroup, budget: _Budget) -> _GroupPlan | None:
         """How many tokens each sequence of a group in memory (GPU or swapped)
@@ -301,7 +327,9 @@ class Scheduler:
 
         A sequence's table may already hold slots for some of these tokens (a
         step that raised before its forward pass or its sampling): only the
-        rest get new ones, so retrying a step never allocates twice."""
+        rest get new ones, so retrying a step never allocates twice. (Progress
+        is written only by `update`, after sampling, so a step that raised left
+        every sequence with its last token still to compute.)"""
         seqs = group.unfinished_seqs()
         if not budget.fits(0, len(seqs)):
             return None
@@ -309,11 +337,10 @@ class Scheduler:
         tokens_left = budget.tokens_left
         appends = []
         for seq in seqs:
-            if seq.num_uncomputed_tokens == 0:
-                # a step computed its last token but failed before sampling from it:
-                # compute that token again for its logits (its slot is already held)
-                seq.num_computed_tokens -= 1
             want = seq.num_uncomputed_tokens
+            if want == 0:  # update() always leaves the sampled token to compute
+                raise RuntimeError(f"sequence {seq.seq_id} of request {group.request_id} has "
+                                   "computed all its tokens and has no token to sample from")
             take = self._take(seq, want, tokens_left)
             if take is None:
                 return None
