@@ -28,7 +28,7 @@ from .palette import (
     tint,
 )
 from .recorder import Recorder
-from .view import View
+from .view import View, title_layout, title_margin, wrap_title
 
 _LETTERS = string.ascii_uppercase
 
@@ -187,13 +187,14 @@ class BlockMap(View):
         if cpu_rows:
             tickvals += [rows + 1 + r + CELL / 2 for r in range(cpu_rows)]
             ticktext += [f"CPU {r * cols}" for r in range(cpu_rows)]
-        margin = dict(l=55, r=15, t=40, b=legend_px + 12)
+        margin = dict(l=55, r=15, t=title_margin(_TITLE_LINES), b=legend_px + 12)
+        self._title_px = plot_w + margin["l"] + margin["r"] - 10
         fig.update_layout(
             barmode="overlay", bargap=0, template="simple_white",
             width=int(plot_w + margin["l"] + margin["r"]),
             height=int(plot_h + margin["t"] + margin["b"]),
             margin=margin, hovermode="closest",
-            title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
+            title=title_layout(_TITLE_LINES),
             # fixed-width entries, and room for all their rows: no legend scrollbar
             legend=dict(orientation="h", yanchor="top", y=-0.01, x=0, font=dict(size=11),
                         entrywidth=_LEGEND_ENTRY_PX, maxheight=legend_px + 20),
@@ -240,12 +241,17 @@ class BlockMap(View):
         m = f.memory
         usage = f"{m.tokens / (m.used * f.block_size):.0%}" if m.used else "–"
         engine_step = f" (after engine step {f.step})" if f.step is not None else ""
-        return (f"<b>{self._step_label(index)}</b>{engine_step} · {m.used} used · "
-                f"{m.shared} shared · {m.cached} cached · {m.free} free"
-                + (f" · {m.swapped} on CPU" if m.swapped else "")
-                + f" · slots filled {usage} · blocks of {f.block_size} tokens")
+        note = self._opening_note(index)
+        return wrap_title([f"<b>{self._step_label(index)}</b>{engine_step}", f"{m.used} used",
+                           f"{m.shared} shared", f"{m.cached} cached", f"{m.free} free",
+                           f"{m.swapped} on CPU" if m.swapped else "",
+                           f"slots filled {usage}", f"blocks of {f.block_size} tokens",
+                           f"<i>{note}</i>" if note else ""],
+                          getattr(self, "_title_px", 700))
 
 
+#: lines the title may take: the map is as narrow as its columns (8 columns: 480 px)
+_TITLE_LINES = 3
 #: the number of legend entries; fixed-width entries make its rows predictable
 _LEGEND_ITEMS = 7
 _LEGEND_ENTRY_PX = 160  # room for "tokens, colored by request" at 11 px

@@ -3,9 +3,11 @@
 Both rows are one address space of token slots, slot 0 at the left. The
 contiguous row shows each request's region: its tokens, the slots reserved
 for tokens still to come, the slots it will never use (internal
-fragmentation) and the holes between regions (external fragmentation when
-the next request fits in none). The paged row shows blocks: tokens, and the
-unfilled tail of each last block — paging's only waste (paper §2.3, §4).
+fragmentation) and the free holes between regions, whose slots are *stranded*
+(external fragmentation) when the next request's region fits in none of them.
+One word per thing, in the title, legend, hover and text alike. The paged row
+shows blocks: tokens, and the unfilled tail of each last block — paging's only
+waste (paper §2.3, §4).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from .controls import Player
 from .palette import CELL_SCALE, FILL_SCALE, NUM_INDICES, OWNER_COLORS, owner_color_index, tint
 from .replay import Comparison, ContiguousFrame, paged_waste
-from .view import View
+from .view import View, title_layout, title_margin
 
 _CONTIGUOUS, _PAGED = 1.0, 0.0  # row positions
 _HEIGHT = 0.6
@@ -89,15 +91,15 @@ class ContiguousVsPaged(View):
                 ("tokens, colored by request", OWNER_COLORS[0], "square"),
                 ("reserved, not (yet) filled", tint(OWNER_COLORS[0]), "square"),
                 ("never used (internal fragmentation)", "#999", "square-x-open"),
-                ("free hole", "white", "square")):
+                ("free hole: stranded if the next request fits in none "
+                 "(external fragmentation)", "white", "square")):
             fig.add_scatter(name=name, x=[None], y=[None], mode="markers",
                             marker=dict(symbol=symbol, size=11, color=color,
                                         line=dict(width=1, color="#555")))
         fig.update_layout(
             # 840 px: fits a notebook's output area (~850 px) without a scrollbar
             barmode="overlay", template="simple_white", width=840, height=370,
-            margin=dict(l=95, r=15, t=70, b=90), title=dict(text="", font=dict(size=12),
-                                                           x=0, xanchor="left"),
+            margin=dict(l=95, r=15, t=title_margin(2), b=90), title=title_layout(2, size=12),
             legend=dict(orientation="h", y=-0.3, x=0, font=dict(size=11)),
             xaxis=dict(range=[0, cap], title_text="KV slots (token positions)",
                        showgrid=False, fixedrange=True),
@@ -143,17 +145,18 @@ class ContiguousVsPaged(View):
         holes.base = np.array([s for s, _ in c.holes])
         holes.x = np.array([n for _, n in c.holes])
         holes.y = np.full(len(c.holes), _CONTIGUOUS)
-        holes.hovertext = [f"hole of {n} slots at {s}" + self._hole_note(c, n)
+        holes.hovertext = [f"free hole of {n} slots at {s}" + self._hole_note(c, n)
                            for s, n in c.holes]
         fig.layout.title.text = self._title(index)
 
     @staticmethod
     def _hole_note(c: ContiguousFrame, size: int) -> str:
-        """Whether the waiting head's region fits in a hole of `size` slots."""
+        """Whether the waiting head's region fits in a free hole of `size` slots."""
         if c.next_size is None:
             return ""
         if size < c.next_size:
-            return f" (too small for the next request's {c.next_size}-slot region)"
+            return f" (too small for the next request's {c.next_size}-slot region)" + (
+                ": stranded" if c.external_fragmentation else "")
         return f" (the next request's {c.next_size}-slot region fits)"
 
     def _title(self, index: int) -> str:
@@ -161,8 +164,8 @@ class ContiguousVsPaged(View):
         c, p = self.comparison.contiguous[index], self.comparison.paged[index]
         return (f"<b>{self._step_label(index)}</b> · contiguous: {w['contiguous_tokens']} "
                 f"tokens, {w['contiguous_reserved_ahead']} reserved ahead, "
-                f"{w['contiguous_never_used']} never used, {w['contiguous_stranded']} stranded"
-                f" → <b>{w['contiguous_wasted_share']:.0%} wasted</b>, {c.running} running, "
+                f"{w['contiguous_never_used']} never used, {w['contiguous_stranded']} stranded in "
+                f"holes → <b>{w['contiguous_wasted_share']:.0%} wasted</b>, {c.running} running, "
                 f"{c.waiting} waiting<br>paged: {w['paged_tokens']} tokens, "
                 f"{w['paged_unfilled']} unfilled in last blocks → "
                 f"<b>{w['paged_wasted_share']:.0%} wasted</b>, {p.requests.running} running, "

@@ -62,6 +62,9 @@ class Player:
         self._listeners: list[IndexListener] = []
         self._controls: Any = None  # the widgets, once built
         self._syncing = False
+        #: where a view chose to open (`open_at`), and the line that says why
+        self.opened_at: int | None = None
+        self.opening_note = ""
         if hasattr(frames, "on_frame"):
             self._stop = frames.on_frame(lambda _frame: self._frames_added())
 
@@ -97,6 +100,14 @@ class Player:
         self._sync_controls()
         for listener in list(self._listeners):
             listener(value)
+
+    def open_at(self, index: int, note: str) -> None:
+        """Show `index` as the opening step, stop following, and remember `note` (why),
+        which views show while they stay on that step."""
+        self._check(index)
+        self.follow = False
+        self.opened_at, self.opening_note = index, note
+        self._move(index)
 
     def subscribe(self, listener: IndexListener) -> Callable[[], None]:
         """Call `listener(index)` whenever the index moves."""

@@ -13,6 +13,7 @@ from .controls import Played, Player
 from .frontend import display_mode, enable_colab_widgets
 from .page_table_view import PageTable
 from .timeline_view import Timeline
+from .view import open_on_busiest
 
 
 class Dashboard(Played):
@@ -49,6 +50,7 @@ class Dashboard(Played):
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
+        open_on_busiest(self.player, self.recorder)
         mode = display_mode()
         if mode == "widget":
             enable_colab_widgets()

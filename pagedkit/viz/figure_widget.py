@@ -21,12 +21,25 @@ synced string ``_plotly_esm``, and is imported on the first ``render``, where
 no clock runs, once per page (cached on ``globalThis``, keyed by plotly's
 version) instead of once per figure; then plotly's own ``initialize`` and
 ``render`` run unchanged on the model, which by then holds the real figure.
+
+Colors (the console flood of issue #11). The views color bars by *index* into
+a discrete colorscale (`palette.colorscale`): plotly's Python side checks a
+numeric array in microseconds, 4,096 color strings in a third of a second.
+But plotly.js (3.8) bars call ``Color.opacity`` on each bar's raw value to pick
+a pixel rounding, so every numeric bar color logs ``WARN: Invalid color
+specifier: number k`` (and the whole array for index 0), every draw. So the
+figure keeps its indices kernel-side, and what goes to the browser — the
+widget's traces, its restyles and updates, a static figure's JSON — carries
+the colors themselves: `resolve_trace` looks each index up in its trace's
+index colorscale (and leaves every other color alone).
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any
+
+import numpy as np
 
 #: The front end. `render` runs plotly's widget (its model half, then its view) once
 #: its module is loaded; an import that fails is forgotten, so the next view retries
@@ -57,6 +70,78 @@ export default {
 """
 
 
+def index_scale(marker: Any) -> list[str] | None:
+    """The colors of `marker`'s colorscale if it is an index scale (value *i* is exactly
+    ``colors[i]``: stops at i / (n - 1), cmin 0, cmax n - 1), else None."""
+    if not isinstance(marker, dict):
+        return None
+    scale = marker.get("colorscale")
+    if not isinstance(scale, (list, tuple)) or len(scale) < 2:
+        return None
+    n = len(scale) - 1
+    stops_ok = all(abs(float(stop) - i / n) < 1e-9 for i, (stop, _) in enumerate(scale))
+    if not stops_ok or marker.get("cmin") != 0 or marker.get("cmax") != n:
+        return None
+    return [str(color) for _, color in scale]
+
+
+def resolve_colors(values: Any, colors: list[str]) -> Any:
+    """Numeric color indices as the color strings they stand for; anything else unchanged."""
+    if isinstance(values, dict) and "bdata" in values:  # plotly's typed-array JSON
+        import base64
+
+        values = np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"])
+    if isinstance(values, (list, tuple)) and values and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        values = np.asarray(values)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
+        index = np.clip(np.rint(values), 0, len(colors) - 1).astype(np.intp)
+        return np.asarray(colors, dtype=object)[index].tolist()
+    return values
+
+
+def resolve_trace(trace: dict, marker: Any = None) -> dict:
+    """`trace` (a plotly JSON trace, or a restyle's edits of one) with its bars' index
+    colors resolved; `marker` is the trace's full marker where `trace` holds only edits."""
+    marker = marker if marker is not None else trace.get("marker")
+    colors = index_scale(marker)
+    if colors is None:
+        return trace
+    out = dict(trace)
+    if "marker.color" in out:
+        out["marker.color"] = resolve_colors(out["marker.color"], colors)
+    if isinstance(out.get("marker"), dict) and "color" in out["marker"]:
+        out["marker"] = {**out["marker"], "color": resolve_colors(out["marker"]["color"],
+                                                                  colors)}
+    return out
+
+
+def resolve_figure(fig: dict) -> dict:
+    """A figure's JSON dict with every bar's index colors resolved (for static figures)."""
+    return {**fig, "data": [resolve_trace(t) if t.get("type") == "bar" else t
+                            for t in fig.get("data", [])]}
+
+
+def _resolve_message(message: Any, widget: Any, data_key: str, traces_key: str) -> Any:
+    """A restyle / update message with the index colors of its bar traces resolved."""
+    if not isinstance(message, dict) or not isinstance(message.get(data_key), dict):
+        return message
+    traces = message.get(traces_key)
+    traces = list(range(len(widget._data))) if traces is None else (
+        traces if isinstance(traces, (list, tuple)) else [traces])
+    style = dict(message[data_key])
+    for key in ("marker.color", "marker"):
+        if key not in style or not isinstance(style[key], (list, tuple)):
+            continue
+        values = list(style[key])
+        for j, t in enumerate(traces[:len(values)]):
+            full = widget._data[t]
+            if full.get("type") == "bar":
+                values[j] = resolve_trace({key: values[j]}, full.get("marker"))[key]
+        style[key] = values
+    return {**message, data_key: style}
+
+
 @functools.cache
 def widget_class() -> type:
     """The FigureWidget subclass (built on first use: plotly and anywidget load lazily)."""
@@ -66,6 +151,7 @@ def widget_class() -> type:
     import plotly.graph_objects as go
     import traitlets
     from plotly.basewidget import BaseFigureWidget
+    from plotly.serializers import _js_to_py, _py_to_js
 
     esm = BaseFigureWidget._esm  # a path, or anywidget's FileContents of that path
     source = Path(esm).read_text() if isinstance(esm, Path) else str(esm)
@@ -74,11 +160,27 @@ def widget_class() -> type:
             f"plotly {plotly.__version__}'s FigureWidget front end was not found "
             f"(BaseFigureWidget._esm is {type(esm).__name__}); pagedkit.viz needs plotly>=6")
 
+    def serializer(resolve: Any) -> dict:
+        return {"from_json": _js_to_py,
+                "to_json": lambda value, widget: _py_to_js(resolve(value, widget), widget)}
+
+    def traces(value: Any, widget: Any) -> Any:
+        return [resolve_trace(t) if isinstance(t, dict) and t.get("type") == "bar" else t
+                for t in value] if isinstance(value, (list, tuple)) else value
+
     class FigureWidget(go.FigureWidget):
-        """A plotly FigureWidget whose front end survives a slow page; see the module."""
+        """A plotly FigureWidget whose front end survives a slow page, and that sends the
+        browser colors, not color indices; see the module."""
 
         _esm = _LOADER % {"version": plotly.__version__}
         _plotly_esm = traitlets.Unicode(source).tag(sync=True)
+        _widget_data = traitlets.List().tag(sync=True, **serializer(traces))
+        _py2js_addTraces = traitlets.Dict(allow_none=True).tag(sync=True, **serializer(
+            lambda m, w: {**m, "trace_data": traces(m["trace_data"], w)} if m else m))
+        _py2js_restyle = traitlets.Dict(allow_none=True).tag(sync=True, **serializer(
+            lambda m, w: _resolve_message(m, w, "restyle_data", "restyle_traces")))
+        _py2js_update = traitlets.Dict(allow_none=True).tag(sync=True, **serializer(
+            lambda m, w: _resolve_message(m, w, "style_data", "style_traces")))
 
     return FigureWidget
 

@@ -19,7 +19,7 @@ from .controls import Player
 from .frames import Frame
 from .page_table import PageTableData, page_table
 from .palette import CELL_SCALE, FILL_SCALE, NUM_INDICES, color_index, owner_color_index
-from .view import View
+from .view import View, title_layout, title_margin
 
 _MAX_ROWS = 64  # logical blocks drawn; longer sequences are cut with a note
 _OLDEST = "(oldest)"  # the dropdown's value for seq=None (ipywidgets reads None as "no choice")
@@ -116,8 +116,8 @@ class PageTable(View):
                         textfont=dict(size=10))
         fig.update_layout(
             barmode="overlay", template="simple_white", showlegend=False,
-            height=330, margin=dict(l=90, r=20, t=50, b=40),
-            title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
+            height=350, margin=dict(l=90, r=20, t=title_margin(2), b=40),
+            title=title_layout(2),
             xaxis=dict(range=[-0.5, n - 0.5], showgrid=False, zeroline=False, ticks="",
                        showticklabels=False, showline=False, fixedrange=True),
             yaxis=dict(range=[-0.9, 2.35], showgrid=False, zeroline=False, ticks="",
@@ -178,14 +178,15 @@ class PageTable(View):
         if data is None:
             return f"<b>{self._step_label(index)}</b> · {self.summary(index)}"
         chain = data.chain()
-        if len(chain) > 90:
-            chain = chain[:87] + "..."
+        if len(chain) > 80:
+            chain = chain[:77] + "..."
         filled = len(data.rows) * data.block_size
         note = " · swapped out: on the CPU" if data.where == "cpu" else ""
         more = f" · first {_MAX_ROWS} of {len(data.rows)} blocks drawn" \
             if len(data.rows) > _MAX_ROWS else ""
         request = f" (request {data.request})" if data.request != data.seq else ""
-        return (f"<b>{self._step_label(index)}</b> · sequence {chain}{request} · "
+        return (f"<b>{self._step_label(index)}</b> · sequence {data.seq}{request}: "
                 f"{data.num_tokens} tokens in {len(data.rows)} blocks, "
-                f"{filled - data.num_tokens} slots unfilled{note}{more}")
+                f"{filled - data.num_tokens} slots unfilled{note}{more}<br>"
+                f"page table {chain}")
 

@@ -15,7 +15,7 @@ from .block_map import as_recorder
 from .controls import Player
 from .palette import CACHED_COLOR, FREE_COLOR, OWNER_COLORS, SWAP_COLOR
 from .timeline import TimelineData, timeline
-from .view import View
+from .view import View, title_layout, title_margin
 
 PREEMPT_COLOR = "#111111"  # not an owner color: a bar is a scheduler decision, not a request
 
@@ -63,9 +63,9 @@ class Timeline(View):
             fig.add_scatter(name="now", x=[], y=[], mode="lines", showlegend=row == 1,
                             line=dict(color="#111", width=2), hoverinfo="skip",
                             row=row, col=1)
-        fig.update_layout(template="simple_white", height=420, bargap=0.2,
-                          margin=dict(l=60, r=20, t=50, b=40), hovermode="x unified",
-                          title=dict(text="", font=dict(size=13), x=0, xanchor="left"),
+        fig.update_layout(template="simple_white", height=460, bargap=0.2,
+                          margin=dict(l=60, r=20, t=title_margin(2, below=28), b=40),
+                          hovermode="x unified", title=title_layout(2),
                           legend=dict(font=dict(size=11)))
         fig.update_xaxes(title_text="step", row=2, col=1)
 
@@ -85,4 +85,14 @@ class Timeline(View):
         top, bottom = self._peaks
         series[8].x, series[8].y = (index, index), (0, top)
         series[9].x, series[9].y = (index, index), (0, bottom)
-        fig.layout.title.text = f"<b>{self._step_label(index)}</b> · {self.summary(index)}"
+        fig.layout.title.text = self._title(index)
+
+    def _title(self, index: int) -> str:
+        """Two short lines (a notebook's output area is ~850 px): memory, then requests."""
+        f = self.recorder[index]
+        m, r = f.memory, f.requests
+        total = sum(x.preemptions for x in self.recorder.frames[:index + 1])
+        cpu = f" · {m.swapped} on CPU" if m.swapped else ""
+        return (f"<b>{self._step_label(index)}</b> · blocks: {m.used} used"
+                f" · {m.cached} cached · {m.free} free{cpu}<br>requests: {r.running} running"
+                f" · {r.waiting} waiting · {r.swapped} swapped · {total} preempted so far")

@@ -65,6 +65,10 @@ class View(Played):
     def _step_label(self, index: int) -> str:
         return f"step {index}/{self.player.last}"
 
+    def _opening_note(self, index: int) -> str:
+        """Why the view opened on `index`, while it still shows it (else "")."""
+        return self.player.opening_note if index == self.player.opened_at else ""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.summary()})"
 
@@ -109,6 +113,7 @@ class View(Played):
         self._index_moved(self.player.index)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        open_on_busiest(self.player, getattr(self, "recorder", None))
         mode = display_mode()
         if mode == "widget":
             enable_colab_widgets()
@@ -121,6 +126,61 @@ class View(Played):
         return bundle
 
 
+#: Titles sit below plotly's toolbar (the mode bar, ~30 px at the top right, shown on
+#: hover) and are broken into lines by the views, never cut at the right edge.
+MODEBAR_PX = 30
+TITLE_LINE_PX = 18
+
+
+def title_layout(lines: int, size: int = 13) -> dict[str, Any]:
+    """A layout's ``title``, left-aligned, starting below the toolbar, `lines` high."""
+    return dict(text="", font=dict(size=size), x=0, xanchor="left", xref="paper",
+                y=1, yanchor="top", yref="container", pad=dict(t=MODEBAR_PX))
+
+
+def wrap_title(parts: list[str], width_px: float, size: int = 13,
+               sep: str = " · ") -> str:
+    """`parts` joined by `sep` into lines that fit `width_px` (plotly never wraps a title:
+    a long one is cut at the figure's edge). A part is never split."""
+    import re
+
+    fits = max(int(width_px / (0.6 * size)), 20)  # characters per line at this size
+
+    def visible(text: str) -> int:
+        return len(re.sub(r"<[^>]+>", "", text))
+
+    lines: list[str] = []
+    for part in filter(None, parts):
+        if lines and visible(lines[-1] + sep + part) <= fits:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return "<br>".join(lines)
+
+
+def title_margin(lines: int, below: int = 12) -> int:
+    """The top margin that holds the toolbar band and a title of `lines` lines."""
+    return MODEBAR_PX + lines * TITLE_LINE_PX + below
+
+
+def open_on_busiest(player: Player, recorder: Any) -> None:
+    """Shown after a run that ended with nothing in use (every request done: an empty
+    pool, or one of grey cached blocks), a view opens on the busiest step instead — the
+    last one with the most blocks in use — and says so in its title. A view shown
+    before or during a run keeps following it; one a learner moved stays where it is."""
+    frames = getattr(recorder, "frames", None)
+    if not frames or len(frames) < 2 or player.opened_at is not None:
+        return
+    if player.index != player.last or frames[-1].memory.used > 0:
+        return
+    used = [f.memory.used for f in frames]
+    busiest = max(range(len(used)), key=lambda i: (used[i], i))
+    if used[busiest] == 0:
+        return
+    player.open_at(busiest, f"opened on the busiest step ({used[busiest]} blocks in use); "
+                            f"step {player.last}, the end, holds none: ◀ ▶ play or drag")
+
+
 _figure_ids = itertools.count()
 
 
@@ -130,10 +190,13 @@ def static_bundle(fig: Any) -> dict[str, Any]:
     kernel writes the same page every time."""
     import plotly.io as pio
 
+    from .figure_widget import resolve_figure
+
+    # the bars' color indices resolved to colors: plotly.js warns on numeric bar colors
+    fig = resolve_figure(json.loads(pio.to_json(fig, validate=False, remove_uids=True)))
     return {
-        "application/vnd.plotly.v1+json": json.loads(
-            pio.to_json(fig, validate=False, remove_uids=True)),
-        "text/html": pio.to_html(fig, include_plotlyjs="cdn", full_html=False,
+        "application/vnd.plotly.v1+json": fig,
+        "text/html": pio.to_html(fig, include_plotlyjs="cdn", full_html=False, validate=False,
                                  div_id=f"pagedkit-figure-{next(_figure_ids)}"),
     }
 

@@ -160,7 +160,7 @@ def test_contiguous_vs_paged_view_draws_regions_holes_and_blocks():
     assert list(tokens.base) == [0, 9] and list(tokens.x) == [6, 10]
     assert list(ahead.x) == [2, 2] and list(never.x) == [1, 1]  # 8 of 9, 12 of 13
     assert list(fig.data[5].base) == [22] and list(fig.data[5].x) == [26]  # the free rest
-    assert list(fig.data[5].hovertext) == ["hole of 26 slots at 22"]  # nobody waits
+    assert list(fig.data[5].hovertext) == ["free hole of 26 slots at 22"]  # nobody waits
     assert list(fig.data[3].x) == [4, 2, 4, 4, 2]  # paged: a in 2 blocks, b in 3
     w = view.figures()
     assert w["contiguous_wasted_share"] == pytest.approx((4 + 2) / 48)
@@ -179,14 +179,15 @@ def test_hole_notes_name_the_region_the_waiting_request_needs():
     c = cmp.contiguous[i]
     notes = list(view.figure().data[5].hovertext)
     assert c.holes and all(size < c.next_size for _, size in c.holes)  # d must wait
-    assert notes == [f"hole of {size} slots at {start} (too small for the next request's "
-                     f"{c.next_size}-slot region)" for start, size in c.holes]
+    assert c.external_fragmentation > 0
+    assert notes == [f"free hole of {size} slots at {start} (too small for the next request's "
+                     f"{c.next_size}-slot region): stranded" for start, size in c.holes]
     assert c.external_fragmentation == c.stats.free > 0
     # a, b and c finish together: d's region fits the empty space, admitted next step
     j = next(j for j, c in enumerate(cmp.contiguous) if c.next_size and not c.regions)
     view.index = j
     assert list(view.figure().data[5].hovertext) == [
-        "hole of 56 slots at 0 (the next request's 34-slot region fits)"]
+        "free hole of 56 slots at 0 (the next request's 34-slot region fits)"]
     assert cmp.contiguous[j + 1].regions[0].request == "d"
 
 
