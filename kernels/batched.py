@@ -43,61 +43,61 @@ on the small models a CPU serves is far cheaper than one call per sequence.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from . import checks
 
 
-def _attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-            block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
-            context_lens: torch.Tensor, scale: float, sliding_window: int | None,
-            softcap: float | None, sinks: torch.Tensor | None) -> torch.Tensor:
-    """Packed queries ``[T, Hq, D]`` (sequence s owns rows ``q_starts[s] :
-    q_starts[s] + q_lens[s]``, the last q_lens[s] positions of its context)
-    attending to their paged K/V. Returns ``[T, Hq, D]``.
+@dataclass
+class _Bucket:
+    """What one bucket of sequences reads and where its outputs go; it depends
+    only on the block tables and lengths, so every layer of a step shares it."""
 
-    Sequences are padded to the longest of their *bucket*: a bucket holds the
-    sequences whose chunk length and context (in blocks) each lie within the
-    same power of two, so padding at most doubles the work, however long the
-    longest request of the step is (a ShareGPT-like mix has a long tail).
+    ids: torch.Tensor        # [n * max_read] physical blocks to gather (padding: block 0)
+    empty: torch.Tensor      # gathered slots that hold no token (zeroed before use)
+    rows: torch.Tensor       # [n, max_q] query row of each padded query (padding: row 0)
+    is_query: torch.Tensor   # [n, max_q] which padded queries are real
+    bias: torch.Tensor       # [n, max_q, L] 0 where a query sees a key, -inf elsewhere
+    num_seqs: int
+    max_q: int
+    num_slots: int           # L = max_read * block_size
+
+
+def _plan(block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
+          context_lens: torch.Tensor, block_size: int,
+          sliding_window: int | None) -> list[_Bucket]:
+    """Group the sequences into buckets and lay out each bucket's gather and mask.
+
+    A bucket holds the sequences whose chunk length and context (in blocks)
+    each lie within the same power of two, so padding to the bucket's longest
+    at most doubles the work, however long the longest request of the step is
+    (a ShareGPT-like mix has a long tail). Sequences with an empty chunk have
+    no rows to compute and join no bucket.
     """
-    out = torch.empty_like(query)
-    if query.shape[0] == 0 or context_lens.shape[0] == 0:
-        return out
-    block_size = k_cache.shape[1]
-    buckets: dict[tuple[int, int], list[int]] = {}
+    groups: dict[tuple[int, int], list[int]] = {}
     for s, (ctx, q) in enumerate(zip(context_lens.tolist(), q_lens.tolist(), strict=True)):
         if q == 0:
-            continue  # an empty chunk: no rows to compute
+            continue
         blocks = -(-ctx // block_size)
         if sliding_window is not None:
             blocks -= max(0, ctx - q - sliding_window + 1) // block_size
-        buckets.setdefault((q.bit_length(), blocks.bit_length()), []).append(s)
-    for seqs in buckets.values():
-        pick = torch.tensor(seqs, device=query.device) if len(buckets) > 1 else slice(None)
-        rows, values = _attend_padded(query, k_cache, v_cache, block_tables[pick],
-                                      q_starts[pick], q_lens[pick], context_lens[pick], scale,
-                                      sliding_window, softcap, sinks)
-        out[rows] = values
-    return out
+        groups.setdefault((q.bit_length(), blocks.bit_length()), []).append(s)
+    buckets = []
+    for seqs in groups.values():
+        pick = torch.tensor(seqs, device=q_lens.device) if len(groups) > 1 else slice(None)
+        buckets.append(_plan_bucket(block_tables[pick], q_starts[pick], q_lens[pick],
+                                    context_lens[pick], block_size, sliding_window))
+    return buckets
 
 
-def _attend_padded(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
-                   context_lens: torch.Tensor, scale: float, sliding_window: int | None,
-                   softcap: float | None, sinks: torch.Tensor | None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`_attend` for some sequences, padded to the longest of them: returns
-    the query rows computed and their outputs."""
-    num_q_heads, head_dim = query.shape[1], query.shape[2]
-    num_seqs = context_lens.shape[0]
-    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
-    group = num_q_heads // num_kv_heads
-    device = query.device
-    ctx = context_lens.long()
-    q_lens = q_lens.long()
+def _plan_bucket(block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
+                 context_lens: torch.Tensor, block_size: int,
+                 sliding_window: int | None) -> _Bucket:
+    device = q_lens.device
+    ctx, q_lens = context_lens.long(), q_lens.long()
     first_q = ctx - q_lens                                   # position of each chunk's row 0
-
     # Which logical blocks to read: from the first one the window can see
     # (for the chunk's earliest query) to the last one holding a token.
     end_block = (ctx + block_size - 1) // block_size
@@ -105,56 +105,66 @@ def _attend_padded(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         start_block = torch.zeros_like(ctx)
     else:
         start_block = (first_q - sliding_window + 1).clamp(min=0) // block_size
-    num_read = torch.where(q_lens > 0, end_block - start_block, 0)
+    num_read = end_block - start_block
     max_q, max_read = (int(v) for v in torch.stack([q_lens.max(), num_read.max()]).tolist())
 
     col = torch.arange(max_read, device=device)
-    logical = start_block[:, None] + col[None, :]            # [S, max_read]
-    used = col[None, :] < num_read[:, None]
+    used = col[None, :] < num_read[:, None]                  # [n, max_read]
     # Padding columns look up table column 0 and then block 0: a safe id whose
-    # contents are masked out below; no entry past a sequence's blocks is used.
-    safe_col = torch.where(used, logical, 0)
+    # contents are zeroed below; no entry past a sequence's blocks is used.
+    safe_col = torch.where(used, start_block[:, None] + col[None, :], 0)
     ids = torch.where(used, block_tables.long().gather(1, safe_col), 0)
     num_slots = max_read * block_size
     key_pos = (start_block[:, None] * block_size
-               + torch.arange(num_slots, device=device)[None, :])   # [S, L]
+               + torch.arange(num_slots, device=device)[None, :])   # [n, L]
     holds_token = (key_pos < ctx[:, None]) & used.repeat_interleave(block_size, dim=1)
 
-    # One gather per cache: [S, L, Hkv, D]. A slot that holds no token (the end
-    # of a last block, a padding block) may hold NaN, and 0 * NaN is NaN, so
-    # its key and value are zeroed: a masked score alone would not keep it out.
-    flat_ids = ids.flatten()
-    keys = k_cache.index_select(0, flat_ids).view(num_seqs, num_slots, num_kv_heads, head_dim)
-    values = v_cache.index_select(0, flat_ids).view(num_seqs, num_slots, num_kv_heads, head_dim)
-    empty = (~holds_token).flatten().nonzero().squeeze(1)
-    if empty.numel():
-        keys.view(-1, num_kv_heads, head_dim).index_fill_(0, empty, 0)
-        values.view(-1, num_kv_heads, head_dim).index_fill_(0, empty, 0)
-    keys, values = keys.float(), values.float()
-
-    # Queries padded to [S, max_q]; each KV head's group folded into the rows.
     qi = torch.arange(max_q, device=device)
-    is_query = qi[None, :] < q_lens[:, None]                 # [S, max_q]
+    is_query = qi[None, :] < q_lens[:, None]                 # [n, max_q]
     rows = torch.where(is_query, q_starts.long()[:, None] + qi[None, :], 0)
-    q = query[rows].float()                                  # [S, max_q, Hq, D]
-    q = q.view(num_seqs, max_q, num_kv_heads, group, head_dim).permute(0, 2, 1, 3, 4)
-    q = q.reshape(num_seqs, num_kv_heads, max_q * group, head_dim)
-
-    # Per KV head, one batched matmul over all sequences: keys[:, :, h] is a
-    # strided [S, L, D] view that BLAS reads in place.
-    scores = torch.stack([torch.bmm(q[:, h], keys[:, :, h].transpose(1, 2))
-                          for h in range(num_kv_heads)], dim=1).mul_(scale)  # [S, Hkv, q*G, L]
-    if softcap is not None:
-        scores = torch.tanh(scores.div_(softcap)).mul_(softcap)
-    q_pos = first_q[:, None] + qi[None, :]                   # [S, max_q]
-    visible = key_pos[:, None, :] <= q_pos[:, :, None]       # [S, max_q, L]
+    q_pos = first_q[:, None] + qi[None, :]                   # [n, max_q]
+    visible = key_pos[:, None, :] <= q_pos[:, :, None]       # [n, max_q, L]
     if sliding_window is not None:
         visible &= key_pos[:, None, :] > q_pos[:, :, None] - sliding_window
     visible &= holds_token[:, None, :]
-    # Every score is finite (empty slots were zeroed), so an additive -inf masks.
     bias = torch.zeros(visible.shape, device=device).masked_fill_(~visible, float("-inf"))
-    scores = scores.view(num_seqs, num_kv_heads, max_q, group, num_slots)
-    scores += bias[:, None, :, None, :]
+    return _Bucket(ids.flatten(), (~holds_token).flatten().nonzero().squeeze(1), rows,
+                   is_query, bias, ctx.shape[0], max_q, num_slots)
+
+
+def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   b: _Bucket, scale: float, softcap: float | None,
+                   sinks: torch.Tensor | None) -> torch.Tensor:
+    """The outputs of one bucket's real query rows (in the order of ``b.rows[b.is_query]``)."""
+    num_q_heads, head_dim = query.shape[1], query.shape[2]
+    num_kv_heads = k_cache.shape[2]
+    group = num_q_heads // num_kv_heads
+    n, max_q, length = b.num_seqs, b.max_q, b.num_slots
+
+    # One gather per cache: [n, L, Hkv, D]. A slot that holds no token (the end
+    # of a last block, a padding block) may hold NaN, and 0 * NaN is NaN, so
+    # its key and value are zeroed: a masked score alone would not keep it out.
+    keys = k_cache.index_select(0, b.ids).view(n, length, num_kv_heads, head_dim)
+    values = v_cache.index_select(0, b.ids).view(n, length, num_kv_heads, head_dim)
+    if b.empty.numel():
+        keys.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
+        values.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
+    keys, values = keys.float(), values.float()
+
+    # Queries padded to [n, max_q]; each KV head's group folded into the rows.
+    q = query[b.rows].float()                                # [n, max_q, Hq, D]
+    q = q.view(n, max_q, num_kv_heads, group, head_dim).permute(0, 2, 1, 3, 4)
+    q = q.reshape(n, num_kv_heads, max_q * group, head_dim)
+
+    # Per KV head, one batched matmul over all sequences: keys[:, :, h] is a
+    # strided [n, L, D] view that BLAS reads in place.
+    scores = torch.stack([torch.bmm(q[:, h], keys[:, :, h].transpose(1, 2))
+                          for h in range(num_kv_heads)], dim=1).mul_(scale)  # [n, Hkv, q*G, L]
+    if softcap is not None:
+        scores = torch.tanh(scores.div_(softcap)).mul_(softcap)
+    # Every score is finite (empty slots were zeroed), so an additive -inf masks.
+    scores = scores.view(n, num_kv_heads, max_q, group, length)
+    scores += b.bias[:, None, :, None, :]
     if sinks is None:
         probs = torch.softmax(scores, dim=-1)
     else:
@@ -162,11 +172,64 @@ def _attend_padded(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         top = torch.maximum(scores.amax(dim=-1, keepdim=True), sink)
         weights = torch.exp(scores - top)
         probs = weights / (weights.sum(dim=-1, keepdim=True) + torch.exp(sink - top))
-    probs = probs.view(num_seqs, num_kv_heads, max_q * group, num_slots)
-    out = torch.stack([torch.bmm(probs[:, h], values[:, :, h]).view(
-        num_seqs, max_q, group, head_dim) for h in range(num_kv_heads)], dim=2)
-    out = out.view(num_seqs, max_q, num_q_heads, head_dim)
-    return rows[is_query], out[is_query].to(query.dtype)     # back to packed rows
+    probs = probs.view(n, num_kv_heads, max_q * group, length)
+    out = torch.stack([torch.bmm(probs[:, h], values[:, :, h]).view(n, max_q, group, head_dim)
+                       for h in range(num_kv_heads)], dim=2)
+    return out.view(n, max_q, num_q_heads, head_dim)[b.is_query].to(query.dtype)
+
+
+# The plans of the last few calls. Every layer of a step passes the same block
+# tables and lengths, so all layers but the first reuse the first one's plan
+# (and skip re-checking values already checked). A plan is found by comparing
+# the metadata's *contents* with the copies kept here, never by identity.
+_PLANS: list[tuple[tuple, tuple[torch.Tensor, ...], list[_Bucket], bool]] = []
+_MAX_PLANS = 4
+
+
+def _find_plan(scalars: tuple, tensors: tuple[torch.Tensor, ...]) -> int | None:
+    for i, (key, kept, _, _) in enumerate(_PLANS):
+        if key == scalars and all(a.shape == b.shape and a.dtype == b.dtype
+                                  and torch.equal(a, b) for a, b in zip(kept, tensors,
+                                                                        strict=True)):
+            return i
+    return None
+
+
+def _remember(scalars: tuple, tensors: tuple[torch.Tensor, ...], plan: list[_Bucket],
+              checked: bool) -> None:
+    _PLANS.insert(0, (scalars, tuple(t.clone() for t in tensors), plan, checked))
+    del _PLANS[_MAX_PLANS:]
+
+
+def _run(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+         plan: list[_Bucket], scale: float, softcap: float | None,
+         sinks: torch.Tensor | None) -> torch.Tensor:
+    if len(plan) == 1:  # one bucket holds every row, in packed order
+        return _attend_bucket(query, k_cache, v_cache, plan[0], scale, softcap, sinks)
+    out = torch.empty_like(query)
+    for b in plan:
+        out[b.rows[b.is_query]] = _attend_bucket(query, k_cache, v_cache, b, scale, softcap,
+                                                 sinks)
+    return out
+
+
+def _planned(kind: str, query: torch.Tensor, k_cache: torch.Tensor,
+             tensors: tuple[torch.Tensor, ...], sliding_window: int | None, check: bool,
+             run_checks, make_plan) -> list[_Bucket]:
+    """The plan for these metadata (reused if a recent call had the same), with
+    the value checks run once per plan when `check` asks for them."""
+    scalars = (kind, str(query.device), tuple(k_cache.shape[:2]), query.shape[0],
+               sliding_window)
+    hit = _find_plan(scalars, tensors)
+    checked = hit is not None and _PLANS[hit][3]
+    run_checks(values=check and not checked)
+    if hit is not None:
+        _, kept, plan, was_checked = _PLANS[hit]
+        _PLANS[hit] = (scalars, kept, plan, was_checked or check)
+        return plan
+    plan = make_plan()
+    _remember(scalars, tensors, plan, check)
+    return plan
 
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -176,14 +239,20 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
                            num_splits: int | None = None, check: bool = True) -> torch.Tensor:
     """One new query token per sequence over its paged K/V, all sequences at
     once; the contract of `reference.paged_decode_attention`."""
-    checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
-                        values=check, sliding_window=sliding_window, softcap=softcap,
-                        sinks=sinks)
+    def run_checks(values: bool) -> None:
+        checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
+                            values=values, sliding_window=sliding_window, softcap=softcap,
+                            sinks=sinks)
+
+    def make_plan() -> list[_Bucket]:
+        starts = torch.arange(query.shape[0], device=query.device)
+        return _plan(block_tables, starts, torch.ones_like(starts), context_lens,
+                     k_cache.shape[1], sliding_window)
+
+    plan = _planned("decode", query, k_cache, (block_tables, context_lens), sliding_window,
+                    check, run_checks, make_plan)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    num_seqs = query.shape[0]
-    starts = torch.arange(num_seqs, device=query.device)
-    return _attend(query, k_cache, v_cache, block_tables, starts, torch.ones_like(starts),
-                   context_lens, scale, sliding_window, softcap, sinks)
+    return _run(query, k_cache, v_cache, plan, scale, softcap, sinks)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -195,10 +264,17 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     """Packed query chunks over their sequences' paged K/V (cached prefix plus
     the chunk), all sequences at once; the contract of
     `reference.paged_prefill_attention`."""
-    checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
-                         values=check, sliding_window=sliding_window, softcap=softcap,
-                         sinks=sinks)
+    def run_checks(values: bool) -> None:
+        checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                             values=values, sliding_window=sliding_window, softcap=softcap,
+                             sinks=sinks)
+
+    def make_plan() -> list[_Bucket]:
+        cu = cu_seqlens_q.long()
+        return _plan(block_tables, cu[:-1], cu[1:] - cu[:-1], context_lens, k_cache.shape[1],
+                     sliding_window)
+
+    plan = _planned("prefill", query, k_cache, (block_tables, cu_seqlens_q, context_lens),
+                    sliding_window, check, run_checks, make_plan)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
-    cu = cu_seqlens_q.long()
-    return _attend(query, k_cache, v_cache, block_tables, cu[:-1], cu[1:] - cu[:-1],
-                   context_lens, scale, sliding_window, softcap, sinks)
+    return _run(query, k_cache, v_cache, plan, scale, softcap, sinks)

@@ -283,3 +283,47 @@ def test_ops_runs_the_batched_path_on_cpu():
     with ops.use_backend("torch"):
         assert torch.equal(ops.paged_decode_attention(*args),
                            ops.paged_decode_attention_reference(*args))
+
+
+def test_one_bucket_and_many_give_the_same_rows():
+    """Contexts within one power of two of blocks run as one padded bucket; the
+    same sequences mixed with short ones run in several, scattered back."""
+    lens = [17, 20, 30, 32]  # 2 blocks of 16 each: one bucket
+    case = make_case(lens, 16, num_kv_heads=2, head_dim=64, seed=5)
+    query = torch.randn(len(lens), 4, 64)
+    args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
+    assert len(batched._plan(case.block_tables, torch.arange(4), torch.ones(4, dtype=torch.long),
+                             case.context_lens, 16, None)) == 1
+    expected = torch.stack([truth(query[s:s + 1], k, v, 64 ** -0.5, k.shape[0] - 1)[0]
+                            for s, (k, v) in enumerate(zip(case.keys, case.values,
+                                                           strict=True))])
+    assert_close(batched.paged_decode_attention(*args), expected, torch.float32)
+
+
+def test_a_plan_is_reused_only_for_equal_metadata_and_values_are_rechecked():
+    """Every layer of a step shares block tables and lengths, so the plan of the
+    first call serves the rest; a table changed in place (same tensor, new
+    contents) must get a new plan, and a bad block id is still refused."""
+    case = make_case([5, 20, 9], 4, num_kv_heads=1, head_dim=16, seed=2, spare_blocks=0)
+    query = torch.randn(3, 2, 16)
+
+    def call():
+        return batched.paged_decode_attention(query, case.k_cache, case.v_cache,
+                                              case.block_tables, case.context_lens)
+
+    def expected():
+        return torch.stack([truth(query[s:s + 1], k, v, 0.25, k.shape[0] - 1)[0]
+                            for s, (k, v) in enumerate(zip(case.keys, case.values,
+                                                           strict=True))])
+
+    assert_close(call(), expected(), torch.float32)
+    assert_close(call(), expected(), torch.float32)  # the plan again
+    # swap the first blocks of sequences 0 and 1, in the cache and in the table
+    a, b = int(case.block_tables[0, 0]), int(case.block_tables[1, 0])
+    for cache in (case.k_cache, case.v_cache):
+        cache[[a, b]] = cache[[b, a]]
+    case.block_tables[0, 0], case.block_tables[1, 0] = b, a
+    assert_close(call(), expected(), torch.float32)
+    case.block_tables[1, 2] = case.k_cache.shape[0]  # past the cache's last block
+    with pytest.raises(ValueError, match=r"block_tables\[1, 2\]"):
+        call()
