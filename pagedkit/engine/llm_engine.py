@@ -24,14 +24,14 @@ from typing import Any
 
 import torch
 
-from .._validation import check_int, check_prompt
+from .._validation import check_bool, check_int, check_number, check_prompt
 from ..memory import KVCacheManager
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
 from ..model.sampler import sample
 from ..model.support import check_supported
-from ..sampling_params import SamplingParams
+from ..sampling_params import MAX_SEED, SamplingParams
 from ..scheduler import Admit, Scheduler, SchedulerConfig
 from ..sequence import FinishReason, Sequence, SequenceGroup, stop_reason
 from .beam_search import beam_step, best_beams
@@ -55,6 +55,12 @@ class LLMEngine:
                  dtype: str | torch.dtype = "auto", gpu_memory_utilization: float = 0.9,
                  seed: int = 0) -> None:
         check_int("block_size", block_size, minimum=1)
+        check_bool("enable_prefix_caching", enable_prefix_caching)
+        check_bool("enable_chunked_prefill", enable_chunked_prefill)
+        check_number("gpu_memory_utilization", gpu_memory_utilization)
+        if swap_space is not None:
+            check_number("swap_space", swap_space)
+        check_int("seed", seed, minimum=0, maximum=MAX_SEED)
         self.device = resolve_device(device)
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         self.dtype = resolve_dtype(dtype, model)
@@ -71,12 +77,12 @@ class LLMEngine:
             max_num_batched_tokens = 512 if enable_chunked_prefill else self.max_model_len
         self.scheduler_config = SchedulerConfig(max_num_seqs, max_num_batched_tokens,
                                                 enable_chunked_prefill, preemption_mode)
-        spec = KVCacheSpec.from_config(config, self.dtype)
         self.runner = ModelRunner(model, device=self.device, dtype=self.dtype,
                                   block_size=block_size)
         # served exactly like transformers, or refused here, before any KV memory is reserved
         check_supported(self.runner.model, block_size=block_size,
-                        max_model_len=self.max_model_len, spec=spec)
+                        max_model_len=self.max_model_len)
+        spec = KVCacheSpec.from_config(config, self.dtype)
         num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
                                       gpu_memory_utilization)
         num_swap_blocks = 0  # swap space exists only to swap into

@@ -15,14 +15,25 @@ through every model's ``forward`` signature. Outside such a step — say a
 learner calls ``model.generate`` on a model an engine is serving — the
 ``"pagedkit"`` functions hand over to transformers' SDPA attention and mask,
 so the model keeps working as before.
+
+What a layer passes besides Q/K/V is read, never dropped: `sliding_window`
+(Mistral, Gemma 2/3, Qwen2 per `layer_types`), `softcap` (Gemma 2) and
+`s_aux`, the attention sinks of gpt-oss, go to the paged kernels; flags
+the model forwards to every layer that say nothing about attention
+(`PASSED_THROUGH`) are let by; anything else raises. Whether a model's
+layers really all come through here, once each, with the shapes the cache
+was sized for, is what `pagedkit.model.support` checks, by recording the
+calls of a probe forward (`recording`).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -44,7 +55,79 @@ class AttentionMetadata:
     check: bool = True  # let the ops check values (a host sync per call on a GPU)
 
 
+#: The keyword arguments the paged path implements.
+HANDLED = frozenset({"scaling", "dropout", "sliding_window", "softcap", "s_aux", "is_causal"})
+#: What transformers forwards from a model's ``forward`` to every attention call,
+#: none of which changes the attention computed.
+PASSED_THROUGH = frozenset({
+    "position_ids", "cache_position", "use_cache", "output_attentions", "output_router_logits",
+    "output_hidden_states", "return_dict", "past_key_values", "past_key_value",
+    "position_embeddings", "layer_idx",
+})
+
+
+def attention_options(module: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The paged kernels' options for one attention call; raises on anything else.
+
+    transformers' own SDPA function silently ignores unknown keyword
+    arguments, which is how a model's softcap or sinks got lost; here an
+    argument is either implemented or refused."""
+    name = type(module).__name__
+    unknown = sorted(set(kwargs) - HANDLED - PASSED_THROUGH)
+    if unknown:
+        raise NotImplementedError(
+            f"{name} passes {unknown} to the attention function, which pagedkit's paged "
+            "attention does not implement")
+    if kwargs.get("dropout") or 0.0:
+        raise NotImplementedError(f"{name} asks for attention dropout {kwargs['dropout']}: "
+                                  "pagedkit serves models in eval mode only (model.eval())")
+    if kwargs.get("is_causal") is False or getattr(module, "is_causal", True) is False:
+        raise NotImplementedError(f"{name} attends bidirectionally (is_causal=False); the paged "
+                                  "kernels are causal")
+    sinks = kwargs.get("s_aux")
+    return {"sliding_window": kwargs.get("sliding_window"), "softcap": kwargs.get("softcap"),
+            "sinks": None if sinks is None else sinks.detach()}
+
+
+@dataclass
+class AttentionCall:
+    """One attention call seen during a `recording` forward."""
+
+    module: str  # class name
+    layer_idx: int | None
+    query_shape: tuple[int, ...]  # [1, q_heads, tokens, head_dim]
+    key_shape: tuple[int, ...]
+    value_shape: tuple[int, ...]
+    kwargs: dict[str, Any]
+    mask: Any  # what the model passed as attention_mask (see `recording`)
+
+
+@dataclass
+class Recording:
+    """The attention calls of a forward, and the masks transformers built for it."""
+
+    calls: list[AttentionCall] = field(default_factory=list)
+    # id(mask tensor) -> the mask function transformers built it from
+    mask_functions: dict[int, Any] = field(default_factory=dict)
+
+
 _current: ContextVar[AttentionMetadata | None] = ContextVar("pagedkit_attention", default=None)
+_recording: ContextVar[Recording | None] = ContextVar("pagedkit_recording", default=None)
+
+
+@contextmanager
+def recording() -> Iterator[Recording]:
+    """Record every paged attention call (and mask) made inside the block.
+
+    While recording, the mask function hands the model transformers' real
+    boolean mask instead of None and remembers which index function made it,
+    so a layer's call can be compared with what transformers would do."""
+    rec = Recording()
+    token = _recording.set(rec)
+    try:
+        yield rec
+    finally:
+        _recording.reset(token)
 
 
 @contextmanager
@@ -69,11 +152,16 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     block tables. Returns ``[1, tokens, q_heads, head_dim]``.
     """
     meta = _current.get()
-    if meta is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      scaling=scaling, dropout=dropout, **kwargs)
+    if meta is None:  # not an engine step: transformers' own attention
+        return _transformers_attention(module, query, key, value, attention_mask,
+                                       scaling=scaling, dropout=dropout, **kwargs)
+    rec = _recording.get()
+    if rec is not None:
+        rec.calls.append(AttentionCall(type(module).__name__, getattr(module, "layer_idx", None),
+                                       tuple(query.shape), tuple(key.shape), tuple(value.shape),
+                                       dict(kwargs, scaling=scaling, dropout=dropout),
+                                       attention_mask))
+    options = attention_options(module, dict(kwargs, dropout=dropout))
     q = query[0].transpose(0, 1)
     k_cache, v_cache = meta.kv_caches[module.layer_idx]
     ops.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache,
@@ -83,22 +171,45 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     if d:
         parts.append(ops.paged_decode_attention(
             q[:d].contiguous(), k_cache, v_cache, meta.block_tables[:d], meta.context_lens[:d],
-            scaling, check=meta.check))
+            scaling, check=meta.check, **options))
     if d < meta.context_lens.numel():
         parts.append(ops.paged_prefill_attention(
             q[d:].contiguous(), k_cache, v_cache, meta.block_tables[d:],
-            meta.cu_seqlens_q[d:] - d, meta.context_lens[d:], scaling, check=meta.check))
+            meta.cu_seqlens_q[d:] - d, meta.context_lens[d:], scaling, check=meta.check,
+            **options))
     out = parts[0] if len(parts) == 1 else torch.cat(parts)
     return out.unsqueeze(0), None
 
 
+def _transformers_attention(module, query, key, value, attention_mask, **kwargs):
+    """SDPA, or where it would drop an argument (softcap, sinks) the eager
+    function of the model's own modeling file, given the additive mask it expects."""
+    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
+        eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+        if eager is not None:
+            if attention_mask is not None and attention_mask.dtype == torch.bool:
+                attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
+                    ~attention_mask, torch.finfo(query.dtype).min)
+            return eager(module, query, key, value, attention_mask, **kwargs)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
 def _mask(*args, **kwargs):
-    """Inside an engine step the paged kernels apply causality themselves, so
-    transformers builds no mask; outside one, SDPA's mask as usual."""
-    if _current.get() is not None:
-        return None
+    """Inside an engine step the paged kernels apply causality (and windows)
+    themselves, so transformers builds no mask; outside one, SDPA's mask as
+    usual. While `recording`, the real mask, remembered with its function."""
     from transformers.masking_utils import sdpa_mask
 
+    rec = _recording.get()
+    if rec is not None:
+        mask = sdpa_mask(*args, **dict(kwargs, allow_is_causal_skip=False))
+        if mask is not None:
+            rec.mask_functions[id(mask)] = kwargs.get("mask_function")
+        return mask
+    if _current.get() is not None:
+        return None
     return sdpa_mask(*args, **kwargs)
 
 

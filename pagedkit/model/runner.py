@@ -51,7 +51,6 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, *, block_size: int, device: torch.device,
                  dtype: torch.dtype) -> None:
-        _check_supported(model.config)
         self.model = model.to(device=device, dtype=dtype).eval()
         self.model.set_attn_implementation(register())
         self.device = device
@@ -176,14 +175,3 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
     return tensor(ids, torch.long), tensor(positions, torch.long), meta, \
         tensor(logits_indices, torch.long)
 
-
-def _check_supported(config) -> None:
-    """Refuse what the paged kernels do not implement, rather than compute it wrong."""
-    layer_types = getattr(config, "layer_types", None) or []
-    if any(t != "full_attention" for t in layer_types):
-        raise NotImplementedError(
-            f"pagedkit supports full causal attention only; this model has layer types "
-            f"{sorted(set(layer_types))} (sliding-window or linear attention)")
-    if getattr(config, "is_encoder_decoder", False):
-        raise NotImplementedError("pagedkit serves decoder-only models; "
-                                  f"{type(config).__name__} is an encoder-decoder")
