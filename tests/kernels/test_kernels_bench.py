@@ -62,9 +62,22 @@ def test_quick_run_writes_the_report(tmp_path):
 def test_usage_errors():
     out = run_bench()
     assert out.returncode == 2 and "usage: python -m pagedkit.bench {engine, kernels}" in out.stderr
-    if not torch.cuda.is_available():
-        out = run_bench("kernels")
-        assert out.returncode == 2 and "pass --quick" in out.stderr
+    out = run_bench("kernels", "--bogus")
+    assert out.returncode == 2 and "unrecognized arguments: --bogus" in out.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU grid is a GPU's job")
+def test_without_a_gpu_bench_kernels_runs_the_cpu_grid_and_says_so(tmp_path):
+    """`python -m pagedkit bench kernels` on a CPU used to stop with 'pass --quick'."""
+    path = tmp_path / "kernels.json"
+    out = subprocess.run([sys.executable, "-m", "pagedkit", "bench", "kernels", "--json",
+                          str(path)], capture_output=True, text=True, timeout=600,
+                         env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("note: no GPU (cpu): running the small CPU grid (as --quick)")
+    report = json.loads(path.read_text())
+    assert report["quick"] is True and report["device"]["type"] == "cpu"
+    check_rows(report["decode"], "gb_per_s")
 
 
 @pytest.mark.parametrize("q_len,context", [(4, 4), (2, 5)])
