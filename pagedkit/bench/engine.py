@@ -1,18 +1,30 @@
 """How fast does the paged engine serve, next to transformers itself?
 
-``python -m pagedkit bench [--model tiny|larger] [--requests 64] [--quick] [--json PATH]``
+``python -m pagedkit bench [--model tiny|larger] [--requests 64] [--quick] [--json PATH]
+[--systems pagedkit,hf_static,hf_continuous,floor] [--rounds N] [--profile]``
 
 One workload — requests with ShareGPT-shaped prompt and output lengths
 (`pagedkit.sim`'s synthetic trace, scaled to the model), all arriving at
 once, each generating exactly its output length (greedy, end-of-sequence
-ignored) — runs through three systems on the same model:
+ignored) — runs through these systems on the same model:
 
 * ``pagedkit``: `LLM.generate` — continuous batching over the paged cache;
 * ``hf_static``: transformers ``generate`` in fixed, left-padded batches of
   ``--batch-size`` requests, as a static-batching server would: a batch runs
   until its longest request ends, and its KV cache is the padded rectangle;
 * ``hf_continuous``: transformers' own continuous-batching manager (the
-  engine behind ``generate_batch``), with per-request lengths.
+  engine behind ``generate_batch``), with per-request lengths;
+* ``floor``: the same packed forwards over contiguous per-request K/V with
+  no scheduling at all (`pagedkit.bench.floor`): what no engine on this model
+  can beat. pagedkit's share of it is printed as ``of floor``.
+
+``--rounds N`` runs the systems N times, interleaved (a, b, c, a, b, c, ...),
+and reports each system's median: on a shared machine the load drifts, and
+interleaving spreads it over all systems alike. Long runs print a progress
+line every few seconds. ``--profile`` then runs pagedkit once more with
+timers and prints where its time goes: scheduling, packing, the model's
+linear layers, attention, the rest of the model, sampling, and the engine's
+bookkeeping.
 
 Each reports output tokens per second, time to first token (from the common
 arrival time), and the share of reserved KV slots that held a token ("KV
@@ -38,6 +50,7 @@ import numpy as np
 import torch
 
 MODELS = ("tiny", "larger")
+SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor")
 
 
 @dataclass
@@ -60,6 +73,7 @@ class Result:
     kv_usage: float | None
     outputs_differing: int | None = None  # requests whose tokens differ from pagedkit's
     note: str = ""
+    round_seconds: list[float] = field(default_factory=list)  # every round; `seconds` the median
 
     @property
     def tokens_per_s(self) -> float:
@@ -75,12 +89,39 @@ class Report:
     mean_output_len: float
     results: list[Result] = field(default_factory=list)
     environment: dict = field(default_factory=dict)
+    profile: dict | None = None  # seconds per part of pagedkit's steps (--profile)
+
+    def result(self, system: str) -> Result | None:
+        return next((r for r in self.results if r.system == system), None)
+
+    def share_of_floor(self) -> float | None:
+        paged, floor = self.result("pagedkit"), self.result("floor")
+        return paged.tokens_per_s / floor.tokens_per_s if paged and floor else None
 
     def as_dict(self) -> dict:
         out = asdict(self)
         for r, d in zip(self.results, out["results"], strict=True):
             d["tokens_per_s"] = r.tokens_per_s
+        out["pagedkit_share_of_floor"] = self.share_of_floor()
         return out
+
+
+class Progress:
+    """A line at most every `interval` seconds while a system runs."""
+
+    def __init__(self, system: str, total_tokens: int, log: Callable[[str], None],
+                 interval: float = 10.0) -> None:
+        self.system, self.total, self.log, self.interval = system, total_tokens, log, interval
+        self.done = 0
+        self.start = self.last = time.perf_counter()
+
+    def tick(self, tokens: int) -> None:
+        self.done += tokens
+        now = time.perf_counter()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.log(f"  {self.system}: {self.done}/{self.total} output tokens after "
+                     f"{now - self.start:.0f} s")
 
 
 def build_model(name: str, device: torch.device):
@@ -119,18 +160,27 @@ def sharegpt_workload(num_requests: int, vocab_size: int, *, scale: float, max_l
     return Workload(prompts, outs)
 
 
-def run_pagedkit(model, work: Workload, block_size: int) -> tuple[Result, list[list[int]]]:
+def _quiet(tokens: int) -> None:
+    pass
+
+
+def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int], None] = _quiet,
+                 llm=None) -> tuple[Result, list[list[int]]]:
     from ..engine import LLM
     from ..sampling_params import SamplingParams
 
-    llm = LLM(model, block_size=block_size)
+    llm = LLM(model, block_size=block_size) if llm is None else llm
     params = [SamplingParams(temperature=0, max_tokens=o, ignore_eos=True)
               for o in work.output_lens]
     usage: list[float] = []
+
+    def on_step(step) -> None:
+        usage.append(step.memory["kv_usage"])
+        progress(len(step.new_tokens))
+
     start = time.perf_counter()
     t0 = time.monotonic()
-    outs = llm.generate(work.prompts, params, use_tqdm=False,
-                        on_step=lambda s: usage.append(s.memory["kv_usage"]))
+    outs = llm.generate(work.prompts, params, use_tqdm=False, on_step=on_step)
     seconds = time.perf_counter() - start
     ttft = [o.metrics.first_token_time - t0 for o in outs]
     tokens = [o.outputs[0].token_ids for o in outs]
@@ -154,8 +204,8 @@ class _FirstTokenClock:
         pass
 
 
-def run_hf_static(model, work: Workload, batch_size: int, pad_id: int
-                  ) -> tuple[Result, list[list[int]]]:
+def run_hf_static(model, work: Workload, batch_size: int, pad_id: int,
+                  progress: Callable[[int], None] = _quiet) -> tuple[Result, list[list[int]]]:
     """Fixed batches in arrival order, left-padded; each runs to its longest output."""
     tokens: list[list[int]] = []
     ttft: list[float] = []
@@ -178,13 +228,15 @@ def run_hf_static(model, work: Workload, batch_size: int, pad_id: int
         ttft += [clock.first_token - start] * len(prompts)
         held += sum(len(p) + o for p, o in zip(prompts, outs, strict=True))
         reserved += len(prompts) * (width + max(outs))
+        progress(sum(outs))
     seconds = time.perf_counter() - start
     return Result("hf_static", seconds, work.num_output_tokens, statistics.mean(ttft),
                   statistics.median(ttft), held / reserved,
                   note=f"batches of {batch_size}"), tokens
 
 
-def run_hf_continuous(model, work: Workload) -> tuple[Result, list[list[int]]]:
+def run_hf_continuous(model, work: Workload, progress: Callable[[int], None] = _quiet
+                      ) -> tuple[Result, list[list[int]]]:
     """transformers' continuous-batching manager (what generate_batch uses)."""
     from transformers import GenerationConfig
 
@@ -204,6 +256,7 @@ def run_hf_continuous(model, work: Workload) -> tuple[Result, list[list[int]]]:
                 raise RuntimeError("transformers' continuous batching stopped answering")
             if out.is_finished():
                 results[out.request_id] = out
+                progress(len(out.generated_tokens))
         seconds = time.perf_counter() - start
     finally:
         manager.stop(block=True)
@@ -213,10 +266,117 @@ def run_hf_continuous(model, work: Workload) -> tuple[Result, list[list[int]]]:
                   statistics.median(ttft), None, note="KV usage not exposed"), tokens
 
 
+def run_floor(model, work: Workload, progress: Callable[[int], None] = _quiet
+              ) -> tuple[Result, list[list[int]]]:
+    """The same packed forwards with no engine around them (`pagedkit.bench.floor`)."""
+    from . import floor
+
+    floor.prepare(model)
+    start = time.perf_counter()
+    tokens, first = floor.generate(model, work.prompts, work.output_lens, on_step=progress)
+    seconds = time.perf_counter() - start
+    ttft = [t - start for t in first]
+    return Result("floor", seconds, sum(map(len, tokens)), statistics.mean(ttft),
+                  statistics.median(ttft), None, note="contiguous K/V, no scheduling"), tokens
+
+
+PROFILE_PARTS = ("scheduling", "packing", "linear layers", "attention", "model other",
+                 "sampling", "bookkeeping", "outside steps")
+
+
+def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
+    """Run pagedkit once with timers around each part of a step; seconds per part.
+
+    ``attention`` is the paged ops (store K/V, attend) the model's layers call,
+    ``linear layers`` every ``torch.nn.functional.linear``, ``model other`` the
+    rest of the forward (norms, rotary embedding, activations, transformers'
+    glue), ``bookkeeping`` what `LLMEngine.step` does besides scheduling,
+    packing, the forward and sampling (block copies, outputs, stop checks,
+    memory stats), ``outside steps`` what `LLM.generate` does around them.
+    The timers cost a little themselves; the split, not the total, is the point.
+    """
+    from .. import ops
+    from ..engine import LLM
+
+    llm = LLM(model, block_size=block_size)
+    engine = llm.llm_engine
+    seconds = dict.fromkeys(("step", "forward", *PROFILE_PARTS), 0.0)
+    restore: list[tuple[object, str, object]] = []
+
+    def wrap(owner, attr: str, part: str) -> None:
+        original = getattr(owner, attr, None)
+        if original is None:
+            raise AttributeError(f"the profile times {type(owner).__name__}.{attr}, which no "
+                                 "longer exists: update pagedkit.bench.engine.profile_pagedkit")
+
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                seconds[part] += time.perf_counter() - t
+
+        restore.append((owner, attr, original))
+        setattr(owner, attr, timed)
+
+    import torch.nn.functional as F
+
+    wrap(engine, "step", "step")
+    wrap(engine.scheduler, "schedule", "scheduling")
+    wrap(engine.runner, "prepare", "packing")
+    wrap(engine.runner.model, "forward", "forward")
+    wrap(engine, "_sample", "sampling")
+    for op in ("store_kv", "paged_decode_attention", "paged_prefill_attention"):
+        wrap(ops, op, "attention")
+    wrap(F, "linear", "linear layers")
+    try:
+        result, _ = run_pagedkit(model, work, block_size, llm=llm)
+    finally:
+        for owner, attr, original in reversed(restore):
+            if attr in vars(owner) and owner is engine.runner.model:
+                delattr(owner, attr)  # back to the class's forward
+            else:
+                setattr(owner, attr, original)
+    seconds["model other"] = seconds["forward"] - seconds["attention"] - seconds["linear layers"]
+    seconds["bookkeeping"] = (seconds["step"] - seconds["scheduling"] - seconds["packing"]
+                              - seconds["forward"] - seconds["sampling"])
+    seconds["outside steps"] = result.seconds - seconds["step"]
+    return {"total_s": result.seconds, "tokens_per_s": result.tokens_per_s,
+            "seconds": {part: seconds[part] for part in PROFILE_PARTS},
+            "share": {part: seconds[part] / result.seconds for part in PROFILE_PARTS}}
+
+
+def format_profile(profile: dict) -> str:
+    lines = [f"pagedkit profile: {profile['total_s']:.2f} s "
+             f"({profile['tokens_per_s']:.1f} output tok/s with timers on)"]
+    for part in PROFILE_PARTS:
+        lines.append(f"  {part:<15}{profile['seconds'][part]:>8.2f} s"
+                     f"{profile['share'][part]:>8.1%}")
+    return "\n".join(lines)
+
+
+def check_systems(systems) -> tuple[str, ...]:
+    """The systems asked for, or a ValueError naming the unknown ones and the valid ones."""
+    systems = tuple(systems)
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown or not systems:
+        raise ValueError(f"unknown system(s) {unknown or systems!r}; choose from "
+                         f"{', '.join(SYSTEMS)}")
+    if len(set(systems)) != len(systems):
+        raise ValueError(f"a system is listed twice: {systems!r}")
+    return systems
+
+
 def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float | None = None,
               batch_size: int = 16, block_size: int = 16, device: str = "auto",
-              systems: tuple[str, ...] = ("pagedkit", "hf_static", "hf_continuous"),
+              systems: tuple[str, ...] = ("pagedkit", "hf_static", "hf_continuous", "floor"),
+              rounds: int = 1, profile: bool = False,
               log: Callable[[str], None] = print) -> Report:
+    systems = check_systems(systems)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    if "floor" in systems and device not in ("auto", "cpu"):
+        raise ValueError(f"the floor runs on CPU only; drop it from systems for device={device!r}")
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available()
                        else "cpu" if device == "auto" else device)
     probe = build_model(model_name, dev)
@@ -231,27 +391,50 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                                  "device_name": torch.cuda.get_device_name(dev)
                                  if dev.type == "cuda" else platform.processor() or "cpu"})
     runners = {
-        "pagedkit": lambda m, w: run_pagedkit(m, w, block_size),
-        "hf_static": lambda m, w: run_hf_static(m, w, batch_size, pad_id=0),
-        "hf_continuous": lambda m, w: run_hf_continuous(m, w),
+        "pagedkit": lambda m, w, p: run_pagedkit(m, w, block_size, p),
+        "hf_static": lambda m, w, p: run_hf_static(m, w, batch_size, pad_id=0, progress=p),
+        "hf_continuous": lambda m, w, p: run_hf_continuous(m, w, p),
+        "floor": lambda m, w, p: run_floor(m, w, p),
     }
     # a short untimed run first: one-time costs (lazy imports, allocator and
     # kernel warm-up) would otherwise land on whichever system runs first
     warmup = Workload(work.prompts[:2], [2, 2])
+    models: dict[str, torch.nn.Module] = {}
+    runs: dict[str, list[tuple[Result, list[list[int]]]]] = {name: [] for name in systems}
+    failed: set[str] = set()
+    for r in range(rounds):
+        for name in systems:
+            if name in failed:
+                continue
+            log(f"running {name}" + (f" (round {r + 1}/{rounds})" if rounds > 1 else "")
+                + f": {work.num_output_tokens} output tokens ...")
+            try:
+                if name not in models:
+                    models[name] = build_model(model_name, dev)
+                    runners[name](models[name], warmup, _quiet)
+                progress = Progress(name, work.num_output_tokens, log)
+                result, tokens = runners[name](models[name], work, progress.tick)
+            except Exception as err:  # report a system that cannot run here, keep the others
+                log(f"  {name} failed: {type(err).__name__}: {err}")
+                failed.add(name)
+                continue
+            log(f"  {name}: {result.tokens_per_s:.1f} output tok/s ({result.seconds:.1f} s)")
+            runs[name].append((result, tokens))
     reference = None
     for name in systems:
-        log(f"running {name} ...")
-        try:
-            model = build_model(model_name, dev)
-            runners[name](model, warmup)
-            result, tokens = runners[name](model, work)
-        except Exception as err:  # report a system that cannot run here, keep the others
-            log(f"  {name} failed: {type(err).__name__}: {err}")
+        if not runs[name]:
             continue
+        ordered = sorted(runs[name], key=lambda run: run[0].seconds)
+        result, tokens = ordered[(len(ordered) - 1) // 2]  # the median round
+        result.round_seconds = [run[0].seconds for run in runs[name]]
         if reference is None:
             reference = tokens
-        result.outputs_differing = sum(a != b for a, b in zip(tokens, reference, strict=True))
+        result.outputs_differing = max(
+            sum(a != b for a, b in zip(toks, reference, strict=True)) for _, toks in runs[name])
         report.results.append(result)
+    if profile:
+        log("profiling pagedkit ...")
+        report.profile = profile_pagedkit(build_model(model_name, dev), work, block_size)
     return report
 
 
@@ -264,8 +447,16 @@ def format_report(report: Report) -> str:
     for r in report.results:
         ratio = f"{r.tokens_per_s / base:.2f}" if base else "-"
         usage = f"{r.kv_usage:.1%}" if r.kv_usage is not None else "n/a"
+        spread = (f"; rounds {min(r.round_seconds):.2f}-{max(r.round_seconds):.2f} s"
+                  if len(r.round_seconds) > 1 else "")
         lines.append(f"{r.system:<15}{r.tokens_per_s:>10.1f}{ratio:>12}{r.ttft_mean_s:>10.2f}s"
-                     f"{r.ttft_p50_s:>9.2f}s{usage:>10}{r.outputs_differing:>8}  {r.note}")
+                     f"{r.ttft_p50_s:>9.2f}s{usage:>10}{r.outputs_differing:>8}  {r.note}"
+                     f"{spread}")
+    share = report.share_of_floor()
+    if share is not None:
+        lines.append(f"pagedkit runs at {share:.1%} of the floor")
+    if report.profile is not None:
+        lines.append(format_profile(report.profile))
     return "\n".join(lines)
 
 
@@ -278,11 +469,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16, help="hf_static batch size")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--device", default="auto")
-    p.add_argument("--systems", default="pagedkit,hf_static,hf_continuous")
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the systems this many times, interleaved; report medians")
+    p.add_argument("--profile", action="store_true",
+                   help="also print where pagedkit's step time goes")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quick", action="store_true", help="8 requests, tiny model (a smoke run)")
     p.add_argument("--json", help="write the reports here")
     args = p.parse_args(argv)
+    try:
+        systems = check_systems(s.strip() for s in args.systems.split(",") if s.strip())
+    except ValueError as err:
+        p.error(f"--systems: {err}")
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.threads:
         torch.set_num_threads(args.threads)
     models = ["tiny"] if args.quick else (args.model or list(MODELS))
@@ -291,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in models:
         report = benchmark(name, num_requests=requests, scale=args.scale,
                            batch_size=args.batch_size, block_size=args.block_size,
-                           device=args.device, systems=tuple(args.systems.split(",")))
+                           device=args.device, systems=systems, rounds=args.rounds,
+                           profile=args.profile)
         print(format_report(report), flush=True)
         reports.append(report.as_dict())
     if args.json:

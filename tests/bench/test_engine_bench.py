@@ -3,8 +3,20 @@ the benchmark, never asserted: speed lives in benchmarks, not tests)."""
 
 import json
 
+import pytest
+
 from pagedkit.__main__ import main as cli
-from pagedkit.bench.engine import benchmark, format_report, sharegpt_workload
+from pagedkit.bench.engine import (
+    PROFILE_PARTS,
+    SYSTEMS,
+    benchmark,
+    build_model,
+    format_report,
+    profile_pagedkit,
+    run_floor,
+    run_pagedkit,
+    sharegpt_workload,
+)
 
 
 def test_workload_is_sharegpt_shaped_and_fits_the_model():
@@ -37,3 +49,55 @@ def test_demo_prints_outputs_and_kv_usage(capsys):
 def test_cli_usage(capsys):
     assert cli([]) == 2
     assert "simulate" in capsys.readouterr().err
+
+
+def test_unknown_systems_are_a_usage_error_listing_the_valid_ones(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli(["bench", "--systems", "foo"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "foo" in err and all(name in err for name in SYSTEMS)
+    with pytest.raises(ValueError, match="unknown system"):
+        benchmark("tiny", num_requests=2, systems=("pagedkit", "hf_generate"), log=lambda s: 0)
+    with pytest.raises(ValueError, match="rounds"):
+        benchmark("tiny", num_requests=2, systems=("pagedkit",), rounds=0, log=lambda s: 0)
+
+
+def test_floor_computes_the_same_tokens_as_pagedkit():
+    """The floor is a throughput bound only if it does the same work: its greedy
+    tokens equal pagedkit's (mixed prompt and output lengths, one-token outputs)."""
+    work = sharegpt_workload(6, 1000, scale=0.125, max_len=256, seed=3)
+    work.output_lens[0] = 1
+    paged, paged_tokens = run_pagedkit(build_model("tiny", "cpu"), work, 16)
+    floor, floor_tokens = run_floor(build_model("tiny", "cpu"), work)
+    assert floor_tokens == paged_tokens
+    assert floor.output_tokens == paged.output_tokens == work.num_output_tokens
+
+
+def test_rounds_progress_floor_share_and_profile(capsys):
+    lines = []
+    report = benchmark("tiny", num_requests=3, systems=("pagedkit", "floor"), rounds=2,
+                       profile=True, log=lines.append)
+    assert sum("running pagedkit (round" in line for line in lines) == 2
+    assert [r.system for r in report.results] == ["pagedkit", "floor"]
+    assert all(len(r.round_seconds) == 2 and r.outputs_differing == 0 for r in report.results)
+    assert report.share_of_floor() > 0
+    parts = report.profile["seconds"]
+    assert set(parts) == set(PROFILE_PARTS)
+    assert parts["attention"] > 0 and parts["linear layers"] > 0 and parts["scheduling"] > 0
+    assert abs(sum(parts.values()) - report.profile["total_s"]) < 1e-6
+    text = format_report(report)
+    assert "of the floor" in text and "attention" in text
+    json.dumps(report.as_dict())
+
+
+def test_profile_leaves_the_engine_code_as_it_was():
+    from pagedkit import ops
+
+    before = (ops.paged_decode_attention, ops.store_kv)
+    import torch.nn.functional as F
+
+    linear = F.linear
+    work = sharegpt_workload(2, 1000, scale=0.05, max_len=64, seed=1)
+    profile_pagedkit(build_model("tiny", "cpu"), work, 16)
+    assert (ops.paged_decode_attention, ops.store_kv) == before and F.linear is linear
