@@ -97,38 +97,37 @@ def decode_config(arch: int, head_dim: int, itemsize: int) -> Config:
     """Decode streams ``block_n`` keys and values per step through registers.
 
     A K and a V tile are ``block_n x head_dim``; 64 tokens at head dim 128 in
-    fp16 are 16 KiB each. Past 16 KiB per tile (fp32 at 128, anything at 256)
-    the tile halves or the warps double, so that no thread holds more than
-    about 64 values of K and V; on sm_75, where ``tl.dot`` is computed with
-    FMAs in registers, tiles are smaller still.
+    fp16 are 16 KiB each. Past that (fp16 at 256) the tile halves; fp32 at
+    head dim 128 or more also doubles the warps (at 4 warps its split variant
+    spilled on sm_90). On sm_75, where ``tl.dot`` is computed with FMAs in
+    registers, tiles are smaller still.
     """
     padded = max(16, 1 << (head_dim - 1).bit_length())
-    family = _family(arch)
-    if family == 75:
-        block_n = 32 if padded * itemsize <= 256 else 16
-        return Config(block_n=block_n, num_warps=4, num_stages=1)
-    tile_bytes = 64 * padded * itemsize
-    if tile_bytes <= 16 * 1024:
+    if _family(arch) == 75:
+        return Config(block_n=32 if padded * itemsize <= 256 else 16, num_warps=4, num_stages=1)
+    if 64 * padded * itemsize <= 16 * 1024:
         return Config(block_n=64, num_warps=4, num_stages=2)
-    if tile_bytes <= 32 * 1024:
-        return Config(block_n=32, num_warps=4, num_stages=2)
-    return Config(block_n=32, num_warps=8, num_stages=2)
+    return Config(block_n=32, num_warps=8 if itemsize >= 4 else 4, num_stages=2)
 
 
 def prefill_config(arch: int, head_dim: int, itemsize: int) -> Config:
-    """Prefill keeps a ``block_m x head_dim`` query tile and the ``block_m x
-    head_dim`` accumulator resident and streams K/V tiles of ``block_n``;
+    """Prefill keeps a ``block_m x head_dim`` query tile and its float32
+    accumulator resident and streams K/V tiles of ``block_n`` tokens;
     pipelining them (stages) costs shared memory. The rule keeps the tiles
     inside every target's shared memory and the accumulator inside 255
-    registers a thread (see docs/kernels.md for the measured table)."""
+    registers a thread: fp32 tiles take 16 rows and 8 warps (32 rows spilled
+    on sm_86/89/90), head dim 256 drops the pipelining (the default 3 stages
+    needed 104 KiB, over sm_86/89's 99 KiB). See docs/kernels.md for the
+    measured table.
+    """
     padded = max(16, 1 << (head_dim - 1).bit_length())
-    family = _family(arch)
-    if family == 75:
+    if _family(arch) == 75:
         return Config(block_m=16 if padded >= 128 else 32, block_n=16, num_warps=4,
                       num_stages=1)
-    wide = padded * itemsize  # bytes of one row of a tile
-    if wide <= 128:           # head dim 64 (fp16/bf16)
+    if itemsize >= 4:
+        return Config(block_m=16, block_n=32, num_warps=8, num_stages=2 if padded <= 128 else 1)
+    if padded <= 64:
         return Config(block_m=64, block_n=64, num_warps=4, num_stages=2)
-    if wide <= 256:           # head dim 128 (fp16/bf16), 64 (fp32)
+    if padded <= 128:
         return Config(block_m=64, block_n=32, num_warps=4, num_stages=2)
     return Config(block_m=32, block_n=32, num_warps=4, num_stages=1)

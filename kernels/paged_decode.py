@@ -196,13 +196,19 @@ def _split_k_reduce_kernel(
              (acc / denom).to(out_ptr.dtype.element_ty), mask=d_mask)
 
 
-def default_num_splits(num_seqs: int, num_kv_heads: int, max_context: int,
-                       device: torch.device) -> int:
-    """Enough splits to give every streaming multiprocessor about two programs,
-    but none shorter than `MIN_TOKENS_PER_SPLIT` tokens. One on CPU."""
+def multiprocessors(device: torch.device) -> int | None:
+    """The GPU's streaming multiprocessors (None off CUDA), which size the split count."""
     if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def default_num_splits(num_seqs: int, num_kv_heads: int, max_context: int,
+                       sms: int | None) -> int:
+    """Enough splits to give each of the `sms` streaming multiprocessors about two
+    programs, but none shorter than `MIN_TOKENS_PER_SPLIT` tokens. One off a GPU."""
+    if sms is None:
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
     wanted = triton.cdiv(2 * sms, num_seqs * num_kv_heads)
     return max(1, min(wanted, triton.cdiv(max_context, MIN_TOKENS_PER_SPLIT)))
 
@@ -211,8 +217,9 @@ def plan_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                 block_tables: torch.Tensor, context_lens: torch.Tensor, out: torch.Tensor,
                 scale: float, *, sliding_window: int | None, softcap: float | None,
                 sinks: torch.Tensor | None, num_splits: int | None,
-                arch: int) -> list[launch.Launch]:
-    """The kernel launches of one decode call (one, or two with splits) for GPU `arch`."""
+                arch: int, sms: int | None) -> list[launch.Launch]:
+    """The kernel launches of one decode call (one, or two with splits) for GPU `arch`
+    with `sms` multiprocessors (None: no GPU, one split unless `num_splits` says more)."""
     num_seqs, num_q_heads, head_dim = query.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     config = launch.decode_config(arch, head_dim, query.element_size())
@@ -221,7 +228,7 @@ def plan_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if sliding_window is not None:
         span = min(span, sliding_window)
     if num_splits is None:
-        num_splits = default_num_splits(num_seqs, num_kv_heads, span, query.device)
+        num_splits = default_num_splits(num_seqs, num_kv_heads, span, sms)
     tokens_per_split = triton.cdiv(triton.cdiv(span, num_splits), config.block_n) * config.block_n
     num_splits = triton.cdiv(span, tokens_per_split)  # rounding may leave fewer
     split = num_splits > 1
@@ -284,5 +291,5 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
         query, k_cache, v_cache, block_tables.contiguous(), context_lens.contiguous(), out,
         scale, sliding_window=sliding_window, softcap=None if softcap is None else float(softcap),
         sinks=None if sinks is None else sinks.contiguous(), num_splits=num_splits,
-        arch=launch.arch_of(query.device)))
+        arch=launch.arch_of(query.device), sms=multiprocessors(query.device)))
     return out

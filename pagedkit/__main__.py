@@ -19,6 +19,9 @@ COMMANDS = {
               "benchmarks: 'bench' (the engine against transformers) or 'bench kernels'"),
     "simulate": ("pagedkit.sim.cli",
                  "the paper's memory and batching results from the simulator (no GPU)"),
+    "gpucheck": ("pagedkit.gpucheck",
+                 "on a CUDA GPU: compiled kernels vs references, kernel benchmark, engine vs "
+                 "transformers, one table"),
 }
 
 

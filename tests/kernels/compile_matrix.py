@@ -83,7 +83,7 @@ def launches(case: Case, device: str = "meta"):
         lens = torch.empty(seqs, dtype=torch.int32, device=device)
         out = torch.empty_like(query)
         return paged_decode.plan_decode(query, cache, cache, tables, lens, out, d ** -0.5,
-                                        num_splits=case.num_splits, **options)
+                                        num_splits=case.num_splits, sms=None, **options)
     seqs = 2
     query = torch.empty(seqs * case.max_q_len, hq, d, dtype=dtype, device=device)
     tables = torch.empty(seqs, 512, dtype=torch.int32, device=device)
@@ -217,15 +217,41 @@ def matrix(quick: bool = False) -> list[Case]:
                   for dt, d in (("fp16", 128), ("fp32", 128), ("fp32", 256), ("bf16", 64))]
         cases += [Case("decode", arch, "fp16", 256, num_splits=8, **window),
                   Case("decode", arch, "fp32", 128, num_splits=8),
-                  Case("decode", arch, "fp16", 128, **mqa)]
+                  Case("decode", arch, "fp16", 128, **mqa),
+                  Case("prefill", arch, "fp16", 128, **mqa)]
         cases += [Case("prefill", arch, dt, d)
                   for dt, d in (("fp16", 64), ("fp16", 128), ("fp32", 128), ("fp16", 256),
                                 ("fp32", 256))]
         cases += [Case("prefill", arch, "bf16", 128, **window),
-                  Case("prefill", arch, "fp16", 128, max_q_len=1, **mqa)]
+                  Case("prefill", arch, "fp16", 128, max_q_len=1)]
     if quick:
         cases = [c for c in cases if c.head_dim == 128]
     return cases
+
+
+def count_variants(max_context: int = 8192, block_size: int = 16, sms: int = 132,
+                   batch: int = 1) -> dict[str, int]:
+    """How many compiled variants of each kernel one sequence growing to `max_context`
+    tokens needs: its decode steps are planned as the engine calls them (the block table
+    as wide as the context needs; splits chosen for a GPU of `sms` multiprocessors, 132
+    as an H100's) and their launches keyed as Triton's cache keys them. The context
+    length itself reaches the kernels only as tensor values, so one step per table width
+    (per block) covers every step."""
+    from pagedkit.kernels import paged_decode
+
+    hq, hkv, d = 32, 8, 128
+    cache = torch.empty(4096, block_size, hkv, d, dtype=torch.float16, device="meta")
+    query = torch.empty(batch, hq, d, dtype=torch.float16, device="meta")
+    lens = torch.empty(batch, dtype=torch.int32, device="meta")
+    keys: dict[str, set] = {}
+    for width in range(1, -(-max_context // block_size) + 1):
+        tables = torch.empty(batch, width, dtype=torch.int32, device="meta")
+        for launch in paged_decode.plan_decode(
+                query, cache, cache, tables, lens, torch.empty_like(query), d ** -0.5,
+                sliding_window=None, softcap=None, sinks=None, num_splits=None, arch=90,
+                sms=sms):
+            keys.setdefault(launch.kernel.__name__, set()).add(variant_key(launch))
+    return {name: len(found) for name, found in keys.items()}
 
 
 def _worker_init() -> None:
@@ -262,9 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="head dim 128 only")
+    parser.add_argument("--count-variants", action="store_true",
+                        help="only count the decode kernels' compiled variants over a "
+                             "sequence growing to 8k tokens")
     args = parser.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         parser.error("TRITON_INTERPRET must be off: this compiles for real GPUs")
+    if args.count_variants:
+        counts = count_variants()
+        print(f"compiled variants over a sequence growing to 8192 tokens: {counts}")
+        with open(args.json, "w") as f:
+            json.dump(counts, f)
+        return 0
     start = time.perf_counter()
     rows = run(matrix(args.quick), args.workers)
     print(table(rows))

@@ -1,0 +1,343 @@
+"""One prepared check of a real GPU: ``python -m pagedkit gpucheck [--json PATH] [--quick]``.
+
+CI has no GPU, so everything the interpreter cannot prove waits for the first
+machine that has one. This runs it all in one go, in a few minutes, and
+prints one table:
+
+1. **kernels**: the compiled Triton kernels against a float64 oracle over the
+   un-paged K/V (and the torch reference), bfloat16 included (the interpreter
+   computes bfloat16 ``tl.dot`` wrongly), decode single-pass and split, prefill
+   chunks after a cached prefix, GQA and MQA, head dims 64/128/256, and the
+   sliding-window / softcap / sink options;
+2. **benchmark**: `pagedkit.bench.kernels`' quick grid: decode bandwidth as a
+   percentage of the device's peak next to SDPA on a contiguous cache, and
+   prefill TFLOP/s;
+3. **engine**: `pagedkit.LLM` against transformers' ``generate`` (greedy) on a
+   random Llama of real size (Llama-3.2-1B-like: 16 layers, hidden 2048, 32
+   query / 8 KV heads of 64) in bfloat16, token for token.
+
+Without CUDA it says so and exits with status 2: there is nothing to check.
+Exit status 1 means a check failed (the table says which), 0 all passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+NO_GPU = ("gpucheck needs a CUDA GPU, and torch sees none here "
+          "(torch.cuda.is_available() is False; torch {torch}, built for CUDA {cuda}). "
+          "Nothing was checked. Run it on a machine with an NVIDIA GPU (e.g. a Colab GPU "
+          "runtime); on CPU the kernel tests run in Triton's interpreter: "
+          "python -m pytest tests/kernels")
+
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}  # max abs error
+
+
+@dataclass
+class Check:
+    """One line of the table."""
+
+    section: str        # "kernels", "benchmark" or "engine"
+    name: str
+    value: str          # what was measured, as printed
+    ok: bool | None     # None: a measurement with no pass/fail (a benchmark figure)
+    detail: dict
+
+
+# ------------------------------------------------------------------ kernels
+def oracle(query, keys, values, scale, first_position, window=None, softcap=None, sinks=None):
+    """float64 attention of query rows at positions first_position.. over contiguous K/V."""
+    group = query.shape[1] // keys.shape[1]
+    q = query.double()
+    k = keys.double().repeat_interleave(group, dim=1)
+    v = values.double().repeat_interleave(group, dim=1)
+    s = torch.einsum("qhd,khd->hqk", q, k) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    pos = first_position + torch.arange(q.shape[0], device=q.device)[:, None]
+    kpos = torch.arange(k.shape[0], device=q.device)[None, :]
+    visible = kpos <= pos
+    if window is not None:
+        visible &= kpos > pos - window
+    s = s.masked_fill(~visible[None], float("-inf"))
+    if sinks is not None:
+        sink = sinks.double()[:, None, None].expand(-1, s.shape[1], 1)
+        p = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        p = torch.softmax(s, dim=-1)
+    return torch.einsum("hqk,khd->qhd", p, v)
+
+
+def paged_cache(lens, block_size, hkv, d, dtype, device, gen):
+    """A cache with each sequence's blocks scattered, every other slot NaN."""
+    needed = [-(-n // block_size) for n in lens]
+    num_blocks = sum(needed) + 2
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    k_cache = torch.full((num_blocks, block_size, hkv, d), float("nan"), dtype=dtype,
+                         device=device)
+    v_cache = torch.full_like(k_cache, float("nan"))
+    tables = torch.zeros(len(lens), max(needed) + 1, dtype=torch.int32)
+    keys, values = [], []
+    for s, n in enumerate(lens):
+        blocks, order = order[:needed[s]], order[needed[s]:]
+        tables[s, :len(blocks)] = torch.tensor(blocks)
+        k = torch.randn(n, hkv, d, generator=gen).to(dtype).to(device)
+        v = torch.randn(n, hkv, d, generator=gen).to(dtype).to(device)
+        padded = needed[s] * block_size
+        kp = torch.full((padded, hkv, d), float("nan"), dtype=dtype, device=device)
+        vp = torch.full_like(kp, float("nan"))
+        kp[:n], vp[:n] = k, v
+        k_cache[blocks] = kp.view(-1, block_size, hkv, d)
+        v_cache[blocks] = vp.view(-1, block_size, hkv, d)
+        keys.append(k)
+        values.append(v)
+    return k_cache, v_cache, tables.to(device), torch.tensor(lens, dtype=torch.int32,
+                                                            device=device), keys, values
+
+
+def kernel_checks(device: torch.device) -> list[Check]:
+    from pagedkit.kernels import paged_decode, paged_prefill, reference
+
+    checks = []
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(32, 8, 128), (32, 1, 64), (8, 8, 256), (28, 4, 128)]
+    options = [{}, dict(sliding_window=100), dict(softcap=30.0), dict(sinks=True),
+               dict(sliding_window=37, softcap=30.0, sinks=True)]
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for hq, hkv, d in shapes:
+            for opts in options:
+                if opts and (hq, hkv, d) != (32, 8, 128):
+                    continue
+                lens, q_lens = [1, 300, 1025, 3000], [1, 300, 17, 129]
+                k_cache, v_cache, tables, ctx, keys, values = paged_cache(
+                    lens, 16, hkv, d, dtype, device, gen)
+                kw = dict(opts)
+                if kw.pop("sinks", False):
+                    kw["sinks"] = torch.linspace(-2, 6, hq, device=device)
+                scale = d ** -0.5
+                label = (f"{str(dtype)[6:]} {hq}q/{hkv}kv d{d}"
+                         + (" " + "+".join(sorted(opts)) if opts else ""))
+                q = torch.randn(len(lens), hq, d, generator=gen).to(dtype).to(device)
+                truth = torch.stack([oracle(q[s:s + 1], keys[s], values[s], scale, lens[s] - 1,
+                                            window=kw.get("sliding_window"),
+                                            softcap=kw.get("softcap"), sinks=kw.get("sinks"))[0]
+                                     for s in range(len(lens))])
+                for splits in (1, None):
+                    got = paged_decode.paged_decode_attention(q, k_cache, v_cache, tables, ctx,
+                                                              num_splits=splits, **kw)
+                    checks.append(_compare("decode " + label + f" splits={splits or 'auto'}",
+                                           got, truth, dtype))
+                ref = reference.paged_decode_attention(q, k_cache, v_cache, tables, ctx, **kw)
+                checks.append(_compare("reference decode " + label, ref, truth, dtype))
+                cu = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32,
+                                  device=device)
+                qp = torch.randn(int(cu[-1]), hq, d, generator=gen).to(dtype).to(device)
+                truth = torch.cat([oracle(qp[cu[s]:cu[s + 1]], keys[s], values[s], scale,
+                                          lens[s] - q_lens[s], window=kw.get("sliding_window"),
+                                          softcap=kw.get("softcap"), sinks=kw.get("sinks"))
+                                   for s in range(len(lens))])
+                got = paged_prefill.paged_prefill_attention(qp, k_cache, v_cache, tables, cu, ctx,
+                                                            **kw)
+                checks.append(_compare("prefill " + label, got, truth, dtype))
+    return checks
+
+
+def _compare(name: str, got: torch.Tensor, truth: torch.Tensor, dtype: torch.dtype) -> Check:
+    err = float((got.double() - truth).abs().max())
+    tol = TOLERANCE[dtype]
+    ok = math.isfinite(err) and err <= tol
+    return Check("kernels", name, f"max |err| {err:.2e} (tol {tol:.0e})", ok,
+                 {"max_abs_err": err if math.isfinite(err) else None, "tolerance": tol})
+
+
+# ------------------------------------------------------------------ benchmark
+def benchmark_checks(device: torch.device, log: Callable[[str], None]) -> tuple[list[Check],
+                                                                                   dict]:
+    from pagedkit.bench import kernels as bench
+
+    report = bench.run(device, quick=True, log=log)
+    checks = []
+    for row in report["decode"]:
+        s = row["shape"]
+        name = f"decode {s['batch']} x {s['context']} {s['dtype']}"
+        if "skipped" in row:
+            checks.append(Check("benchmark", name, "skipped: " + row["skipped"], None, row))
+            continue
+        paged, sdpa = row["results"]["paged_triton"], row["results"]["sdpa_contiguous"]
+        if "ms" not in paged:
+            checks.append(Check("benchmark", name, "not timed: " + paged["skipped"], False, row))
+            continue
+        pct = paged.get("pct_of_peak")
+        value = (f"{paged['gb_per_s']:.0f} GB/s" + (f" ({pct:.0f}% of peak)" if pct else "")
+                 + f", SDPA {sdpa['gb_per_s']:.0f} GB/s, paged/SDPA time "
+                 f"{row['paged_over_sdpa']:.2f}")
+        checks.append(Check("benchmark", name, value,
+                            row.get("paged_max_abs_diff", 1.0) < 1e-2, row))
+    for row in report["prefill"]:
+        s = row["shape"]
+        name = f"prefill {s['batch']} x {s['query_len']}/{s['context']} {s['dtype']}"
+        if "skipped" in row or "ms" not in row["results"]["paged_triton"]:
+            checks.append(Check("benchmark", name, "skipped", None, row))
+            continue
+        paged, sdpa = row["results"]["paged_triton"], row["results"]["sdpa_contiguous"]
+        checks.append(Check("benchmark", name,
+                            f"{paged['tflop_per_s']:.1f} TFLOP/s, SDPA "
+                            f"{sdpa['tflop_per_s']:.1f} TFLOP/s",
+                            row.get("paged_max_abs_diff", 1.0) < 1e-2, row))
+    return checks, report
+
+
+# ------------------------------------------------------------------ engine
+def engine_checks(device: torch.device, quick: bool) -> list[Check]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pagedkit import LLM, SamplingParams
+
+    torch.manual_seed(0)
+    layers = 4 if quick else 16
+    config = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=8192,
+                         num_hidden_layers=layers, num_attention_heads=32,
+                         num_key_value_heads=8, head_dim=64, max_position_embeddings=4096)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 32000, (n,), generator=gen).tolist() for n in (7, 100, 513, 1500)]
+    new_tokens = 32
+    start = time.perf_counter()
+    expected = []
+    with torch.inference_mode():
+        for p in prompts:
+            ids = model.generate(torch.tensor([p], device=device), max_new_tokens=new_tokens,
+                                 do_sample=False, eos_token_id=None, pad_token_id=0,
+                                 attention_mask=torch.ones(1, len(p), dtype=torch.long,
+                                                           device=device))
+            expected.append(ids[0, len(p):].tolist())
+    hf_s = time.perf_counter() - start
+    llm = LLM(model, device=str(device), dtype="bfloat16", gpu_memory_utilization=0.5)
+    start = time.perf_counter()
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                        SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True),
+                        use_tqdm=False)
+    engine_s = time.perf_counter() - start
+    checks = []
+    for p, want, out in zip(prompts, expected, outs, strict=True):
+        got = out.outputs[0].token_ids
+        same = next((i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b),
+                    len(want))
+        checks.append(Check("engine", f"llama {layers}L bf16 prompt {len(p)}",
+                            f"{same}/{len(want)} tokens as transformers' generate",
+                            same == len(want), {"engine": got, "transformers": want}))
+    checks.append(Check("engine", "wall time", f"engine {engine_s:.1f} s, transformers "
+                                               f"{hf_s:.1f} s (one prompt at a time)", None,
+                        {"engine_s": engine_s, "transformers_s": hf_s}))
+    return checks
+
+
+# ------------------------------------------------------------------ report
+def table(checks: list[Check]) -> str:
+    """The printed table: section, check, measured value, PASS / FAIL / '-'."""
+    width = max([len(c.name) for c in checks] + [5])
+    lines = [f"{'section':<10} {'check':<{width}} {'result':<5} value"]
+    for c in checks:
+        mark = "-" if c.ok is None else ("PASS" if c.ok else "FAIL")
+        lines.append(f"{c.section:<10} {c.name:<{width}} {mark:<5} {c.value}")
+    failed = sum(c.ok is False for c in checks)
+    passed = sum(c.ok is True for c in checks)
+    lines.append(f"{passed} passed, {failed} failed, {sum(c.ok is None for c in checks)} "
+                 "measured")
+    return "\n".join(lines)
+
+
+def build_report(device_info: dict, versions: dict, checks: list[Check], seconds: float,
+                 bench_report: dict | None = None) -> dict:
+    """The JSON document: every check, the verdict, and the raw benchmark report."""
+    return _finite({
+        "gpucheck": 1,
+        "device": device_info,
+        "versions": versions,
+        "seconds": round(seconds, 1),
+        "ok": all(c.ok is not False for c in checks),
+        "failed": [f"{c.section}: {c.name}" for c in checks if c.ok is False],
+        "checks": [asdict(c) for c in checks],
+        "benchmark": bench_report,
+    })
+
+
+def _finite(value):
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def run(device: torch.device, quick: bool = False,
+        log: Callable[[str], None] = print) -> dict:
+    from pagedkit import ops
+    from pagedkit.bench import kernels as bench
+
+    start = time.perf_counter()
+    info = bench.device_info(device)
+    chosen = ops.backend(device)
+    log(f"device: {info['name']} (capability {info.get('capability')}); kernels: {chosen} "
+        f"({chosen.reason})")
+    checks: list[Check] = []
+    bench_report = None
+    sections = [("kernels", lambda: kernel_checks(device)),
+                ("benchmark", lambda: benchmark_checks(device, log)),
+                ("engine", lambda: engine_checks(device, quick))]
+    for section, fn in sections:
+        log(f"{section} ...")
+        try:
+            found = fn()
+        except Exception as exc:  # a crash is a failed line, and the other sections still run
+            found = [Check(section, "crashed", f"{type(exc).__name__}: {exc}"[:300], False, {})]
+        if section == "benchmark" and isinstance(found, tuple):
+            found, bench_report = found
+        checks += found
+        torch.cuda.empty_cache()
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                "triton": bench._triton_version(), "python": platform.python_version()}
+    return build_report(info, versions, checks, time.perf_counter() - start, bench_report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pagedkit gpucheck",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", metavar="PATH", help="also write the report here as JSON")
+    parser.add_argument("--quick", action="store_true",
+                        help="a 4-layer model in the engine check instead of 16 layers")
+    parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print(NO_GPU.format(torch=torch.__version__, cuda=torch.version.cuda), file=sys.stderr)
+        return 2
+    device = torch.device(args.device)
+    if device.type != "cuda":
+        parser.error(f"--device must be a CUDA device, got {args.device!r}")
+    report = run(device, args.quick)
+    checks = [Check(**c) for c in report["checks"]]
+    print(table(checks))
+    print(f"{report['seconds']:.0f} s; " + ("all checks passed" if report["ok"]
+                                            else f"FAILED: {', '.join(report['failed'])}"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2, allow_nan=False)
+        print(f"wrote {args.json}")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
