@@ -63,6 +63,7 @@ class _Bucket:
     num_seqs: int
     max_q: int
     num_slots: int           # L = max_read * block_size
+    dense: bool              # every padded query is real (a decode bucket)
 
 
 def _plan(block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
@@ -129,7 +130,7 @@ def _plan_bucket(block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: tor
     visible &= holds_token[:, None, :]
     bias = torch.zeros(visible.shape, device=device).masked_fill_(~visible, float("-inf"))
     return _Bucket(ids.flatten(), (~holds_token).flatten().nonzero().squeeze(1), rows,
-                   is_query, bias, ctx.shape[0], max_q, num_slots)
+                   is_query, bias, ctx.shape[0], max_q, num_slots, bool(is_query.all()))
 
 
 def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -175,7 +176,8 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     probs = probs.view(n, num_kv_heads, max_q * group, length)
     out = torch.stack([torch.bmm(probs[:, h], values[:, :, h]).view(n, max_q, group, head_dim)
                        for h in range(num_kv_heads)], dim=2)
-    return out.view(n, max_q, num_q_heads, head_dim)[b.is_query].to(query.dtype)
+    out = out.view(n, max_q, num_q_heads, head_dim)
+    return (out.flatten(0, 1) if b.dense else out[b.is_query]).to(query.dtype)
 
 
 # The plans of the last few calls. Every layer of a step passes the same block

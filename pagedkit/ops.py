@@ -271,12 +271,18 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
     _op("store_kv", k_cache.device)(key, value, k_cache, v_cache, slot_mapping, check=check)
 
 
+@functools.lru_cache(maxsize=64)
+def _parameters(op: Callable) -> frozenset[str]:
+    """The parameter names of `op` (cached: every layer of every step asks)."""
+    return frozenset(inspect.signature(op).parameters)
+
+
 def _attention_op(name: str, device: torch.device, **options) -> tuple[Callable, dict]:
     """The op and the options to pass it: those that are set (so an implementation
     without an option still serves calls that do not use it), refusing one it lacks."""
     op = _op(name, device)
     given = {k: v for k, v in options.items() if v is not None}
-    missing = sorted(set(given) - set(inspect.signature(op).parameters))
+    missing = sorted(set(given) - _parameters(op))
     if missing:
         raise NotImplementedError(
             f"the {backend(device)} {name} does not implement {', '.join(missing)} yet; "
