@@ -114,8 +114,7 @@ def _prompt_list(prompts: Any) -> list[str | list[int]]:
     if isinstance(prompts, (str, dict)):
         return [check_prompt(prompts)]
     if isinstance(prompts, (list, tuple)):
-        if prompts and all(isinstance(p, numbers.Integral) and not isinstance(p, bool)
-                           for p in prompts):
+        if prompts and isinstance(prompts[0], numbers.Integral):
             return [check_prompt(list(prompts))]  # one prompt of token ids
         return [check_prompt(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
     return [check_prompt(prompts, "prompts")]

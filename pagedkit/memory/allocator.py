@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from .._validation import check_int
+from .._validation import check_bool, check_int
 from .errors import BlockStateError, OutOfBlocksError
 from .events import Event, EventBus, EventKind
 
@@ -105,7 +105,7 @@ class BlockAllocator:
                  enable_prefix_caching: bool = False, events: EventBus | None = None) -> None:
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self.block_size = check_int("block_size", block_size, minimum=1)
-        self.enable_prefix_caching = bool(enable_prefix_caching)
+        self.enable_prefix_caching = check_bool("enable_prefix_caching", enable_prefix_caching)
         self.events = events if events is not None else EventBus()
         # The free queue, oldest first. Cached-but-free blocks sit in it too:
         # popping the head evicts the least recently freed cached block.
@@ -240,7 +240,8 @@ class BlockAllocator:
                 "exactly one owner (use copy_on_write first)")
         if fill > self.block_size:
             raise BlockStateError(
-                f"block {block} would hold {fill} tokens but block_size is {self.block_size}")
+                f"cannot append {num_tokens} tokens to block {block}: it would hold {fill} "
+                f"tokens but block_size is {self.block_size}")
         self._fill[block] = fill
         self._tokens_stored += num_tokens
         if self.events:

@@ -178,8 +178,9 @@ class ContiguousAllocator:
         region = self.region(request)
         check_int("num_tokens", num_tokens, minimum=0)
         if region.used + num_tokens > region.need:
-            raise BlockStateError(f"request {request!r} would hold {region.used + num_tokens} "
-                                  f"tokens but declared it needs {region.need}")
+            raise BlockStateError(f"cannot append {num_tokens} tokens to request {request!r}: "
+                                  f"it would hold {region.used + num_tokens} tokens but declared "
+                                  f"it needs {region.need}")
         region.used += num_tokens
         self._used += num_tokens
 

@@ -21,7 +21,11 @@ import torch
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:1', ... or a "
+                         f"torch.device; got {device!r}") from err
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r} was asked for but CUDA is not available here")
     return device
@@ -49,7 +53,7 @@ def load_model(model, tokenizer=None):
         return model, tokenizer, type(model).__name__
     if not isinstance(model, (str, Path)):
         raise TypeError("model must be 'tiny', a model name or path, or a "
-                        f"transformers.PreTrainedModel; got {type(model).__name__}")
+                        f"transformers.PreTrainedModel; got {model!r} ({type(model).__name__})")
     name = str(model)
     if name == "tiny":
         from ..models import load_tiny

@@ -1,0 +1,454 @@
+"""Every public entry point refuses bad input loudly, and changes nothing.
+
+One table: for each entry point (LLM, LLM.generate, SamplingParams,
+LLMEngine.add_request(s), KVCacheManager, BlockAllocator, BlockTable,
+ContiguousAllocator, TraceRequest / Trace / load_trace / synthetic_trace,
+Simulator) the bad calls a learner makes, the exception type each must raise,
+a piece of the message that names the value at fault, and a snapshot of the
+state the call must leave exactly as it found it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pagedkit import LLM, SamplingParams
+from pagedkit.memory import (
+    BlockAllocator,
+    BlockStateError,
+    BlockTable,
+    ContiguousAllocator,
+    KVCacheManager,
+    OutOfBlocksError,
+)
+from pagedkit.sim import Simulator, Trace, TraceRequest, load_trace, synthetic_trace
+
+
+# ------------------------------------------------------------------ snapshots
+def pool_state(pool: BlockAllocator):
+    blocks = range(pool.num_blocks)
+    return (pool.stats(), list(pool._free), [pool.ref_count(b) for b in blocks],
+            [pool.num_tokens(b) for b in blocks], [pool.block_hash(b) for b in blocks])
+
+
+def table_state(t: BlockTable):
+    return (list(t.blocks), t.num_tokens, list(t.block_hashes), list(t._tail), t._freed)
+
+
+def kv_state(kv: KVCacheManager):
+    return (pool_state(kv.allocator), kv.swap_pool and pool_state(kv.swap_pool),
+            {s: table_state(t) for s, t in kv._tables.items()},
+            {s: table_state(t) for s, t in kv._swapped.items()})
+
+
+def contiguous_state(mem: ContiguousAllocator):
+    return ([(r.request, r.start, r.size, r.need, r.used) for r in mem.regions()], mem.stats())
+
+
+def engine_state(llm: LLM):
+    engine = llm.llm_engine
+    s = engine.scheduler
+    return (engine.memory_stats(), sorted(engine.groups), kv_state(engine.kv),
+            [[g.request_id for g in q] for q in (s.waiting, s.running, s.swapped)],
+            [(sq.seq_id, list(sq.token_ids), sq.num_computed_tokens)
+             for g in engine.groups.values() for sq in g.seqs],
+            len(engine._aborted))
+
+
+def nothing(_):
+    return None
+
+
+# ------------------------------------------------------------------- fixtures
+def make_kv():
+    """A manager mid-run: a sequence with two cached full blocks and a fork, a
+    swapped-out one, a cached-but-free block, a few blocks free."""
+    kv = KVCacheManager(num_blocks=10, block_size=4, enable_prefix_caching=True,
+                        num_swap_blocks=4)
+    kv.allocate_slots("A", list(range(1, 10)))  # blocks 0, 1 full (cached), 2 partial
+    kv.fork("A", "B")
+    kv.allocate_slots("S", [20, 21])
+    kv.swap_out(["S"])
+    kv.allocate_slots("F", [30, 31, 32, 33])
+    kv.free("F")  # block 4: free but cached
+    return kv
+
+
+def make_full_kv():
+    """No block free, two cached blocks live: a call short of room must still be refused."""
+    kv = KVCacheManager(num_blocks=3, block_size=4, enable_prefix_caching=True)
+    kv.allocate_slots("A", list(range(1, 10)))
+    return kv
+
+
+def make_freed_handle():
+    kv = make_kv()
+    handle = kv.table("A")
+    kv.free("B")
+    kv.free("A")
+    return kv, handle
+
+
+def make_pool():
+    pool = BlockAllocator(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    pool.allocate("a")
+    pool.append_tokens(0, 1, "a")
+    return pool
+
+
+def make_table():
+    pool = BlockAllocator(num_blocks=4, block_size=2, enable_prefix_caching=True)
+    table = BlockTable(pool, "T")
+    table.append([1, 2, 3])
+    return table
+
+
+def make_contiguous():
+    mem = ContiguousAllocator(capacity=100, policy="pow2", max_seq_len=64)
+    mem.allocate("A", prompt_len=10, output_len=25)
+    return mem
+
+
+def trace_of(*requests):
+    return Trace("t", tuple(TraceRequest(i, *r) for i, r in enumerate(requests)))
+
+
+TRACE = trace_of((0.0, 4, 4), (1.0, 8, 2))
+
+MEMORY_CASES = [
+    # KVCacheManager
+    ("kv.swap_out twice", make_kv, lambda kv: kv.swap_out(["A", "A"]), BlockStateError,
+     "'A' is named twice", kv_state),
+    ("kv.swap_in twice", make_kv, lambda kv: kv.swap_in(["S", "S"]), BlockStateError,
+     "'S' is named twice", kv_state),
+    ("kv.swap_out a bare id", make_kv, lambda kv: kv.swap_out("AB"), TypeError, "'AB'",
+     kv_state),
+    ("kv.swap_out unknown", make_kv, lambda kv: kv.swap_out(["A", "nope"]), KeyError, "'nope'",
+     kv_state),
+    ("kv.swap_in resident", make_kv, lambda kv: kv.swap_in(["A"]), KeyError, "'A'", kv_state),
+    ("kv.allocate duplicate cached, room", make_kv,
+     lambda kv: kv.allocate_slots("new", [1], cached_blocks=[0, 0]), BlockStateError,
+     "[0, 0]", kv_state),
+    ("kv.allocate duplicate cached, no room", make_full_kv,
+     lambda kv: kv.allocate_slots("new", [1] * 9, cached_blocks=[0, 0]), BlockStateError,
+     "[0, 0]", kv_state),
+    ("kv.allocate uncached block", make_kv,
+     lambda kv: kv.allocate_slots("new", [1], cached_blocks=[7]), BlockStateError, "[7]",
+     kv_state),
+    ("kv.allocate block id out of range", make_kv,
+     lambda kv: kv.allocate_slots("new", [1], cached_blocks=[99]), IndexError, "99", kv_state),
+    ("kv.allocate cached into existing", make_kv,
+     lambda kv: kv.allocate_slots("A", [1], cached_blocks=[0]), BlockStateError, "'A'",
+     kv_state),
+    ("kv.allocate swapped", make_kv, lambda kv: kv.allocate_slots("S", [1]), BlockStateError,
+     "'S'", kv_state),
+    ("kv.fork into existing", make_kv, lambda kv: kv.fork("A", "B"), BlockStateError, "'B'",
+     kv_state),
+    ("kv.fork unknown parent", make_kv, lambda kv: kv.fork("nope", "X"), KeyError, "'nope'",
+     kv_state),
+    ("kv.free unknown", make_kv, lambda kv: kv.free("nope"), KeyError, "'nope'", kv_state),
+    ("kv.table swapped", make_kv, lambda kv: kv.table("S"), KeyError, "swapped out", kv_state),
+    ("KVCacheManager num_blocks=0", None, lambda _: KVCacheManager(0, 4), ValueError,
+     "got 0", nothing),
+    ("KVCacheManager block_size='4'", None, lambda _: KVCacheManager(4, "4"), TypeError,
+     "'4'", nothing),
+    ("KVCacheManager prefix caching 'no'", None,
+     lambda _: KVCacheManager(4, 4, enable_prefix_caching="no"), TypeError, "'no'", nothing),
+    ("BlockTable kept after free: append", make_freed_handle,
+     lambda ctx: ctx[1].append([1]), BlockStateError, "'A' was freed",
+     lambda ctx: (kv_state(ctx[0]), table_state(ctx[1]))),
+    ("BlockTable kept after free: fork", make_freed_handle,
+     lambda ctx: ctx[1].fork("X"), BlockStateError, "'A' was freed",
+     lambda ctx: (kv_state(ctx[0]), table_state(ctx[1]))),
+    ("BlockTable kept after free: free", make_freed_handle,
+     lambda ctx: ctx[1].free(), BlockStateError, "'A' was freed",
+     lambda ctx: (kv_state(ctx[0]), table_state(ctx[1]))),
+    # BlockAllocator
+    ("pool.free a free block", make_pool, lambda p: p.free(3), BlockStateError, "block 3",
+     pool_state),
+    ("pool.fork a free block", make_pool, lambda p: p.fork(2), BlockStateError, "block 2",
+     pool_state),
+    ("pool.free out of range", make_pool, lambda p: p.free(9), IndexError, "9", pool_state),
+    ("pool.free a str id", make_pool, lambda p: p.free("0"), TypeError, "'0'", pool_state),
+    ("pool.free a bool id", make_pool, lambda p: p.free(True), TypeError, "True", pool_state),
+    ("pool.append past block_size", make_pool, lambda p: p.append_tokens(0, 5),
+     BlockStateError, "5 tokens", pool_state),
+    ("pool.append negative", make_pool, lambda p: p.append_tokens(0, -1), ValueError, "-1",
+     pool_state),
+    ("pool.allocate_many too many", make_pool, lambda p: p.allocate_many(5), OutOfBlocksError,
+     "5 blocks", pool_state),
+    ("pool.allocate_many negative", make_pool, lambda p: p.allocate_many(-1), ValueError, "-1",
+     pool_state),
+    ("pool.register a partial block", make_pool, lambda p: p.register(0, 123, [1, 2]),
+     BlockStateError, "block 0", pool_state),
+    ("BlockAllocator num_blocks=2.5", None, lambda _: BlockAllocator(2.5, 2), TypeError, "2.5",
+     nothing),
+    ("BlockAllocator block_size=0", None, lambda _: BlockAllocator(2, 0), ValueError, "got 0",
+     nothing),
+    # BlockTable
+    ("table.append a str", make_table, lambda t: t.append("ab"), TypeError, "'ab'",
+     lambda t: (table_state(t), pool_state(t.allocator))),
+    ("table.append too many", make_table, lambda t: t.append(list(range(20))),
+     OutOfBlocksError, "20 tokens", lambda t: (table_state(t), pool_state(t.allocator))),
+    ("table.adopt into a started table", make_table, lambda t: t.adopt_cached([0]),
+     BlockStateError, "already has 2 blocks", lambda t: (table_state(t), pool_state(t.allocator))),
+    ("table.physical_block out of range", make_table, lambda t: t.physical_block(5), IndexError,
+     "5", table_state),
+    ("table.slot out of range", make_table, lambda t: t.slot(-1), IndexError, "-1", table_state),
+    ("BlockTable adopt duplicates", None,
+     lambda _: BlockTable(make_table().allocator, "U").adopt_cached([0, 0]), BlockStateError,
+     "[0, 0]", nothing),
+    # ContiguousAllocator
+    ("ContiguousAllocator capacity=0", None, lambda _: ContiguousAllocator(0), ValueError,
+     "got 0", nothing),
+    ("ContiguousAllocator policy", None, lambda _: ContiguousAllocator(10, "buddy"), ValueError,
+     "'buddy'", nothing),
+    ("ContiguousAllocator max_seq_len", None, lambda _: ContiguousAllocator(10, "max", -1),
+     ValueError, "-1", nothing),
+    ("mem.allocate twice", make_contiguous, lambda m: m.allocate("A", 1, 1), BlockStateError,
+     "'A'", contiguous_state),
+    ("mem.allocate empty prompt", make_contiguous, lambda m: m.allocate("B", 0, 5), ValueError,
+     "got 0", contiguous_state),
+    ("mem.allocate too long", make_contiguous, lambda m: m.allocate("B", 10, 100), ValueError,
+     "110 tokens", contiguous_state),
+    ("mem.allocate str length", make_contiguous, lambda m: m.allocate("B", "x", 1), TypeError,
+     "'x'", contiguous_state),
+    ("mem.append past need", make_contiguous, lambda m: m.append("A", 1000), BlockStateError,
+     "1000 tokens", contiguous_state),
+    ("mem.append negative", make_contiguous, lambda m: m.append("A", -1), ValueError, "-1",
+     contiguous_state),
+    ("mem.free unknown", make_contiguous, lambda m: m.free("nope"), KeyError, "'nope'",
+     contiguous_state),
+]
+
+TRACE_CASES = [
+    ("TraceRequest negative prompt", lambda: TraceRequest(0, 0.0, -1, 5), ValueError, "-1"),
+    ("TraceRequest zero prompt", lambda: TraceRequest(0, 0.0, 0, 5), ValueError, "got 0"),
+    ("TraceRequest zero output", lambda: TraceRequest("r", 0.0, 5, 0), ValueError,
+     "output_len of request 'r' must be >= 1"),
+    ("TraceRequest str length", lambda: TraceRequest(0, 0.0, "5", 5), TypeError, "'5'"),
+    ("TraceRequest float length", lambda: TraceRequest(0, 0.0, 5.5, 5), TypeError, "5.5"),
+    ("TraceRequest negative arrival", lambda: TraceRequest(0, -1.0, 5, 5), ValueError, "-1.0"),
+    ("TraceRequest NaN arrival", lambda: TraceRequest(0, math.nan, 5, 5), ValueError, "nan"),
+    ("TraceRequest inf arrival", lambda: TraceRequest(0, math.inf, 5, 5), ValueError, "inf"),
+    ("TraceRequest str arrival", lambda: TraceRequest(0, "soon", 5, 5), TypeError, "'soon'"),
+    ("Trace out of order", lambda: trace_of((1.0, 1, 1), (0.5, 1, 1)), ValueError, "0.5"),
+    ("Trace of tuples", lambda: Trace("t", ((1, 2),)), TypeError, "(1, 2)"),
+    ("Trace.head(0)", lambda: TRACE.head(0), ValueError, "got 0"),
+    ("synthetic_trace dataset", lambda: synthetic_trace("lmsys", rate=1, num_requests=1),
+     ValueError, "'lmsys'"),
+    ("synthetic_trace rate -1", lambda: synthetic_trace("alpaca", rate=-1, num_requests=1),
+     ValueError, "-1"),
+    ("synthetic_trace rate nan", lambda: synthetic_trace("alpaca", rate=math.nan,
+                                                         num_requests=1), ValueError, "nan"),
+    ("synthetic_trace rate str", lambda: synthetic_trace("alpaca", rate="fast", num_requests=1),
+     TypeError, "'fast'"),
+    ("synthetic_trace 0 requests", lambda: synthetic_trace("alpaca", rate=1, num_requests=0),
+     ValueError, "got 0"),
+    ("synthetic_trace duration -1", lambda: synthetic_trace("alpaca", rate=1, duration=-1),
+     ValueError, "-1"),
+    ("synthetic_trace duration nan", lambda: synthetic_trace("alpaca", rate=1,
+                                                             duration=math.nan), ValueError,
+     "nan"),
+    ("synthetic_trace both sizes", lambda: synthetic_trace("alpaca", rate=1, num_requests=1,
+                                                           duration=1.0), ValueError,
+     "exactly one of num_requests and duration"),
+    ("Simulator trace a list", lambda: Simulator(list(TRACE), "paged"), TypeError, "list"),
+    ("Simulator manager", lambda: Simulator(TRACE, "buddy"), ValueError, "'buddy'"),
+    ("Simulator manager int", lambda: Simulator(TRACE, 5), TypeError, "5"),
+    ("Simulator capacity 0", lambda: Simulator(TRACE, capacity_slots=0), ValueError, "got 0"),
+    ("Simulator max_num_seqs 0", lambda: Simulator(TRACE, max_num_seqs=0), ValueError, "got 0"),
+    ("Simulator preemption", lambda: Simulator(TRACE, preemption="evict"), ValueError,
+     "'evict'"),
+    ("Simulator prefill", lambda: Simulator(TRACE, prefill="both"), ValueError, "'both'"),
+    ("Simulator watermark 2", lambda: Simulator(TRACE, watermark=2), ValueError, "2"),
+    ("Simulator watermark nan", lambda: Simulator(TRACE, watermark=math.nan), ValueError,
+     "nan"),
+    ("Simulator watermark str", lambda: Simulator(TRACE, watermark="x"), TypeError, "'x'"),
+    ("Simulator swap_slots -1", lambda: Simulator(TRACE, swap_slots=-1), ValueError, "-1"),
+    ("Simulator seed str", lambda: Simulator(TRACE, seed="x"), TypeError, "'x'"),
+    ("Simulator sharing", lambda: Simulator(TRACE, sharing=5), TypeError, "5"),
+    ("Simulator model", lambda: Simulator(TRACE, model="opt"), TypeError, "'opt'"),
+]
+
+LOAD_CASES = [  # (file name, contents, keyword arguments, error, named)
+    ("t.json", "[[-1, 5]]", {"rate": 1}, ValueError, "-1"),
+    ("t.json", '[[1, "x"]]', {"rate": 1}, ValueError, "'x'"),
+    ("t.json", "[[1, 2.5]]", {"rate": 1}, ValueError, "2.5"),
+    ("t.json", "[[1, 2, NaN]]", {}, ValueError, "nan"),
+    ("t.json", "[[1, 2, -3]]", {}, ValueError, "-3"),
+    ("t.json", "[[1, 2]]", {"rate": 0}, ValueError, "got 0"),
+    ("t.json", "[[1, 2]]", {"rate": math.nan}, ValueError, "nan"),
+    ("t.json", '{"a": 1}', {"rate": 1}, ValueError, "dict"),
+    ("t.json", "[]", {"rate": 1}, ValueError, "no requests"),
+    ("t.txt", "1 2", {"rate": 1}, ValueError, "'.txt'"),
+    ("t.csv", "prompt_len,output_len\n0,5\n", {"rate": 1}, ValueError, "got 0"),
+]
+
+SAMPLING_CASES = [
+    ({"n": 0}, ValueError, "got 0"), ({"n": "2"}, TypeError, "'2'"),
+    ({"temperature": -1}, ValueError, "-1"), ({"temperature": math.nan}, ValueError, "nan"),
+    ({"top_p": 0}, ValueError, "got 0"), ({"top_k": 0}, ValueError, "got 0"),
+    ({"max_tokens": 0}, ValueError, "got 0"),
+    ({"max_tokens": 4, "min_tokens": 5}, ValueError, "got 5"),
+    ({"seed": -1}, ValueError, "-1"), ({"seed": 2**64}, ValueError, str(2**64)),
+    ({"seed": "1"}, TypeError, "'1'"), ({"stop_token_ids": 5}, TypeError, "5"),
+    ({"stop_token_ids": [-1]}, ValueError, "-1"),
+    ({"ignore_eos": "no"}, TypeError, "'no'"), ({"ignore_eos": 1}, TypeError, "1"),
+    ({"use_beam_search": "no"}, TypeError, "'no'"),
+    ({"use_beam_search": True, "temperature": 1.0}, ValueError, "1.0"),
+    ({"use_beam_search": True, "temperature": 0, "beam_width": 0}, ValueError, "got 0"),
+    ({"beam_width": 2}, ValueError, "beam_width"),
+    ({"length_penalty": math.nan}, ValueError, "nan"),
+]
+
+LLM_CASES = [
+    ({"model": 5}, TypeError, "5"), ({"model": "./no/such/dir"}, FileNotFoundError,
+                                     "'./no/such/dir'"),
+    ({"block_size": 0}, ValueError, "got 0"), ({"num_blocks": 0}, ValueError, "got 0"),
+    ({"num_blocks": 4, "kv_cache_memory": 2**20}, ValueError, "not both"),
+    ({"kv_cache_memory": -5}, ValueError, "-5"),
+    ({"enable_prefix_caching": "no"}, TypeError, "'no'"),
+    ({"enable_chunked_prefill": "no"}, TypeError, "'no'"),
+    ({"preemption_mode": "evict"}, ValueError, "'evict'"),
+    ({"preemption_mode": "swap", "swap_space": -1}, ValueError, "-1"),
+    ({"preemption_mode": "swap", "swap_space": "x"}, TypeError, "'x'"),
+    ({"max_num_seqs": 0}, ValueError, "got 0"), ({"max_num_batched_tokens": 0}, ValueError,
+                                                 "got 0"),
+    ({"max_model_len": 1}, ValueError, "got 1"), ({"device": "gpu"}, ValueError, "'gpu'"),
+    ({"dtype": "fp8"}, ValueError, "'fp8'"), ({"gpu_memory_utilization": "x"}, TypeError, "'x'"),
+    ({"gpu_memory_utilization": 2}, ValueError, "2"), ({"seed": "x"}, TypeError, "'x'"),
+]
+
+
+# ---------------------------------------------------------------------- tests
+def check(call, target, error, named, state):
+    before = state(target)
+    with pytest.raises(error) as info:
+        call(target)
+    assert named in str(info.value), f"{str(info.value)!r} does not name {named!r}"
+    assert state(target) == before, "a refused call changed the state"
+
+
+@pytest.mark.parametrize("make, call, error, named, state",
+                         [pytest.param(*c[1:], id=c[0]) for c in MEMORY_CASES])
+def test_memory_entry_points(make, call, error, named, state):
+    check(call, make() if make else None, error, named, state)
+
+
+@pytest.mark.parametrize("call, error, named", [pytest.param(*c[1:], id=c[0])
+                                                for c in TRACE_CASES])
+def test_trace_and_simulator_entry_points(call, error, named):
+    check(lambda _: call(), None, error, named, nothing)
+
+
+@pytest.mark.parametrize("name, text, kwargs, error, named", LOAD_CASES,
+                         ids=[f"{c[0]}:{c[1][:20]}" for c in LOAD_CASES])
+def test_load_trace(tmp_path, name, text, kwargs, error, named):
+    path = tmp_path / name
+    path.write_text(text)
+    check(lambda _: load_trace(path, **kwargs), None, error, named, nothing)
+
+
+def test_load_trace_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nope\.json"):
+        load_trace(tmp_path / "nope.json", rate=1)
+
+
+@pytest.mark.parametrize("kwargs, error, named", SAMPLING_CASES,
+                         ids=[repr(c[0]) for c in SAMPLING_CASES])
+def test_sampling_params(kwargs, error, named):
+    check(lambda _: SamplingParams(**kwargs), None, error, named, nothing)
+
+
+@pytest.mark.parametrize("kwargs, error, named", LLM_CASES, ids=[repr(c[0]) for c in LLM_CASES])
+def test_llm_constructor(kwargs, error, named):
+    kwargs = {"model": "tiny", **kwargs}
+    check(lambda _: LLM(**kwargs), None, error, named, nothing)
+
+
+@pytest.fixture(scope="module")
+def busy_llm():
+    """The tiny model with a request of its own in flight, holding blocks."""
+    llm = LLM("tiny", block_size=4, num_blocks=32)
+    llm.llm_engine.add_request("keep", "Once upon a time",
+                               SamplingParams(temperature=0, max_tokens=20))
+    llm.llm_engine.step()
+    return llm
+
+
+def generate(*args, **kwargs):
+    return lambda llm: llm.generate(*args, use_tqdm=kwargs.pop("use_tqdm", False), **kwargs)
+
+
+def add(*requests):
+    return lambda llm: llm.llm_engine.add_requests(list(requests))
+
+
+GREEDY = SamplingParams(temperature=0, max_tokens=4)
+ENGINE_CASES = [
+    ("generate(None)", generate(None), TypeError, "prompts None"),
+    ("generate(5)", generate(5), TypeError, "prompts 5"),
+    ("generate(['text', 5])", generate(["text", 5]), TypeError, "prompts[1] 5"),
+    ("generate([1, 'a'])", generate([1, "a"]), TypeError, "prompt[1] is 'a'"),
+    ("generate([[1, 'a']])", generate([[1, "a"]]), TypeError, "prompts[0][1] is 'a'"),
+    ("generate(tensor)", generate(torch.tensor([1, 2])), TypeError, ".tolist()"),
+    ("generate({1: 2, 3: 4})", generate({1: 2, 3: 4}), TypeError, "{1: 2, 3: 4}"),
+    ("generate({'prompts': ...})", generate({"prompts": "x"}), TypeError, "'prompts'"),
+    ("generate({'prompt_token_ids': 'ab'})", generate({"prompt_token_ids": "ab"}), TypeError,
+     "'ab'"),
+    ("generate({'prompt': 5})", generate({"prompt": 5}), TypeError, "{'prompt': 5}"),
+    ("generate(token id past vocab)", generate([[1, 2], [1, 10**6]]), ValueError, "1000000"),
+    ("generate(negative token id)", generate([[1, -1]]), ValueError, "-1"),
+    ("generate(empty prompt)", generate([[1, 2], []]), ValueError, "empty"),
+    ("generate(too long)", generate([[5] * 3000]), ValueError, "3000 tokens"),
+    ("generate(longer than the cache)", generate([[5] * 200]), ValueError, "200 tokens"),
+    ("generate(sampling_params=5)", generate(["a"], 5), TypeError, "5"),
+    ("generate(sampling_params=[ok, 5])", generate(["a", "b"], [GREEDY, 5]), TypeError,
+     "sampling_params[1]"),
+    ("generate(params count)", generate(["a", "b"], [GREEDY]), ValueError,
+     "1 sampling params for 2 prompts"),
+    ("generate(seed 2**64 for a batch)", generate(["a", "b"], SamplingParams(seed=2**64 - 1),
+                                                  on_step=5), TypeError, "5"),
+    ("generate(use_tqdm='no')", generate(["a"], use_tqdm="no"), TypeError, "'no'"),
+    ("generate(on_step=5)", generate(["a"], on_step=5), TypeError, "5"),
+    ("generate(stop token past vocab)", generate(["a"], SamplingParams(stop_token_ids=[10**6])),
+     ValueError, "1000000"),
+    ("generate(n past max_num_seqs)", generate(["a"], SamplingParams(n=300)), ValueError,
+     "300 sequences"),
+    ("add_request(id in flight)", add(("keep", [1, 2], None)), ValueError, "'keep'"),
+    ("add_requests(ids repeat)", add(("a", [1], None), ("a", [2], None)), ValueError,
+     "'a'"),
+    ("add_requests(second prompt None)", add(("x", [1], None), ("y", None, None)), TypeError,
+     "prompt None"),
+    ("add_requests(second params str)", add(("x", [1], None), ("y", [1], "greedy")), TypeError,
+     "str"),
+    ("add_request(dict as prompt)", lambda llm: llm.llm_engine.add_request("d", {1: 2, 3: 4}),
+     TypeError, "{1: 2, 3: 4}"),
+]
+
+
+@pytest.mark.parametrize("call, error, named", [pytest.param(*c[1:], id=c[0])
+                                                for c in ENGINE_CASES])
+def test_engine_entry_points(busy_llm, call, error, named):
+    check(call, busy_llm, error, named, engine_state)
+
+
+def test_the_busy_engine_still_finishes_its_request(busy_llm):
+    """After every refusal above, the request in flight runs to its end, and a
+    prompt in each accepted form gives the same tokens."""
+    engine = busy_llm.llm_engine
+    done = []
+    while engine.has_unfinished_requests():
+        done += engine.step().finished
+    assert [o.request_id for o in done] == ["keep"]
+    ids = busy_llm.get_tokenizer()("Once upon a time")["input_ids"]
+    forms = ["Once upon a time", {"prompt": "Once upon a time"}, ids, tuple(ids),
+             {"prompt_token_ids": ids}]
+    outs = busy_llm.generate(forms, GREEDY, use_tqdm=False)
+    assert len({tuple(o.outputs[0].token_ids) for o in outs}) == 1
+    assert outs[0].outputs[0].token_ids == done[0].outputs[0].token_ids[:4]
+    assert engine.memory_stats()["used_blocks"] == 0
