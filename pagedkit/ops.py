@@ -84,6 +84,7 @@ from pagedkit.kernels.reference import (
 from pagedkit.kernels.reference import store_kv as store_kv_reference
 
 __all__ = [
+    "MIN_FORCED_TRITON_CAPABILITY",
     "MIN_TRITON_CAPABILITY",
     "Backend",
     "KernelFallbackWarning",
@@ -104,9 +105,14 @@ __all__ = [
 
 ENV_VAR = "PAGEDKIT_KERNELS"
 CHOICES = ("auto", "batched", "torch", "triton")
-# Current Triton releases generate code for Ampere (8.0) and newer only; a
-# T4 (7.5, Colab's free GPU) or a V100 (7.0) gets the batched torch path.
+# `auto` runs the Triton kernels on Ampere (8.0) and newer, the GPUs Triton
+# supports officially. A T4 (7.5, Colab's free GPU) runs them on request
+# (PAGEDKIT_KERNELS=triton, float16 only): every kernel compiles and fits there
+# without spilling (tests/kernels/test_compile.py), but Triton has no
+# tensor-core path for 7.5 and no T4 has run them yet; see docs/kernels.md.
+# Older GPUs (a V100 is 7.0) get the batched torch path.
 MIN_TRITON_CAPABILITY = (8, 0)
+MIN_FORCED_TRITON_CAPABILITY = (7, 5)
 
 # operation -> module under pagedkit.kernels holding its Triton kernel
 _TRITON_MODULES = {
@@ -159,14 +165,17 @@ def use_backend(name: str | None) -> Iterator[None]:
         set_backend(previous)
 
 
-def _gpu_too_old(device: torch.device) -> str | None:
-    """Why a CUDA device cannot run the Triton kernels, or None if it can."""
+def _gpu_too_old(device: torch.device, forced: bool = False) -> str | None:
+    """Why a CUDA device cannot run the Triton kernels, or None if it can
+    (`forced`: on request, which reaches down to `MIN_FORCED_TRITON_CAPABILITY`)."""
     cap = torch.cuda.get_device_capability(device)
-    if cap >= MIN_TRITON_CAPABILITY:
+    need = MIN_FORCED_TRITON_CAPABILITY if forced else MIN_TRITON_CAPABILITY
+    if cap >= need:
         return None
+    how = "" if forced or cap < MIN_FORCED_TRITON_CAPABILITY else (
+        f" by default (on request with {ENV_VAR}=triton, float16 only)")
     return (f"{torch.cuda.get_device_name(device)} has compute capability {cap[0]}.{cap[1]} "
-            f"and pagedkit's Triton kernels need {MIN_TRITON_CAPABILITY[0]}."
-            f"{MIN_TRITON_CAPABILITY[1]}+")
+            f"and pagedkit's Triton kernels need {need[0]}.{need[1]}+{how}")
 
 
 def _mode() -> tuple[str, str]:
@@ -221,7 +230,7 @@ def backend(device: torch.device | str) -> Backend:
                        "reads TRITON_INTERPRET=1 when a kernel module is imported: set it "
                        "before importing pagedkit (in a notebook, restart the kernel first)")
         if problem is None and device.type == "cuda":
-            problem = _gpu_too_old(device)
+            problem = _gpu_too_old(device, forced=True)
         if problem is None and device.type not in ("cpu", "cuda"):
             problem = f"Triton does not run on {device.type} devices"
         if problem:
@@ -322,3 +331,55 @@ def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool =
     """Copy blocks ``cache[src] -> cache[dst]`` in place for each (src, dst) row
     of `block_pairs` (copy-on-write)."""
     _op("copy_blocks", cache.device)(cache, block_pairs, check=check)
+
+
+@contextlib.contextmanager
+def use_decode_attention(fn: Callable[..., torch.Tensor]) -> Iterator[None]:
+    """Inside this block, `paged_decode_attention` runs `fn`, one sequence at a time.
+
+    ``fn(query, k_cache, v_cache, block_table, context_len) -> out`` takes one
+    sequence's query ``[num_q_heads, head_dim]``, the layer's paged caches, its
+    block table ``[max_blocks]`` (padded) and its context length (an int), and
+    returns ``[num_q_heads, head_dim]`` with the scale ``1 / sqrt(head_dim)`` —
+    lab 04's exercise. This lets a learner's own function serve the real engine
+    (lab 08 checks it still matches transformers). Calls this signature cannot
+    express — another scale, a sliding window, a softcap, sinks — are refused,
+    and a result of the wrong shape raises, naming it. Prefill
+    attention, `store_kv` and the rest keep their implementations. The previous
+    function is restored on exit, errors included; blocks nest.
+    """
+    if not callable(fn):
+        raise TypeError(f"use_decode_attention needs a function, got {type(fn).__name__}")
+    module = sys.modules[__name__]
+    previous = module.paged_decode_attention
+
+    def per_sequence(query, k_cache, v_cache, block_tables, context_lens, scale=None, *,
+                     sliding_window=None, softcap=None, sinks=None, num_splits=None,
+                     check=True):
+        head_dim = query.shape[-1]
+        if scale is not None and abs(scale - head_dim ** -0.5) > 1e-6 * head_dim ** -0.5:
+            raise NotImplementedError(f"use_decode_attention: this model scales scores by "
+                                      f"{scale}, not 1/sqrt({head_dim}); your function assumes "
+                                      "1/sqrt(head_dim)")
+        options = {"sliding_window": sliding_window, "softcap": softcap, "sinks": sinks}
+        given = sorted(k for k, v in options.items() if v is not None)
+        if given:
+            raise NotImplementedError(f"use_decode_attention: this model's attention uses "
+                                      f"{', '.join(given)}, which the plugged-in function "
+                                      "does not take; use a model without it")
+        outs = []
+        for s, ctx in enumerate(context_lens.tolist()):
+            out = fn(query[s], k_cache, v_cache, block_tables[s], int(ctx))
+            if not isinstance(out, torch.Tensor) or out.shape != query[s].shape:
+                shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise ValueError(f"use_decode_attention: the function returned {shape} for "
+                                 f"sequence {s}; expected a tensor of shape "
+                                 f"{tuple(query[s].shape)} (num_q_heads, head_dim)")
+            outs.append(out.to(query.dtype))
+        return torch.stack(outs) if outs else torch.empty_like(query)
+
+    module.paged_decode_attention = per_sequence
+    try:
+        yield
+    finally:
+        module.paged_decode_attention = previous

@@ -6,6 +6,14 @@ def slot_of(block_table: list[int], block_size: int, position: int) -> int:
     return block_table[logical] * block_size + offset
 
 
+def token_at(block_table: list[int], block_size: int, num_tokens: int, slot: int) -> int | None:
+    block, offset = divmod(slot, block_size)
+    if block not in block_table:
+        return None                          # another sequence's block, or a free one
+    position = block_table.index(block) * block_size + offset   # its index is the logical block
+    return position if position < num_tokens else None          # the tail holds no token yet
+
+
 def blocks_needed(num_tokens: int, num_new_tokens: int, block_size: int) -> int:
     def blocks(n: int) -> int:
         return -(-n // block_size)

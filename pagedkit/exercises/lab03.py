@@ -1,6 +1,7 @@
 """Lab 03 exercises: blocks, block tables and slots (paper §4.2, Figure 6).
 
-* `slot_of` — where token `position` of a sequence lives in the paged cache.
+* `token_at` — which token of a sequence a physical slot holds, if any: the
+  block table read backwards.
 * `blocks_needed` — how many fresh blocks appending tokens takes.
 * `append_slots` — a block table that grows on block boundaries from a free
   list, all or nothing: the heart of `pagedkit.memory.BlockTable.append`.
@@ -12,24 +13,37 @@ from collections.abc import Callable
 
 from . import Case, CheckResult, call_learner, check_function, require_function
 
-__all__ = ["CHECKS", "check_append_slots", "check_blocks_needed", "check_slot_of"]
+__all__ = ["CHECKS", "check_append_slots", "check_blocks_needed", "check_token_at"]
 
 
-def check_slot_of(fn: Callable[[list[int], int, int], int]) -> CheckResult:
-    """`slot_of(block_table, block_size, position)`: the physical slot of token
-    `position`, ``block_table[position // block_size] * block_size + offset``."""
-    lookup = ("position // block_size is the *logical* block; look up its physical block "
-              "in the table before multiplying by block_size")
+def check_token_at(fn: Callable[[list[int], int, int, int], int | None]) -> CheckResult:
+    """`token_at(block_table, block_size, num_tokens, slot)`: the position of the
+    sequence's token whose K/V sit in physical `slot`, or ``None`` if that slot
+    holds none of its `num_tokens` tokens — what a debugger of the paged cache
+    (or the kernel's bounds check) must answer, the block table read backwards."""
+    find = ("slot // block_size is a *physical* block: find where it sits in the table — that "
+            "index is the logical block — then position = logical x block_size + offset")
+    tail = ("the last block's slots past num_tokens hold no token yet: check the position "
+            "against num_tokens")
+    table, big = [7, 2, 5], [3, 0, 5]
     cases = [
-        Case(([7], 4, 0), 28, "token 0 sits at offset 0 of physical block 7: 7 x 4 + 0"),
-        Case(([7], 4, 3), 31, "offset = position % block_size"),
-        Case(([7, 2], 4, 4), 8, "token 4 is the first token of logical block 1, which is "
-                                "physical block 2: slot 2 x 4 + 0 = 8"),
-        Case(([3, 0, 5], 16, 40), 88, lookup + ": logical 2 -> physical 5, offset 8"),
-        Case(([3, 0, 5], 16, 20), 4, lookup + ": logical 1 -> physical 0, offset 4"),
-        Case(([1, 0], 1, 1), 0, "with block_size 1 every token is its own block"),
+        Case((table, 4, 10, 28), 0, f"slot 28 = block 7, offset 0; block 7 is logical block 0. "
+                                    f"{find}"),
+        Case((table, 4, 10, 31), 3, "slot 31 = block 7, offset 3"),
+        Case((table, 4, 10, 9), 5, f"slot 9 = block 2, offset 1; block 2 is logical block 1, so "
+                                   f"position 4 + 1. {find}"),
+        Case((table, 4, 10, 21), 9, "slot 21 = block 5 (logical 2), offset 1: position 9"),
+        Case((table, 4, 10, 22), None, f"slot 22 would be position 10, but the sequence holds 10 "
+                                       f"tokens (0..9). {tail}"),
+        Case((table, 4, 10, 12), None, "slot 12 is in block 3, which is not in this sequence's "
+                                       "table: none of its tokens"),
+        Case((big, 16, 40, 88), None, f"block 5 is logical 2, offset 8: position 40, one past the "
+                                      f"last of 40 tokens. {tail}"),
+        Case((big, 16, 40, 84), 36, "block 5 is logical 2, offset 4: position 36"),
+        Case((big, 16, 40, 4), 20, f"block 0 is logical block 1 (not 0!), offset 4. {find}"),
+        Case(([1, 0], 1, 2, 0), 1, "block_size 1: slot 0 is block 0, logical block 1"),
     ]
-    return check_function("slot_of", fn, cases)
+    return check_function("token_at", fn, cases)
 
 
 def check_blocks_needed(fn: Callable[[int, int, int], int]) -> CheckResult:
@@ -106,7 +120,7 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
 
 
 CHECKS = {
-    "slot_of": check_slot_of,
+    "token_at": check_token_at,
     "blocks_needed": check_blocks_needed,
     "append_slots": check_append_slots,
 }

@@ -21,8 +21,15 @@ import torch.nn.functional as F
 
 from . import CheckResult, not_written, require_function
 
-__all__ = ["CHECKS", "check_gather_kv", "check_merge_splits", "check_online_softmax_update",
-           "check_paged_decode_attention", "paged_example"]
+__all__ = [
+    "CHECKS",
+    "check_gather_kv",
+    "check_merge_states",
+    "check_online_softmax_update",
+    "check_paged_decode_attention",
+    "check_paged_kernel",
+    "paged_example",
+]
 
 
 @dataclass(frozen=True)
@@ -222,19 +229,36 @@ def _tiles(n: int, size: int) -> list[slice]:
     return [slice(s, min(s + size, n)) for s in range(0, n, size)]
 
 
-SOFTMAX_CASES = (  # (description, scores, tile size)
+_NEG = float("-inf")
+SOFTMAX_CASES = (  # (description, scores, tile size); -inf marks a masked position
     ("rising scores", torch.linspace(-3.0, 3.0, 10), 3),
     ("falling scores", torch.linspace(3.0, -3.0, 10), 4),
     ("one token per tile", torch.tensor([0.5, 2.0, -1.0, 4.0, 1.0]), 1),
     ("one tile", torch.tensor([1.0, -2.0, 0.25]), 8),
     ("huge scores (exp would overflow)", torch.tensor([900.0, 1000.0, 950.0, 1001.0, 20.0]), 2),
+    ("masked positions inside a tile", torch.tensor([1.0, _NEG, 2.0, _NEG, -1.0, 0.5]), 3),
+    ("a fully masked FIRST tile", torch.tensor([_NEG, _NEG, 0.5, 3.0, -2.0]), 2),
+    ("a fully masked tile in the middle", torch.tensor([2.0, 1.0, _NEG, _NEG, 4.0, 0.0]), 2),
+    ("masked tiles only at the end", torch.tensor([0.3, -0.7, 1.2, _NEG, _NEG, _NEG]), 3),
 )
+
+
+def _softmax_state(seen: torch.Tensor, v: torch.Tensor):
+    """(row_max, row_sum, acc) after the scores `seen` — (-inf, 0, zeros) while
+    every score seen so far is masked."""
+    m = seen.max()
+    if m == _NEG:
+        return m, torch.tensor(0.0, dtype=seen.dtype), torch.zeros(v.shape[1], dtype=v.dtype)
+    p = torch.exp(seen - m)
+    return m, p.sum(), p @ v
 
 
 def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
     """`online_softmax_update(row_max, row_sum, acc, scores, v)` -> the new
     ``(row_max, row_sum, acc)`` after one tile; folded over the tiles from
-    ``(-inf, 0, zeros)``, ``acc / row_sum`` must be ``softmax(scores) @ V``."""
+    ``(-inf, 0, zeros)``, ``acc / row_sum`` must be ``softmax(scores) @ V``.
+    Scores of ``-inf`` are masked positions; a tile may be masked entirely,
+    even the first one (the state then stays ``(-inf, 0, zeros)``, no NaN)."""
     name = "online_softmax_update"
 
     def body() -> CheckResult:
@@ -256,12 +280,15 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
                 if not isinstance(got, tuple | list) or len(got) != 3:
                     return CheckResult(name, False, f"{call} returned {type(got).__name__}; "
                                        "return the three new values (row_max, row_sum, acc)")
-                seen = scores[:tile.stop]
-                want_m = seen.max()
-                want_s = torch.exp(seen - want_m).sum()
-                want_acc = torch.exp(seen - want_m) @ v[:tile.stop]
+                want_m, want_s, want_acc = _softmax_state(scores[:tile.stop], v[:tile.stop])
                 gm, gs, gacc = (torch.as_tensor(x, dtype=torch.float64) for x in got)
-                if not torch.allclose(gm, want_m):
+                if any(torch.isnan(x).any() for x in (gm, gs, gacc)):
+                    return CheckResult(name, False, f"{call} returned NaN.  Hint: while every "
+                                       "score seen is -inf, row_max stays -inf and "
+                                       "exp(row_max - new_max) is exp(-inf - (-inf)) = NaN; "
+                                       "subtract a finite stand-in (say 0) when the new "
+                                       "maximum is still -inf")
+                if not (gm == want_m or torch.allclose(gm, want_m)):
                     return CheckResult(name, False, f"{call}: row_max is {gm.item():.4g}, "
                                        f"expected {want_m.item():.4g}, the largest score seen so "
                                        "far")
@@ -284,65 +311,212 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
                 return CheckResult(name, False, f"{label}: acc / row_sum after the last tile is "
                                                 "not softmax(scores) @ v")
         return CheckResult(name, True, f"all {len(SOFTMAX_CASES)} cases pass, tile by tile "
-                                       "(huge scores included)")
+                                       "(huge scores and fully masked tiles included)")
     return _run(name, online_softmax_update, body)
 
 
-# ----------------------------------------------------------------- merge_splits
-MERGE_CASES = (  # (description, scores, split boundaries)
-    ("one split", torch.tensor([0.3, -1.0, 2.0, 0.7]), (0, 4)),
-    ("two splits", torch.linspace(-2.0, 2.0, 9), (0, 5, 9)),
-    ("four splits", torch.tensor([3.0, 1.0, -2.0, 0.0, 5.0, 4.0, -1.0, 2.0]), (0, 2, 4, 6, 8)),
-    ("an empty last split (it started past the context)", torch.tensor([1.0, 2.0, 0.5]),
-     (0, 2, 3, 3)),
+# ----------------------------------------------------------------- merge_states
+def _state(scores: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A split's (normalized output, log-sum-exp); an empty split is (zeros, -inf)."""
+    if len(scores) == 0:
+        return torch.zeros(v.shape[1], dtype=v.dtype), torch.tensor(_NEG, dtype=v.dtype)
+    return torch.softmax(scores, 0) @ v, torch.logsumexp(scores, 0)
+
+
+MERGE_CASES = (  # (description, scores, split boundaries, merge order)
+    ("two splits", torch.linspace(-2.0, 2.0, 9), (0, 5, 9), "left"),
+    ("four splits, merged left to right", torch.tensor([3.0, 1.0, -2.0, 0.0, 5.0, 4.0, -1.0,
+                                                        2.0]), (0, 2, 4, 6, 8), "left"),
+    ("four splits, merged as a tree ((0, 1), (2, 3))",
+     torch.tensor([3.0, 1.0, -2.0, 0.0, 5.0, 4.0, -1.0, 2.0]), (0, 2, 4, 6, 8), "tree"),
+    ("the same two splits, b merged into a", torch.tensor([0.3, -1.0, 2.0, 0.7, 1.5]),
+     (0, 3, 5), "right"),
+    ("an empty split last (it started past the context)", torch.tensor([1.0, 2.0, 0.5]),
+     (0, 3, 3), "left"),
+    ("an empty split first", torch.tensor([1.0, 2.0, 0.5]), (0, 0, 3), "left"),
+    ("two empty splits merged together, then a full one", torch.tensor([0.5, -0.5]),
+     (0, 0, 0, 2), "left"),
     ("huge scores (exp would overflow)", torch.tensor([800.0, 1000.0, 990.0, 1002.0]),
-     (0, 2, 4)),
+     (0, 2, 4), "left"),
+    ("uneven splits: 1 token and 6", torch.tensor([4.0, -1.0, 0.0, 1.0, 2.0, 0.5, -3.0]),
+     (0, 1, 7), "left"),
 )
 
 
-def check_merge_splits(merge_splits: Callable) -> CheckResult:
-    """`merge_splits(outs, lses)`: outs ``[S, D]`` each split's normalized
-    output, lses ``[S]`` each split's log-sum-exp of scores (``-inf`` for a
-    split with no tokens) -> the attention output over all tokens, ``[D]``."""
-    name = "merge_splits"
+def _merge_order(states: list, order: str, merge: Callable, emit: Callable) -> object:
+    """Fold `merge` over the split states: left to right, right to left, or as a tree."""
+    if order == "tree":
+        left = emit(states[0], states[1])
+        right = emit(states[2], states[3])
+        return emit(left, right)
+    if order == "right":
+        return emit(states[1], states[0])
+    acc = states[0]
+    for state in states[1:]:
+        acc = emit(acc, state)
+    return acc
+
+
+def check_merge_states(merge_states: Callable) -> CheckResult:
+    """`merge_states(out_a, lse_a, out_b, lse_b)` -> ``(out, lse)``: two partial
+    attention results for one query row — each normalized over its own keys,
+    ``[D]``, with the log-sum-exp of its scores (``-inf`` for no keys) — merged
+    into the result over the keys of both, with its own log-sum-exp, so that
+    merges can be chained in any order."""
+    name = "merge_states"
+
+    class _Failed(Exception):
+        def __init__(self, result: CheckResult) -> None:
+            self.result = result
 
     def body() -> CheckResult:
-        for i, (label, scores, bounds) in enumerate(MERGE_CASES):
+        for i, (label, scores, bounds, order) in enumerate(MERGE_CASES):
             scores = scores.double()
             v = torch.randn(len(scores), 4, generator=torch.Generator().manual_seed(i)).double()
-            outs, lses = [], []
-            for a, b in pairwise(bounds):
-                if a == b:
-                    outs.append(torch.zeros(4, dtype=torch.float64))
-                    lses.append(torch.tensor(float("-inf"), dtype=torch.float64))
-                else:
-                    outs.append(torch.softmax(scores[a:b], 0) @ v[a:b])
-                    lses.append(torch.logsumexp(scores[a:b], 0))
-            outs, lses = torch.stack(outs), torch.stack(lses)
-            call = (f"merge_splits(outs [{len(outs)} x 4], lses="
-                    f"{[round(x, 3) for x in lses.tolist()]})  # {label}")
-            got, failed = _call(name, merge_splits, call, outs.clone(), lses.clone())
-            if failed is not None:
-                return failed
-            want = torch.softmax(scores, 0) @ v
-            problem = _first_problem(name, got, want, call, atol=1e-9)
-            if problem is not None:
-                if isinstance(got, torch.Tensor) and torch.isnan(got).any():
-                    return CheckResult(name, False, f"{call} returned NaN.  Hint: subtract "
-                                       "max(lses) before exp (exp(1000) overflows), and let an "
-                                       "empty split (lse = -inf) simply get weight 0")
-                return CheckResult(name, False, problem.message + "  Hint: split i holds "
-                                   "exp(lse_i) of the softmax's total mass exp(logsumexp(lses));"
-                                   " weight its output by exp(lse_i - logsumexp(lses))")
-        return CheckResult(name, True, f"all {len(MERGE_CASES)} cases pass (empty splits and "
-                                       "huge scores included)")
-    return _run(name, merge_splits, body)
+            states = [_state(scores[a:b], v[a:b]) for a, b in pairwise(bounds)]
+            keys_of = {id(st): (a, b) for st, (a, b) in zip(states, pairwise(bounds), strict=True)}
+
+            def emit(x, y, label=label, scores=scores, v=v, keys_of=keys_of):
+                (oa, la), (ob, lb) = x, y
+                call = (f"merge_states(out_a, lse_a={la.item():.4g}, out_b, "
+                        f"lse_b={lb.item():.4g})  # {label}")
+                got, failed = _call(name, merge_states, call, oa.clone(), la.clone(), ob.clone(),
+                                    lb.clone())
+                if failed is not None:
+                    raise _Failed(failed)
+                if not isinstance(got, tuple | list) or len(got) != 2:
+                    raise _Failed(CheckResult(name, False, f"{call} returned {_shape(got)}; "
+                                              "return two values: (out, lse)"))
+                out, lse = (torch.as_tensor(x, dtype=torch.float64) for x in got)
+                a0, a1 = keys_of[id(x)]
+                b0, b1 = keys_of[id(y)]
+                lo, hi = min(a0, b0), max(a1, b1)
+                want_out, want_lse = _state(scores[lo:hi], v[lo:hi])
+                if torch.isnan(out).any() or torch.isnan(lse).any():
+                    raise _Failed(CheckResult(name, False, f"{call} returned NaN.  Hint: "
+                                  "subtract the larger lse before exp (exp(1000) overflows); "
+                                  "and when both sides are empty (both lse -inf) there is "
+                                  "nothing to weigh: return (zeros, -inf), as an empty split is"))
+                if not (lse == want_lse or torch.allclose(lse, want_lse, atol=1e-9)):
+                    raise _Failed(CheckResult(name, False, f"{call}: lse is {lse.item():.6g}, "
+                                  f"expected {want_lse.item():.6g}.  Hint: the merged lse is "
+                                  "the log of the total softmax mass exp(lse_a) + exp(lse_b), "
+                                  "computed stably; later merges weigh this result by it"))
+                if out.shape != want_out.shape or not torch.allclose(out, want_out, atol=1e-9):
+                    raise _Failed(CheckResult(name, False, f"{call}: out is off from the "
+                                  "attention over both sides' keys.  Hint: side a holds "
+                                  "exp(lse_a) of the total mass exp(lse); weight out_a by "
+                                  "exp(lse_a - lse)"))
+                merged = (out, lse)
+                keys_of[id(merged)] = (lo, hi)
+                return merged
+
+            try:
+                _merge_order(states, order, merge_states, emit)
+            except _Failed as failed:
+                return failed.result
+        return CheckResult(name, True, f"all {len(MERGE_CASES)} cases pass (chained and tree "
+                                       "merges, empty splits, huge scores)")
+    return _run(name, merge_states, body)
+
+
+
+
+
+# ------------------------------------------------------ paged_kernel (Triton)
+KERNEL_CASES = (  # (context_len, block_size, num_heads, head_dim, seed)
+    (5, 4, 2, 16, 0), (37, 16, 2, 16, 1), (1, 8, 1, 16, 2), (70, 4, 2, 16, 3),
+    (33, 3, 2, 16, 4), (16, 16, 1, 16, 5),
+)
+KERNEL_BLOCK_N = 16  # tokens per tile: tiles span several blocks, or part of one
+
+
+def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResult:
+    """`kernel`: a ``@triton.jit`` paged decode attention kernel with the
+    signature of lab 04's skeleton, one program per head, whose block-table
+    lookup the learner wrote. It runs in Triton's interpreter in a fresh
+    process (the interpreter must be on before Triton is imported; see
+    `_kernel_runner`) on shuffled blocks of 1 to 16 tokens, in a cache whose
+    blocks are padded (so a block's stride is not block_size x a token's), and
+    is compared with float64 attention on the un-paged K/V."""
+    import importlib.util
+    import inspect
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    import textwrap
+
+    name = "paged_kernel"
+    fn = getattr(kernel, "fn", None)
+    if fn is None:  # not a Triton kernel: a stub, or a plain Python function
+        require_function(name, kernel)
+        try:
+            kernel()
+        except NotImplementedError as err:
+            return not_written(name, kernel, err)
+        except Exception:
+            pass
+    if importlib.util.find_spec("triton") is None:
+        return CheckResult(name, False, "Triton is not installed here (it has no macOS "
+                                        "wheels): this exercise needs Linux or Colab")
+    if fn is None:
+        return CheckResult(name, False, "give the check your kernel itself: the function "
+                                        "decorated with @triton.jit")
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as err:
+        return CheckResult(name, False, f"cannot read your kernel's source ({err}); define it "
+                                        "in a notebook cell or a .py file")
+    if "..." in source.split("# ---- your code ends here", 1)[0].split("YOUR CODE", 1)[-1]:
+        return CheckResult(name, False, "not written yet: replace the `...` in the block-table "
+                                        "lines with your code")
+    spec = {"source": source, "name": fn.__name__, "cases": KERNEL_CASES,
+            "block_n": KERNEL_BLOCK_N}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    env = {k: v for k, v in os.environ.items() if k != "PAGEDKIT_KERNELS"}
+    env.update(TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    try:
+        done = subprocess.run([sys.executable, "-m", "pagedkit.exercises._kernel_runner",
+                               f.name], capture_output=True, text=True, env=env,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return CheckResult(name, False, f"your kernel ran for over {timeout:.0f} s in the "
+                                        "interpreter: does a loop never end?")
+    finally:
+        os.unlink(f.name)
+    if done.returncode != 0 or not done.stdout.strip():
+        return CheckResult(name, False, "the interpreter process failed: "
+                                        + (done.stderr.strip()[-600:] or "no output"))
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    hint = ("token n sits in physical block block_table[n // BLOCK_SIZE], at offset "
+            "n % BLOCK_SIZE; its row starts at block * stride_block + offset * stride_token + "
+            "head * stride_head (use the strides: the cache's blocks may be padded)")
+    for (n, bs, heads, d, _), result in zip(KERNEL_CASES, results, strict=False):
+        call = (f"your kernel on {n} tokens in shuffled blocks of {bs} ({heads} head"
+                f"{'s' if heads > 1 else ''}, head_dim {d}, tiles of {KERNEL_BLOCK_N})")
+        if "error" in result:
+            return CheckResult(name, False, f"{call} raised {result['error']}")
+        if result["nan"]:
+            return CheckResult(name, False, f"{call} returned NaN: every slot outside the "
+                                            f"sequence is NaN here, so you read one.  Hint: {hint}")
+        if result["max_diff"] > 1e-4:
+            return CheckResult(name, False, f"{call} is off by up to {result['max_diff']:.3g} "
+                                            f"from attention on the un-paged K/V.  Hint: {hint}")
+    if len(results) < len(KERNEL_CASES):
+        first = results[0] if results else {}
+        return CheckResult(name, False, f"your kernel could not be run: {first.get('error')}")
+    return CheckResult(name, True, f"all {len(KERNEL_CASES)} cases match attention on the "
+                                   "un-paged K/V (Triton's interpreter; block sizes 1 to 16, "
+                                   "padded blocks)")
 
 
 CHECKS = {
     "gather_kv": check_gather_kv,
     "paged_decode_attention": check_paged_decode_attention,
     "online_softmax_update": check_online_softmax_update,
-    "merge_splits": check_merge_splits,
+    "merge_states": check_merge_states,
+    "paged_kernel": check_paged_kernel,
 }
-

@@ -65,6 +65,10 @@ ADMIT_CASES = [
     Case(([("a", 10)], 10, 8, 2, 4), [],
          "chunked: the chunk is sized by the token budget; if its blocks do not fit, the request "
          "waits (10 tokens need 3 blocks, 2 are free)", {"chunked": True}),
+    Case(([("a", 40), ("b", 2)], 8, 8, 2, 4), [("a", 8)],
+         "chunked: the first chunk (8 tokens) needs 2 blocks, not the 10 the whole 40-token "
+         "prompt will need later: blocks are taken for the tokens scheduled now",
+         {"chunked": True}),
     Case(([("a", 10), ("b", 3)], 6, 8, 10, 4), [],
          "without chunked prefill a prompt longer than the budget left waits whole; " + _FCFS),
 ]

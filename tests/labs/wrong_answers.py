@@ -1,0 +1,851 @@
+"""Plausible wrong answers to every exercise — what a learner would really
+write: an off-by-one, a formula copied without the twist, the rule half
+applied. `test_wrong_answers.py` holds each check to rejecting all of them, so
+a check that goes soft (a case dropped, a comparison loosened) fails a test.
+
+Each entry maps ``(lab, exercise)`` to functions named after their mistake.
+"""
+
+from __future__ import annotations
+
+import heapq
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from pagedkit.memory import ROOT_HASH, hash_block
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "labs" / "solutions"
+
+
+def _solution(stem: str):
+    spec = importlib.util.spec_from_file_location(f"wrong_{stem}", SOLUTIONS / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+# ---------------------------------------------------------------- lab 00
+def blocks_floor(n, bs):
+    return n // bs
+
+
+def blocks_plus_one(n, bs):
+    return n // bs + 1
+
+
+def blocks_round(n, bs):
+    return round(n / bs)
+
+
+# ---------------------------------------------------------------- lab 01
+def reads_no_growth(p, n):
+    return (n - 1) * p if n else 0            # every step reads just the prompt
+
+
+def reads_every_new_token(p, n):
+    return sum(p + t for t in range(n))       # counts a decode step for the first token too
+
+
+def reads_without_own_token(p, n):
+    return sum(p + j - 1 for j in range(1, n))  # the new token does not attend to itself
+
+
+def reads_with_prefill(p, n):
+    return p * (p + 1) // 2 + sum(p + j for j in range(1, n))  # counts the prefill pass
+
+
+def batch_ignoring_weights(gpu, params, pbytes, kv, seq):
+    return gpu // (seq * kv)
+
+
+def batch_params_as_bytes(gpu, params, pbytes, kv, seq):
+    return max(0, (gpu - params) // (seq * kv))
+
+
+def batch_rounded_up(gpu, params, pbytes, kv, seq):
+    return max(0, _ceil(gpu - params * pbytes, seq * kv))
+
+
+def batch_may_go_negative(gpu, params, pbytes, kv, seq):
+    return (gpu - params * pbytes) // (seq * kv)
+
+
+def kv_query_heads(config, dtype_bytes):
+    heads = config.num_attention_heads
+    return 2 * config.num_hidden_layers * heads * (config.hidden_size // heads) * dtype_bytes
+
+
+def kv_head_dim_from_hidden(config, dtype_bytes):
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    return 2 * config.num_hidden_layers * kv * (config.hidden_size // heads) * dtype_bytes
+
+
+def kv_without_the_two(config, dtype_bytes):
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return config.num_hidden_layers * kv * head_dim * dtype_bytes
+
+
+# ---------------------------------------------------------------- lab 02
+def reserve_pow2_of_everything(policy, p, o, max_len):
+    if policy == "max":
+        return max_len
+    if policy == "pow2":
+        return min(1 << (p + o - 1).bit_length(), max_len)
+    return p + o
+
+
+def reserve_without_cap(policy, p, o, max_len):
+    if policy == "max":
+        return max_len
+    if policy == "pow2":
+        return p + (1 << (o - 1).bit_length() if o else 0)
+    return p + o
+
+
+def reserve_pow2_of_zero_is_one(policy, p, o, max_len):
+    if policy == "max":
+        return max_len
+    if policy == "pow2":
+        return min(p + (1 << max(o - 1, 0).bit_length()), max_len)
+    return p + o
+
+
+def fit_unsorted(regions, capacity, size):
+    cursor = 0
+    for start, length in regions:               # forgets to sort by start
+        if start - cursor >= size:
+            return cursor
+        cursor = max(cursor, start + length)
+    return cursor if capacity - cursor >= size else None
+
+
+def fit_strictly_larger(regions, capacity, size):
+    cursor = 0
+    for start, length in sorted(regions):
+        if start - cursor > size:
+            return cursor
+        cursor = start + length
+    return cursor if capacity - cursor > size else None
+
+
+def fit_only_at_the_end(regions, capacity, size):
+    end = max((s + n for s, n in regions), default=0)
+    return end if capacity - end >= size else None
+
+
+def fit_best(regions, capacity, size):
+    holes, cursor = [], 0
+    for start, length in sorted(regions):
+        holes.append((start - cursor, cursor))
+        cursor = start + length
+    holes.append((capacity - cursor, cursor))
+    fitting = [(h, s) for h, s in holes if h >= size]
+    return min(fitting)[1] if fitting else None
+
+
+def _parts(reservations, capacity):
+    used = sum(r.used for r in reservations)
+    need = sum(r.need for r in reservations)
+    reserved = sum(r.size for r in reservations)
+    return used, need, reserved, capacity - reserved
+
+
+def waste_every_free_slot(reservations, capacity, next_size):
+    used, need, reserved, free = _parts(reservations, capacity)
+    return {"token_states": used, "reservation": need - used,
+            "internal_fragmentation": reserved - need, "external_fragmentation": free}
+
+
+def waste_total_free_decides(reservations, capacity, next_size):
+    used, need, reserved, free = _parts(reservations, capacity)
+    return {"token_states": used, "reservation": need - used,
+            "internal_fragmentation": reserved - need,
+            "external_fragmentation": free if next_size > free else 0}
+
+
+def waste_internal_is_size_minus_used(reservations, capacity, next_size):
+    right = _solution("lab02_contiguous_waste").waste_breakdown(reservations, capacity, next_size)
+    used, _need, reserved, _free = _parts(reservations, capacity)
+    return {**right, "reservation": 0, "internal_fragmentation": reserved - used}
+
+
+# ---------------------------------------------------------------- lab 03
+def token_at_slot_index(table, bs, num_tokens, slot):
+    return slot if slot < num_tokens else None   # the slot is not the position
+
+
+def token_at_ignoring_the_tail(table, bs, num_tokens, slot):
+    block, offset = divmod(slot, bs)
+    return table.index(block) * bs + offset if block in table else None
+
+
+def token_at_physical_block(table, bs, num_tokens, slot):
+    block, offset = divmod(slot, bs)           # uses the physical block as the logical one
+    position = block * bs + offset
+    return position if block in table and position < num_tokens else None
+
+
+def token_at_offset_only(table, bs, num_tokens, slot):
+    block, offset = divmod(slot, bs)
+    return offset if block in table and table.index(block) * bs + offset < num_tokens else None
+
+
+def needed_for_new_tokens_only(n, new, bs):
+    return _ceil(new, bs)
+
+
+def needed_total(n, new, bs):
+    return _ceil(n + new, bs)
+
+
+def needed_floor(n, new, bs):
+    return (n + new) // bs - n // bs
+
+
+def append_from_the_back(table, n, new, bs, free):
+    if _ceil(n + new, bs) - _ceil(n, bs) > len(free):
+        return None
+    slots = []
+    for pos in range(n, n + new):
+        if pos % bs == 0:
+            table.append(free.pop())
+        slots.append(table[pos // bs] * bs + pos % bs)
+    return slots
+
+
+def append_not_all_or_nothing(table, n, new, bs, free):
+    slots = []
+    for pos in range(n, n + new):
+        if pos % bs == 0:
+            if not free:
+                return None                     # gives up after taking blocks
+            table.append(free.pop(0))
+        slots.append(table[pos // bs] * bs + pos % bs)
+    return slots
+
+
+def append_new_block_every_call(table, n, new, bs, free):
+    if not new:
+        return []
+    if _ceil(new, bs) > len(free):
+        return None
+    start = len(table)
+    for _ in range(_ceil(new, bs)):
+        table.append(free.pop(0))
+    return [table[start + i // bs] * bs + i % bs for i in range(new)]
+
+
+# ---------------------------------------------------------------- lab 04
+def gather_ignoring_the_table(cache, table, n):
+    return cache.flatten(0, 1)[:n]
+
+
+def gather_every_table_entry(cache, table, n):
+    return cache[table.long()].flatten(0, 1)[:n]  # reads the padding
+
+
+def gather_whole_blocks(cache, table, n):
+    return cache[table[:_ceil(n, cache.shape[1])].long()].flatten(0, 1)  # keeps the tail
+
+
+def _gather(cache, table, n):
+    return cache[table[:_ceil(n, cache.shape[1])].long()].flatten(0, 1)[:n]
+
+
+def _attend(query, k, v, scale):
+    scores = torch.einsum("hd,thd->ht", query, k) * scale
+    return torch.einsum("ht,thd->hd", torch.softmax(scores, dim=-1), v)
+
+
+def attention_tiled_heads(query, k_cache, v_cache, table, n):
+    k, v = _gather(k_cache, table, n), _gather(v_cache, table, n)
+    group = query.shape[0] // k.shape[1]
+    return _attend(query, k.repeat(1, group, 1), v.repeat(1, group, 1), query.shape[-1] ** -0.5)
+
+
+def attention_unscaled(query, k_cache, v_cache, table, n):
+    k, v = _gather(k_cache, table, n), _gather(v_cache, table, n)
+    group = query.shape[0] // k.shape[1]
+    return _attend(query, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), 1.0)
+
+
+def attention_over_whole_blocks(query, k_cache, v_cache, table, n):
+    blocks = table[:_ceil(n, k_cache.shape[1])].long()
+    k, v = k_cache[blocks].flatten(0, 1), v_cache[blocks].flatten(0, 1)  # tail slots too
+    group = query.shape[0] // k.shape[1]
+    return _attend(query, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                   query.shape[-1] ** -0.5)
+
+
+def online_the_kernel_lines(m, s, acc, scores, v):
+    new_max = torch.maximum(torch.as_tensor(m), scores.max())
+    alpha = torch.exp(m - new_max)            # NaN when both are -inf
+    p = torch.exp(scores - new_max)
+    return new_max, s * alpha + p.sum(), acc * alpha + p @ v
+
+
+def online_acc_not_rescaled(m, s, acc, scores, v):
+    new_max = torch.maximum(torch.as_tensor(m), scores.max())
+    safe = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+    p = torch.exp(scores - safe)
+    return new_max, s * torch.exp(m - safe) + p.sum(), acc + p @ v
+
+
+def online_alpha_inverted(m, s, acc, scores, v):
+    new_max = torch.maximum(torch.as_tensor(m), scores.max())
+    safe = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(safe), torch.as_tensor(m))
+    alpha = torch.exp(safe - m_safe)
+    p = torch.exp(scores - safe)
+    return new_max, s * alpha + p.sum(), acc * alpha + p @ v
+
+
+def online_no_max(m, s, acc, scores, v):
+    p = torch.exp(scores)                     # overflows on huge scores
+    return torch.maximum(torch.as_tensor(m), scores.max()), s + p.sum(), acc + p @ v
+
+
+def merge_average(oa, la, ob, lb):
+    return (oa + ob) / 2, torch.maximum(la, lb)
+
+
+def merge_unstable(oa, la, ob, lb):
+    wa, wb = torch.exp(la), torch.exp(lb)     # exp(1000) = inf
+    return (wa * oa + wb * ob) / (wa + wb), torch.log(wa + wb)
+
+
+def merge_lse_is_max(oa, la, ob, lb):
+    lse = torch.logaddexp(la, lb)
+    if torch.isinf(lse):
+        return torch.zeros_like(oa), lse
+    return torch.exp(la - lse) * oa + torch.exp(lb - lse) * ob, torch.maximum(la, lb)
+
+
+def merge_no_empty_guard(oa, la, ob, lb):
+    lse = torch.logaddexp(la, lb)             # -inf - -inf = NaN when both are empty
+    return torch.exp(la - lse) * oa + torch.exp(lb - lse) * ob, lse
+
+
+# ---------------------------------------------------------------- lab 05
+def finish_round_robin_seats(lens, seats, policy):
+    if policy == "static":
+        return _solution("lab05_continuous_batching").finish_steps(lens, seats, policy)
+    free_at = [0] * seats
+    out = []
+    for i, n in enumerate(lens):                # request i always takes seat i % seats
+        free_at[i % seats] += n
+        out.append(free_at[i % seats])
+    return out
+
+
+def finish_one_step_late(lens, seats, policy):
+    if policy == "static":
+        return _solution("lab05_continuous_batching").finish_steps(lens, seats, policy)
+    free_at, out = [0] * min(seats, len(lens)), []
+    for i, n in enumerate(lens):
+        start = heapq.heappop(free_at) + (1 if i >= seats else 0)  # waits a step for the seat
+        out.append(start + n)
+        heapq.heappush(free_at, start + n)
+    return out
+
+
+def finish_static_waits_for_shortest(lens, seats, policy):
+    if policy == "continuous":
+        return _solution("lab05_continuous_batching").finish_steps(lens, seats, policy)
+    out, start = [], 0
+    for b in range(0, len(lens), seats):
+        batch = lens[b:b + seats]
+        out += [start + n for n in batch]
+        start += min(batch)
+    return out
+
+
+def finish_shortest_first(lens, seats, policy):
+    if policy == "static":
+        return _solution("lab05_continuous_batching").finish_steps(lens, seats, policy)
+    free_at, out = [0] * min(seats, len(lens)), {}
+    for i in sorted(range(len(lens)), key=lambda i: lens[i]):
+        start = heapq.heappop(free_at)
+        out[i] = start + lens[i]
+        heapq.heappush(free_at, out[i])
+    return [out[i] for i in range(len(lens))]
+
+
+def admit_skipping_the_head(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        take = min(n, tokens) if chunked else n
+        need = _ceil(take, bs)
+        if take <= 0 or seats <= 0 or take > tokens or need > blocks:
+            continue                            # lets later requests overtake
+        admitted.append((rid, take))
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+    return admitted
+
+
+def admit_chunk_shrunk_to_blocks(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        if tokens <= 0 or seats <= 0:
+            break
+        take = min(n, tokens, blocks * bs) if chunked else n
+        need = _ceil(take, bs)
+        if take <= 0 or take > tokens or need > blocks:
+            break
+        admitted.append((rid, take))
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+    return admitted
+
+
+def admit_blocks_rounded_down(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        if tokens <= 0 or seats <= 0:
+            break
+        take = min(n, tokens) if chunked else n
+        need = take // bs
+        if take > tokens or need > blocks:
+            break
+        admitted.append((rid, take))
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+    return admitted
+
+
+def admit_blocks_not_spent(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        if tokens <= 0 or seats <= 0:
+            break
+        take = min(n, tokens) if chunked else n
+        if take > tokens or _ceil(take, bs) > blocks:
+            break
+        admitted.append((rid, take))
+        tokens, seats = tokens - take, seats - 1
+    return admitted
+
+
+def admit_blocks_for_the_whole_prompt(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        if tokens <= 0 or seats <= 0:
+            break
+        take = min(n, tokens) if chunked else n
+        need = _ceil(n, bs)                     # blocks for the whole prompt, not the chunk
+        if take > tokens or need > blocks:
+            break
+        admitted.append((rid, take))
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+    return admitted
+
+
+def admit_empty_chunks(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        if seats <= 0:
+            break
+        take = min(n, tokens) if chunked else n
+        need = _ceil(take, bs)
+        if take > tokens or need > blocks:
+            break
+        admitted.append((rid, take))            # a 0-token "chunk" once the budget is spent
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+    return admitted
+
+
+# ---------------------------------------------------------------- lab 06
+def recompute_no_last_token_rule(n, bs, cached):
+    return n - min(cached, n // bs) * bs
+
+
+def recompute_uncapped(n, bs, cached):
+    return max(n - cached * bs, 0)
+
+
+def recompute_returns_saved(n, bs, cached):
+    return min(cached, (n - 1) // bs) * bs
+
+
+def recompute_skips_the_last_token(n, bs, cached):
+    return n - 1 - min(cached, (n - 1) // bs) * bs
+
+
+def mode_counts_shared_blocks_twice(tables, tokens, cpu, block_bytes, link, prefill):
+    blocks = sum(len(t) for t in tables)
+    if blocks > cpu:
+        return "recompute"
+    return "swap" if 2 * blocks * block_bytes / link < sum(tokens) / prefill else "recompute"
+
+
+def mode_one_way(tables, tokens, cpu, block_bytes, link, prefill):
+    blocks = len({b for t in tables for b in t})
+    if blocks > cpu:
+        return "recompute"
+    return "swap" if blocks * block_bytes / link < sum(tokens) / prefill else "recompute"
+
+
+def mode_swap_on_a_tie(tables, tokens, cpu, block_bytes, link, prefill):
+    blocks = len({b for t in tables for b in t})
+    if blocks > cpu:
+        return "recompute"
+    return "swap" if 2 * blocks * block_bytes / link <= sum(tokens) / prefill else "recompute"
+
+
+def mode_ignores_cpu_room(tables, tokens, cpu, block_bytes, link, prefill):
+    blocks = len({b for t in tables for b in t})
+    return "swap" if 2 * blocks * block_bytes / link < sum(tokens) / prefill else "recompute"
+
+
+def mode_recomputes_one_sequence(tables, tokens, cpu, block_bytes, link, prefill):
+    blocks = len({b for t in tables for b in t})
+    if blocks > cpu:
+        return "recompute"
+    return "swap" if 2 * blocks * block_bytes / link < max(tokens) / prefill else "recompute"
+
+
+def victims_biggest_first(running, free):
+    queue, victims = list(running), []
+    while sum(n for _, n, _ in queue) > free and queue:
+        victim = max(queue, key=lambda r: r[2])
+        queue.remove(victim)
+        victims.append(victim[0])
+        free += victim[2]
+    return victims
+
+
+def victims_oldest_first(running, free):
+    queue, victims = list(running), []
+    while sum(n for _, n, _ in queue) > free and queue:
+        victim = queue.pop(0)
+        victims.append(victim[0])
+        free += victim[2]
+    return victims
+
+
+def victims_never_itself(running, free):
+    queue, victims = list(running), []
+    while queue:
+        _rid, needed, _ = queue.pop(0)
+        while needed > free and queue:
+            victim, _, held = queue.pop()
+            victims.append(victim)
+            free += held
+        free -= min(needed, free)               # serves it anyway
+    return victims
+
+
+def victims_by_total_need(running, free):
+    queue, victims = list(running), []
+    need = sum(n for _, n, _ in running)
+    while need > free and queue:                # weighs all needs at once
+        rid, _n, held = queue.pop()
+        victims.append(rid)
+        free += held
+    return victims
+
+
+# ---------------------------------------------------------------- lab 07
+def hashes_all_from_root(tokens, bs):
+    return [hash_block(ROOT_HASH, tokens[i:i + bs]) for i in range(0, len(tokens) - bs + 1, bs)]
+
+
+def hashes_with_the_partial_block(tokens, bs):
+    out, parent = [], ROOT_HASH
+    for i in range(0, len(tokens), bs):
+        parent = hash_block(parent, tokens[i:i + bs])
+        out.append(parent)
+    return out
+
+
+def hashes_of_whole_prefix(tokens, bs):
+    return [hash_block(ROOT_HASH, tokens[:i + bs]) for i in range(0, len(tokens) - bs + 1, bs)]
+
+
+def hashes_one_block_short(tokens, bs):
+    out, parent = [], ROOT_HASH
+    for i in range(0, len(tokens) - bs, bs):
+        parent = hash_block(parent, tokens[i:i + bs])
+        out.append(parent)
+    return out
+
+
+def cow_takes_the_last_free_block(refs, free, table):
+    last = table[-1]
+    if refs[last] == 1:
+        return None
+    if not free:
+        raise MemoryError("no free block")
+    new = free.pop()
+    refs[new], refs[last], table[-1] = 1, refs[last] - 1, new
+    return (last, new)
+
+
+def cow_keeps_the_old_reference(refs, free, table):
+    last = table[-1]
+    if refs[last] == 1:
+        return None
+    if not free:
+        raise MemoryError("no free block")
+    new = free.pop(0)
+    refs[new], table[-1] = 1, new
+    return (last, new)
+
+
+def cow_always_copies(refs, free, table):
+    last = table[-1]
+    if not free:
+        raise MemoryError("no free block")
+    new = free.pop(0)
+    refs[new], refs[last], table[-1] = 1, refs[last] - 1, new
+    return (last, new)
+
+
+def cow_none_when_out_of_blocks(refs, free, table):
+    last = table[-1]
+    if refs[last] == 1 or not free:
+        return None
+    new = free.pop(0)
+    refs[new], refs[last], table[-1] = 1, refs[last] - 1, new
+    return (last, new)
+
+
+def cow_changes_then_raises(refs, free, table):
+    last = table[-1]
+    if refs[last] == 1:
+        return None
+    refs[last] -= 1                             # touches the pool before checking
+    if not free:
+        raise MemoryError("no free block")
+    new = free.pop(0)
+    refs[new], table[-1] = 1, new
+    return (last, new)
+
+
+def sharing_prompt_shared_whole(prompt, outs, bs):
+    alone = sum(_ceil(prompt + o, bs) for o in outs)
+    return alone, _ceil(prompt, bs) + sum(_ceil(prompt + o, bs) - _ceil(prompt, bs) for o in outs)
+
+
+def sharing_every_sample_copies(prompt, outs, bs):
+    alone = sum(_ceil(prompt + o, bs) for o in outs)
+    full = prompt // bs
+    return alone, full + sum(_ceil(prompt + o, bs) - full for o in outs)
+
+
+def sharing_forgets_idle_samples(prompt, outs, bs):
+    alone = sum(_ceil(prompt + o, bs) for o in outs)
+    full = prompt // bs
+    return alone, full + sum(_ceil(prompt + o, bs) - full for o in outs if o > 0)
+
+
+# ---------------------------------------------------------------- lab 08
+def top_p_drops_the_crossing_token(logits, top_p):
+    values, order = torch.sort(logits, descending=True)
+    mass = values.softmax(-1).cumsum(-1)
+    out = logits.clone()
+    out[order[mass > top_p]] = float("-inf")
+    return out
+
+
+def top_p_unsorted(logits, top_p):
+    probs = logits.softmax(-1)
+    out = logits.clone()
+    out[(probs.cumsum(-1) - probs) >= top_p] = float("-inf")
+    return out
+
+
+def top_p_in_place(logits, top_p):
+    values, order = torch.sort(logits, descending=True)
+    probs = values.softmax(-1)
+    logits[order[(probs.cumsum(-1) - probs) >= top_p]] = float("-inf")
+    return logits
+
+
+def top_p_strictly_above(logits, top_p):
+    values, order = torch.sort(logits, descending=True)
+    probs = values.softmax(-1)
+    out = logits.clone()
+    out[order[(probs.cumsum(-1) - probs) > top_p]] = float("-inf")
+    return out
+
+
+def pack_positions_from_zero(scheduled, bs):
+    right = _solution("lab08_full_engine").pack_step(scheduled, bs)
+    return [p for _, _, n in scheduled for p in range(n)], *right[1:]
+
+
+def pack_without_leading_zero(scheduled, bs):
+    positions, slots, cu, ctx = _solution("lab08_full_engine").pack_step(scheduled, bs)
+    return positions, slots, cu[1:], ctx
+
+
+def pack_context_is_new_tokens(scheduled, bs):
+    positions, slots, cu, _ = _solution("lab08_full_engine").pack_step(scheduled, bs)
+    return positions, slots, cu, [n for _, _, n in scheduled]
+
+
+def pack_slot_without_block_size(scheduled, bs):
+    positions, _, cu, ctx = _solution("lab08_full_engine").pack_step(scheduled, bs)
+    slots = [t[p // bs] + p % bs for t, s, n in scheduled for p in range(s, s + n)]
+    return positions, slots, cu, ctx
+
+
+# ---------------------------------------------------------------- lab 09
+def fit_partial_blocks_count(mem, layers, heads, dim, dtype, bs):
+    return mem // (2 * layers * heads * dim * dtype)
+
+
+def fit_without_the_two(mem, layers, heads, dim, dtype, bs):
+    return mem // (layers * heads * dim * dtype * bs) * bs
+
+
+def fit_blocks_rounded_up(mem, layers, heads, dim, dtype, bs):
+    return _ceil(mem, 2 * layers * heads * dim * dtype * bs) * bs
+
+
+def _tokens(a, k):
+    return sum(a ** i for i in range(k + 1))
+
+
+def _argmax(rates, largest=False):
+    best = max(rates)
+    ks = [k for k, r in enumerate(rates) if r >= best * (1 - 1e-12)]
+    return ks[-1] if largest else ks[0]
+
+
+def drafts_free(a, c, kmax):
+    return _argmax([_tokens(a, k) for k in range(kmax + 1)])
+
+
+def drafts_linear_acceptance(a, c, kmax):
+    return _argmax([(1 + k * a) / (1 + k * c) for k in range(kmax + 1)])
+
+
+def drafts_without_own_token(a, c, kmax):
+    return _argmax([(_tokens(a, k) - 1) / (1 + k * c) for k in range(kmax + 1)])
+
+
+def drafts_largest_on_a_tie(a, c, kmax):
+    return _argmax([_tokens(a, k) / (1 + k * c) for k in range(kmax + 1)], largest=True)
+
+
+def drafts_closed_form_divides_by_zero(a, c, kmax):
+    return _argmax([(1 - a ** (k + 1)) / (1 - a) / (1 + k * c) for k in range(kmax + 1)])
+
+
+WRONG = {
+    ("lab00", "blocks_for"): [blocks_floor, blocks_plus_one, blocks_round],
+    ("lab01", "cached_kv_reads"): [reads_no_growth, reads_every_new_token,
+                                   reads_without_own_token, reads_with_prefill],
+    ("lab01", "max_batch"): [batch_ignoring_weights, batch_params_as_bytes, batch_rounded_up,
+                             batch_may_go_negative],
+    ("lab01", "kv_bytes_per_token"): [kv_query_heads, kv_head_dim_from_hidden,
+                                      kv_without_the_two],
+    ("lab02", "reservation_size"): [reserve_pow2_of_everything, reserve_without_cap,
+                                    reserve_pow2_of_zero_is_one],
+    ("lab02", "first_fit"): [fit_unsorted, fit_strictly_larger, fit_only_at_the_end, fit_best],
+    ("lab02", "waste_breakdown"): [waste_every_free_slot, waste_total_free_decides,
+                                   waste_internal_is_size_minus_used],
+    ("lab03", "token_at"): [token_at_slot_index, token_at_ignoring_the_tail,
+                            token_at_physical_block, token_at_offset_only],
+    ("lab03", "blocks_needed"): [needed_for_new_tokens_only, needed_total, needed_floor],
+    ("lab03", "append_slots"): [append_from_the_back, append_not_all_or_nothing,
+                                append_new_block_every_call],
+    ("lab04", "gather_kv"): [gather_ignoring_the_table, gather_every_table_entry,
+                             gather_whole_blocks],
+    ("lab04", "paged_decode_attention"): [attention_tiled_heads, attention_unscaled,
+                                          attention_over_whole_blocks],
+    ("lab04", "online_softmax_update"): [online_the_kernel_lines, online_acc_not_rescaled,
+                                         online_alpha_inverted, online_no_max],
+    ("lab04", "merge_states"): [merge_average, merge_unstable, merge_lse_is_max,
+                                merge_no_empty_guard],
+    ("lab05", "finish_steps"): [finish_round_robin_seats, finish_one_step_late,
+                                finish_static_waits_for_shortest, finish_shortest_first],
+    ("lab05", "admit"): [admit_skipping_the_head, admit_chunk_shrunk_to_blocks,
+                         admit_blocks_rounded_down, admit_blocks_not_spent, admit_empty_chunks,
+                         admit_blocks_for_the_whole_prompt],
+    ("lab06", "tokens_to_recompute"): [recompute_no_last_token_rule, recompute_uncapped,
+                                       recompute_returns_saved, recompute_skips_the_last_token],
+    ("lab06", "preemption_mode"): [mode_counts_shared_blocks_twice, mode_one_way,
+                                   mode_swap_on_a_tie, mode_ignores_cpu_room,
+                                   mode_recomputes_one_sequence],
+    ("lab06", "choose_victims"): [victims_biggest_first, victims_oldest_first,
+                                  victims_never_itself, victims_by_total_need],
+    ("lab07", "chain_hashes"): [hashes_all_from_root, hashes_with_the_partial_block,
+                                hashes_of_whole_prefix, hashes_one_block_short],
+    ("lab07", "copy_on_write"): [cow_takes_the_last_free_block, cow_keeps_the_old_reference,
+                                 cow_always_copies, cow_none_when_out_of_blocks,
+                                 cow_changes_then_raises],
+    ("lab07", "sharing_blocks"): [sharing_prompt_shared_whole, sharing_every_sample_copies,
+                                  sharing_forgets_idle_samples],
+    ("lab08", "top_p_filter"): [top_p_drops_the_crossing_token, top_p_unsorted, top_p_in_place,
+                                top_p_strictly_above],
+    ("lab08", "pack_step"): [pack_positions_from_zero, pack_without_leading_zero,
+                             pack_context_is_new_tokens, pack_slot_without_block_size],
+    ("lab09", "tokens_that_fit"): [fit_partial_blocks_count, fit_without_the_two,
+                                   fit_blocks_rounded_up],
+    ("lab09", "best_num_drafts"): [drafts_free, drafts_linear_acceptance,
+                                   drafts_without_own_token, drafts_largest_on_a_tie,
+                                   drafts_closed_form_divides_by_zero],
+}
+
+
+# --------------------------------------------- lab 04, the Triton kernel exercise
+_LOOKUP = ("            block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=n_mask, "
+           "other=0).to(tl.int64)\n"
+           "            row = block * stride_block + (n % BLOCK_SIZE) * stride_token + "
+           "head * stride_head\n")
+
+
+def _kernel_variant(name: str, lookup: str):
+    """The reference kernel with its two block-table lines replaced by `lookup`,
+    written to a module file (Triton reads a kernel's source from its file)."""
+    import inspect
+    import sys
+    import tempfile
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(_solution("lab04_paged_attention").paged_kernel.fn))
+    right, wrong = textwrap.indent(textwrap.dedent(_LOOKUP), " " * 8), \
+        textwrap.indent(textwrap.dedent(lookup), " " * 8)
+    assert right in source, source
+    source = source.replace(right, wrong).replace("def paged_kernel(", f"def {name}(")
+    directory = Path(tempfile.mkdtemp(prefix="wrong_kernels_"))
+    path = directory / f"{name}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def _wrong_kernels():
+    if importlib.util.find_spec("triton") is None:  # pragma: no cover - no Triton, no exercise
+        return []
+    return [
+        _kernel_variant("kernel_logical_block_as_physical", (
+            "            block = (n // BLOCK_SIZE).to(tl.int64)\n"
+            "            row = block * stride_block + (n % BLOCK_SIZE) * stride_token + "
+            "head * stride_head\n")),
+        _kernel_variant("kernel_ignores_the_block_stride", (
+            "            block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=n_mask, "
+            "other=0).to(tl.int64)\n"
+            "            row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_token + "
+            "head * stride_head\n")),
+        _kernel_variant("kernel_one_block_per_tile", (
+            "            block = tl.load(block_table_ptr + tile_start // BLOCK_SIZE).to(tl.int64)\n"
+            "            row = block * stride_block + (n % BLOCK_SIZE) * stride_token + "
+            "head * stride_head\n")),
+    ]
+
+
+WRONG[("lab04", "paged_kernel")] = _wrong_kernels()
