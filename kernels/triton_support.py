@@ -79,6 +79,13 @@ def check_attention_dtype(x: torch.Tensor, what: str) -> None:
         raise TypeError(
             f"{what}: the Triton kernels take float16, bfloat16 or float32, got {x.dtype}; "
             "the torch reference (pagedkit.kernels.reference) takes any float dtype")
+    if x.device.type == "cuda" and x.dtype != torch.float16 \
+            and torch.cuda.get_device_capability(x.device) < (8, 0):
+        raise TypeError(
+            f"{what}: on a GPU of compute capability below 8.0 (a T4 is 7.5) the Triton kernels "
+            f"run float16 only, got {x.dtype}: such a GPU has no bfloat16, and float32 tiles "
+            "were never compiled for it (tests/kernels/test_compile.py); use float16 or the "
+            "torch path (PAGEDKIT_KERNELS=auto)")
     if x.dtype == torch.bfloat16 and x.device.type == "cpu":
         raise TypeError(
             f"{what}: bfloat16 on CPU is refused because Triton's interpreter computes tl.dot on "
