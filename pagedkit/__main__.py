@@ -40,20 +40,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; returns its exit status (2 for a usage error, as argparse)."""
+    """Run a command and return its exit status; usage errors, ``--help`` and
+    ``--version`` exit through argparse (status 2, 0, 0)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     if not argv:  # a first try: show what there is to run
         parser.print_help(sys.stderr)
         return 2
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help, --version, or a usage error already printed
-        return e.code if isinstance(e.code, int) else 2
+    args = parser.parse_args(argv)  # --help, --version, a usage error: SystemExit, as argparse
     run = importlib.import_module(COMMANDS[args.command][0]).main
-    if args.command == "bench":
-        return run(args.args, prog="pagedkit bench", default="engine")
-    return run(args.args)
+    options = {"prog": "pagedkit bench", "default": "engine"} if args.command == "bench" else {}
+    return run(args.args, **options)
 
 
 if __name__ == "__main__":
