@@ -127,14 +127,16 @@ class SequenceGroup:
     finished_beams: list[Sequence] = field(default_factory=list)  # beam search hypotheses
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     num_preemptions: int = 0
+    arrival_order: int = 0  # breaks ties of arrival_time: the id of its first sequence
 
     @classmethod
     def new(cls, request_id: str, prompt: str | None, prompt_token_ids: list[int],
             params: SamplingParams, arrival_time: float | None = None,
             seq_id: int | None = None) -> SequenceGroup:
         now = time.monotonic() if arrival_time is None else arrival_time
-        return cls(request_id, prompt, list(prompt_token_ids), params,
-                   [Sequence(prompt_token_ids, seq_id=seq_id)], RequestMetrics(now))
+        first = Sequence(prompt_token_ids, seq_id=seq_id)
+        return cls(request_id, prompt, list(prompt_token_ids), params, [first],
+                   RequestMetrics(now), arrival_order=first.seq_id)
 
     def unfinished_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if not s.is_finished]

@@ -31,7 +31,7 @@ Every decision is also an event (`Admit`, `Preempt`, `Finish`, `Step`, from
 
 from __future__ import annotations
 
-import bisect
+import enum
 import time
 from collections import deque
 from collections.abc import Hashable, Iterable, Mapping
@@ -41,6 +41,7 @@ from .._validation import check_choice, check_int
 from ..memory import BlockCopy, KVCacheManager
 from ..sequence import FinishReason, Sequence, SequenceGroup, SequenceStatus
 from .events import Admit, Finish, Preempt, Step
+from .policy import Verdict, admit_fcfs, insert_by_arrival, serve_oldest_first
 
 PREEMPTION_MODES = ("recompute", "swap")
 
@@ -194,29 +195,22 @@ class Scheduler:
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: _Budget) -> None:
-        queue = deque(self.running)
-        kept: list[SequenceGroup] = []
-        while queue:
-            group = queue.popleft()
+        def try_serve(group: SequenceGroup) -> bool | None:
             plan = self._plan(group, budget)
             if plan is None:  # no budget left this step: it simply waits a step
                 budget.take(0, len(group.unfinished_seqs()))  # but keeps its seats
-                kept.append(group)
-                continue
-            while not self._fits(plan):
-                if queue:
-                    self._preempt(queue.pop(), out)  # the newest running group
-                elif kept:
-                    self._preempt(group, out)  # older groups hold the memory: step aside
-                    break
-                else:  # alone with the whole cache, and it still does not fit
-                    self._end(group, FinishReason.LENGTH, "sequence outgrew the whole KV cache")
-                    out.ended.append(group)
-                    break
-            else:
-                self._allocate(group, plan, out, budget)
-                kept.append(group)
-        self.running = kept
+                return None
+            if not self._fits(plan):
+                return False
+            self._allocate(group, plan, out, budget)
+            return True
+
+        def alone(group: SequenceGroup) -> None:  # the whole cache, and it still does not fit
+            self._end(group, FinishReason.LENGTH, "sequence outgrew the whole KV cache")
+            out.ended.append(group)
+
+        self.running = serve_oldest_first(self.running, try_serve,
+                                          lambda victim: self._preempt(victim, out), alone)
 
     def _schedule_swapped(self, out: SchedulerOutput, budget: _Budget) -> None:
         while self.swapped:
@@ -241,47 +235,47 @@ class Scheduler:
             _insert_by_arrival(self.running, group)
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: _Budget) -> None:
-        while self.waiting:
-            group = self.waiting[0]
-            # seats for every sequence the request will fork into (n samples, beams)
-            if not budget.fits(0, max(group.params.num_sequences, len(group.seqs))):
-                return
-            admitted = self._try_admit(group, budget)
-            if admitted == "budget":
-                return  # no tokens left this step: next step
-            if admitted == "memory":
-                if self.running:
-                    return  # first come, first served: the head waits for memory
-                self.waiting.popleft()  # nothing else holds memory: it can never fit
-                self._end(group, FinishReason.LENGTH, "does not fit the whole KV cache")
-                out.ended.append(group)
-                continue
-            self.waiting.popleft()
-            if group.metrics.first_scheduled_time is None:
-                group.metrics.first_scheduled_time = time.monotonic()
-                group.num_cached_tokens = sum(s.start for s, _ in admitted)
-            for s, copies in admitted:
-                if s.num_tokens:
-                    out.scheduled.append(s)
-                out.block_copies += copies
-                budget.take(s.num_tokens, 1)
-            group.set_status(SequenceStatus.RUNNING)
-            _insert_by_arrival(self.running, group)
-            out.admitted.append(group)
-            if self.events:
-                for seq in group.unfinished_seqs():
-                    self.events.emit(Admit(seq.seq_id, group.request_id))
+        def never(group: SequenceGroup) -> None:  # nothing else holds memory: it can never fit
+            self._end(group, FinishReason.LENGTH, "does not fit the whole KV cache")
+            out.ended.append(group)
 
-    def _try_admit(self, group: SequenceGroup, budget: _Budget
-                   ) -> list[tuple[ScheduledSeq, list[BlockCopy]]] | str:
+        admit_fcfs(self.waiting, lambda group: self._admit(group, out, budget), never)
+
+    def _admit(self, group: SequenceGroup, out: SchedulerOutput, budget: _Budget) -> Verdict:
+        # seats for every sequence the request will fork into (n samples, beams)
+        if not budget.fits(0, max(group.params.num_sequences, len(group.seqs))):
+            return Verdict.WAIT
+        admitted = self._place(group, budget)
+        if admitted is Shortage.BUDGET:
+            return Verdict.WAIT  # no tokens left this step: next step
+        if admitted is Shortage.MEMORY:
+            # first come, first served: the head waits for memory, unless none is held
+            return Verdict.WAIT if self.running else Verdict.NEVER
+        if group.metrics.first_scheduled_time is None:
+            group.metrics.first_scheduled_time = time.monotonic()
+            group.num_cached_tokens = sum(s.start for s, _ in admitted)
+        for s, copies in admitted:
+            if s.num_tokens:
+                out.scheduled.append(s)
+            out.block_copies += copies
+            budget.take(s.num_tokens, 1)
+        group.set_status(SequenceStatus.RUNNING)
+        _insert_by_arrival(self.running, group)
+        out.admitted.append(group)
+        if self.events:
+            for seq in group.unfinished_seqs():
+                self.events.emit(Admit(seq.seq_id, group.request_id))
+        return Verdict.ADMITTED
+
+    def _place(self, group: SequenceGroup, budget: _Budget
+               ) -> list[tuple[ScheduledSeq, list[BlockCopy]]] | Shortage:
         """Give each sequence of a waiting group room for its prompt (or the
         first chunk of it), starting from whatever the prefix cache holds.
 
         Sequences are placed one after another, so the second sequence of a
         group (one preempted after forking) finds the first one's blocks in
         the prefix cache and shares them. If any does not fit, the ones placed
-        are freed again and the reason is returned: ``"budget"`` (no tokens
-        left this step) or ``"memory"`` (not enough free blocks)."""
+        are freed again and the `Shortage` is returned."""
         placed: list[tuple[ScheduledSeq, list[BlockCopy]]] = []
         tokens_left = budget.tokens_left
         for seq in group.unfinished_seqs():
@@ -290,12 +284,12 @@ class Scheduler:
             take = self._take(seq, seq.num_tokens - start, tokens_left)
             if take is None or (take == 0 and not placed):
                 self._roll_back(placed)
-                return "budget"
+                return Shortage.BUDGET
             copies = self.kv.allocate_slots(seq.seq_id, seq.token_ids[start:start + take],
                                             cached)
             if copies is None:
                 self._roll_back(placed)
-                return "memory"
+                return Shortage.MEMORY
             seq.num_computed_tokens = start
             tokens_left -= take
             placed.append((ScheduledSeq(group, seq, take, start), copies))
@@ -409,9 +403,18 @@ class Scheduler:
 
 def _insert_by_arrival(queue, group: SequenceGroup) -> None:
     """Put a group back in its place: queues are in arrival order."""
-    arrival = group.metrics.arrival_time
-    queue.insert(bisect.bisect_right(queue, arrival, key=lambda g: g.metrics.arrival_time),
-                 group)
+    insert_by_arrival(queue, group, _arrival)
+
+
+def _arrival(group: SequenceGroup) -> tuple[float, int]:
+    return group.metrics.arrival_time, group.arrival_order
+
+
+class Shortage(enum.Enum):
+    """Why a waiting group could not be placed this step."""
+
+    BUDGET = "budget"  # no tokens left in this step
+    MEMORY = "memory"  # not enough free blocks
 
 
 @dataclass

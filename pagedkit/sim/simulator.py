@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from .._validation import check_choice, check_int, check_number
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..scheduler import PREEMPTION_MODES, Admit, Finish, Preempt, Step
+from ..scheduler.policy import Verdict, admit_fcfs, insert_by_arrival, serve_oldest_first
 from .latency import LatencyModel, ModelPreset
 from .managers import PAGED, ContiguousMemory, Group, ManagerSpec, PagedMemory, Seq, Usage
 from .metrics import RequestResult, SimResult, StepLog
@@ -295,21 +296,24 @@ class Simulator:
         """Give every running request its next slot, oldest first, preempting
         the newest while the paged pool is short (§4.5)."""
         preempted: list[Group] = []
-        memory, running = self.memory, self.running
         beams = isinstance(self.sharing, BeamSearch)
-        reshuffled = -1  # index of the last group whose beams chose their parents
-        i = 0
-        while i < len(running):
-            group = running[i]
-            if beams and reshuffled < i:  # once per iteration, also when retried
+        reshuffled: set[int] = set()  # groups whose beams chose their parents this iteration
+
+        def try_serve(group: Group) -> bool:
+            if beams and id(group) not in reshuffled:  # once per iteration, also when retried
                 self._reshuffle_beams(group)
-                reshuffled = i
-            if memory.try_append(group):
-                i += 1
-                continue
-            victim = running.pop()
+                reshuffled.add(id(group))
+            return self.memory.try_append(group)
+
+        def preempt(victim: Group) -> None:
             self._preempt(victim)
             preempted.append(victim)
+
+        def alone(group: Group) -> None:  # admission checked it fits an empty pool
+            raise RuntimeError(f"request {group.request_id} outgrew the whole pool alone; "
+                               "the simulator's admission check has a bug")
+
+        self.running = serve_oldest_first(self.running, try_serve, preempt, alone)
         return preempted
 
     def _reshuffle_beams(self, group: Group) -> None:
@@ -337,12 +341,12 @@ class Simulator:
     def _preempt(self, group: Group) -> None:
         if self.preemption == "swap" and self.memory.can_swap_out(group):
             self.memory.swap_out(group)
-            self.swapped.appendleft(group)
+            insert_by_arrival(self.swapped, group, _arrival)
             how = "swap"
         else:  # recompute: drop the KV cache, keep the generated tokens
             for seq in group.seqs:
                 self.memory.free_seq(group, seq)
-            self.waiting.appendleft(group)
+            insert_by_arrival(self.waiting, group, _arrival)
             how = "recompute"
         group.num_preemptions += 1
         self.num_preemptions += 1
@@ -365,7 +369,7 @@ class Simulator:
             self.memory.swap_in(group)
             if not self.memory.try_append(group):
                 raise RuntimeError("a swapped-in group found no room it had reserved")
-            self.running.append(group)
+            insert_by_arrival(self.running, group, _arrival)
             seqs += len(group.seqs)
         return seqs
 
@@ -373,29 +377,30 @@ class Simulator:
         """Admit waiting requests in arrival order while they fit and the
         running sequences stay within `max_num_seqs`. Returns the prompt
         tokens to compute and the admitted groups."""
-        prefill, admitted = 0, []
-        while self.waiting:
-            group = self.waiting[0]
+        prefill, never = 0, {}
+
+        def try_admit(group: Group) -> Verdict:
+            nonlocal prefill, seqs
             if not group.checked:
-                reason = self._never_fits(group)
-                if reason:
-                    self.waiting.popleft()
-                    self._abort(group, reason)
-                    continue
+                never[id(group)] = self._never_fits(group)
+                if never[id(group)]:
+                    return Verdict.NEVER
                 group.checked = True
             if seqs + len(group.seqs) > self.max_num_seqs:
-                break
+                return Verdict.WAIT
             computed = self._try_admit(group)
             if computed is None:
-                break
-            self.waiting.popleft()
-            self.running.append(group)
-            admitted.append(group)
+                return Verdict.WAIT
+            insert_by_arrival(self.running, group, _arrival)
             prefill += computed
             seqs += len(group.seqs)
             if self.events:
                 for seq in group.seqs:
                     self.events.emit(Admit(seq.seq_id, group.request_id))
+            return Verdict.ADMITTED
+
+        admitted = admit_fcfs(self.waiting, try_admit,
+                              lambda group: self._abort(group, never[id(group)]))
         return prefill, admitted
 
     def _never_fits(self, group: Group) -> str | None:
@@ -477,6 +482,10 @@ class Simulator:
         self.results.append(RequestResult(r.request_id, r.arrival, group.prompt_len,
                                           r.output_len, group.first_token_time, self.now,
                                           group.num_preemptions, reason))
+
+
+def _arrival(group: Group) -> tuple[float, int]:
+    return group.request.arrival, group.request_id  # the trace is in arrival order
 
 
 def simulate(trace: Trace, manager: ManagerSpec | str = PAGED, *,
