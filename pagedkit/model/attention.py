@@ -164,6 +164,14 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     options = attention_options(module, dict(kwargs, dropout=dropout))
     q = query[0].transpose(0, 1)
     k_cache, v_cache = meta.kv_caches[module.layer_idx]
+    if key.shape != value.shape or key.shape[1] != k_cache.shape[2] \
+            or key.shape[3] != k_cache.shape[3] or query.shape[3] != key.shape[3]:
+        raise NotImplementedError(
+            f"{type(module).__name__} (layer {module.layer_idx}) attends with queries "
+            f"{list(query.shape)}, keys {list(key.shape)} and values {list(value.shape)} "
+            f"([1, heads, tokens, head_dim]), but the paged cache holds K and V alike as "
+            f"{k_cache.shape[2]} KV heads of {k_cache.shape[3]}, sized from the config "
+            "(e.g. multi-head latent attention, or heads the config does not state)")
     ops.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache,
                  meta.slot_mapping, check=meta.check)
     d = meta.num_decodes

@@ -19,6 +19,7 @@ from .. import ops
 from ..memory import BlockCopy, KVCacheManager
 from .attention import AttentionMetadata, forward_context, register
 from .kv_cache import KVCacheSpec
+from .support import check_config
 
 
 class ScheduledTokens(Protocol):
@@ -51,6 +52,7 @@ class ModelRunner:
 
     def __init__(self, model: torch.nn.Module, *, block_size: int, device: torch.device,
                  dtype: torch.dtype) -> None:
+        check_config(model)  # the engine runs the full check_supported once the model is placed
         self.model = model.to(device=device, dtype=dtype).eval()
         self.model.set_attn_implementation(register())
         self.device = device

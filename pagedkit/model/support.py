@@ -27,8 +27,9 @@ So `check_supported` proves it instead of trusting a list of model names:
    layer, compared position by position up to ``max_model_len`` (capped at
    `MASK_CHECK_POSITIONS`); the paged path itself refuses any keyword it
    does not implement;
-3. **the numbers**: the probe's logits equal transformers' own eager forward
-   over the same tokens, to a tolerance for the dtype.
+3. **the numbers**: the probe's logits equal transformers' own, computed as
+   `generate` does (eager attention over its own cache, in the same steps),
+   to a tolerance for the dtype.
 
 Anything else raises one `NotImplementedError` naming the architecture, the
 feature and what to do instead, before the engine reserves KV memory.
@@ -36,6 +37,7 @@ feature and what to do instead, before the engine reserves KV memory.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import re
 from typing import Any
@@ -56,6 +58,14 @@ from .kv_cache import KVCacheSpec
 UNDERSTOOD_FIELDS: dict[str, str] = {
     "num_attention_heads": "head count; the probe checks the shapes of every call",
     "parallel_attn": "attention and MLP side by side in a block, computed by the model",
+    "attention_heads": "head count; the probe checks the shapes of every call",
+    "decoder_attention_heads": "head count; the probe checks the shapes of every call",
+    "num_attention_heads_per_layer": "head counts per layer; the probe checks every call's",
+    "attention_softmax_in_fp32": "numerics of the eager path; the paged kernels' softmax is "
+                                 "float32",
+    "scale_attention_softmax_in_fp32": "numerics of the eager path, as above",
+    "sliding_window_pattern": "which layers slide; becomes layer_types, whose windows are "
+                              "checked against transformers' mask",
     "attention_bias": "bias of the Q/K/V/O projections, computed by the model",
     "attention_dropout": "dropout: none in eval mode (a call asking for it is refused)",
     "attn_pdrop": "dropout: none in eval mode",
@@ -96,7 +106,8 @@ def refuse(model: torch.nn.Module, feature: str) -> NotImplementedError:
 
 
 def check_config(model: torch.nn.Module) -> None:
-    """Step 1: no attention feature in the config that pagedkit does not understand."""
+    """Step 1: an attention shape, and no attention feature in the config that
+    pagedkit does not understand (also run by `ModelRunner` before it sizes anything)."""
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
         raise refuse(model, "it is an encoder-decoder; pagedkit serves decoder-only models")
@@ -106,6 +117,11 @@ def check_config(model: torch.nn.Module) -> None:
     if other:
         raise refuse(model, f"its config has layer types {other} (pagedkit computes "
                             f"{list(SERVED_LAYER_TYPES)} only)")
+    try:
+        KVCacheSpec.from_config(config, torch.float32)
+    except AttributeError as err:
+        raise refuse(model, f"its config gives no attention shape ({err}): not an attention "
+                            "model") from err
     for name, value in sorted(text.to_dict().items()):
         if (name.startswith("_") or name in UNDERSTOOD_FIELDS or name == "layer_types"
                 or not _ATTENTION_WORDS.search(name) or _unset(value)):
@@ -125,33 +141,35 @@ def check_supported(model: torch.nn.Module, *, block_size: int, max_model_len: i
     docstring). The model should already be on its device and dtype."""
     check_config(model)
     param = next(model.parameters())
-    if spec is None:
-        try:
-            spec = KVCacheSpec.from_config(model.config, param.dtype)
-        except AttributeError as err:
-            raise refuse(model, f"its config gives no attention shape ({err}): not an "
-                                "attention model") from err
+    spec = spec or KVCacheSpec.from_config(model.config, param.dtype)
     register()
     previous = getattr(model.config, "_attn_implementation", None)
     try:
         model.set_attn_implementation(ATTENTION_NAME)
-        ids, paged_logits, steps = _probe(model, spec, block_size, max_model_len, param.device)
+        cuts = _probe_steps(block_size, max_model_len)
+        ids, paged_logits, steps = _probe(model, spec, block_size, cuts, param.device)
         for calls in steps:
             _check_calls(model, spec, calls, max_model_len)
-        _check_numbers(model, ids, paged_logits, param.dtype)
+        _check_numbers(model, ids, paged_logits, param.dtype, cuts)
     finally:
         if previous is not None:
             model.set_attn_implementation(previous)
 
 
+def _probe_steps(block_size: int, max_model_len: int) -> list[int]:
+    """Step boundaries of the probe: a prefill past a block, a 2-token chunk over
+    the cached prefix, a decode."""
+    total = max(3, min(block_size + 5, max_model_len))
+    return [0, total - 3, total - 1, total]
+
+
 @torch.inference_mode()
-def _probe(model, spec: KVCacheSpec, block_size: int, max_model_len: int,
+def _probe(model, spec: KVCacheSpec, block_size: int, cuts: list[int],
            device: torch.device) -> tuple[torch.Tensor, torch.Tensor, list[tuple[Any, Any]]]:
     """Three paged steps of one sequence: prefill, a chunk over the cached
     prefix, a decode. Returns the tokens, every position's logits and each
     step's calls (with the masks transformers built)."""
-    total = max(3, min(block_size + 5, max_model_len))
-    cuts = [0, total - 3, total - 1, total]
+    total = cuts[-1]
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (total,), generator=torch.Generator().manual_seed(0))
     blocks = -(-total // block_size)
@@ -266,14 +284,24 @@ def _check_mask(model, c: AttentionCall, mask_functions: dict, max_model_len: in
 
 @torch.inference_mode()
 def _check_numbers(model, ids: torch.Tensor, paged_logits: torch.Tensor,
-                   dtype: torch.dtype) -> None:
-    """Step 3: the probe's logits are transformers' own (eager) logits."""
-    device = paged_logits.device
+                   dtype: torch.dtype, cuts: list[int]) -> None:
+    """Step 3: the probe's logits are transformers' own, computed as its
+    `generate` computes them: eager attention over its own KV cache, in the
+    same steps (a model whose cache keeps less than its mask shows, as
+    Moshi's keeps a window its mask does not apply, is caught here)."""
+    device = next(model.parameters()).device
     try:
         model.set_attn_implementation("eager")
-        ref = model(input_ids=ids[None].to(next(model.parameters()).device),
-                    position_ids=torch.arange(ids.numel())[None].to(device),
-                    use_cache=False).logits[0].float()
+        name = "cache" if "cache" in inspect.signature(model.forward).parameters \
+            else "past_key_values"
+        cache, logits = None, []
+        for start, end in itertools.pairwise(cuts):
+            out = model(input_ids=ids[None, start:end].to(device),
+                        position_ids=torch.arange(start, end, device=device)[None],
+                        use_cache=True, **({name: cache} if cache is not None else {}))
+            cache = getattr(out, "past_key_values", None) or getattr(out, "cache", None)
+            logits.append(out.logits[0].float())
+        ref = torch.cat(logits)
     except Exception as err:
         raise refuse(model, f"transformers' own eager forward fails, so there is nothing to check "
                             f"the paged one against ({type(err).__name__}: {err})") from err
@@ -282,10 +310,11 @@ def _check_numbers(model, ids: torch.Tensor, paged_logits: torch.Tensor,
     diff = float((paged_logits - ref).abs().max()) / max(1.0, float(ref.abs().max()))
     if not diff <= PROBE_TOLERANCE.get(dtype, 1e-1):
         raise refuse(model, f"on a probe of {ids.numel()} tokens its logits through the paged "
-                            f"cache differ from transformers' own by {diff:.2g} (relative), more "
-                            f"than the {dtype} tolerance {PROBE_TOLERANCE.get(dtype, 1e-1)}: it "
-                            "computes something per forward the engine does not reproduce "
-                            "(positions assumed to start at 0, a mask of its own)")
+                            f"cache differ from transformers' own cached forward by {diff:.2g} "
+                            f"(relative), more than the {dtype} tolerance "
+                            f"{PROBE_TOLERANCE.get(dtype, 1e-1)}: it computes something the "
+                            "engine does not reproduce (positions assumed to start at 0, a mask "
+                            "or a cache of its own)")
 
 
 # ------------------------------------------------------------------ the table in the docs
