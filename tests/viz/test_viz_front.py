@@ -117,12 +117,12 @@ def test_colors_resolve_only_through_an_index_scale():
     scale = [[0.0, "#000000"], [0.5, "#111111"], [1.0, "#222222"]]
     trace = {"type": "bar", "marker": {"color": np.array([2, 0, 1], dtype=np.int16),
                                        "colorscale": scale, "cmin": 0, "cmax": 2}}
-    assert fw.resolve_trace(trace)["marker"]["color"] == ["#222222", "#000000", "#111111"]
+    assert list(fw.resolve_trace(trace)["marker"]["color"]) == ["#222222", "#000000", "#111111"]
     continuous = {**trace, "marker": {**trace["marker"], "cmax": 10}}  # not an index scale
     assert fw.resolve_trace(continuous) is continuous
     named = {"type": "bar", "marker": {"color": ["red", "blue"], "colorscale": scale,
                                        "cmin": 0, "cmax": 2}}
-    assert fw.resolve_trace(named)["marker"]["color"] == ["red", "blue"]
+    assert list(fw.resolve_trace(named)["marker"]["color"]) == ["red", "blue"]
 
 
 def _title_lines(text: str) -> list[str]:
