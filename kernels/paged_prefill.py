@@ -154,7 +154,7 @@ def plan_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         _paged_prefill_kernel, grid,
         (query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
          sinks if sinks is not None else out, out, scale, float(softcap or 1.0),
-         int(sliding_window or 0),
+         min(int(sliding_window or 0), 2**31 - 1),
          query.stride(0), query.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
          k_cache.stride(0), k_cache.stride(1), k_cache.stride(2)),
         dict(GROUP=group, HEAD_CHUNKS=head_chunks, Q_PER_TILE=q_per_tile, H_PER_TILE=h_per_tile,
