@@ -134,8 +134,9 @@ def test_generate_after_a_refused_batch_is_clean(reference):
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap"])
+@pytest.mark.parametrize("good_steps", [0, 1])
 def test_aborting_by_hand_after_a_failed_step_forgets_uncomputed_blocks(
-        reference, fresh_outputs, monkeypatch, mode):
+        reference, fresh_outputs, monkeypatch, mode, good_steps):
     """Stepping by hand: a step fails after scheduling (its new full blocks are
     already named in the prefix cache); aborting the requests then must not
     leave those names behind, or the next run would hit K/V never written."""
@@ -144,7 +145,8 @@ def test_aborting_by_hand_after_a_failed_step_forgets_uncomputed_blocks(
     engine = llm.llm_engine
     for i, p in enumerate(prompt_list):
         engine.add_request(f"r{i}", p, GREEDY)
-    engine.step()
+    for _ in range(good_steps):
+        engine.step()
     real = engine.runner.execute
     monkeypatch.setattr(engine.runner, "execute", lambda *a, **k: (_ for _ in ()).throw(Boom()))
     with pytest.raises(Boom):
