@@ -426,6 +426,10 @@ ENGINE_CASES = [
      "prompt None"),
     ("add_requests(second params str)", add(("x", [1], None), ("y", [1], "greedy")), TypeError,
      "str"),
+    ("add_requests(a pair)", add(("x", [1], None), ("y", [1])), TypeError, "('y', [1])"),
+    ("add_request(arrival nan)", lambda llm: llm.llm_engine.add_request("t", [1],
+                                                                         arrival_time=math.nan),
+     ValueError, "nan"),
     ("add_request(dict as prompt)", lambda llm: llm.llm_engine.add_request("d", {1: 2, 3: 4}),
      TypeError, "{1: 2, 3: 4}"),
 ]

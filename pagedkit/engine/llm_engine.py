@@ -147,6 +147,12 @@ class LLMEngine:
                      arrival_time: float | None = None) -> None:
         """Queue ``(request_id, prompt, params)`` triples, all or none: every one
         is checked (and tokenized, once) before any is queued."""
+        if arrival_time is not None:
+            check_number("arrival_time", arrival_time)
+        requests = list(requests)
+        odd = next((r for r in requests if not isinstance(r, (tuple, list)) or len(r) != 3), None)
+        if odd is not None:
+            raise TypeError(f"add_requests takes (request_id, prompt, params) triples, got {odd!r}")
         checked = [(str(rid), *self.check_request(rid, prompt, params))
                    for rid, prompt, params in requests]
         ids = [rid for rid, *_ in checked]
