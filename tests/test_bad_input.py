@@ -456,3 +456,32 @@ def test_the_busy_engine_still_finishes_its_request(busy_llm):
     assert len({tuple(o.outputs[0].token_ids) for o in outs}) == 1
     assert outs[0].outputs[0].token_ids == done[0].outputs[0].token_ids[:4]
     assert engine.memory_stats()["used_blocks"] == 0
+
+
+def test_a_model_name_fails_at_once_when_the_hub_is_unreachable(monkeypatch):
+    """No half a minute of hub retries: offline, a name not in the local cache is
+    refused before transformers tries the network, and says why."""
+    from huggingface_hub import constants
+
+    from pagedkit.model import loader
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError, match="'no-such-org/no-such-model': it is not in the local "
+                                      "Hugging Face cache and HF_HUB_OFFLINE is set"):
+        LLM("no-such-org/no-such-model")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    tried = []
+
+    def no_network(address, timeout):
+        tried.append(address)
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(loader.socket, "create_connection", no_network)
+    with pytest.raises(OSError, match=r"the hub \(huggingface.co\) is not reachable from here "
+                                      r"\(network is unreachable\)"):
+        LLM("gpt2")
+    assert tried == [("huggingface.co", 443)]
+    with pytest.raises(FileNotFoundError, match="model path 'models/my/tiny' does not exist"):
+        LLM("models/my/tiny")  # a path, not an org/name: the hub is never asked
+    assert len(tried) == 1
