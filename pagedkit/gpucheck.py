@@ -105,20 +105,24 @@ def paged_cache(lens, block_size, hkv, d, dtype, device, gen):
                                                             device=device), keys, values
 
 
-def kernel_checks(device: torch.device) -> list[Check]:
+def kernel_checks(device: torch.device,
+                  dtypes: tuple = (torch.float16, torch.bfloat16, torch.float32),
+                  lens: tuple = (1, 300, 1025, 3000), q_lens: tuple = (1, 300, 17, 129),
+                  window: int = 100) -> list[Check]:
+    """The Triton kernels at each dtype, head layout and option against the oracle
+    (`lens`: context per sequence, `q_lens`: its prefill chunk)."""
     from pagedkit.kernels import paged_decode, paged_prefill, reference
 
     checks = []
     gen = torch.Generator().manual_seed(0)
     shapes = [(32, 8, 128), (32, 1, 64), (8, 8, 256), (28, 4, 128)]
-    options = [{}, dict(sliding_window=100), dict(softcap=30.0), dict(sinks=True),
-               dict(sliding_window=37, softcap=30.0, sinks=True)]
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+    options = [{}, dict(sliding_window=window), dict(softcap=30.0), dict(sinks=True),
+               dict(sliding_window=window // 3 + 4, softcap=30.0, sinks=True)]
+    for dtype in dtypes:
         for hq, hkv, d in shapes:
             for opts in options:
                 if opts and (hq, hkv, d) != (32, 8, 128):
                     continue
-                lens, q_lens = [1, 300, 1025, 3000], [1, 300, 17, 129]
                 k_cache, v_cache, tables, ctx, keys, values = paged_cache(
                     lens, 16, hkv, d, dtype, device, gen)
                 kw = dict(opts)

@@ -99,3 +99,14 @@ def test_the_oracle_is_causal_softmax_attention_with_window_softcap_and_sinks():
             denom = sum(w) + torch.exp(sinks[h].double() - top)
             want = sum(wj * v[j, h // 2].double() for wj, j in zip(w, keys, strict=True)) / denom
             torch.testing.assert_close(got[i, h], want)
+
+
+def test_kernel_checks_pass_in_the_interpreter(triton_kernels, device):
+    """The GPU's kernel section, small and in float32, on this machine's device (the
+    interpreter on CPU): its calls, oracle and positions line up, every line passes.
+    (That a wrong result fails a line: test_compare_fails_on_nan_and_on_error_over_...)"""
+    checks = gpucheck.kernel_checks(device, dtypes=(torch.float32,), lens=(1, 20, 45, 70),
+                                    q_lens=(1, 20, 5, 9), window=16)
+    assert len(checks) == (4 + 4) * 4  # (shapes + options) x (2 decodes, reference, prefill)
+    assert {c.name.split()[0] for c in checks} == {"decode", "reference", "prefill"}
+    assert [c.name for c in checks if not c.ok] == []
