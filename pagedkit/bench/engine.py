@@ -19,7 +19,8 @@ ignored) — runs through these systems on the same model:
   can beat. pagedkit's share of it is printed as ``of floor``.
 
 ``--rounds N`` runs the systems N times, interleaved (a, b, c, a, b, c, ...),
-and reports each system's median: on a shared machine the load drifts, and
+and reports each system's median round (of an even number, the faster of
+the middle two): on a shared machine the load drifts, and
 interleaving spreads it over all systems alike. Long runs print a progress
 line every few seconds. ``--profile`` then runs pagedkit once more with
 timers and prints where its time goes: scheduling, packing, the model's
