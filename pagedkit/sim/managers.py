@@ -155,7 +155,6 @@ class ContiguousMemory:
         if region is None:
             self._blocked = group
             return False
-        self.allocator.append(seq.seq_id, 1)
         return True
 
     def try_append(self, group: Group) -> bool:
@@ -220,7 +219,8 @@ class PagedMemory:
         return prompt_blocks + own - (1 if r else 0)
 
     def never_fits(self, group: Group) -> str | None:
-        worst = self._group_blocks(group.prompt_len, [s.output_len for s in group.seqs],
+        # the last token is produced but never stored (it would be the next input)
+        worst = self._group_blocks(group.prompt_len, [s.output_len - 1 for s in group.seqs],
                                    -(-group.prompt_len // self.block_size))
         if worst > self.num_blocks:
             return f"needs up to {worst} blocks > the pool's {self.num_blocks}"
@@ -229,7 +229,9 @@ class PagedMemory:
     def try_admit(self, group: Group, prefix: list[int], watermark: int = 0) -> int | None:
         """Prefill the prompt once, share it with every sequence of the group,
         then give each its own tokens: those it had generated before a
-        recompute preemption, plus the one it produces now.
+        recompute preemption, all recomputed now. The token this iteration
+        produces gets its slot next iteration, when it is computed (as in
+        the engine: a slot is taken for the token a step computes).
 
         Returns how many prompt tokens the prefix cache supplied, or ``None``
         (nothing changed) if the blocks plus `watermark` are not free."""
@@ -240,7 +242,7 @@ class PagedMemory:
         tokens = group.prompt_tokens(prefix)
         cached = kv.cached_prefix(parent, tokens) if caching else []
         new_tokens = tokens[len(cached) * self.block_size:]
-        need = self._group_blocks(len(tokens), [s.generated + 1 for s in group.seqs],
+        need = self._group_blocks(len(tokens), [s.generated for s in group.seqs],
                                   kv.blocks_needed(parent, len(new_tokens), cached))
         if need + watermark > kv.num_free_blocks:
             self._blocked, self._blocked_free = group, kv.num_free_blocks
@@ -249,7 +251,7 @@ class PagedMemory:
         for seq in group.seqs[1:]:
             kv.fork(parent, seq.seq_id)
         for seq in group.seqs:
-            self._write(seq, group.token * (seq.generated + 1))
+            self._write(seq, group.token * seq.generated)
         return len(cached) * self.block_size
 
     def append_cost(self, group: Group) -> int:
@@ -335,7 +337,8 @@ class PagedMemory:
         alone = used
         if running is not None:
             bs = self.block_size
-            alone = sum(-(-(g.prompt_len + s.generated) // bs) for g in running for s in g.seqs)
+            alone = sum(-(-(g.prompt_len + s.generated - 1) // bs)
+                        for g in running for s in g.seqs)
         return Usage(tokens, 0, used * self.block_size - tokens, 0, used, alone)
 
     @staticmethod

@@ -27,10 +27,12 @@ def test_parallel_samples_share_the_prompt_and_copy_its_last_block():
     # 6-token prompt in blocks of 4: one full block shared, the partial one copied on write
     log = EventLog(bus := EventBus())
     sim = Simulator(Trace("t", (one(6, 3),)), PAGED4, sharing=ParallelSampling(2), events=bus)
-    first = sim.step()
-    assert first.usage.used_blocks == 3 and first.usage.blocks_alone == 4
-    assert Counter(log.kinds())["cow"] == 1 and Counter(log.kinds())["admit"] == 2
-    assert first.num_tokens == 6  # the prompt is computed once for both samples
+    first = sim.step()  # the prompt, once for both samples: both share its 2 blocks
+    assert first.usage.used_blocks == 2 and first.usage.blocks_alone == 4
+    assert Counter(log.kinds())["cow"] == 0 and Counter(log.kinds())["admit"] == 2
+    assert first.num_tokens == 6
+    second = sim.step()  # each writes its first token (as in the engine): one copy
+    assert second.usage.used_blocks == 3 and Counter(log.kinds())["cow"] == 1
     sim.run()
     assert sim.memory.kv.stats().used_blocks == 0
 

@@ -43,7 +43,9 @@ def test_one_request_alone_takes_one_iteration_per_output_token():
     r = simulate(trace, PAGED)
     assert r.num_steps == 5
     assert r.steps.array("num_tokens").tolist() == [10, 1, 1, 1, 1]  # prefill, then decode
-    assert r.steps.array("token_states").tolist() == [11, 12, 13, 14, 15]
+    # K/V stored: the prompt, then one more per decode (the token an iteration
+    # produces is stored by the next one, which computes it, as in the engine)
+    assert r.steps.array("token_states").tolist() == [10, 11, 12, 13, 14]
     assert r.requests[0].finish_time == pytest.approx(r.steps.array("duration").sum())
 
 

@@ -156,15 +156,15 @@ def test_contiguous_vs_paged_view_draws_regions_holes_and_blocks():
     fig = view.figure()
     tokens, ahead, never = fig.data[:3]
     # pow2 reserves prompt + the output rounded up: a 5 + 4, b 9 + 4; each holds
-    # its prompt and the token its prefill produced
-    assert list(tokens.base) == [0, 9] and list(tokens.x) == [6, 10]
-    assert list(ahead.x) == [2, 2] and list(never.x) == [1, 1]  # 8 of 9, 12 of 13
+    # its prompt (the token its prefill produced is stored the next iteration)
+    assert list(tokens.base) == [0, 9] and list(tokens.x) == [5, 9]
+    assert list(ahead.x) == [3, 3] and list(never.x) == [1, 1]  # 8 of 9, 12 of 13
     assert list(fig.data[5].base) == [22] and list(fig.data[5].x) == [26]  # the free rest
     assert list(fig.data[5].hovertext) == ["free hole of 26 slots at 22"]  # nobody waits
-    assert list(fig.data[3].x) == [4, 2, 4, 4, 2]  # paged: a in 2 blocks, b in 3
+    assert list(fig.data[3].x) == [4, 1, 4, 4, 1]  # paged: a in 2 blocks, b in 3
     w = view.figures()
-    assert w["contiguous_wasted_share"] == pytest.approx((4 + 2) / 48)
-    assert w["paged_unfilled"] == 2 + 2
+    assert w["contiguous_wasted_share"] == pytest.approx((6 + 2) / 48)
+    assert w["paged_unfilled"] == 3 + 3
     assert view.summary().startswith("pow2 vs paged, step 1/")
     assert "stranded in holes" in view.text()
 
