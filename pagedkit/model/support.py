@@ -156,6 +156,12 @@ def check_supported(model: torch.nn.Module, *, block_size: int, max_model_len: i
             model.set_attn_implementation(previous)
 
 
+def _rows_kept(start: int, end: int, device: torch.device) -> torch.Tensor:
+    """The rows whose logits the probe asks for, as the engine does (a tensor of
+    row indices as `logits_to_keep`): the first and the last of each step."""
+    return torch.tensor(sorted({0, end - start - 1}), device=device)
+
+
 def _probe_steps(block_size: int, max_model_len: int) -> list[int]:
     """Step boundaries of the probe: a prefill past a block, a 2-token chunk over
     the cached prefix, a decode."""
@@ -186,7 +192,7 @@ def _probe(model, spec: KVCacheSpec, block_size: int, cuts: list[int],
             try:
                 out = model(input_ids=ids[None, start:end].to(device),
                             position_ids=torch.arange(start, end, device=device)[None],
-                            use_cache=False)
+                            use_cache=False, logits_to_keep=_rows_kept(start, end, device))
             except NotImplementedError as err:
                 raise refuse(model, str(err)) from err
             except Exception as err:
@@ -300,7 +306,7 @@ def _check_numbers(model, ids: torch.Tensor, paged_logits: torch.Tensor,
                         position_ids=torch.arange(start, end, device=device)[None],
                         use_cache=True, **({name: cache} if cache is not None else {}))
             cache = getattr(out, "past_key_values", None) or getattr(out, "cache", None)
-            logits.append(out.logits[0].float())
+            logits.append(out.logits[0, _rows_kept(start, end, device)].float())
         ref = torch.cat(logits)
     except Exception as err:
         raise refuse(model, f"transformers' own eager forward fails, so there is nothing to check "

@@ -13,7 +13,7 @@ import pytest
 import torch
 from tiny_configs import tiny_model
 
-from pagedkit import LLM
+from pagedkit import LLM, ops
 from pagedkit.model import attention, support
 from pagedkit.model.runner import ModelRunner
 
@@ -108,3 +108,12 @@ def test_the_paged_attention_passes_window_softcap_and_sinks():
 def test_docs_render_the_refusal_feature_only():
     msg = str(support.refuse(torch.nn.Linear(1, 1), "it does X"))
     assert support.refusal_feature(msg) == "it does X"
+
+
+@pytest.mark.parametrize("model_type", ["mistral", "qwen2", "gemma2", "gpt_oss"])
+def test_window_softcap_and_sink_models_served_through_the_torch_reference(model_type):
+    """test_architectures runs the default CPU path; the reference must agree too."""
+    from test_architectures import check_architecture
+
+    with ops.use_backend("torch"):
+        assert check_architecture(model_type)["status"] == "served"

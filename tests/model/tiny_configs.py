@@ -58,6 +58,8 @@ def tiny_config(model_type: str):
 def _shrink(config):
     """A copy of `config` with every size field it has made tiny."""
     changes = {k: v for k, v in {**_SIZES, **_FEATURES}.items() if hasattr(config, k)}
+    if getattr(config, "multi_query", False):
+        changes.pop("num_key_value_heads", None)  # derived from multi_query (GPT-BigCode)
     if "layer_types" in config.to_dict():
         changes["layer_types"] = None  # recomputed for 2 layers where the config knows how
     if getattr(config, "is_decoder", None) is False:

@@ -1,0 +1,139 @@
+"""Every causal-LM architecture transformers can build tiny: served exactly, or refused.
+
+For each architecture of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` (enumerated,
+not picked; see tiny_configs.py) the engine must either give transformers'
+own greedy tokens under all three settings below, or refuse at ``LLM(...)``
+with a `NotImplementedError` naming the architecture. Windows, softcaps and
+sinks are set to values that bite (tiny_configs.py).
+
+Settings, each a fresh engine on the same model (blocks of 4):
+* swap: 12 blocks, so requests take turns by swapping (asserted);
+* recompute: the same by recomputation (asserted);
+* prefix caching + chunked prefill: a budget of 5 tokens per step, and two
+  prompts sharing a prefix of 2 blocks (a cache hit is asserted).
+
+The results are docs/architectures.json, from which docs/architectures.md is
+generated (``python -m pagedkit.model.support --write-docs``); both are
+checked here. After a change, regenerate them with
+``PAGEDKIT_WRITE_ARCHITECTURES=1 python -m pytest tests/model/test_architectures.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_configs import VOCAB, causal_lm_types, tiny_model
+
+from pagedkit import LLM, SamplingParams
+from pagedkit.model import support
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "architectures.json"
+WRITE = os.environ.get("PAGEDKIT_WRITE_ARCHITECTURES") == "1"
+MAX_TOKENS = 6
+GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+SETTINGS = {
+    "swap": dict(num_blocks=12, preemption_mode="swap"),
+    "recompute": dict(num_blocks=12, preemption_mode="recompute"),
+    "prefix+chunked": dict(num_blocks=64, enable_prefix_caching=True,
+                           enable_chunked_prefill=True, max_num_batched_tokens=5),
+}
+_results: dict[str, dict] = {}
+
+
+def prompts() -> list[list[int]]:
+    """Lengths 1, 4 (a block), 5 (a block + 1), 11 and 13, the last two sharing 8."""
+    g = torch.Generator().manual_seed(1)
+    shared = torch.randint(3, VOCAB, (8,), generator=g).tolist()
+    rand = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (1, 4, 5, 3, 5)]
+    return [*rand[:3], shared + rand[3], shared + rand[4]]
+
+
+def transformers_greedy(model, prompt_list):
+    out = []
+    with torch.inference_mode():
+        for p in prompt_list:
+            ids = model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p),
+                                 dtype=torch.long), max_new_tokens=MAX_TOKENS,
+                                 min_new_tokens=MAX_TOKENS, do_sample=False, eos_token_id=None,
+                                 pad_token_id=0)
+            out.append(ids[0, len(p):].tolist())
+    return out
+
+
+def check_architecture(model_type: str) -> dict:
+    """Run one architecture; returns its entry for docs/architectures.json."""
+    try:
+        model = tiny_model(model_type)
+    except Exception as err:
+        return {"status": "not built", "reason": f"{type(err).__name__}: {err}"[:200]}
+    if model is None:
+        return {"status": "not decoder-only", "reason": "an encoder-decoder"}
+    arch = type(model).__name__
+    prompt_list = prompts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = transformers_greedy(model, prompt_list)
+        except Exception as err:
+            # no oracle: it may still be refused cleanly, but never counts as served
+            try:
+                LLM(model, block_size=4, device="cpu", num_blocks=16)
+            except NotImplementedError as refusal:
+                assert arch in str(refusal), f"{model_type}: the refusal does not name {arch}"
+                return {"status": "refused", "class": arch,
+                        "reason": support.refusal_feature(str(refusal))}
+            return {"status": "not built", "class": arch,
+                    "reason": f"transformers' generate fails: {type(err).__name__}: {err}"[:200]}
+        reasons = set()
+        for setting, kwargs in SETTINGS.items():
+            try:
+                llm = LLM(model, block_size=4, device="cpu", **kwargs)
+            except NotImplementedError as err:
+                assert arch in str(err), f"{model_type}: the refusal does not name {arch}: {err}"
+                reasons.add(str(err))
+                continue
+            outs = llm.generate(prompt_list, GREEDY, use_tqdm=False)
+            got = [o.outputs[0].token_ids for o in outs]
+            assert got == expected, f"{model_type} ({arch}) under {setting}: {got} != {expected}"
+            stats = llm.llm_engine.memory_stats()
+            if "num_blocks" in kwargs and kwargs["num_blocks"] == 12:
+                assert stats["num_preemptions"] > 0, f"{model_type}: {setting} never preempted"
+            else:
+                assert max(o.num_cached_tokens for o in outs) >= 8, f"{model_type}: no cache hit"
+            assert stats["used_blocks"] == 0
+    if reasons:
+        assert len(reasons) == 1, f"{model_type}: refused differently per setting: {reasons}"
+        return {"status": "refused", "class": arch, "reason": support.refusal_feature(
+            reasons.pop())}
+    return {"status": "served", "class": arch, "reason": ""}
+
+
+@pytest.fixture(scope="module")
+def committed():
+    yield {} if WRITE or not RESULTS.exists() else json.loads(RESULTS.read_text())
+    if WRITE:
+        RESULTS.write_text(json.dumps(dict(sorted(_results.items())), indent=1) + "\n")
+        (ROOT / "docs" / "architectures.md").write_text(support.render_docs(
+            json.loads(RESULTS.read_text())))
+
+
+@pytest.mark.parametrize("model_type", causal_lm_types())
+def test_served_exactly_or_refused(model_type, committed):
+    result = check_architecture(model_type)
+    _results[model_type] = result
+    if not WRITE:
+        assert committed.get(model_type) == result, (
+            f"{model_type}: {result} differs from docs/architectures.json "
+            f"({committed.get(model_type)}); regenerate it (see this module's docstring)")
+
+
+def test_docs_are_generated_from_the_results():
+    results = json.loads(RESULTS.read_text())
+    assert sorted(results) == causal_lm_types()
+    assert (ROOT / "docs" / "architectures.md").read_text() == support.render_docs(results)
