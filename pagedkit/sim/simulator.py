@@ -13,9 +13,10 @@ the paper measured did:
    iteration computes their prompts alone (each produces its first token)
    while the running requests wait, holding their memory: on to step 5.
 3. Otherwise every running request, oldest first, gets a slot for the
-   token it produces now. If the paged pool has no block left, the newest
-   running request is preempted until the older one fits: its blocks are
-   freed and it returns to the front of the queue to be recomputed later
+   token it computes now (the one it produced last). If the paged pool has
+   no block left, the newest running request is preempted until the older
+   one fits: its blocks are freed and it returns to its place (by arrival)
+   in the waiting queue to be recomputed later
    (the paper's default), or they are swapped to CPU memory
    (``preemption="swap"``). Contiguous managers reserved at admission and
    never run out. If nobody was preempted, swapped-out requests come back,
