@@ -1,104 +1,178 @@
-"""The block map in a real browser: JupyterLab (headless) runs a small notebook that
-shows the map mid-run (step 4 of 8, blocks in use), and Chromium (Debian's, driven by
-Playwright) checks what plotly.js holds and draws: one cell per block, each with its
-x, y and base (widgets first shown mid-run once lost them in the browser), on every row
-of the grid; then that "next step", "play" and a page reload change or keep it as they
-should.
+"""The widgets in a real browser: JupyterLab (headless) runs every lab that shows a widget,
+all cells, in one Chromium page (Debian's, driven by Playwright), and checks what the
+learner would see:
 
-Skipped with a reason where Chromium or Playwright is missing, unless
+* every plotly figure on the page holds traces (issue #11: a dashboard's block map once
+  came up as empty axes — 0 traces in the page, 13 in the kernel — on a busy machine);
+* no cell shows an error and no widget shows an error in place of its view;
+* the console carries no plotly.js warning (numeric bar colors once logged thousands of
+  ``WARN: Invalid color specifier``), no anywidget error and no page error;
+* a dashboard follows its controls: step back, the slider, step forward and play each
+  change all three of its figures;
+* the block map notebook's map holds x, y and base for all 64 cells, after steps, play
+  and a page reload (kernel alive).
+
+The notebooks are copies in a temporary directory (the labs are never saved; autosave is
+off). Skipped with a reason where Chromium or Playwright is missing, unless
 PAGEDKIT_REQUIRE_BROWSER=1 (CI sets it): then it fails instead. Screenshots go to
-test-artifacts/viz/.
+test-artifacts/viz/. Waits are on page conditions, never on sleeps.
 """
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from lab_browser import (
+    FIGURES_JS,
+    JupyterLab,
+    LabPage,
+    missing,
+    open_browser,
+    plotly_warnings,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
+LABS = ROOT / "labs"
 NOTEBOOK = Path(__file__).with_name("block_map_notebook.ipynb")
 ARTIFACTS = ROOT / "test-artifacts" / "viz"
-CHROMIUM = "/usr/bin/chromium"
-NUM_BLOCKS = 64  # what the notebook builds: 4 rows of 16
-ROWS = 4
-SHOWN_STEP = 4  # the step the notebook shows
-LAST_STEP = 8
+#: every lab that shows a widget (a test below checks this list against the labs)
+WIDGET_LABS = ("00_start_here", "02_contiguous_waste", "03_paging", "06_preemption",
+               "07_sharing")
+DASHBOARD_LAB = "03_paging"
+NUM_BLOCKS, ROWS = 64, 4  # what the block map notebook builds: 4 rows of 16
+SHOWN_STEP, LAST_STEP = 4, 8
 
 
-def _need(condition: bool, reason: str) -> None:
-    if condition:
-        return
-    if os.environ.get("PAGEDKIT_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"PAGEDKIT_REQUIRE_BROWSER=1 but {reason}")
-    pytest.skip(reason)
+def test_the_browser_test_covers_every_lab_with_a_widget():
+    uses = {p.stem for p in LABS.glob("*.ipynb")
+            if any(name in p.read_text() for name in
+                   ("BlockMap(", "Dashboard(", "PageTable(", "Timeline(", "ContiguousVsPaged("))}
+    assert uses == set(WIDGET_LABS)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture(scope="module")
+def browser_page(tmp_path_factory):
+    """One JupyterLab over copies of the labs and the block map notebook, one page."""
+    reason = missing()
+    if reason:
+        if os.environ.get("PAGEDKIT_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"PAGEDKIT_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
 
-
-@pytest.fixture
-def lab(tmp_path):
-    """A throwaway JupyterLab on a free port, serving a copy of the notebook."""
-    _need(Path(CHROMIUM).exists() or shutil.which("chromium") is not None,
-          f"chromium is not installed (apt-get install -y chromium); looked for {CHROMIUM}")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        _need(False, "playwright is not installed (pip install playwright)")
-    root = tmp_path / "root"
-    root.mkdir()
+    work = tmp_path_factory.mktemp("jupyterlab")
+    root = work / "root"
+    shutil.copytree(LABS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     shutil.copy(NOTEBOOK, root / "block_map.ipynb")
-    env = dict(os.environ)
-    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTERLAB_SETTINGS_DIR",
-                 "JUPYTERLAB_WORKSPACES_DIR", "IPYTHONDIR"):
-        env[name] = str(tmp_path / name.lower())
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.pop("PAGEDKIT_VIZ", None)
-    port = _free_port()
-    log = open(tmp_path / "jupyter.log", "w")  # noqa: SIM115  (closed below)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
-         "--ip=127.0.0.1", f"--port={port}", "--IdentityProvider.token=",
-         "--ServerApp.password=", "--LabApp.expose_app_in_browser=True",
-         f"--ServerApp.root_dir={root}"],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    lab = JupyterLab(root, work)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        with sync_playwright() as p:
+            browser = open_browser(p)
             try:
-                urllib.request.urlopen(f"{url}/api/status", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.flush()
-                    pytest.fail("JupyterLab did not start:\n"
-                                + (tmp_path / "jupyter.log").read_text()[-3000:])
-                time.sleep(0.5)
-        yield url
+                page = LabPage(browser, lab)
+                yield page
+                page.close()
+            finally:
+                browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        lab.close()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
 
-def _state(page):
+def _run_lab(page: LabPage, name: str) -> list[dict]:
+    """Open and run a notebook; check cells, widgets, figures and console; return figures."""
+    mark = page.mark()
+    page.open(f"{name}.ipynb")
+    cells = page.run_all()
+    assert not cells["errors"], (name, cells["errors"])
+    assert not cells["widgetErrors"], (name, cells["widgetErrors"])
+    figures = page.wait_all_drawn()
+    empty = [f for f in figures if f["traces"] == 0]
+    assert figures and not empty, (name, f"{len(empty)} of {len(figures)} figures hold no "
+                                   "trace", [f["title"] for f in figures])
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    plots = page.current().locator(".js-plotly-plot")
+    for i in range(plots.count()):  # each figure as the learner sees it
+        plots.nth(i).screenshot(path=ARTIFACTS / f"{name}-figure{i}.png")
+    warnings = plotly_warnings(page.since(mark))
+    assert not warnings, (name, len(warnings), warnings[:5])
+    return figures
+
+
+@pytest.mark.parametrize("name", [n for n in WIDGET_LABS if n != DASHBOARD_LAB])
+def test_lab_draws_every_figure_without_warnings(browser_page, name):
+    _run_lab(browser_page, name)
+    browser_page.close_notebook()
+
+
+def _dashboard(page: LabPage):
+    """The dashboard's box: the innermost widget box holding three figures and a slider."""
+    found = page.current().evaluate("""(panel) => {
+        const boxes = [...panel.querySelectorAll('.jp-OutputArea-output .widget-vbox')]
+            .filter(b => b.querySelectorAll('.js-plotly-plot').length === 3
+                         && b.querySelector('.widget-slider'));
+        if (!boxes.length) return 0;
+        boxes[boxes.length - 1].setAttribute('data-pagedkit-test', 'dashboard');
+        return boxes.length; }""")
+    assert found, "no widget box with three figures and a slider (the dashboard)"
+    return page.current().locator("[data-pagedkit-test=dashboard]")
+
+
+def _signatures(page: LabPage, box) -> list[str]:
+    return [f["signature"] for f in box.evaluate(
+        f"(el) => ({FIGURES_JS})(el)")]
+
+
+def _wait_all_change(page: LabPage, box, before: list[str], what: str) -> list[str]:
+    handle = box.element_handle()
+    try:
+        page.page.wait_for_function(
+            f"([el, before]) => {{ const now = ({FIGURES_JS})(el);"
+            " return now.length === before.length"
+            " && now.every((f, i) => f.signature !== before[i]); }",
+            arg=[handle, before], timeout=60_000, polling=250)
+    except Exception:
+        now = _signatures(page, box)
+        changed = [a != b for a, b in zip(before, now, strict=True)]
+        raise AssertionError(f"after {what}, figures changed: {changed} "
+                             "(block map, page table, timeline)") from None
+    return _signatures(page, box)
+
+
+def test_dashboard_follows_its_controls(browser_page):
+    page = browser_page
+    mark = page.mark()
+    _run_lab(page, DASHBOARD_LAB)
+    box = _dashboard(page)
+    box.scroll_into_view_if_needed()
+    now = _signatures(page, box)
+    box.get_by_role("button", name="◀").click()  # one step back (live mode ends on the last)
+    now = _wait_all_change(page, box, now, "step back")
+    # the slider: type a step into its readout, as a learner jumps to a step
+    readout = box.locator(".widget-slider .widget-readout").first
+    readout.click()
+    page.page.keyboard.press("Control+A")
+    page.page.keyboard.type("10")
+    page.page.keyboard.press("Enter")
+    now = _wait_all_change(page, box, now, "setting the slider")
+    box.get_by_role("button", name="▶").click()  # one step forward
+    now = _wait_all_change(page, box, now, "step forward")
+    box.locator(".widget-play button").first.click()  # play
+    _wait_all_change(page, box, now, "play")
+    box.locator(".widget-play button").nth(1).click()  # pause
+    box.screenshot(path=ARTIFACTS / "dashboard.png")
+    warnings = plotly_warnings(page.since(mark))
+    assert not warnings, (len(warnings), warnings[:5])
+    page.close_notebook()
+
+
+# ------------------------------------------------- the block map notebook: cells and reload
+def _state(page: LabPage):
     """What plotly.js holds for the cells (trace 0) and the token bars (trace 1), and
     what it drew: cell shapes and the rows they sit on."""
-    return page.evaluate("""() => {
-        const gd = document.querySelector('.js-plotly-plot');
+    return page.page.evaluate("""() => {
+        const gd = window.jupyterapp.shell.currentWidget.node.querySelector('.js-plotly-plot');
         const list = v => (v && typeof v === 'object' && v.length !== undefined)
             ? Array.from(v) : [];
         const numbers = v => list(v).filter(n => typeof n === 'number' && isFinite(n));
@@ -113,7 +187,7 @@ def _state(page):
             x: numbers(cells.x).length, y: numbers(cells.y).length,
             base: numbers(cells.base).length,
             rows: new Set(numbers(cells.base)).size, columns: new Set(numbers(cells.x)).size,
-            colors: numbers(cells.marker && cells.marker.color),
+            colors: list(cells.marker && cells.marker.color),
             fill: numbers(tokens.y).map(v => Math.round(v * 1000)),
             drawn: drawn.length, drawn_rows: tops.size,
             title: title ? title.textContent : ''};
@@ -121,80 +195,57 @@ def _state(page):
 
 
 def _check_complete(state, label):
-    """Every cell holds a number for x, y and base, and the grid has all its rows."""
+    """Every cell holds a number for x, y and base, and a color; the grid has all its rows."""
     assert (state["x"], state["y"], state["base"]) == (NUM_BLOCKS,) * 3, (label, state)
     assert (state["rows"], state["columns"]) == (ROWS, NUM_BLOCKS // ROWS), (label, state)
     assert state["drawn"] == NUM_BLOCKS and state["drawn_rows"] == ROWS, (label, state)
     assert len(state["colors"]) == NUM_BLOCKS and len(state["fill"]) == NUM_BLOCKS, (label, state)
+    assert all(isinstance(c, str) and c.startswith("#") for c in state["colors"]), (label, state)
 
 
-def _wait_title(page, text, timeout=30_000):
-    page.wait_for_function(
-        "(text) => { const t = document.querySelector('.js-plotly-plot .gtitle');"
+def _wait_title(page: LabPage, text, timeout=60_000):
+    page.page.wait_for_function(
+        "(text) => { const t = window.jupyterapp.shell.currentWidget.node"
+        ".querySelector('.js-plotly-plot .gtitle');"
         " return t && t.textContent.includes(text); }", arg=text, timeout=timeout)
 
 
-def test_block_map_renders_and_steps_in_jupyterlab(lab):
-    from playwright.sync_api import sync_playwright
+def test_block_map_steps_plays_and_survives_a_reload(browser_page):
+    page = browser_page
+    mark = page.mark()
+    page.open("block_map.ipynb")
+    page.run_all()
+    _wait_title(page, f"step {SHOWN_STEP}/{LAST_STEP}")
+    shown = _state(page)
+    _check_complete(shown, "shown mid-run")
+    assert len(set(shown["colors"])) > 1 and max(shown["fill"]) > 0, shown
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.goto(f"{lab}/lab/tree/block_map.ipynb", timeout=60_000)
-            page.wait_for_function("window.jupyterapp && window.jupyterapp.shell"
-                                   " && document.querySelector('.jp-Notebook')",
-                                   timeout=60_000)
-            accept = page.locator(".jp-Dialog .jp-mod-accept")
-            page.wait_for_timeout(1500)
-            if accept.count():  # "Select Kernel"
-                accept.first.click()
-            page.wait_for_function("""() => {
-                const w = window.jupyterapp.shell.currentWidget;
-                return w && w.sessionContext && w.sessionContext.session
-                    && w.sessionContext.session.kernel; }""", timeout=60_000)
-            page.evaluate("() => { window.jupyterapp.commands.execute("
-                          "'notebook:run-all-cells'); }")
-            page.wait_for_selector(".js-plotly-plot .barlayer .trace .point", timeout=90_000)
-            _wait_title(page, f"step {SHOWN_STEP}/{LAST_STEP}")
-            page.wait_for_timeout(500)
-            shown = _state(page)
-            _check_complete(shown, "shown mid-run")
-            assert sum(c > 0 for c in shown["colors"]) > 0 and max(shown["fill"]) > 0, shown
-            page.locator(".js-plotly-plot").first.screenshot(path=ARTIFACTS / "block_map.png")
+    page.current().get_by_role("button", name="▶").click()  # next step
+    _wait_title(page, f"step {SHOWN_STEP + 1}/")
+    one = _state(page)
+    _check_complete(one, "after next step")
+    assert (one["fill"], one["colors"]) != (shown["fill"], shown["colors"])
 
-            page.get_by_role("button", name="▶").click()  # next step
-            _wait_title(page, f"step {SHOWN_STEP + 1}/")
-            page.wait_for_timeout(500)
-            one = _state(page)
-            _check_complete(one, "after next step")
-            assert (one["fill"], one["colors"]) != (shown["fill"], shown["colors"])
+    page.current().locator(".widget-play button").first.click()  # play to the end
+    _wait_title(page, f"step {LAST_STEP}/{LAST_STEP}")
+    end = _state(page)
+    _check_complete(end, "after play")
+    assert end["fill"] != one["fill"] and "shared" in end["title"]
 
-            page.locator(".widget-play button").first.click()  # play to the end
-            _wait_title(page, f"step {LAST_STEP}/{LAST_STEP}", timeout=60_000)
-            page.wait_for_timeout(500)
-            end = _state(page)
-            _check_complete(end, "after play")
-            assert end["fill"] != one["fill"] and "shared" in end["title"]
-
-            # Reload the page, kernel alive: the widget is rebuilt from the kernel's copy
-            page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
-            page.wait_for_timeout(1000)
-            page.reload()
-            page.wait_for_function("window.jupyterapp && window.jupyterapp.shell"
-                                   " && document.querySelector('.jp-Notebook')",
-                                   timeout=60_000)
-            _wait_title(page, "step ", timeout=60_000)
-            page.wait_for_timeout(1000)
-            again = _state(page)
-            assert f"step {LAST_STEP}/{LAST_STEP}" in again["title"], again["title"]
-            _check_complete(again, "after a page reload")
-            assert (again["fill"], again["colors"]) == (end["fill"], end["colors"])
-            page.locator(".js-plotly-plot").first.screenshot(path=ARTIFACTS / "block_map_end.png")
-            page.screenshot(path=ARTIFACTS / "jupyterlab.png", full_page=True)
-        finally:
-            browser.close()
+    # Reload the page, kernel alive: the widget is rebuilt from the kernel's copy (this
+    # saves the temporary copy of this test notebook only: the state lives in the file)
+    page.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model"
+                                ".dirty", timeout=30_000)
+    page.page.reload()
+    page.page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell"
+                                " && window.jupyterapp.shell.currentWidget"
+                                " && window.jupyterapp.shell.currentWidget.node"
+                                ".querySelector('.js-plotly-plot .gtitle')", timeout=180_000)
+    _wait_title(page, f"step {LAST_STEP}/{LAST_STEP}", timeout=120_000)
+    again = _state(page)
+    _check_complete(again, "after a page reload")
+    assert (again["fill"], again["colors"]) == (end["fill"], end["colors"])
+    page.current().locator(".js-plotly-plot").first.screenshot(path=ARTIFACTS / "block_map_end.png")
+    warnings = plotly_warnings(page.since(mark))
+    assert not warnings, (len(warnings), warnings[:5])
