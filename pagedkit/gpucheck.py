@@ -319,7 +319,7 @@ def run(device: torch.device, quick: bool = False,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pagedkit gpucheck",
-                                     description=__doc__.split("\n\n")[0])
+                                     description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--json", metavar="PATH", help="also write the report here as JSON")
     parser.add_argument("--quick", action="store_true",
                         help="a 4-layer model in the engine check instead of 16 layers")
