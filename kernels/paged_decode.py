@@ -20,7 +20,7 @@ Four ideas beyond "follow the table":
   share a KV head, so each K/V tile is read from memory once for the group.
   The group is padded to 16 rows because ``tl.dot`` needs that many; decode
   is bound by memory traffic, not by those wasted multiplies.
-* **Split-K** (flash-decoding): one sequence of 32k tokens would give a GPU
+* **Split-KV** (flash-decoding): one sequence of 32k tokens would give a GPU
   one program per KV head, leaving most of it idle. So the context is cut
   into ``num_splits`` ranges, each program attends over one range and writes
   its partial result with its log-sum-exp, and a second small kernel,

@@ -136,7 +136,7 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     padding and never read); context_lens ``[num_seqs]`` cached tokens, the
     new token's included. Returns ``[num_seqs, num_q_heads, head_dim]``.
     `sliding_window`, `softcap` and `sinks` are the options of `attention`.
-    `num_splits` only matters to the Triton kernel (split-K); it is checked
+    `num_splits` only matters to the Triton kernel (split-KV); it is checked
     and then ignored here.
     """
     checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
