@@ -63,7 +63,7 @@ def plot_fig2(data: FigureData, paper: bool = True) -> go.Figure:
                         hovertemplate="%{customdata}: the paper's token states "
                         "%{y:.1f}%<extra></extra>")
     fig.update_layout(barmode="stack", title=f"{data.figure}: {data.title}",
-                      yaxis_title="share of KV memory used or wasted (%)", yaxis_range=[0, 100])
+                      yaxis_title="share of KV memory<br>used or wasted (%)", yaxis_range=[0, 100])
     _categories(fig, managers)
     return fig
 
