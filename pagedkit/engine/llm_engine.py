@@ -80,8 +80,12 @@ class LLMEngine:
         self.runner = ModelRunner(model, device=self.device, dtype=self.dtype,
                                   block_size=block_size)
         # served exactly like transformers, or refused here, before any KV memory is reserved
-        check_supported(self.runner.model, block_size=block_size,
-                        max_model_len=self.max_model_len)
+        windows = check_supported(self.runner.model, block_size=block_size,
+                                  max_model_len=self.max_model_len)
+        #: The window after which blocks go back to the pool while a request runs:
+        #: only when every layer slides (the widest window then bounds them all);
+        #: a model with any full-attention layer (Gemma 2/3) keeps every block.
+        self.release_window = (max(windows) if windows and None not in windows else None)
         spec = KVCacheSpec.from_config(config, self.dtype)
         num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
                                       gpu_memory_utilization)
@@ -102,7 +106,8 @@ class LLMEngine:
                                  enable_prefix_caching=enable_prefix_caching,
                                  num_swap_blocks=num_swap_blocks)
         self.events = self.kv.events
-        self.scheduler = Scheduler(self.scheduler_config, self.kv)
+        self.scheduler = Scheduler(self.scheduler_config, self.kv,
+                                   release_window=self.release_window)
         self.groups: dict[str, SequenceGroup] = {}
         self._seq_ids = itertools.count()  # per engine, so ids do not depend on other engines
         self._aborted: list[RequestOutput] = []  # reported by the next step

@@ -6,6 +6,12 @@ anywhere in GPU memory. Token ``i`` of the sequence lives in logical block
 ``i // block_size`` at offset ``i % block_size``; its *slot* in the physical
 cache is ``physical_block * block_size + offset``. The list of slots of a
 step's new tokens is the ``slot_mapping`` the kernels write K/V through.
+
+With a sliding window (every layer attending to the last ``window`` keys
+only), the blocks a sequence has slid past are given back while it runs
+(`release_before`): their entries become `NULL_BLOCK`, a placeholder that
+keeps the logical numbering (block ``b`` still holds tokens ``b * block_size``
+onwards) but owns nothing. vLLM V1 does the same with its null block.
 """
 
 from __future__ import annotations
@@ -14,6 +20,13 @@ from collections.abc import Hashable, Sequence
 
 from .allocator import ROOT_HASH, BlockAllocator, hash_block
 from .errors import BlockStateError, OutOfBlocksError
+
+#: The entry of a logical block given back to the pool (`BlockTable.release_before`).
+#: Negative, so it can never be mistaken for a real block: the allocator refuses it.
+NULL_BLOCK = -1
+#: What a kernel's block table shows for a `NULL_BLOCK` entry: any valid id works,
+#: since the kernels never read blocks wholly before the window start.
+KERNEL_NULL_BLOCK = 0
 
 
 class BlockTable:
@@ -61,11 +74,28 @@ class BlockTable:
                              f"[0, {len(self.blocks)}) of sequence {self.seq!r}")
         return self.blocks[logical_index]
 
+    @property
+    def live_blocks(self) -> list[int]:
+        """The physical blocks this table owns (its `NULL_BLOCK` entries left out)."""
+        return [b for b in self.blocks if b != NULL_BLOCK]
+
+    @property
+    def num_released(self) -> int:
+        """Leading logical blocks given back to the pool (always a prefix)."""
+        return sum(1 for b in self.blocks if b == NULL_BLOCK)
+
+    def kernel_blocks(self) -> list[int]:
+        """The table as the kernels get it: released entries as `KERNEL_NULL_BLOCK`."""
+        return [KERNEL_NULL_BLOCK if b == NULL_BLOCK else b for b in self.blocks]
+
     def slot(self, position: int) -> int:
         """Physical slot of token `position`: ``block * block_size + offset``."""
         if not 0 <= position < self.num_tokens:
             raise IndexError(f"token position {position} is outside [0, {self.num_tokens})")
         block, offset = divmod(position, self.block_size)
+        if self.blocks[block] == NULL_BLOCK:
+            raise IndexError(f"token position {position} of sequence {self.seq!r} lies in "
+                             f"logical block {block}, already released (outside the window)")
         return self.blocks[block] * self.block_size + offset
 
     def slot_mapping(self, start: int = 0, end: int | None = None) -> list[int]:
@@ -133,7 +163,8 @@ class BlockTable:
         self._tail = []
 
     def _last_is_shared(self) -> bool:
-        return bool(self.blocks) and self.allocator.ref_count(self.blocks[-1]) > 1
+        return (bool(self.blocks) and self.blocks[-1] != NULL_BLOCK
+                and self.allocator.ref_count(self.blocks[-1]) > 1)
 
     # ------------------------------------------------------------ prefix cache
     def cached_prefix(self, token_ids: Sequence[int]) -> list[int]:
@@ -186,7 +217,8 @@ class BlockTable:
         """A new table sharing every block with this one (ref counts +1)."""
         self._check_open("fork it")
         child = BlockTable(self.allocator, seq)
-        child.blocks = [self.allocator.fork(b, seq) for b in self.blocks]
+        child.blocks = [b if b == NULL_BLOCK else self.allocator.fork(b, seq)
+                        for b in self.blocks]  # released entries stay released
         child.num_tokens = self.num_tokens
         child.block_hashes = list(self.block_hashes)
         child._tail = list(self._tail)
@@ -197,13 +229,38 @@ class BlockTable:
         first cached ones to be evicted (its head is likelier to be shared).
         The table is closed afterwards: appending to it again is an error."""
         self._check_open("free it again")
-        for block in reversed(self.blocks):
+        for block in reversed(self.live_blocks):
             self.allocator.free(block, self.seq)
         self.blocks = []
         self.num_tokens = 0
         self.block_hashes = []
         self._tail = []
         self._freed = True
+
+    def release_before(self, position: int) -> list[int]:
+        """Give back the blocks that hold only tokens before `position` (a
+        sliding window has left them): each logical block ``b`` with
+        ``(b + 1) * block_size <= position``. Their entries become `NULL_BLOCK`;
+        the blocks are freed like any other (a named one stays in the prefix
+        cache, evictable, and its name stays in `block_hashes`, so the blocks
+        after it are still named as before). Returns the blocks released now.
+
+        The caller picks `position` (`KVCacheManager.release_outside_window`):
+        nothing in this table knows which tokens attention still reads."""
+        self._check_open("release its blocks")
+        if isinstance(position, bool) or not isinstance(position, int) \
+                or not 0 <= position <= self.num_tokens:
+            raise ValueError(f"release position must be an int in [0, {self.num_tokens}] "
+                             f"(the tokens of sequence {self.seq!r}), got {position!r}")
+        released = []
+        for b in range(min(position // self.block_size, len(self.blocks))):
+            block = self.blocks[b]
+            if block != NULL_BLOCK:
+                self.blocks[b] = NULL_BLOCK
+                released.append(block)
+        for block in reversed(released):  # tail first, as `free` does
+            self.allocator.free(block, self.seq)
+        return released
 
     def relocate(self, allocator: BlockAllocator, blocks: Sequence[int]) -> None:
         """Point the table at copies of its blocks in another pool (a swap, paper

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import replace
 
 from .allocator import BlockAllocator, MemoryStats
-from .block_table import BlockTable
+from .block_table import NULL_BLOCK, BlockTable
 from .errors import BlockStateError, OutOfBlocksError
 from .events import Event, EventBus, EventKind
 
@@ -183,14 +183,40 @@ class KVCacheManager:
         can lose its name), so blocks the sequences shared are caught too."""
         fresh: list[int] = []
         for seq, computed in seqs:
-            fresh += self.table(seq).blocks[computed // self.block_size:]
+            fresh += [b for b in self.table(seq).blocks[computed // self.block_size:]
+                      if b != NULL_BLOCK]
             self.free(seq)
         for block in fresh:
             self.allocator.forget(block)
 
+    # ---------------------------------------------------------- sliding window
+    def release_outside_window(self, seq: Hashable, num_computed_tokens: int,
+                               window: int) -> list[int]:
+        """Give back `seq`'s blocks that a sliding window of `window` keys has
+        left for good; returns them. Call it after a step, for a model where
+        *every* attention layer slides (with mixed full and sliding layers, as
+        in Gemma 2/3, the full layers still read every block: keep them all).
+
+        The next step's queries sit at positions ``p >= num_computed_tokens``
+        and a query at ``p`` sees keys ``k > p - window``, so keys before
+        ``num_computed_tokens - window + 1`` are never read again, and block
+        ``b`` can go once ``(b + 1) * block_size <= num_computed_tokens - window + 1``.
+        The kernels neither read nor check those table entries (the attention
+        contract); the engine shows them as block 0. A swapped-out or unknown
+        sequence is an error; a sequence re-prefilled after recompute
+        preemption starts a new table and is released again as it goes."""
+        table = self.table(seq)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"sliding window must be an int >= 1, got {window!r}")
+        if isinstance(num_computed_tokens, bool) or not isinstance(num_computed_tokens, int) \
+                or not 0 <= num_computed_tokens <= table.num_tokens:
+            raise ValueError(f"num_computed_tokens must be an int in [0, {table.num_tokens}] "
+                             f"(the tokens of sequence {seq!r}), got {num_computed_tokens!r}")
+        return table.release_before(max(0, num_computed_tokens - window + 1))
+
     # ------------------------------------------------------------------- swap
     def _distinct_blocks(self, tables: Iterable[BlockTable]) -> set[int]:
-        return {b for t in tables for b in t.blocks}
+        return {b for t in tables for b in t.live_blocks}
 
     def can_swap_out(self, seqs: Iterable[Hashable]) -> bool:
         seqs = _group(seqs, "swap out")
@@ -243,6 +269,9 @@ class KVCacheManager:
             table = src_tables.pop(seq)
             moved = []
             for block in table.blocks:
+                if block == NULL_BLOCK:  # released: travels as a placeholder, costs nothing
+                    moved.append(NULL_BLOCK)
+                    continue
                 dst = copies.get(block)
                 if dst is None:
                     dst = copies[block] = dst_pool.allocate(seq)
@@ -252,7 +281,7 @@ class KVCacheManager:
                 else:
                     dst_pool.fork(dst, seq)
                 moved.append(dst)
-            for block in reversed(table.blocks):
+            for block in reversed(table.live_blocks):
                 src_pool.free(block, seq)
             table.relocate(dst_pool, moved)
             dst_tables[seq] = table

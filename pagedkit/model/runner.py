@@ -154,7 +154,7 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
         slots += table.slot_mapping(s.start, end)
         cu_seqlens.append(cu_seqlens[-1] + s.num_tokens)
         context_lens.append(end)
-        tables.append(table.blocks)
+        tables.append(table.kernel_blocks())  # released blocks shown as a valid id
         if s.samples:
             logits_indices.append(cu_seqlens[-1] - 1)
     width = max(len(t) for t in tables)

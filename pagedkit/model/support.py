@@ -136,9 +136,14 @@ def _unset(value: Any) -> bool:
 
 
 def check_supported(model: torch.nn.Module, *, block_size: int, max_model_len: int,
-                    spec: KVCacheSpec | None = None) -> None:
+                    spec: KVCacheSpec | None = None) -> list[int | None]:
     """Raise `NotImplementedError` unless `model` is served exactly (see the module
-    docstring). The model should already be on its device and dtype."""
+    docstring). The model should already be on its device and dtype.
+
+    Returns each layer's sliding window as the probe saw it reach attention
+    (``None``: full attention; a layer whose window changed between the probe's
+    steps reads as ``None``), which tells the engine whether blocks that left
+    the window may be given back."""
     check_config(model)
     param = next(model.parameters())
     spec = spec or KVCacheSpec.from_config(model.config, param.dtype)
@@ -151,9 +156,18 @@ def check_supported(model: torch.nn.Module, *, block_size: int, max_model_len: i
         for calls in steps:
             _check_calls(model, spec, calls, max_model_len)
         _check_numbers(model, ids, paged_logits, param.dtype, cuts)
+        return _layer_windows(spec, steps)
     finally:
         if previous is not None:
             model.set_attn_implementation(previous)
+
+
+def _layer_windows(spec: KVCacheSpec, steps) -> list[int | None]:
+    seen: list[set] = [set() for _ in range(spec.num_layers)]
+    for calls, _ in steps:
+        for c in calls:
+            seen[c.layer_idx].add(c.kwargs.get("sliding_window"))
+    return [next(iter(w)) if len(w) == 1 else None for w in seen]
 
 
 def _rows_kept(start: int, end: int, device: torch.device) -> torch.Tensor:

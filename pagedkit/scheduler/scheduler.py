@@ -99,9 +99,18 @@ class SchedulerOutput:
 class Scheduler:
     """FCFS continuous batching with a token budget, a sequence cap and preemption."""
 
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager, *,
+                 release_window: int | None = None) -> None:
+        """`release_window`: the sliding window of a model whose every attention
+        layer slides; after each step, blocks the window has left go back to
+        the pool (`KVCacheManager.release_outside_window`). ``None`` (the
+        default, and a must for models with any full-attention layer) keeps
+        every block until the sequence ends."""
+        if release_window is not None:
+            check_int("release_window", release_window, minimum=1)
         self.config = config
         self.kv = kv
+        self.release_window = release_window
         self.events = kv.events
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
@@ -174,11 +183,22 @@ class Scheduler:
             self.drop_seq(group, seq)
         for group, seq, reason in stops:
             self.finish_seq(group, seq, reason)
+        if self.release_window is not None:
+            self._release_outside_window(scheduled.values())
         done = [g for g in self.running if g.is_finished]
         if done:
             self.running = [g for g in self.running if not g.is_finished]
         self.emit_step(out.step)
         return done + out.ended
+
+    def _release_outside_window(self, groups: Iterable[SequenceGroup]) -> None:
+        """Every sequence that took part in the step (its forks included) gives
+        back the blocks its next queries can no longer see."""
+        for group in {id(g): g for g in groups}.values():
+            for seq in group.unfinished_seqs():
+                if seq.seq_id in self.kv:  # a group that just ran is in GPU memory
+                    self.kv.release_outside_window(seq.seq_id, seq.num_computed_tokens,
+                                                   self.release_window)
 
     # --------------------------------------------------------------- schedule
     def schedule(self) -> SchedulerOutput:

@@ -8,11 +8,18 @@ every copy it asks for (copy-on-write, swap) is performed there, and after
 each step every live sequence must read back exactly its own tokens through
 its block table. That one invariant catches lost tokens, clobbered shared
 blocks, wrong cache hits and broken swaps alike.
+
+Sliding-window releases are interleaved with everything else: a release
+promises that the sequence will never read tokens before ``num_computed -
+window + 1`` again, so the shadow check then asks back only the tokens from
+there on, and every released (placeholder) entry must lie wholly before that
+point. A release that freed a block still inside the window fails here, as
+does one that leaks a block or leaves a placeholder a real owner.
 """
 
 from collections import Counter
 
-from hypothesis import event, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -24,6 +31,7 @@ from hypothesis.stateful import (
 )
 
 from pagedkit.memory import KVCacheManager
+from pagedkit.memory.block_table import NULL_BLOCK
 
 NUM_BLOCKS = 12
 NUM_SWAP_BLOCKS = 12
@@ -39,6 +47,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         self.contents: dict[str, list[int]] = {}  # what each live sequence holds
         self.gpu: dict[int, int] = {}  # shadow GPU memory: slot -> token
         self.cpu: dict[int, int] = {}  # shadow swap space
+        self.needed_from: dict[str, int] = {}  # first token each sequence may still read
         self.next_id = 0
 
     @initialize(block_size=st.sampled_from([1, 2, 3, 4]))
@@ -61,12 +70,13 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         event("prefix cache hit" if cached else "prefix cache miss")
         self._apply(copies, self.gpu, self.gpu)
         self.contents[seq] = list(prompt)
+        self.needed_from[seq] = 0
         self._write(seq, done)
         return seq
 
     @rule(seq=seqs, new=tokens)
     def append(self, seq, new):
-        if seq not in self.contents or self.kv.is_swapped(seq):
+        if seq not in self.contents or self._swapped(seq):
             return
         start = len(self.contents[seq])
         copies = self.kv.allocate_slots(seq, new)
@@ -80,25 +90,49 @@ class PagedMemoryMachine(RuleBasedStateMachine):
 
     @rule(target=seqs, seq=seqs)
     def fork(self, seq):
-        if seq not in self.contents or self.kv.is_swapped(seq):
+        if seq not in self.contents or self._swapped(seq):
             return seq
         child = f"s{self.next_id}"
         self.next_id += 1
         self.kv.fork(seq, child)
         self.contents[child] = list(self.contents[seq])
+        self.needed_from[child] = self.needed_from[seq]
         return child
 
     @rule(seq=consumes(seqs))
     def free(self, seq):
         if seq in self.contents:
             self.kv.free(seq)
-            del self.contents[seq]
+            del self.contents[seq], self.needed_from[seq]
+
+    @rule(seq=seqs, data=st.data(), window=st.integers(1, 7))
+    def release(self, seq, data, window):
+        """A step computed `computed` tokens of `seq`; its window lets go of the rest."""
+        if seq not in self.contents or self._swapped(seq):
+            return
+        table = self.kv.table(seq)
+        computed = data.draw(st.integers(0, table.num_tokens), label="num_computed_tokens")
+        before = set(table.live_blocks)
+        free_before = self.kv.num_free_blocks
+        released = self.kv.release_outside_window(seq, computed, window)
+        bound = max(0, computed - window + 1)
+        self.needed_from[seq] = max(self.needed_from[seq], bound)
+        # exactly the blocks wholly before the bound went, and only this table's
+        bs = self.kv.block_size
+        assert set(released) <= before
+        assert table.num_released == max(table.num_released - len(released), bound // bs)
+        assert all(table.blocks[b] == NULL_BLOCK for b in range(bound // bs))
+        # a released block no one else holds is back in the pool (cached or free)
+        back = sum(self.kv.allocator.is_free(b) for b in released)
+        assert self.kv.num_free_blocks == free_before + back
+        if released:
+            event("window released blocks")
 
     @rule(group=st.lists(seqs, min_size=1, max_size=3, unique=True))
     def swap_out(self, group):
-        if all(s in self.contents and not self.kv.is_swapped(s) for s in group) \
+        if all(s in self.contents and not self._swapped(s) for s in group) \
                 and self.kv.can_swap_out(group):
-            distinct = {b for s in group for b in self.kv.block_ids(s)}
+            distinct = {b for s in group for b in self.kv.table(s).live_blocks}
             copies = self.kv.swap_out(group)
             assert len(copies) == len(distinct)  # shared blocks travel once
             self._apply(copies, self.gpu, self.cpu)
@@ -106,11 +140,14 @@ class PagedMemoryMachine(RuleBasedStateMachine):
 
     @rule(group=st.lists(seqs, min_size=1, max_size=3, unique=True))
     def swap_in(self, group):
-        if all(s in self.contents and self.kv.is_swapped(s) for s in group) \
+        if all(s in self.contents and self._swapped(s) for s in group) \
                 and self.kv.can_swap_in(group):
             self._apply(self.kv.swap_in(group), self.cpu, self.gpu)
 
     # ------------------------------------------------------------ shadow memory
+    def _swapped(self, seq):
+        return seq in self.kv._swapped
+
     def _write(self, seq, start):
         table = self.kv.table(seq)
         for pos in range(start, table.num_tokens):
@@ -130,18 +167,25 @@ class PagedMemoryMachine(RuleBasedStateMachine):
     @invariant()
     def every_sequence_reads_back_its_tokens(self):
         for seq, expected in self.contents.items():
-            swapped = self.kv.is_swapped(seq)
+            swapped = self._swapped(seq)
             table = self.kv._swapped[seq] if swapped else self.kv.table(seq)
             memory = self.cpu if swapped else self.gpu
             assert table.num_tokens == len(expected)
-            got = [memory.get(table.slot(p)) for p in range(table.num_tokens)]
-            assert got == expected, f"{seq} reads {got}, holds {expected}"
+            start = self.needed_from[seq]
+            bs = self.kv.block_size
+            released = [b for b, x in enumerate(table.blocks) if x == NULL_BLOCK]
+            # placeholders are a prefix, wholly before every token still needed
+            assert released == list(range(len(released)))
+            assert len(released) * bs <= start, \
+                f"{seq} released block {len(released) - 1} but still reads token {start}"
+            got = [memory.get(table.slot(p)) for p in range(start, table.num_tokens)]
+            assert got == expected[start:], f"{seq} reads {got}, holds {expected[start:]}"
 
     @invariant()
     def ref_counts_equal_table_references(self):
         for pool, tables in ((self.kv.allocator, self.kv._tables),
                              (self.kv.swap_pool, self.kv._swapped)):
-            owners = Counter(b for t in tables.values() for b in t.blocks)
+            owners = Counter(b for t in tables.values() for b in t.live_blocks)
             for block in range(pool.num_blocks):
                 assert pool.ref_count(block) == owners[block]
                 # each block is free xor referenced
@@ -161,9 +205,10 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         # nothing leaks: every block can be handed out again
         assert self.kv.num_free_blocks == NUM_BLOCKS
         assert self.kv.swap_pool.num_free_blocks == NUM_SWAP_BLOCKS
-        assert len(self.kv.allocator.allocate_many(NUM_BLOCKS)) == NUM_BLOCKS
+        assert len({self.kv.allocator.allocate() for _ in range(NUM_BLOCKS)}) == NUM_BLOCKS
 
 
-PagedMemoryMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40,
-                                                deadline=None)
+PagedMemoryMachine.TestCase.settings = settings(
+    max_examples=300, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 TestPagedMemory = PagedMemoryMachine.TestCase
