@@ -345,8 +345,9 @@ def refusal_feature(message: str) -> str:
     return rest if head.startswith("pagedkit cannot serve") else message
 
 
-def render_docs(results: dict[str, dict]) -> str:
-    """docs/architectures.md from the enumeration test's results (docs/architectures.json)."""
+def render_docs(results: dict[str, dict], transformers_version: str) -> str:
+    """docs/architectures.md from the enumeration test's results (docs/architectures.json),
+    which hold the version of transformers they were measured with."""
     counts = {s: sum(r["status"] == s for r in results.values())
               for s in ("served", "refused", "not built", "not decoder-only")}
     lines = [
@@ -362,6 +363,10 @@ def render_docs(results: dict[str, dict]) -> str:
         "preemption, recompute preemption, and prefix caching + chunked prefill, or a",
         "`NotImplementedError` at `LLM(...)` naming the architecture "
         "(`pagedkit.model.support`).",
+        "",
+        f"Measured with transformers {transformers_version}; another version has other "
+        "architectures and may serve or refuse some differently (the test still requires",
+        "one or the other for each, and compares with this table only on that version).",
         "",
         f"**{counts['served']} served, {counts['refused']} refused**; "
         f"{counts['not built']} could not be built tiny by the test, "
@@ -391,7 +396,8 @@ def _main(argv: list[str] | None = None) -> None:
     parser.add_argument("--docs", default="docs", help="the docs folder (default: docs)")
     args = parser.parse_args(argv)
     docs = Path(args.docs)
-    text = render_docs(json.loads((docs / "architectures.json").read_text()))
+    data = json.loads((docs / "architectures.json").read_text())
+    text = render_docs(data["results"], data["transformers"])
     if args.write_docs:
         (docs / "architectures.md").write_text(text)
     else:
