@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..model.attention import attention_options
+
 NAME = "pagedkit_floor"
 
 
@@ -58,6 +60,12 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     st = _step.get()
     if st is None:
         raise RuntimeError("the floor's attention runs only inside its own forward passes")
+    options = attention_options(module, {"dropout": dropout, **kwargs})
+    if any(value is not None for value in options.values()):
+        raise NotImplementedError(
+            f"the floor computes plain causal attention, and {type(module).__name__} asks for "
+            f"{ {k: v for k, v in options.items() if v is not None} }; benchmark a model "
+            "without sliding windows, softcaps or sinks")
     q = query[0].transpose(0, 1)                             # [T, Hq, D]
     k_cache, v_cache = st.caches[module.layer_idx]
     k_cache[st.row_seq, st.row_pos] = key[0].transpose(0, 1)

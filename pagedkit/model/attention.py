@@ -199,6 +199,10 @@ def _transformers_attention(module, query, key, value, attention_mask, **kwargs)
                 attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
                     ~attention_mask, torch.finfo(query.dtype).min)
             return eager(module, query, key, value, attention_mask, **kwargs)
+        raise NotImplementedError(
+            f"{type(module).__name__} asks for a softcap or attention sinks outside an engine "
+            "step, and its modeling file has no eager_attention_forward to compute them "
+            "(transformers' SDPA would drop them); generate through pagedkit's LLM instead")
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
