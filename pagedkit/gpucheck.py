@@ -265,7 +265,9 @@ def table(checks: list[Check]) -> str:
 def build_report(device_info: dict, versions: dict, checks: list[Check], seconds: float,
                  bench_report: dict | None = None) -> dict:
     """The JSON document: every check, the verdict, and the raw benchmark report."""
-    return _finite({
+    from pagedkit.bench.kernels import finite_json
+
+    return finite_json({
         "gpucheck": 1,
         "device": device_info,
         "versions": versions,
@@ -275,16 +277,6 @@ def build_report(device_info: dict, versions: dict, checks: list[Check], seconds
         "checks": [asdict(c) for c in checks],
         "benchmark": bench_report,
     })
-
-
-def _finite(value):
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def run(device: torch.device, quick: bool = False,

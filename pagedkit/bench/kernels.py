@@ -459,17 +459,17 @@ def main(argv: list[str] | None = None) -> int:
     report = run(device, args.quick)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(_finite(report), f, indent=2, allow_nan=False)
+            json.dump(finite_json(report), f, indent=2, allow_nan=False)
         print(f"wrote {args.json}")
     return 0
 
 
-def _finite(value):
+def finite_json(value):
     """The report with NaN/inf (a broken kernel's max_abs_diff) as null: strict JSON."""
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite_json(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

@@ -343,8 +343,8 @@ MERGE_CASES = (  # (description, scores, split boundaries, merge order)
 )
 
 
-def _merge_order(states: list, order: str, merge: Callable, emit: Callable) -> object:
-    """Fold `merge` over the split states: left to right, right to left, or as a tree."""
+def _merge_order(states: list, order: str, emit: Callable) -> object:
+    """Fold `emit` (the merge) over the split states: left to right, right to left, or as a tree."""
     if order == "tree":
         left = emit(states[0], states[1])
         right = emit(states[2], states[3])
@@ -412,7 +412,7 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
                 return merged
 
             try:
-                _merge_order(states, order, merge_states, emit)
+                _merge_order(states, order, emit)
             except _Failed as failed:
                 return failed.result
         return CheckResult(name, True, f"all {len(MERGE_CASES)} cases pass (chained and tree "

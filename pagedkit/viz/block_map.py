@@ -194,7 +194,7 @@ class BlockMap(View):
             width=int(plot_w + margin["l"] + margin["r"]),
             height=int(plot_h + margin["t"] + margin["b"]),
             margin=margin, hovermode="closest",
-            title=title_layout(_TITLE_LINES),
+            title=title_layout(),
             # fixed-width entries, and room for all their rows: no legend scrollbar
             legend=dict(orientation="h", yanchor="top", y=-0.01, x=0, font=dict(size=11),
                         entrywidth=_LEGEND_ENTRY_PX, maxheight=legend_px + 20),

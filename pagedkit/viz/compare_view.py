@@ -99,7 +99,7 @@ class ContiguousVsPaged(View):
         fig.update_layout(
             # 840 px: fits a notebook's output area (~850 px) without a scrollbar
             barmode="overlay", template="simple_white", width=840, height=370,
-            margin=dict(l=95, r=15, t=title_margin(2), b=90), title=title_layout(2, size=12),
+            margin=dict(l=95, r=15, t=title_margin(2), b=90), title=title_layout(size=12),
             legend=dict(orientation="h", y=-0.3, x=0, font=dict(size=11)),
             xaxis=dict(range=[0, cap], title_text="KV slots (token positions)",
                        showgrid=False, fixedrange=True),

@@ -117,7 +117,7 @@ class PageTable(View):
         fig.update_layout(
             barmode="overlay", template="simple_white", showlegend=False,
             height=350, margin=dict(l=90, r=20, t=title_margin(2), b=40),
-            title=title_layout(2),
+            title=title_layout(),
             xaxis=dict(range=[-0.5, n - 0.5], showgrid=False, zeroline=False, ticks="",
                        showticklabels=False, showline=False, fixedrange=True),
             yaxis=dict(range=[-0.9, 2.35], showgrid=False, zeroline=False, ticks="",

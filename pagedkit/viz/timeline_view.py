@@ -65,7 +65,7 @@ class Timeline(View):
                             row=row, col=1)
         fig.update_layout(template="simple_white", height=460, bargap=0.2,
                           margin=dict(l=60, r=20, t=title_margin(2, below=28), b=40),
-                          hovermode="x unified", title=title_layout(2),
+                          hovermode="x unified", title=title_layout(),
                           legend=dict(font=dict(size=11)))
         fig.update_xaxes(title_text="step", row=2, col=1)
 

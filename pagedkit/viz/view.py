@@ -132,8 +132,9 @@ MODEBAR_PX = 30
 TITLE_LINE_PX = 18
 
 
-def title_layout(lines: int, size: int = 13) -> dict[str, Any]:
-    """A layout's ``title``, left-aligned, starting below the toolbar, `lines` high."""
+def title_layout(size: int = 13) -> dict[str, Any]:
+    """A layout's ``title``, left-aligned, starting below the toolbar (its text, wrapped
+    by `wrap_title`, comes with each frame; `title_margin` leaves room for its lines)."""
     return dict(text="", font=dict(size=size), x=0, xanchor="left", xref="paper",
                 y=1, yanchor="top", yref="container", pad=dict(t=MODEBAR_PX))
 
