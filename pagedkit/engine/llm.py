@@ -97,12 +97,7 @@ class LLM:
             elif request_id in engine.groups:
                 # interrupted mid-schedule, outside every queue: free it by hand
                 group = engine.groups[request_id]
-                stale = engine.uncomputed_blocks(group)
-                for seq in group.seqs:
-                    if seq.seq_id in engine.kv:
-                        engine.kv.free(seq.seq_id)
-                for block in stale:
-                    engine.kv.allocator.forget(block)
+                engine.scheduler.free_uncomputed(group)
                 engine._retire(group)
                 ended.add(request_id)
         engine._aborted = [o for o in engine._aborted if o.request_id not in ended]

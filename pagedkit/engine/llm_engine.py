@@ -229,27 +229,11 @@ class LLMEngine:
     def abort_request(self, request_id: str) -> bool:
         """Stop a request and free its memory; its output (finish reason
         ``"abort"``) comes with the next step. False if it was not in the engine."""
-        pending = self.groups.get(str(request_id))
-        stale = self.uncomputed_blocks(pending) if pending is not None else []
         group = self.scheduler.abort(str(request_id))
         if group is None:
             return False
-        for block in stale:
-            self.kv.allocator.forget(block)
         self._aborted.append(self._retire(group))
         return True
-
-    def uncomputed_blocks(self, group: SequenceGroup) -> list[int]:
-        """GPU blocks of `group` holding tokens no step has computed yet: after
-        a step that failed midway (an exception, a KeyboardInterrupt) a full
-        one may already be named in the prefix cache. Freeing the request must
-        drop those names too, or a later cache hit would read K/V never written."""
-        blocks = []
-        for seq in group.seqs:
-            if seq.seq_id in self.kv and not self.kv.is_swapped(seq.seq_id):
-                first = seq.num_computed_tokens // self.kv.block_size
-                blocks += self.kv.block_ids(seq.seq_id)[first:]
-        return blocks
 
     def has_unfinished_requests(self) -> bool:
         """Anything still to run, or an aborted request not yet reported?"""

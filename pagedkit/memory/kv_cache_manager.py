@@ -98,31 +98,53 @@ class KVCacheManager:
 
     def blocks_needed(self, seq: Hashable, num_new_tokens: int,
                       cached_blocks: Sequence[int] = ()) -> int:
-        """Blocks that `allocate_slots(seq, <num_new_tokens tokens>, cached_blocks)` would use."""
+        """Blocks that `allocate_slots(seq, <num_new_tokens tokens>, cached_blocks)` would use.
+
+        A new sequence starting from `cached_blocks` takes each cached block
+        that sits free in the pool (it leaves the free queue; a live one is
+        shared for nothing) and then the blocks its new tokens fill."""
         table = self._tables.get(seq)
-        if table is None:
-            return BlockTable(self.allocator, seq).blocks_needed_with_prefix(
-                cached_blocks, num_new_tokens)
-        return table.blocks_needed(num_new_tokens)
+        if table is not None:  # one table alone: its own count (what `append` checks)
+            return table.blocks_needed(num_new_tokens)
+        revived = sum(1 for b in cached_blocks if self.allocator.is_free(b))
+        return revived + blocks_to_append(len(cached_blocks) * self.block_size,
+                                          self.block_size, [num_new_tokens])
 
     def blocks_needed_for(self, appends: Iterable[tuple[Hashable, int]]) -> int:
         """Fresh blocks that appending ``n`` tokens to each ``(seq, n)`` takes,
         all together (the sequences of one group, in GPU or in swap memory).
 
-        Copy-on-write is counted once per copy really made: when all k owners
-        of a shared, partly filled block write into it, k - 1 copies suffice,
-        because the last writer finds itself the block's only owner."""
+        Sequences whose tables end in the same partly filled block write into
+        it together: `blocks_to_append` counts their copies (k writers into
+        a block only they own need k - 1 copies)."""
         total = 0
-        writers: dict[int, int] = {}  # shared last block -> sequences writing into it
-        pool = self.allocator
+        writers: dict[tuple[int, int], list[int]] = {}  # (pool, shared last block) -> appends
+        tails: dict[tuple[int, int], BlockTable] = {}
         for seq, n in appends:
             table = self.block_table(seq)
-            copy = table.needs_copy(n)
-            total += table.blocks_needed(n) - copy
-            if copy:
-                writers[table.blocks[-1]] = writers.get(table.blocks[-1], 0) + 1
-                pool = table.allocator
-        return total + sum(k - (pool.ref_count(b) == k) for b, k in writers.items())
+            if n > 0 and table.num_free_slots and len(table.blocks):
+                key = (id(table.allocator), table.blocks[-1])
+                writers.setdefault(key, []).append(n)
+                tails[key] = table
+            else:
+                total += blocks_to_append(table.num_tokens, self.block_size, [n])
+        for key, ns in writers.items():
+            table = tails[key]
+            total += blocks_to_append(table.num_tokens, self.block_size, ns,
+                                      owners=table.allocator.ref_count(table.blocks[-1]))
+        return total
+
+    def blocks_to_admit(self, seq: Hashable, num_new_tokens: int, cached_blocks: Sequence[int],
+                        appends: Sequence[int]) -> int:
+        """Blocks a new sequence takes for its prompt (`num_new_tokens` after
+        `cached_blocks`), forked into ``len(appends)`` sequences of which the
+        i-th then appends ``appends[i]`` tokens (a group coming back after a
+        recompute preemption)."""
+        need = self.blocks_needed(seq, num_new_tokens, cached_blocks)
+        if not any(appends):  # a first admission: the sequences write nothing yet
+            return need
+        prompt = len(cached_blocks) * self.block_size + num_new_tokens
+        return need + blocks_to_append(prompt, self.block_size, appends, owners=len(appends))
 
     def can_allocate(self, seq: Hashable, num_new_tokens: int,
                      cached_blocks: Sequence[int] = (), *, reserve: int = 0) -> bool:
@@ -287,6 +309,46 @@ class KVCacheManager:
             dst_tables[seq] = table
         return list(copies.items())
 
+
+
+def blocks_to_append(num_tokens: int, block_size: int, appends: Sequence[int],
+                     owners: int = 1) -> int:
+    """Fresh blocks taken when ``len(appends)`` sequences that share one table
+    of `num_tokens` tokens (its last block held by `owners` sequences in all)
+    append ``appends[i]`` tokens each. The rule of copy-on-write (paper §4.4),
+    written once for the scheduler and the simulator:
+
+    * a full last block is never written again: each writer only takes the
+      blocks its tokens fill, ``ceil(n / block_size)``;
+    * a partly filled last block is written in place by a sole owner; with
+      several owners each writer first copies it, except that k writers into
+      a block only they own need k - 1 copies: the last one finds itself the
+      block's only owner. Writers that leave other readers need k copies.
+
+    >>> blocks_to_append(5, 4, [1])              # room in its own last block
+    0
+    >>> blocks_to_append(5, 4, [1, 1], owners=2)  # two samples write the shared tail
+    1
+    >>> blocks_to_append(5, 4, [4, 4, 4], owners=3)
+    5
+    >>> blocks_to_append(8, 4, [1, 1], owners=2)  # the tail is full: a block each
+    2
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if num_tokens < 0 or min(appends, default=0) < 0:
+        raise ValueError(f"token counts must be >= 0; got num_tokens={num_tokens}, "
+                         f"appends={list(appends)}")
+    used = num_tokens % block_size
+    if used == 0:
+        return sum(-(-n // block_size) for n in appends)
+    growing = [n for n in appends if n > 0]
+    if len(growing) > owners:
+        raise ValueError(f"{len(growing)} sequences write into a last block held by only "
+                         f"{owners}")
+    beyond = sum(-(-(used + n) // block_size) - 1 for n in growing)  # past the last block
+    copies = len(growing) - (len(growing) == owners)
+    return beyond + copies
 
 def _group(seqs: Iterable[Hashable], action: str) -> list[Hashable]:
     """A group's sequences as a list, each named once (checked before anything moves)."""

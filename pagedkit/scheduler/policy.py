@@ -14,8 +14,11 @@ way, by calling these functions:
 * **admission**: first come, first served; the head that cannot be
   admitted now holds back everyone behind it (`admit_fcfs`).
 
-How many blocks a group needs is the memory manager's
-(`KVCacheManager.blocks_needed_for`), for both.
+How many blocks a group needs is the paging core's, for both: one rule,
+`pagedkit.memory.kv_cache_manager.blocks_to_append` (copy-on-write of a
+shared last block), behind `KVCacheManager.blocks_needed_for` (the
+scheduler's plans, the simulator's appends) and `blocks_to_admit` (the
+simulator's admissions).
 """
 
 from __future__ import annotations

@@ -123,11 +123,14 @@ class Scheduler:
         _insert_by_arrival(self.waiting, group)
 
     def abort(self, request_id: str) -> SequenceGroup | None:
-        """Remove a request wherever it is and free its memory."""
+        """Remove a request wherever it is and free its memory. Blocks past
+        what its sequences computed lose their prefix-cache names: a step that
+        failed midway may have named a full one whose K/V were never written."""
         for queue in (self.waiting, self.running, self.swapped):
             for group in queue:
                 if group.request_id == request_id:
                     queue.remove(group)
+                    self.free_uncomputed(group)
                     self._end(group, FinishReason.ABORT)
                     return group
         return None
@@ -144,6 +147,17 @@ class Scheduler:
             self.kv.free(seq.seq_id)
         if self.events:
             self.events.emit(Finish(seq.seq_id, group.request_id, reason.value, message))
+
+    def free_uncomputed(self, group: SequenceGroup) -> None:
+        """Free the memory of a group's sequences, forgetting the prefix-cache
+        names of GPU blocks no step has computed (`KVCacheManager.free_uncomputed`;
+        a swapped-out group is simply freed: the swap pool names nothing)."""
+        held = [s for s in group.seqs if s.seq_id in self.kv]
+        for seq in held:
+            if seq.status is SequenceStatus.SWAPPED:
+                self.kv.free(seq.seq_id)
+        self.kv.free_uncomputed([(s.seq_id, s.num_computed_tokens) for s in held
+                                 if s.status is not SequenceStatus.SWAPPED])
 
     def drop_seq(self, group: SequenceGroup, seq: Sequence) -> None:
         """Free a sequence that leaves its group without an output (a pruned beam)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
+from ..memory.kv_cache_manager import blocks_to_append
 from .trace import TraceRequest
 
 
@@ -209,19 +210,11 @@ class PagedMemory:
         self._pending_total = 0  # tokens held back from the allocator (lazy mode)
 
     # ---------------------------------------------------------------- blocks
-    def _group_blocks(self, prompt_len: int, appends: list[int], prompt_blocks: int) -> int:
-        """Blocks a group takes when its prompt (costing `prompt_blocks`) is
-        shared by all its sequences and each then appends ``appends[i]`` tokens:
-        each copies the shared partly filled last block (copy-on-write) except
-        the last writer, which finds itself its only owner."""
-        r = prompt_len % self.block_size
-        own = sum(-(-(r + a) // self.block_size) for a in appends)
-        return prompt_blocks + own - (1 if r else 0)
-
     def never_fits(self, group: Group) -> str | None:
         # the last token is produced but never stored (it would be the next input)
-        worst = self._group_blocks(group.prompt_len, [s.output_len - 1 for s in group.seqs],
-                                   -(-group.prompt_len // self.block_size))
+        prompt, bs = group.prompt_len, self.block_size
+        worst = -(-prompt // bs) + blocks_to_append(
+            prompt, bs, [s.output_len - 1 for s in group.seqs], owners=len(group.seqs))
         if worst > self.num_blocks:
             return f"needs up to {worst} blocks > the pool's {self.num_blocks}"
         return None
@@ -242,8 +235,8 @@ class PagedMemory:
         tokens = group.prompt_tokens(prefix)
         cached = kv.cached_prefix(parent, tokens) if caching else []
         new_tokens = tokens[len(cached) * self.block_size:]
-        need = self._group_blocks(len(tokens), [s.generated for s in group.seqs],
-                                  kv.blocks_needed(parent, len(new_tokens), cached))
+        need = kv.blocks_to_admit(parent, len(new_tokens), cached,
+                                  [s.generated for s in group.seqs])
         if need + watermark > kv.num_free_blocks:
             self._blocked, self._blocked_free = group, kv.num_free_blocks
             return None

@@ -132,3 +132,38 @@ def test_group_block_count_counts_copy_on_write_once_per_copy():
     assert kv.blocks_needed_for([("P", 1), ("C1", 1)]) == 2
     # three tokens each still fit the block's two free slots... after the copy
     assert kv.blocks_needed_for([("P", 3), ("C1", 3), ("C2", 3)]) == 2 + 3
+
+
+@pytest.mark.parametrize("num_tokens", range(0, 10))
+@pytest.mark.parametrize("owners", [1, 2, 3])
+def test_blocks_to_append_is_what_appending_takes(num_tokens, owners):
+    """The copy-on-write rule, against the pool: ``owners`` sequences share a
+    table of ``num_tokens`` tokens; every choice of writers among them
+    (each appending 0..5 tokens) takes exactly the blocks `blocks_to_append`
+    and `blocks_needed_for` say."""
+    import itertools
+
+    from pagedkit.memory.kv_cache_manager import blocks_to_append
+
+    for appends in itertools.product(range(6), repeat=owners):
+        kv = KVCacheManager(num_blocks=32, block_size=4)
+        kv.allocate_slots("s0", list(range(num_tokens)))
+        for i in range(1, owners):
+            kv.fork("s0", f"s{i}")
+        want = blocks_to_append(num_tokens, 4, list(appends), owners=owners)
+        assert kv.blocks_needed_for([(f"s{i}", n) for i, n in enumerate(appends)]) == want
+        free = kv.num_free_blocks
+        for i, n in enumerate(appends):
+            assert kv.allocate_slots(f"s{i}", [7] * n) is not None
+        assert free - kv.num_free_blocks == want, appends
+
+
+def test_blocks_to_append_refuses_bad_counts():
+    from pagedkit.memory.kv_cache_manager import blocks_to_append
+
+    with pytest.raises(ValueError, match="-1"):
+        blocks_to_append(-1, 4, [1])
+    with pytest.raises(ValueError, match="block_size"):
+        blocks_to_append(3, 0, [1])
+    with pytest.raises(ValueError, match="only 1"):
+        blocks_to_append(3, 4, [1, 1], owners=1)
