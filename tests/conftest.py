@@ -6,6 +6,14 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
+from hypothesis import HealthCheck, settings
+
+# A loaded 2-core CI machine must not fail a property test for being slow:
+# no per-example deadline and no too-slow health check, for every test (a test's
+# own @settings inherits these for whatever it does not set).
+settings.register_profile("pagedkit", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("pagedkit")
 
 # The models in the tests are tiny: one thread beats two (and a loaded
 # machine punishes oversubscribed BLAS threads badly).
