@@ -55,8 +55,10 @@ class Check:
 
 
 # ------------------------------------------------------------------ kernels
-def oracle(query, keys, values, scale, first_position, window=None, softcap=None, sinks=None):
-    """float64 attention of query rows at positions first_position.. over contiguous K/V."""
+def oracle(query, keys, values, scale, first_position, sliding_window=None, softcap=None,
+           sinks=None):
+    """float64 attention of query rows at positions first_position.. over contiguous K/V,
+    with the options of docs/kernels.md spelled out (the kernel tests use it too)."""
     group = query.shape[1] // keys.shape[1]
     q = query.double()
     k = keys.double().repeat_interleave(group, dim=1)
@@ -67,8 +69,8 @@ def oracle(query, keys, values, scale, first_position, window=None, softcap=None
     pos = first_position + torch.arange(q.shape[0], device=q.device)[:, None]
     kpos = torch.arange(k.shape[0], device=q.device)[None, :]
     visible = kpos <= pos
-    if window is not None:
-        visible &= kpos > pos - window
+    if sliding_window is not None:
+        visible &= kpos > pos - sliding_window
     s = s.masked_fill(~visible[None], float("-inf"))
     if sinks is not None:
         sink = sinks.double()[:, None, None].expand(-1, s.shape[1], 1)
@@ -133,9 +135,7 @@ def kernel_checks(device: torch.device,
                          + (" " + "+".join(sorted(opts)) if opts else ""))
                 q = torch.randn(len(lens), hq, d, generator=gen).to(dtype).to(device)
                 truth = torch.stack([oracle(q[s:s + 1], keys[s], values[s], scale, lens[s] - 1,
-                                            window=kw.get("sliding_window"),
-                                            softcap=kw.get("softcap"), sinks=kw.get("sinks"))[0]
-                                     for s in range(len(lens))])
+                                            **kw)[0] for s in range(len(lens))])
                 for splits in (1, None):
                     got = paged_decode.paged_decode_attention(q, k_cache, v_cache, tables, ctx,
                                                               num_splits=splits, **kw)
@@ -147,9 +147,7 @@ def kernel_checks(device: torch.device,
                                   device=device)
                 qp = torch.randn(int(cu[-1]), hq, d, generator=gen).to(dtype).to(device)
                 truth = torch.cat([oracle(qp[cu[s]:cu[s + 1]], keys[s], values[s], scale,
-                                          lens[s] - q_lens[s], window=kw.get("sliding_window"),
-                                          softcap=kw.get("softcap"), sinks=kw.get("sinks"))
-                                   for s in range(len(lens))])
+                                          lens[s] - q_lens[s], **kw) for s in range(len(lens))])
                 got = paged_prefill.paged_prefill_attention(qp, k_cache, v_cache, tables, cu, ctx,
                                                             **kw)
                 checks.append(_compare("prefill " + label, got, truth, dtype))

@@ -15,6 +15,7 @@ from kernel_cases import TOLERANCE, assert_close, make_case
 from pagedkit.kernels import batched, reference
 
 from pagedkit import ops
+from pagedkit.gpucheck import oracle
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 BLOCK_SIZES = [1, 8, 16, 32]
@@ -22,31 +23,7 @@ HEAD_DIMS = [64, 80, 128]
 GROUPS = [1, 2, 4, 8]
 
 
-def truth(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
-          first_position: int, sliding_window: int | None = None, softcap: float | None = None,
-          sinks: torch.Tensor | None = None) -> torch.Tensor:
-    """float64 attention of one sequence, every step of the contract spelled out."""
-    group = query.shape[1] // key.shape[1]
-    q = query.double()
-    k = key.double().repeat_interleave(group, dim=1)
-    v = value.double().repeat_interleave(group, dim=1)
-    s = torch.einsum("qhd,khd->hqk", q, k) * scale
-    if softcap is not None:
-        s = softcap * torch.tanh(s / softcap)
-    q_pos = torch.arange(first_position, first_position + q.shape[0])[:, None]
-    k_pos = torch.arange(k.shape[0])[None, :]
-    visible = k_pos <= q_pos
-    if sliding_window is not None:
-        visible &= k_pos > q_pos - sliding_window
-    s = s.masked_fill(~visible, float("-inf"))
-    m = s.amax(-1, keepdim=True)
-    if sinks is not None:
-        m = torch.maximum(m, sinks.double()[:, None, None])
-    w = torch.exp(s - m)
-    denom = w.sum(-1, keepdim=True)
-    if sinks is not None:
-        denom = denom + torch.exp(sinks.double()[:, None, None] - m)
-    return torch.einsum("hqk,khd->qhd", w / denom, v)
+truth = oracle  # float64, every step of the contract spelled out (pagedkit.gpucheck)
 
 
 def packed_truth(query, cu, case, scale, **options):

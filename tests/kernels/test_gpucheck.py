@@ -87,7 +87,7 @@ def test_the_oracle_is_causal_softmax_attention_with_window_softcap_and_sinks():
     q, k, v = (torch.randn(5, 4, 8, generator=g), torch.randn(9, 2, 8, generator=g),
                torch.randn(9, 2, 8, generator=g))
     sinks = torch.randn(4, generator=g)
-    got = gpucheck.oracle(q, k, v, 0.3, 4, window=3, softcap=2.0, sinks=sinks)
+    got = gpucheck.oracle(q, k, v, 0.3, 4, sliding_window=3, softcap=2.0, sinks=sinks)
     for i in range(5):
         p = 4 + i
         for h in range(4):

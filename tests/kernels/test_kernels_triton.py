@@ -15,6 +15,7 @@ from kernel_cases import assert_close, decode_truth, make_case, prefill_truth
 from pagedkit.kernels import reference as ref
 
 from pagedkit import ops
+from pagedkit.gpucheck import oracle
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 # bfloat16 only where it can run: the interpreter's tl.dot gets it wrong.
@@ -225,27 +226,7 @@ def test_attention_kernels_take_half_bfloat_or_single_precision(triton_kernels):
 # extra logit. Windows smaller and larger than a block, not multiples of it, crossing
 # block and tile boundaries; the blocks wholly before a window hold NaN (the engine may
 # have freed them) and their table entries point at a NaN block.
-def options_truth(query, key, value, scale, first_position, *, window=None, softcap=None,
-                  sinks=None):
-    group = query.shape[1] // key.shape[1]
-    q = query.double()
-    k = key.double().repeat_interleave(group, dim=1)
-    v = value.double().repeat_interleave(group, dim=1)
-    s = torch.einsum("qhd,khd->hqk", q, k) * scale
-    if softcap is not None:
-        s = softcap * torch.tanh(s / softcap)
-    pos = first_position + torch.arange(q.shape[0])[:, None]
-    kpos = torch.arange(k.shape[0])[None, :]
-    visible = kpos <= pos
-    if window is not None:
-        visible &= kpos > pos - window
-    s = s.masked_fill(~visible[None], float("-inf"))
-    if sinks is not None:
-        sink = sinks.double()[:, None, None].expand(-1, s.shape[1], 1)
-        p = torch.softmax(torch.cat([s, sink], dim=-1), dim=-1)[..., :-1]
-    else:
-        p = torch.softmax(s, dim=-1)
-    return torch.einsum("hqk,khd->qhd", p, v)
+options_truth = oracle  # float64, the options spelled out (pagedkit.gpucheck)
 
 
 def poison_before_window(case, q_lens, window):
@@ -276,7 +257,7 @@ def test_decode_sliding_window_never_reads_blocks_before_it(triton_kernels, devi
     case = case.to(device)
     query = torch.randn(len(WINDOW_LENS), 4, 32)
     truth = torch.stack([options_truth(query[s:s + 1], k, v, 32 ** -0.5, k.shape[0] - 1,
-                                       window=window)[0]
+                                       sliding_window=window)[0]
                          for s, (k, v) in enumerate(zip(case.keys, case.values, strict=True))])
     for num_splits in (1, 3):
         out = triton_kernels.paged_decode.paged_decode_attention(
@@ -295,7 +276,7 @@ def test_prefill_sliding_window_never_reads_blocks_before_it(triton_kernels, dev
     cu = cu_seqlens(q_lens)
     query = torch.randn(cu[-1], 4, 32)
     truth = torch.cat([options_truth(query[cu[s]:cu[s + 1]], k, v, 32 ** -0.5,
-                                     k.shape[0] - q_lens[s], window=window)
+                                     k.shape[0] - q_lens[s], sliding_window=window)
                        for s, (k, v) in enumerate(zip(case.keys, case.values, strict=True))])
     out = triton_kernels.paged_prefill.paged_prefill_attention(
         query.to(device), case.k_cache, case.v_cache, case.block_tables,
@@ -326,7 +307,7 @@ def test_decode_softcap_and_sinks_change_the_output_as_the_oracle_says(triton_ke
                                                            strict=True))])
 
     plain, capped = truth(), truth(softcap=2.0)
-    sunk, everything = truth(sinks=sinks), truth(softcap=2.0, sinks=sinks, window=11)
+    sunk, everything = truth(sinks=sinks), truth(softcap=2.0, sinks=sinks, sliding_window=11)
     # the options bite: the output's largest coordinate moves, sinks shrink the outputs
     assert (plain.argmax(-1) != capped.argmax(-1)).any()
     assert (plain - sunk).abs().max() > 0.3
@@ -364,4 +345,4 @@ def test_prefill_softcap_and_sinks_match_the_oracle(triton_kernels, device, dtyp
     assert_close(run(softcap=2.0), capped, dtype)
     assert_close(run(sinks=sinks.to(device)), sunk, dtype)
     assert_close(run(softcap=2.0, sinks=sinks.to(device), sliding_window=11),
-                 truth(softcap=2.0, sinks=sinks, window=11), dtype)
+                 truth(softcap=2.0, sinks=sinks, sliding_window=11), dtype)
