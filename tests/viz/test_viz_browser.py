@@ -38,7 +38,7 @@ NOTEBOOK = Path(__file__).with_name("block_map_notebook.ipynb")
 ARTIFACTS = ROOT / "test-artifacts" / "viz"
 #: every lab that shows a widget (a test below checks this list against the labs)
 WIDGET_LABS = ("00_start_here", "02_contiguous_waste", "03_paging", "06_preemption",
-               "07_sharing")
+               "07_sharing", "09_beyond")
 DASHBOARD_LAB = "03_paging"
 NUM_BLOCKS, ROWS = 64, 4  # what the block map notebook builds: 4 rows of 16
 SHOWN_STEP, LAST_STEP = 4, 8
