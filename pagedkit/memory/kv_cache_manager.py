@@ -13,8 +13,9 @@ try, and preempt someone if it must.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
 
 from .allocator import BlockAllocator, MemoryStats
 from .block_table import NULL_BLOCK, BlockTable
@@ -75,6 +76,15 @@ class KVCacheManager:
         if table is None:
             raise KeyError(f"sequence {seq!r} has no block table")
         return table
+
+    def tables(self) -> Mapping[Hashable, BlockTable]:
+        """Every GPU-resident sequence's block table, read-only (for widgets that
+        draw the pool as it is; the tables themselves must not be changed)."""
+        return MappingProxyType(self._tables)
+
+    def swapped_tables(self) -> Mapping[Hashable, BlockTable]:
+        """Every swapped-out sequence's table (pointing into `swap_pool`), read-only."""
+        return MappingProxyType(self._swapped)
 
     def block_ids(self, seq: Hashable) -> list[int]:
         return list(self.table(seq).blocks)
