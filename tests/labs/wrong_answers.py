@@ -552,6 +552,22 @@ def victims_by_total_need(running, free):
     return victims
 
 
+def victims_preempt_on_exact_fit(running, free):
+    queue, victims, served = list(running), [], 0
+    while queue:
+        rid, needed, _ = queue.pop(0)
+        while needed >= free and queue:         # >=: preempts when exactly enough is free
+            victim, _, held = queue.pop()
+            victims.append(victim)
+            free += held
+        if needed <= free:
+            free -= needed
+            served += 1
+        elif served:
+            victims.append(rid)
+    return victims
+
+
 # ---------------------------------------------------------------- lab 07
 def hashes_all_from_root(tokens, bs):
     return [hash_block(ROOT_HASH, tokens[i:i + bs]) for i in range(0, len(tokens) - bs + 1, bs)]
@@ -778,7 +794,8 @@ WRONG = {
                                    mode_swap_on_a_tie, mode_ignores_cpu_room,
                                    mode_recomputes_one_sequence],
     ("lab06", "choose_victims"): [victims_biggest_first, victims_oldest_first,
-                                  victims_never_itself, victims_by_total_need],
+                                  victims_never_itself, victims_by_total_need,
+                                  victims_preempt_on_exact_fit],
     ("lab07", "chain_hashes"): [hashes_all_from_root, hashes_with_the_partial_block,
                                 hashes_of_whole_prefix, hashes_one_block_short],
     ("lab07", "copy_on_write"): [cow_takes_the_last_free_block, cow_keeps_the_old_reference,
