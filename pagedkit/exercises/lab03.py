@@ -75,6 +75,9 @@ _APPEND_CASES = [
      "block 5 is full: take the next free block (1) from the FRONT of the free list"),
     (([5], 3, 6, 4, [1, 7]), [23, 4, 5, 6, 7, 28], [5, 1, 7], [],
      "fill block 5's last slot, then block 1 (4 tokens), then block 7"),
+    (([5], 3, 5, 4, [1]), [23, 4, 5, 6, 7], [5, 1], [],
+     "block 5's free slot takes the first new token, so 5 tokens need only 1 fresh block, and "
+     "1 is free: count the room in the last block before deciding there is not enough"),
     (([5], 4, 9, 4, [1, 7]), None, [5], [1, 7],
      "9 more tokens need 3 blocks but only 2 are free: return None and change NOTHING "
      "(all or nothing: check before you pop any block)"),
