@@ -426,7 +426,7 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
 # ------------------------------------------------------ paged_kernel (Triton)
 KERNEL_CASES = (  # (context_len, block_size, num_heads, head_dim, seed)
     (5, 4, 2, 16, 0), (37, 16, 2, 16, 1), (1, 8, 1, 16, 2), (70, 4, 2, 16, 3),
-    (33, 3, 2, 16, 4), (16, 16, 1, 16, 5),
+    (33, 3, 2, 16, 4), (16, 16, 1, 16, 5), (9, 1, 2, 16, 6),
 )
 KERNEL_BLOCK_N = 16  # tokens per tile: tiles span several blocks, or part of one
 
