@@ -14,16 +14,25 @@ your own `Trace` to use real lengths.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from .._validation import check_int
-from .managers import PAPER_MANAGERS, ManagerSpec
+from .._validation import check_int, check_number
+from .latency import OPT_13B, OPT_66B, OPT_175B, ModelPreset
+from .managers import ORCA_ORACLE, PAGED, PAPER_MANAGERS, ManagerSpec
 from .metrics import SimResult
-from .sharing import BeamSearch, ParallelSampling, SharedPrefix, Sharing
+from .sharing import (
+    BeamSearch,
+    ParallelSampling,
+    SharedPrefix,
+    Sharing,
+    num_sequences,
+    sample_output_lens,
+)
 from .simulator import simulate
-from .trace import Trace, synthetic_trace
+from .trace import DATASETS, Trace, TraceRequest, synthetic_trace
 
 #: Simulator options that mimic the system the paper measured (``"separate"`` is
 #: also `Simulator`'s default; it is stated so that the figures never depend on it).
@@ -242,11 +251,193 @@ def best_block_sizes(data: FigureData, trace: str, tolerance: float = 0.05) -> l
             if row["normalized_latency"] <= best * (1 + tolerance)]
 
 
+# ------------------------------------------------ the results' shape (§6.2, §6.3)
+#: How many times over a saturated trace refills the paged batch by default:
+#: enough that the steady state, not the first fill, sets the measured capacity.
+TURNOVERS = 6
+
+
+def saturated_trace(dataset: str, num_requests: int, *, seed: int = 0) -> Trace:
+    """`dataset`'s seeded lengths with every request arriving at time 0: a queue
+    that stays full until the end, so a run measures how fast a server can go
+    (`capacity`), not how fast requests happen to come."""
+    lengths = synthetic_trace(dataset, rate=1.0, num_requests=num_requests, seed=seed)
+    requests = tuple(TraceRequest(r.request_id, 0.0, r.prompt_len, r.output_len)
+                     for r in lengths)
+    return Trace(f"{dataset} saturated", requests, lengths.source)
+
+
+def unshared_trace(trace: Trace, sharing: Sharing, *, seed: int = 0,
+                   max_seq_len: int = 2048) -> tuple[Trace, tuple[int, ...]]:
+    """What a server that cannot share KV memory serves for `trace` under `sharing`
+    (the Orca baselines of §6.3): every sequence of a request as a request of its
+    own, with the same arrival and prompt (a shared prefix joins every prompt).
+
+    The sequences are those the simulator runs for the shared request: beams and
+    a shared prefix's requests keep the trace's output length; parallel samples
+    draw theirs exactly as `Simulator` does with the same `seed` (its generator
+    draws only these lengths under parallel sampling). Returns the trace and, for
+    each of its requests, the id of the request it came from."""
+    if not isinstance(sharing, (ParallelSampling, BeamSearch, SharedPrefix)):
+        raise TypeError(f"sharing must be ParallelSampling, BeamSearch or SharedPrefix, got "
+                        f"{sharing!r}")
+    check_int("max_seq_len", max_seq_len, minimum=1)
+    rng = random.Random(seed)
+    pool = [r.output_len for r in trace.requests] or [1]
+    prefix = sharing.length if isinstance(sharing, SharedPrefix) else 0
+    requests, owner = [], []
+    for r in trace.requests:
+        prompt_len = prefix + r.prompt_len
+        if isinstance(sharing, ParallelSampling):
+            room = max(1, max_seq_len - prompt_len)
+            lens = sample_output_lens(r.output_len, sharing.n, pool, room, rng)
+        else:
+            lens = [r.output_len] * num_sequences(sharing)
+        for length in lens:
+            requests.append(TraceRequest(len(requests), r.arrival, prompt_len, length))
+            owner.append(r.request_id)
+    return Trace(f"{trace.name}, {sharing.label} unshared", tuple(requests),
+                 trace.source), tuple(owner)
+
+
+def saturated_rate(result: SimResult, tokens_per_request: float) -> float:
+    """Requests per second a saturated run serves: the tokens its iterations
+    produced while requests were still waiting (the server full all along),
+    per second of those iterations, over the tokens one request needs. The
+    drain at the end, when the batch empties, is left out."""
+    check_number("tokens_per_request", tokens_per_request, positive=True)
+    waiting = result.steps.array("num_waiting") > 0
+    seconds = float(result.steps.array("duration")[waiting].sum())
+    if not seconds:
+        raise ValueError(f"{result.manager} on {result.trace}: no request ever waited, so the "
+                         "run never saturated the server; simulate more requests")
+    tokens = float(result.steps.array("num_scheduled_seqs")[waiting].sum())
+    return tokens / seconds / tokens_per_request
+
+
+def capacity(trace: Trace, manager: ManagerSpec | str, *, sharing: Sharing | None = None,
+             seed: int = 0, **options) -> dict:
+    """How many requests per second `manager` serves when its queue never empties
+    (`trace` from `saturated_trace`): the request rate where Fig. 12's latency
+    curve turns up, since past it requests arrive faster than they end.
+
+    With `sharing`, paged memory runs the shared sequences (§4.4); a contiguous
+    manager cannot share (§6.3), so it runs `unshared_trace`. Returns
+    ``requests_per_s`` (`saturated_rate`), ``tokens_per_s`` (generated by all
+    sequences), ``mean_batch_size`` (Fig. 13's running batch, in requests of
+    `trace`), ``preemptions`` and ``aborted``."""
+    spec = ManagerSpec.parse(manager) if isinstance(manager, str) else manager
+    model = options.get("model")
+    preset = getattr(model, "preset", model) or OPT_13B
+    served, per_request = trace, 1
+    if sharing is not None and not spec.paged:
+        served, _ = unshared_trace(trace, sharing, seed=seed, max_seq_len=preset.max_seq_len)
+        per_request = num_sequences(sharing)
+        sharing = None
+    r = _simulate(served, spec, sharing=sharing, seed=seed, **options)
+    if r.aborted:
+        raise ValueError(f"{spec.label} aborted {len(r.aborted)} requests of {trace.name}: "
+                         f"{r.aborted[0].finish_reason}; a capacity needs every request served")
+    tokens = float(r.steps.array("num_scheduled_seqs").sum())  # every sequence's every token
+    rate = saturated_rate(r, tokens / len(trace))
+    return {"requests_per_s": rate, "tokens_per_s": rate * tokens / len(trace),
+            "mean_batch_size": r.mean_batch_size() / per_request,
+            "preemptions": r.num_preemptions, "aborted": len(r.aborted)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One setting of the paper's evaluation: a trace shape, a model on its GPUs
+    (Table 1) and a decoding algorithm."""
+
+    dataset: str
+    model: ModelPreset = OPT_13B
+    sharing: Sharing | None = None
+
+    @property
+    def label(self) -> str:
+        how = self.sharing.label if self.sharing else "one sample"
+        return f"{self.dataset}, {self.model.name}, {how}"
+
+    def num_requests(self, turnovers: int = TURNOVERS, max_num_seqs: int = 256) -> int:
+        """Requests for a saturated run: `turnovers` times the requests whose
+        sequences fit the preset's KV slots at the dataset's mean length (at
+        most `max_num_seqs` sequences), at least 50."""
+        shape = DATASETS[self.dataset]
+        seqs = num_sequences(self.sharing)
+        fit = min(max_num_seqs / seqs,
+                  self.model.kv_slots / ((shape.prompt.mean + shape.output.mean) * seqs))
+        return max(50, round(turnovers * fit))
+
+
+#: Where the gain changes, after the abstract and §6.2-6.3: longer requests
+#: (ShareGPT against Alpaca), models on other GPUs (Table 1), parallel
+#: sampling and beam search (Fig. 14 runs them on Alpaca and OPT-13B).
+SHAPE_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("sharegpt"), Scenario("alpaca"), Scenario("sharegpt", OPT_66B),
+    Scenario("alpaca", OPT_175B),
+    Scenario("alpaca", sharing=ParallelSampling(4)), Scenario("alpaca", sharing=BeamSearch(4)))
+
+
+def results_shape(scenarios: Iterable[Scenario] = SHAPE_SCENARIOS, *,
+                  managers: Iterable[ManagerSpec] = (ORCA_ORACLE, PAGED),
+                  turnovers: int = TURNOVERS, seed: int = 0, **options) -> FigureData:
+    """`capacity` of each manager in each scenario, on one saturated trace per
+    scenario (`Scenario.num_requests`). One row per scenario and manager."""
+    check_int("turnovers", turnovers, minimum=1)
+    managers, rows = tuple(managers), []
+    for sc in scenarios:
+        trace = saturated_trace(sc.dataset, sc.num_requests(turnovers), seed=seed)
+        for m in managers:
+            c = capacity(trace, m, sharing=sc.sharing, seed=seed, model=sc.model, **options)
+            rows.append({"scenario": sc.label, "dataset": sc.dataset, "model": sc.model.name,
+                         "gpus": sc.model.num_gpus,
+                         "decoding": sc.sharing.label if sc.sharing else "one sample",
+                         "manager": m.label, "requests": len(trace), **c})
+    return FigureData("§6.2-6.3", "Requests per second each manager serves, saturated",
+                      tuple(rows), {"managers": [m.label for m in managers],
+                                    "turnovers": turnovers, **PAPER_OPTIONS, **options})
+
+
+# ------------------------------------------------------------------- money
+def cost_per_million_tokens(requests_per_s: float, tokens_per_request: float, *,
+                            dollars_per_gpu_hour: float, num_gpus: int = 1) -> float:
+    """Dollars per million tokens served at `requests_per_s`: the GPUs' price
+    per second over the tokens they serve per second. The price is yours to
+    assume; the throughput is what changes between memory managers."""
+    for name, value in (("requests_per_s", requests_per_s),
+                        ("tokens_per_request", tokens_per_request),
+                        ("dollars_per_gpu_hour", dollars_per_gpu_hour)):
+        check_number(name, value, positive=True)
+    check_int("num_gpus", num_gpus, minimum=1)
+    return dollars_per_gpu_hour * num_gpus / 3600 / (requests_per_s * tokens_per_request) * 1e6
+
+
 __all__ = [
-    "BLOCK_SIZES", "PAPER_OPTIONS", "PAPER_RATES", "SHARING_RATE", "SHARING_SCENARIOS",
+    "BLOCK_SIZES",
+    "PAPER_OPTIONS",
+    "PAPER_RATES",
+    "SHAPE_SCENARIOS",
+    "SHARING_RATE",
+    "SHARING_SCENARIOS",
     "TOP_RATES",
+    "TURNOVERS",
     "FigureData",
-    "best_block_sizes", "default_rates", "fig2_memory_breakdown", "fig12_latency_vs_rate",
-    "fig13_batch_sizes", "fig15_sharing_savings", "fig18b_block_size_sweep", "paper_trace",
-    "run_managers", "sustainable_rates",
+    "Scenario",
+    "best_block_sizes",
+    "capacity",
+    "cost_per_million_tokens",
+    "default_rates",
+    "fig2_memory_breakdown",
+    "fig12_latency_vs_rate",
+    "fig13_batch_sizes",
+    "fig15_sharing_savings",
+    "fig18b_block_size_sweep",
+    "paper_trace",
+    "results_shape",
+    "run_managers",
+    "saturated_rate",
+    "saturated_trace",
+    "sustainable_rates",
+    "unshared_trace",
 ]

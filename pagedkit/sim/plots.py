@@ -149,8 +149,27 @@ def plot_fig18b(data: FigureData) -> go.Figure:
     return fig
 
 
+def plot_shape(data: FigureData, baseline: str = "Orca (Oracle)",
+               system: str = "vLLM") -> go.Figure:
+    """Bars of `system`'s capacity over `baseline`'s, one per scenario
+    (`experiments.results_shape`), with a dashed line at 1: no gain."""
+    scenarios = list(dict.fromkeys(data.column("scenario")))
+    gains = [data.value("requests_per_s", scenario=s, manager=system)
+             / data.value("requests_per_s", scenario=s, manager=baseline) for s in scenarios]
+    fig = go.Figure()
+    fig.add_bar(x=list(range(len(scenarios))), y=gains, width=_BAR_WIDTH, customdata=scenarios,
+                text=[f"{g:.2f}x" for g in gains], textposition="outside",
+                hovertemplate="%{customdata}: %{y:.2f}x<extra></extra>", name="gain")
+    fig.add_hline(y=1, line_dash="dash", line_color="gray")
+    fig.update_layout(title=f"{system} over {baseline}: requests per second, saturated",
+                      yaxis_title=f"{system} / {baseline}", showlegend=False,
+                      yaxis_range=[0, max([*gains, 1.0]) * 1.2], height=450)
+    _categories(fig, scenarios, tickangle=20)
+    return fig
+
+
 _PLOTTERS = {"Fig. 2": plot_fig2, "Fig. 12": plot_fig12, "Fig. 13": plot_fig13,
-             "Fig. 15": plot_fig15, "Fig. 18b": plot_fig18b}
+             "Fig. 15": plot_fig15, "Fig. 18b": plot_fig18b, "§6.2-6.3": plot_shape}
 
 
 def plot(data: FigureData) -> go.Figure:

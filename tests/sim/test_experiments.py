@@ -4,16 +4,35 @@ mechanism implies (not against the paper's values, which depend on real data).""
 import plotly.graph_objects as go
 import pytest
 
-from pagedkit.sim import PAPER_MANAGERS, BeamSearch, ParallelSampling, SharedPrefix, synthetic_trace
+from pagedkit.sim import (
+    OPT_13B,
+    OPT_175B,
+    PAPER_MANAGERS,
+    BeamSearch,
+    ParallelSampling,
+    SharedPrefix,
+    StepClock,
+    Trace,
+    TraceRequest,
+    simulate,
+    synthetic_trace,
+)
 from pagedkit.sim.experiments import (
+    Scenario,
     best_block_sizes,
+    capacity,
+    cost_per_million_tokens,
     fig2_memory_breakdown,
     fig12_latency_vs_rate,
     fig13_batch_sizes,
     fig15_sharing_savings,
     fig18b_block_size_sweep,
+    results_shape,
     run_managers,
+    saturated_rate,
+    saturated_trace,
     sustainable_rates,
+    unshared_trace,
 )
 from pagedkit.sim.plots import plot, plot_fig2, plot_fig13
 
@@ -118,3 +137,86 @@ def test_plot_fig2_shows_the_four_parts(sharegpt, results):
     assert names[:4] == ["Token states", "Reservation", "Internal fragmentation",
                          "External fragmentation"]
     assert fig.layout.barmode == "stack"
+
+
+# ------------------------------------------ the results' shape (§6.2-6.3), money
+def _tokens_generated(result):
+    return int(sum(result.steps.array("num_scheduled_seqs")))
+
+
+@pytest.mark.parametrize("sharing", [ParallelSampling(3), BeamSearch(3), SharedPrefix(40)],
+                         ids=lambda s: s.label)
+def test_unshared_trace_runs_exactly_the_shared_sequences(sharing):
+    """Every sequence of the shared run, as a request of its own: the same tokens
+    generated in all (parallel samples draw the simulator's own lengths)."""
+    trace = synthetic_trace("alpaca", rate=5.0, num_requests=30, seed=3)
+    unshared, owner = unshared_trace(trace, sharing, seed=7)
+    k = 1 if isinstance(sharing, SharedPrefix) else 3
+    assert len(unshared) == k * len(trace) and sorted(set(owner)) == list(range(len(trace)))
+    prefix = sharing.length if isinstance(sharing, SharedPrefix) else 0
+    for r in unshared:
+        source = trace.requests[owner[r.request_id]]
+        assert (r.arrival, r.prompt_len) == (source.arrival, source.prompt_len + prefix)
+    shared = simulate(trace, "paged", sharing=sharing, seed=7, progress=False)
+    alone = simulate(unshared, "oracle", progress=False)
+    assert _tokens_generated(shared) == _tokens_generated(alone) == \
+        sum(r.output_len for r in unshared)
+    if isinstance(sharing, ParallelSampling):  # not the trace's length repeated
+        assert len({r.output_len for r in unshared if owner[r.request_id] == 0}) > 1
+    with pytest.raises(TypeError, match="sharing must be"):
+        unshared_trace(trace, 3)
+
+
+def test_saturated_rate_counts_the_full_server_only():
+    """One 2,048-slot Orca (Max) region, four 10-token requests, 1 s per iteration:
+    one request per 10 s, whatever the drain; a run that never queued is refused."""
+    trace = Trace("four", tuple(TraceRequest(i, 0.0, 1, 10) for i in range(4)))
+    result = simulate(trace, "max", capacity_slots=2048, model=StepClock(), progress=False)
+    assert saturated_rate(result, 10) == pytest.approx(0.1)
+    c = capacity(trace, "max", capacity_slots=2048, model=StepClock())
+    assert c["requests_per_s"] == pytest.approx(0.1) and c["tokens_per_s"] == pytest.approx(1)
+    assert c["mean_batch_size"] == pytest.approx(1) and c["aborted"] == 0
+    idle = simulate(trace.head(1), "max", capacity_slots=2048, model=StepClock(),
+                    progress=False)
+    with pytest.raises(ValueError, match="never saturated"):
+        saturated_rate(idle, 10)
+    with pytest.raises(ValueError, match="aborted"):  # 3,000 tokens never fit 2,048 slots
+        capacity(Trace("big", (TraceRequest(0, 0.0, 1000, 2000),)), "paged")
+
+
+def test_capacity_of_an_unsharing_manager_counts_whole_requests():
+    """Orca runs each beam as a request; its batch and rate are still per request."""
+    trace = saturated_trace("alpaca", 40)
+    assert all(r.arrival == 0 for r in trace) and len(trace) == 40
+    beams = capacity(trace, "oracle", sharing=BeamSearch(2), capacity_slots=2000)
+    alone = capacity(unshared_trace(trace, BeamSearch(2))[0], "oracle", capacity_slots=2000)
+    assert beams["requests_per_s"] == pytest.approx(alone["requests_per_s"] / 2)
+    assert beams["mean_batch_size"] == pytest.approx(alone["mean_batch_size"] / 2)
+
+
+def test_results_shape_rows_and_sizes():
+    sc = Scenario("alpaca", OPT_175B)
+    assert sc.num_requests(6) == 6 * 256  # 60K slots hold more than 256 sequences
+    assert Scenario("sharegpt").num_requests(6) == round(6 * OPT_13B.kv_slots / (161.31 + 337.99))
+    assert Scenario("alpaca", sharing=BeamSearch(4)).num_requests(2) == \
+        round(2 * OPT_13B.kv_slots / ((19.31 + 58.45) * 4))  # 4 beams' tokens per request
+    data = results_shape([Scenario("alpaca", sharing=ParallelSampling(2))], turnovers=3)
+    assert [r["manager"] for r in data.rows] == ["Orca (Oracle)", "vLLM"]
+    assert all(r["requests_per_s"] > 0 and r["aborted"] == 0 for r in data.rows)
+    # sharing the prompt, paging holds more requests at once than reserving each sample
+    assert data.rows[1]["mean_batch_size"] > data.rows[0]["mean_batch_size"]
+    fig = plot(data)
+    assert list(fig.data[0].y) == [pytest.approx(data.rows[1]["requests_per_s"]
+                                                 / data.rows[0]["requests_per_s"])]
+    with pytest.raises(ValueError, match="turnovers"):
+        results_shape(turnovers=0)
+
+
+def test_cost_per_million_tokens():
+    # 2 GPUs at $3/h serve 1 request/s of 500 tokens: $6 per 1.8M tokens
+    assert cost_per_million_tokens(1.0, 500, dollars_per_gpu_hour=3.0, num_gpus=2) == \
+        pytest.approx(6 / 1.8)
+    with pytest.raises(ValueError, match="requests_per_s"):
+        cost_per_million_tokens(0, 500, dollars_per_gpu_hour=3.0)
+    with pytest.raises(ValueError, match="num_gpus"):
+        cost_per_million_tokens(1, 500, dollars_per_gpu_hour=3.0, num_gpus=0)
