@@ -19,7 +19,7 @@ from .managers import (
 )
 from .metrics import Breakdown, RequestResult, SimResult, StepLog
 from .sharing import BeamSearch, ParallelSampling, SharedPrefix
-from .simulator import Simulator, StepRecord, simulate
+from .simulator import BATCHING_MODES, PREFILL_MODES, Simulator, StepRecord, simulate
 from .trace import (
     ALPACA,
     DATASETS,
@@ -36,6 +36,7 @@ from .trace import (
 
 __all__ = [
     "ALPACA",
+    "BATCHING_MODES",
     "DATASETS",
     "OPT_13B",
     "OPT_66B",
@@ -45,6 +46,7 @@ __all__ = [
     "ORCA_POW2",
     "PAGED",
     "PAPER_MANAGERS",
+    "PREFILL_MODES",
     "PRESETS",
     "SHAREGPT",
     "BeamSearch",

@@ -17,7 +17,7 @@ from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
 from .managers import PAPER_MANAGERS, ManagerSpec
 from .report import SCALES, benchmark, compare, format_table
-from .simulator import PREFILL_MODES, simulate
+from .simulator import BATCHING_MODES, PREFILL_MODES, simulate
 from .trace import DATASETS, load_trace, synthetic_trace
 
 
@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
                           "admitted prompts in an iteration of their own, and every paper "
                           "experiment here does) or mixed (Orca's: new prompts join the "
                           "decoding batch)")
+    one.add_argument("--batching", choices=BATCHING_MODES, default="iteration",
+                     help="iteration (default: Orca's and vLLM's, requests join and leave the "
+                          "batch every iteration) or static (request-level, as "
+                          "FasterTransformer: a batch forms only when none runs and runs to "
+                          "its last request)")
     return p
 
 
@@ -117,7 +122,7 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     managers = args.manager or PAPER_MANAGERS
     model = LatencyModel(PRESETS[args.model])
     summaries = [simulate(trace, m, model=model, preemption=args.preemption,
-                          prefill=args.prefill, seed=args.seed,
+                          prefill=args.prefill, batching=args.batching, seed=args.seed,
                           progress=not (args.no_progress or args.json)).summary()
                  for m in managers]
     if args.json:

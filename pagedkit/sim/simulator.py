@@ -33,6 +33,16 @@ admitted prompt joins the decoding iteration instead, so admission (step
 experiment of `pagedkit.sim.experiments` and ``python -m pagedkit
 simulate`` use it, so a `Simulator` made without options reproduces them.
 
+``batching="static"`` is request-level batching, the scheduling the paper
+contrasts with Orca's iteration-level one (§2.3, §6; FasterTransformer's):
+nothing enters the running batch (admission in step 2, swap-in in step 3)
+while any request runs. A batch is formed, first come first served, only
+when the previous one has drained, and runs until its last request
+finishes, however many slots its finished requests left empty. With paged
+memory a request can still be preempted inside a batch; it leaves the
+batch and, back in the waiting (or swapped) queue by arrival, heads the
+next one. The default, ``"iteration"``, admits whenever memory allows.
+
 Every change is announced on `events` exactly as the engine announces it
 (the memory manager's own events plus ``admit``, ``preempt``, ``finish`` and
 ``step``), so a widget can animate a simulation like a live engine. With
@@ -65,6 +75,7 @@ from .sharing import (
 from .trace import Trace
 
 PREFILL_MODES = ("separate", "mixed")  # the default first
+BATCHING_MODES = ("iteration", "static")  # the default first
 
 
 @dataclass(frozen=True)
@@ -94,7 +105,10 @@ class Simulator:
     `ModelPreset`, whose KV slots are the capacity unless `capacity_slots`
     says otherwise. `prefill` is ``"separate"`` (the paper's vLLM: new prompts
     run in an iteration of their own) or ``"mixed"`` (Orca: they join the
-    decoding batch); see the module docstring. `memory_manager` is the
+    decoding batch); `batching` is ``"iteration"`` (Orca, vLLM: requests
+    join and leave the batch at every iteration) or ``"static"`` (a batch is
+    formed only when nothing runs, and runs to its last request); see the
+    module docstring. `memory_manager` is the
     `pagedkit.memory` object being driven, for widgets to draw.
 
     >>> from pagedkit.sim import synthetic_trace
@@ -108,7 +122,7 @@ class Simulator:
                  model: LatencyModel | ModelPreset | None = None,
                  capacity_slots: int | None = None, max_num_seqs: int = 256,
                  preemption: str = "recompute", prefill: str = "separate",
-                 swap_slots: int | None = None,
+                 batching: str = "iteration", swap_slots: int | None = None,
                  watermark: float = 0.01, sharing: Sharing | None = None, seed: int = 0,
                  events: EventBus | None = None) -> None:
         if not isinstance(trace, Trace):
@@ -137,13 +151,14 @@ class Simulator:
         check_int("max_num_seqs", max_num_seqs, minimum=1)
         check_choice("preemption", preemption, PREEMPTION_MODES)
         check_choice("prefill", prefill, PREFILL_MODES)
+        check_choice("batching", batching, BATCHING_MODES)
         if not 0 <= watermark < 1:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
         if sharing is not None and not self.spec.paged:
             raise ValueError(f"{sharing.label} shares KV blocks, which only the paged manager "
                              f"can do; got {self.spec.label}")
         self.trace, self.sharing, self.preemption = trace, sharing, preemption
-        self.prefill = prefill
+        self.prefill, self.batching = prefill, batching
         self.max_num_seqs, self.max_seq_len = max_num_seqs, preset.max_seq_len
         self.events = events if events is not None else EventBus()
         if self.spec.paged:
@@ -190,7 +205,8 @@ class Simulator:
                          sorted(self.results, key=lambda r: r.request_id), self.log,
                          self._wall, self.num_preemptions,
                          {"sharing": self.sharing.label if self.sharing else None,
-                          "preemption": self.preemption, "prefill": self.prefill})
+                          "preemption": self.preemption, "prefill": self.prefill,
+                          "batching": self.batching})
 
     # ----------------------------------------------------------------- run
     def run(self, progress: bool | None = None) -> SimResult:
@@ -256,13 +272,15 @@ class Simulator:
             self.now = self.trace.requests[self._next_arrival].arrival  # idle: skip ahead
             self._arrive()
         separate = self.prefill == "separate"
-        if separate and self.waiting and not self.swapped:
+        # static batching: the batch is closed while anyone in it runs
+        open_batch = self.batching == "iteration" or not self.running
+        if separate and open_batch and self.waiting and not self.swapped:
             prefill, admitted = self._admit(sum(len(g.seqs) for g in self.running))
             if admitted:  # a prompt iteration: only the newcomers run
                 return self._execute(prefill, admitted, [], admitted)
         preempted = self._make_room_for_running()
         prefill, admitted = 0, []
-        if not preempted:
+        if not preempted and open_batch:
             seqs = self._swap_in(sum(len(g.seqs) for g in self.running))
             if not self.swapped and not separate:
                 prefill, admitted = self._admit(seqs)
