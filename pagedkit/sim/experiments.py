@@ -399,6 +399,27 @@ def results_shape(scenarios: Iterable[Scenario] = SHAPE_SCENARIOS, *,
                                     "turnovers": turnovers, **PAPER_OPTIONS, **options})
 
 
+# -------------------------------------------- batching x memory (§2.3, §3, §6)
+def batching_and_memory(trace: Trace, contiguous: ManagerSpec | str = "max",
+                        paged: ManagerSpec | str = PAGED, **options) -> FigureData:
+    """The 2x2 experiment: request-level (``"static"``) or iteration-level
+    batching (Orca's, §2.3) times contiguous reservations or paged memory (§3,
+    §4), each `capacity` on the same saturated `trace`. One row per cell, with
+    ``batching``, ``memory`` (``"contiguous"`` or ``"paged"``), the manager's
+    label, ``requests_per_s``, ``tokens_per_s`` and ``mean_batch_size``."""
+    rows = []
+    for memory, manager in (("contiguous", contiguous), ("paged", paged)):
+        spec = ManagerSpec.parse(manager) if isinstance(manager, str) else manager
+        if spec.paged != (memory == "paged"):
+            want = "paged" if memory == "paged" else "contiguous (max, pow2 or oracle)"
+            raise ValueError(f"the {memory} manager must be {want}; got {spec.label}")
+        for batching in ("static", "iteration"):
+            c = capacity(trace, spec, batching=batching, **options)
+            rows.append({"batching": batching, "memory": memory, "manager": spec.label, **c})
+    return FigureData("2x2", "Batching x memory: requests per second, saturated", tuple(rows),
+                      {"trace": trace.name, "requests": len(trace), **PAPER_OPTIONS, **options})
+
+
 # ------------------------------------------------------------------- money
 def cost_per_million_tokens(requests_per_s: float, tokens_per_request: float, *,
                             dollars_per_gpu_hour: float, num_gpus: int = 1) -> float:
@@ -424,6 +445,7 @@ __all__ = [
     "TURNOVERS",
     "FigureData",
     "Scenario",
+    "batching_and_memory",
     "best_block_sizes",
     "capacity",
     "cost_per_million_tokens",

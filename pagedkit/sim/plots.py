@@ -168,7 +168,27 @@ def plot_shape(data: FigureData, baseline: str = "Orca (Oracle)",
     return fig
 
 
-_PLOTTERS = {"Fig. 2": plot_fig2, "Fig. 12": plot_fig12, "Fig. 13": plot_fig13,
+def plot_2x2(data: FigureData) -> go.Figure:
+    """Two panels side by side: requests per second and the mean batch, one bar
+    per batching, grouped by memory (`experiments.batching_and_memory`)."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("requests per second",
+                                                        "mean running batch (requests)"))
+    for batching, color in (("static", "#adb5bd"), ("iteration", "#1c7ed6")):
+        rows = data.select(batching=batching)
+        x = [f"{r['memory']}<br>({r['manager']})" for r in rows]
+        for col, key, fmt in ((1, "requests_per_s", ".2f"), (2, "mean_batch_size", ".1f")):
+            values = [r[key] for r in rows]
+            fig.add_bar(x=x, y=values, name=f"{batching}-level batching", marker_color=color,
+                        legendgroup=batching, showlegend=col == 1, row=1, col=col,
+                        text=[format(v, fmt) for v in values], textposition="outside")
+    fig.update_layout(barmode="group", title=f"{data.title} ({data.settings.get('trace', '')})",
+                      height=420)
+    return fig
+
+
+_PLOTTERS = {"2x2": plot_2x2, "Fig. 2": plot_fig2, "Fig. 12": plot_fig12, "Fig. 13": plot_fig13,
              "Fig. 15": plot_fig15, "Fig. 18b": plot_fig18b, "§6.2-6.3": plot_shape}
 
 

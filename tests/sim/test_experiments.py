@@ -19,6 +19,7 @@ from pagedkit.sim import (
 )
 from pagedkit.sim.experiments import (
     Scenario,
+    batching_and_memory,
     best_block_sizes,
     capacity,
     cost_per_million_tokens,
@@ -220,3 +221,22 @@ def test_cost_per_million_tokens():
         cost_per_million_tokens(0, 500, dollars_per_gpu_hour=3.0)
     with pytest.raises(ValueError, match="num_gpus"):
         cost_per_million_tokens(1, 500, dollars_per_gpu_hour=3.0, num_gpus=0)
+
+
+def test_batching_and_memory_work_together():
+    """The 2x2 (§2.3 x §3): either change alone raises what a saturated server
+    serves, both together the most; static batches hold fewer requests."""
+    data = batching_and_memory(saturated_trace("sharegpt", 120))
+    rate = {(r["batching"], r["memory"]): r["requests_per_s"] for r in data.rows}
+    batch = {(r["batching"], r["memory"]): r["mean_batch_size"] for r in data.rows}
+    assert [r["manager"] for r in data.rows] == ["Orca (Max)"] * 2 + ["vLLM"] * 2
+    base, best = rate[("static", "contiguous")], rate[("iteration", "paged")]
+    assert base < min(rate[("iteration", "contiguous")], rate[("static", "paged")])
+    assert max(rate[("iteration", "contiguous")], rate[("static", "paged")]) < best
+    for memory in ("contiguous", "paged"):
+        assert batch[("static", memory)] < batch[("iteration", memory)]
+    assert len(plot(data).data) == 4
+    with pytest.raises(ValueError, match="must be paged"):
+        batching_and_memory(saturated_trace("sharegpt", 20), paged="oracle")
+    with pytest.raises(ValueError, match="must be contiguous"):
+        batching_and_memory(saturated_trace("sharegpt", 20), contiguous="paged")
