@@ -71,6 +71,9 @@ ADMIT_CASES = [
          {"chunked": True}),
     Case(([("a", 10), ("b", 3)], 6, 8, 10, 4), [],
          "without chunked prefill a prompt longer than the budget left waits whole; " + _FCFS),
+    Case(([("a", 2), ("b", 2), ("c", 2)], 16, 2, 10, 4), [("a", 2), ("b", 2)],
+         "chunked prefill splits tokens, not seats: each admitted request still takes one of "
+         "the seats left", {"chunked": True}),
 ]
 
 

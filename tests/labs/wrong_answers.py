@@ -469,6 +469,20 @@ def admit_empty_chunks(waiting, tokens, seats, blocks, bs, chunked=False):
     return admitted
 
 
+def admit_chunked_ignores_seats(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        if tokens <= 0 or (seats <= 0 and not chunked):  # the chunked branch forgot the seats
+            break
+        take = min(n, tokens) if chunked else n
+        need = _ceil(take, bs)
+        if take > tokens or need > blocks:
+            break
+        admitted.append((rid, take))
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+    return admitted
+
+
 # ---------------------------------------------------------------- lab 06
 def recompute_no_last_token_rule(n, bs, cached):
     return n - min(cached, n // bs) * bs
@@ -796,7 +810,7 @@ WRONG = {
                                 finish_static_waits_for_shortest, finish_shortest_first],
     ("lab05", "admit"): [admit_skipping_the_head, admit_chunk_shrunk_to_blocks,
                          admit_blocks_rounded_down, admit_blocks_not_spent, admit_empty_chunks,
-                         admit_blocks_for_the_whole_prompt],
+                         admit_blocks_for_the_whole_prompt, admit_chunked_ignores_seats],
     ("lab06", "tokens_to_recompute"): [recompute_no_last_token_rule, recompute_uncapped,
                                        recompute_returns_saved, recompute_skips_the_last_token],
     ("lab06", "preemption_mode"): [mode_counts_shared_blocks_twice, mode_one_way,
