@@ -15,7 +15,7 @@ import torch
 from ..model.kv_cache import KVCacheSpec
 from . import Case, CheckResult, check_function
 
-__all__ = ["CHECKS", "check_best_num_drafts", "check_tokens_that_fit"]
+__all__ = ["CHECKS", "check_best_num_drafts", "check_tokens_that_fit", "expected_tokens_per_step"]
 
 _DTYPES = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32}
 GIB = 2**30
@@ -44,9 +44,14 @@ def check_tokens_that_fit(fn: Callable) -> CheckResult:
     return check_function("tokens_that_fit", fn, cases)
 
 
-def _expected_tokens(alpha: float, k: int) -> float:
-    # Leviathan et al. 2023, eq. (1): E = (1 - alpha^(k+1)) / (1 - alpha)
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """Tokens one target step yields with `k` drafts, each accepted with probability
+    `alpha`: the formula the check holds `best_num_drafts` to (Leviathan et al. 2023,
+    eq. 1). Lab 09 compares it with a simulation, off screen."""
     return float(k + 1) if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+_expected_tokens = expected_tokens_per_step
 
 
 def _best_num_drafts(alpha: float, draft_cost: float, max_drafts: int) -> int:
