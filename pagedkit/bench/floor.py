@@ -6,9 +6,9 @@ but with nothing an engine adds: no scheduler, no block tables, no prefix
 cache, no sampling beyond an argmax, no argument checks. K/V live in one
 contiguous row per request, ``[num_requests, max_len, kv_heads, head_dim]``
 per layer, written in place; attention reads each request's first tokens
-straight from its row, in the same length buckets and per-head batched
-matmuls as `pagedkit.kernels.batched` (so the comparison isolates the paging
-and the engine, not the attention arithmetic). Rows past a request's length
+straight from its row, in the same length buckets and with the same
+masked SDPA call as `pagedkit.kernels.batched` (so the comparison isolates
+the paging and the engine, not the attention arithmetic). Rows past a request's length
 hold zeros, never NaN, so the mask alone keeps them out.
 
 pagedkit's throughput as a share of this floor is the cost of everything
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ..model.attention import attention_options
+from ..model.threads import intra_op_threads, step_macs, threads_for
 
 NAME = "pagedkit_floor"
 
@@ -87,9 +88,8 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
 
 
 def _attend_rows(q, out, k_cache, v_cache, seqs, starts, q_lens, ctx, scale) -> None:
-    n, max_q, length = len(seqs), max(q_lens), max(ctx)
-    num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    group = q.shape[1] // num_kv_heads
+    max_q, length = max(q_lens), max(ctx)
+    num_kv_heads = k_cache.shape[2]
     idx = torch.tensor(seqs)
     keys = k_cache[idx, :length]                             # [n, L, Hkv, D]
     values = v_cache[idx, :length]
@@ -97,18 +97,13 @@ def _attend_rows(q, out, k_cache, v_cache, seqs, starts, q_lens, ctx, scale) -> 
     q_len_t = torch.tensor(q_lens)
     is_query = qi[None, :] < q_len_t[:, None]
     rows = torch.where(is_query, torch.tensor(starts)[:, None] + qi[None, :], 0)
-    qq = q[rows].view(n, max_q, num_kv_heads, group, head_dim).permute(0, 2, 1, 3, 4)
-    qq = qq.reshape(n, num_kv_heads, max_q * group, head_dim)
-    scores = torch.stack([torch.bmm(qq[:, h], keys[:, :, h].transpose(1, 2))
-                          for h in range(num_kv_heads)], dim=1).mul_(scale)
     q_pos = (torch.tensor(ctx) - q_len_t)[:, None] + qi[None, :]
     visible = torch.arange(length)[None, None, :] <= q_pos[:, :, None]
     bias = torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))
-    scores = scores.view(n, num_kv_heads, max_q, group, length) + bias[:, None, :, None, :]
-    probs = torch.softmax(scores, dim=-1).view(n, num_kv_heads, max_q * group, length)
-    res = torch.stack([torch.bmm(probs[:, h], values[:, :, h]).view(n, max_q, group, head_dim)
-                       for h in range(num_kv_heads)], dim=2)
-    res = res.view(n, max_q, q.shape[1], head_dim)
+    res = torch.nn.functional.scaled_dot_product_attention(
+        q[rows].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+        attn_mask=bias[:, None], scale=scale,
+        enable_gqa=q.shape[1] != num_kv_heads).transpose(1, 2)
     out[rows[is_query]] = res[is_query]
 
 
@@ -152,7 +147,8 @@ def generate(model, prompts: list[list[int]], output_lens: list[int],
         row_seq = [s for s, n in zip(active, q_lens, strict=True) for _ in range(n)]
         logits_rows = torch.tensor(q_lens).cumsum(0) - 1
         step = _Step(caches, torch.tensor(row_seq), torch.tensor(positions), active, q_lens, ctx)
-        with _forward(step):
+        # the engine's thread choice (pagedkit.model.threads), so the work is the same
+        with _forward(step), intra_op_threads(threads_for(step_macs(config, len(step_ids)))):
             logits = model(input_ids=torch.tensor([step_ids]),
                            position_ids=torch.tensor([positions]), use_cache=False,
                            logits_to_keep=logits_rows).logits[0]
