@@ -6,8 +6,8 @@ in every layer of every step. That is the clearest statement of what paged atten
 computes, and on a CPU the slowest: a decode step of 64 sequences through 4
 layers is 256 tiny attentions, each paying Python and dispatch overhead (and a
 thread handoff when torch runs two threads). This module computes the same
-numbers with one gather and two batched matrix multiplications (per KV head
-and per length bucket, see `_attend`), whatever the number of sequences:
+numbers with one gather and one masked SDPA call per length bucket (see
+`_attend_bucket`), whatever the number of sequences:
 
 1. **Gather** every sequence's blocks at once through its (padded) block-table
    row: ``k_cache.index_select(0, ids)``, ``ids`` ``[num_seqs, max_blocks]``.
@@ -16,29 +16,34 @@ and per length bucket, see `_attend`), whatever the number of sequences:
    window, are never used to index the cache (they may be -1, or a block the
    engine has already given to someone else).
 2. **Pad the queries** into ``[num_seqs, max_q_len]`` (a decode step has
-   ``max_q_len`` 1) and fold each KV head's group of query heads into the row
-   dimension, ``[num_seqs, kv_heads, q_len * group, head_dim]``: grouped-query
-   attention without copying K/V heads (paper §4.1's kernel reads one KV head
-   for all the query heads it serves; this is the matmul form of that).
+   ``max_q_len`` 1). Grouped-query attention copies no K/V heads: paper
+   §4.1's kernel reads one KV head for all the query heads it serves, and so
+   do SDPA's ``enable_gqa`` and, on the spelled-out path, folding each KV
+   head's group of query heads into the rows,
+   ``[num_seqs, kv_heads, q_len * group, head_dim]``.
 3. **Mask** by position: a query at position p sees key k iff ``k <= p`` (and
    ``k > p - sliding_window`` with a window), which also hides every padded
    slot, since a padded slot's position is past the context. First, though,
    the keys and values of slots that hold no token are zeroed: an unused slot
    may hold NaN, and ``0 * NaN`` is NaN, so a -inf score alone would not keep
    it out of the output.
-4. **Multiply** per KV head: ``scores = q @ K^T`` and ``out = softmax @ V`` as
-   one batched matmul over all sequences each; ``K[:, :, h]`` is a strided
-   view that BLAS reads in place, so the gathered K/V are never copied again.
+4. **Attend**: torch's ``scaled_dot_product_attention`` with that mask as an
+   additive bias and ``enable_gqa`` (each KV head read for its group of query
+   heads, never copied) computes scores, softmax and the weighted sum in one
+   fused call over all sequences. With a softcap or sinks, which change the
+   softmax itself, the same steps are spelled out: per KV head,
+   ``scores = q @ K^T`` and ``out = softmax @ V`` as one batched matmul each.
 
 Scores, softmax and the weighted sum run in float32 (as the kernels
 accumulate) and the result is cast back to the query's dtype. The options
 (sliding window, softcap, sinks) follow the contract in the attention spec;
 see `reference.py` for the per-sequence statement of the same math.
 
-Signatures equal `reference.paged_decode_attention` and
-`reference.paged_prefill_attention`; `pagedkit.ops` runs these on CPU by
-default. The work is padded within length buckets (about doubling it at most), which
-on the small models a CPU serves is far cheaper than one call per sequence.
+Signatures equal `reference.paged_decode_attention`,
+`reference.paged_prefill_attention` and `reference.store_kv`; `pagedkit.ops`
+runs these on CPU by default. The work is padded within length buckets
+(about doubling it at most), which on the small models a CPU serves is far
+cheaper than one call per sequence.
 """
 
 from __future__ import annotations
@@ -173,9 +178,18 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         keys.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
         values.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
     keys, values = keys.float(), values.float()
-
-    # Queries padded to [n, max_q]; each KV head's group folded into the rows.
     q = query[b.rows].float()                                # [n, max_q, Hq, D]
+    if softcap is None and sinks is None:
+        # Plain attention is one fused call: torch's SDPA reads each KV head
+        # for its group of query heads (enable_gqa, no copies), computes the
+        # scores, the masked softmax and the weighted sum in float32.
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+            attn_mask=b.bias[:, None], scale=scale, enable_gqa=group > 1).transpose(1, 2)
+        return (out.flatten(0, 1) if b.dense else out[b.is_query]).to(query.dtype)
+
+    # Softcaps and sinks change the softmax itself: spelled out, with each KV
+    # head's group of query heads folded into the rows.
     q = q.view(n, max_q, num_kv_heads, group, head_dim).permute(0, 2, 1, 3, 4)
     q = q.reshape(n, num_kv_heads, max_q * group, head_dim)
 
@@ -200,6 +214,20 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
                        for h in range(num_kv_heads)], dim=2)
     out = out.view(n, max_q, num_q_heads, head_dim)
     return (out.flatten(0, 1) if b.dense else out[b.is_query]).to(query.dtype)
+
+
+def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+             v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
+    """`reference.store_kv` as one ``index_copy_`` per cache: the reference's
+    boolean mask (a negative slot skips its token) is applied only when some
+    slot is negative, which an engine step never has."""
+    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=check)
+    slots = slot_mapping.long()
+    if slots.numel() and int(slots.min()) < 0:
+        keep = slots >= 0
+        slots, key, value = slots[keep], key[keep], value[keep]
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, key.to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, value.to(v_cache.dtype))
 
 
 # The plans of the last few calls. Every layer of a step passes the same block
