@@ -1,10 +1,12 @@
 """How fast does the paged engine serve, next to transformers itself?
 
 ``python -m pagedkit bench [--model tiny|larger] [--requests 64] [--quick] [--json PATH]
-[--systems pagedkit,hf_static,hf_continuous,floor] [--rounds N] [--profile]``
+[--systems pagedkit,hf_static,hf_continuous,floor] [--rounds N] [--profile]
+[--workload sharegpt|alpaca] [--threads T]``
 
 One workload — requests with ShareGPT-shaped prompt and output lengths
-(`pagedkit.sim`'s synthetic trace, scaled to the model), all arriving at
+(`pagedkit.sim`'s synthetic trace, scaled to the model; ``--workload
+alpaca``: Alpaca-shaped, short prompts and longer answers), all arriving at
 once, each generating exactly its output length (greedy, end-of-sequence
 ignored) — runs through these systems on the same model:
 
@@ -27,7 +29,8 @@ timers and prints where its time goes: scheduling, packing, the model's
 linear layers, attention, the rest of the model, sampling, and the engine's
 bookkeeping.
 
-Each reports output tokens per second, time to first token (from the common
+Each reports output tokens per second (and per second of process CPU time,
+which a shared machine's load disturbs less than wall time), time to first token (from the common
 arrival time), and the share of reserved KV slots that held a token ("KV
 usage"; where it is known). Greedy outputs are compared with pagedkit's and
 the number of requests that differ is reported: the systems must agree on
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -75,10 +79,15 @@ class Result:
     outputs_differing: int | None = None  # requests whose tokens differ from pagedkit's
     note: str = ""
     round_seconds: list[float] = field(default_factory=list)  # every round; `seconds` the median
+    cpu_seconds: float | None = None  # process CPU time of the median round (all threads)
 
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.seconds
+
+    @property
+    def tokens_per_cpu_s(self) -> float | None:
+        return None if self.cpu_seconds is None else self.output_tokens / self.cpu_seconds
 
 
 @dataclass
@@ -91,6 +100,7 @@ class Report:
     results: list[Result] = field(default_factory=list)
     environment: dict = field(default_factory=dict)
     profile: dict | None = None  # seconds per part of pagedkit's steps (--profile)
+    workload: str = "sharegpt"
 
     def result(self, system: str) -> Result | None:
         return next((r for r in self.results if r.system == system), None)
@@ -103,6 +113,7 @@ class Report:
         out = asdict(self)
         for r, d in zip(self.results, out["results"], strict=True):
             d["tokens_per_s"] = r.tokens_per_s
+            d["tokens_per_cpu_s"] = r.tokens_per_cpu_s
         out["pagedkit_share_of_floor"] = self.share_of_floor()
         return out
 
@@ -145,12 +156,21 @@ def build_model(name: str, device: torch.device):
     return model.to(device).eval()
 
 
+WORKLOADS = ("sharegpt", "alpaca")
+#: Length scale on CPU: ShareGPT's lengths (mean prompt 161, output 338) are
+#: cut to 1/8 to fit a CPU run; Alpaca's (19 and 58) are short already.
+CPU_SCALE = {"sharegpt": 0.125, "alpaca": 1.0}
+
+
 def sharegpt_workload(num_requests: int, vocab_size: int, *, scale: float, max_len: int,
-                      seed: int = 0) -> Workload:
-    """ShareGPT-shaped lengths times `scale`, random token ids, all at once."""
+                      seed: int = 0, dataset: str = "sharegpt") -> Workload:
+    """ShareGPT-shaped (or `dataset`-shaped, see `WORKLOADS`) lengths times
+    `scale`, random token ids, all at once."""
     from ..sim.trace import synthetic_trace
 
-    trace = synthetic_trace("sharegpt", rate=1.0, num_requests=num_requests, seed=seed)
+    if dataset not in WORKLOADS:
+        raise ValueError(f"workload must be one of {WORKLOADS}, got {dataset!r}")
+    trace = synthetic_trace(dataset, rate=1.0, num_requests=num_requests, seed=seed)
     rng = np.random.default_rng(seed)
     prompts, outs = [], []
     for r in trace:
@@ -185,8 +205,11 @@ def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int
     seconds = time.perf_counter() - start
     ttft = [o.metrics.first_token_time - t0 for o in outs]
     tokens = [o.outputs[0].token_ids for o in outs]
+    note = (f"<= {torch.get_num_threads()} threads per step, as its work pays "
+            "(pagedkit.model.threads)" if llm.llm_engine.device.type == "cpu"
+            and torch.get_num_threads() > 1 else "")
     return Result("pagedkit", seconds, sum(map(len, tokens)), statistics.mean(ttft),
-                  statistics.median(ttft), statistics.mean(usage)), tokens
+                  statistics.median(ttft), statistics.mean(usage), note=note), tokens
 
 
 class _FirstTokenClock:
@@ -278,7 +301,8 @@ def run_floor(model, work: Workload, progress: Callable[[int], None] = _quiet
     seconds = time.perf_counter() - start
     ttft = [t - start for t in first]
     return Result("floor", seconds, sum(map(len, tokens)), statistics.mean(ttft),
-                  statistics.median(ttft), None, note="contiguous K/V, no scheduling"), tokens
+                  statistics.median(ttft), None,
+                  note="contiguous K/V, no scheduling, the engine's threads"), tokens
 
 
 PROFILE_PARTS = ("scheduling", "packing", "linear layers", "attention", "model other",
@@ -371,7 +395,7 @@ def check_systems(systems) -> tuple[str, ...]:
 def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float | None = None,
               batch_size: int = 16, block_size: int = 16, device: str = "auto",
               systems: tuple[str, ...] = ("pagedkit", "hf_static", "hf_continuous", "floor"),
-              rounds: int = 1, profile: bool = False,
+              rounds: int = 1, profile: bool = False, workload: str = "sharegpt",
               log: Callable[[str], None] = print) -> Report:
     systems = check_systems(systems)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -383,14 +407,17 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
     probe = build_model(model_name, dev)
     vocab = probe.config.vocab_size
     max_len = probe.config.max_position_embeddings
-    scale = scale if scale is not None else (0.125 if dev.type == "cpu" else 1.0)
-    work = sharegpt_workload(num_requests, vocab, scale=scale, max_len=max_len)
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {WORKLOADS}, got {workload!r}")
+    scale = scale if scale is not None else (CPU_SCALE[workload] if dev.type == "cpu" else 1.0)
+    work = sharegpt_workload(num_requests, vocab, scale=scale, max_len=max_len, dataset=workload)
     report = Report(model_name, str(dev), num_requests,
                     statistics.mean(map(len, work.prompts)), statistics.mean(work.output_lens),
                     environment={"torch": torch.__version__, "python": platform.python_version(),
                                  "threads": torch.get_num_threads(),
                                  "device_name": torch.cuda.get_device_name(dev)
-                                 if dev.type == "cuda" else platform.processor() or "cpu"})
+                                 if dev.type == "cuda" else platform.processor() or "cpu",
+                                 "load_average": _load()}, workload=workload)
     runners = {
         "pagedkit": lambda m, w, p: run_pagedkit(m, w, block_size, p),
         "hf_static": lambda m, w, p: run_hf_static(m, w, batch_size, pad_id=0, progress=p),
@@ -414,7 +441,9 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                     models[name] = build_model(model_name, dev)
                     runners[name](models[name], warmup, _quiet)
                 progress = Progress(name, work.num_output_tokens, log)
+                cpu = time.process_time()
                 result, tokens = runners[name](models[name], work, progress.tick)
+                result.cpu_seconds = time.process_time() - cpu
             except Exception as err:  # report a system that cannot run here, keep the others
                 log(f"  {name} failed: {type(err).__name__}: {err}")
                 failed.add(name)
@@ -433,24 +462,38 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
         result.outputs_differing = max(
             sum(a != b for a, b in zip(toks, reference, strict=True)) for _, toks in runs[name])
         report.results.append(result)
+    report.environment["load_average_end"] = _load()
     if profile:
         log("profiling pagedkit ...")
         report.profile = profile_pagedkit(build_model(model_name, dev), work, block_size)
     return report
 
 
+def _load() -> list[float] | None:
+    """The machine's 1/5/15-minute load averages, where the OS tells them."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def format_report(report: Report) -> str:
-    lines = [f"model={report.model} device={report.device} requests={report.num_requests} "
-             f"mean prompt={report.mean_prompt_len:.1f} mean output={report.mean_output_len:.1f}",
-             f"{'system':<15}{'tok/s':>10}{'x pagedkit':>12}{'TTFT mean':>11}{'TTFT p50':>10}"
-             f"{'KV usage':>10}{'differ':>8}  note"]
+    env = report.environment
+    lines = [f"model={report.model} workload={report.workload} device={report.device} "
+             f"requests={report.num_requests} mean prompt={report.mean_prompt_len:.1f} "
+             f"mean output={report.mean_output_len:.1f} threads={env.get('threads')} "
+             f"load {env.get('load_average')} -> {env.get('load_average_end')}",
+             f"{'system':<15}{'tok/s':>10}{'x pagedkit':>12}{'tok/cpu-s':>11}{'TTFT mean':>11}"
+             f"{'TTFT p50':>10}{'KV usage':>10}{'differ':>8}  note"]
     base = next((r.tokens_per_s for r in report.results if r.system == "pagedkit"), None)
     for r in report.results:
         ratio = f"{r.tokens_per_s / base:.2f}" if base else "-"
         usage = f"{r.kv_usage:.1%}" if r.kv_usage is not None else "n/a"
         spread = (f"; rounds {min(r.round_seconds):.2f}-{max(r.round_seconds):.2f} s"
                   if len(r.round_seconds) > 1 else "")
-        lines.append(f"{r.system:<15}{r.tokens_per_s:>10.1f}{ratio:>12}{r.ttft_mean_s:>10.2f}s"
+        cpu = f"{r.tokens_per_cpu_s:.1f}" if r.tokens_per_cpu_s is not None else "-"
+        lines.append(f"{r.system:<15}{r.tokens_per_s:>10.1f}{ratio:>12}{cpu:>11}"
+                     f"{r.ttft_mean_s:>10.2f}s"
                      f"{r.ttft_p50_s:>9.2f}s{usage:>10}{r.outputs_differing:>8}  {r.note}"
                      f"{spread}")
     share = report.share_of_floor()
@@ -477,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true",
                    help="also print where pagedkit's step time goes")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--workload", choices=WORKLOADS, default="sharegpt",
+                   help="request lengths shaped like this dataset (default sharegpt)")
     p.add_argument("--quick", action="store_true", help="8 requests, tiny model (a smoke run)")
     p.add_argument("--json", help="write the reports here")
     args = p.parse_args(argv)
@@ -495,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         report = benchmark(name, num_requests=requests, scale=args.scale,
                            batch_size=args.batch_size, block_size=args.block_size,
                            device=args.device, systems=systems, rounds=args.rounds,
-                           profile=args.profile)
+                           profile=args.profile, workload=args.workload)
         print(format_report(report), flush=True)
         reports.append(report.as_dict())
     if args.json:
