@@ -2,7 +2,8 @@
 
 ``engine`` is pagedkit against transformers' generate and its continuous
 batching (also ``python -m pagedkit bench``); ``kernels`` the PagedAttention
-kernels against SDPA on a contiguous cache. Each has its own options:
+kernels against SDPA on a contiguous cache; ``widgets`` what recording a
+simulation for the widgets costs per step. Each has its own options:
 ``python -m pagedkit.bench <name> --help``.
 """
 
@@ -18,6 +19,7 @@ from .. import __version__
 BENCHMARKS = {
     "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate"),
     "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA"),
+    "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost"),
 }
 
 

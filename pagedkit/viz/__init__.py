@@ -1,8 +1,8 @@
 """Live widgets: watch blocks being allocated, shared, copied and evicted.
 
-The model and the view are kept apart. A `Recorder` listens to the event
-stream of `pagedkit.memory` and the scheduler and turns it into `Frame`s,
-plain data, one per step. Views draw frames:
+The model and the view are kept apart. A `Recorder` reads the real
+`KVCacheManager` (and the scheduler's queues) at the end of every step into
+a `Frame`, plain data, with the step's events as its log. Views draw frames:
 
 * `BlockMap` — every physical block, colored by its request, filled by its
   tokens, with ref-count badges, copy-on-write flashes, cached and swapped

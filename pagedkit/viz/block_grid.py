@@ -132,5 +132,6 @@ def _hover(frame: Frame, block: int, s: BlockState) -> str:
 
 def _cpu_hover(frame: Frame, cpu: int) -> str:
     s = frame.swapped[cpu]
-    return (f"CPU block {cpu}: swapped out from GPU block {s.from_block}, "
+    source = "" if s.from_block is None else f" from GPU block {s.from_block}"
+    return (f"CPU block {cpu}: swapped out{source}, "
             f"{s.num_tokens}/{frame.block_size} tokens, {_owners(frame, s.owners)}")

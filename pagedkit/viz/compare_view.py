@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .controls import Player
+from .frames import Frame
 from .palette import CELL_SCALE, FILL_SCALE, NUM_INDICES, OWNER_COLORS, owner_color_index, tint
 from .replay import Comparison, ContiguousFrame, paged_waste
 from .view import View, title_layout, title_margin
@@ -139,7 +140,7 @@ class ContiguousVsPaged(View):
         tail.base, tail.x, tail.y = starts + fills, bs - fills, np.full(len(used), _PAGED)
         tok.marker.color = tail.marker.color = pcolor
         tok.hovertext = tail.hovertext = [
-            f"block {b} ({', '.join(map(str, p.blocks[b].owners))}): "
+            f"block {b} (request {_requests(p, p.blocks[b].owners)}): "
             f"{p.blocks[b].num_tokens}/{bs} tokens" for b in used]
         holes = fig.data[5]
         holes.base = np.array([s for s, _ in c.holes])
@@ -170,3 +171,8 @@ class ContiguousVsPaged(View):
                 f"{w['paged_unfilled']} unfilled in last blocks → "
                 f"<b>{w['paged_wasted_share']:.0%} wasted</b>, {p.requests.running} running, "
                 f"{p.requests.waiting} waiting")
+
+
+def _requests(frame: Frame, owners: tuple) -> str:
+    """The requests a paged block's owners serve (sequences of one request once)."""
+    return ", ".join(map(str, dict.fromkeys(map(frame.request, owners)))) or "unknown"

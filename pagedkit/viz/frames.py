@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
+from ..memory.block_table import NULL_BLOCK
+
 #: Block states, as the block map colors them.
 FREE, USED, CACHED = "free", "used", "cached"
 
@@ -31,7 +33,7 @@ class BlockState:
     """
 
     status: str = FREE
-    owners: tuple[Hashable, ...] = ()  # sequences holding a reference, oldest first
+    owners: tuple[Hashable, ...] = ()  # sequences whose page tables hold it
     ref_count: int = 0
     num_tokens: int = 0  # slots holding a token (kept while cached)
 
@@ -49,7 +51,7 @@ class SwappedBlock:
 
     owners: tuple[Hashable, ...]
     num_tokens: int
-    from_block: int  # the GPU block it was copied from
+    from_block: int | None  # the GPU block it was copied from (None: before recording)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,9 @@ class Frame:
     blocks: tuple[BlockState, ...]
     memory: MemoryCounts
     requests: RequestCounts
-    # GPU page tables (sequence -> physical blocks, logical order)
+    # GPU page tables (sequence -> physical blocks, logical order), as the manager
+    # holds them: entry i is logical block i, `NULL_BLOCK` (-1) where a sliding
+    # window released it (`released_blocks` counts those)
     tables: Mapping[Hashable, tuple[int, ...]] = field(default_factory=dict)
     swapped_tables: Mapping[Hashable, tuple[int, ...]] = field(default_factory=dict)  # -> CPU
     swapped: Mapping[int, SwappedBlock] = field(default_factory=dict)  # CPU block -> contents
@@ -112,6 +116,11 @@ class Frame:
     def request(self, seq: Hashable) -> Hashable:
         """The request a sequence serves (the sequence itself when unknown)."""
         return self.request_of.get(seq, seq)
+
+    def released_blocks(self, seq: Hashable) -> int:
+        """Leading logical blocks of `seq` given back by a sliding window."""
+        table = self.tables.get(seq, self.swapped_tables.get(seq, ()))
+        return sum(1 for b in table if b == NULL_BLOCK)
 
     @property
     def sequences(self) -> list[Hashable]:

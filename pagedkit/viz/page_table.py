@@ -3,6 +3,10 @@
 This is the picture of paper Figure 6: to the sequence its KV cache looks
 contiguous (logical blocks 0, 1, 2, ...), while the physical blocks lie
 wherever the allocator found room — ``A: 3 -> 7 -> 9``.
+
+Row *i* is always logical block *i*: the blocks a sliding window released
+stay in the table as released rows (no physical block, no tokens held), so
+a sequence's later blocks keep their true numbers, ``A: released ×2 -> 7 -> 9``.
 """
 
 from __future__ import annotations
@@ -10,15 +14,20 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from ..memory.block_table import NULL_BLOCK
 from .frames import Frame
 
 
 @dataclass(frozen=True, slots=True)
 class PageTableRow:
     logical: int
-    physical: int
+    physical: int | None  # None: released by a sliding window (it holds nothing now)
     num_tokens: int
-    ref_count: int  # sharers of the physical block (1 when not shared)
+    ref_count: int  # sharers of the physical block (1 when not shared, 0 when released)
+
+    @property
+    def released(self) -> bool:
+        return self.physical is None
 
 
 @dataclass(frozen=True)
@@ -33,8 +42,13 @@ class PageTableData:
     block_size: int
 
     @property
-    def physical(self) -> tuple[int, ...]:
+    def physical(self) -> tuple[int | None, ...]:
+        """The physical block of each logical block (None where released)."""
         return tuple(r.physical for r in self.rows)
+
+    @property
+    def num_released(self) -> int:
+        return sum(r.released for r in self.rows)
 
     @property
     def num_tokens(self) -> int:
@@ -43,19 +57,22 @@ class PageTableData:
     def chain(self) -> str:
         """The page table in one line, e.g. ``A: 3 -> 7 -> 9``."""
         prefix = "cpu " if self.where == "cpu" else ""
-        blocks = " -> ".join(f"{prefix}{b}" for b in self.physical) or "(no blocks)"
-        return f"{self.seq}: {blocks}"
+        live = [f"{prefix}{r.physical}" for r in self.rows if not r.released]
+        released = [f"released ×{self.num_released}"] if self.num_released else []
+        return f"{self.seq}: {' -> '.join(released + live) or '(no blocks)'}"
 
 
 def page_table(frame: Frame, seq: Hashable) -> PageTableData:
     """The page table of `seq` at `frame`; raises naming the sequences that exist."""
     if seq in frame.tables:
-        rows = tuple(PageTableRow(i, b, frame.blocks[b].num_tokens,
+        rows = tuple(_released_row(i) if b == NULL_BLOCK else
+                     PageTableRow(i, b, frame.blocks[b].num_tokens,
                                   max(frame.blocks[b].ref_count, 1))
                      for i, b in enumerate(frame.tables[seq]))
         where = "gpu"
     elif seq in frame.swapped_tables:
-        rows = tuple(PageTableRow(i, b, frame.swapped[b].num_tokens,
+        rows = tuple(_released_row(i) if b == NULL_BLOCK else
+                     PageTableRow(i, b, frame.swapped[b].num_tokens,
                                   max(len(frame.swapped[b].owners), 1))
                      for i, b in enumerate(frame.swapped_tables[seq]))
         where = "cpu"
@@ -64,3 +81,7 @@ def page_table(frame: Frame, seq: Hashable) -> PageTableData:
         raise KeyError(f"sequence {seq!r} holds no blocks at step {frame.index}; "
                        f"sequences with blocks: {known}")
     return PageTableData(seq, frame.request(seq), where, rows, frame.block_size)
+
+
+def _released_row(logical: int) -> PageTableRow:
+    return PageTableRow(logical, None, 0, 0)

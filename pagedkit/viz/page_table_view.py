@@ -5,6 +5,8 @@ them, each filled with its tokens. Bottom strip: the whole physical pool,
 block 0 at the left. A line runs from each logical block to its physical
 block, so a learner sees a contiguous sequence scattered over the pool
 (paper Figure 6) — and, after a copy-on-write, one line jump to a new block.
+Blocks a sliding window gave back stay in the top row, pale and unlinked,
+so logical block *i* is always the *i*-th cell.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ from .block_map import as_recorder
 from .controls import Player
 from .frames import Frame
 from .page_table import PageTableData, page_table
-from .palette import CELL_SCALE, FILL_SCALE, NUM_INDICES, color_index, owner_color_index
+from .palette import (
+    CELL_SCALE,
+    FILL_SCALE,
+    FREE_INDEX,
+    NUM_INDICES,
+    color_index,
+    owner_color_index,
+)
 from .view import View, title_layout, title_margin
 
 _MAX_ROWS = 64  # logical blocks drawn; longer sequences are cut with a note
@@ -138,12 +147,15 @@ class PageTable(View):
         centers = (np.arange(len(rows)) + 0.5) * slot - 0.5
         width = np.full(len(rows), slot * 0.9)
         fill = np.array([r.num_tokens / frame.block_size for r in rows])
-        color = np.full(len(rows), owner_color_index(frame.request(data.seq), first_seen)
-                        if data else 0)
+        owner = owner_color_index(frame.request(data.seq), first_seen) if data else 0
+        color = np.array([FREE_INDEX if r.released else owner for r in rows], dtype=int)
         cells.x, cells.base, cells.y, cells.width = centers, np.full(len(rows), 1.5), \
             np.full(len(rows), 0.7), width
         cells.marker.color = color
-        cells.hovertext = [f"logical block {r.logical} → physical block {r.physical}: "
+        cells.hovertext = [f"logical block {r.logical}: released (the sliding window has "
+                           "passed it; its physical block went back to the pool)"
+                           if r.released else
+                           f"logical block {r.logical} → physical block {r.physical}: "
                            f"{r.num_tokens}/{frame.block_size} tokens"
                            + (f", shared ×{r.ref_count}" if r.ref_count > 1 else "")
                            for r in rows]
@@ -154,10 +166,12 @@ class PageTable(View):
         labels.text = [f"L{r.logical}" + (f" ×{r.ref_count}" if r.ref_count > 1 else "")
                        for r in rows]
         on_gpu = data is not None and data.where == "gpu"
-        phys = np.array([r.physical for r in rows]) if on_gpu else np.array([])
+        linked = [(c, r.physical) for c, r in zip(centers, rows, strict=True)
+                  if on_gpu and not r.released]
+        phys = np.array([p for _, p in linked])
         lx: list[float | None] = []
         ly: list[float | None] = []
-        for c, p in zip(centers, phys, strict=False):
+        for c, p in linked:
             lx += [c, float(p), None]
             ly += [1.5, 0.5, None]
         links.x, links.y = lx, ly
@@ -180,13 +194,16 @@ class PageTable(View):
         chain = data.chain()
         if len(chain) > 80:
             chain = chain[:77] + "..."
-        filled = len(data.rows) * data.block_size
+        live = len(data.rows) - data.num_released
+        filled = live * data.block_size
         note = " · swapped out: on the CPU" if data.where == "cpu" else ""
+        if data.num_released:
+            note += f" · logical blocks 0-{data.num_released - 1} released (sliding window)"
         more = f" · first {_MAX_ROWS} of {len(data.rows)} blocks drawn" \
             if len(data.rows) > _MAX_ROWS else ""
         request = f" (request {data.request})" if data.request != data.seq else ""
         return (f"<b>{self._step_label(index)}</b> · sequence {data.seq}{request}: "
-                f"{data.num_tokens} tokens in {len(data.rows)} blocks, "
+                f"{data.num_tokens} tokens in {live} blocks, "
                 f"{filled - data.num_tokens} slots unfilled{note}{more}<br>"
                 f"page table {chain}")
 

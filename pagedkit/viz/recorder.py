@@ -1,32 +1,39 @@
-"""The recorder: turns the event stream into frames, one per scheduler step.
+"""The recorder: one frame per scheduler step, read from the real memory.
 
-It listens to one `EventBus` — the engine's, the simulator's, or a bare
-`KVCacheManager`'s — and folds every event into its own picture of the pool:
-who owns each block, how full it is, which blocks are shared, cached or
-swapped out, and each sequence's page table. At every ``STEP`` event it cuts
-a `Frame`. It only listens: nothing it does reaches back into the engine.
+When a step ends (the scheduler's ``STEP`` event, or `Recorder.cut` by hand)
+the recorder *reads* what it draws, never re-derives it (issue #11):
 
-Two things are not on the bus and are inferred instead:
+* the GPU pool from the `KVCacheManager`'s allocator (``ref_count``,
+  ``num_tokens``, ``block_hash``; ``stats()`` for the totals);
+* every sequence's page table from ``kv.tables()`` and, for swapped-out
+  ones, ``kv.swapped_tables()`` into ``kv.swap_pool`` — a block's owners are
+  the sequences whose tables hold it;
+* the requests' queues (how many run, wait and are swapped out; which
+  request each sequence holding memory serves) from the scheduler, when
+  there is one: the engine's
+  `Scheduler` or a `pagedkit.sim.Simulator`. A bare `KVCacheManager` has no
+  queues: its sequences with GPU blocks count as running, those swapped out
+  as swapped (or the ``Step`` event's own counts, when it carries them), and
+  the `Admit` events name their requests.
 
-* the CPU-side owners of a swapped-out block: a sequence whose GPU blocks were
-  all copied out in the swap that is under way, and which then frees them,
-  moved to CPU memory (`KVCacheManager.swap_out` moves whole sequences). The
-  CPU pool itself emits nothing, so a swapped-out sequence leaves it at its
-  ``FINISH`` event (the scheduler's abort), or when it is swapped back in;
-* the waiting queue: requests that arrived but were never admitted make no
-  event, so ``waiting`` counts requests preempted for recompute — unless the
-  `Step` event carries the scheduler's own counts (``running``, ``waiting``,
-  ``swapped``), which are then taken as they are.
+Events stay what they are: the log of what happened during the step —
+copy-on-write copies, preemptions, the GPU block each CPU block was swapped
+out from, how many events of each kind — all typed fields, no text to parse.
+They also say *where* to look: a step re-reads only the blocks its events
+name (every change to a block is announced on the bus) and keeps the
+records of the others, so a 4,096-block pool costs what the step touched,
+not the whole pool. `tests/viz/test_viz_recorder.py` compares every frame
+with a full, independent reading of the manager.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from .._validation import check_int
-from ..memory import BlockAllocator, Event, EventBus, EventKind
+from ..memory import Event, EventBus, EventKind, KVCacheManager
+from ..memory.block_table import NULL_BLOCK
 from ..scheduler.events import Admit, Finish, Preempt, SchedulerEventKind, Step
 from .frames import (
     CACHED,
@@ -34,7 +41,6 @@ from .frames import (
     RUNNING,
     SWAPPED,
     USED,
-    WAITING,
     BlockState,
     Frame,
     MemoryCounts,
@@ -44,79 +50,90 @@ from .frames import (
 
 FrameListener = Callable[[Frame], None]
 
-# The scheduler's busiest state of a request's sequences names the request's queue.
-_QUEUE_RANK = {RUNNING: 0, SWAPPED: 1, WAITING: 2}
-
 
 class Recorder:
-    """Record a pool of `num_blocks` blocks of `block_size` slots from `events`.
+    """Record the pool of `kv` (a `KVCacheManager`), and the queues of
+    `scheduler` if given (anything with ``running``, ``waiting`` and
+    ``swapped`` lists of request groups, each with a ``request_id`` and
+    ``seqs`` whose items have a ``seq_id``: the engine's `Scheduler`, a
+    `pagedkit.sim.Simulator`). `request_name` maps a group's request id to
+    the name shown (by default the id itself). With `cut_on_step` false,
+    frames are cut only by `cut`.
 
     >>> from pagedkit.memory import KVCacheManager
     >>> kv = KVCacheManager(num_blocks=8, block_size=4)
-    >>> rec = Recorder(kv.events, num_blocks=8, block_size=4)
-    >>> _ = kv.allocate_slots("A", [1, 2, 3, 4, 5]); rec.cut()
+    >>> rec = Recorder(kv)
+    >>> _ = kv.allocate_slots("A", [1, 2, 3, 4, 5]); _ = rec.cut()
     >>> rec[-1].tables["A"], rec[-1].memory.used
     ((0, 1), 2)
     """
 
-    def __init__(self, events: EventBus, num_blocks: int, block_size: int) -> None:
-        self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
-        self.block_size = check_int("block_size", block_size, minimum=1)
+    def __init__(self, kv: KVCacheManager, scheduler: Any = None, *,
+                 request_name: Callable[[Hashable], Hashable] | None = None,
+                 cut_on_step: bool = True) -> None:
+        if isinstance(kv, EventBus):
+            raise TypeError("a Recorder reads the pool it draws: give it the KVCacheManager "
+                            "(Recorder(kv)), or use Recorder.attach(llm / engine / simulator)")
+        if not isinstance(kv, KVCacheManager):
+            raise TypeError(f"Recorder needs a pagedkit.memory.KVCacheManager, got "
+                            f"{type(kv).__name__}; Recorder.attach(source) finds one in an LLM, "
+                            "an LLMEngine or a paged Simulator")
+        if scheduler is not None and not all(hasattr(scheduler, q) for q in _QUEUES):
+            raise TypeError(f"scheduler {type(scheduler).__name__} has no running / waiting / "
+                            "swapped queues to read")
+        self.kv, self.scheduler = kv, scheduler
+        self.request_name = request_name
+        self.cut_on_step = cut_on_step
+        pool = kv.allocator
+        self.num_blocks, self.block_size = pool.num_blocks, pool.block_size
         self.frames: list[Frame] = []
         #: Requests (or sequences without one) in the order first seen holding
         #: blocks at a cut: what keeps a request's color stable.
         self.first_seen: dict[Hashable, int] = {}
         #: One more than the highest CPU swap block ever used (sizes the swap area).
         self.cpu_blocks_seen = 0
+        # The last reading of every block; the first cut reads them all.
         self._blocks: list[BlockState] = [EMPTY_BLOCK] * self.num_blocks
-        self._used = self._cached = self._shared = self._tokens = 0
-        # Page tables are tuples, replaced on change, so a cut copies only the dict.
-        self._tables: dict[Hashable, tuple[int, ...]] = {}
-        self._swapped_tables: dict[Hashable, tuple[int, ...]] = {}
-        self._swapped: dict[int, SwappedBlock] = {}
-        self._request_of: dict[Hashable, Hashable] = {}
-        self._status: dict[Hashable, str] = {}
-        self._swap_out_run: dict[int, int] = {}  # GPU -> CPU copies of the swap under way
-        self._run_freers: set[Hashable] = set()  # sequences that freed during that swap
-        self._swap_in_run: set[int] = set()  # GPU blocks filled by swap-ins this step
+        self._shared = 0
+        self._dirty: set[int] = set(range(self.num_blocks))
+        self._filled: set[int] = set()  # written into, nothing else
+        # The step's log, from the events.
         self._copies: list[tuple[int, int]] = []
-        self._preempted: set[Hashable] = set()  # requests preempted in this step
+        self._preempted: set[Hashable] = set()
         self._kinds: Counter[EventKind | SchedulerEventKind] = Counter()
-        self._queue_override: RequestCounts | None = None  # from a Step event's counts
+        self._step_counts: RequestCounts | None = None
+        self._from_gpu: dict[int, int] = {}  # CPU block -> the GPU block it was swapped out from
+        self._last_swap: tuple[dict, dict[int, SwappedBlock]] = ({}, {})
+        self._admitted: dict[Hashable, Hashable] = {}  # seq -> request, from Admit events
         self._listeners: list[FrameListener] = []
         self._handlers = {
-            EventKind.ALLOCATE: self._allocate, EventKind.APPEND: self._append,
-            EventKind.FREE: self._free, EventKind.FORK: self._fork, EventKind.COW: self._cow,
-            EventKind.CACHE_HIT: self._cache_hit, EventKind.EVICT: self._evict,
-            EventKind.SWAP_OUT: self._swap_out, EventKind.SWAP_IN: self._swap_in,
-            SchedulerEventKind.ADMIT: self._admit, SchedulerEventKind.PREEMPT: self._preempt,
-            SchedulerEventKind.FINISH: self._finish, SchedulerEventKind.STEP: self._step,
+            EventKind.APPEND: self._appended, EventKind.COW: self._cow,
+            EventKind.SWAP_OUT: self._swap_out,
+            EventKind.SWAP_IN: self._touched, SchedulerEventKind.ADMIT: self._admit,
+            SchedulerEventKind.PREEMPT: self._preempt, SchedulerEventKind.FINISH: self._finish,
+            SchedulerEventKind.STEP: self._step,
         }
-        self._unsubscribe: Callable[[], None] | None = events.subscribe(self.on_event)
+        self._unsubscribe: Callable[[], None] | None = kv.events.subscribe(self.on_event)
         self.cut()
 
     @classmethod
     def attach(cls, source: Any) -> Recorder:
-        """Record whatever `source` is: an `LLM`, an `LLMEngine`, a simulator or a
-        `KVCacheManager` — anything with an ``events`` bus and a block pool.
-
-        Blocks already in use are taken from the pool (reading only); their
-        owners are unknown to a recorder that was not listening when they
-        were allocated, so attach before the first request when you can.
-        """
+        """Record whatever `source` is: an `LLM`, an `LLMEngine`, a paged
+        `pagedkit.sim.Simulator` or a `KVCacheManager` (anything holding a
+        KVCacheManager at ``.kv``, ``.memory_manager`` or ``.memory.kv``; its
+        queues are read from ``.scheduler``, or from the source itself)."""
         source = getattr(source, "llm_engine", source)
-        events = getattr(source, "events", None)
-        pool = _find_pool(source)
-        if not isinstance(events, EventBus) or pool is None:
+        kv = source if isinstance(source, KVCacheManager) else _find_kv(source)
+        if kv is None:
             raise TypeError(
-                f"cannot record {type(source).__name__}: expected an object with an `events` "
-                "EventBus and a block pool (`.kv.allocator`, `.memory.kv.allocator` or "
-                "`.allocator`), such as LLM, LLMEngine, KVCacheManager or a paged "
-                "pagedkit.sim Simulator (Simulator(trace, 'paged'))")
-        rec = cls(events, pool.num_blocks, pool.block_size)
-        if pool.num_free_blocks != pool.num_blocks or pool.num_cached_blocks:
-            rec._seed(pool)
-        return rec
+                f"cannot record {type(source).__name__}: expected an object with a "
+                "KVCacheManager (`.kv`, `.memory_manager` or `.memory.kv`) and its `events` "
+                "bus, such as LLM, LLMEngine, KVCacheManager or a paged pagedkit.sim "
+                "Simulator (Simulator(trace, 'paged'))")
+        scheduler = next((s for s in (getattr(source, "scheduler", None), source)
+                          if s is not None and s is not kv
+                          and all(hasattr(s, q) for q in _QUEUES)), None)
+        return cls(kv, scheduler)
 
     # ---------------------------------------------------------------- reading
     def __len__(self) -> int:
@@ -156,234 +173,192 @@ class Recorder:
 
     # ---------------------------------------------------------------- cutting
     def cut(self, step: int | None = None) -> Frame:
-        """Snapshot the pool as a new frame. ``STEP`` events do this; call it
-        yourself when driving a `KVCacheManager` by hand."""
-        present = {*self._tables, *self._swapped_tables, *self._status}
-        for seq in (*self._tables, *self._swapped_tables):
-            self._seen(self._request_of.get(seq, seq))
+        """Read the memory (and queues) now as a new frame. ``STEP`` events do
+        this; call it yourself when driving a `KVCacheManager` by hand."""
+        kv = self.kv
+        tables = {seq: tuple(t.blocks) for seq, t in kv.tables().items() if t.blocks}
+        swapped_tables = {seq: tuple(t.blocks) for seq, t in kv.swapped_tables().items()
+                          if t.blocks}
+        self._read_blocks(tables)
+        swapped = self._read_swap_pool(swapped_tables)
+        request_of, seq_status, requests = self._read_queues(tables, swapped_tables)
+        for seq in (*tables, *swapped_tables):
+            key = request_of.get(seq, seq)
+            if key not in self.first_seen:
+                self.first_seen[key] = len(self.first_seen)
+        stats = kv.stats()
         frame = Frame(
             index=len(self.frames),
             step=step,
             block_size=self.block_size,
             blocks=tuple(self._blocks),
-            memory=MemoryCounts(used=self._used, cached=self._cached,
-                                free=self.num_blocks - self._used - self._cached,
-                                shared=self._shared, tokens=self._tokens,
-                                swapped=len(self._swapped)),
-            requests=self._request_counts(),
-            tables=dict(self._tables),
-            swapped_tables=dict(self._swapped_tables),
-            swapped=dict(self._swapped),
-            request_of={s: self._request_of[s] for s in present if s in self._request_of},
-            seq_status=dict(self._status),
+            memory=MemoryCounts(used=stats.used_blocks, cached=stats.cached_blocks,
+                                free=stats.free_blocks, shared=self._shared,
+                                tokens=stats.tokens_stored, swapped=stats.swapped_blocks),
+            requests=requests,
+            tables=tables,
+            swapped_tables=swapped_tables,
+            swapped=swapped,
+            request_of=request_of,
+            seq_status=seq_status,
             copies=tuple(self._copies),
             preemptions=len(self._preempted),
             event_counts={kind.value: n for kind, n in self._kinds.items()},
         )
         self.frames.append(frame)
         self._copies, self._preempted, self._kinds = [], set(), Counter()
-        self._swap_in_run.clear()
-        self._queue_override = None
+        self._step_counts = None
         for listener in list(self._listeners):
             listener(frame)
         return frame
 
-    def _request_counts(self) -> RequestCounts:
-        if self._queue_override is not None:
-            return self._queue_override
-        queue: dict[Hashable, str] = {}
-        for seq, status in self._status.items():
-            request = self._request_of.get(seq, seq)
-            if status in _QUEUE_RANK and _QUEUE_RANK[status] < _QUEUE_RANK.get(
-                    queue.get(request, ""), 9):
-                queue[request] = status
-        counts = Counter(queue.values())
-        return RequestCounts(running=counts[RUNNING], waiting=counts[WAITING],
-                             swapped=counts[SWAPPED])
+    def _read_blocks(self, tables: dict[Hashable, tuple[int, ...]]) -> None:
+        """Read the blocks the events named since the last cut (all, the first time).
 
-    # ---------------------------------------------------------------- folding
+        A block that was only written into (``APPEND``: one owner, the writer) needs
+        only its fill read again; any change of owners or ref count is an event of its
+        own (allocate, fork, free, copy-on-write, cache hit) and reads it whole."""
+        pool, dirty = self.kv.allocator, self._dirty
+        for b in self._filled - dirty:
+            old = self._blocks[b]
+            self._blocks[b] = BlockState(old.status, old.owners, old.ref_count,
+                                         pool.num_tokens(b))
+        self._filled = set()
+        if not dirty:
+            return
+        owners: dict[int, list[Hashable]] = {b: [] for b in dirty}
+        for seq, blocks in tables.items():
+            for b in dirty.intersection(blocks):  # a set operation: the loop is over hits
+                owners[b].append(seq)
+        for b in dirty:
+            ref = pool.ref_count(b)
+            if ref:
+                state = BlockState(USED, tuple(owners[b]), ref, pool.num_tokens(b))
+            elif pool.block_hash(b) is not None:
+                state = BlockState(CACHED, (), 0, pool.num_tokens(b))
+            else:
+                state = EMPTY_BLOCK
+            old = self._blocks[b]
+            if state != old:
+                self._shared += state.is_shared - old.is_shared
+                self._blocks[b] = state
+        self._dirty = set()
+
+    def _read_swap_pool(self, swapped_tables: dict[Hashable, tuple[int, ...]]
+                        ) -> dict[int, SwappedBlock]:
+        """The CPU blocks the swapped-out tables point at. The CPU pool emits no
+        events, but its blocks change only with the tables pointing at them: while
+        those are as at the last cut, so is the swap area."""
+        if not swapped_tables:
+            return {}
+        last_tables, last_swapped = self._last_swap
+        if swapped_tables == last_tables:
+            return last_swapped
+        cpu_pool = self.kv.swap_pool
+        owners: dict[int, list[Hashable]] = {}
+        for seq, blocks in swapped_tables.items():
+            for c in blocks:
+                if c != NULL_BLOCK:
+                    owners.setdefault(c, []).append(seq)
+        self.cpu_blocks_seen = max(self.cpu_blocks_seen, max(owners, default=-1) + 1)
+        swapped = {c: SwappedBlock(tuple(seqs), cpu_pool.num_tokens(c), self._from_gpu.get(c))
+                   for c, seqs in sorted(owners.items())}
+        self._last_swap = (swapped_tables, swapped)
+        return swapped
+
+    def _read_queues(self, tables, swapped_tables):
+        """Which request each sequence serves, each sequence's queue, and the queue sizes."""
+        request_of: dict[Hashable, Hashable] = {}
+        status: dict[Hashable, str] = {}
+        sched = self.scheduler
+        if sched is not None:
+            # Waiting requests hold no memory (a recompute preemption freed it): they are
+            # counted, not listed, so a queue of thousands costs nothing per step.
+            name = self.request_name
+            for queue_status, queue in ((RUNNING, sched.running), (SWAPPED, sched.swapped)):
+                for group in queue:
+                    request = group.request_id if name is None else name(group.request_id)
+                    for seq in _unfinished(group):
+                        request_of[seq.seq_id] = request
+                        status[seq.seq_id] = queue_status
+            return request_of, status, RequestCounts(
+                running=len(sched.running), waiting=len(sched.waiting),
+                swapped=len(sched.swapped))
+        # A bare manager: no queues; memory says who runs and who is swapped out.
+        for seq in tables:
+            status[seq] = RUNNING
+        for seq in swapped_tables:
+            status[seq] = SWAPPED
+        for seq in status:
+            if seq in self._admitted:
+                request_of[seq] = self._admitted[seq]
+        if self._step_counts is not None:
+            return request_of, status, self._step_counts
+        running = {request_of.get(s, s) for s in tables}
+        away = {request_of.get(s, s) for s in swapped_tables}
+        return request_of, status, RequestCounts(running=len(running), swapped=len(away))
+
+    # --------------------------------------------------------------- the log
     def on_event(self, event: Event | Admit | Preempt | Finish | Step) -> None:
-        """Fold one event into the picture (the bus calls this)."""
+        """Note one event (the bus calls this): which block it touched, and
+        what the step's log keeps of it."""
         kind = event.kind
         self._kinds[kind] += 1
-        if self._swap_out_run and kind is not EventKind.FREE and kind is not EventKind.SWAP_OUT:
-            self._swap_out_run.clear()
-            self._run_freers.clear()
-        self._handlers[kind](event)
-
-    def _set(self, block: int, state: BlockState) -> None:
-        """Replace a block's record, keeping the pool totals in step."""
-        old = self._blocks[block]
-        self._used += (state.status == USED) - (old.status == USED)
-        self._cached += (state.status == CACHED) - (old.status == CACHED)
-        self._shared += state.is_shared - old.is_shared
-        self._tokens += ((state.num_tokens if state.status == USED else 0)
-                         - (old.num_tokens if old.status == USED else 0))
-        self._blocks[block] = state
-
-    def _seen(self, key: Hashable) -> None:
-        if key not in self.first_seen:
-            self.first_seen[key] = len(self.first_seen)
-
-    def _take(self, seq: Hashable | None, block: int) -> None:
-        """`seq`'s page table grows by `block`."""
-        if seq is not None:
-            self._tables[seq] = (*self._tables.get(seq, ()), block)
-
-    def _allocate(self, e: Event) -> None:
-        owners = () if e.seq is None else (e.seq,)
-        self._set(e.block, BlockState(USED, owners, 1, 0))
-        self._take(e.seq, e.block)
-
-    def _append(self, e: Event) -> None:
-        b = self._blocks[e.block]
-        self._set(e.block, BlockState(b.status, b.owners, b.ref_count, e.num_tokens))
-
-    def _fork(self, e: Event) -> None:
-        b = self._blocks[e.block]
-        if e.block in self._swap_in_run and e.seq in self._swapped_tables:
-            self._back_from_cpu(e.seq)  # a group member sharing a block that came back
-        elif b.owners and e.seq is not None and e.seq not in self._request_of:
-            parent = b.owners[0]  # a new sample of the same request: same color, same queue
-            if parent in self._request_of:
-                self._request_of[e.seq] = self._request_of[parent]
-            if parent in self._status:
-                self._status.setdefault(e.seq, self._status[parent])
-        self._set(e.block, BlockState(USED, _plus(b.owners, e.seq), e.ref_count, b.num_tokens))
-        self._take(e.seq, e.block)
-
-    def _cache_hit(self, e: Event) -> None:
-        b = self._blocks[e.block]
-        self._set(e.block, BlockState(USED, _plus(b.owners, e.seq), e.ref_count, e.num_tokens))
-        self._take(e.seq, e.block)
-
-    def _free(self, e: Event) -> None:
-        b = self._blocks[e.block]
-        table = self._tables.get(e.seq)
-        if self._swap_out_run and table is not None and e.seq not in self._run_freers:
-            # A sequence's first free in a swap decides: all its blocks copied out
-            # means it moved (its frees run last-first, so later ones see less).
-            self._run_freers.add(e.seq)
-            if all(x in self._swap_out_run for x in table):
-                self._to_cpu(e.seq, table)
-        if e.ref_count:
-            self._set(e.block, BlockState(USED, _minus(b.owners, e.seq), e.ref_count,
-                                          b.num_tokens))
-        elif e.cached:
-            self._set(e.block, BlockState(CACHED, (), 0, b.num_tokens))
+        handler = self._handlers.get(kind)
+        if handler is None:  # allocate, free, fork, cache hit, evict
+            self._dirty.add(event.block)
         else:
-            self._set(e.block, EMPTY_BLOCK)
-        if table is not None:
-            table = _without_last(table, e.block)
-            if table:
-                self._tables[e.seq] = table
-            else:
-                del self._tables[e.seq]
+            handler(event)
+
+    def _appended(self, e: Event) -> None:
+        self._filled.add(e.block)
+
+    def _touched(self, e: Event) -> None:
+        self._dirty.add(e.block)
 
     def _cow(self, e: Event) -> None:
-        src = self._blocks[e.src]
-        self._set(e.src, BlockState(src.status, _minus(src.owners, e.seq), e.ref_count,
-                                    src.num_tokens))
-        new = self._blocks[e.block]
-        self._set(e.block, BlockState(USED, new.owners, new.ref_count, e.num_tokens))
-        table = self._tables.get(e.seq)
-        if table is not None and table[-1] == e.block and e.src in table:
-            table = table[:-1]  # the allocation just before this event appended it
-            at = len(table) - 1 - table[::-1].index(e.src)
-            self._tables[e.seq] = (*table[:at], e.block, *table[at + 1:])
+        self._dirty.add(e.block)
+        self._dirty.add(e.src)
         self._copies.append((e.src, e.block))
 
-    def _evict(self, e: Event) -> None:
-        if self._blocks[e.block].status == CACHED:
-            self._set(e.block, EMPTY_BLOCK)
-
     def _swap_out(self, e: Event) -> None:
-        gpu, cpu = e.src, e.block
-        self._swap_out_run[gpu] = cpu
-        self.cpu_blocks_seen = max(self.cpu_blocks_seen, cpu + 1)
-        self._swapped[cpu] = SwappedBlock((), self._blocks[gpu].num_tokens, gpu)
-
-    def _to_cpu(self, seq: Hashable, table: tuple[int, ...]) -> None:
-        cpu_blocks = tuple(self._swap_out_run[b] for b in table)
-        self._swapped_tables[seq] = cpu_blocks
-        for cpu in dict.fromkeys(cpu_blocks):
-            s = self._swapped[cpu]
-            self._swapped[cpu] = SwappedBlock(_plus(s.owners, seq), s.num_tokens, s.from_block)
-        self._status[seq] = SWAPPED
-
-    def _swap_in(self, e: Event) -> None:
-        self._swap_in_run.add(e.block)
-        if e.seq in self._swapped_tables:
-            self._back_from_cpu(e.seq)
-
-    def _back_from_cpu(self, seq: Hashable) -> None:
-        for cpu in dict.fromkeys(self._swapped_tables.pop(seq)):
-            s = self._swapped[cpu]
-            owners = _minus(s.owners, seq)
-            if owners:
-                self._swapped[cpu] = SwappedBlock(owners, s.num_tokens, s.from_block)
-            else:
-                del self._swapped[cpu]
-        self._status[seq] = RUNNING
+        self._dirty.add(e.src)  # `block` is the CPU block
+        self._from_gpu[e.block] = e.src
 
     def _admit(self, e: Admit) -> None:
-        if e.request_id is not None:
-            self._request_of[e.seq] = e.request_id
-        self._status[e.seq] = RUNNING
+        self._admitted[e.seq] = e.request_id
 
     def _preempt(self, e: Preempt) -> None:
-        self._status[e.seq] = SWAPPED if e.mode == "swap" else WAITING
         # one decision per request: the sequences of a group are preempted together
-        self._preempted.add(self._request_of.get(e.seq, e.seq))
+        request = self._admitted.get(e.seq, e.seq) if e.request_id is None else e.request_id
+        self._preempted.add(request)
 
     def _finish(self, e: Finish) -> None:
-        self._status.pop(e.seq, None)
-        if e.seq in self._swapped_tables:  # aborted while swapped out: its CPU blocks go
-            self._back_from_cpu(e.seq)
-            self._status.pop(e.seq, None)
+        self._admitted.pop(e.seq, None)
 
     def _step(self, e: Step) -> None:
-        known = e.running is not None and e.waiting is not None and e.swapped is not None
-        self._queue_override = RequestCounts(running=e.running, waiting=e.waiting,
-                                             swapped=e.swapped) if known else None
-        self.cut(e.step)
-
-    def _seed(self, pool: BlockAllocator) -> None:
-        """Take over blocks that were in use before we listened (owners unknown)."""
-        for block in range(pool.num_blocks):
-            ref = pool.ref_count(block)
-            if ref:
-                self._set(block, BlockState(USED, (), ref, pool.num_tokens(block)))
-            elif pool.block_hash(block) is not None:
-                self._set(block, BlockState(CACHED, (), 0, pool.num_tokens(block)))
-        self.frames.clear()
-        self.cut()
+        if e.running is not None and e.waiting is not None and e.swapped is not None:
+            self._step_counts = RequestCounts(running=e.running, waiting=e.waiting,
+                                              swapped=e.swapped)
+        if self.cut_on_step:
+            self.cut(e.step)
 
 
-def _find_pool(source: Any) -> BlockAllocator | None:
-    for path in (("kv", "allocator"), ("memory", "kv", "allocator"), ("allocator",)):
+_QUEUES = ("running", "waiting", "swapped")
+
+
+def _find_kv(source: Any) -> KVCacheManager | None:
+    for path in (("kv",), ("memory_manager",), ("memory", "kv")):
         obj = source
         for name in path:
             obj = getattr(obj, name, None)
-        if isinstance(obj, BlockAllocator):
+        if isinstance(obj, KVCacheManager):
             return obj
     return None
 
 
-def _plus(owners: tuple, seq: Hashable | None) -> tuple:
-    return owners if seq is None else (*owners, seq)
-
-
-def _minus(owners: tuple, seq: Hashable | None) -> tuple:
-    if seq not in owners:
-        return owners
-    i = owners.index(seq)
-    return owners[:i] + owners[i + 1:]
-
-
-def _without_last(table: tuple[int, ...], block: int) -> tuple[int, ...]:
-    """`table` less the last occurrence of `block` (frees run last-first: usually the end)."""
-    if table[-1] == block:
-        return table[:-1]
-    at = len(table) - 1 - table[::-1].index(block)
-    return table[:at] + table[at + 1:]
+def _unfinished(group: Any) -> Iterable[Any]:
+    """A group's sequences still in flight (the engine keeps finished ones in
+    ``seqs``; the simulator moves them out)."""
+    unfinished = getattr(group, "unfinished_seqs", None)
+    return unfinished() if unfinished is not None else group.seqs

@@ -20,9 +20,11 @@ is skipped; `Comparison.times` says when each frame is). Pass ``model=`` (a `Lat
 to replay a simulator trace in seconds; frames then fall where either side
 ends an iteration, each side shown after its iteration in progress.
 
-The paged simulator's events are passed on to a `Recorder` (its sequences
-named after their requests), so its frames are the very frames the block
-map draws.
+The paged side is recorded by a `Recorder` reading the paged simulator's
+own `KVCacheManager` and queues at each moment (its requests named as in
+the trace), so its frames are the very frames the block map draws. Whether
+a request can ever fit is the simulators' own rule (`never_fits` of their
+memories), asked before anything runs.
 """
 
 from __future__ import annotations
@@ -30,13 +32,12 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, replace
-from itertools import chain
 from typing import Any
 
 from .._validation import check_choice, check_int
-from ..memory import POLICIES, ContiguousAllocator, ContiguousStats, EventBus
-from ..scheduler import SchedulerEventKind, Step
+from ..memory import POLICIES, ContiguousAllocator, ContiguousStats
 from ..sim import LatencyModel, ManagerSpec, ModelPreset, Simulator, StepClock, Trace, TraceRequest
+from ..sim.managers import Group, Seq
 from .frames import Frame
 from .recorder import Recorder
 
@@ -163,17 +164,10 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
             raise ValueError(f"request {name!r} arrives at {r.arrival!r}; give a time >= 0")
     max_seq_len = check_int("max_seq_len", max_seq_len or max(r.total_len for r in trace),
                             minimum=1)
-    regions = ContiguousAllocator(capacity, policy, max_seq_len)
     for r, name in zip(trace, names, strict=True):
         if r.total_len > max_seq_len:
             raise ValueError(f"request {name!r} needs {r.total_len} tokens > max_seq_len "
                              f"{max_seq_len}")
-        if -(-r.total_len // block_size) > num_blocks:
-            raise ValueError(f"request {name!r} needs {r.total_len} tokens, more than the "
-                             f"{capacity} slots of {num_blocks} blocks of {block_size}")
-        if (size := regions.reservation_size(r.prompt_len, r.output_len)) > capacity:
-            raise ValueError(f"request {name!r}'s {policy} region of {size} slots is more "
-                             f"than the {capacity} slots")
 
     # The simulators take requests in arrival order, numbered from 0.
     order = sorted(range(len(trace)), key=lambda i: trace[i].arrival)
@@ -185,12 +179,14 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
         StepClock() if model is None else LatencyModel(model)
     clock = replace(clock, preset=replace(clock.preset, max_seq_len=max_seq_len))
     options.setdefault("prefill", "mixed")
-    bus = EventBus()
     paged = Simulator(sim_trace, ManagerSpec("paged", block_size), model=clock,
-                      capacity_slots=capacity, events=bus, **options)
+                      capacity_slots=capacity, **options)
     contiguous = Simulator(sim_trace, ManagerSpec(policy), model=clock, capacity_slots=capacity,
                            **options)
-    paged_side = _PagedSide(paged, bus, names, num_blocks, block_size)
+    _refuse_what_never_fits(sim_trace, names, (paged, contiguous))
+    # one frame per moment of the replay, not per paged iteration: cut by hand
+    recorder = Recorder(paged.memory_manager, paged, request_name=names.__getitem__,
+                        cut_on_step=False)
     frames = [_contiguous_frame(0, contiguous, names)]
     times = [0.0]
     sides = (paged, contiguous)
@@ -202,12 +198,23 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
         sides[k].step()
         now = sides[k].now
         sides[1 - k].advance_to(now)  # the other catches up to that moment
-        paged_side.cut()
+        recorder.cut(paged.step_count)
         frames.append(_contiguous_frame(len(frames), contiguous, names))
         times.append(now)
-    paged_side.recorder.close()
-    return Comparison(policy, block_size, capacity, tuple(frames),
-                      tuple(paged_side.recorder.frames), paged_side.recorder, tuple(times))
+    recorder.close()
+    return Comparison(policy, block_size, capacity, tuple(frames), tuple(recorder.frames),
+                      recorder, tuple(times))
+
+
+def _refuse_what_never_fits(trace: Trace, names: list[str], sims: tuple[Simulator, ...]) -> None:
+    """A request either side's memory could never hold is refused up front, in
+    the simulator's own words (it would otherwise abort it mid-replay)."""
+    for r, name in zip(trace.requests, names, strict=True):
+        group = Group(r, r.prompt_len, [Seq(0, r.output_len)])
+        for sim in sims:
+            if (why := sim.memory.never_fits(group)) is not None:
+                raise ValueError(f"request {name!r} never fits the {sim.spec.label} memory of "
+                                 f"{sim.capacity} slots: it {why}")
 
 
 def _contiguous_frame(index: int, sim: Simulator, names: list[str]) -> ContiguousFrame:
@@ -222,38 +229,3 @@ def _contiguous_frame(index: int, sim: Simulator, names: list[str]) -> Contiguou
                     for r in mem.regions())
     return ContiguousFrame(index, regions, tuple(mem.holes()), stats, len(sim.running),
                            len(sim.waiting), external, next_size)
-
-
-class _PagedSide:
-    """Passes the paged simulator's events on to a recorder, its sequences and
-    admissions named after their requests; cuts a frame when told to, so both
-    sides have one frame per moment."""
-
-    def __init__(self, sim: Simulator, bus: EventBus, names: list[str], num_blocks: int,
-                 block_size: int) -> None:
-        self.sim, self.names = sim, names
-        self.out = EventBus()
-        self.recorder = Recorder(self.out, num_blocks, block_size)
-        self._name_of: dict[Hashable, str] = {}
-        bus.subscribe(self._forward)
-
-    def _seq_name(self, seq: Hashable) -> Hashable:
-        if seq not in self._name_of:  # first seen when admitted, from the waiting queue
-            sim = self.sim
-            for group in chain(sim.waiting, sim.running, sim.swapped):
-                for s in group.seqs:
-                    self._name_of.setdefault(s.seq_id, self.names[group.request_id])
-        return self._name_of.get(seq, seq)
-
-    def _forward(self, e) -> None:
-        if e.kind is SchedulerEventKind.STEP:
-            return  # frames are cut by `cut`, one per moment of the replay
-        if e.seq is not None:
-            e = replace(e, seq=self._seq_name(e.seq))
-        if isinstance(e.kind, SchedulerEventKind):  # admit, preempt, finish name a request
-            e = replace(e, request_id=self.names[e.request_id])
-        self.out.emit(e)
-
-    def cut(self) -> None:
-        sim = self.sim
-        self.out.emit(Step(sim.step_count, len(sim.running), len(sim.waiting), len(sim.swapped)))

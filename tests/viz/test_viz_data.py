@@ -5,7 +5,7 @@ import pytest
 from viz_helpers import admit, emit, step
 
 from pagedkit.memory import KVCacheManager
-from pagedkit.scheduler import SchedulerEventKind
+from pagedkit.scheduler import SchedulerEventKind, Step
 from pagedkit.sim import (
     OPT_13B,
     ManagerSpec,
@@ -48,6 +48,27 @@ def test_page_table_reads_logical_to_physical():
     assert table.request == "rA" and table.num_tokens == 5
 
 
+def test_page_table_keeps_logical_numbers_past_a_sliding_window():
+    """Row i is logical block i: released blocks stay as released rows, on GPU and
+    in swap memory (the old recorder renumbered the table from its first live block)."""
+    kv = KVCacheManager(8, 2, num_swap_blocks=8)
+    rec = Recorder.attach(kv)
+    admit(kv, "A", "rA", list(range(9)))  # blocks 0..4
+    kv.release_outside_window("A", 9, 4)  # keys before 6 are never read: blocks 0, 1, 2 go
+    step(kv, 0)
+    table = page_table(rec[-1], "A")
+    assert [r.logical for r in table.rows] == [0, 1, 2, 3, 4]
+    assert table.physical == (None, None, None, 3, 4) and table.num_released == 3
+    assert [r.released for r in table.rows] == [True, True, True, False, False]
+    assert [r.num_tokens for r in table.rows] == [0, 0, 0, 2, 1] and table.num_tokens == 3
+    assert table.chain() == "A: released ×3 -> 3 -> 4"
+    kv.swap_out(["A"])
+    rec.cut()
+    table = page_table(rec[-1], "A")
+    assert table.where == "cpu" and table.physical == (None, None, None, 0, 1)
+    assert table.chain() == "A: released ×3 -> cpu 0 -> cpu 1"
+
+
 def test_page_table_of_a_swapped_sequence_points_into_cpu_memory():
     kv, rec = scattered()
     kv.swap_out(["B"])
@@ -67,6 +88,7 @@ def test_block_map_data_colors_fills_badges_and_flashes():
     rec = Recorder.attach(kv)
     admit(kv, "A", "r1", [1, 2, 3, 4, 5, 6])
     kv.fork("A", "B")
+    emit(kv, SchedulerEventKind.ADMIT, "B", "r1")  # a second sample of r1
     kv.allocate_slots("B", [7])  # copy-on-write of block 1 into block 2
     admit(kv, "C", "r2", [9, 9, 9, 9])
     kv.free("C")  # its full block stays cached
@@ -84,7 +106,7 @@ def test_block_map_data_colors_fills_badges_and_flashes():
 
 def test_block_map_data_for_unknown_owners_and_swapped_blocks():
     kv = KVCacheManager(4, 2, num_swap_blocks=4)
-    kv.allocate_slots("early", [1])
+    kv.allocator.allocate()  # held outside any page table: owner unknown
     rec = Recorder.attach(kv)
     assert block_map_data(rec[0], rec.first_seen).color[0] == UNKNOWN_INDEX
     kv.allocate_slots("S", [1, 2, 3])
@@ -115,7 +137,7 @@ def test_timeline_series_line_up_with_frames():
     step(kv, 1)
     kv.free("b")
     emit(kv, SchedulerEventKind.PREEMPT, "b", "recompute")
-    step(kv, 2)
+    kv.events.emit(Step(2, running=1, waiting=1, swapped=0))  # a bare manager has no queues
     t = timeline(rec.frames)
     assert t.index == (0, 1, 2, 3)
     assert t.used == (0, 2, 4, 2) and t.free == (4, 2, 0, 2)
@@ -146,7 +168,7 @@ def test_replay_steps_both_memories_over_the_same_trace():
     paged = cmp.paged[2]
     # paged: a and b hold 7 tokens (2 blocks each), c joined with its 6
     assert paged.requests.running == 3 and paged.memory.used == 6
-    assert paged.tables["c"] == (4, 5)
+    assert {paged.request(s): t for s, t in paged.tables.items()}["c"] == (4, 5)
     w = paged_waste(paged)
     assert (w.tokens, w.unfilled, w.free) == (20, 4, 8)
     last_c, last_p = cmp.contiguous[-1], cmp.paged[-1]
@@ -190,9 +212,17 @@ def test_replay_takes_simulator_traces_with_their_arrival_times():
 
 
 def test_replay_rejects_what_can_never_run():
-    with pytest.raises(ValueError, match="needs 40 tokens, more than the 32 slots"):
+    # the simulators' own rule: a prompt of 30 and 9 stored outputs take 10 blocks
+    with pytest.raises(ValueError, match=r"'big' never fits the vLLM \(block 4\) memory of 32 "
+                                         r"slots: it needs up to 10 blocks > the pool's 8"):
         replay([TraceRequest("big", 0, 30, 10)], num_blocks=8, block_size=4)
-    with pytest.raises(ValueError, match="pow2 region of 36 slots is more than the 24 slots"):
+    # paged stores no KV for the last token (33 tokens fit 32 slots); an oracle region
+    # reserves it: each side is asked its own rule
+    with pytest.raises(ValueError, match=r"'edge' never fits the Orca \(Oracle\) memory of 32 "
+                                         "slots: it needs a 33-slot region > capacity"):
+        replay([TraceRequest("edge", 0, 30, 3)], num_blocks=8, block_size=4, policy="oracle")
+    with pytest.raises(ValueError, match=r"'r' never fits the Orca \(Pow2\) memory of 24 slots: "
+                                         "it needs a 36-slot region > capacity"):
         replay([TraceRequest("r", 0, 4, 17)], num_blocks=6, block_size=4, max_seq_len=64)
     with pytest.raises(ValueError, match="needs 21 tokens > max_seq_len 20"):
         replay([TraceRequest("r", 0, 4, 17)], num_blocks=6, block_size=4, max_seq_len=20)

@@ -1,32 +1,35 @@
 """Watching never changes what is watched: the same run, with and without the
 widgets attached, allocates the same blocks and generates the same tokens."""
 
-import random
-
 import pytest
 
-from pagedkit.memory import EventLog, KVCacheManager
+from pagedkit.bench.widgets import simulator
+from pagedkit.memory import EventLog
+from pagedkit.sim import ParallelSampling, SharedPrefix
 from pagedkit.viz import BlockMap, Dashboard, Recorder
-from pagedkit.viz.bench import _workload
 
 
-def run_workload(attach: bool):
-    kv = KVCacheManager(256, 8, enable_prefix_caching=True, num_swap_blocks=64)
+def run_simulation(sharing, attach: bool):
+    """The widgets benchmark's workload, small: a paged Simulator preempting by swap."""
+    sim = simulator(256, 8, sharing, seed=3)
     if attach:
-        view = Dashboard(kv)
+        view = Dashboard(sim)
         view.block_map.widget  # noqa: B018  (a displayed widget redraws on every step)
-    stats = []
-    log = EventLog(kv.events)
-    kv.events.subscribe(lambda e: stats.append(kv.stats()) if e.kind.value == "step" else None)
-    _workload(kv, 120, random.Random(3))
-    return stats, list(log)  # memory and scheduler events compare by value
+    stats, records = [], []
+    log = EventLog(sim.events)
+    sim.events.subscribe(lambda e: stats.append(sim.memory_manager.stats())
+                         if e.kind.value == "step" else None)
+    for _ in range(120):
+        records.append(sim.step())
+    return stats, records, list(log)  # memory, steps and events compare by value
 
 
-def test_memory_is_identical_with_and_without_a_recorder():
-    plain_stats, plain_events = run_workload(attach=False)
-    watched_stats, watched_events = run_workload(attach=True)
-    assert watched_stats == plain_stats
-    assert watched_events == plain_events
+@pytest.mark.parametrize("sharing", [ParallelSampling(2), SharedPrefix(24)], ids=str)
+def test_memory_is_identical_with_and_without_a_recorder(sharing):
+    plain = run_simulation(sharing, attach=False)
+    watched = run_simulation(sharing, attach=True)
+    assert watched == plain
+    assert any(r.preempted for r in plain[1])  # the pool was short: swapping happened
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ def three_steps():
     admit(kv, "B", "r2", [50, 51, 52, 53, 54, 55])
     step(kv, 0)
     kv.fork("B", "B2")
+    emit(kv, SchedulerEventKind.ADMIT, "B2", "r2")  # a sample of r2, as the engine says
     kv.allocate_slots("B2", [60])
     step(kv, 1)
     kv.free("A")
@@ -113,6 +114,23 @@ def test_throttle_and_player_validate_their_arguments():
         Throttle(-1)
     with pytest.raises(TypeError, match="integer"):
         Player([1, 2]).index = "1"
+
+
+def test_page_table_view_draws_released_blocks_in_their_place():
+    kv = KVCacheManager(16, 4)
+    rec = Recorder.attach(kv)
+    admit(kv, "A", "r1", list(range(14)))  # blocks 0..3
+    kv.release_outside_window("A", 14, 5)  # blocks 0 and 1 go
+    step(kv, 0)
+    view = PageTable(rec, seq="A")
+    assert view.summary() == "A: released ×2 -> 2 -> 3 at step 1/1"
+    fig = view.figure()
+    assert list(fig.data[4].text) == ["L0", "L1", "L2", "L3"]  # every logical block, in place
+    assert [float(x) for x in fig.data[5].x] == [2.0, 3.0]  # arrows only from the live ones
+    assert fig.data[2].hovertext[0].startswith("logical block 0: released")
+    assert fig.data[2].hovertext[2] == "logical block 2 → physical block 2: 4/4 tokens"
+    assert "logical blocks 0-1 released (sliding window)" in fig.layout.title.text
+    assert "6 tokens in 2 blocks, 2 slots unfilled" in fig.layout.title.text
 
 
 def test_page_table_view_shows_the_chosen_sequence():
@@ -215,7 +233,7 @@ def test_text_map_names_every_request_apart_past_26():
     assert [request_name(i) for i in (0, 25, 26, 27, 51, 52, 701, 702)] == \
         ["A", "Z", "AA", "AB", "AZ", "BA", "ZZ", "AAA"]
     kv = KVCacheManager(40, 2)
-    kv.allocate_slots("early", [1, 2])  # before anyone listens: owner unknown
+    kv.allocator.allocate()  # held outside any page table: owner unknown
     rec = Recorder.attach(kv)
     for i in range(28):
         admit(kv, f"s{i}", f"r{i}", [i, i])
