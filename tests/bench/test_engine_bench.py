@@ -101,3 +101,20 @@ def test_profile_leaves_the_engine_code_as_it_was():
     work = sharegpt_workload(2, 1000, scale=0.05, max_len=64, seed=1)
     profile_pagedkit(build_model("tiny", "cpu"), work, 16)
     assert (ops.paged_decode_attention, ops.store_kv) == before and F.linear is linear
+
+
+def test_alpaca_workload_runs_identical_tokens_and_reports_cpu_time_and_load():
+    """The second workload (Alpaca-shaped: short prompts, longer answers) runs
+    through the systems with identical tokens; the report names it and carries
+    CPU time and the load averages; an unknown workload is refused by name."""
+    work = sharegpt_workload(64, 1000, scale=1.0, max_len=256, seed=0, dataset="alpaca")
+    assert sum(map(len, work.prompts)) / 64 < sum(work.output_lens) / 64  # answers longer
+    report = benchmark("tiny", num_requests=4, systems=("pagedkit", "hf_static", "floor"),
+                       workload="alpaca", log=lambda s: 0)
+    assert report.workload == "alpaca"
+    assert all(r.outputs_differing == 0 and r.cpu_seconds > 0 for r in report.results)
+    data = report.as_dict()
+    assert data["workload"] == "alpaca" and data["results"][0]["tokens_per_cpu_s"] > 0
+    assert "workload=alpaca" in format_report(report)
+    with pytest.raises(ValueError, match="'lmsys'"):
+        benchmark("tiny", num_requests=2, workload="lmsys", log=lambda s: 0)
