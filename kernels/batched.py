@@ -39,9 +39,9 @@ accumulate) and the result is cast back to the query's dtype. The options
 (sliding window, softcap, sinks) follow the contract in the attention spec;
 see `reference.py` for the per-sequence statement of the same math.
 
-Signatures equal `reference.paged_decode_attention`,
-`reference.paged_prefill_attention` and `reference.store_kv`; `pagedkit.ops`
-runs these on CPU by default. The work is padded within length buckets
+Signatures equal `reference.paged_decode_attention` and
+`reference.paged_prefill_attention`; `pagedkit.ops` runs these on CPU by
+default. The work is padded within length buckets
 (about doubling it at most), which on the small models a CPU serves is far
 cheaper than one call per sequence.
 """
@@ -214,20 +214,6 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
                        for h in range(num_kv_heads)], dim=2)
     out = out.view(n, max_q, num_q_heads, head_dim)
     return (out.flatten(0, 1) if b.dense else out[b.is_query]).to(query.dtype)
-
-
-def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
-             v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
-    """`reference.store_kv` as one ``index_copy_`` per cache: the reference's
-    boolean mask (a negative slot skips its token) is applied only when some
-    slot is negative, which an engine step never has."""
-    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=check)
-    slots = slot_mapping.long()
-    if slots.numel() and int(slots.min()) < 0:
-        keep = slots >= 0
-        slots, key, value = slots[keep], key[keep], value[keep]
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, key.to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, value.to(v_cache.dtype))
 
 
 # The plans of the last few calls. Every layer of a step passes the same block

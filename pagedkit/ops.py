@@ -24,9 +24,8 @@ Which one runs is decided per call from the tensors' device, by `backend`:
                    modules are imported (see below); otherwise this raises.
 =================  ===========================================================
 
-Copying blocks is one batched torch operation already; ``batched`` and
-``torch`` both run the reference for it. Writing K/V into slots is one too,
-which the batched path does without the reference's mask of skipped slots.
+Writing K/V into slots and copying blocks are one batched torch operation
+each already; ``batched`` and ``torch`` both run the reference for those.
 
 Choose with the environment variable ``PAGEDKIT_KERNELS=auto|batched|torch|triton``
 or, from Python, ``set_backend("triton")`` (``set_backend(None)`` goes back
@@ -269,7 +268,7 @@ def _op(name: str, device: torch.device) -> Callable:
     choice = backend(device)
     if choice == "triton":
         return _triton_op(name)
-    if choice == "batched" and hasattr(batched, name):  # attention and store_kv
+    if choice == "batched" and hasattr(batched, name):  # attention; the rest is batched already
         return getattr(batched, name)
     return getattr(reference, name)
 

@@ -305,24 +305,3 @@ def test_a_plan_is_reused_only_for_equal_metadata_and_values_are_rechecked():
     with pytest.raises(ValueError, match=r"block_tables\[1, 2\]"):
         call()
 
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("skip", [False, True])
-def test_store_kv_writes_what_the_reference_writes(dtype, skip):
-    """The batched `store_kv` (one index_copy_, the mask only when a slot is
-    negative) leaves both caches exactly as the reference does, NaN slots
-    untouched included; an out-of-range slot is refused by the shared check."""
-    torch.manual_seed(0)
-    caches = [torch.full((6, 4, 2, 8), float("nan"), dtype=dtype) for _ in range(4)]
-    key, value = (torch.randn(5, 2, 8).to(dtype) for _ in range(2))
-    slots = torch.tensor([3, 17, -1 if skip else 9, 0, 23])
-    batched.store_kv(key, value, caches[0], caches[1], slots)
-    reference.store_kv(key, value, caches[2], caches[3], slots)
-    for mine, theirs in ((caches[0], caches[2]), (caches[1], caches[3])):
-        assert torch.equal(mine.isnan(), theirs.isnan())
-        assert torch.equal(mine.nan_to_num(), theirs.nan_to_num())
-    assert caches[0].isnan().sum() == (24 - (4 if skip else 5)) * 16
-    with pytest.raises(ValueError, match="past the cache's last slot"):
-        batched.store_kv(key, value, caches[0], caches[1], torch.tensor([0, 1, 2, 3, 24]))
-    assert ops.backend("cpu") == "batched" and ops._op("store_kv", torch.device("cpu")) is \
-        batched.store_kv
