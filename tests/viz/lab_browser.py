@@ -62,9 +62,16 @@ class JupyterLab:
             env[name] = str(work / name.lower())
         settings = work / "jupyterlab_settings_dir"
         settings.mkdir(parents=True, exist_ok=True)
-        # read-only use: no autosave, no "save before closing?" dialogs
+        # read-only use: no autosave, no "save before closing?" dialogs; no "get notified
+        # about Jupyter news?" toast, which sits over the page's lower right
         (settings / "overrides.json").write_text(json.dumps({
-            "@jupyterlab/docmanager-extension:plugin": {"autosave": False}}))
+            "@jupyterlab/docmanager-extension:plugin": {"autosave": False},
+            "@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}))
+        for plugin, values in (("docmanager-extension/plugin", {"autosave": False}),
+                               ("apputils-extension/notification", {"fetchNews": "false"})):
+            user = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"  # as a user's
+            user.parent.mkdir(parents=True, exist_ok=True)
+            user.write_text(json.dumps(values))
         env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
         # the kernels import pagedkit from `code` (this checkout unless told otherwise)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))

@@ -160,8 +160,8 @@ def test_dashboard_follows_its_controls(browser_page):
     now = _wait_all_change(page, box, now, "step forward")
     box.locator(".widget-play button").first.click()  # play
     _wait_all_change(page, box, now, "play")
-    box.locator(".widget-play button").nth(1).click()  # pause
-    box.screenshot(path=ARTIFACTS / "dashboard.png")
+    box.screenshot(path=ARTIFACTS / "dashboard.png")  # while it plays: a busy step
+    box.locator(".widget-play button").nth(1).click()  # stop
     warnings = plotly_warnings(page.since(mark))
     assert not warnings, (len(warnings), warnings[:5])
     page.close_notebook()
