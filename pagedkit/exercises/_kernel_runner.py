@@ -20,11 +20,39 @@ import json
 import sys
 import traceback
 
+_GUARDED = []  # the mappings behind guarded tables stay alive for the whole run
+
+
+def guarded_table(blocks):
+    """The block ids as an int32 tensor that ends exactly where a page the
+    process may not read begins (mprotect PROT_NONE): a kernel that loads a
+    table entry past the sequence's last block dies of a segmentation fault
+    instead of reading padding whose value nothing checks."""
+    import ctypes
+    import mmap
+
+    import numpy as np
+    import torch
+
+    page, nbytes = mmap.PAGESIZE, 4 * len(blocks)
+    size = -(-nbytes // page) * page
+    buf = mmap.mmap(-1, size + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    if libc.mprotect(address + size, page, 0) != 0:  # 0 = PROT_NONE
+        raise OSError(ctypes.get_errno(), "mprotect failed: cannot guard the block table")
+    table = np.frombuffer(buf, dtype=np.int32, count=len(blocks), offset=size - nbytes)
+    table[:] = [int(b) for b in blocks]
+    _GUARDED.append(buf)
+    return torch.from_numpy(table)
+
 
 def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int, seed: int):
     """One sequence's K/V in shuffled blocks of a cache whose blocks are padded
     (one spare token row each, so a block's stride is not block_size x a
-    token's), every slot outside the sequence NaN, and a query per head."""
+    token's), every slot outside the sequence NaN, a block table that ends at
+    an unreadable page (`guarded_table`), and a query per head."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -40,7 +68,7 @@ def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int,
     for i in range(context_len):
         k_cache[blocks[i // block_size], i % block_size] = key[i]
         v_cache[blocks[i // block_size], i % block_size] = value[i]
-    table = torch.cat([blocks, torch.full((64,), num_blocks + 1000)]).to(torch.int32)
+    table = guarded_table(blocks)  # no padding: reading past its end faults
     scores = torch.einsum("hd,thd->ht", query.double(), key.double()) / head_dim ** 0.5
     expected = torch.einsum("ht,thd->hd", scores.softmax(-1), value.double())
     return query, k_cache, v_cache, table, expected

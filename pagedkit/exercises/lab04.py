@@ -437,12 +437,15 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     lookup the learner wrote. It runs in Triton's interpreter in a fresh
     process (the interpreter must be on before Triton is imported; see
     `_kernel_runner`) on shuffled blocks of 1 to 16 tokens, in a cache whose
-    blocks are padded (so a block's stride is not block_size x a token's), and
-    is compared with float64 attention on the un-paged K/V."""
+    blocks are padded (so a block's stride is not block_size x a token's),
+    with a block table that ends where unreadable memory begins (an unmasked
+    table load faults), and is compared with float64 attention on the un-paged
+    K/V."""
     import importlib.util
     import inspect
     import json
     import os
+    import signal
     import subprocess
     import sys
     import tempfile
@@ -487,6 +490,12 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
                                         "interpreter: does a loop never end?")
     finally:
         os.unlink(f.name)
+    if done.returncode in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
+        return CheckResult(name, False, "your kernel read past the end of the block table: the "
+                                        "interpreter process died of a segmentation fault (here "
+                                        "the table ends where unreadable memory begins). Load it "
+                                        "with mask=n_mask, so that lanes past the context read "
+                                        "nothing")
     if done.returncode != 0 or not done.stdout.strip():
         return CheckResult(name, False, "the interpreter process failed: "
                                         + (done.stderr.strip()[-600:] or "no output"))

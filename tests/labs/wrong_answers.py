@@ -881,6 +881,10 @@ def _wrong_kernels():
             "other=0).to(tl.int64)\n"
             "            row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_token + "
             "head * stride_head\n")),
+        _kernel_variant("kernel_unmasked_table_load", (  # lanes past the context read past
+            "            block = tl.load(block_table_ptr + n // BLOCK_SIZE).to(tl.int64)\n"
+            "            row = block * stride_block + (n % BLOCK_SIZE) * stride_token + "
+            "head * stride_head\n")),                       # the table: the check's faults
         _kernel_variant("kernel_one_block_per_tile", (
             "            block = tl.load(block_table_ptr + tile_start // BLOCK_SIZE).to(tl.int64)\n"
             "            row = block * stride_block + (n % BLOCK_SIZE) * stride_token + "
