@@ -129,6 +129,11 @@ class BlockAllocator:
         return self.num_blocks - len(self._free)
 
     @property
+    def num_tokens_stored(self) -> int:
+        """Slots holding a token, in used blocks (`stats().tokens_stored`, without the snapshot)."""
+        return self._tokens_stored
+
+    @property
     def num_cached_blocks(self) -> int:
         """Free blocks still holding a cached prefix."""
         return self._num_cached_free
@@ -232,7 +237,8 @@ class BlockAllocator:
 
     def append_tokens(self, block: int, num_tokens: int, seq: Hashable | None = None) -> None:
         """Record that `num_tokens` more slots of `block` now hold tokens."""
-        check_int("num_tokens", num_tokens, minimum=0)
+        if type(num_tokens) is not int or num_tokens < 0:  # checked in full only if wrong
+            check_int("num_tokens", num_tokens, minimum=0)
         fill = self._fill[self._check_id(block)] + num_tokens
         if self._ref[block] != 1:
             raise BlockStateError(

@@ -126,29 +126,36 @@ class BlockTable:
         K/V are written (copy-on-write of a shared last block). Raises
         `OutOfBlocksError` without changing anything if the pool is too small.
         """
+        copies = self.try_append(token_ids)
+        if copies is None:
+            raise OutOfBlocksError(
+                f"sequence {self.seq!r} needs {self.blocks_needed(len(token_ids))} more blocks "
+                f"for {len(token_ids)} tokens but only {self.allocator.num_free_blocks} are free")
+        return copies
+
+    def try_append(self, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:
+        """`append`, but returns ``None`` (having changed nothing) when the pool is too small."""
         self._check_open("append to it")
         if isinstance(token_ids, (str, bytes)):
             raise TypeError(f"token_ids must be a list of token ids, got {token_ids!r}")
-        needed = self.blocks_needed(len(token_ids))
-        if needed > self.allocator.num_free_blocks:
-            raise OutOfBlocksError(
-                f"sequence {self.seq!r} needs {needed} more blocks for {len(token_ids)} tokens "
-                f"but only {self.allocator.num_free_blocks} are free")
+        if self.blocks_needed(len(token_ids)) > self.allocator.num_free_blocks:
+            return None
         copies: list[tuple[int, int]] = []
-        pos = 0
-        while pos < len(token_ids):
-            if self.num_free_slots == 0:
+        pos, end = 0, len(token_ids)
+        while pos < end:  # one pass per block the tokens reach
+            free = self.num_free_slots
+            if free == 0:
                 self.blocks.append(self.allocator.allocate(self.seq))
+                free = self.block_size
             else:
                 new, copy = self.allocator.copy_on_write(self.blocks[-1], self.seq)
                 if copy is not None:
                     self.blocks[-1] = new
                     copies.append(copy)
-            take = min(self.num_free_slots, len(token_ids) - pos)
-            chunk = token_ids[pos:pos + take]
+            take = min(free, end - pos)
             self.allocator.append_tokens(self.blocks[-1], take, self.seq)
             self.num_tokens += take
-            self._tail.extend(chunk)
+            self._tail.extend(token_ids[pos:pos + take])
             pos += take
             if len(self._tail) == self.block_size:
                 self._seal_last_block()

@@ -87,12 +87,14 @@ class ContiguousAllocator:
         self._by_start: list[int] = []  # starts of live regions, sorted
         self._regions: dict[int, Reservation] = {}  # start -> region
         self._by_request: dict[Hashable, Reservation] = {}
-        # Running totals, and the hole list with its largest hole (rebuilt only
-        # after allocate/free), so `stats()` costs O(1) per call between them:
-        # the simulator asks every iteration.
+        # Running totals, the hole list with its largest hole (rebuilt only
+        # after allocate/free) and the last `stats()` snapshot (rebuilt only
+        # after a change), so `stats()` costs nothing between changes: the
+        # simulator asks every iteration.
         self._used = self._need = self._reserved = 0
         self._holes: list[tuple[int, int]] | None = None
         self._largest_hole = 0
+        self._stats: ContiguousStats | None = None
 
     def __contains__(self, request: Hashable) -> bool:
         return request in self._by_request
@@ -170,7 +172,7 @@ class ContiguousAllocator:
         self._used += prompt_len
         self._need += need
         self._reserved += size
-        self._holes = None
+        self._holes = self._stats = None
         return region
 
     def append(self, request: Hashable, num_tokens: int = 1) -> None:
@@ -183,6 +185,7 @@ class ContiguousAllocator:
                                   f"it needs {region.need}")
         region.used += num_tokens
         self._used += num_tokens
+        self._stats = None
 
     def free(self, request: Hashable) -> Reservation:
         region = self._by_request.pop(request, None)
@@ -193,7 +196,7 @@ class ContiguousAllocator:
         self._used -= region.used
         self._need -= region.need
         self._reserved -= region.size
-        self._holes = None
+        self._holes = self._stats = None
         return region
 
     def region(self, request: Hashable) -> Reservation:
@@ -207,14 +210,17 @@ class ContiguousAllocator:
         return [self._regions[s] for s in self._by_start]
 
     def stats(self) -> ContiguousStats:
-        """Where the slots are: O(1) from running totals and the cached largest hole."""
-        self._hole_list()
-        return ContiguousStats(
-            capacity=self.capacity,
-            token_states=self._used,
-            reservation=self._need - self._used,
-            internal_fragmentation=self._reserved - self._need,
-            free=self.capacity - self._reserved,
-            largest_hole=self._largest_hole,
-            num_requests=len(self._by_request),
-        )
+        """Where the slots are: from running totals and the cached largest hole,
+        built again only after a change."""
+        if self._stats is None:
+            self._hole_list()
+            self._stats = ContiguousStats(
+                capacity=self.capacity,
+                token_states=self._used,
+                reservation=self._need - self._used,
+                internal_fragmentation=self._reserved - self._need,
+                free=self.capacity - self._reserved,
+                largest_hole=self._largest_hole,
+                num_requests=len(self._by_request),
+            )
+        return self._stats

@@ -126,7 +126,12 @@ class KVCacheManager:
 
         Sequences whose tables end in the same partly filled block write into
         it together: `blocks_to_append` counts their copies (k writers into
-        a block only they own need k - 1 copies)."""
+        a block only they own need k - 1 copies). A single writer is its
+        table's own count, the same rule for k = 1 (what `append` checks)."""
+        appends = list(appends)
+        if len(appends) == 1:
+            seq, n = appends[0]
+            return self.block_table(seq).blocks_needed(n)
         total = 0
         writers: dict[tuple[int, int], list[int]] = {}  # (pool, shared last block) -> appends
         tails: dict[tuple[int, int], BlockTable] = {}
@@ -171,16 +176,18 @@ class KVCacheManager:
         if seq in self._swapped:
             raise BlockStateError(f"sequence {seq!r} is swapped out; swap it in before appending")
         table = self._tables.get(seq)
-        if table is not None and cached_blocks:
-            raise BlockStateError(
-                f"sequence {seq!r} already exists; cached blocks can only start a sequence")
-        self._check_cached(seq, cached_blocks)  # an error whether or not the tokens would fit
+        if table is not None:
+            if cached_blocks:
+                raise BlockStateError(
+                    f"sequence {seq!r} already exists; cached blocks can only start a sequence")
+            return table.try_append(token_ids)  # counts its own blocks, all or nothing
+        if cached_blocks:  # an error whether or not the tokens would fit
+            self._check_cached(seq, cached_blocks)
         if not self.can_allocate(seq, len(token_ids), cached_blocks):
             return None
-        if table is None:
-            table = BlockTable(self.allocator, seq)
-            table.adopt_cached(cached_blocks)  # checks them all before taking any
-            self._tables[seq] = table
+        table = BlockTable(self.allocator, seq)
+        table.adopt_cached(cached_blocks)  # checks them all before taking any
+        self._tables[seq] = table
         return table.append(token_ids)
 
     def _check_cached(self, seq: Hashable, cached_blocks: Sequence[int]) -> None:

@@ -11,8 +11,11 @@ way, by calling these functions:
 * **where a preempted group goes**: back to its place by arrival, in the
   waiting or the swapped queue (`insert_by_arrival`), so "newest" and
   "oldest" stay true;
-* **admission**: first come, first served; the head that cannot be
-  admitted now holds back everyone behind it (`admit_fcfs`).
+* **how a victim gives its memory back**: swapped to CPU memory when asked
+  for and its blocks fit there, else recomputed later (`preemption_mode`);
+* **admission**, and bringing swapped groups back: first come, first
+  served; the head that cannot come in now holds back everyone behind it
+  (`admit_fcfs`, over the waiting queue or the swapped one).
 
 How many blocks a group needs is the paging core's, for both: one rule,
 `pagedkit.memory.kv_cache_manager.blocks_to_append` (copy-on-write of a
@@ -71,6 +74,13 @@ def serve_oldest_first(running: list[G], try_serve: Callable[[G], bool | None],
     return kept
 
 
+def preemption_mode(requested: str, swap_fits: Callable[[], bool]) -> str:
+    """``"swap"`` if swapping was asked for and `swap_fits()` (the group's
+    blocks fit the CPU pool), else ``"recompute"``: with no CPU room a victim
+    is recomputed later rather than failing (§4.5)."""
+    return "swap" if requested == "swap" and swap_fits() else "recompute"
+
+
 class Verdict(enum.Enum):
     """What admission says about the head of the waiting queue."""
 
@@ -84,7 +94,8 @@ def admit_fcfs(waiting: deque[G], try_admit: Callable[[G], Verdict],
     """First come, first served: admit the head of `waiting` while
     `try_admit` can; the first that must wait holds back the rest (no
     request overtakes an older one). A head that can never be admitted
-    leaves the queue and is handed to `never`. Returns the admitted groups."""
+    leaves the queue and is handed to `never`. Returns the admitted groups.
+    Swapped-out groups come back the same way, from the swapped queue."""
     admitted: list[G] = []
     while waiting:
         verdict = try_admit(waiting[0])

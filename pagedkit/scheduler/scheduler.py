@@ -41,7 +41,7 @@ from .._validation import check_choice, check_int
 from ..memory import BlockCopy, KVCacheManager
 from ..sequence import FinishReason, Sequence, SequenceGroup, SequenceStatus
 from .events import Admit, Finish, Preempt, Step
-from .policy import Verdict, admit_fcfs, insert_by_arrival, serve_oldest_first
+from .policy import Verdict, admit_fcfs, insert_by_arrival, preemption_mode, serve_oldest_first
 
 PREEMPTION_MODES = ("recompute", "swap")
 
@@ -247,26 +247,27 @@ class Scheduler:
                                           lambda victim: self._preempt(victim, out), alone)
 
     def _schedule_swapped(self, out: SchedulerOutput, budget: _Budget) -> None:
-        while self.swapped:
-            group = self.swapped[0]
+        def try_swap_in(group: SequenceGroup) -> Verdict:
             ids = [s.seq_id for s in group.unfinished_seqs()]
             plan = self._plan(group, budget)
             if plan is None:
-                return
+                return Verdict.WAIT
             if not self.kv.can_swap_in(ids, reserve=plan.blocks):
-                if self.running:
-                    return  # wait until running groups finish and free their blocks
-                self.swapped.popleft()  # nothing else holds memory: it can never come back
-                for seq_id in ids:
-                    self.kv.free(seq_id)
-                self._end(group, FinishReason.LENGTH, "does not fit the whole KV cache")
-                out.ended.append(group)
-                continue
-            self.swapped.popleft()
+                # wait until running groups free their blocks; if none runs, it never fits
+                return Verdict.WAIT if self.running else Verdict.NEVER
             out.swap_in += self.kv.swap_in(ids)
             group.set_status(SequenceStatus.RUNNING)
             self._allocate(group, plan, out, budget)
             _insert_by_arrival(self.running, group)
+            return Verdict.ADMITTED
+
+        def never(group: SequenceGroup) -> None:
+            for seq in group.unfinished_seqs():
+                self.kv.free(seq.seq_id)
+            self._end(group, FinishReason.LENGTH, "does not fit the whole KV cache")
+            out.ended.append(group)
+
+        admit_fcfs(self.swapped, try_swap_in, never)
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: _Budget) -> None:
         def never(group: SequenceGroup) -> None:  # nothing else holds memory: it can never fit
@@ -404,9 +405,7 @@ class Scheduler:
         """Evict a whole group (paper §4.5: all-or-nothing, its blocks are shared)."""
         seqs = group.unfinished_seqs()
         ids = [s.seq_id for s in seqs]
-        mode = self.config.preemption_mode
-        if mode == "swap" and not self.kv.can_swap_out(ids):
-            mode = "recompute"  # no CPU room: fall back rather than fail
+        mode = preemption_mode(self.config.preemption_mode, lambda: self.kv.can_swap_out(ids))
         if mode == "swap":
             out.swap_out += self.kv.swap_out(ids)
             group.set_status(SequenceStatus.SWAPPED)

@@ -14,7 +14,9 @@ A request in flight is a `Group` of sequences: one for plain sampling,
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..memory.kv_cache_manager import blocks_to_append
@@ -78,8 +80,8 @@ class Seq:
     seq_id: int
     output_len: int
     generated: int = 0
-    pending: int = 0  # tokens not yet handed to the allocator (`PagedMemory.lazy`)
-    room: int = 0  # how many more may be held back
+    pending: int = 0  # tokens written but not yet handed to the allocator (`Memory.lazy`)
+    room: int = 0  # slots it holds alone that more tokens may fill the same way
 
 
 @dataclass(eq=False)
@@ -104,9 +106,9 @@ class Group:
         return self.request.request_id
 
 
-@dataclass(frozen=True)
-class Usage:
-    """Where the KV slots are at the end of a step (paper Fig. 2's categories)."""
+class Usage(NamedTuple):
+    """Where the KV slots are at the end of a step (paper Fig. 2's categories):
+    one row of the step log, in its column order."""
 
     token_states: int
     reservation: int = 0
@@ -116,17 +118,107 @@ class Usage:
     blocks_alone: int = 0  # paged only: blocks the sequences would hold without sharing
 
 
-class ContiguousMemory:
+class Memory(ABC):
+    """What the two managers share: the simulator's interface, and its two
+    shortcuts, each written once.
+
+    **Slots a sequence already holds** (`lazy`). `Simulator.run()` sets
+    `lazy` when nobody listens to events. A token that then lands in a slot
+    its sequence holds alone (`Seq.room`: what is left of a contiguous
+    region; the free tail of a paged block no one else reads) is counted
+    (`Seq.pending`), not handed to the allocator. The allocator gets the
+    held-back tokens in one call when the sequence next needs a slot it does
+    not hold, is forked, swapped out or freed, and at the end of the run
+    (`sync`); `usage()` counts them meanwhile. The same memory is taken at the
+    same iterations (a test checks it against stepping one token at a time);
+    only one call per token, and its ``append`` event nobody hears, are saved.
+
+    **A head that did not fit** (`blocked`). The group whose admission last
+    failed for want of memory. Until memory is freed, memory only shrinks, so
+    it cannot fit: the simulator does not ask again (every iteration a queue
+    waits would otherwise re-count its blocks or search the holes)."""
+
+    def __init__(self) -> None:
+        self.lazy = False
+        self.blocked: Group | None = None
+        self._pending_total = 0  # tokens held back, all sequences together
+
+    # --------------------------------------------------- the manager's part
+    @abstractmethod
+    def never_fits(self, group: Group) -> str | None:
+        """Why `group` could never be admitted, even alone, or None."""
+
+    @abstractmethod
+    def _fits_next_tokens(self, group: Group) -> bool:
+        """Is there room for every held-back token plus one more per sequence?"""
+
+    @abstractmethod
+    def _store(self, group: Group, seq: Seq, num_tokens: int) -> None:
+        """Hand `seq`'s next `num_tokens` tokens to the allocator (they fit)."""
+
+    @abstractmethod
+    def _room(self, seq: Seq) -> int:
+        """Slots `seq` holds alone beyond its stored tokens (what `lazy` may fill)."""
+
+    @abstractmethod
+    def _release(self, seq: Seq) -> None:
+        """Give back everything `seq` holds."""
+
+    # ------------------------------------------------------------- shared
+    def try_append(self, group: Group) -> bool:
+        """Give every sequence of `group` a slot for one more token, or return
+        False (nothing changed) if memory is short."""
+        if self.lazy and len(group.seqs) == 1:
+            seq = group.seqs[0]
+            if seq.room:
+                seq.room -= 1
+                seq.pending += 1
+                self._pending_total += 1
+                return True
+        if not self._fits_next_tokens(group):
+            return False
+        for seq in group.seqs:
+            self._write(group, seq, seq.pending + 1)
+        return True
+
+    def free_seq(self, group: Group, seq: Seq) -> None:
+        # held-back tokens are stored first, so the allocator's books stay whole
+        self._sync(group, seq)
+        self._release(seq)
+        self.blocked = None
+
+    def sync(self, groups: list[Group]) -> None:
+        """Hand every held-back token to the allocator (leaving lazy mode)."""
+        for group in groups:
+            for seq in group.seqs:
+                self._sync(group, seq)
+
+    def _write(self, group: Group, seq: Seq, num_tokens: int) -> None:
+        """Store `num_tokens` (any held back included); see how many more may wait."""
+        self._store(group, seq, num_tokens)
+        self._pending_total -= seq.pending
+        seq.pending = 0
+        seq.room = self._room(seq) if self.lazy else 0
+
+    def _sync(self, group: Group, seq: Seq) -> None:
+        """Store what `seq` holds back and hold nothing back until it next
+        writes (its blocks are about to be shared, moved or freed)."""
+        if seq.pending:
+            self._write(group, seq, seq.pending)
+        seq.room = 0
+
+
+class ContiguousMemory(Memory):
     """Orca's reservations: a region sized by the policy, taken at admission.
 
     A request holds its region until it finishes, so running requests never
     need more memory and are never preempted; the cost is paid up front."""
 
     def __init__(self, spec: ManagerSpec, capacity: int, max_seq_len: int) -> None:
+        super().__init__()
         self.spec = spec
         self.allocator = ContiguousAllocator(capacity, spec.kind, max_seq_len)
         self.capacity = capacity
-        self._blocked: Group | None = None  # found no hole; none appears until a free
         self._head: Group | None = None
         self._head_size = 0
 
@@ -148,23 +240,29 @@ class ContiguousMemory:
 
     def try_admit(self, group: Group) -> bool:
         """Reserve the policy's region for the request's whole life."""
-        if group is self._blocked:
+        if group is self.blocked:
             return False
         seq = group.seqs[0]
         prompt = group.prompt_len + seq.generated
         region = self.allocator.allocate(seq.seq_id, prompt, seq.output_len - seq.generated)
         if region is None:
-            self._blocked = group
+            self.blocked = group
             return False
+        seq.room = self._room(seq) if self.lazy else 0
         return True
 
-    def try_append(self, group: Group) -> bool:
-        self.allocator.append(group.seqs[0].seq_id, 1)
-        return True
+    def _fits_next_tokens(self, group: Group) -> bool:
+        return True  # the region was reserved for every token up front
 
-    def free_seq(self, group: Group, seq: Seq) -> None:
+    def _store(self, group: Group, seq: Seq, num_tokens: int) -> None:
+        self.allocator.append(seq.seq_id, num_tokens)
+
+    def _room(self, seq: Seq) -> int:
+        region = self.allocator.region(seq.seq_id)
+        return region.need - region.used
+
+    def _release(self, seq: Seq) -> None:
         self.allocator.free(seq.seq_id)
-        self._blocked = None
 
     def usage(self, head: Group | None, running: list[Group] | None = None) -> Usage:
         """The allocator's breakdown; free slots count as external fragmentation
@@ -175,25 +273,21 @@ class ContiguousMemory:
             if head is not self._head:  # the region the waiting head asks for
                 self._head, self._head_size = head, self.region_size(head)
             external = s.external_fragmentation(self._head_size)
-        return Usage(s.token_states, s.reservation, s.internal_fragmentation, external)
+        pending = self._pending_total  # held back: token states, no longer reservation
+        return Usage(s.token_states + pending, s.reservation - pending,
+                     s.internal_fragmentation, external)
 
 
-class PagedMemory:
+class PagedMemory(Memory):
     """vLLM's paged KV cache: blocks are taken one at a time as tokens arrive.
 
     Nothing is reserved ahead, so a running sequence may find the pool empty
     when it needs its next block: the scheduler then preempts someone (§4.5).
-
-    With `lazy` set (the simulator's `run()` does so when nobody listens to
-    events), a lone sequence's tokens that land in the free slots of a block
-    it alone owns are handed to the allocator in one call, when it next needs
-    a block or is freed, instead of one call per token. The same blocks are
-    taken at the same iterations; only the per-token ``append`` events and
-    the calls are saved.
     """
 
     def __init__(self, spec: ManagerSpec, capacity: int, *, enable_prefix_caching: bool = False,
                  swap_slots: int = 0, events: EventBus | None = None) -> None:
+        super().__init__()
         self.spec = spec
         self.block_size = spec.block_size
         num_blocks = capacity // spec.block_size
@@ -204,10 +298,6 @@ class PagedMemory:
                                  enable_prefix_caching=enable_prefix_caching,
                                  num_swap_blocks=swap_slots // spec.block_size, events=events)
         self.num_blocks = num_blocks
-        self.lazy = False
-        self._blocked: Group | None = None  # did not fit when `_blocked_free` blocks were free
-        self._blocked_free = -1
-        self._pending_total = 0  # tokens held back from the allocator (lazy mode)
 
     # ---------------------------------------------------------------- blocks
     def never_fits(self, group: Group) -> str | None:
@@ -228,81 +318,48 @@ class PagedMemory:
 
         Returns how many prompt tokens the prefix cache supplied, or ``None``
         (nothing changed) if the blocks plus `watermark` are not free."""
+        if group is self.blocked:
+            return None
         kv, parent = self.kv, group.seqs[0].seq_id
         caching = kv.allocator.enable_prefix_caching
-        if not caching and self._blocked is group and self._blocked_free == kv.num_free_blocks:
-            return None  # nothing was freed since it last did not fit
         tokens = group.prompt_tokens(prefix)
         cached = kv.cached_prefix(parent, tokens) if caching else []
         new_tokens = tokens[len(cached) * self.block_size:]
         need = kv.blocks_to_admit(parent, len(new_tokens), cached,
                                   [s.generated for s in group.seqs])
         if need + watermark > kv.num_free_blocks:
-            self._blocked, self._blocked_free = group, kv.num_free_blocks
+            if not caching:  # with the prefix cache, blocks filled since may be hits
+                self.blocked = group
             return None
         self._must(kv.allocate_slots(parent, new_tokens, cached))
         for seq in group.seqs[1:]:
             kv.fork(parent, seq.seq_id)
         for seq in group.seqs:
-            self._write(seq, group.token * seq.generated)
+            self._write(group, seq, seq.generated)
         return len(cached) * self.block_size
 
     def append_cost(self, group: Group) -> int:
-        """Blocks that one more token for every sequence of `group` takes."""
-        kv = self.kv
-        if len(group.seqs) == 1:
-            seq = group.seqs[0]
-            return 0 if kv.table(seq.seq_id).num_free_slots > seq.pending else 1
-        for seq in group.seqs:
-            self._sync(group, seq)
-        return kv.blocks_needed_for([(seq.seq_id, 1) for seq in group.seqs])
+        """Blocks that the held-back tokens and one more token for every
+        sequence of `group` take (the paging core's rule, `blocks_needed_for`)."""
+        return self.kv.blocks_needed_for([(s.seq_id, s.pending + 1) for s in group.seqs])
 
-    def try_append(self, group: Group) -> bool:
-        """Give every sequence of `group` a slot for one more token, or return
-        False (nothing changed) if the pool is short."""
-        if self.lazy and len(group.seqs) == 1:
-            seq = group.seqs[0]
-            if seq.room:  # a free slot of a block only it owns: no call needed yet
-                seq.room -= 1
-                seq.pending += 1
-                self._pending_total += 1
-                return True
-        if self.append_cost(group) > self.kv.num_free_blocks:
-            return False
-        for seq in group.seqs:
-            self._write(seq, group.token * (seq.pending + 1))
-        return True
+    def _fits_next_tokens(self, group: Group) -> bool:
+        return self.append_cost(group) <= self.kv.num_free_blocks
+
+    def _store(self, group: Group, seq: Seq, num_tokens: int) -> None:
+        self._must(self.kv.allocate_slots(seq.seq_id, group.token * num_tokens))
+
+    def _room(self, seq: Seq) -> int:
+        table = self.kv.table(seq.seq_id)
+        free = table.num_free_slots
+        return free if free and self.kv.allocator.ref_count(table.blocks[-1]) == 1 else 0
+
+    def _release(self, seq: Seq) -> None:
+        self.kv.free(seq.seq_id)
 
     def fork_seq(self, group: Group, parent: Seq, child: Seq) -> None:
         self._sync(group, parent)
         self.kv.fork(parent.seq_id, child.seq_id)
-
-    def free_seq(self, group: Group, seq: Seq) -> None:
-        # tokens held back are written first, so full blocks get cached as usual
-        self._sync(group, seq)
-        self.kv.free(seq.seq_id)
-
-    def _write(self, seq: Seq, tokens: list[int]) -> None:
-        """Append `tokens` (including any held back) to `seq`'s blocks."""
-        self._must(self.kv.allocate_slots(seq.seq_id, tokens))
-        self._pending_total -= seq.pending
-        seq.pending = 0
-        if self.lazy:  # how many later tokens may be held back
-            table = self.kv.table(seq.seq_id)
-            free = table.num_free_slots
-            seq.room = free if free and self.kv.allocator.ref_count(table.blocks[-1]) == 1 \
-                else 0
-
-    def _sync(self, group: Group, seq: Seq) -> None:
-        if seq.pending:
-            self._write(seq, group.token * seq.pending)
-        seq.room = 0
-
-    def sync(self, groups: list[Group]) -> None:
-        """Hand every held-back token to the allocator (leaving lazy mode)."""
-        for group in groups:
-            for seq in group.seqs:
-                self._sync(group, seq)
 
     # ------------------------------------------------------------------ swap
     def can_swap_out(self, group: Group) -> bool:
@@ -312,6 +369,7 @@ class PagedMemory:
         for seq in group.seqs:
             self._sync(group, seq)
         self.kv.swap_out([s.seq_id for s in group.seqs])
+        self.blocked = None  # its GPU blocks are free
 
     def can_swap_in(self, group: Group, reserve: int = 0) -> bool:
         return self.kv.can_swap_in((s.seq_id for s in group.seqs), reserve=reserve)
@@ -326,7 +384,7 @@ class PagedMemory:
         without sharing."""
         a = self.kv.allocator
         used = a.num_used_blocks
-        tokens = a.stats().tokens_stored + self._pending_total
+        tokens = a.num_tokens_stored + self._pending_total
         alone = used
         if running is not None:
             bs = self.block_size

@@ -23,8 +23,7 @@ from .managers import Usage
 #: when newly admitted prompts run in an iteration of their own (``prefill="separate"``):
 #: the running requests then wait, holding their memory.
 COLUMNS = ("time", "duration", "num_running", "num_scheduled", "num_scheduled_seqs",
-           "num_waiting", "num_tokens", "context_tokens", "token_states", "reservation",
-           "internal_fragmentation", "external_fragmentation", "used_blocks", "blocks_alone")
+           "num_waiting", "num_tokens", "context_tokens", *Usage._fields)
 
 
 class StepLog:
@@ -42,9 +41,7 @@ class StepLog:
             num_scheduled_seqs: int, num_waiting: int, num_tokens: int, context_tokens: int,
             usage: Usage) -> None:
         self._data.extend((time, duration, num_running, num_scheduled, num_scheduled_seqs,
-                           num_waiting, num_tokens, context_tokens, usage.token_states,
-                           usage.reservation, usage.internal_fragmentation,
-                           usage.external_fragmentation, usage.used_blocks, usage.blocks_alone))
+                           num_waiting, num_tokens, context_tokens, *usage))
 
     def array(self, name: str) -> np.ndarray:
         if name not in COLUMNS:

@@ -59,7 +59,13 @@ from dataclasses import dataclass
 from .._validation import check_choice, check_int, check_number
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..scheduler import PREEMPTION_MODES, Admit, Finish, Preempt, Step
-from ..scheduler.policy import Verdict, admit_fcfs, insert_by_arrival, serve_oldest_first
+from ..scheduler.policy import (
+    Verdict,
+    admit_fcfs,
+    insert_by_arrival,
+    preemption_mode,
+    serve_oldest_first,
+)
 from .latency import LatencyModel, ModelPreset
 from .managers import PAGED, ContiguousMemory, Group, ManagerSpec, PagedMemory, Seq, Usage
 from .metrics import RequestResult, SimResult, StepLog
@@ -191,7 +197,7 @@ class Simulator:
     # ------------------------------------------------------------- queries
     @property
     def done(self) -> bool:
-        return (self._next_arrival == len(self.trace) and not self.waiting
+        return (self._next_arrival == len(self.trace.requests) and not self.waiting
                 and not self.running and not self.swapped)
 
     @property
@@ -215,21 +221,21 @@ class Simulator:
         from tqdm.auto import tqdm
 
         show = len(self.trace) > 2000 if progress is None else progress
-        lazy = self.spec.paged and not self.events  # exact per-token calls only if watched
-        if lazy:
-            self.memory.lazy = True
+        self.memory.lazy = not self.events  # exact per-token calls only if watched
+        started = time.perf_counter()
         try:
             with tqdm(total=len(self.trace), initial=len(self.results), disable=not show,
                       unit="req", desc=f"{self.spec.label} on {self.trace.name}") as bar:
                 reported = len(self.results)
-                while self.step() is not None:
+                while not self.done:  # like step(), without the StepRecords nobody reads
+                    self._iterate()
                     if len(self.results) != reported:
                         bar.update(len(self.results) - reported)
                         reported = len(self.results)
         finally:
-            if lazy:
-                self.memory.sync(self.running)
-                self.memory.lazy = False
+            self.memory.sync(self.running)
+            self.memory.lazy = False
+            self._wall += time.perf_counter() - started
         return self.result()
 
     @property
@@ -262,11 +268,17 @@ class Simulator:
         started = time.perf_counter()
         record = None
         while record is None and not self.done:
-            record = self._iterate()
+            facts = self._iterate()  # None: everyone who had arrived was aborted
+            if facts is not None:
+                *counts, admitted, preempted, finished, num_tokens, usage = facts
+                record = StepRecord(*counts, _ids(admitted), _ids(preempted), _ids(finished),
+                                    num_tokens, usage)
         self._wall += time.perf_counter() - started
         return record
 
-    def _iterate(self) -> StepRecord | None:
+    def _iterate(self) -> tuple | None:
+        """One iteration; returns the fields of its `StepRecord` (groups where
+        it has request ids), or None if it ran nothing."""
         self._arrive()
         if not (self.running or self.waiting or self.swapped):
             self.now = self.trace.requests[self._next_arrival].arrival  # idle: skip ahead
@@ -275,15 +287,15 @@ class Simulator:
         # static batching: the batch is closed while anyone in it runs
         open_batch = self.batching == "iteration" or not self.running
         if separate and open_batch and self.waiting and not self.swapped:
-            prefill, admitted = self._admit(sum(len(g.seqs) for g in self.running))
+            prefill, admitted = self._admit()
             if admitted:  # a prompt iteration: only the newcomers run
                 return self._execute(prefill, admitted, [], admitted)
         preempted = self._make_room_for_running()
         prefill, admitted = 0, []
         if not preempted and open_batch:
-            seqs = self._swap_in(sum(len(g.seqs) for g in self.running))
+            self._swap_in()
             if not self.swapped and not separate:
-                prefill, admitted = self._admit(seqs)
+                prefill, admitted = self._admit()
         if not self.running:
             if self.waiting or self.swapped:  # an empty pool always takes the head
                 raise RuntimeError("the simulator could not schedule anything; this is a bug")
@@ -315,14 +327,15 @@ class Simulator:
         """Give every running request its next slot, oldest first, preempting
         the newest while the paged pool is short (§4.5)."""
         preempted: list[Group] = []
-        beams = isinstance(self.sharing, BeamSearch)
-        reshuffled: set[int] = set()  # groups whose beams chose their parents this iteration
+        try_serve = self.memory.try_append
+        if isinstance(self.sharing, BeamSearch):
+            reshuffled: set[int] = set()  # groups whose beams chose their parents this iteration
 
-        def try_serve(group: Group) -> bool:
-            if beams and id(group) not in reshuffled:  # once per iteration, also when retried
-                self._reshuffle_beams(group)
-                reshuffled.add(id(group))
-            return self.memory.try_append(group)
+            def try_serve(group: Group) -> bool:
+                if id(group) not in reshuffled:  # once per iteration, also when retried
+                    self._reshuffle_beams(group)
+                    reshuffled.add(id(group))
+                return self.memory.try_append(group)
 
         def preempt(victim: Group) -> None:
             self._preempt(victim)
@@ -358,45 +371,57 @@ class Simulator:
         group.seqs = beams
 
     def _preempt(self, group: Group) -> None:
-        if self.preemption == "swap" and self.memory.can_swap_out(group):
+        how = preemption_mode(self.preemption, lambda: self.memory.can_swap_out(group))
+        if how == "swap":
             self.memory.swap_out(group)
             insert_by_arrival(self.swapped, group, _arrival)
-            how = "swap"
         else:  # recompute: drop the KV cache, keep the generated tokens
             for seq in group.seqs:
                 self.memory.free_seq(group, seq)
             insert_by_arrival(self.waiting, group, _arrival)
-            how = "recompute"
         group.num_preemptions += 1
         self.num_preemptions += 1
         if self.events:
             for seq in group.seqs:
                 self.events.emit(Preempt(seq.seq_id, group.request_id, how))
 
-    def _swap_in(self, seqs: int) -> int:
-        """Bring swapped-out requests back, oldest first, while they fit;
-        returns how many sequences are running then."""
-        while self.swapped:
-            group = self.swapped[0]
+    def _num_running_seqs(self) -> int:
+        return sum(len(g.seqs) for g in self.running)
+
+    def _swap_in(self) -> None:
+        """Bring swapped-out requests back, oldest first, while they fit."""
+        if not self.swapped:
+            return
+        seqs = self._num_running_seqs()
+
+        def try_swap_in(group: Group) -> Verdict:
+            nonlocal seqs
             # room to come back plus one block per sequence for its next token;
             # into an otherwise empty pool a group always fits (it did before)
             reserve = len(group.seqs) + self._watermark if self.running else 0
             if seqs + len(group.seqs) > self.max_num_seqs or \
                     not self.memory.can_swap_in(group, reserve):
-                break
-            self.swapped.popleft()
+                return Verdict.WAIT
             self.memory.swap_in(group)
             if not self.memory.try_append(group):
                 raise RuntimeError("a swapped-in group found no room it had reserved")
             insert_by_arrival(self.running, group, _arrival)
             seqs += len(group.seqs)
-        return seqs
+            return Verdict.ADMITTED
 
-    def _admit(self, seqs: int) -> tuple[int, list[Group]]:
+        def never(group: Group) -> None:
+            raise RuntimeError(f"request {group.request_id} cannot come back from swap; "
+                               "this is a bug")
+
+        admit_fcfs(self.swapped, try_swap_in, never)
+
+    def _admit(self) -> tuple[int, list[Group]]:
         """Admit waiting requests in arrival order while they fit and the
         running sequences stay within `max_num_seqs`. Returns the prompt
         tokens to compute and the admitted groups."""
-        prefill, never = 0, {}
+        if not self.waiting or self.waiting[0] is self.memory.blocked:
+            return 0, []  # nobody waits, or nothing was freed since the head did not fit
+        prefill, seqs, never = 0, self._num_running_seqs(), {}
 
         def try_admit(group: Group) -> Verdict:
             nonlocal prefill, seqs
@@ -441,7 +466,7 @@ class Simulator:
         return None if hit is None else group.prompt_len - hit + recompute
 
     def _execute(self, prefill: int, admitted: list[Group], preempted: list[Group],
-                 batch: list[Group]) -> StepRecord:
+                 batch: list[Group]) -> tuple:
         """Every sequence of the `batch` produces a token; time the iteration;
         finish whoever is done."""
         scheduled, num_seqs, context = len(batch), 0, 0
@@ -454,7 +479,8 @@ class Simulator:
                 if seq.generated == seq.output_len:
                     finished_seqs.append((group, seq))
             num_seqs += len(group.seqs)
-        num_tokens = prefill + num_seqs - sum(len(g.seqs) for g in admitted)
+        decoding = num_seqs - sum(len(g.seqs) for g in admitted) if admitted else num_seqs
+        num_tokens = prefill + decoding  # the prompts (and tokens recomputed), one per decode
         duration = self.latency.step_time(num_tokens, context, self._block_size)
         start, self.now = self.now, self.now + duration
         for group in admitted:
@@ -483,11 +509,9 @@ class Simulator:
         if self.events:  # the queues ride along, as the engine's scheduler sends them
             self.events.emit(Step(self.step_count, len(self.running), len(self.waiting),
                                   len(self.swapped)))
-        return StepRecord(self.step_count, start, duration, num_running, scheduled, num_seqs,
-                          len(self.waiting), len(self.swapped),
-                          tuple(g.request_id for g in admitted),
-                          tuple(g.request_id for g in preempted),
-                          tuple(g.request_id for g in finished_groups), num_tokens, usage)
+        return (self.step_count, start, duration, num_running, scheduled, num_seqs,
+                len(self.waiting), len(self.swapped), admitted, preempted, finished_groups,
+                num_tokens, usage)
 
     # ------------------------------------------------------------- helpers
     def _abort(self, group: Group, reason: str) -> None:
@@ -501,6 +525,10 @@ class Simulator:
         self.results.append(RequestResult(r.request_id, r.arrival, group.prompt_len,
                                           r.output_len, group.first_token_time, self.now,
                                           group.num_preemptions, reason))
+
+
+def _ids(groups: list[Group]) -> tuple[int, ...]:
+    return tuple(g.request_id for g in groups)
 
 
 def _arrival(group: Group) -> tuple[float, int]:
