@@ -35,6 +35,8 @@ from .experiments import (
     sustainable_rates,
 )
 from .latency import OPT_13B
+from .metrics import SimResult
+from .trace import Trace
 
 
 @dataclass(frozen=True)
@@ -123,23 +125,42 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
     """Run every experiment at `scale` and set each result beside the paper's."""
     sc = scale if isinstance(scale, Scale) else SCALES[scale]
     report = Report(sc.name)
-    add = report.rows.append
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=6, desc="paper experiments", unit="figure", disable=not progress)
-    tick = bar.update
+    with tqdm(total=6, desc="paper experiments", unit="figure", disable=not progress) as bar:
+        sharegpt = paper_trace("sharegpt", duration=sc.sharegpt_seconds, seed=seed)
+        alpaca = paper_trace("alpaca", duration=sc.alpaca_seconds, seed=seed)
+        _table1_and_fig11(report, sharegpt, alpaca)
+        bar.update()
+        results = _run_fig2_and_fig13(report, sharegpt, alpaca)
+        fig2 = _fig2(report, sharegpt, results[sharegpt.name])
+        bar.update()
+        fig13 = _fig13(report, sharegpt, alpaca, results)
+        bar.update()
+        _fig12(report, sc, seed)
+        bar.update()
+        fig15 = _fig15(report, sc, seed)
+        bar.update()
+        fig18 = _fig18b(report, sc, seed)
+        bar.update()
+    report.figures = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig18b": fig18}
+    return report
 
+
+def _table1_and_fig11(report: Report, sharegpt: Trace, alpaca: Trace) -> None:
+    add = report.rows.append
     add(Comparison("Table 1", "OPT-13B KV cache slots", OPT_13B.kv_slots,
                    ref.TABLE1_KV_SLOTS["OPT-13B"], "slots", "exact"))
-    sharegpt = paper_trace("sharegpt", duration=sc.sharegpt_seconds, seed=seed)
-    alpaca = paper_trace("alpaca", duration=sc.alpaca_seconds, seed=seed)
     for name, trace in (("sharegpt", sharegpt), ("alpaca", alpaca)):
         for i, what in enumerate(("prompt", "output")):
             mean = trace.mean_prompt_len() if i == 0 else trace.mean_output_len()
             add(Comparison("Fig. 11", f"{name}-like mean {what} length", round(mean, 2),
                            ref.FIG11_MEANS[name][i], "tokens", "lengths"))
-    tick()
 
+
+def _run_fig2_and_fig13(report: Report, sharegpt: Trace, alpaca: Trace
+                        ) -> dict[str, dict[str, SimResult]]:
+    """The four managers on both traces (Fig. 2 and 13 share the runs), timed."""
     results = {t.name: _timed(report, f"fig2+13 {t.name}", lambda t=t: run_managers(t))
                for t in (sharegpt, alpaca)}
     runs = [r for by in results.values() for r in by.values()]
@@ -147,12 +168,15 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
                     "seconds": round(sum(r.wall_seconds for r in runs), 2)}
     report.speed["iterations_per_second"] = round(
         report.speed["iterations"] / max(report.speed["seconds"], 1e-9))
-    sg = results[sharegpt.name]
     report.speed["sharegpt_requests"] = len(sharegpt)
     report.speed.update({f"sharegpt seconds, {label}": round(r.wall_seconds, 2)
-                         for label, r in sg.items()})
+                         for label, r in results[sharegpt.name].items()})
+    return results
 
-    fig2 = fig2_memory_breakdown(sharegpt, results=sg)
+
+def _fig2(report: Report, sharegpt: Trace, results: dict[str, SimResult]):
+    add = report.rows.append
+    fig2 = fig2_memory_breakdown(sharegpt, results=results)
     for manager, paper in ref.FIG2_BREAKDOWN.items():
         note = "max" if manager == "Orca (Max)" else "paged" if manager == "vLLM" else \
             "placement"
@@ -168,8 +192,12 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
         add(Comparison("Fig. 2", f"internal fragmentation, % of reserved slots, {manager}",
                        round(_internal_share(ours), 1),
                        round(_internal_share(ref.FIG2_BREAKDOWN[manager]), 1), "%", "policy"))
-    tick()
+    return fig2
 
+
+def _fig13(report: Report, sharegpt: Trace, alpaca: Trace,
+           results: dict[str, dict[str, SimResult]]):
+    add = report.rows.append
     fig13 = fig13_batch_sizes([sharegpt, alpaca], results=results)
     for trace in (sharegpt, alpaca):
         for manager, paper in ref.FIG13_BATCH[trace.name.split("@")[0]].items():
@@ -182,18 +210,23 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
         add(Comparison("Fig. 13", f"requests an iteration computes, {trace.name}, vLLM",
                        round(fig13.value("mean_scheduled", trace=trace.name, manager="vLLM"),
                              2), "not reported", "requests", "scheduled"))
-    tick()
+    return fig13
 
+
+def _fig12(report: Report, sc: Scale, seed: int) -> None:
     for dataset in ("sharegpt", "alpaca"):
         rates = default_rates(dataset, sc.rate_points)
         data = _timed(report, f"fig12 {dataset}", lambda d=dataset, r=rates:
                       fig12_latency_vs_rate(d, r, duration=sc.latency_seconds, seed=seed))
         knees = sustainable_rates(data)
         for base, (low, high) in ref.FIG12_RATE_GAIN.items():
-            add(Comparison("Fig. 12", f"rate vLLM sustains / {base}, {dataset}",
-                           round(knees["vLLM"] / knees[base], 2), f"{low}-{high}", "x", "knee"))
-    tick()
+            report.rows.append(Comparison(
+                "Fig. 12", f"rate vLLM sustains / {base}, {dataset}",
+                round(knees["vLLM"] / knees[base], 2), f"{low}-{high}", "x", "knee"))
 
+
+def _fig15(report: Report, sc: Scale, seed: int):
+    add = report.rows.append
     sharing_trace = paper_trace("alpaca", rate=SHARING_RATE, num_requests=sc.sharing_requests,
                                 seed=seed)
     fig15 = _timed(report, "fig15", lambda: fig15_sharing_savings(
@@ -206,20 +239,20 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
     for row in fig15.select(scenario="prefix"):
         add(Comparison("§6.4", f"memory saved, {row['label']}", round(row["saving"], 2),
                        "not reported", "%", "prefix"))
-    tick()
+    return fig15
 
+
+def _fig18b(report: Report, sc: Scale, seed: int):
     traces = [paper_trace(dataset, duration=sc.block_sweep_seconds, seed=seed)
               for dataset in ("sharegpt", "alpaca")]
     fig18 = _timed(report, "fig18b", lambda: fig18b_block_size_sweep(traces=traces))
     for trace in traces:
         best = best_block_sizes(fig18, trace.name)
         low, high = ref.FIG18B_BEST_BLOCK_SIZES[trace.name.split("@")[0]]
-        add(Comparison("Fig. 18b", f"block sizes within 5% of the best, {trace.name}",
-                       " ".join(map(str, best)), f"{low}-{high}", "tokens", "blocks"))
-    tick()
-    bar.close()
-    report.figures = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig18b": fig18}
-    return report
+        report.rows.append(Comparison(
+            "Fig. 18b", f"block sizes within 5% of the best, {trace.name}",
+            " ".join(map(str, best)), f"{low}-{high}", "tokens", "blocks"))
+    return fig18
 
 
 #: What a contiguous region's slots hold: Fig. 2 without external fragmentation.

@@ -318,3 +318,31 @@ def test_side_by_side_at_the_same_clock():
         assert paged.memory_manager.stats().used_blocks > 0
     assert isinstance(contiguous.memory_manager, ContiguousAllocator)
     assert isinstance(paged.memory_manager, KVCacheManager)
+
+
+@pytest.mark.parametrize("manager", [*PAPER_MANAGERS, ManagerSpec("paged", 4)],
+                         ids=lambda m: m.label)
+def test_the_blocked_head_memo_changes_no_decision(manager, monkeypatch):
+    """`Memory.blocked` (a waiting head that did not fit is not asked again until
+    memory is freed) only saves work: with it disabled, every step is the same."""
+    from pagedkit.sim.managers import Memory
+
+    trace = synthetic_trace("sharegpt", rate=8, num_requests=150, seed=6)
+    cls = type(Simulator(trace, manager).memory)
+    calls = Counter()
+    admit = cls.try_admit
+
+    def counted(self, *args):
+        calls[memo] += 1
+        return admit(self, *args)
+
+    monkeypatch.setattr(cls, "try_admit", counted)
+    memo = "on"
+    kept = simulate(trace, manager, capacity_slots=5000, progress=False)
+    monkeypatch.setattr(Memory, "blocked", property(lambda self: None, lambda self, v: None),
+                        raising=False)
+    memo = "off"
+    asked = simulate(trace, manager, capacity_slots=5000, progress=False)
+    assert calls["off"] > 2 * calls["on"]  # the memo saved asking again
+    assert bytes(kept.steps._data) == bytes(asked.steps._data)
+    assert kept.requests == asked.requests
