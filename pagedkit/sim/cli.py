@@ -16,7 +16,7 @@ from .._validation import positive_float, positive_int
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
 from .managers import PAPER_MANAGERS, ManagerSpec
-from .report import SCALES, benchmark, compare, format_table
+from .report import SCALES, benchmark, compare, format_table, scheduler_benchmark
 from .simulator import BATCHING_MODES, PREFILL_MODES, simulate
 from .trace import DATASETS, load_trace, synthetic_trace
 
@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--benchmark", action="store_true",
                    help="time an hour of ShareGPT-like traffic at 2 req/s through each manager")
+    p.add_argument("--benchmark-scheduler", action="store_true",
+                   help="time the same hour through the engine's own Scheduler and "
+                        "KVCacheManager, without a model (what unifying them would cost)")
     one = p.add_argument_group("one trace instead of the paper comparison")
     one.add_argument("--dataset", choices=sorted(DATASETS),
                      help="a synthetic trace shaped like this dataset")
@@ -81,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dataset or args.trace:
         return _one_trace(parser, args)
-    if args.benchmark:
-        rows = benchmark(seed=args.seed)
+    if args.benchmark or args.benchmark_scheduler:
+        rows = benchmark(seed=args.seed) if args.benchmark else []
+        if args.benchmark_scheduler:
+            rows.append(scheduler_benchmark(seed=args.seed))
         if args.json:
             print(json.dumps(rows, indent=2))
         else:

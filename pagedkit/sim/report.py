@@ -35,6 +35,7 @@ from .experiments import (
     sustainable_rates,
 )
 from .latency import OPT_13B
+from .managers import PAGED
 from .metrics import SimResult
 from .trace import Trace
 
@@ -283,6 +284,55 @@ def benchmark(duration: float = 3600.0, rate: float | None = None,
     return out
 
 
+def scheduler_benchmark(duration: float = 3600.0, seed: int = 0) -> dict:
+    """What running the engine's own `Scheduler` would cost the simulator: the
+    real `Scheduler` and `KVCacheManager` over `benchmark`'s trace, with no
+    model (each sampling sequence gets a placeholder token, `Scheduler.update`
+    closes the step) and this module's latency model advancing the clock;
+    mixed prefill, a 4,096-token budget, no watermark. Measured, not
+    simulated: see docs/simulator.md, "One scheduler for the engine and the
+    simulator?"."""
+    from ..memory import KVCacheManager
+    from ..sampling_params import SamplingParams
+    from ..scheduler import Scheduler, SchedulerConfig
+    from ..sequence import FinishReason, SequenceGroup
+    from .latency import LatencyModel
+
+    trace = paper_trace("sharegpt", duration=duration, seed=seed)
+    latency, block_size = LatencyModel(), PAGED.block_size
+    sched = Scheduler(SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=4096),
+                      KVCacheManager(OPT_13B.kv_slots // block_size, block_size))
+    requests = trace.requests
+    wall, cpu = time.perf_counter(), time.process_time()
+    now, arrived, steps, finished = 0.0, 0, 0, 0
+    while arrived < len(requests) or sched.has_unfinished():
+        if not sched.has_unfinished():
+            now = max(now, requests[arrived].arrival)  # idle: skip ahead
+        while arrived < len(requests) and requests[arrived].arrival <= now:
+            r = requests[arrived]
+            sched.add(SequenceGroup.new(str(r.request_id), None, [1] * r.prompt_len,
+                                        SamplingParams(max_tokens=r.output_len,
+                                                       ignore_eos=True),
+                                        arrival_time=r.arrival, seq_id=r.request_id))
+            arrived += 1
+        out = sched.schedule()
+        stops, context = [], 0
+        for s in out.scheduled:
+            context += s.start + s.num_tokens
+            if s.samples:  # the step reaches its last token: one more is sampled
+                s.seq.token_ids.append(1)
+                if len(s.seq.output_token_ids) >= s.group.params.max_tokens:
+                    stops.append((s.group, s.seq, FinishReason.LENGTH))
+        finished += len(sched.update(out, stops=stops))
+        now += latency.step_time(out.num_batched_tokens, context, block_size)
+        steps += 1
+    return {"manager": "engine Scheduler (vLLM memory)", "requests": len(requests),
+            "iterations": steps, "wall_seconds": round(time.perf_counter() - wall, 2),
+            "cpu_seconds": round(time.process_time() - cpu, 2),
+            "simulated_seconds": round(now, 1), "finished": finished,
+            "preemptions": sched.num_preemptions}
+
+
 def format_table(report: Report, markdown: bool = False) -> str:
     """The comparison as a text (or Markdown) table with numbered notes."""
     keys = list(dict.fromkeys(r.note for r in report.rows if r.note))
@@ -317,4 +367,4 @@ def _fmt(value: float | str) -> str:
 
 
 __all__ = ["NOTES", "SCALES", "Comparison", "Report", "Scale", "benchmark", "compare",
-           "format_table"]
+           "format_table", "scheduler_benchmark"]
