@@ -10,14 +10,11 @@ is swapped out together, because its sequences share memory (§4.5).
 from __future__ import annotations
 
 import enum
-import itertools
 import time
-from collections.abc import Set
+from collections.abc import Hashable, Set
 from dataclasses import dataclass, field
 
 from .sampling_params import SamplingParams
-
-_seq_ids = itertools.count()
 
 
 class SequenceStatus(enum.Enum):
@@ -55,8 +52,9 @@ def stop_reason(seq: Sequence, params: SamplingParams, stop_ids: Set[int],
 class Sequence:
     """One token stream: the prompt, then what was generated after it."""
 
-    def __init__(self, prompt_token_ids: list[int], *, seq_id: int | None = None) -> None:
-        self.seq_id = next(_seq_ids) if seq_id is None else seq_id
+    def __init__(self, prompt_token_ids: list[int], *, seq_id: Hashable) -> None:
+        # ids come from whoever owns the sequences (one counter per engine), never a global
+        self.seq_id = seq_id
         self.token_ids = list(prompt_token_ids)
         self.prompt_len = len(prompt_token_ids)
         self.num_computed_tokens = 0  # tokens whose K/V are in the cache
@@ -84,7 +82,7 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
-    def fork(self, seq_id: int | None = None) -> Sequence:
+    def fork(self, seq_id: Hashable) -> Sequence:
         """A copy with a new id: same tokens, same progress (its blocks are shared separately)."""
         child = Sequence(self.token_ids[:self.prompt_len], seq_id=seq_id)
         child.token_ids = list(self.token_ids)
@@ -131,8 +129,8 @@ class SequenceGroup:
 
     @classmethod
     def new(cls, request_id: str, prompt: str | None, prompt_token_ids: list[int],
-            params: SamplingParams, arrival_time: float | None = None,
-            seq_id: int | None = None) -> SequenceGroup:
+            params: SamplingParams, arrival_time: float | None = None, *,
+            seq_id: int) -> SequenceGroup:
         now = time.monotonic() if arrival_time is None else arrival_time
         first = Sequence(prompt_token_ids, seq_id=seq_id)
         return cls(request_id, prompt, list(prompt_token_ids), params, [first],

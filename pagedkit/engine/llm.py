@@ -40,6 +40,10 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
+    def reset_prefix_cache(self) -> int:
+        """Forget the prefix cache's free blocks (`LLMEngine.reset_prefix_cache`)."""
+        return self.llm_engine.reset_prefix_cache()
+
     def generate(self, prompts: Prompt | SequenceLike[Prompt],
                  sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
                  use_tqdm: bool = True,

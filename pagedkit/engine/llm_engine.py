@@ -235,6 +235,12 @@ class LLMEngine:
         self._aborted.append(self._retire(group))
         return True
 
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached block no sequence holds (vLLM's name), e.g. to
+        measure a cold cache; blocks in use keep their names. Returns how
+        many were forgotten (0 without prefix caching)."""
+        return self.kv.allocator.evict_all_cached()
+
     def has_unfinished_requests(self) -> bool:
         """Anything still to run, or an aborted request not yet reported?"""
         return self.scheduler.has_unfinished() or bool(self._aborted)
@@ -256,7 +262,7 @@ class LLMEngine:
             is_prefill = s.num_tokens > 1 or s.start < s.seq.prompt_len
             out.scheduled.append(ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
                                                is_prefill))
-            if s.samples:
+            if s.computes_last_token:
                 rows.setdefault(s.group.request_id, []).append((s.seq, logits[row]))
                 row += 1
         stops: list[tuple[SequenceGroup, Sequence, FinishReason]] = []

@@ -178,14 +178,6 @@ class BlockAllocator:
             self.events.emit(Event(EventKind.ALLOCATE, block=block, seq=seq, ref_count=1))
         return block
 
-    def allocate_many(self, n: int, seq: Hashable | None = None) -> list[int]:
-        """Allocate `n` blocks, all or nothing."""
-        check_int("n", n, minimum=0)
-        if n > len(self._free):
-            raise OutOfBlocksError(
-                f"asked for {n} blocks but only {len(self._free)} of {self.num_blocks} are free")
-        return [self.allocate(seq) for _ in range(n)]
-
     def fork(self, block: int, seq: Hashable | None = None) -> int:
         """Give a live block one more owner (sharing, paper §4.4). Returns `block`."""
         if self._ref[self._check_id(block)] == 0:

@@ -61,21 +61,22 @@ class KVCacheManager:
         return seq in self._tables or seq in self._swapped
 
     def table(self, seq: Hashable) -> BlockTable:
-        """The block table of a sequence resident in GPU memory."""
-        try:
-            return self._tables[seq]
-        except KeyError:
-            where = "swapped out" if seq in self._swapped else "unknown"
-            raise KeyError(f"sequence {seq!r} has no GPU block table ({where})") from None
-
-    def block_table(self, seq: Hashable) -> BlockTable:
-        """The sequence's table wherever it is; a swapped-out one points into the swap pool."""
+        """A sequence's block table wherever it is: in GPU memory, or swapped
+        out (then it points into `swap_pool`; see `swapped_tables`)."""
         table = self._tables.get(seq)
         if table is None:
             table = self._swapped.get(seq)
         if table is None:
             raise KeyError(f"sequence {seq!r} has no block table")
         return table
+
+    def _gpu_table(self, seq: Hashable) -> BlockTable:
+        """The table of a sequence that must be in GPU memory for what is asked."""
+        try:
+            return self._tables[seq]
+        except KeyError:
+            where = "swapped out" if seq in self._swapped else "unknown"
+            raise KeyError(f"sequence {seq!r} has no GPU block table ({where})") from None
 
     def tables(self) -> Mapping[Hashable, BlockTable]:
         """Every GPU-resident sequence's block table, read-only (for widgets that
@@ -87,13 +88,12 @@ class KVCacheManager:
         return MappingProxyType(self._swapped)
 
     def block_ids(self, seq: Hashable) -> list[int]:
-        return list(self.table(seq).blocks)
+        """The GPU blocks of a sequence in GPU memory (a swapped-out one raises)."""
+        return list(self._gpu_table(seq).blocks)
 
     def num_tokens(self, seq: Hashable) -> int:
-        return self.table(seq).num_tokens
-
-    def is_swapped(self, seq: Hashable) -> bool:
-        return seq in self._swapped
+        """Tokens with a slot in GPU memory (a swapped-out sequence raises)."""
+        return self._gpu_table(seq).num_tokens
 
     def stats(self) -> MemoryStats:
         swapped = self.swap_pool.num_used_blocks if self.swap_pool else 0
@@ -131,12 +131,12 @@ class KVCacheManager:
         appends = list(appends)
         if len(appends) == 1:
             seq, n = appends[0]
-            return self.block_table(seq).blocks_needed(n)
+            return self.table(seq).blocks_needed(n)
         total = 0
         writers: dict[tuple[int, int], list[int]] = {}  # (pool, shared last block) -> appends
         tails: dict[tuple[int, int], BlockTable] = {}
         for seq, n in appends:
-            table = self.block_table(seq)
+            table = self.table(seq)
             if n > 0 and table.num_free_slots and len(table.blocks):
                 key = (id(table.allocator), table.blocks[-1])
                 writers.setdefault(key, []).append(n)
@@ -203,7 +203,7 @@ class KVCacheManager:
         """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""
         if child in self:
             raise BlockStateError(f"cannot fork into {child!r}: it already has a block table")
-        self._tables[child] = self.table(parent).fork(child)
+        self._tables[child] = self._gpu_table(parent).fork(child)
 
     def free(self, seq: Hashable) -> None:
         """Release a sequence's blocks, wherever they are."""
@@ -222,7 +222,7 @@ class KVCacheManager:
         can lose its name), so blocks the sequences shared are caught too."""
         fresh: list[int] = []
         for seq, computed in seqs:
-            fresh += [b for b in self.table(seq).blocks[computed // self.block_size:]
+            fresh += [b for b in self._gpu_table(seq).blocks[computed // self.block_size:]
                       if b != NULL_BLOCK]
             self.free(seq)
         for block in fresh:
@@ -244,7 +244,7 @@ class KVCacheManager:
         contract); the engine shows them as block 0. A swapped-out or unknown
         sequence is an error; a sequence re-prefilled after recompute
         preemption starts a new table and is released again as it goes."""
-        table = self.table(seq)
+        table = self._gpu_table(seq)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"sliding window must be an int >= 1, got {window!r}")
         if isinstance(num_computed_tokens, bool) or not isinstance(num_computed_tokens, int) \
@@ -259,7 +259,7 @@ class KVCacheManager:
 
     def can_swap_out(self, seqs: Iterable[Hashable]) -> bool:
         seqs = _group(seqs, "swap out")
-        needed = len(self._distinct_blocks(self.table(s) for s in seqs))
+        needed = len(self._distinct_blocks(self._gpu_table(s) for s in seqs))
         return self.swap_pool is not None and needed <= self.swap_pool.num_free_blocks
 
     def _swapped_table(self, seq: Hashable) -> BlockTable:
@@ -285,7 +285,7 @@ class KVCacheManager:
         if not self.can_swap_out(seqs):
             raise OutOfBlocksError(
                 f"swap space full: the group needs "
-                f"{len(self._distinct_blocks(self.table(s) for s in seqs))} CPU blocks, "
+                f"{len(self._distinct_blocks(self._gpu_table(s) for s in seqs))} CPU blocks, "
                 f"{self.swap_pool.num_free_blocks} of {self.swap_pool.num_blocks} are free")
         return self._move(seqs, self._tables, self._swapped, self.allocator, self.swap_pool,
                           EventKind.SWAP_OUT)

@@ -34,7 +34,7 @@ class ScheduledTokens(Protocol):
     num_tokens: int
 
     @property
-    def samples(self) -> bool: ...  # does the step reach its last token?
+    def computes_last_token(self) -> bool: ...  # does the step reach its last token?
 
 
 class StepPlan(Protocol):
@@ -162,7 +162,7 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
         cu_seqlens.append(cu_seqlens[-1] + s.num_tokens)
         context_lens.append(end)
         tables.append(table.kernel_blocks())  # released blocks shown as a valid id
-        if s.samples:
+        if s.computes_last_token:
             logits_indices.append(cu_seqlens[-1] - 1)
     width = max(len(t) for t in tables)
     padded = [t + [0] * (width - len(t)) for t in tables]

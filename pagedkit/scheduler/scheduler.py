@@ -69,8 +69,9 @@ class ScheduledSeq:
     start: int
 
     @property
-    def samples(self) -> bool:
-        """Does this step reach the sequence's last token (so it yields a next token)?"""
+    def computes_last_token(self) -> bool:
+        """Does this step compute the sequence's last token (so a next token is
+        sampled from its logits)? A prompt chunk that stops short does not."""
         return self.start + self.num_tokens == self.seq.num_tokens
 
 
@@ -375,7 +376,7 @@ class Scheduler:
                 return None
             tokens_left -= take
             if take:
-                table = self.kv.block_table(seq.seq_id)
+                table = self.kv.table(seq.seq_id)
                 appends.append((seq.seq_id, seq.num_computed_tokens + take - table.num_tokens))
                 plan.seqs.append(_SeqPlan(seq, seq.num_computed_tokens, take))
         if not plan.seqs:

@@ -319,7 +319,7 @@ def scheduler_benchmark(duration: float = 3600.0, seed: int = 0) -> dict:
         stops, context = [], 0
         for s in out.scheduled:
             context += s.start + s.num_tokens
-            if s.samples:  # the step reaches its last token: one more is sampled
+            if s.computes_last_token:  # the step reaches its last token: one more is sampled
                 s.seq.token_ids.append(1)
                 if len(s.seq.output_token_ids) >= s.group.params.max_tokens:
                     stops.append((s.group, s.seq, FinishReason.LENGTH))

@@ -116,3 +116,21 @@ def test_beam_search_matches_transformers_on_the_tiny_model(num_beams):
     outs = llm.generate(prompt_list, params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in outs] == expected
     assert outs[0].outputs[0].text == tokenizer.decode(expected[0], skip_special_tokens=True)
+
+
+def test_reset_prefix_cache_makes_the_next_call_cold():
+    """The prefix cache serves a repeated prompt; after `reset_prefix_cache`
+    it serves nothing, and the tokens stay the same."""
+    llm = LLM("tiny", enable_prefix_caching=True, block_size=4)
+    prompt = "Once upon a time there was a little"
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    first = llm.generate(prompt, params)[0]
+    warm = llm.generate(prompt, params)[0]
+    assert warm.num_cached_tokens > 0
+    assert llm.reset_prefix_cache() > 0
+    cold = llm.generate(prompt, params)[0]
+    assert cold.num_cached_tokens == 0
+    assert first.outputs[0].token_ids == warm.outputs[0].token_ids == cold.outputs[0].token_ids
+    off = LLM("tiny", enable_prefix_caching=False, block_size=4)
+    off.generate(prompt, params)
+    assert off.reset_prefix_cache() == 0  # no prefix caching: nothing was named

@@ -70,18 +70,10 @@ def test_unknown_block_id():
 
 def test_out_of_blocks_names_the_pool():
     pool = BlockAllocator(2, 4)
-    pool.allocate_many(2)
+    pool.allocate(), pool.allocate()
     with pytest.raises(OutOfBlocksError, match="all 2 blocks"):
         pool.allocate()
-    with pytest.raises(OutOfBlocksError, match="asked for 3 blocks but only 0 of 2 are free"):
-        pool.allocate_many(3)
-
-
-def test_allocate_many_is_all_or_nothing():
-    pool = BlockAllocator(3, 4)
-    with pytest.raises(OutOfBlocksError):
-        pool.allocate_many(4)
-    assert pool.num_free_blocks == 3
+    assert pool.num_free_blocks == 0
 
 
 def test_copy_on_write_only_copies_shared_blocks():
@@ -187,7 +179,7 @@ def test_evict_all_cached():
 def test_stats_kv_usage():
     pool = BlockAllocator(4, 4)
     assert pool.stats().kv_usage == 1.0
-    a, b = pool.allocate_many(2)
+    a, b = pool.allocate(), pool.allocate()
     pool.append_tokens(a, 4)
     pool.append_tokens(b, 2)
     s = pool.stats()

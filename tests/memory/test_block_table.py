@@ -5,7 +5,8 @@ from pagedkit.memory import BlockAllocator, BlockStateError, BlockTable, OutOfBl
 
 def test_slots_follow_the_block_table():
     pool = BlockAllocator(8, 4)
-    pool.allocate_many(3)  # make the table's blocks non-trivial
+    for _ in range(3):  # make the table's blocks non-trivial
+        pool.allocate()
     table = BlockTable(pool, "A")
     table.append(list(range(6)))
     assert table.blocks == [3, 4]

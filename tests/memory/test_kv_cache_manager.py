@@ -44,10 +44,11 @@ def test_swap_round_trip_keeps_sharing_and_tokens():
     assert kv.can_swap_out(["A", "B"])
     out = kv.swap_out(["A", "B"])
     assert len(out) == 3  # the shared first block travels once
-    assert kv.is_swapped("A") and kv.num_free_blocks == 6
+    assert "A" in kv.swapped_tables() and "A" not in kv.tables() and kv.num_free_blocks == 6
     assert kv.stats().swapped_blocks == 3
+    assert kv.table("A") is kv.swapped_tables()["A"]  # it points into the swap pool now
     with pytest.raises(KeyError, match="swapped out"):
-        kv.table("A")
+        kv.block_ids("A")
     with pytest.raises(BlockStateError, match="swap it in"):
         kv.allocate_slots("A", [9])
     back = kv.swap_in(["A", "B"])
@@ -104,7 +105,7 @@ def test_errors_name_the_sequence():
 def test_an_empty_table_is_still_a_table():
     kv = KVCacheManager(4, 2)
     assert kv.allocate_slots("A", []) == []
-    assert kv.block_table("A").blocks == []
+    assert kv.table("A").blocks == []
     kv.free("A")
     assert "A" not in kv
 

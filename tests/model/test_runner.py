@@ -35,7 +35,7 @@ class Part:
     num_tokens: int
 
     @property
-    def samples(self) -> bool:
+    def computes_last_token(self) -> bool:
         return self.start + self.num_tokens == len(self.seq.token_ids)
 
 

@@ -33,7 +33,7 @@ def step(sched):
     out = sched.schedule()
     stops = []
     for s in out.scheduled:
-        if s.samples:
+        if s.computes_last_token:
             s.seq.token_ids.append(1)
             if len(s.seq.output_token_ids) >= s.group.params.max_tokens:
                 stops.append((s.group, s.seq, FinishReason.LENGTH))

@@ -35,10 +35,10 @@ def reading(kv, seqs):
     them in page-table order."""
     pool = kv.allocator
     known = [s for s in dict.fromkeys(seqs) if s in kv]
-    gpu = {s: tuple(kv.block_table(s).blocks) for s in known
-           if not kv.is_swapped(s) and kv.block_table(s).blocks}
-    cpu = {s: tuple(kv.block_table(s).blocks) for s in known
-           if kv.is_swapped(s) and kv.block_table(s).blocks}
+    gpu = {s: tuple(kv.table(s).blocks) for s in known
+           if s not in kv.swapped_tables() and kv.table(s).blocks}
+    cpu = {s: tuple(kv.table(s).blocks) for s in known
+           if s in kv.swapped_tables() and kv.table(s).blocks}
     holders = defaultdict(set)
     for s, table in gpu.items():
         for b in table:
@@ -100,10 +100,10 @@ class PoolWalk(RuleBasedStateMachine):
         return f"s{self.n}"
 
     def _gpu(self):
-        return [s for s in self.seqs if s in self.kv and not self.kv.is_swapped(s)]
+        return [s for s in self.seqs if s in self.kv.tables()]
 
     def _cpu(self):
-        return [s for s in self.seqs if s in self.kv and self.kv.is_swapped(s)]
+        return [s for s in self.seqs if s in self.kv.swapped_tables()]
 
     @rule(prefix=st.integers(0, 2), size=st.integers(0, 9))
     def new(self, prefix, size):
