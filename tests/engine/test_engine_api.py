@@ -265,3 +265,13 @@ def test_add_requests_is_all_or_none(engine):
     assert snapshot(engine) == before
     engine.add_requests([("a", [1, 2], GREEDY), ("b", [3], GREEDY)])
     assert set(engine.groups) == {"a", "b"}
+
+
+def test_request_metrics_order_the_life_of_a_request():
+    """RequestMetrics (public API): arrival <= first scheduled <= first token
+    <= finish, and the two derived times follow from them."""
+    out = LLM("tiny").generate("Once upon a time", SamplingParams(max_tokens=3))[0]
+    m = out.metrics
+    assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time <= m.finish_time
+    assert m.time_to_first_token == m.first_token_time - m.arrival_time >= 0
+    assert m.latency == m.finish_time - m.arrival_time >= m.time_to_first_token
