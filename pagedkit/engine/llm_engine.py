@@ -65,11 +65,7 @@ class LLMEngine:
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         self.dtype = resolve_dtype(dtype, model)
         config = model.config
-        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-        positions = getattr(text_config, "max_position_embeddings", None)  # None: no limit (ALiBi)
-        default_len = DEFAULT_MAX_MODEL_LEN if positions is None else positions
-        self.max_model_len = default_len if max_model_len is None else check_int(
-            "max_model_len", max_model_len, minimum=2, maximum=positions)
+        self.max_model_len = _max_model_len(config, max_model_len)
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got "
                              f"{gpu_memory_utilization!r}")
@@ -89,18 +85,8 @@ class LLMEngine:
         spec = KVCacheSpec.from_config(config, self.dtype)
         num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
                                       gpu_memory_utilization)
-        num_swap_blocks = 0  # swap space exists only to swap into
-        if preemption_mode == "swap":
-            if swap_space is None:
-                num_swap_blocks = num_blocks
-            elif not swap_space > 0:
-                raise ValueError(f"preemption_mode='swap' needs swap_space > 0 (GiB), got "
-                                 f"{swap_space!r}")
-            else:
-                num_swap_blocks = int(swap_space * 2**30) // spec.bytes_per_block(block_size)
-                if num_swap_blocks < 1:
-                    raise ValueError(f"swap_space of {swap_space} GiB holds no block of "
-                                     f"{spec.bytes_per_block(block_size)} bytes")
+        num_swap_blocks = (_num_swap_blocks(spec.bytes_per_block(block_size), num_blocks,
+                                            swap_space) if preemption_mode == "swap" else 0)
         self.runner.allocate_cache(num_blocks, num_swap_blocks)
         self.kv = KVCacheManager(num_blocks, block_size,
                                  enable_prefix_caching=enable_prefix_caching,
@@ -114,9 +100,7 @@ class LLMEngine:
         self._peak_used_blocks = 0  # the most blocks in use at once, for memory_stats
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._seeded: dict[str, torch.Generator] = {}
-        eos = model.generation_config.eos_token_id if model.generation_config else None
-        eos = config.eos_token_id if eos is None else eos
-        self.eos_token_ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self.eos_token_ids = _eos_token_ids(model)
 
     def _num_blocks(self, spec: KVCacheSpec, block_size: int, num_blocks: int | None,
                     memory: int | None, utilization: float) -> int:
@@ -374,3 +358,34 @@ class LLMEngine:
         return (f"LLMEngine(model={self.model_name!r}, {s.total_blocks} blocks x {s.block_size} "
                 f"tokens, device={self.device.type}, dtype={str(self.dtype).removeprefix('torch.')}"
                 f", {len(self.groups)} requests in flight)")
+
+
+def _max_model_len(config: Any, requested: int | None) -> int:
+    """The longest sequence served: the model's position limit unless the user
+    asks for less (a config without one, as with ALiBi, gets vLLM's default)."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    positions = getattr(text_config, "max_position_embeddings", None)
+    if requested is None:
+        return DEFAULT_MAX_MODEL_LEN if positions is None else positions
+    return check_int("max_model_len", requested, minimum=2, maximum=positions)
+
+
+def _num_swap_blocks(bytes_per_block: int, num_blocks: int, swap_space: float | None) -> int:
+    """CPU blocks to swap into (swap mode): `swap_space` GiB, or as many as the GPU cache."""
+    if swap_space is None:
+        return num_blocks
+    if not swap_space > 0:
+        raise ValueError(f"preemption_mode='swap' needs swap_space > 0 (GiB), got "
+                         f"{swap_space!r}")
+    num_swap_blocks = int(swap_space * 2**30) // bytes_per_block
+    if num_swap_blocks < 1:
+        raise ValueError(f"swap_space of {swap_space} GiB holds no block of "
+                         f"{bytes_per_block} bytes")
+    return num_swap_blocks
+
+
+def _eos_token_ids(model: Any) -> set[int]:
+    """The model's end-of-sequence ids: its generation config's, else its config's."""
+    eos = model.generation_config.eos_token_id if model.generation_config else None
+    eos = model.config.eos_token_id if eos is None else eos
+    return set(eos if isinstance(eos, list) else [] if eos is None else [eos])
