@@ -40,8 +40,8 @@ def table_state(t: BlockTable):
 
 def kv_state(kv: KVCacheManager):
     return (pool_state(kv.allocator), kv.swap_pool and pool_state(kv.swap_pool),
-            {s: table_state(t) for s, t in kv._tables.items()},
-            {s: table_state(t) for s, t in kv._swapped.items()})
+            {s: table_state(t) for s, t in kv.tables().items()},
+            {s: table_state(t) for s, t in kv.swapped_tables().items()})
 
 
 def contiguous_state(mem: ContiguousAllocator):

@@ -146,7 +146,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ shadow memory
     def _swapped(self, seq):
-        return seq in self.kv._swapped
+        return seq in self.kv.swapped_tables()
 
     def _write(self, seq, start):
         table = self.kv.table(seq)
@@ -168,7 +168,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
     def every_sequence_reads_back_its_tokens(self):
         for seq, expected in self.contents.items():
             swapped = self._swapped(seq)
-            table = self.kv._swapped[seq] if swapped else self.kv.table(seq)
+            table = self.kv.swapped_tables()[seq] if swapped else self.kv.table(seq)
             memory = self.cpu if swapped else self.gpu
             assert table.num_tokens == len(expected)
             start = self.needed_from[seq]
@@ -183,8 +183,8 @@ class PagedMemoryMachine(RuleBasedStateMachine):
 
     @invariant()
     def ref_counts_equal_table_references(self):
-        for pool, tables in ((self.kv.allocator, self.kv._tables),
-                             (self.kv.swap_pool, self.kv._swapped)):
+        for pool, tables in ((self.kv.allocator, self.kv.tables()),
+                             (self.kv.swap_pool, self.kv.swapped_tables())):
             owners = Counter(b for t in tables.values() for b in t.live_blocks)
             for block in range(pool.num_blocks):
                 assert pool.ref_count(block) == owners[block]
