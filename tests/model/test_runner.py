@@ -143,6 +143,18 @@ def test_a_sequence_without_a_table_is_an_error_naming_it():
         pack_step(Plan([Part(a, 5, 1), Part(Seq("Z", [1]), 0, 1)]), kv)
 
 
+def test_a_swapped_out_sequence_is_an_error_naming_it():
+    """Its table points into the CPU pool: packing those ids as GPU blocks would
+    read someone else's K/V, so the step is refused before anything is packed."""
+    kv = KVCacheManager(num_blocks=16, block_size=BS, num_swap_blocks=4)
+    a, b = Seq("A", tokens(100, 6)), Seq("B", tokens(200, 5))
+    kv.allocate_slots("A", a.token_ids)
+    kv.allocate_slots("B", b.token_ids)
+    kv.swap_out(["B"])
+    with pytest.raises(KeyError, match=r"'B' has no GPU block table \(swapped out\)"):
+        pack_step(Plan([Part(a, 5, 1), Part(b, 4, 1)]), kv)
+
+
 # ---------------------------------------------------------------- ModelRunner
 @pytest.fixture(scope="module")
 def runner():
