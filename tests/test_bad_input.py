@@ -135,6 +135,8 @@ MEMORY_CASES = [
     ("kv.allocate duplicate cached, no room", make_full_kv,
      lambda kv: kv.allocate_slots("new", [1] * 9, cached_blocks=[0, 0]), BlockStateError,
      "[0, 0]", kv_state),
+    ("kv.allocate a str for a new sequence", make_kv,
+     lambda kv: kv.allocate_slots("new", "hello"), TypeError, "'hello'", kv_state),
     ("kv.allocate uncached block", make_kv,
      lambda kv: kv.allocate_slots("new", [1], cached_blocks=[7]), BlockStateError, "[7]",
      kv_state),

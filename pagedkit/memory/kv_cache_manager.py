@@ -187,8 +187,13 @@ class KVCacheManager:
             return None
         table = BlockTable(self.allocator, seq)
         table.adopt_cached(cached_blocks)  # checks them all before taking any
+        try:
+            copies = table.append(token_ids)
+        except BaseException:  # bad token ids: the new sequence never existed
+            table.free()
+            raise
         self._tables[seq] = table
-        return table.append(token_ids)
+        return copies
 
     def _check_cached(self, seq: Hashable, cached_blocks: Sequence[int]) -> None:
         blocks = list(cached_blocks)
