@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.dataset or args.trace:
         return _one_trace(parser, args)
+    _refuse_one_trace_options(parser, args)
     if args.benchmark or args.benchmark_scheduler:
         rows = benchmark(seed=args.seed) if args.benchmark else []
         if args.benchmark_scheduler:
@@ -99,6 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(format_table(report, markdown=args.markdown))
     return 0
+
+
+def _refuse_one_trace_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The comparison and the benchmarks run fixed settings: an option of the
+    one-trace mode given without --dataset/--trace would be silently ignored."""
+    given = [f"--{name.replace('_', '-')}" for name in
+             ("rate", "requests", "duration", "manager", "model", "preemption", "prefill",
+              "batching") if getattr(args, name) != parser.get_default(name)]
+    if given:
+        parser.error(f"{', '.join(given)} choose(s) how one trace runs: give --dataset or "
+                     "--trace too (the paper comparison and the benchmarks use fixed settings)")
 
 
 def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
