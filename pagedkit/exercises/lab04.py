@@ -491,9 +491,10 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     finally:
         os.unlink(f.name)
     if done.returncode in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
-        return CheckResult(name, False, "your kernel read past the end of the block table: the "
-                                        "interpreter process died of a segmentation fault (here "
-                                        "the table ends where unreadable memory begins). Load it "
+        return CheckResult(name, False, "your kernel read memory outside its tensors: the "
+                                        "interpreter process died of a segmentation fault. Most "
+                                        "likely it read the block table past its end (here the "
+                                        "table ends where unreadable memory begins): load it "
                                         "with mask=n_mask, so that lanes past the context read "
                                         "nothing")
     if done.returncode != 0 or not done.stdout.strip():
