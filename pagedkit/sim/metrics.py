@@ -37,6 +37,14 @@ class StepLog:
     def __len__(self) -> int:
         return len(self._data) // len(COLUMNS)
 
+    def __eq__(self, other: object) -> bool:
+        """Two runs logged the very same iterations (every column, bit for bit)."""
+        if not isinstance(other, StepLog):
+            return NotImplemented
+        return self._data == other._data
+
+    __hash__ = None  # mutable: it grows while a simulation runs
+
     def add(self, time: float, duration: float, num_running: int, num_scheduled: int,
             num_scheduled_seqs: int, num_waiting: int, num_tokens: int, context_tokens: int,
             usage: Usage) -> None:

@@ -15,6 +15,7 @@ from pagedkit.sim import (
     PAPER_MANAGERS,
     LatencyModel,
     ManagerSpec,
+    ParallelSampling,
     Simulator,
     Trace,
     TraceRequest,
@@ -320,11 +321,17 @@ def test_side_by_side_at_the_same_clock():
     assert isinstance(paged.memory_manager, KVCacheManager)
 
 
-@pytest.mark.parametrize("manager", [*PAPER_MANAGERS, ManagerSpec("paged", 4)],
-                         ids=lambda m: m.label)
-def test_the_blocked_head_memo_changes_no_decision(manager, monkeypatch):
+_MEMO_CASES = [(m, {}) for m in (*PAPER_MANAGERS, ManagerSpec("paged", 4))] + [
+    (PAGED, {"preemption": "swap"}), (PAGED, {"sharing": ParallelSampling(2)}),
+    (PAGED, {"sharing": ParallelSampling(2), "preemption": "swap"})]
+
+
+@pytest.mark.parametrize("manager, options", _MEMO_CASES,
+                         ids=lambda x: x.label if isinstance(x, ManagerSpec) else str(x))
+def test_the_blocked_head_memo_changes_no_decision(manager, options, monkeypatch):
     """`Memory.blocked` (a waiting head that did not fit is not asked again until
-    memory is freed) only saves work: with it disabled, every step is the same."""
+    memory is freed) only saves work: with it disabled, every step is the same
+    (also when swapping out frees GPU memory, and with sequences that share)."""
     from pagedkit.sim.managers import Memory
 
     trace = synthetic_trace("sharegpt", rate=8, num_requests=150, seed=6)
@@ -338,11 +345,11 @@ def test_the_blocked_head_memo_changes_no_decision(manager, monkeypatch):
 
     monkeypatch.setattr(cls, "try_admit", counted)
     memo = "on"
-    kept = simulate(trace, manager, capacity_slots=5000, progress=False)
+    kept = simulate(trace, manager, capacity_slots=5000, progress=False, **options)
     monkeypatch.setattr(Memory, "blocked", property(lambda self: None, lambda self, v: None),
                         raising=False)
     memo = "off"
-    asked = simulate(trace, manager, capacity_slots=5000, progress=False)
+    asked = simulate(trace, manager, capacity_slots=5000, progress=False, **options)
     assert calls["off"] > 2 * calls["on"]  # the memo saved asking again
-    assert bytes(kept.steps._data) == bytes(asked.steps._data)
+    assert kept.steps == asked.steps
     assert kept.requests == asked.requests

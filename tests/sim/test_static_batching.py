@@ -89,8 +89,8 @@ def test_iteration_is_the_default_and_recorded():
                         progress=False)
     static = simulate(trace, PAGED, capacity_slots=3000, batching="static", progress=False)
     assert default.extra["batching"] == "iteration"
-    assert bytes(default.steps._data) == bytes(explicit.steps._data)
-    assert bytes(static.steps._data) != bytes(default.steps._data)
+    assert default.steps == explicit.steps
+    assert static.steps != default.steps
 
 
 def test_bad_batching_is_refused_naming_the_value_and_the_choices():
