@@ -2,6 +2,7 @@
 widgets attached, allocates the same blocks and generates the same tokens."""
 
 import pytest
+from viz_helpers import tiny_llama
 
 from pagedkit.bench.widgets import simulator
 from pagedkit.memory import EventLog
@@ -32,15 +33,9 @@ def test_memory_is_identical_with_and_without_a_recorder(sharing):
     assert any(r.preempted for r in plain[1])  # the pool was short: swapping happened
 
 
-@pytest.fixture(scope="module")
-def tiny_llama():
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
-    return transformers.LlamaForCausalLM(config).eval()
+@pytest.fixture(scope="module", name="tiny_llama")
+def tiny_llama_fixture():
+    return tiny_llama()
 
 
 def generate(model, watch: bool):

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from viz_helpers import admit, emit, step
+from viz_helpers import admit, emit, step, tiny_llama
 
 from pagedkit.memory import KVCacheManager
 from pagedkit.memory.block_table import NULL_BLOCK
@@ -468,15 +468,10 @@ def test_simulator_frames_read_its_memory_and_queues(sharing, preemption):
 
 
 def test_engine_frames_read_its_memory_and_queues():
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    model = tiny_llama()
     from pagedkit import LLM, SamplingParams
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
-    llm = LLM(transformers.LlamaForCausalLM(config).eval(), num_blocks=12, block_size=4,
+    llm = LLM(model, num_blocks=12, block_size=4,
               preemption_mode="swap", enable_prefix_caching=True)
     engine = llm.llm_engine
     rec = Recorder.attach(llm)

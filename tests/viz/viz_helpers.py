@@ -22,3 +22,17 @@ def admit(kv: KVCacheManager, seq, request, tokens) -> None:
 
 def step(kv: KVCacheManager, number: int) -> None:
     emit(kv, SchedulerEventKind.STEP, step=number)
+
+
+def tiny_llama():
+    """A one-layer random Llama with grouped KV heads: a real transformers
+    model for engine tests that need no trained weights."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+    return transformers.LlamaForCausalLM(config).eval()
