@@ -70,8 +70,10 @@ class KVCacheManager:
             raise KeyError(f"sequence {seq!r} has no block table")
         return table
 
-    def _gpu_table(self, seq: Hashable) -> BlockTable:
-        """The table of a sequence that must be in GPU memory for what is asked."""
+    def gpu_table(self, seq: Hashable) -> BlockTable:
+        """The table of a sequence that must be in GPU memory (to be forked,
+        packed into a step, released or swapped out); a `KeyError` says where
+        it is otherwise."""
         try:
             return self._tables[seq]
         except KeyError:
@@ -89,11 +91,11 @@ class KVCacheManager:
 
     def block_ids(self, seq: Hashable) -> list[int]:
         """The GPU blocks of a sequence in GPU memory (a swapped-out one raises)."""
-        return list(self._gpu_table(seq).blocks)
+        return list(self.gpu_table(seq).blocks)
 
     def num_tokens(self, seq: Hashable) -> int:
         """Tokens with a slot in GPU memory (a swapped-out sequence raises)."""
-        return self._gpu_table(seq).num_tokens
+        return self.gpu_table(seq).num_tokens
 
     def stats(self) -> MemoryStats:
         swapped = self.swap_pool.num_used_blocks if self.swap_pool else 0
@@ -137,7 +139,7 @@ class KVCacheManager:
         tails: dict[tuple[int, int], BlockTable] = {}
         for seq, n in appends:
             table = self.table(seq)
-            if n > 0 and table.num_free_slots and len(table.blocks):
+            if n > 0 and table.num_free_slots:  # writes into its partly filled last block
                 key = (id(table.allocator), table.blocks[-1])
                 writers.setdefault(key, []).append(n)
                 tails[key] = table
@@ -208,7 +210,7 @@ class KVCacheManager:
         """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""
         if child in self:
             raise BlockStateError(f"cannot fork into {child!r}: it already has a block table")
-        self._tables[child] = self._gpu_table(parent).fork(child)
+        self._tables[child] = self.gpu_table(parent).fork(child)
 
     def free(self, seq: Hashable) -> None:
         """Release a sequence's blocks, wherever they are."""
@@ -227,7 +229,7 @@ class KVCacheManager:
         can lose its name), so blocks the sequences shared are caught too."""
         fresh: list[int] = []
         for seq, computed in seqs:
-            fresh += [b for b in self._gpu_table(seq).blocks[computed // self.block_size:]
+            fresh += [b for b in self.gpu_table(seq).blocks[computed // self.block_size:]
                       if b != NULL_BLOCK]
             self.free(seq)
         for block in fresh:
@@ -249,7 +251,7 @@ class KVCacheManager:
         contract); the engine shows them as block 0. A swapped-out or unknown
         sequence is an error; a sequence re-prefilled after recompute
         preemption starts a new table and is released again as it goes."""
-        table = self._gpu_table(seq)
+        table = self.gpu_table(seq)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"sliding window must be an int >= 1, got {window!r}")
         if isinstance(num_computed_tokens, bool) or not isinstance(num_computed_tokens, int) \
@@ -264,7 +266,7 @@ class KVCacheManager:
 
     def can_swap_out(self, seqs: Iterable[Hashable]) -> bool:
         seqs = _group(seqs, "swap out")
-        needed = len(self._distinct_blocks(self._gpu_table(s) for s in seqs))
+        needed = len(self._distinct_blocks(self.gpu_table(s) for s in seqs))
         return self.swap_pool is not None and needed <= self.swap_pool.num_free_blocks
 
     def _swapped_table(self, seq: Hashable) -> BlockTable:
@@ -290,7 +292,7 @@ class KVCacheManager:
         if not self.can_swap_out(seqs):
             raise OutOfBlocksError(
                 f"swap space full: the group needs "
-                f"{len(self._distinct_blocks(self._gpu_table(s) for s in seqs))} CPU blocks, "
+                f"{len(self._distinct_blocks(self.gpu_table(s) for s in seqs))} CPU blocks, "
                 f"{self.swap_pool.num_free_blocks} of {self.swap_pool.num_blocks} are free")
         return self._move(seqs, self._tables, self._swapped, self.allocator, self.swap_pool,
                           EventKind.SWAP_OUT)

@@ -153,14 +153,10 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
     context_lens: list[int] = []
     tables: list[list[int]] = []
     logits_indices: list[int] = []
-    gpu = kv.tables()  # a swapped-out table holds CPU block ids: never packed as GPU ones
     for s in step.scheduled:
         end = s.start + s.num_tokens
-        table = gpu.get(s.seq.seq_id)
-        if table is None:
-            where = "swapped out" if s.seq.seq_id in kv.swapped_tables() else "unknown"
-            raise KeyError(f"sequence {s.seq.seq_id!r} has no GPU block table ({where}); "
-                           "only sequences in GPU memory can be scheduled")
+        # a swapped-out table holds CPU block ids: never packed as GPU ones
+        table = kv.gpu_table(s.seq.seq_id)
         ids += s.seq.token_ids[s.start:end]
         positions += range(s.start, end)
         slots += table.slot_mapping(s.start, end)
