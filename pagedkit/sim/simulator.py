@@ -426,7 +426,7 @@ class Simulator:
         def try_admit(group: Group) -> Verdict:
             nonlocal prefill, seqs
             if not group.checked:
-                never[id(group)] = self._never_fits(group)
+                never[id(group)] = self.never_fits(group)
                 if never[id(group)]:
                     return Verdict.NEVER
                 group.checked = True
@@ -447,7 +447,9 @@ class Simulator:
                               lambda group: self._abort(group, never[id(group)]))
         return prefill, admitted
 
-    def _never_fits(self, group: Group) -> str | None:
+    def never_fits(self, group: Group) -> str | None:
+        """Why `group` can never be admitted — longer than ``max_seq_len``, or
+        more than this memory holds even alone — or None."""
         longest = max(s.output_len for s in group.seqs)
         if group.prompt_len + longest > self.max_seq_len:
             return (f"needs {group.prompt_len + longest} tokens > max_seq_len "

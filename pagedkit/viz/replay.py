@@ -23,8 +23,8 @@ ends an iteration, each side shown after its iteration in progress.
 The paged side is recorded by a `Recorder` reading the paged simulator's
 own `KVCacheManager` and queues at each moment (its requests named as in
 the trace), so its frames are the very frames the block map draws. Whether
-a request can ever fit is the simulators' own rule (`never_fits` of their
-memories), asked before anything runs.
+a request can ever fit is the simulators' own rule (`Simulator.never_fits`:
+its length limit and its memory), asked before anything runs.
 """
 
 from __future__ import annotations
@@ -164,10 +164,6 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
             raise ValueError(f"request {name!r} arrives at {r.arrival!r}; give a time >= 0")
     max_seq_len = check_int("max_seq_len", max_seq_len or max(r.total_len for r in trace),
                             minimum=1)
-    for r, name in zip(trace, names, strict=True):
-        if r.total_len > max_seq_len:
-            raise ValueError(f"request {name!r} needs {r.total_len} tokens > max_seq_len "
-                             f"{max_seq_len}")
 
     # The simulators take requests in arrival order, numbered from 0.
     order = sorted(range(len(trace)), key=lambda i: trace[i].arrival)
@@ -207,12 +203,13 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
 
 
 def _refuse_what_never_fits(trace: Trace, names: list[str], sims: tuple[Simulator, ...]) -> None:
-    """A request either side's memory could never hold is refused up front, in
-    the simulator's own words (it would otherwise abort it mid-replay)."""
+    """A request either side could never hold (too long for ``max_seq_len``, or
+    for its memory) is refused up front, in the simulator's own words (it
+    would otherwise abort it mid-replay)."""
     for r, name in zip(trace.requests, names, strict=True):
         group = Group(r, r.prompt_len, [Seq(0, r.output_len)])
         for sim in sims:
-            if (why := sim.memory.never_fits(group)) is not None:
+            if (why := sim.never_fits(group)) is not None:
                 raise ValueError(f"request {name!r} never fits the {sim.spec.label} memory of "
                                  f"{sim.capacity} slots: it {why}")
 
