@@ -319,7 +319,7 @@ def _check_numbers(model, ids: torch.Tensor, paged_logits: torch.Tensor,
             out = model(input_ids=ids[None, start:end].to(device),
                         position_ids=torch.arange(start, end, device=device)[None],
                         use_cache=True, **({name: cache} if cache is not None else {}))
-            cache = getattr(out, "past_key_values", None) or getattr(out, "cache", None)
+            cache = getattr(out, name, None)  # the name this version reads and writes
             logits.append(out.logits[0, _rows_kept(start, end, device)].float())
         ref = torch.cat(logits)
     except Exception as err:
