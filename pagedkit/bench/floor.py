@@ -11,6 +11,11 @@ masked SDPA call as `pagedkit.kernels.batched` (so the comparison isolates
 the paging and the engine, not the attention arithmetic). Rows past a request's length
 hold zeros, never NaN, so the mask alone keeps them out.
 
+Everything a step's layers share — the buckets, the rows to gather, where
+each token's K/V goes, the masks — is built once per step (`_plan`), before
+the forward; a layer only writes its K/V, gathers, attends and scatters. The
+model is called as pagedkit calls it, asking for no logits it does not use.
+
 pagedkit's throughput as a share of this floor is the cost of everything
 paging and serving add: that is the number `bench` reports as ``of floor``.
 """
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..kernels.batched import BUCKET_COST_SLOTS
 from ..model.attention import attention_options
 from ..model.threads import intra_op_threads, step_macs, threads_for
 
@@ -32,16 +38,25 @@ NAME = "pagedkit_floor"
 
 
 @dataclass
+class _Bucket:
+    """Requests whose chunk and context lengths are close: one gather, one SDPA."""
+
+    seqs: torch.Tensor      # [n] their cache rows
+    length: int             # L: keys read per request (the bucket's longest context)
+    rows: torch.Tensor      # [n, max_q] packed query row of each padded query (padding: 0)
+    is_query: torch.Tensor  # [n, max_q] which padded queries are real
+    out_rows: torch.Tensor  # rows[is_query]: where the real queries' outputs go
+    bias: torch.Tensor      # [n, 1, max_q, L] 0 where a query sees a key, -inf elsewhere
+
+
+@dataclass
 class _Step:
-    """Where this forward's tokens go: request `seqs[i]` owns `q_lens[i]` rows
-    ending at context length `ctx[i]`."""
+    """Everything a forward's layers share, built once before it runs."""
 
     caches: list[tuple[torch.Tensor, torch.Tensor]]
-    row_seq: torch.Tensor   # [T] request of each token row
-    row_pos: torch.Tensor   # [T] its position
-    seqs: list[int]
-    q_lens: list[int]
-    ctx: list[int]
+    slots: torch.Tensor     # [T] flat cache slot (request row * max_len + position) per token
+    buckets: list[_Bucket]
+    in_order: bool          # one bucket whose real queries are the packed rows, in order
 
 
 _step: ContextVar[_Step | None] = ContextVar("pagedkit_floor_step", default=None)
@@ -54,6 +69,47 @@ def _forward(step: _Step) -> Iterator[None]:
         yield
     finally:
         _step.reset(token)
+
+
+def _plan(caches, max_len: int, seqs: list[int], q_lens: list[int], ctx: list[int]) -> _Step:
+    """Group the requests as `pagedkit.kernels.batched` does (chunk and context
+    within the same powers of two, neighbours merged while padding is cheaper
+    than another bucket) and lay out each bucket's gather, rows and mask."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (n, c) in enumerate(zip(q_lens, ctx, strict=True)):
+        groups.setdefault((c.bit_length(), n.bit_length()), []).append(i)
+
+    def cost(members: list[int]) -> int:
+        return len(members) * max(q_lens[i] for i in members) * max(ctx[i] for i in members)
+
+    merged: list[list[int]] = []
+    for key in sorted(groups):
+        if merged and (cost(merged[-1] + groups[key])
+                       <= cost(merged[-1]) + cost(groups[key]) + BUCKET_COST_SLOTS):
+            merged[-1] = sorted(merged[-1] + groups[key])
+        else:
+            merged.append(groups[key])
+    starts = [0]
+    for n in q_lens:
+        starts.append(starts[-1] + n)
+    buckets = []
+    for members in merged:
+        q_len = torch.tensor([q_lens[i] for i in members])
+        length = max(ctx[i] for i in members)
+        qi = torch.arange(int(q_len.max()))
+        is_query = qi[None, :] < q_len[:, None]
+        rows = torch.where(is_query, torch.tensor([starts[i] for i in members])[:, None] + qi, 0)
+        q_pos = (torch.tensor([ctx[i] for i in members]) - q_len)[:, None] + qi
+        visible = torch.arange(length)[None, None, :] <= q_pos[:, :, None]
+        bias = torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))
+        buckets.append(_Bucket(torch.tensor([seqs[i] for i in members]), length, rows,
+                               is_query, rows[is_query], bias[:, None]))
+    slots = torch.tensor([s * max_len + c - n + j for s, n, c in zip(seqs, q_lens, ctx,
+                                                                    strict=True)
+                          for j in range(n)])
+    in_order = len(buckets) == 1 and merged[0] == list(range(len(seqs))) and bool(
+        buckets[0].is_query.all())
+    return _Step(caches, slots, buckets, in_order)
 
 
 def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -69,42 +125,21 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
             "without sliding windows, softcaps or sinks")
     q = query[0].transpose(0, 1)                             # [T, Hq, D]
     k_cache, v_cache = st.caches[module.layer_idx]
-    k_cache[st.row_seq, st.row_pos] = key[0].transpose(0, 1)
-    v_cache[st.row_seq, st.row_pos] = value[0].transpose(0, 1)
-    scale = q.shape[-1] ** -0.5 if scaling is None else scaling
-    out = torch.empty_like(q)
-    buckets: dict[tuple[int, int], list[int]] = {}
-    start = 0
-    starts = []
-    for i, (n, c) in enumerate(zip(st.q_lens, st.ctx, strict=True)):
-        starts.append(start)
-        start += n
-        buckets.setdefault((n.bit_length(), c.bit_length()), []).append(i)
-    for members in buckets.values():
-        _attend_rows(q, out, k_cache, v_cache, [st.seqs[i] for i in members],
-                     [starts[i] for i in members], [st.q_lens[i] for i in members],
-                     [st.ctx[i] for i in members], scale)
+    kv_heads, head_dim = k_cache.shape[2:]
+    k_cache.view(-1, kv_heads, head_dim).index_copy_(0, st.slots, key[0].transpose(0, 1))
+    v_cache.view(-1, kv_heads, head_dim).index_copy_(0, st.slots, value[0].transpose(0, 1))
+    scale = head_dim ** -0.5 if scaling is None else scaling
+    out = None if st.in_order else torch.empty_like(q)
+    for b in st.buckets:
+        keys = k_cache[:, :b.length].index_select(0, b.seqs)   # [n, L, Hkv, D]
+        values = v_cache[:, :b.length].index_select(0, b.seqs)
+        res = torch.nn.functional.scaled_dot_product_attention(
+            q[b.rows].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+            attn_mask=b.bias, scale=scale, enable_gqa=q.shape[1] != kv_heads).transpose(1, 2)
+        if out is None:
+            return res.flatten(0, 1).unsqueeze(0), None
+        out[b.out_rows] = res[b.is_query]
     return out.unsqueeze(0), None
-
-
-def _attend_rows(q, out, k_cache, v_cache, seqs, starts, q_lens, ctx, scale) -> None:
-    max_q, length = max(q_lens), max(ctx)
-    num_kv_heads = k_cache.shape[2]
-    idx = torch.tensor(seqs)
-    keys = k_cache[idx, :length]                             # [n, L, Hkv, D]
-    values = v_cache[idx, :length]
-    qi = torch.arange(max_q)
-    q_len_t = torch.tensor(q_lens)
-    is_query = qi[None, :] < q_len_t[:, None]
-    rows = torch.where(is_query, torch.tensor(starts)[:, None] + qi[None, :], 0)
-    q_pos = (torch.tensor(ctx) - q_len_t)[:, None] + qi[None, :]
-    visible = torch.arange(length)[None, None, :] <= q_pos[:, :, None]
-    bias = torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))
-    res = torch.nn.functional.scaled_dot_product_attention(
-        q[rows].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-        attn_mask=bias[:, None], scale=scale,
-        enable_gqa=q.shape[1] != num_kv_heads).transpose(1, 2)
-    out[rows[is_query]] = res[is_query]
 
 
 def _no_mask(*args, **kwargs):
@@ -143,10 +178,10 @@ def generate(model, prompts: list[list[int]], output_lens: list[int],
     q_lens = [len(p) for p in prompts]
     ctx = list(q_lens)
     while active:
+        step = _plan(caches, max_len, active, q_lens, ctx)
         positions = [c - n + j for n, c in zip(q_lens, ctx, strict=True) for j in range(n)]
-        row_seq = [s for s, n in zip(active, q_lens, strict=True) for _ in range(n)]
-        logits_rows = torch.tensor(q_lens).cumsum(0) - 1
-        step = _Step(caches, torch.tensor(row_seq), torch.tensor(positions), active, q_lens, ctx)
+        # all rows' logits in a decode step, else each request's last row
+        logits_rows = 0 if len(step_ids) == len(active) else torch.tensor(q_lens).cumsum(0) - 1
         # the engine's thread choice (pagedkit.model.threads), so the work is the same
         with _forward(step), intra_op_threads(threads_for(step_macs(config, len(step_ids)))):
             logits = model(input_ids=torch.tensor([step_ids]),
