@@ -32,7 +32,7 @@ import torch
 
 from ..kernels.batched import BUCKET_COST_SLOTS
 from ..model.attention import attention_options
-from ..model.threads import intra_op_threads, step_macs, threads_for
+from ..model.threads import step_macs, step_threads
 
 NAME = "pagedkit_floor"
 
@@ -183,7 +183,7 @@ def generate(model, prompts: list[list[int]], output_lens: list[int],
         # all rows' logits in a decode step, else each request's last row
         logits_rows = 0 if len(step_ids) == len(active) else torch.tensor(q_lens).cumsum(0) - 1
         # the engine's thread choice (pagedkit.model.threads), so the work is the same
-        with _forward(step), intra_op_threads(threads_for(step_macs(config, len(step_ids)))):
+        with _forward(step), step_threads(step_macs(config, len(step_ids)), key=(NAME, id(model))):
             logits = model(input_ids=torch.tensor([step_ids]),
                            position_ids=torch.tensor([positions]), use_cache=False,
                            logits_to_keep=logits_rows).logits[0]

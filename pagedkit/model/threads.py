@@ -1,4 +1,4 @@
-"""How many CPU threads one forward pass gets: only as many as its work pays for.
+"""How many CPU threads one forward pass gets: measured, step by step.
 
 torch splits an op over its intra-op threads (OpenMP: ``torch.get_num_threads()``)
 and every split is a hand-off: the threads start together and wait at a
@@ -9,31 +9,61 @@ often not running when an op starts, and the first spins at the barrier until
 the scheduler gives it a core again: milliseconds per op. A small model's
 decode step is ~30 matrix multiplies and ~100 other ops of microseconds each,
 so two threads made pagedkit 13x *slower* than one on this project's loaded
-2-core machine (docs/benchmarks.md, issue #14); ``OMP_WAIT_POLICY=PASSIVE``
-(set before torch is imported) removes most of that, which is how the cause
-was confirmed.
+2-core machine (docs/benchmarks.md, issue #14; ``OMP_WAIT_POLICY=PASSIVE``,
+set before torch is imported, removes most of it, which is how the cause was
+confirmed). On the same machine when it is quiet, the second thread makes the
+same steps ~15% faster.
 
-So on CPU a step runs on ``min(torch.get_num_threads(), work // MACS_PER_THREAD)``
-threads (at least one), where the work is the multiply-adds of the step's
-largest per-layer matrix multiply: a thread is added only when its share of
-each op is large next to a lost hand-off. A learner's ``torch.set_num_threads``
-stays the upper bound, and is restored after every step.
+**Why measure.** No rule of thumb on the step's size gets both: the answer
+depends on the machine's load, and that changes while a notebook runs. So,
+like Triton's autotuner but online, the step itself is timed: steps fall into
+*classes* by the power of two of their work (`step_macs`, per model), each
+class keeps a recent estimate (EWMA) of seconds per step on one thread and on
+all ``N = torch.get_num_threads()``, and a step runs on whichever is faster.
+
+**How the loser is re-tried.** The slower arm's estimate goes stale (the load
+changes), so it is run again — once the faster arm has run ``gap`` steps
+(8, then 16, ... up to 256 while re-tries keep confirming it; back to 8 when
+the choice flips) *and* for ``(loser - winner) / SHARE`` seconds since the
+loser last ran. A re-try is expected to lose ``loser - winner`` seconds, so
+the time lost to re-tries is at most ``SHARE`` (1/20 = 5%) of the time spent
+on the winning arm (as far as the estimates are right), and at most one step
+in ``gap + 1``: 1 in 9 at first, 1 in 257 at the cap. Measured figures make
+this cheap both ways: on the quiet machine the loser (one thread) costs ~15%
+of a step, so the step gap decides (a re-try after 8, 16, ... steps: under 2%
+lost, then under 0.1%); on the loaded one it costs ~12 steps, so it is re-tried
+only after ~240 steps on one thread. The dangerous direction is fast: when the
+machine gets busy under the winner, its own estimate rises above the other's
+and the next step already runs on the other arm.
+
+**What else it costs.** The first step of a class is a warm-up on one thread,
+not timed (a new shape allocates). A class's untried arm borrows its ratio to
+the tried one from the nearest class that has timed both; only a model's
+first class tries ``N`` threads blind, one step (on the loaded machine ~0.1 s,
+once). Timing is two ``time.perf_counter`` calls and a dict look-up per step;
+``torch.set_num_threads`` takes ~0.4 microseconds. With one thread available
+nothing is measured. The user's ``torch.set_num_threads`` stays the upper
+bound and is restored after every step, errors included. The state is
+process-wide (the load is), one `ThreadChooser`; `step_threads` uses it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 
-#: Multiply-adds one thread must get of a step's largest matrix multiply
-#: before a second thread is worth its hand-off. 256M is ~10-25 ms of one
-#: core's work; measured on a loaded 2-core machine (load 6), a hand-off
-#: cost ~30 ms per op with GNU OpenMP's spinning, and even 1G multiply-adds
-#: ran 1.3x slower on two threads than on one. The bench models' decode steps
-#: (12-45M) and the tiny model's prefills (<= 256M) run on one thread.
-MACS_PER_THREAD = 256 * 2**20
+#: Time lost to re-trying the slower arm, as a share of the time on the faster.
+SHARE = 1 / 20
+#: Steps of a class on the faster arm before the slower is re-tried: the first
+#: gap, and its cap after doubling on every re-try that confirms the choice.
+MIN_GAP, MAX_GAP = 8, 256
+#: Weight of a new measurement in an arm's running estimate.
+ALPHA = 0.25
 
 
 def step_macs(config, num_tokens: int) -> int:
@@ -44,13 +74,6 @@ def step_macs(config, num_tokens: int) -> int:
     inner = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) \
         or 4 * hidden
     return num_tokens * hidden * max(hidden, inner)
-
-
-def threads_for(macs: int, available: int | None = None) -> int:
-    """Threads a forward of `macs` (see `step_macs`) gets out of `available`
-    (default ``torch.get_num_threads()``)."""
-    available = torch.get_num_threads() if available is None else available
-    return max(1, min(available, macs // MACS_PER_THREAD))
 
 
 @contextmanager
@@ -66,3 +89,115 @@ def intra_op_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+@dataclass
+class _Class:
+    """One class of steps: their timings on each arm (1 or N threads)."""
+
+    seconds: dict[int, float] = field(default_factory=dict)  # arm -> estimate (measured)
+    steps: int = 0  # steps seen, the warm-up included
+    since: int = 0  # steps on the faster arm since the slower one last ran ...
+    since_s: float = 0.0  # ... and their seconds
+    gap: int = MIN_GAP  # steps to wait before re-trying the slower arm
+
+
+class ThreadChooser:
+    """Picks each step's thread count from measured step times (module docstring).
+
+    `clock` (seconds, default ``time.perf_counter``) is injected for tests.
+    ``counts`` tallies the steps run on each thread count.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
+        self.counts: Counter[int] = Counter()
+        self._classes: dict[tuple[Hashable, int, int], _Class] = {}
+
+    @contextmanager
+    def step(self, macs: int, key: Hashable = None) -> Iterator[int]:
+        """Run the block — one forward of `macs` multiply-adds (`step_macs`)
+        of the model `key` names — on the thread count this class of steps
+        runs fastest on, timing it; yields the count."""
+        if isinstance(macs, bool) or not isinstance(macs, int) or macs < 0:
+            raise ValueError(f"macs must be a non-negative integer, got {macs!r}")
+        available = torch.get_num_threads()
+        if available == 1:
+            self.counts[1] += 1
+            yield 1
+            return
+        where = (key, macs.bit_length(), available)
+        cls = self._classes.setdefault(where, _Class())
+        threads, retry = self._choose(where, cls)
+        with intra_op_threads(threads):
+            start = self.clock()
+            yield threads
+            seconds = self.clock() - start
+        self.counts[threads] += 1
+        self._record(where, cls, threads, seconds, retry)
+
+    def _estimates(self, where, cls: _Class) -> dict[int, float]:
+        """Seconds per step on each arm: measured, or an untried arm's
+        borrowed ratio from the nearest class (same model and N) that timed both."""
+        available = where[2]
+        if len(cls.seconds) != 1:
+            return cls.seconds
+        (tried, seconds), = cls.seconds.items()
+        other = available if tried == 1 else 1
+        both = [(abs(k - where[1]), k, c) for (m, k, n), c in self._classes.items()
+                if m == where[0] and n == available and len(c.seconds) == 2]
+        if not both:
+            return cls.seconds
+        _, _, near = min(both, key=lambda t: t[:2])
+        return {tried: seconds, other: seconds * near.seconds[other] / near.seconds[tried]}
+
+    def _choose(self, where, cls: _Class) -> tuple[int, bool]:
+        """(threads, whether this step re-tries the slower arm)."""
+        available = where[2]
+        if cls.steps == 0 or 1 not in cls.seconds:
+            return 1, False  # the warm-up, then one thread's time
+        est = self._estimates(where, cls)
+        if available not in est:
+            return available, True  # the first class of a model: try N blind
+        fast, slow = (1, available) if est[1] <= est[available] else (available, 1)
+        if cls.since >= cls.gap and cls.since_s * SHARE >= est[slow] - est[fast]:
+            return slow, True
+        return fast, False
+
+    def _record(self, where, cls: _Class, threads: int, seconds: float, retry: bool) -> None:
+        cls.steps += 1
+        if cls.steps == 1:
+            return  # the warm-up is not timed
+        before = self._fastest(where, cls)
+        if threads in cls.seconds and not retry:
+            cls.seconds[threads] += ALPHA * (seconds - cls.seconds[threads])
+        else:
+            cls.seconds[threads] = seconds  # a re-try: the old figure is stale
+        after = self._fastest(where, cls)
+        if after != before:  # the choice flipped: the arm that lost just ran
+            cls.since, cls.since_s, cls.gap = 0, 0.0, MIN_GAP
+        elif retry:  # a re-try confirmed the choice: wait longer next time
+            cls.since, cls.since_s, cls.gap = 0, 0.0, min(2 * cls.gap, MAX_GAP)
+        else:
+            cls.since, cls.since_s = cls.since + 1, cls.since_s + seconds
+
+    def _fastest(self, where, cls: _Class) -> int | None:
+        est = self._estimates(where, cls)
+        return min(est, key=lambda arm: (est[arm], arm)) if est else None
+
+
+#: The process-wide chooser: the machine's load is shared by every model.
+CHOOSER = ThreadChooser()
+
+
+@contextmanager
+def step_threads(macs: int, *, key: Hashable = None,
+                 device: torch.device | str = "cpu") -> Iterator[int]:
+    """``with step_threads(step_macs(config, n), key=id(model)): forward`` —
+    the forward runs on the measured-fastest CPU thread count (`CHOOSER`).
+    Off the CPU (the forward is asynchronous there) it only yields the count."""
+    if torch.device(device).type != "cpu":
+        yield torch.get_num_threads()
+        return
+    with CHOOSER.step(macs, key) as threads:
+        yield threads
