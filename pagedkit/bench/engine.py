@@ -30,9 +30,11 @@ linear layers, attention, the rest of the model, sampling, and the engine's
 bookkeeping.
 
 Each reports output tokens per second (and per second of process CPU time,
-which a shared machine's load disturbs less than wall time), time to first token (from the common
-arrival time), and the share of reserved KV slots that held a token ("KV
-usage"; where it is known). Greedy outputs are compared with pagedkit's and
+which a shared machine's load disturbs less than wall time; both over the same
+window, the serving only: from the requests' common arrival to the last
+output, never a system's setup such as building the `LLM`), time to first
+token (from the common arrival time), and the share of reserved KV slots that
+held a token ("KV usage"; where it is known). Greedy outputs are compared with pagedkit's and
 the number of requests that differ is reported: the systems must agree on
 what they compute before their speeds mean anything.
 
@@ -79,7 +81,7 @@ class Result:
     outputs_differing: int | None = None  # requests whose tokens differ from pagedkit's
     note: str = ""
     round_seconds: list[float] = field(default_factory=list)  # every round; `seconds` the median
-    cpu_seconds: float | None = None  # process CPU time of the median round (all threads)
+    cpu_seconds: float | None = None  # process CPU time (all threads), same window as `seconds`
 
     @property
     def tokens_per_s(self) -> float:
@@ -185,6 +187,17 @@ def _quiet(tokens: int) -> None:
     pass
 
 
+def _clocks() -> tuple[float, float]:
+    """Wall time and the process's CPU time (all its threads), read together.
+
+    Every runner reads both here, once where its serving starts (the requests
+    arrive; the system is built and warmed up already) and once where it ends,
+    so ``seconds`` and ``cpu_seconds`` cover exactly the same work: the
+    serving, never the setup (building an `LLM`, starting transformers'
+    batching manager, switching the floor's attention) or the teardown."""
+    return time.perf_counter(), time.process_time()
+
+
 def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int], None] = _quiet,
                  llm=None) -> tuple[Result, list[list[int]]]:
     from ..engine import LLM
@@ -199,17 +212,18 @@ def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int
         usage.append(step.memory["kv_usage"])
         progress(len(step.new_tokens))
 
-    start = time.perf_counter()
+    start, cpu = _clocks()
     t0 = time.monotonic()
     outs = llm.generate(work.prompts, params, use_tqdm=False, on_step=on_step)
-    seconds = time.perf_counter() - start
+    end, cpu_end = _clocks()
     ttft = [o.metrics.first_token_time - t0 for o in outs]
     tokens = [o.outputs[0].token_ids for o in outs]
     note = (f"<= {torch.get_num_threads()} threads per step, as its work pays "
             "(pagedkit.model.threads)" if llm.llm_engine.device.type == "cpu"
             and torch.get_num_threads() > 1 else "")
-    return Result("pagedkit", seconds, sum(map(len, tokens)), statistics.mean(ttft),
-                  statistics.median(ttft), statistics.mean(usage), note=note), tokens
+    return Result("pagedkit", end - start, sum(map(len, tokens)), statistics.mean(ttft),
+                  statistics.median(ttft), statistics.mean(usage), note=note,
+                  cpu_seconds=cpu_end - cpu), tokens
 
 
 class _FirstTokenClock:
@@ -234,7 +248,7 @@ def run_hf_static(model, work: Workload, batch_size: int, pad_id: int,
     tokens: list[list[int]] = []
     ttft: list[float] = []
     held = reserved = 0
-    start = time.perf_counter()
+    start, cpu = _clocks()
     for b in range(0, len(work.prompts), batch_size):
         prompts = work.prompts[b:b + batch_size]
         outs = work.output_lens[b:b + batch_size]
@@ -253,10 +267,10 @@ def run_hf_static(model, work: Workload, batch_size: int, pad_id: int,
         held += sum(len(p) + o for p, o in zip(prompts, outs, strict=True))
         reserved += len(prompts) * (width + max(outs))
         progress(sum(outs))
-    seconds = time.perf_counter() - start
-    return Result("hf_static", seconds, work.num_output_tokens, statistics.mean(ttft),
-                  statistics.median(ttft), held / reserved,
-                  note=f"batches of {batch_size}"), tokens
+    end, cpu_end = _clocks()
+    return Result("hf_static", end - start, work.num_output_tokens, statistics.mean(ttft),
+                  statistics.median(ttft), held / reserved, note=f"batches of {batch_size}",
+                  cpu_seconds=cpu_end - cpu), tokens
 
 
 def run_hf_continuous(model, work: Workload, progress: Callable[[int], None] = _quiet
@@ -269,7 +283,7 @@ def run_hf_continuous(model, work: Workload, progress: Callable[[int], None] = _
     manager = model.init_continuous_batching(generation_config=config)
     manager.start()
     try:
-        start = time.perf_counter()
+        start, cpu = _clocks()
         ids = [manager.add_request(p, request_id=f"r{i}", max_new_tokens=o,
                                    record_timestamps=True)
                for i, (p, o) in enumerate(zip(work.prompts, work.output_lens, strict=True))]
@@ -281,13 +295,14 @@ def run_hf_continuous(model, work: Workload, progress: Callable[[int], None] = _
             if out.is_finished():
                 results[out.request_id] = out
                 progress(len(out.generated_tokens))
-        seconds = time.perf_counter() - start
+        end, cpu_end = _clocks()
     finally:
         manager.stop(block=True)
     tokens = [results[i].generated_tokens for i in ids]
     ttft = [results[i].timestamps[0] - start for i in ids if results[i].timestamps]
-    return Result("hf_continuous", seconds, sum(map(len, tokens)), statistics.mean(ttft),
-                  statistics.median(ttft), None, note="KV usage not exposed"), tokens
+    return Result("hf_continuous", end - start, sum(map(len, tokens)), statistics.mean(ttft),
+                  statistics.median(ttft), None, note="KV usage not exposed",
+                  cpu_seconds=cpu_end - cpu), tokens
 
 
 def run_floor(model, work: Workload, progress: Callable[[int], None] = _quiet
@@ -296,13 +311,14 @@ def run_floor(model, work: Workload, progress: Callable[[int], None] = _quiet
     from . import floor
 
     floor.prepare(model)
-    start = time.perf_counter()
+    start, cpu = _clocks()
     tokens, first = floor.generate(model, work.prompts, work.output_lens, on_step=progress)
-    seconds = time.perf_counter() - start
+    end, cpu_end = _clocks()
     ttft = [t - start for t in first]
-    return Result("floor", seconds, sum(map(len, tokens)), statistics.mean(ttft),
+    return Result("floor", end - start, sum(map(len, tokens)), statistics.mean(ttft),
                   statistics.median(ttft), None,
-                  note="contiguous K/V, no scheduling, the engine's threads"), tokens
+                  note="contiguous K/V, no scheduling, the engine's threads",
+                  cpu_seconds=cpu_end - cpu), tokens
 
 
 PROFILE_PARTS = ("scheduling", "packing", "linear layers", "attention", "model other",
@@ -441,9 +457,7 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                     models[name] = build_model(model_name, dev)
                     runners[name](models[name], warmup, _quiet)
                 progress = Progress(name, work.num_output_tokens, log)
-                cpu = time.process_time()
                 result, tokens = runners[name](models[name], work, progress.tick)
-                result.cpu_seconds = time.process_time() - cpu
             except Exception as err:  # report a system that cannot run here, keep the others
                 log(f"  {name} failed: {type(err).__name__}: {err}")
                 failed.add(name)

@@ -118,3 +118,29 @@ def test_alpaca_workload_runs_identical_tokens_and_reports_cpu_time_and_load():
     assert "workload=alpaca" in format_report(report)
     with pytest.raises(ValueError, match="'lmsys'"):
         benchmark("tiny", num_requests=2, workload="lmsys", log=lambda s: 0)
+
+
+def test_wall_and_cpu_windows_cover_the_same_serving(monkeypatch):
+    """Each runner reads wall and CPU time at the same two points (`_clocks`),
+    so the two windows cover the same work. A fake clock whose CPU reading is
+    always 10x its wall reading shows it: a CPU window opened or closed at any
+    other point (around the system's setup, say, as it once was) would not be
+    exactly 10x the wall window."""
+    from pagedkit.bench import engine
+
+    readings = []
+
+    def fake_clocks():
+        readings.append(len(readings) + 1)
+        return float(readings[-1]), 10.0 * readings[-1]
+
+    monkeypatch.setattr(engine, "_clocks", fake_clocks)
+    # (hf_continuous reads `_clocks` alike; its manager's start and stop would
+    # add a minute of CI time here)
+    systems = ("pagedkit", "hf_static", "floor")
+    report = benchmark("tiny", num_requests=2, systems=systems, log=lambda s: 0)
+    assert [r.system for r in report.results] == list(systems)
+    # one untimed warm-up and one timed run per system, two readings each
+    assert len(readings) == 2 * 2 * len(systems)
+    for r in report.results:
+        assert r.seconds == 1.0 and r.cpu_seconds == 10.0, r
