@@ -144,3 +144,29 @@ def test_wall_and_cpu_windows_cover_the_same_serving(monkeypatch):
     assert len(readings) == 2 * 2 * len(systems)
     for r in report.results:
         assert r.seconds == 1.0 and r.cpu_seconds == 10.0, r
+
+
+def test_floor_equals_transformers_generate_through_every_bucket_layout(monkeypatch):
+    """The floor's greedy tokens equal transformers' own `generate`, one request
+    at a time (no padding, its own cache), on a mix that runs every layout of
+    the floor's per-step plan: a prefill of unequal prompts (padded queries),
+    steps of several buckets, and single-bucket decode steps in packed order."""
+    import torch
+
+    from pagedkit.bench import floor
+
+    work = sharegpt_workload(12, 1000, scale=0.25, max_len=512, seed=5)
+    work.output_lens[:3] = [1, 2, 40]
+    model = build_model("tiny", "cpu")
+    with torch.inference_mode():
+        expected = [model.generate(torch.tensor([p]), max_new_tokens=o, min_new_tokens=o,
+                                   do_sample=False, eos_token_id=None, pad_token_id=0
+                                   )[0, len(p):].tolist()
+                    for p, o in zip(work.prompts, work.output_lens, strict=True)]
+    plans = []
+    plan = floor._plan
+    monkeypatch.setattr(floor, "_plan", lambda *a: plans.append(plan(*a)) or plans[-1])
+    _, tokens = run_floor(build_model("tiny", "cpu"), work)
+    assert tokens == expected
+    assert not plans[0].in_order and not plans[0].buckets[0].is_query.all()
+    assert any(len(p.buckets) > 1 for p in plans) and any(p.in_order for p in plans)
