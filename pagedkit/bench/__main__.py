@@ -3,7 +3,8 @@
 ``engine`` is pagedkit against transformers' generate and its continuous
 batching (also ``python -m pagedkit bench``); ``kernels`` the PagedAttention
 kernels against SDPA on a contiguous cache; ``widgets`` what recording a
-simulation for the widgets costs per step. Each has its own options:
+simulation for the widgets costs per step; ``labs`` each lab's nbval run
+time (wall and CPU). Each has its own options:
 ``python -m pagedkit.bench <name> --help``.
 """
 
@@ -20,6 +21,7 @@ BENCHMARKS = {
     "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate"),
     "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA"),
     "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost"),
+    "labs": ("pagedkit.bench.labs", "each lab's nbval run time, wall and CPU"),
 }
 
 
