@@ -168,13 +168,12 @@ class ThreadChooser:
         cls.steps += 1
         if cls.steps == 1:
             return  # the warm-up is not timed
-        before = self._fastest(where, cls)
-        if threads in cls.seconds and not retry:
-            cls.seconds[threads] += ALPHA * (seconds - cls.seconds[threads])
+        before, first = self._fastest(where, cls), threads not in cls.seconds
+        if first or retry:
+            cls.seconds[threads] = seconds  # new, or a re-try: the old figure is stale
         else:
-            cls.seconds[threads] = seconds  # a re-try: the old figure is stale
-        after = self._fastest(where, cls)
-        if after != before:  # the choice flipped: the arm that lost just ran
+            cls.seconds[threads] += ALPHA * (seconds - cls.seconds[threads])
+        if self._fastest(where, cls) != before or first:  # the arm that lost just ran
             cls.since, cls.since_s, cls.gap = 0, 0.0, MIN_GAP
         elif retry:  # a re-try confirmed the choice: wait longer next time
             cls.since, cls.since_s, cls.gap = 0, 0.0, min(2 * cls.gap, MAX_GAP)
