@@ -31,20 +31,23 @@ on the winning arm (as far as the estimates are right), and at most one step
 in ``gap + 1``: 1 in 9 at first, 1 in 257 at the cap. Measured figures make
 this cheap both ways: on the quiet machine the loser (one thread) costs ~15%
 of a step, so the step gap decides (a re-try after 8, 16, ... steps: under 2%
-lost, then under 0.1%); on the loaded one it costs ~12 steps, so it is re-tried
-only after ~240 steps on one thread. The dangerous direction is fast: when the
-machine gets busy under the winner, its own estimate rises above the other's
-and the next step already runs on the other arm.
+lost, then under 0.1%); on the loaded one it costs 12-20 steps (13-21x
+measured), so it is re-tried only after 240-400 steps on one thread. The
+dangerous direction is fast: when the machine gets busy under the winner,
+its own estimate rises above the other's and the next step already runs on
+the other arm.
 
 **What else it costs.** The first step of a class is a warm-up on one thread,
 not timed (a new shape allocates). A class's untried arm borrows its ratio to
 the tried one from the nearest class that has timed both; only a model's
-first class tries ``N`` threads blind, one step (on the loaded machine ~0.1 s,
-once). Timing is two ``time.perf_counter`` calls and a dict look-up per step;
-``torch.set_num_threads`` takes ~0.4 microseconds. With one thread available
-nothing is measured. The user's ``torch.set_num_threads`` stays the upper
-bound and is restored after every step, errors included. The state is
-process-wide (the load is), one `ThreadChooser`; `step_threads` uses it.
+first class tries ``N`` threads blind, one step — the dearest step of all on a
+loaded machine: 3.3 s against 0.15 s on one thread (tiny model, 64 sequences,
+load 5.6), once per model and process. Timing is two ``time.perf_counter``
+calls and a dict look-up per step; ``torch.set_num_threads`` takes ~0.4
+microseconds. With one thread available nothing is measured. The user's
+``torch.set_num_threads`` stays the upper bound and is restored after every
+step, errors included. The state is process-wide (the load is): one
+`ThreadChooser`, `CHOOSER`, which `step_threads` uses.
 """
 
 from __future__ import annotations
