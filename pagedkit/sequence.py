@@ -41,7 +41,7 @@ def stop_reason(seq: Sequence, params: SamplingParams, stop_ids: Set[int],
     ``ignore_eos``, or one of ``stop_token_ids``) once ``min_tokens`` are out;
     otherwise ``max_tokens`` or the model's length. Beam search decides
     when a whole search is over itself (`pagedkit.engine.beam_search`)."""
-    generated = len(seq.token_ids) - seq.prompt_len
+    generated = seq.num_output_tokens
     if seq.token_ids[-1] in stop_ids and generated >= params.min_tokens:
         return FinishReason.STOP
     if generated >= params.max_tokens or len(seq.token_ids) >= max_model_len:
@@ -69,6 +69,11 @@ class Sequence:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.prompt_len:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        """Tokens generated so far (`output_token_ids` without the copy)."""
+        return len(self.token_ids) - self.prompt_len
 
     @property
     def num_tokens(self) -> int:

@@ -24,7 +24,7 @@ from ..sequence import FinishReason, Sequence, SequenceGroup
 
 
 def length_normalized(seq: Sequence, length_penalty: float) -> float:
-    return seq.cumulative_logprob / max(len(seq.output_token_ids), 1) ** length_penalty
+    return seq.cumulative_logprob / max(seq.num_output_tokens, 1) ** length_penalty
 
 
 @dataclass
@@ -49,7 +49,7 @@ def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
     candidates: list[tuple[float, int, int, Sequence]] = []
     for rank, (seq, logits) in enumerate(rows):
         logprobs = torch.log_softmax(logits, dim=-1)
-        if len(seq.output_token_ids) < params.min_tokens and stop_ids:
+        if seq.num_output_tokens < params.min_tokens and stop_ids:
             logprobs[sorted(stop_ids)] = float("-inf")  # too early to stop
         top = torch.topk(logprobs, min(2 * width, logprobs.numel()))
         for lp, tok in zip(top.values.tolist(), top.indices.tolist(), strict=True):

@@ -29,7 +29,7 @@ from ..memory import KVCacheManager
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
-from ..model.sampler import sample
+from ..model.sampler import greedy_tokens, sample
 from ..model.support import check_supported
 from ..sampling_params import MAX_SEED, SamplingParams
 from ..scheduler import Admit, Scheduler, SchedulerConfig
@@ -239,7 +239,8 @@ class LLMEngine:
         out = StepOutput(step=plan.step, finished=self._aborted)
         self._aborted = []
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
-        rows: dict[str, list[tuple[Sequence, torch.Tensor]]] = {}
+        # request -> (sequence, its row of `logits`), for the sequences that sample now
+        rows: dict[str, list[tuple[Sequence, int]]] = {}
         row = 0
         for s in plan.scheduled:
             # a decode computes one generated token; anything else is (re)filling the cache
@@ -247,34 +248,80 @@ class LLMEngine:
             out.scheduled.append(ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
                                                is_prefill))
             if s.computes_last_token:
-                rows.setdefault(s.group.request_id, []).append((s.seq, logits[row]))
+                rows.setdefault(s.group.request_id, []).append((s.seq, row))
                 row += 1
         stops: list[tuple[SequenceGroup, Sequence, FinishReason]] = []
         dropped: list[tuple[SequenceGroup, Sequence]] = []
-        for request_id, group_rows in rows.items():
-            out.new_tokens.update(self._sample(self.groups[request_id], group_rows, stops,
-                                               dropped))
+        if rows:
+            out.new_tokens = self._sample(rows, logits, stops, dropped)
         for group in self.scheduler.update(plan, out.new_tokens, stops, dropped):
             out.finished.append(self._retire(group))
         out.memory = self.memory_stats()
         out.duration_s = time.perf_counter() - start
         return out
 
-    def _sample(self, group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
+    def _sample(self, rows: dict[str, list[tuple[Sequence, int]]], logits: torch.Tensor,
                 stops: list[tuple[SequenceGroup, Sequence, FinishReason]],
                 dropped: list[tuple[SequenceGroup, Sequence]]) -> dict[int, int]:
-        """Sample the group's next tokens (forking n samples or beams) and
-        append them; say which sequences stop or were dropped, for
-        `Scheduler.update` to act on."""
-        params = group.params
-        if group.metrics.first_token_time is None:
-            group.metrics.first_token_time = time.monotonic()
+        """Sample the step's next tokens, request by request in scheduled order
+        (unseeded requests draw from the engine's generator in that order),
+        forking n samples or beams, and append them; say which sequences stop
+        or were dropped, for `Scheduler.update` to act on.
+
+        Greedy rows are picked by one argmax over the whole step's logits
+        (`greedy_tokens`); the others are drawn row by row, a seeded request
+        from its own generator, so its tokens do not depend on its batch."""
+        groups = [(self.groups[request_id], group_rows) for request_id, group_rows in rows.items()]
+        logits = self._suppress_early_stops(groups, logits)
+        greedy = (greedy_tokens(logits) if any(g.params.greedy and not g.params.use_beam_search
+                                               for g, _ in groups) else [])
+        new: dict[int, int] = {}
+        for group, group_rows in groups:
+            new.update(self._sample_group(group, group_rows, logits, greedy, stops, dropped))
+        return new
+
+    def _stop_ids(self, params: SamplingParams) -> set[int]:
+        """The tokens that end a sequence of a request: its stop tokens, and
+        the model's end-of-sequence unless it ignores them."""
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= self.eos_token_ids
+        return stop_ids
+
+    def _suppress_early_stops(self, groups: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
+                              logits: torch.Tensor) -> torch.Tensor:
+        """``min_tokens``: a sequence that has generated fewer cannot pick a
+        stop token, so its row's stop tokens get -inf, in a copy of the logits
+        (the rows of beam searches are left as they are: `beam_step` masks
+        their log-probabilities itself)."""
+        early = []
+        for group, group_rows in groups:
+            params = group.params
+            stop_ids = self._stop_ids(params)
+            if params.use_beam_search or not stop_ids:
+                continue
+            early += [(row, sorted(stop_ids)) for seq, row in group_rows
+                      if seq.num_output_tokens < params.min_tokens]
+        if not early:
+            return logits
+        logits = logits.clone()
+        for row, stop_ids in early:
+            logits[row, stop_ids] = float("-inf")
+        return logits
+
+    def _sample_group(self, group: SequenceGroup, rows: list[tuple[Sequence, int]],
+                      logits: torch.Tensor, greedy: list[int],
+                      stops: list[tuple[SequenceGroup, Sequence, FinishReason]],
+                      dropped: list[tuple[SequenceGroup, Sequence]]) -> dict[int, int]:
+        """One request's part of `_sample`: `rows` index `logits` (and `greedy`,
+        the argmax of every row)."""
+        params = group.params
+        if group.metrics.first_token_time is None:
+            group.metrics.first_token_time = time.monotonic()
+        stop_ids = self._stop_ids(params)
         if params.use_beam_search:
-            beams = beam_step(group, rows, stop_ids, lambda parent: self.fork(parent, group),
-                              self.next_seq_id)
+            beams = beam_step(group, [(seq, logits[row]) for seq, row in rows], stop_ids,
+                              lambda parent: self.fork(parent, group), self.next_seq_id)
             new = beams.new_tokens
             dropped += [(group, seq) for seq in beams.dropped]
             if beams.done:
@@ -283,16 +330,12 @@ class LLMEngine:
         else:
             generator = self._seeded.get(group.request_id, self._generator)
             picks: list[tuple[Sequence, int]] = []
-            for seq, logits in rows:
-                if len(seq.output_token_ids) < params.min_tokens and stop_ids:
-                    logits = logits.clone()
-                    logits[sorted(stop_ids)] = float("-inf")
-                if len(group.seqs) < params.n:  # first token: fork into n samples
-                    tokens = sample(logits, params, params.n, generator)
-                    forks = [self.fork(seq, group) for _ in tokens[1:]]
-                    picks += zip([seq, *forks], tokens, strict=True)
-                else:
-                    picks.append((seq, sample(logits, params, 1, generator)[0]))
+            for seq, row in rows:
+                count = params.n if len(group.seqs) < params.n else 1  # first token: fork n
+                tokens = ([greedy[row]] * count if params.greedy
+                          else sample(logits[row], params, count, generator))
+                forks = [self.fork(seq, group) for _ in tokens[1:]]
+                picks += zip([seq, *forks], tokens, strict=True)
             new = {}
             for seq, token in picks:
                 seq.token_ids.append(token)

@@ -337,7 +337,7 @@ class Scheduler:
         split only with chunked prefill; tokens being recomputed after a
         preemption always may be (only the prompt was checked against the
         budget)."""
-        if self.config.enable_chunked_prefill or seq.output_token_ids:
+        if self.config.enable_chunked_prefill or seq.num_output_tokens:
             return min(want, tokens_left)
         return want if want <= tokens_left else None
 
