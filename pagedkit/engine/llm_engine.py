@@ -271,13 +271,15 @@ class LLMEngine:
         Greedy rows are picked by one argmax over the whole step's logits
         (`greedy_tokens`); the others are drawn row by row, a seeded request
         from its own generator, so its tokens do not depend on its batch."""
-        groups = [(self.groups[request_id], group_rows) for request_id, group_rows in rows.items()]
-        logits = self._suppress_early_stops(groups, logits)
+        groups = [self.groups[request_id] for request_id in rows]
+        work = [(group, rows[group.request_id], self._stop_ids(group.params)) for group in groups]
+        logits = self._suppress_early_stops(work, logits)
         greedy = (greedy_tokens(logits) if any(g.params.greedy and not g.params.use_beam_search
-                                               for g, _ in groups) else [])
+                                               for g in groups) else [])
         new: dict[int, int] = {}
-        for group, group_rows in groups:
-            new.update(self._sample_group(group, group_rows, logits, greedy, stops, dropped))
+        for group, group_rows, stop_ids in work:
+            new.update(self._sample_group(group, group_rows, stop_ids, logits, greedy, stops,
+                                          dropped))
         return new
 
     def _stop_ids(self, params: SamplingParams) -> set[int]:
@@ -288,16 +290,16 @@ class LLMEngine:
             stop_ids |= self.eos_token_ids
         return stop_ids
 
-    def _suppress_early_stops(self, groups: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
-                              logits: torch.Tensor) -> torch.Tensor:
+    def _suppress_early_stops(
+            self, work: list[tuple[SequenceGroup, list[tuple[Sequence, int]], set[int]]],
+            logits: torch.Tensor) -> torch.Tensor:
         """``min_tokens``: a sequence that has generated fewer cannot pick a
         stop token, so its row's stop tokens get -inf, in a copy of the logits
         (the rows of beam searches are left as they are: `beam_step` masks
         their log-probabilities itself)."""
         early = []
-        for group, group_rows in groups:
+        for group, group_rows, stop_ids in work:
             params = group.params
-            stop_ids = self._stop_ids(params)
             if params.use_beam_search or not stop_ids:
                 continue
             early += [(row, sorted(stop_ids)) for seq, row in group_rows
@@ -310,7 +312,7 @@ class LLMEngine:
         return logits
 
     def _sample_group(self, group: SequenceGroup, rows: list[tuple[Sequence, int]],
-                      logits: torch.Tensor, greedy: list[int],
+                      stop_ids: set[int], logits: torch.Tensor, greedy: list[int],
                       stops: list[tuple[SequenceGroup, Sequence, FinishReason]],
                       dropped: list[tuple[SequenceGroup, Sequence]]) -> dict[int, int]:
         """One request's part of `_sample`: `rows` index `logits` (and `greedy`,
@@ -318,7 +320,6 @@ class LLMEngine:
         params = group.params
         if group.metrics.first_token_time is None:
             group.metrics.first_token_time = time.monotonic()
-        stop_ids = self._stop_ids(params)
         if params.use_beam_search:
             beams = beam_step(group, [(seq, logits[row]) for seq, row in rows], stop_ids,
                               lambda parent: self.fork(parent, group), self.next_seq_id)
