@@ -39,15 +39,28 @@ accumulate) and the result is cast back to the query's dtype. The options
 (sliding window, softcap, sinks) follow the contract in the attention spec;
 see `reference.py` for the per-sequence statement of the same math.
 
-Signatures equal `reference.paged_decode_attention` and
-`reference.paged_prefill_attention`; `pagedkit.ops` runs these on CPU by
-default. The work is padded within length buckets
-(about doubling it at most), which on the small models a CPU serves is far
-cheaper than one call per sequence.
+**Plan once, attend per layer.** Where each sequence's blocks are, which
+slots hold tokens and which key each query sees depend only on the block
+tables, the lengths, the block size and the sliding window, never on a
+layer's K/V. So the work is split in two: `plan_decode` / `plan_prefill`
+lay out the buckets' gathers and masks (a `Plan`), and `attend` runs one
+layer's attention through a plan with no checks and no planning of its own.
+The public ops below do both per call; an engine step plans once for all its
+layers (`pagedkit.ops.StepOps`, which also runs the value checks once).
+`store_kv` is split the same way (`plan_store`, `store`): one
+``index_copy_`` per cache, the tokens with a negative slot left out once.
+
+Signatures equal `reference.paged_decode_attention`,
+`reference.paged_prefill_attention` and `reference.store_kv`;
+`pagedkit.ops` runs these on CPU by default. The work is padded within
+length buckets (about doubling it at most), which on the small models a CPU
+serves is far cheaper than one call per sequence.
 """
 
 from __future__ import annotations
 
+import array
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -60,15 +73,45 @@ class _Bucket:
     """What one bucket of sequences reads and where its outputs go; it depends
     only on the block tables and lengths, so every layer of a step shares it."""
 
-    ids: torch.Tensor        # [n * max_read] physical blocks to gather (padding: block 0)
-    empty: torch.Tensor      # gathered slots that hold no token (zeroed before use)
-    rows: torch.Tensor       # [n, max_q] query row of each padded query (padding: row 0)
-    is_query: torch.Tensor   # [n, max_q] which padded queries are real
-    bias: torch.Tensor       # [n, max_q, L] 0 where a query sees a key, -inf elsewhere
+    ids: torch.Tensor               # [n * max_read] physical blocks to gather (padding: 0)
+    empty: torch.Tensor             # gathered slots that hold no token (zeroed before use)
+    bias: torch.Tensor              # [n, max_q, L] 0 where a query sees a key, -inf elsewhere
+    rows: torch.Tensor | None       # [n, max_q] query row of each padded query (padding: 0);
+    #                                 None: they are the call's rows 0 .. n * max_q - 1
+    real: torch.Tensor | None       # which of the n * max_q padded queries are real (None: all)
+    out_rows: torch.Tensor | None   # the call's row of each real query (None: the plan's
+    #                                 only bucket, whose real queries are every row in order)
     num_seqs: int
     max_q: int
-    num_slots: int           # L = max_read * block_size
-    dense: bool              # every padded query is real (a decode bucket)
+    num_slots: int                  # L = max_read * block_size
+
+
+@dataclass
+class Plan:
+    """How one call's sequences are bucketed, gathered and masked (`plan_decode`,
+    `plan_prefill`): everything `attend` needs besides a layer's tensors."""
+
+    buckets: list[_Bucket]
+
+
+@dataclass
+class StorePlan:
+    """Where `store` writes a call's tokens (`plan_store`)."""
+
+    slots: torch.Tensor          # int64 slot of each token written
+    tokens: torch.Tensor | None  # which tokens those are (None: all of them, in order)
+
+
+@dataclass
+class _Seq:
+    """One sequence of a call with query rows, as the planner sees it."""
+
+    index: int        # its row of the block tables
+    first_row: int    # its first query row in the call
+    q_len: int
+    context_len: int  # cached tokens, its chunk included
+    first_block: int  # the first logical block its queries see (a window lets earlier go)
+    num_read: int     # blocks it reads: first_block .. the last one holding a token
 
 
 #: A bucket's fixed cost in padded token slots: its ~25 small tensor ops cost
@@ -78,9 +121,8 @@ class _Bucket:
 BUCKET_COST_SLOTS = 512
 
 
-def _plan(block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
-          context_lens: torch.Tensor, block_size: int,
-          sliding_window: int | None) -> list[_Bucket]:
+def _plan(block_tables: torch.Tensor, first_rows: list[int], q_lens: list[int],
+          context_lens: list[int], block_size: int, sliding_window: int | None) -> Plan:
     """Group the sequences into buckets and lay out each bucket's gather and mask.
 
     A bucket starts as the sequences whose chunk length and context (in
@@ -89,21 +131,22 @@ def _plan(block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tens
     step is (a ShareGPT-like mix has a long tail). Then neighbouring buckets
     merge while that is cheaper (`BUCKET_COST_SLOTS`): a step of short
     sequences runs as one bucket. Sequences with an empty chunk have no rows
-    to compute and join no bucket.
+    to compute and join no bucket. The lengths come as host ints: planning
+    is a little Python arithmetic and a handful of tensor ops per bucket.
     """
-    groups: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
-    for s, (ctx, q) in enumerate(zip(context_lens.tolist(), q_lens.tolist(), strict=True)):
-        if q == 0:
+    groups: dict[tuple[int, int], list[_Seq]] = {}
+    for s, (row, q, ctx) in enumerate(zip(first_rows, q_lens, context_lens, strict=True)):
+        if q <= 0:
             continue
-        blocks = -(-ctx // block_size)
-        if sliding_window is not None:
-            blocks -= max(0, ctx - q - sliding_window + 1) // block_size
-        groups.setdefault((blocks.bit_length(), q.bit_length()), []).append((s, q, blocks))
+        first = (0 if sliding_window is None
+                 else max(0, ctx - q - sliding_window + 1) // block_size)
+        seq = _Seq(s, row, q, ctx, first, -(-ctx // block_size) - first)
+        groups.setdefault((seq.num_read.bit_length(), q.bit_length()), []).append(seq)
 
-    def cost(members: list[tuple[int, int, int]]) -> int:
-        return len(members) * max(q for _, q, _ in members) * max(b for *_, b in members)
+    def cost(members: list[_Seq]) -> int:
+        return len(members) * max(m.q_len for m in members) * max(m.num_read for m in members)
 
-    merged: list[list[tuple[int, int, int]]] = []
+    merged: list[list[_Seq]] = []
     for key in sorted(groups):
         group = groups[key]
         if merged and (cost(merged[-1] + group) * block_size
@@ -111,59 +154,87 @@ def _plan(block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tens
             merged[-1] = merged[-1] + group
         else:
             merged.append(group)
-    buckets = []
-    for members in merged:
-        seqs = sorted(s for s, _, _ in members)
-        pick = torch.tensor(seqs, device=q_lens.device) if len(merged) > 1 else slice(None)
-        buckets.append(_plan_bucket(block_tables[pick], q_starts[pick], q_lens[pick],
-                                    context_lens[pick], block_size, sliding_window))
-    return buckets
+    tables = block_tables.tolist() if merged else []
+    return Plan([_plan_bucket(tables, sorted(members, key=lambda m: m.index), block_size,
+                              sliding_window, block_tables.device, whole=len(merged) == 1)
+                 for members in merged])
 
 
-def _plan_bucket(block_tables: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
-                 context_lens: torch.Tensor, block_size: int,
-                 sliding_window: int | None) -> _Bucket:
-    device = q_lens.device
-    ctx, q_lens = context_lens.long(), q_lens.long()
-    first_q = ctx - q_lens                                   # position of each chunk's row 0
-    # Which logical blocks to read: from the first one the window can see
-    # (for the chunk's earliest query) to the last one holding a token.
-    end_block = (ctx + block_size - 1) // block_size
-    if sliding_window is None:
-        start_block = torch.zeros_like(ctx)
-    else:
-        start_block = (first_q - sliding_window + 1).clamp(min=0) // block_size
-    num_read = end_block - start_block
-    max_q, max_read = (int(v) for v in torch.stack([q_lens.max(), num_read.max()]).tolist())
-
-    col = torch.arange(max_read, device=device)
-    used = col[None, :] < num_read[:, None]                  # [n, max_read]
-    # Padding columns look up table column 0 and then block 0: a safe id whose
-    # contents are zeroed below; no entry past a sequence's blocks is used.
-    safe_col = torch.where(used, start_block[:, None] + col[None, :], 0)
-    ids = torch.where(used, block_tables.long().gather(1, safe_col), 0)
+def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
+                 sliding_window: int | None, device: torch.device, whole: bool) -> _Bucket:
+    n = len(members)
+    max_q = max(m.q_len for m in members)
+    max_read = max(m.num_read for m in members)
     num_slots = max_read * block_size
-    key_pos = (start_block[:, None] * block_size
-               + torch.arange(num_slots, device=device)[None, :])   # [n, L]
-    holds_token = (key_pos < ctx[:, None]) & used.repeat_interleave(block_size, dim=1)
+    # Which blocks to read, padded with block 0: a safe id whose contents are
+    # zeroed below; no table entry past a sequence's blocks (or before its
+    # window) is used, they may be -1 or a block someone else owns now.
+    ids: list[int] = []
+    empty: list[int] = []
+    for i, m in enumerate(members):
+        ids += tables[m.index][m.first_block:m.first_block + m.num_read]
+        ids += [0] * (max_read - m.num_read)
+        held = m.context_len - m.first_block * block_size  # its gathered slots with a token
+        empty += range(i * num_slots + held, (i + 1) * num_slots)
 
-    qi = torch.arange(max_q, device=device)
-    is_query = qi[None, :] < q_lens[:, None]                 # [n, max_q]
-    rows = torch.where(is_query, q_starts.long()[:, None] + qi[None, :], 0)
-    q_pos = first_q[:, None] + qi[None, :]                   # [n, max_q]
-    visible = key_pos[:, None, :] <= q_pos[:, :, None]       # [n, max_q, L]
+    # A query at position p sees key k iff k <= p (and k > p - window): the
+    # padded slots, past the context, are hidden too, for every real query.
+    starts = _ints([v for m in members for v in (m.first_block * block_size,
+                                                 m.context_len - m.q_len)], device).view(n, 2)
+    key_pos = starts[:, :1] + torch.arange(num_slots, device=device)   # [n, L]
+    q_pos = starts[:, 1:] + torch.arange(max_q, device=device)         # [n, max_q]
+    hidden = key_pos[:, None, :] > q_pos[:, :, None]                   # [n, max_q, L]
     if sliding_window is not None:
-        visible &= key_pos[:, None, :] > q_pos[:, :, None] - sliding_window
-    visible &= holds_token[:, None, :]
-    bias = torch.zeros(visible.shape, device=device).masked_fill_(~visible, float("-inf"))
-    return _Bucket(ids.flatten(), (~holds_token).flatten().nonzero().squeeze(1), rows,
-                   is_query, bias, ctx.shape[0], max_q, num_slots, bool(is_query.all()))
+        hidden |= key_pos[:, None, :] <= q_pos[:, :, None] - sliding_window
+    bias = torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf"))
+
+    out_rows = [m.first_row + k for m in members for k in range(m.q_len)]
+    dense = all(m.q_len == max_q for m in members)       # every padded query is real
+    in_order = out_rows == list(range(len(out_rows)))
+    rows = real = None
+    if not (whole and dense and in_order):
+        rows = _ints([m.first_row + k if k < m.q_len else 0
+                      for m in members for k in range(max_q)], device).view(n, max_q)
+    if not dense:
+        real = _ints([i * max_q + k for i, m in enumerate(members) for k in range(m.q_len)],
+                     device)
+    return _Bucket(_ints(ids, device), _ints(empty, device), bias, rows, real,
+                   None if whole and in_order else _ints(out_rows, device), n, max_q, num_slots)
+
+
+def _ints(values: list[int], device: torch.device) -> torch.Tensor:
+    """Host ints as an int64 tensor on `device`. ``torch.tensor(list)`` converts
+    them one by one (~0.3 us each on a CPU here: most of a step's planning);
+    an array of C longs is handed over in one piece."""
+    if not values:
+        return torch.empty(0, dtype=torch.long, device=device)
+    return torch.frombuffer(array.array("q", values), dtype=torch.long).to(device)
+
+
+def plan_decode(block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int,
+                sliding_window: int | None = None) -> Plan:
+    """The plan of `paged_decode_attention` over these tables and lengths:
+    one query row per sequence, row s for sequence s. Unchecked: check first
+    (`checks.check_decode`)."""
+    ctx = context_lens.tolist()
+    return _plan(block_tables, list(range(len(ctx))), [1] * len(ctx), ctx, block_size,
+                 sliding_window)
+
+
+def plan_prefill(block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                 context_lens: torch.Tensor, block_size: int,
+                 sliding_window: int | None = None) -> Plan:
+    """The plan of `paged_prefill_attention` over these tables, query
+    boundaries and lengths. Unchecked: check first (`checks.check_prefill`)."""
+    cu = cu_seqlens_q.tolist()
+    return _plan(block_tables, cu[:-1], [b - a for a, b in itertools.pairwise(cu)],
+                 context_lens.tolist(), block_size, sliding_window)
 
 
 def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                    b: _Bucket, scale: float, softcap: float | None,
                    sinks: torch.Tensor | None) -> torch.Tensor:
-    """The outputs of one bucket's real query rows (in the order of ``b.rows[b.is_query]``)."""
+    """The outputs of one bucket's real query rows (in the order of ``b.out_rows``)."""
     num_q_heads, head_dim = query.shape[1], query.shape[2]
     num_kv_heads = k_cache.shape[2]
     group = num_q_heads // num_kv_heads
@@ -178,7 +249,9 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         keys.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
         values.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
     keys, values = keys.float(), values.float()
-    q = query[b.rows].float()                                # [n, max_q, Hq, D]
+    # A decode step's one bucket reads the queries as they are; others gather theirs.
+    q = (query.view(n, max_q, num_q_heads, head_dim) if b.rows is None
+         else query[b.rows]).float()                         # [n, max_q, Hq, D]
     if softcap is None and sinks is None:
         # Plain attention is one fused call: torch's SDPA reads each KV head
         # for its group of query heads (enable_gqa, no copies), computes the
@@ -186,7 +259,7 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
             attn_mask=b.bias[:, None], scale=scale, enable_gqa=group > 1).transpose(1, 2)
-        return (out.flatten(0, 1) if b.dense else out[b.is_query]).to(query.dtype)
+        return _real_rows(out, b).to(query.dtype)
 
     # Softcaps and sinks change the softmax itself: spelled out, with each KV
     # head's group of query heads folded into the rows.
@@ -212,62 +285,59 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     probs = probs.view(n, num_kv_heads, max_q * group, length)
     out = torch.stack([torch.bmm(probs[:, h], values[:, :, h]).view(n, max_q, group, head_dim)
                        for h in range(num_kv_heads)], dim=2)
-    out = out.view(n, max_q, num_q_heads, head_dim)
-    return (out.flatten(0, 1) if b.dense else out[b.is_query]).to(query.dtype)
+    return _real_rows(out.view(n, max_q, num_q_heads, head_dim), b).to(query.dtype)
 
 
-# The plans of the last few calls. Every layer of a step passes the same block
-# tables and lengths, so all layers but the first reuse the first one's plan
-# (and skip re-checking values already checked). A plan is found by comparing
-# the metadata's *contents* with the copies kept here, never by identity.
-_PLANS: list[tuple[tuple, tuple[torch.Tensor, ...], list[_Bucket], bool]] = []
-_MAX_PLANS = 4
+def _real_rows(out: torch.Tensor, b: _Bucket) -> torch.Tensor:
+    """``[n, max_q, Hq, D]`` padded outputs -> those of the real queries."""
+    out = out.flatten(0, 1)
+    return out if b.real is None else out.index_select(0, b.real)
 
 
-def _find_plan(scalars: tuple, tensors: tuple[torch.Tensor, ...]) -> int | None:
-    for i, (key, kept, _, _) in enumerate(_PLANS):
-        if key == scalars and all(a.shape == b.shape and a.dtype == b.dtype
-                                  and torch.equal(a, b) for a, b in zip(kept, tensors,
-                                                                        strict=True)):
-            return i
-    return None
+def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, plan: Plan,
+           scale: float | None = None, *, softcap: float | None = None,
+           sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """One layer's attention through `plan`: the output rows of `query`.
 
-
-def _remember(scalars: tuple, tensors: tuple[torch.Tensor, ...], plan: list[_Bucket],
-              checked: bool) -> None:
-    _PLANS.insert(0, (scalars, tuple(t.clone() for t in tensors), plan, checked))
-    del _PLANS[_MAX_PLANS:]
-
-
-def _run(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-         plan: list[_Bucket], scale: float, softcap: float | None,
-         sinks: torch.Tensor | None) -> torch.Tensor:
-    if len(plan) == 1:  # one bucket holds every row, in packed order
-        return _attend_bucket(query, k_cache, v_cache, plan[0], scale, softcap, sinks)
+    No checks and no planning: for callers that checked the metadata and
+    this layer's tensors and built `plan` from that metadata (the public ops
+    below; `pagedkit.ops.StepOps` for every layer of an engine step)."""
+    scale = query.shape[-1] ** -0.5 if scale is None else scale
+    if len(plan.buckets) == 1 and plan.buckets[0].out_rows is None:  # every row, in order
+        return _attend_bucket(query, k_cache, v_cache, plan.buckets[0], scale, softcap, sinks)
     out = torch.empty_like(query)
-    for b in plan:
-        out[b.rows[b.is_query]] = _attend_bucket(query, k_cache, v_cache, b, scale, softcap,
-                                                 sinks)
+    for b in plan.buckets:
+        out.index_copy_(0, b.out_rows, _attend_bucket(query, k_cache, v_cache, b, scale,
+                                                      softcap, sinks))
     return out
 
 
-def _planned(kind: str, query: torch.Tensor, k_cache: torch.Tensor,
-             tensors: tuple[torch.Tensor, ...], sliding_window: int | None, check: bool,
-             run_checks, make_plan) -> list[_Bucket]:
-    """The plan for these metadata (reused if a recent call had the same), with
-    the value checks run once per plan when `check` asks for them."""
-    scalars = (kind, str(query.device), tuple(k_cache.shape[:2]), query.shape[0],
-               sliding_window)
-    hit = _find_plan(scalars, tensors)
-    checked = hit is not None and _PLANS[hit][3]
-    run_checks(values=check and not checked)
-    if hit is not None:
-        _, kept, plan, was_checked = _PLANS[hit]
-        _PLANS[hit] = (scalars, kept, plan, was_checked or check)
-        return plan
-    plan = make_plan()
-    _remember(scalars, tensors, plan, check)
-    return plan
+def plan_store(slot_mapping: torch.Tensor) -> StorePlan:
+    """Where `store` writes: the slots of the tokens whose slot is not negative
+    (a negative slot skips its token). Looks at the values: one host sync."""
+    slots = slot_mapping.long()
+    if slots.numel() and int(slots.min()) < 0:
+        tokens = (slots >= 0).nonzero().squeeze(1)
+        return StorePlan(slots.index_select(0, tokens), tokens)
+    return StorePlan(slots, None)
+
+
+def store(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+          v_cache: torch.Tensor, plan: StorePlan) -> None:
+    """Write the planned tokens' K/V: one ``index_copy_`` per cache, viewed as
+    ``[num_slots, num_kv_heads, head_dim]``. No checks (see `store_kv`)."""
+    if plan.tokens is not None:
+        key, value = key.index_select(0, plan.tokens), value.index_select(0, plan.tokens)
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, plan.slots, key)
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, plan.slots, value)
+
+
+def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+             v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
+    """Write each new token's key and value into its slot; a negative slot
+    skips the token. The contract of `reference.store_kv`."""
+    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=check)
+    store(key, value, k_cache, v_cache, plan_store(slot_mapping))
 
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -277,20 +347,11 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
                            num_splits: int | None = None, check: bool = True) -> torch.Tensor:
     """One new query token per sequence over its paged K/V, all sequences at
     once; the contract of `reference.paged_decode_attention`."""
-    def run_checks(values: bool) -> None:
-        checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
-                            values=values, sliding_window=sliding_window, softcap=softcap,
-                            sinks=sinks)
-
-    def make_plan() -> list[_Bucket]:
-        starts = torch.arange(query.shape[0], device=query.device)
-        return _plan(block_tables, starts, torch.ones_like(starts), context_lens,
-                     k_cache.shape[1], sliding_window)
-
-    plan = _planned("decode", query, k_cache, (block_tables, context_lens), sliding_window,
-                    check, run_checks, make_plan)
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
-    return _run(query, k_cache, v_cache, plan, scale, softcap, sinks)
+    checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
+                        values=check, sliding_window=sliding_window, softcap=softcap,
+                        sinks=sinks)
+    plan = plan_decode(block_tables, context_lens, k_cache.shape[1], sliding_window)
+    return attend(query, k_cache, v_cache, plan, scale, softcap=softcap, sinks=sinks)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -302,17 +363,9 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     """Packed query chunks over their sequences' paged K/V (cached prefix plus
     the chunk), all sequences at once; the contract of
     `reference.paged_prefill_attention`."""
-    def run_checks(values: bool) -> None:
-        checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
-                             values=values, sliding_window=sliding_window, softcap=softcap,
-                             sinks=sinks)
-
-    def make_plan() -> list[_Bucket]:
-        cu = cu_seqlens_q.long()
-        return _plan(block_tables, cu[:-1], cu[1:] - cu[:-1], context_lens, k_cache.shape[1],
-                     sliding_window)
-
-    plan = _planned("prefill", query, k_cache, (block_tables, cu_seqlens_q, context_lens),
-                    sliding_window, check, run_checks, make_plan)
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
-    return _run(query, k_cache, v_cache, plan, scale, softcap, sinks)
+    checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                         values=check, sliding_window=sliding_window, softcap=softcap,
+                         sinks=sinks)
+    plan = plan_prefill(block_tables, cu_seqlens_q, context_lens, k_cache.shape[1],
+                        sliding_window)
+    return attend(query, k_cache, v_cache, plan, scale, softcap=softcap, sinks=sinks)

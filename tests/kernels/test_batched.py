@@ -269,18 +269,17 @@ def test_one_bucket_and_many_give_the_same_rows():
     case = make_case(lens, 16, num_kv_heads=2, head_dim=64, seed=5)
     query = torch.randn(len(lens), 4, 64)
     args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
-    assert len(batched._plan(case.block_tables, torch.arange(4), torch.ones(4, dtype=torch.long),
-                             case.context_lens, 16, None)) == 1
+    assert len(batched.plan_decode(case.block_tables, case.context_lens, 16).buckets) == 1
     expected = torch.stack([truth(query[s:s + 1], k, v, 64 ** -0.5, k.shape[0] - 1)[0]
                             for s, (k, v) in enumerate(zip(case.keys, case.values,
                                                            strict=True))])
     assert_close(batched.paged_decode_attention(*args), expected, torch.float32)
 
 
-def test_a_plan_is_reused_only_for_equal_metadata_and_values_are_rechecked():
-    """Every layer of a step shares block tables and lengths, so the plan of the
-    first call serves the rest; a table changed in place (same tensor, new
-    contents) must get a new plan, and a bad block id is still refused."""
+def test_each_call_plans_from_the_contents_it_is_given_and_checks_them():
+    """A direct call keeps nothing between calls (an engine step plans once for
+    all its layers through `ops.StepOps` instead): a table changed in place
+    (same tensor, new contents) is read anew, and a bad block id is refused."""
     case = make_case([5, 20, 9], 4, num_kv_heads=1, head_dim=16, seed=2, spare_blocks=0)
     query = torch.randn(3, 2, 16)
 
@@ -294,7 +293,7 @@ def test_a_plan_is_reused_only_for_equal_metadata_and_values_are_rechecked():
                                                            strict=True))])
 
     assert_close(call(), expected(), torch.float32)
-    assert_close(call(), expected(), torch.float32)  # the plan again
+    assert_close(call(), expected(), torch.float32)  # the same call again
     # swap the first blocks of sequences 0 and 1, in the cache and in the table
     a, b = int(case.block_tables[0, 0]), int(case.block_tables[1, 0])
     for cache in (case.k_cache, case.v_cache):
