@@ -24,8 +24,14 @@ Which one runs is decided per call from the tensors' device, by `backend`:
                    modules are imported (see below); otherwise this raises.
 =================  ===========================================================
 
-Writing K/V into slots and copying blocks are one batched torch operation
-each already; ``batched`` and ``torch`` both run the reference for those.
+Copying blocks is one batched torch operation already; ``batched`` and
+``torch`` both run the reference for it. Writing K/V into slots has a batched
+version (one ``index_copy_`` per cache), the reference's boolean-mask
+indexing being the readable one.
+
+An engine step calls these ops for every layer with the same metadata;
+`StepOps` does what depends only on that metadata (choosing the backend,
+checking the values, the batched path's plan) once per step.
 
 Choose with the environment variable ``PAGEDKIT_KERNELS=auto|batched|torch|triton``
 or, from Python, ``set_backend("triton")`` (``set_backend(None)`` goes back
@@ -71,11 +77,12 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from pagedkit.kernels import batched, reference
+from pagedkit.kernels import batched, checks, reference
 from pagedkit.kernels.batched import paged_decode_attention as paged_decode_attention_batched
 from pagedkit.kernels.batched import (
     paged_prefill_attention as paged_prefill_attention_batched,
 )
+from pagedkit.kernels.batched import store_kv as store_kv_batched
 from pagedkit.kernels.reference import copy_blocks as copy_blocks_reference
 from pagedkit.kernels.reference import paged_decode_attention as paged_decode_attention_reference
 from pagedkit.kernels.reference import (
@@ -88,6 +95,7 @@ __all__ = [
     "MIN_TRITON_CAPABILITY",
     "Backend",
     "KernelFallbackWarning",
+    "StepOps",
     "backend",
     "copy_blocks",
     "copy_blocks_reference",
@@ -99,6 +107,7 @@ __all__ = [
     "paged_prefill_attention_reference",
     "set_backend",
     "store_kv",
+    "store_kv_batched",
     "store_kv_reference",
     "use_backend",
 ]
@@ -264,13 +273,16 @@ def _triton_op(name: str) -> Callable:
     return getattr(module, name)
 
 
-def _op(name: str, device: torch.device) -> Callable:
-    choice = backend(device)
+def _implementation(name: str, choice: Backend) -> Callable:
     if choice == "triton":
         return _triton_op(name)
-    if choice == "batched" and hasattr(batched, name):  # attention; the rest is batched already
+    if choice == "batched" and hasattr(batched, name):  # copy_blocks is one op already
         return getattr(batched, name)
     return getattr(reference, name)
+
+
+def _op(name: str, device: torch.device) -> Callable:
+    return _implementation(name, backend(device))
 
 
 def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
@@ -286,17 +298,23 @@ def _parameters(op: Callable) -> frozenset[str]:
     return frozenset(inspect.signature(op).parameters)
 
 
-def _attention_op(name: str, device: torch.device, **options) -> tuple[Callable, dict]:
-    """The op and the options to pass it: those that are set (so an implementation
+def _given(op: Callable, name: str, choice: Backend, options: dict) -> dict:
+    """The options to pass `op`: those that are set (so an implementation
     without an option still serves calls that do not use it), refusing one it lacks."""
-    op = _op(name, device)
     given = {k: v for k, v in options.items() if v is not None}
     missing = sorted(set(given) - _parameters(op))
     if missing:
         raise NotImplementedError(
-            f"the {backend(device)} {name} does not implement {', '.join(missing)} yet; "
+            f"the {choice} {name} does not implement {', '.join(missing)} yet; "
             "use the torch reference: ops.use_backend('torch') or PAGEDKIT_KERNELS=torch")
-    return op, given
+    return given
+
+
+def _attention_op(name: str, device: torch.device, **options) -> tuple[Callable, dict]:
+    """The op for `device` and the options to pass it (`_given`)."""
+    choice = backend(device)
+    op = _implementation(name, choice)
+    return op, _given(op, name, choice, options)
 
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -331,6 +349,139 @@ def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool =
     """Copy blocks ``cache[src] -> cache[dst]`` in place for each (src, dst) row
     of `block_pairs` (copy-on-write)."""
     _op("copy_blocks", cache.device)(cache, block_pairs, check=check)
+
+
+_PUBLIC_DECODE = paged_decode_attention  # `use_decode_attention` swaps the module's name
+
+
+class StepOps:
+    """`store_kv` and paged attention for every layer of one engine step.
+
+    Every layer of a step writes through the same slots and reads through the
+    same block tables and lengths, so what depends only on those is done
+    once per step, on the first layer that needs it, instead of per layer:
+
+    * choosing the implementation (`backend`) and its functions;
+    * the value checks of the metadata (slots and block ids inside the
+      cache, lengths that fit the tables, query boundaries): once per cache
+      shape and sliding window, the only things a layer adds that they read;
+    * on the batched path, the plan of the gathers and masks
+      (`batched.plan_decode`, `batched.plan_prefill`, `batched.plan_store`),
+      once per block size and sliding window (a model may mix windowed and
+      full layers, as Gemma 2 and Qwen2 do).
+
+    Each layer still gets the structure checks of what is its own, its
+    cache's shape, dtype and device, its keys' and queries' shapes, its
+    options, so a wrong layer is refused as the public ops would refuse it.
+    Direct callers use the public ops, which do all of this per call.
+
+    The metadata is the step's packed batch (`pagedkit.model.attention.
+    AttentionMetadata`): each new token's slot, then the sequences' block
+    tables and context lengths, the first `num_decodes` of them decodes (one
+    query row each), the rest prefill chunks bounded by `cu_seqlens_q`.
+    ``check=False`` skips the value checks (a host sync each on a GPU).
+    """
+
+    def __init__(self, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+                 context_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, num_decodes: int, *,
+                 check: bool = True) -> None:
+        d, num_seqs = num_decodes, context_lens.shape[0]
+        self.slot_mapping = slot_mapping
+        self.num_decodes = d
+        self.check = check
+        # The decodes' and the chunks' metadata (sliced only in a step that has both)
+        self._metadata = {}
+        if d:
+            self._metadata["paged_decode_attention"] = (
+                (block_tables, context_lens) if d == num_seqs
+                else (block_tables[:d], context_lens[:d]))
+        if d < num_seqs or not d:
+            self._metadata["paged_prefill_attention"] = (
+                (block_tables, cu_seqlens_q, context_lens) if not d
+                else (block_tables[d:], cu_seqlens_q[d:] - d, context_lens[d:]))
+        self.backend: Backend | None = None      # resolved by the first layer
+        self._ops: dict[str, Callable | None] = {}  # None: the batched path, planned here
+        self._checked: set[tuple] = set()        # value checks passed this step
+        self._plans: dict[tuple, batched.Plan | batched.StorePlan] = {}
+
+    def _resolve(self, device: torch.device) -> None:
+        """Pick the functions once. A layer whose cache is on another device is
+        refused by its structure checks (metadata and cache on different devices)."""
+        if self.backend is not None:
+            return
+        self.backend = choice = backend(device)
+        plugged = paged_decode_attention is not _PUBLIC_DECODE  # use_decode_attention
+        planned = choice == "batched"
+        self._ops = {name: None if planned else _implementation(name, choice)
+                     for name in ("store_kv", "paged_prefill_attention")}
+        self._ops["paged_decode_attention"] = (
+            paged_decode_attention if plugged
+            else None if planned else _implementation("paged_decode_attention", choice))
+
+    def _plan(self, key: tuple, make: Callable):
+        if key not in self._plans:
+            self._plans[key] = make()
+        return self._plans[key]
+
+    def store_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor) -> None:
+        """`store_kv` of this layer's new K/V ``[num_tokens, num_kv_heads, head_dim]``."""
+        self._resolve(k_cache.device)
+        seen = ("store_kv", *k_cache.shape[:2])
+        values = self.check and seen not in self._checked
+        op = self._ops["store_kv"]
+        if op is None:
+            checks.check_store_kv(key, value, k_cache, v_cache, self.slot_mapping, values=values)
+            plan = self._plan(("store_kv",), lambda: batched.plan_store(self.slot_mapping))
+            batched.store(key, value, k_cache, v_cache, plan)
+        else:
+            op(key, value, k_cache, v_cache, self.slot_mapping, check=values)
+        self._checked.add(seen)
+
+    def attention(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  scale: float | None = None, *, sliding_window: int | None = None,
+                  softcap: float | None = None, sinks: torch.Tensor | None = None
+                  ) -> torch.Tensor:
+        """This layer's attention for every query row of the step ``[num_tokens,
+        num_q_heads, head_dim]``: the decodes' rows from `paged_decode_attention`,
+        the rest from `paged_prefill_attention`."""
+        self._resolve(k_cache.device)
+        options = {"sliding_window": sliding_window, "softcap": softcap, "sinks": sinks}
+        if len(self._metadata) == 1:  # only decodes, or only chunks: every row
+            name, = self._metadata
+            return self._attend(name, query, k_cache, v_cache, scale, options)
+        d = self.num_decodes
+        return torch.cat([
+            self._attend("paged_decode_attention", query[:d], k_cache, v_cache, scale, options),
+            self._attend("paged_prefill_attention", query[d:], k_cache, v_cache, scale,
+                         options)])
+
+    def _attend(self, name: str, query: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, scale: float | None, options: dict) -> torch.Tensor:
+        metadata = self._metadata[name]
+        window = options["sliding_window"]
+        seen = (name, *k_cache.shape[:2], query.shape[0], window)
+        values = self.check and seen not in self._checked
+        op = self._ops[name]
+        if op is not None:
+            out = op(query, k_cache, v_cache, *metadata, scale, check=values,
+                     **_given(op, name, self.backend, options))
+        else:
+            if name == "paged_decode_attention":
+                checks.check_decode(query, k_cache, v_cache, *metadata, None, values=values,
+                                    **options)
+                make = batched.plan_decode
+            else:
+                checks.check_prefill(query, k_cache, v_cache, *metadata, values=values,
+                                     **options)
+                make = batched.plan_prefill
+            block_size = k_cache.shape[1]
+            plan = self._plan((name, block_size, window),
+                              lambda: make(*metadata, block_size, window))
+            out = batched.attend(query, k_cache, v_cache, plan, scale,
+                                 softcap=options["softcap"], sinks=options["sinks"])
+        self._checked.add(seen)
+        return out
 
 
 @contextlib.contextmanager

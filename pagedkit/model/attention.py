@@ -111,7 +111,8 @@ class Recording:
     mask_functions: dict[int, Any] = field(default_factory=dict)
 
 
-_current: ContextVar[AttentionMetadata | None] = ContextVar("pagedkit_attention", default=None)
+_current: ContextVar[tuple[AttentionMetadata, ops.StepOps] | None] = ContextVar(
+    "pagedkit_attention", default=None)
 _recording: ContextVar[Recording | None] = ContextVar("pagedkit_recording", default=None)
 
 
@@ -132,8 +133,12 @@ def recording() -> Iterator[Recording]:
 
 @contextmanager
 def forward_context(metadata: AttentionMetadata) -> Iterator[None]:
-    """Make `metadata` visible to every attention layer during one forward."""
-    token = _current.set(metadata)
+    """Make `metadata` visible to every attention layer during one forward,
+    with the step's `ops.StepOps`: what depends only on the metadata (the
+    backend, the value checks, the batched plan) is done once, not per layer."""
+    step = ops.StepOps(metadata.slot_mapping, metadata.block_tables, metadata.context_lens,
+                       metadata.cu_seqlens_q, metadata.num_decodes, check=metadata.check)
+    token = _current.set((metadata, step))
     try:
         yield
     finally:
@@ -151,10 +156,11 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     attention). Store the new K/V into their slots, then attend through the
     block tables. Returns ``[1, tokens, q_heads, head_dim]``.
     """
-    meta = _current.get()
-    if meta is None:  # not an engine step: transformers' own attention
+    current = _current.get()
+    if current is None:  # not an engine step: transformers' own attention
         return _transformers_attention(module, query, key, value, attention_mask,
                                        scaling=scaling, dropout=dropout, **kwargs)
+    meta, step = current
     rec = _recording.get()
     if rec is not None:
         rec.calls.append(AttentionCall(type(module).__name__, getattr(module, "layer_idx", None),
@@ -162,7 +168,6 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
                                        dict(kwargs, scaling=scaling, dropout=dropout),
                                        attention_mask))
     options = attention_options(module, dict(kwargs, dropout=dropout))
-    q = query[0].transpose(0, 1)
     k_cache, v_cache = meta.kv_caches[module.layer_idx]
     if key.shape != value.shape or key.shape[1] != k_cache.shape[2] \
             or key.shape[3] != k_cache.shape[3] or query.shape[3] != key.shape[3]:
@@ -172,20 +177,10 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
             f"([1, heads, tokens, head_dim]), but the paged cache holds K and V alike as "
             f"{k_cache.shape[2]} KV heads of {k_cache.shape[3]}, sized from the config "
             "(e.g. multi-head latent attention, or heads the config does not state)")
-    ops.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache,
-                 meta.slot_mapping, check=meta.check)
-    d = meta.num_decodes
-    parts = []
-    if d:
-        parts.append(ops.paged_decode_attention(
-            q[:d].contiguous(), k_cache, v_cache, meta.block_tables[:d], meta.context_lens[:d],
-            scaling, check=meta.check, **options))
-    if d < meta.context_lens.numel():
-        parts.append(ops.paged_prefill_attention(
-            q[d:].contiguous(), k_cache, v_cache, meta.block_tables[d:],
-            meta.cu_seqlens_q[d:] - d, meta.context_lens[d:], scaling, check=meta.check,
-            **options))
-    out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim], the ops' layout
+    step.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache)
+    out = step.attention(query[0].transpose(0, 1).contiguous(), k_cache, v_cache, scaling,
+                         **options)
     return out.unsqueeze(0), None
 
 

@@ -1,0 +1,142 @@
+"""An engine step's attention goes through one `ops.StepOps`: the backend is
+chosen, the step's metadata values are checked and the batched plan is built
+once per step, not once per layer, while every layer does its own store and
+attention. Bad metadata inside a real engine step is still refused by name
+(the checks moved, they did not go), and the engine is ready afterwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pagedkit.kernels import batched, checks
+
+from pagedkit import LLM, SamplingParams, ops
+
+GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+PROMPTS = ["Once upon a time", "The little dog ran"]
+NUM_BLOCKS, BLOCK_SIZE = 64, 4
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM("tiny", num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE)
+
+
+@pytest.fixture(scope="module")
+def expected(llm):
+    return tokens(llm.generate(PROMPTS, GREEDY, use_tqdm=False))
+
+
+def tokens(outputs):
+    return [o.outputs[0].token_ids for o in outputs]
+
+
+def test_each_engine_step_resolves_its_attention_once(llm, expected, monkeypatch):
+    monkeypatch.delenv("PAGEDKIT_KERNELS", raising=False)
+    counts: dict[str, int] = {}
+
+    def count(module, name, key, when=lambda *a, **k: True):
+        original = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            counts[key] = counts.get(key, 0) + bool(when(*args, **kwargs))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+
+    kinds = record_step_kinds(llm, monkeypatch)
+    count(ops, "backend", "backend")
+    count(checks, "check_store_kv", "slot checks", lambda *a, values: values)
+    count(checks, "check_blocks_cover", "block checks")
+    count(batched, "_plan", "plans")
+    count(batched, "store", "stores")
+    count(batched, "attend", "attends")
+    per_step = []
+    got = tokens(llm.generate(PROMPTS, GREEDY, use_tqdm=False,
+                              on_step=lambda step: per_step.append(counts.copy())
+                              or counts.clear()))
+    assert got == expected
+    layers = llm.llm_engine.runner.model.config.num_hidden_layers
+    assert layers > 1  # per step and per layer differ
+    assert len(per_step) == len(kinds) >= GREEDY.max_tokens
+    # per kind of attention in the step (decodes, chunks: a prefix-cache hit
+    # can leave a prompt one token to compute, a decode-shaped chunk)
+    for step, (num_decodes, num_seqs) in zip(per_step, kinds, strict=True):
+        k = 1 + (0 < num_decodes < num_seqs)
+        assert step == {"backend": 1, "slot checks": 1, "block checks": k, "plans": k,
+                        "stores": layers, "attends": k * layers}, (num_decodes, num_seqs)
+
+
+def record_step_kinds(llm, monkeypatch) -> list[tuple[int, int]]:
+    """(num_decodes, num_seqs) of every step the runner packs from now on."""
+    runner = llm.llm_engine.runner
+    prepare = runner.prepare
+    kinds = []
+
+    def recorded(step, kv):
+        packed = prepare(step, kv)
+        kinds.append((packed[2].num_decodes, packed[2].context_lens.numel()))
+        return packed
+
+    monkeypatch.setattr(runner, "prepare", recorded)
+    return kinds
+
+
+def corrupt_slot(meta):
+    meta.slot_mapping[-1] = NUM_BLOCKS * BLOCK_SIZE
+
+
+def corrupt_block(meta):
+    meta.block_tables[0, 0] = NUM_BLOCKS
+
+
+def corrupt_length(meta):
+    meta.context_lens[0] += BLOCK_SIZE * meta.block_tables.shape[1]
+
+
+@pytest.mark.parametrize("corrupt,match", [
+    (corrupt_slot, rf"slot_mapping\[\d+\] = {NUM_BLOCKS * BLOCK_SIZE} is past the cache's last "
+                   rf"slot {NUM_BLOCKS * BLOCK_SIZE - 1}"),
+    (corrupt_block, rf"block_tables\[0, 0\] = {NUM_BLOCKS} is not a block of the cache, which "
+                    rf"has {NUM_BLOCKS} blocks"),
+    (corrupt_length, r"context_lens\[0\] = \d+ needs \d+ blocks of 4 tokens but block_tables "
+                     r"has only \d+ columns"),
+])
+@pytest.mark.parametrize("at_step", [0, 2])  # the prefill step, a decode step
+def test_bad_metadata_inside_an_engine_step_is_refused_by_name(llm, expected, monkeypatch,
+                                                                corrupt, match, at_step):
+    runner = llm.llm_engine.runner
+    prepare = runner.prepare
+    steps = []
+
+    def corrupted(step, kv):
+        input_ids, positions, meta, logits = prepare(step, kv)
+        if len(steps) == at_step:
+            corrupt(meta)
+        steps.append(meta.num_decodes)
+        return input_ids, positions, meta, logits
+
+    monkeypatch.setattr(runner, "prepare", corrupted)
+    with pytest.raises(ValueError, match=match):
+        llm.generate(PROMPTS, GREEDY, use_tqdm=False)
+    assert len(steps) == at_step + 1
+    monkeypatch.undo()
+    assert tokens(llm.generate(PROMPTS, GREEDY, use_tqdm=False)) == expected
+
+
+def test_a_plugged_in_decode_function_still_serves_every_layer(llm, expected, monkeypatch):
+    """`ops.use_decode_attention` swaps the module's function; a step made
+    inside the block uses it for every layer's decodes."""
+    kinds = record_step_kinds(llm, monkeypatch)
+    calls = []
+
+    def per_sequence(query, k_cache, v_cache, block_table, context_len):
+        calls.append(context_len)
+        return batched.paged_decode_attention(
+            query[None], k_cache, v_cache, block_table[None],
+            torch.tensor([context_len], dtype=torch.int32))[0]
+
+    with ops.use_decode_attention(per_sequence):
+        assert tokens(llm.generate(PROMPTS, GREEDY, use_tqdm=False)) == expected
+    layers = llm.llm_engine.runner.model.config.num_hidden_layers
+    assert len(calls) == layers * sum(d for d, _ in kinds) >= layers * (GREEDY.max_tokens - 1)
