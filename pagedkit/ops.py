@@ -293,16 +293,21 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
 
 
 @functools.lru_cache(maxsize=64)
-def _parameters(op: Callable) -> frozenset[str]:
-    """The parameter names of `op` (cached: every layer of every step asks)."""
-    return frozenset(inspect.signature(op).parameters)
+def _parameters(op: Callable) -> frozenset[str] | None:
+    """The parameter names of `op`, None if it takes any keyword (``**kwargs``:
+    a wrapper that records or times the calls). Cached: every layer asks."""
+    parameters = inspect.signature(op).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters)
 
 
 def _given(op: Callable, name: str, choice: Backend, options: dict) -> dict:
     """The options to pass `op`: those that are set (so an implementation
     without an option still serves calls that do not use it), refusing one it lacks."""
     given = {k: v for k, v in options.items() if v is not None}
-    missing = sorted(set(given) - _parameters(op))
+    accepted = _parameters(op)
+    missing = [] if accepted is None else sorted(set(given) - accepted)
     if missing:
         raise NotImplementedError(
             f"the {choice} {name} does not implement {', '.join(missing)} yet; "
@@ -351,7 +356,12 @@ def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool =
     _op("copy_blocks", cache.device)(cache, block_pairs, check=check)
 
 
-_PUBLIC_DECODE = paged_decode_attention  # `use_decode_attention` swaps the module's name
+#: The ops as defined here. A caller may swap one of the module's names for
+#: another function (`use_decode_attention`, a lab's call recorder, a profiler's
+#: timer); `StepOps` then calls that function for every layer, as the engine did
+#: before it had StepOps, so whoever swapped it sees every call.
+_DEFINED = {"store_kv": store_kv, "paged_decode_attention": paged_decode_attention,
+            "paged_prefill_attention": paged_prefill_attention}
 
 
 class StepOps:
@@ -373,7 +383,9 @@ class StepOps:
     Each layer still gets the structure checks of what is its own, its
     cache's shape, dtype and device, its keys' and queries' shapes, its
     options, so a wrong layer is refused as the public ops would refuse it.
-    Direct callers use the public ops, which do all of this per call.
+    Direct callers use the public ops, which do all of this per call. An op
+    whose name in this module was swapped for another function (see
+    `_DEFINED`) is called through that function for every layer.
 
     The metadata is the step's packed batch (`pagedkit.model.attention.
     AttentionMetadata`): each new token's slot, then the sequences' block
@@ -410,13 +422,11 @@ class StepOps:
         if self.backend is not None:
             return
         self.backend = choice = backend(device)
-        plugged = paged_decode_attention is not _PUBLIC_DECODE  # use_decode_attention
-        planned = choice == "batched"
-        self._ops = {name: None if planned else _implementation(name, choice)
-                     for name in ("store_kv", "paged_prefill_attention")}
-        self._ops["paged_decode_attention"] = (
-            paged_decode_attention if plugged
-            else None if planned else _implementation("paged_decode_attention", choice))
+        current = globals()
+        self._ops = {name: (current[name] if current[name] is not defined  # swapped (_DEFINED)
+                            else None if choice == "batched"
+                            else _implementation(name, choice))
+                     for name, defined in _DEFINED.items()}
 
     def _plan(self, key: tuple, make: Callable):
         if key not in self._plans:

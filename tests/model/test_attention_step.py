@@ -140,3 +140,30 @@ def test_a_plugged_in_decode_function_still_serves_every_layer(llm, expected, mo
         assert tokens(llm.generate(PROMPTS, GREEDY, use_tqdm=False)) == expected
     layers = llm.llm_engine.runner.model.config.num_hidden_layers
     assert len(calls) == layers * sum(d for d, _ in kinds) >= layers * (GREEDY.max_tokens - 1)
+
+
+def test_an_op_swapped_in_the_ops_module_sees_every_layers_call(llm, expected, monkeypatch):
+    """Lab 08 records `ops.store_kv` / `ops.paged_*_attention` around a step and
+    the engine profile times them: a function swapped in for one of them is
+    called for every layer (with the public signature), as before StepOps."""
+    kinds = record_step_kinds(llm, monkeypatch)
+    calls = {name: 0 for name in ("store_kv", "paged_decode_attention",
+                                  "paged_prefill_attention")}
+
+    def recorder(name):
+        original = getattr(ops, name)
+
+        def recorded(*args, **kwargs):
+            calls[name] += 1
+            return original(*args, **kwargs)
+        return recorded
+
+    for name in calls:
+        monkeypatch.setattr(ops, name, recorder(name))
+    assert tokens(llm.generate(PROMPTS, GREEDY, use_tqdm=False)) == expected
+    layers = llm.llm_engine.runner.model.config.num_hidden_layers
+    assert calls == {
+        "store_kv": layers * len(kinds),
+        "paged_decode_attention": layers * sum(d > 0 for d, _ in kinds),
+        "paged_prefill_attention": layers * sum(d < n for d, n in kinds)}
+    assert calls["paged_prefill_attention"] > 0 and calls["paged_decode_attention"] > 0
