@@ -39,10 +39,11 @@ the other arm.
 
 **What else it costs.** The first step of a class is a warm-up on one thread,
 not timed (a new shape allocates). A class's untried arm borrows its ratio to
-the tried one from the nearest class that has timed both; only a model's
-first class tries ``N`` threads blind, one step — the dearest step of all on a
+the tried one from the nearest class that has timed both (of the same model
+if it has one, else of any: the load is shared); only the process's first
+class tries ``N`` threads blind, one step — the dearest step of all on a
 loaded machine: 3.3 s against 0.15 s on one thread (tiny model, 64 sequences,
-load 5.6), once per model and process. Timing is two ``time.perf_counter``
+load 5.6), and 1.0 s against 35 ms at load 1.4. Timing is two ``time.perf_counter``
 calls and a dict look-up per step; ``torch.set_num_threads`` takes ~0.4
 microseconds. With one thread available nothing is measured. The user's
 ``torch.set_num_threads`` stays the upper bound and is restored after every
@@ -140,18 +141,19 @@ class ThreadChooser:
         self._record(where, cls, threads, seconds, retry)
 
     def _estimates(self, where, cls: _Class) -> dict[int, float]:
-        """Seconds per step on each arm: measured, or an untried arm's
-        borrowed ratio from the nearest class (same model and N) that timed both."""
+        """Seconds per step on each arm: measured, or for an untried arm the
+        tried one's times the ratio of the nearest class (same N; this model's
+        first, then any model's: the load is shared) that timed both."""
         available = where[2]
         if len(cls.seconds) != 1:
             return cls.seconds
         (tried, seconds), = cls.seconds.items()
         other = available if tried == 1 else 1
-        both = [(abs(k - where[1]), k, c) for (m, k, n), c in self._classes.items()
-                if m == where[0] and n == available and len(c.seconds) == 2]
+        both = [(m != where[0], abs(k - where[1]), k, c) for (m, k, n), c
+                in self._classes.items() if n == available and len(c.seconds) == 2]
         if not both:
             return cls.seconds
-        _, _, near = min(both, key=lambda t: t[:2])
+        near = min(both, key=lambda t: t[:3])[-1]
         return {tried: seconds, other: seconds * near.seconds[other] / near.seconds[tried]}
 
     def _choose(self, where, cls: _Class) -> tuple[int, bool]:
@@ -161,7 +163,7 @@ class ThreadChooser:
             return 1, False  # the warm-up, then one thread's time
         est = self._estimates(where, cls)
         if available not in est:
-            return available, True  # the first class of a model: try N blind
+            return available, True  # the process's first class: try N blind
         fast, slow = (1, available) if est[1] <= est[available] else (available, 1)
         if cls.since >= cls.gap and cls.since_s * SHARE >= est[slow] - est[fast]:
             return slow, True

@@ -114,16 +114,23 @@ def test_it_follows_the_machine_when_the_load_changes(two_threads):
     assert back.count(1) <= len(back) / (MIN_GAP + 1)
 
 
-def test_classes_learn_apart_and_only_a_models_first_class_tries_blind(two_threads):
-    """Steps of another power of two of work have their own estimates; an
-    untried arm borrows the ratio of the nearest class that timed both, so a
-    loaded machine's second class does not pay for two threads blind."""
+def test_classes_learn_apart_and_only_the_first_class_tries_blind(two_threads):
+    """Steps of another power of two of work, or of another model, have their
+    own estimates; an untried arm borrows the ratio of the nearest class that
+    timed both (this model's, else any), so on a loaded machine no class but
+    the first pays for two threads blind."""
     clock = Machine({1: 1.0, 2: 13.0})
     chooser = ThreadChooser(clock)
     assert clock.run(chooser, 10, macs=1000)[:3] == [1, 1, 2]
     assert clock.run(chooser, 200, macs=4000) == [1] * 200
-    # another model (key) learns for itself
-    assert clock.run(chooser, 3, macs=1000, key="other")[:3] == [1, 1, 2]
+    assert clock.run(chooser, 200, macs=1000, key="other model") == [1] * 200
+    # a model's own classes are preferred to a nearer one of another model
+    clock = Machine({1: 1.0, 2: 0.5})
+    chooser = ThreadChooser(clock)
+    assert clock.run(chooser, 4, macs=2**20, key="a") == [1, 1, 2, 2]
+    clock.cost[2] = 13.0
+    assert clock.run(chooser, 4, macs=2**12, key="b") == [1, 1, 2, 1]  # a's ratio, then its own
+    assert clock.run(chooser, 3, macs=2**13, key="a") == [1, 1, 2]  # a's ratio, not b's
     # on a quiet machine the borrowed ratio sends a new class to two threads at once
     clock = Machine({1: 1.0, 2: 0.8})
     chooser = ThreadChooser(clock)
