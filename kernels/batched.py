@@ -177,16 +177,11 @@ def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
         held = m.context_len - m.first_block * block_size  # its gathered slots with a token
         empty += range(i * num_slots + held, (i + 1) * num_slots)
 
-    # A query at position p sees key k iff k <= p (and k > p - window): the
-    # padded slots, past the context, are hidden too, for every real query.
-    starts = _ints([v for m in members for v in (m.first_block * block_size,
-                                                 m.context_len - m.q_len)], device).view(n, 2)
-    key_pos = starts[:, :1] + torch.arange(num_slots, device=device)   # [n, L]
-    q_pos = starts[:, 1:] + torch.arange(max_q, device=device)         # [n, max_q]
-    hidden = key_pos[:, None, :] > q_pos[:, :, None]                   # [n, max_q, L]
-    if sliding_window is not None:
-        hidden |= key_pos[:, None, :] <= q_pos[:, :, None] - sliding_window
-    bias = torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf"))
+    empty_slots = _ints(empty, device)
+    if max_q == 1 and sliding_window is None:
+        bias = _decode_bias(empty_slots, n, num_slots, device)
+    else:
+        bias = _position_bias(members, n, max_q, num_slots, block_size, sliding_window, device)
 
     out_rows = [m.first_row + k for m in members for k in range(m.q_len)]
     dense = all(m.q_len == max_q for m in members)       # every padded query is real
@@ -198,8 +193,36 @@ def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
     if not dense:
         real = _ints([i * max_q + k for i, m in enumerate(members) for k in range(m.q_len)],
                      device)
-    return _Bucket(_ints(ids, device), _ints(empty, device), bias, rows, real,
+    return _Bucket(_ints(ids, device), empty_slots, bias, rows, real,
                    None if whole and in_order else _ints(out_rows, device), n, max_q, num_slots)
+
+
+def _position_bias(members: list[_Seq], n: int, max_q: int, num_slots: int, block_size: int,
+                   sliding_window: int | None, device: torch.device) -> torch.Tensor:
+    """``[n, max_q, L]``: 0 where a query sees a key, -inf elsewhere, from positions.
+
+    A query at position p sees key k iff k <= p (and k > p - window): the
+    padded slots, past the context, are hidden too, for every real query."""
+    starts = _ints([v for m in members for v in (m.first_block * block_size,
+                                                 m.context_len - m.q_len)], device).view(n, 2)
+    key_pos = starts[:, :1] + torch.arange(num_slots, device=device)   # [n, L]
+    q_pos = starts[:, 1:] + torch.arange(max_q, device=device)         # [n, max_q]
+    hidden = key_pos[:, None, :] > q_pos[:, :, None]                   # [n, max_q, L]
+    if sliding_window is not None:
+        hidden |= key_pos[:, None, :] <= q_pos[:, :, None] - sliding_window
+    return torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf"))
+
+
+def _decode_bias(empty_slots: torch.Tensor, n: int, num_slots: int,
+                 device: torch.device) -> torch.Tensor:
+    """The `_position_bias` of one query per sequence at its last position
+    (a decode, or a chunk of one token) without a window, built from the
+    empty-slot list alone: that query sees every key up to its own, so the
+    keys it does not see are exactly its gathered slots past the context,
+    the slots `empty_slots` lists. Two ops instead of the eight of the
+    positional mask, the same values (0 or -inf) in the same places."""
+    bias = torch.zeros(n * num_slots, device=device).index_fill_(0, empty_slots, float("-inf"))
+    return bias.view(n, 1, num_slots)
 
 
 def _ints(values: list[int], device: torch.device) -> torch.Tensor:
