@@ -213,15 +213,8 @@ def test_runner_returns_logits_of_the_sampling_rows(runner):
 
 
 # ------------------------------------------------------------ threads per step
-def test_threads_for_gives_a_thread_per_share_of_work_within_the_users_limit():
-    """One thread until each thread's share of the step's largest matrix
-    multiply reaches MACS_PER_THREAD; never more than torch is allowed."""
+def test_step_macs_is_the_largest_matrix_multiply_of_a_layer():
     from pagedkit.model import threads
-
-    per = threads.MACS_PER_THREAD
-    assert [threads.threads_for(m, available=4) for m in (0, per - 1, per, 2 * per - 1,
-                                                         3 * per, 100 * per)] == [1, 1, 1, 1, 3, 4]
-    assert threads.threads_for(100 * per, available=1) == 1
     from pagedkit.models import load_tiny
 
     cfg = load_tiny()[0].config  # hidden 256, MLP 768
@@ -238,28 +231,38 @@ def test_intra_op_threads_restores_the_count_even_when_the_block_raises():
     assert torch.get_num_threads() == before
 
 
-@pytest.mark.parametrize("macs_per_thread, expected", [(None, 1), (1, 2)])
-def test_a_cpu_step_runs_on_the_threads_its_work_pays_for(runner, monkeypatch, macs_per_thread,
-                                                          expected):
-    """With torch allowed 2 threads, a tiny step's forward runs on 1 (a second
-    thread's hand-off costs more than it saves); with the threshold lowered
-    to 1 multiply-add it gets both. The user's count is back after the step."""
+def test_a_cpu_step_runs_on_the_thread_count_the_chooser_picks(runner, monkeypatch):
+    """The forward runs inside the process's thread chooser (threads.CHOOSER,
+    tested on its own in test_threads.py): asked with the step's work and the
+    model, it runs on the count the chooser picks, and the user's count is
+    back after the step."""
+    from contextlib import contextmanager
+
     from pagedkit.model import threads
 
-    if macs_per_thread is not None:
-        monkeypatch.setattr(threads, "MACS_PER_THREAD", macs_per_thread)
+    asked = []
+
+    class PicksTwo:
+        @contextmanager
+        def step(self, macs, key=None):
+            asked.append((macs, key))
+            with threads.intra_op_threads(2):
+                yield 2
+
+    monkeypatch.setattr(threads, "CHOOSER", PicksTwo())
     seen = []
     hook = runner.model.register_forward_pre_hook(
         lambda *_: seen.append(torch.get_num_threads()))
     previous = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(3)
     try:
         kv = KVCacheManager(num_blocks=8, block_size=BS)
         s = Seq("T", tokens(3, 5))
         kv.allocate_slots("T", s.token_ids)
         assert runner.execute(Plan([Part(s, 0, 5)]), kv).shape[0] == 1
-        assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(previous)
         hook.remove()
-    assert seen == [expected]
+    assert seen == [2]
+    assert asked == [(threads.step_macs(runner.model.config, 5), id(runner.model))]
