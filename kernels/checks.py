@@ -210,37 +210,41 @@ def check_blocks_cover(block_tables: torch.Tensor, context_lens: torch.Tensor,
     sequence's first query (at ``context_len - q_len``; q_len 1 for decode)
     are not used either: the engine may have returned them to the pool."""
     num_blocks, block_size = k_cache.shape[0], k_cache.shape[1]
-    ctx = context_lens.long()
-    needed = (ctx + block_size - 1) // block_size
-    columns = torch.arange(block_tables.shape[1], device=ctx.device)[None, :]
-    used = columns < needed[:, None]
+    # Column j of a row is unused past the context: j * block_size >= context_len
+    # (the same as j >= the blocks it needs, without dividing per row).
+    unused = (torch.arange(block_tables.shape[1], device=context_lens.device) * block_size
+              >= context_lens[:, None])
     if sliding_window is not None:
-        first_query = ctx - (1 if q_lens is None else q_lens.long())
+        first_query = context_lens.long() - (1 if q_lens is None else q_lens.long())
         first_block = (first_query - sliding_window + 1).clamp(min=0) // block_size
-        used &= columns >= first_block[:, None]
-    ids = block_tables.long()
-    big = torch.iinfo(torch.int64).max
-    low_ctx, most_needed, low_id, high_id = torch.stack([
-        ctx.min(), needed.max(),
-        torch.where(used, ids, big).min(), torch.where(used, ids, -1).max(),
-    ]).tolist()
+        unused |= torch.arange(block_tables.shape[1], device=unused.device) < first_block[:, None]
+    # Two reductions over the used ids and the lengths, one host sync. An
+    # unused entry reads as block 0 here; should 0 itself be out of range (a
+    # cache of no blocks), the error path below looks at the used ids only.
+    ids = block_tables.masked_fill(unused, 0)
+    ranges = [*torch.aminmax(context_lens), *(torch.aminmax(ids) if ids.numel() else (0, 0))]
+    low_ctx, high_ctx, low_id, high_id = (int(v) for v in ranges)
+    most_needed = -(-high_ctx // block_size)
     if low_ctx < minimum:
-        s = int(ctx.argmin())
+        s = int(context_lens.argmin())
         raise ValueError(f"context_lens[{s}] = {low_ctx}; every sequence needs at least "
                          f"{minimum} cached token(s)")
     if most_needed > block_tables.shape[1]:
-        s = int(needed.argmax())
+        s = int(((context_lens.long() + block_size - 1) // block_size).argmax())
         raise ValueError(
-            f"context_lens[{s}] = {int(ctx[s])} needs {most_needed} blocks of {block_size} tokens "
+            f"context_lens[{s}] = {int(context_lens[s])} needs {most_needed} blocks of "
+            f"{block_size} tokens "
             f"but block_tables has only {block_tables.shape[1]} columns (shape "
             f"{_shape(block_tables)})")
     if low_id < 0 or high_id >= num_blocks:
-        bad = used & ((ids < 0) | (ids >= num_blocks))
-        s, j = (int(v) for v in bad.nonzero()[0])
-        raise ValueError(
-            f"block_tables[{s}, {j}] = {int(ids[s, j])} is not a block of the cache, which has "
-            f"{num_blocks} blocks (k_cache shape {_shape(k_cache)}); sequence {s} uses its first "
-            f"{int(needed[s])} entries")
+        bad = ~unused & ((block_tables < 0) | (block_tables >= num_blocks))
+        if bool(bad.any()):
+            s, j = (int(v) for v in bad.nonzero()[0])
+            needed = -(-int(context_lens[s]) // block_size)
+            raise ValueError(
+                f"block_tables[{s}, {j}] = {int(block_tables[s, j])} is not a block of the "
+                f"cache, which has {num_blocks} blocks (k_cache shape {_shape(k_cache)}); "
+                f"sequence {s} uses its first {needed} entries")
 
 
 def check_copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, values: bool) -> None:

@@ -304,3 +304,20 @@ def test_each_call_plans_from_the_contents_it_is_given_and_checks_them():
     with pytest.raises(ValueError, match=r"block_tables\[1, 2\]"):
         call()
 
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_table_with_no_columns_is_refused_by_name(window):
+    """`checks.check_blocks_cover` reduces over the used block ids; a table
+    of zero columns has none, and is refused for its width (it crashed inside
+    torch's min() before), decode and prefill alike."""
+    case = make_case([5, 9], 4, num_kv_heads=1, head_dim=8)
+    empty = case.block_tables[:, :0]
+    with pytest.raises(ValueError, match=r"context_lens\[1\] = 9 needs 3 blocks of 4 tokens "
+                                         r"but block_tables has only 0 columns"):
+        batched.paged_decode_attention(torch.randn(2, 2, 8), case.k_cache, case.v_cache,
+                                       empty, case.context_lens, sliding_window=window)
+    cu = torch.tensor([0, 1, 3], dtype=torch.int32)
+    with pytest.raises(ValueError, match="has only 0 columns"):
+        batched.paged_prefill_attention(torch.randn(3, 2, 8), case.k_cache, case.v_cache,
+                                        empty, cu, case.context_lens, sliding_window=window)
