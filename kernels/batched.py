@@ -75,6 +75,8 @@ class _Bucket:
 
     ids: torch.Tensor               # [n * max_read] physical blocks to gather (padding: 0)
     empty: torch.Tensor             # gathered slots that hold no token (zeroed before use)
+    empty_from: int | None          # one sequence: its empty slots are those from here on
+    #                                 (zeroed by a slice, cheaper than index_fill_); else None
     bias: torch.Tensor              # [n, max_q, L] 0 where a query sees a key, -inf elsewhere
     rows: torch.Tensor | None       # [n, max_q] query row of each padded query (padding: 0);
     #                                 None: they are the call's rows 0 .. n * max_q - 1
@@ -193,7 +195,8 @@ def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
     if not dense:
         real = _ints([i * max_q + k for i, m in enumerate(members) for k in range(m.q_len)],
                      device)
-    return _Bucket(_ints(ids, device), empty_slots, bias, rows, real,
+    empty_from = held if n == 1 else None  # the one sequence's `held`, from the loop above
+    return _Bucket(_ints(ids, device), empty_slots, empty_from, bias, rows, real,
                    None if whole and in_order else _ints(out_rows, device), n, max_q, num_slots)
 
 
@@ -268,7 +271,10 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     # its key and value are zeroed: a masked score alone would not keep it out.
     keys = k_cache.index_select(0, b.ids).view(n, length, num_kv_heads, head_dim)
     values = v_cache.index_select(0, b.ids).view(n, length, num_kv_heads, head_dim)
-    if b.empty.numel():
+    if b.empty.numel() and b.empty_from is not None:  # one sequence: its tail, one slice
+        keys.view(-1, num_kv_heads, head_dim)[b.empty_from:].zero_()
+        values.view(-1, num_kv_heads, head_dim)[b.empty_from:].zero_()
+    elif b.empty.numel():
         keys.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
         values.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
     keys, values = keys.float(), values.float()
