@@ -218,7 +218,7 @@ def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int
     end, cpu_end = _clocks()
     ttft = [o.metrics.first_token_time - t0 for o in outs]
     tokens = [o.outputs[0].token_ids for o in outs]
-    note = (f"<= {torch.get_num_threads()} threads per step, as its work pays "
+    note = (f"1 or {torch.get_num_threads()} threads per step, whichever measured faster "
             "(pagedkit.model.threads)" if llm.llm_engine.device.type == "cpu"
             and torch.get_num_threads() > 1 else "")
     return Result("pagedkit", end - start, sum(map(len, tokens)), statistics.mean(ttft),
@@ -367,8 +367,10 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
     wrap(engine.runner, "prepare", "packing")
     wrap(engine.runner.model, "forward", "forward")
     wrap(engine, "_sample", "sampling")
-    for op in ("store_kv", "paged_decode_attention", "paged_prefill_attention"):
-        wrap(ops, op, "attention")
+    # a step's attention runs through ops.StepOps (timing the module-level ops
+    # instead would swap them, and StepOps then calls a swapped op per layer)
+    for op in ("store_kv", "attention"):
+        wrap(ops.StepOps, op, "attention")
     wrap(F, "linear", "linear layers")
     try:
         result, _ = run_pagedkit(model, work, block_size, llm=llm)

@@ -94,13 +94,17 @@ def test_rounds_progress_floor_share_and_profile(capsys):
 def test_profile_leaves_the_engine_code_as_it_was():
     from pagedkit import ops
 
-    before = (ops.paged_decode_attention, ops.store_kv)
+    def code():
+        return (ops.paged_decode_attention, ops.store_kv, ops.StepOps.store_kv,
+                ops.StepOps.attention)
+
+    before = code()
     import torch.nn.functional as F
 
     linear = F.linear
     work = sharegpt_workload(2, 1000, scale=0.05, max_len=64, seed=1)
     profile_pagedkit(build_model("tiny", "cpu"), work, 16)
-    assert (ops.paged_decode_attention, ops.store_kv) == before and F.linear is linear
+    assert code() == before and F.linear is linear
 
 
 def test_alpaca_workload_runs_identical_tokens_and_reports_cpu_time_and_load():
