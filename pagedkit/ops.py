@@ -6,9 +6,10 @@
   gather its blocks, attend — the readable statement of the math, and the
   oracle the tests hold the others against;
 * the **batched torch path** (``kernels/batched.py``): the same numbers for a
-  whole step in one gather and two matrix multiplications per layer, however
-  many sequences run — what a CPU runs by default, because the reference's
-  per-sequence calls cost far more in overhead than in arithmetic there.
+  whole step in one gather and one masked SDPA call per layer and group of
+  similar lengths, however many sequences run — what a CPU runs by default,
+  because the reference's per-sequence calls cost far more in overhead than
+  in arithmetic there.
 
 Which one runs is decided per call from the tensors' device, by `backend`:
 
@@ -61,7 +62,7 @@ the engine, whose inputs come from its own bookkeeping, skips them on CUDA.
 
 Importing this module never imports Triton, so it works where Triton is not
 installed. The references are re-exported here under ``*_reference``, the
-batched attention under ``*_batched``.
+batched attention and ``store_kv`` under ``*_batched``.
 """
 
 from __future__ import annotations
