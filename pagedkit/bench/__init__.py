@@ -3,3 +3,16 @@
 Benchmarks measure; tests check. Nothing here runs during ``pytest`` except
 a ``--quick`` smoke run that checks the shape of the JSON report.
 """
+
+
+def check_choice(what: str, names, valid) -> tuple[str, ...]:
+    """`names` as a tuple when each is one of `valid` and none repeats; else a
+    ValueError naming the unknown ones (or the repeat) and the valid ones."""
+    names = tuple(names)
+    unknown = [n for n in names if n not in valid]
+    if unknown or not names:
+        raise ValueError(f"unknown {what}(s) {unknown or names!r}; choose from "
+                         f"{', '.join(valid)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a {what} is listed twice: {names!r}")
+    return names

@@ -56,6 +56,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from . import check_choice
+
 MODELS = ("tiny", "larger")
 SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor")
 
@@ -400,14 +402,7 @@ def format_profile(profile: dict) -> str:
 
 def check_systems(systems) -> tuple[str, ...]:
     """The systems asked for, or a ValueError naming the unknown ones and the valid ones."""
-    systems = tuple(systems)
-    unknown = [s for s in systems if s not in SYSTEMS]
-    if unknown or not systems:
-        raise ValueError(f"unknown system(s) {unknown or systems!r}; choose from "
-                         f"{', '.join(SYSTEMS)}")
-    if len(set(systems)) != len(systems):
-        raise ValueError(f"a system is listed twice: {systems!r}")
-    return systems
+    return check_choice("system", systems, SYSTEMS)
 
 
 def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float | None = None,

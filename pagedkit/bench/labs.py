@@ -39,6 +39,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import check_choice
+
 #: The checkout this pagedkit was imported from (its labs are the default).
 HOME = Path(__file__).resolve().parents[2]
 
@@ -74,13 +76,7 @@ def find_labs(labs_dir: Path, names: list[str] | None) -> list[Path]:
         raise ValueError(f"no notebooks (*.ipynb) in {labs_dir}")
     if names is None:
         return list(notebooks.values())
-    unknown = [n for n in names if n not in notebooks]
-    if unknown or not names:
-        raise ValueError(f"unknown lab(s) {unknown or names!r}; choose from "
-                         f"{', '.join(notebooks)}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"a lab is listed twice: {names!r}")
-    return [notebooks[n] for n in names]
+    return [notebooks[n] for n in check_choice("lab", names, notebooks)]
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
