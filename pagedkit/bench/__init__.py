@@ -11,8 +11,8 @@ def check_choice(what: str, names, valid) -> tuple[str, ...]:
     names = tuple(names)
     unknown = [n for n in names if n not in valid]
     if unknown or not names:
-        raise ValueError(f"unknown {what}(s) {unknown or names!r}; choose from "
-                         f"{', '.join(valid)}")
+        raise ValueError(f"{f'unknown {what}(s) {unknown!r}' if unknown else f'no {what} named'}"
+                         f"; choose from {', '.join(valid)}")
     if len(set(names)) != len(names):
         raise ValueError(f"a {what} is listed twice: {names!r}")
     return names

@@ -177,10 +177,11 @@ def main(argv: list[str] | None = None) -> int:
                                                 if n.strip()]
         notebooks = find_labs(repo / "labs", names)
         extra = parse_env(args.env)
-    except ValueError as err:
+        env = child_env(repo, extra)
+        pagedkit_file = imported_pagedkit(repo, env)  # refuses another checkout's pagedkit
+    except (ValueError, RuntimeError) as err:
         p.error(str(err))
-    env = child_env(repo, extra)
-    report = Report(str(repo), _commit(repo), imported_pagedkit(repo, env), extra)
+    report = Report(str(repo), _commit(repo), pagedkit_file, extra)
     print(f"labs of {repo} (commit {report.commit}), pagedkit from {report.pagedkit_file}"
           + (f", env {extra}" if extra else ""), flush=True)
     for notebook in notebooks:

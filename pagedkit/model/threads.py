@@ -51,6 +51,14 @@ available nothing is measured. The user's
 ``torch.set_num_threads`` stays the upper bound and is restored after every
 step, errors included. The state is process-wide (the load is): one
 `ThreadChooser`, `CHOOSER`, which `step_threads` uses.
+
+**Same numbers whatever the count.** A step's thread count now follows
+timing, so it can differ from run to run; its results must not. With the
+MKL build torch ships for x86 they do not: logits are bitwise equal on one
+and two threads (``tests/model/test_threads.py``), because the matrix
+multiplies split their output, not their sums, over threads. A BLAS that
+splits sums (some OpenBLAS or Accelerate builds) could round differently;
+``torch.set_num_threads(1)`` pins the count, and nothing is measured then.
 """
 
 from __future__ import annotations

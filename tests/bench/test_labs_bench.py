@@ -30,6 +30,7 @@ def test_labs_are_found_by_number_in_order_and_bad_names_are_refused(tmp_path):
 
 def test_usage_errors_name_the_value(capsys):
     for argv, message in ((["--labs", "5"], "unknown lab(s) ['5']"),
+                          (["--labs", ","], "no lab named; choose from 00"),
                           (["--env", "=1"], "takes KEY=VALUE")):
         with pytest.raises(SystemExit) as exit_info:
             bench_cli(["labs", *argv])
@@ -41,6 +42,11 @@ def test_a_checkout_whose_pagedkit_is_not_its_own_is_refused(tmp_path):
     this pagedkit (an editable install wins when the checkout has none)."""
     with pytest.raises(RuntimeError, match="would import pagedkit from"):
         labs.imported_pagedkit(tmp_path, labs.child_env(tmp_path, {}))
+    (tmp_path / "labs").mkdir()
+    (tmp_path / "labs" / "00_x.ipynb").write_text("{}")
+    with pytest.raises(SystemExit) as exit_info:  # the command line: a usage error, no traceback
+        bench_cli(["labs", "--repo", str(tmp_path)])
+    assert exit_info.value.code == 2
     env = labs.child_env(labs.HOME, {"PAGEDKIT_X": "1"})
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(labs.HOME) and env["PAGEDKIT_X"] == "1"
     assert labs.imported_pagedkit(labs.HOME, env).startswith(str(labs.HOME))
