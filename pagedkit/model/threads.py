@@ -55,9 +55,9 @@ step, errors included. The state is process-wide (the load is): one
 **Same numbers whatever the count.** A step's thread count now follows
 timing, so it can differ from run to run; its results must not. With the
 MKL build torch ships for x86 they do not: logits are bitwise equal on one
-and two threads (``tests/model/test_threads.py``), because the matrix
-multiplies split their output, not their sums, over threads. A BLAS that
-splits sums (some OpenBLAS or Accelerate builds) could round differently;
+and two threads (``tests/model/test_threads.py`` checks it for the tiny
+model and a wider one). A BLAS whose sums depend on the thread count (other
+builds, other platforms: not checked here) could round differently;
 ``torch.set_num_threads(1)`` pins the count, and nothing is measured then.
 """
 
