@@ -99,9 +99,23 @@ class BlockTable:
         return self.blocks[block] * self.block_size + offset
 
     def slot_mapping(self, start: int = 0, end: int | None = None) -> list[int]:
-        """Slots of tokens ``start..end-1`` (all tokens by default)."""
+        """Slots of tokens ``start..end-1`` (all tokens by default):
+        ``[self.slot(p) for p in range(start, end)]``, computed one block at a
+        time. The tokens of one block sit in consecutive slots, so only the
+        first of each block's run is looked up through `slot` (which refuses
+        a released block); a range reaching outside the table goes token by
+        token, so its first bad position is the one named."""
         end = self.num_tokens if end is None else end
-        return [self.slot(p) for p in range(start, end)]
+        if start < 0 or end > self.num_tokens:
+            return [self.slot(p) for p in range(start, end)]
+        slots: list[int] = []
+        p = start
+        while p < end:
+            run = min(end, (p // self.block_size + 1) * self.block_size) - p  # to p's block end
+            first = self.slot(p)
+            slots += range(first, first + run)
+            p += run
+        return slots
 
     @property
     def num_free_slots(self) -> int:

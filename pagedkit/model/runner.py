@@ -20,7 +20,7 @@ from typing import Protocol
 import torch
 
 from .. import ops
-from ..memory import BlockCopy, BlockTable, KVCacheManager
+from ..memory import BlockCopy, KVCacheManager
 from .attention import AttentionMetadata, forward_context, register
 from .kv_cache import KVCacheSpec
 from .support import check_config
@@ -159,7 +159,7 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
         table = kv.gpu_table(s.seq.seq_id)
         ids += s.seq.token_ids[s.start:end]
         positions += range(s.start, end)
-        slots += _slot_ranges(table, s.start, end)
+        slots += table.slot_mapping(s.start, end)
         cu_seqlens.append(cu_seqlens[-1] + s.num_tokens)
         context_lens.append(end)
         tables.append(table.kernel_blocks())  # released blocks shown as a valid id
@@ -184,26 +184,6 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
     )
     return _tensor(ids, torch.long, device), _tensor(positions, torch.long, device), meta, \
         _tensor(logits_indices, torch.long, device)
-
-
-def _slot_ranges(table: BlockTable, start: int, end: int) -> list[int]:
-    """``table.slot_mapping(start, end)``, one range per block instead of one
-    `slot` call per token: the tokens of one block have consecutive slots,
-    so only the first of each block's run is looked up, through `slot`,
-    which refuses a position in a released block. A range reaching outside
-    the table goes through `slot_mapping`, which refuses its first such
-    position by name."""
-    if start < 0 or end > table.num_tokens:
-        return table.slot_mapping(start, end)
-    slots: list[int] = []
-    block_size = table.block_size
-    p = start
-    while p < end:
-        run = min(end, (p // block_size + 1) * block_size) - p  # to the end of p's block
-        first = table.slot(p)
-        slots += range(first, first + run)
-        p += run
-    return slots
 
 
 #: array typecodes of the integer dtypes the metadata uses (C int and long long)

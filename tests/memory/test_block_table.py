@@ -109,3 +109,32 @@ def test_adopt_only_starts_a_table():
     t.append([1, 2])
     with pytest.raises(BlockStateError, match="already has 2 blocks"):
         t.adopt_cached([0])
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 4])
+def test_slot_mapping_by_blocks_equals_slot_per_token_and_refuses_released_blocks(block_size):
+    """`slot_mapping` (one range per block, as `pack_step` packs a chunk) gives
+    `slot`'s slots for every range, across blocks and to the table's end, and
+    the same error for a released block or a position outside the table."""
+    table = BlockTable(BlockAllocator(num_blocks=16, block_size=block_size), seq="A")
+    table.append(list(range(5 * block_size + 2)))
+    n = table.num_tokens
+
+    def per_token(start, end):
+        return [table.slot(p) for p in range(start, end)]
+
+    for start in range(n + 1):
+        for end in range(start, n + 1):
+            assert table.slot_mapping(start, end) == per_token(start, end)
+    table.release_before(2 * block_size + 1)  # the leading blocks go back to the pool
+    live = table.num_released * block_size      # the first position still held
+
+    def error(f):
+        with pytest.raises(IndexError) as info:
+            f()
+        return str(info.value)
+
+    for start, end in [(0, 3), (live - 1, n), (n - 1, n + 1), (-1, 2)]:
+        assert error(lambda: table.slot_mapping(start, end)) == \
+            error(lambda: per_token(start, end))  # noqa: B023
+    assert table.slot_mapping(live, n) == per_token(live, n)

@@ -167,32 +167,3 @@ def test_an_op_swapped_in_the_ops_module_sees_every_layers_call(llm, expected, m
         "paged_decode_attention": layers * sum(d > 0 for d, _ in kinds),
         "paged_prefill_attention": layers * sum(d < n for d, n in kinds)}
     assert calls["paged_prefill_attention"] > 0 and calls["paged_decode_attention"] > 0
-
-
-@pytest.mark.parametrize("block_size", [1, 3, 4])
-def test_pack_step_slot_ranges_equal_slot_mapping_and_refuse_released_blocks(block_size):
-    """`runner._slot_ranges` (one range per block, as `pack_step` packs a chunk)
-    gives `BlockTable.slot_mapping`'s slots for every range, across blocks
-    and to the table's end, and the same error for a released block or a
-    position outside the table."""
-    from pagedkit.memory import BlockAllocator, BlockTable
-    from pagedkit.model.runner import _slot_ranges
-
-    table = BlockTable(BlockAllocator(num_blocks=16, block_size=block_size), seq="A")
-    table.append(list(range(5 * block_size + 2)))
-    n = table.num_tokens
-    for start in range(n + 1):
-        for end in range(start, n + 1):
-            assert _slot_ranges(table, start, end) == table.slot_mapping(start, end)
-    table.release_before(2 * block_size + 1)  # the leading blocks go back to the pool
-    live = table.num_released * block_size      # the first position still held
-
-    def error(f):
-        with pytest.raises(IndexError) as info:
-            f()
-        return str(info.value)
-
-    for start, end in [(0, 3), (live - 1, n), (n - 1, n + 1), (-1, 2)]:
-        assert error(lambda: _slot_ranges(table, start, end)) == \
-            error(lambda: table.slot_mapping(start, end))  # noqa: B023
-    assert _slot_ranges(table, live, n) == table.slot_mapping(live, n)
