@@ -179,7 +179,7 @@ def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
         held = m.context_len - m.first_block * block_size  # its gathered slots with a token
         empty += range(i * num_slots + held, (i + 1) * num_slots)
 
-    empty_slots = _ints(empty, device)
+    empty_slots = ints_tensor(empty, device)
     if max_q == 1 and sliding_window is None:
         bias = _decode_bias(empty_slots, n, num_slots, device)
     else:
@@ -190,14 +190,15 @@ def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
     in_order = out_rows == list(range(len(out_rows)))
     rows = real = None
     if not (whole and dense and in_order):
-        rows = _ints([m.first_row + k if k < m.q_len else 0
+        rows = ints_tensor([m.first_row + k if k < m.q_len else 0
                       for m in members for k in range(max_q)], device).view(n, max_q)
     if not dense:
-        real = _ints([i * max_q + k for i, m in enumerate(members) for k in range(m.q_len)],
+        real = ints_tensor([i * max_q + k for i, m in enumerate(members) for k in range(m.q_len)],
                      device)
     empty_from = held if n == 1 else None  # the one sequence's `held`, from the loop above
-    return _Bucket(_ints(ids, device), empty_slots, empty_from, bias, rows, real,
-                   None if whole and in_order else _ints(out_rows, device), n, max_q, num_slots)
+    out = None if whole and in_order else ints_tensor(out_rows, device)
+    return _Bucket(ints_tensor(ids, device), empty_slots, empty_from, bias, rows, real, out,
+                   n, max_q, num_slots)
 
 
 def _position_bias(members: list[_Seq], n: int, max_q: int, num_slots: int, block_size: int,
@@ -206,7 +207,7 @@ def _position_bias(members: list[_Seq], n: int, max_q: int, num_slots: int, bloc
 
     A query at position p sees key k iff k <= p (and k > p - window): the
     padded slots, past the context, are hidden too, for every real query."""
-    starts = _ints([v for m in members for v in (m.first_block * block_size,
+    starts = ints_tensor([v for m in members for v in (m.first_block * block_size,
                                                  m.context_len - m.q_len)], device).view(n, 2)
     key_pos = starts[:, :1] + torch.arange(num_slots, device=device)   # [n, L]
     q_pos = starts[:, 1:] + torch.arange(max_q, device=device)         # [n, max_q]
@@ -228,13 +229,19 @@ def _decode_bias(empty_slots: torch.Tensor, n: int, num_slots: int,
     return bias.view(n, 1, num_slots)
 
 
-def _ints(values: list[int], device: torch.device) -> torch.Tensor:
-    """Host ints as an int64 tensor on `device`. ``torch.tensor(list)`` converts
-    them one by one (~0.3 us each on a CPU here: most of a step's planning);
-    an array of C longs is handed over in one piece."""
+#: array typecodes of the integer dtypes host ints are handed over as
+_TYPECODES = {torch.int32: "i", torch.int64: "q"}
+
+
+def ints_tensor(values: list[int], device: torch.device | str,
+                dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Host ints as a tensor on `device`. ``torch.tensor(list)`` converts them
+    one by one (~0.3 us each on a CPU here: most of a step's planning and
+    packing); an array of C ints is handed over in one piece (a value that
+    does not fit `dtype` raises OverflowError, as it does in torch.tensor)."""
     if not values:
-        return torch.empty(0, dtype=torch.long, device=device)
-    return torch.frombuffer(array.array("q", values), dtype=torch.long).to(device)
+        return torch.empty(0, dtype=dtype, device=device)
+    return torch.frombuffer(array.array(_TYPECODES[dtype], values), dtype=dtype).to(device)
 
 
 def plan_decode(block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int,

@@ -13,13 +13,13 @@ machine ran 13x slower than on one, and ~15% faster on a quiet one).
 
 from __future__ import annotations
 
-import array
 from collections.abc import Sequence
 from typing import Protocol
 
 import torch
 
 from .. import ops
+from ..kernels.batched import ints_tensor
 from ..memory import BlockCopy, KVCacheManager
 from .attention import AttentionMetadata, forward_context, register
 from .kv_cache import KVCacheSpec
@@ -174,26 +174,13 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
                        len(step.scheduled))
 
     meta = AttentionMetadata(
-        slot_mapping=_tensor(slots, torch.long, device),
-        block_tables=_tensor(padded, torch.int32, device).view(len(tables), width),
-        context_lens=_tensor(context_lens, torch.int32, device),
-        cu_seqlens_q=_tensor(cu_seqlens, torch.int32, device),
+        slot_mapping=ints_tensor(slots, device, torch.long),
+        block_tables=ints_tensor(padded, device, torch.int32).view(len(tables), width),
+        context_lens=ints_tensor(context_lens, device, torch.int32),
+        cu_seqlens_q=ints_tensor(cu_seqlens, device, torch.int32),
         num_decodes=num_decodes,
         kv_caches=kv_caches if kv_caches is not None else [],
         check=check,
     )
-    return _tensor(ids, torch.long, device), _tensor(positions, torch.long, device), meta, \
-        _tensor(logits_indices, torch.long, device)
-
-
-#: array typecodes of the integer dtypes the metadata uses (C int and long long)
-_TYPECODES = {torch.int32: "i", torch.int64: "q"}
-
-
-def _tensor(values: list[int], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
-    """Host ints as a tensor on `device`. ``torch.tensor(list)`` converts them
-    one by one; an array of C ints is handed over in one piece (a value that
-    does not fit `dtype` raises OverflowError, as it does in torch.tensor)."""
-    if not values:
-        return torch.empty(0, dtype=dtype, device=device)
-    return torch.frombuffer(array.array(_TYPECODES[dtype], values), dtype=dtype).to(device)
+    return ints_tensor(ids, device), ints_tensor(positions, device), meta, \
+        ints_tensor(logits_indices, device)
