@@ -123,41 +123,55 @@ class _Seq:
 BUCKET_COST_SLOTS = 512
 
 
-def _plan(block_tables: torch.Tensor, first_rows: list[int], q_lens: list[int],
-          context_lens: list[int], block_size: int, sliding_window: int | None) -> Plan:
-    """Group the sequences into buckets and lay out each bucket's gather and mask.
+def length_buckets(q_lens: list[int], read_lens: list[int],
+                   slots_per_read: int = 1) -> list[list[int]]:
+    """The sequences with query rows (``q_len > 0``), by index, in buckets.
 
-    A bucket starts as the sequences whose chunk length and context (in
-    blocks) each lie within the same power of two, so padding to the bucket's
-    longest at most doubles the work, however long the longest request of the
-    step is (a ShareGPT-like mix has a long tail). Then neighbouring buckets
-    merge while that is cheaper (`BUCKET_COST_SLOTS`): a step of short
-    sequences runs as one bucket. Sequences with an empty chunk have no rows
-    to compute and join no bucket. The lengths come as host ints: planning
-    is a little Python arithmetic and a handful of tensor ops per bucket.
+    A bucket starts as the sequences whose chunk length and read length
+    (`read_lens`, in units of `slots_per_read` key slots: blocks here, tokens
+    in the bench's floor) each lie within the same power of two, so padding
+    to the bucket's longest at most doubles the work, however long the
+    longest request of the step is (a ShareGPT-like mix has a long tail).
+    Then neighbouring buckets merge while the padded slots that adds cost
+    less than one more bucket (`BUCKET_COST_SLOTS`): a step of short
+    sequences runs as one bucket. Each bucket's indices ascend.
     """
-    groups: dict[tuple[int, int], list[_Seq]] = {}
-    for s, (row, q, ctx) in enumerate(zip(first_rows, q_lens, context_lens, strict=True)):
-        if q <= 0:
-            continue
-        first = (0 if sliding_window is None
-                 else max(0, ctx - q - sliding_window + 1) // block_size)
-        seq = _Seq(s, row, q, ctx, first, -(-ctx // block_size) - first)
-        groups.setdefault((seq.num_read.bit_length(), q.bit_length()), []).append(seq)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (q, read) in enumerate(zip(q_lens, read_lens, strict=True)):
+        if q > 0:
+            groups.setdefault((read.bit_length(), q.bit_length()), []).append(i)
 
-    def cost(members: list[_Seq]) -> int:
-        return len(members) * max(m.q_len for m in members) * max(m.num_read for m in members)
+    def cost(members: list[int]) -> int:  # padded key slots, summed over query rows
+        return (len(members) * max(q_lens[i] for i in members)
+                * max(read_lens[i] for i in members) * slots_per_read)
 
-    merged: list[list[_Seq]] = []
+    merged: list[list[int]] = []
     for key in sorted(groups):
         group = groups[key]
-        if merged and (cost(merged[-1] + group) * block_size
-                       <= (cost(merged[-1]) + cost(group)) * block_size + BUCKET_COST_SLOTS):
+        if merged and cost(merged[-1] + group) <= cost(merged[-1]) + cost(group) \
+                + BUCKET_COST_SLOTS:
             merged[-1] = merged[-1] + group
         else:
             merged.append(group)
+    return [sorted(members) for members in merged]
+
+
+def _plan(block_tables: torch.Tensor, first_rows: list[int], q_lens: list[int],
+          context_lens: list[int], block_size: int, sliding_window: int | None) -> Plan:
+    """Group the sequences into buckets (`length_buckets`, by chunk length and
+    blocks read) and lay out each bucket's gather and mask. Sequences with an
+    empty chunk have no rows to compute and join no bucket. The lengths come
+    as host ints: planning is a little Python arithmetic and a handful of
+    tensor ops per bucket.
+    """
+    seqs: list[_Seq] = []
+    for s, (row, q, ctx) in enumerate(zip(first_rows, q_lens, context_lens, strict=True)):
+        first = (0 if sliding_window is None or q <= 0
+                 else max(0, ctx - q - sliding_window + 1) // block_size)
+        seqs.append(_Seq(s, row, q, ctx, first, -(-ctx // block_size) - first))
+    merged = length_buckets(q_lens, [seq.num_read for seq in seqs], block_size)
     tables = block_tables.tolist() if merged else []
-    return Plan([_plan_bucket(tables, sorted(members, key=lambda m: m.index), block_size,
+    return Plan([_plan_bucket(tables, [seqs[i] for i in members], block_size,
                               sliding_window, block_tables.device, whole=len(merged) == 1)
                  for members in merged])
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kernels.batched import BUCKET_COST_SLOTS
+from ..kernels.batched import length_buckets
 from ..model.attention import attention_options
 from ..model.threads import step_macs, step_threads
 
@@ -72,23 +72,10 @@ def _forward(step: _Step) -> Iterator[None]:
 
 
 def _plan(caches, max_len: int, seqs: list[int], q_lens: list[int], ctx: list[int]) -> _Step:
-    """Group the requests as `pagedkit.kernels.batched` does (chunk and context
-    within the same powers of two, neighbours merged while padding is cheaper
-    than another bucket) and lay out each bucket's gather, rows and mask."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, (n, c) in enumerate(zip(q_lens, ctx, strict=True)):
-        groups.setdefault((c.bit_length(), n.bit_length()), []).append(i)
-
-    def cost(members: list[int]) -> int:
-        return len(members) * max(q_lens[i] for i in members) * max(ctx[i] for i in members)
-
-    merged: list[list[int]] = []
-    for key in sorted(groups):
-        if merged and (cost(merged[-1] + groups[key])
-                       <= cost(merged[-1]) + cost(groups[key]) + BUCKET_COST_SLOTS):
-            merged[-1] = sorted(merged[-1] + groups[key])
-        else:
-            merged.append(groups[key])
+    """Group the requests as `pagedkit.kernels.batched` does (`length_buckets`
+    over chunk and context lengths) and lay out each bucket's gather, rows
+    and mask."""
+    merged = length_buckets(q_lens, ctx)
     starts = [0]
     for n in q_lens:
         starts.append(starts[-1] + n)
