@@ -4,6 +4,16 @@ Benchmarks measure; tests check. Nothing here runs during ``pytest`` except
 a ``--quick`` smoke run that checks the shape of the JSON report.
 """
 
+import os
+
+
+def load_average() -> list[float] | None:
+    """The machine's 1/5/15-minute load averages, where the OS tells them."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
 
 def check_choice(what: str, names, valid) -> tuple[str, ...]:
     """`names` as a tuple when each is one of `valid` and none repeats; else a

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import time
@@ -56,7 +55,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from . import check_choice
+from . import check_choice, load_average
 
 MODELS = ("tiny", "larger")
 SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor")
@@ -430,7 +429,7 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                                  "threads": torch.get_num_threads(),
                                  "device_name": torch.cuda.get_device_name(dev)
                                  if dev.type == "cuda" else platform.processor() or "cpu",
-                                 "load_average": _load()}, workload=workload)
+                                 "load_average": load_average()}, workload=workload)
     runners = {
         "pagedkit": lambda m, w, p: run_pagedkit(m, w, block_size, p),
         "hf_static": lambda m, w, p: run_hf_static(m, w, batch_size, pad_id=0, progress=p),
@@ -473,19 +472,11 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
         result.outputs_differing = max(
             sum(a != b for a, b in zip(toks, reference, strict=True)) for _, toks in runs[name])
         report.results.append(result)
-    report.environment["load_average_end"] = _load()
+    report.environment["load_average_end"] = load_average()
     if profile:
         log("profiling pagedkit ...")
         report.profile = profile_pagedkit(build_model(model_name, dev), work, block_size)
     return report
-
-
-def _load() -> list[float] | None:
-    """The machine's 1/5/15-minute load averages, where the OS tells them."""
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
 
 
 def format_report(report: Report) -> str:

@@ -39,7 +39,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import check_choice
+from . import check_choice, load_average
 
 #: The checkout this pagedkit was imported from (its labs are the default).
 HOME = Path(__file__).resolve().parents[2]
@@ -126,13 +126,6 @@ def _commit(repo: Path) -> str | None:
     return out.stdout.strip() or None
 
 
-def _load() -> list[float] | None:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
-
-
 def _children_cpu() -> tuple[float, float]:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime, usage.ru_stime
@@ -143,7 +136,7 @@ def run_lab(notebook: Path, repo: Path, env: dict[str, str],
     """One nbval run of `notebook` (started in `repo`, with `env`), timed."""
     command = [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", str(notebook),
                "-q", "-p", "no:cacheprovider"]
-    load = _load()
+    load = load_average()
     user, system = _children_cpu()
     start = time.perf_counter()
     out = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True,
@@ -152,7 +145,7 @@ def run_lab(notebook: Path, repo: Path, env: dict[str, str],
     user_end, system_end = _children_cpu()
     run = LabRun(notebook.name, out.returncode == 0, round(wall, 2),
                  round(user_end - user + system_end - system, 2), round(user_end - user, 2),
-                 round(system_end - system, 2), load, _load())
+                 round(system_end - system, 2), load, load_average())
     tail = out.stdout.strip().splitlines()[-1:] or [""]
     log(f"{notebook.name:<36}{run.wall_s:>8.1f} s wall{run.cpu_s:>8.1f} s CPU"
         f"  load {load} -> {run.load_after}  {tail[0]}")
