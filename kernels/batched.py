@@ -26,7 +26,9 @@ numbers with one gather and one masked SDPA call per length bucket (see
    slot, since a padded slot's position is past the context. First, though,
    the keys and values of slots that hold no token are zeroed: an unused slot
    may hold NaN, and ``0 * NaN`` is NaN, so a -inf score alone would not keep
-   it out of the output.
+   it out of the output. A bucket of one sequence (the tail of a step, where
+   fixed costs weigh most) reads only its slots that hold a token instead:
+   nothing to zero, and a decode without a window needs no mask.
 4. **Attend**: torch's ``scaled_dot_product_attention`` with that mask as an
    additive bias and ``enable_gqa`` (each KV head read for its group of query
    heads, never copied) computes scores, softmax and the weighted sum in one
@@ -61,7 +63,7 @@ from __future__ import annotations
 
 import array
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -74,10 +76,10 @@ class _Bucket:
     only on the block tables and lengths, so every layer of a step shares it."""
 
     ids: torch.Tensor               # [n * max_read] physical blocks to gather (padding: 0)
-    empty: torch.Tensor             # gathered slots that hold no token (zeroed before use)
-    empty_from: int | None          # one sequence: its empty slots are those from here on
-    #                                 (zeroed by a slice, cheaper than index_fill_); else None
-    bias: torch.Tensor              # [n, max_q, L] 0 where a query sees a key, -inf elsewhere
+    empty: torch.Tensor | None      # gathered slots that hold no token (zeroed before use);
+    #                                 None: one sequence, which reads only its first L slots
+    bias: torch.Tensor | None       # [n, max_q, L] 0 where a query sees a key, -inf elsewhere;
+    #                                 None: every query sees every key (one decode)
     rows: torch.Tensor | None       # [n, max_q] query row of each padded query (padding: 0);
     #                                 None: they are the call's rows 0 .. n * max_q - 1
     real: torch.Tensor | None       # which of the n * max_q padded queries are real (None: all)
@@ -85,7 +87,10 @@ class _Bucket:
     #                                 only bucket, whose real queries are every row in order)
     num_seqs: int
     max_q: int
-    num_slots: int                  # L = max_read * block_size
+    num_slots: int                  # L: the keys read per sequence (max_read * block_size,
+    #                                 or one sequence's slots that hold a token)
+    gathered: dict = field(default_factory=dict)  # dtype -> (K, V) gather buffers, which
+    #                                 the step's layers reuse (a fresh one costs page faults)
 
 
 @dataclass
@@ -193,11 +198,19 @@ def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
         held = m.context_len - m.first_block * block_size  # its gathered slots with a token
         empty += range(i * num_slots + held, (i + 1) * num_slots)
 
-    empty_slots = ints_tensor(empty, device)
-    if max_q == 1 and sliding_window is None:
-        bias = _decode_bias(empty_slots, n, num_slots, device)
+    if n == 1:
+        # One sequence reads exactly its slots that hold a token: nothing to
+        # zero, and a decode without a window sees all of them (no mask).
+        num_slots, empty_slots = held, None
+        bias = (None if max_q == 1 and sliding_window is None else
+                _position_bias(members, n, max_q, num_slots, block_size, sliding_window, device))
     else:
-        bias = _position_bias(members, n, max_q, num_slots, block_size, sliding_window, device)
+        empty_slots = ints_tensor(empty, device)
+        if max_q == 1 and sliding_window is None:
+            bias = _decode_bias(empty_slots, n, num_slots, device)
+        else:
+            bias = _position_bias(members, n, max_q, num_slots, block_size, sliding_window,
+                                  device)
 
     out_rows = [m.first_row + k for m in members for k in range(m.q_len)]
     dense = all(m.q_len == max_q for m in members)       # every padded query is real
@@ -209,10 +222,9 @@ def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
     if not dense:
         real = ints_tensor([i * max_q + k for i, m in enumerate(members) for k in range(m.q_len)],
                      device)
-    empty_from = held if n == 1 else None  # the one sequence's `held`, from the loop above
     out = None if whole and in_order else ints_tensor(out_rows, device)
-    return _Bucket(ints_tensor(ids, device), empty_slots, empty_from, bias, rows, real, out,
-                   n, max_q, num_slots)
+    return _Bucket(ints_tensor(ids, device), empty_slots, bias, rows, real, out, n, max_q,
+                   num_slots)
 
 
 def _position_bias(members: list[_Seq], n: int, max_q: int, num_slots: int, block_size: int,
@@ -290,12 +302,13 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     # One gather per cache: [n, L, Hkv, D]. A slot that holds no token (the end
     # of a last block, a padding block) may hold NaN, and 0 * NaN is NaN, so
     # its key and value are zeroed: a masked score alone would not keep it out.
-    keys = k_cache.index_select(0, b.ids).view(n, length, num_kv_heads, head_dim)
-    values = v_cache.index_select(0, b.ids).view(n, length, num_kv_heads, head_dim)
-    if b.empty.numel() and b.empty_from is not None:  # one sequence: its tail, one slice
-        keys.view(-1, num_kv_heads, head_dim)[b.empty_from:].zero_()
-        values.view(-1, num_kv_heads, head_dim)[b.empty_from:].zero_()
-    elif b.empty.numel():
+    # (One sequence reads only its slots that hold a token: nothing to zero.)
+    keys, values = _gather(k_cache, v_cache, b)
+    keys = keys.view(-1, num_kv_heads, head_dim)[:n * length].view(n, length, num_kv_heads,
+                                                                      head_dim)
+    values = values.view(-1, num_kv_heads, head_dim)[:n * length].view(n, length,
+                                                                          num_kv_heads, head_dim)
+    if b.empty is not None and b.empty.numel():
         keys.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
         values.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
     keys, values = keys.float(), values.float()
@@ -308,7 +321,8 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         # scores, the masked softmax and the weighted sum in float32.
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-            attn_mask=b.bias[:, None], scale=scale, enable_gqa=group > 1).transpose(1, 2)
+            attn_mask=None if b.bias is None else b.bias[:, None], scale=scale,
+            enable_gqa=group > 1).transpose(1, 2)
         return _real_rows(out, b).to(query.dtype)
 
     # Softcaps and sinks change the softmax itself: spelled out, with each KV
@@ -324,7 +338,8 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
         scores = torch.tanh(scores.div_(softcap)).mul_(softcap)
     # Every score is finite (empty slots were zeroed), so an additive -inf masks.
     scores = scores.view(n, num_kv_heads, max_q, group, length)
-    scores += b.bias[:, None, :, None, :]
+    if b.bias is not None:
+        scores += b.bias[:, None, :, None, :]
     if sinks is None:
         probs = torch.softmax(scores, dim=-1)
     else:
@@ -336,6 +351,21 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     out = torch.stack([torch.bmm(probs[:, h], values[:, :, h]).view(n, max_q, group, head_dim)
                        for h in range(num_kv_heads)], dim=2)
     return _real_rows(out.view(n, max_q, num_q_heads, head_dim), b).to(query.dtype)
+
+
+def _gather(k_cache: torch.Tensor, v_cache: torch.Tensor,
+            b: _Bucket) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bucket's blocks of both caches, ``[len(ids), block_size, Hkv, D]``
+    each, gathered into buffers the bucket keeps for the step's other layers:
+    a large fresh buffer is costly on a CPU (the kernel maps and zeroes its
+    pages at first touch), and the layers run one after another."""
+    buffers = b.gathered.get(k_cache.dtype)
+    if buffers is None:
+        buffers = b.gathered[k_cache.dtype] = (k_cache.index_select(0, b.ids),
+                                               v_cache.index_select(0, b.ids))
+        return buffers
+    return (torch.index_select(k_cache, 0, b.ids, out=buffers[0]),
+            torch.index_select(v_cache, 0, b.ids, out=buffers[1]))
 
 
 def _real_rows(out: torch.Tensor, b: _Bucket) -> torch.Tensor:

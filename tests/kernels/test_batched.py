@@ -218,6 +218,72 @@ def test_sinks_large_enough_to_change_outputs_with_window_and_softcap(dtype):
         for s, (k, v) in enumerate(zip(case.keys, case.values, strict=True))]), dtype)
 
 
+ONE_SEQ_OPTIONS = [dict(), dict(sliding_window=5), dict(softcap=3.0),
+                   dict(sinks=torch.linspace(-1.0, 3.0, 4)),
+                   dict(sliding_window=9, softcap=3.0, sinks=torch.linspace(-1.0, 3.0, 4))]
+
+
+@pytest.mark.parametrize("options", ONE_SEQ_OPTIONS, ids=["plain", "window", "softcap", "sinks",
+                                                          "all"])
+@pytest.mark.parametrize("context", [1, 7, 8, 9, 25, 33])
+def test_one_sequence_reads_only_its_slots_that_hold_a_token(context, options):
+    """A bucket of one sequence gathers its blocks and reads only the slots
+    that hold a token: the NaN after them in its last block, and the NaN
+    padding block, are never read, so nothing is zeroed, and a plain decode
+    needs no mask at all. Decode, a whole prompt and a chunk after a cached
+    prefix, with every option, against float64."""
+    bs = 8
+    case = make_case([context], bs, num_kv_heads=2, head_dim=32, seed=context, padding=None,
+                     pad_columns=2)
+    if context % bs:
+        last = int(case.block_tables[0, (context - 1) // bs])
+        assert torch.isnan(case.k_cache[last, context % bs:]).all()  # the tail is NaN
+    (k, v), = zip(case.keys, case.values, strict=True)
+    query = torch.randn(context, 4, 32)
+    decode_plan = batched.plan_decode(case.block_tables, case.context_lens, bs,
+                                      options.get("sliding_window"))
+    bucket, = decode_plan.buckets
+    window = options.get("sliding_window")
+    first_block = 0 if window is None else max(0, context - window) // bs
+    assert bucket.empty is None and bucket.num_slots == context - first_block * bs
+    if not options:
+        assert bucket.bias is None
+    out = batched.paged_decode_attention(query[-1:], case.k_cache, case.v_cache,
+                                         case.block_tables, case.context_lens, **options)
+    assert torch.isfinite(out).all()
+    assert_close(out, truth(query[-1:], k, v, 32 ** -0.5, context - 1, **options),
+                 torch.float32)
+    for q_len in sorted({context, max(1, context // 2), 1}):  # whole prompt, chunks
+        cu = torch.tensor([0, q_len], dtype=torch.int32)
+        out = batched.paged_prefill_attention(query[-q_len:], case.k_cache, case.v_cache,
+                                              case.block_tables, cu, case.context_lens,
+                                              **options)
+        assert_close(out, truth(query[-q_len:], k, v, 32 ** -0.5, context - q_len, **options),
+                     torch.float32)
+
+
+def test_a_plan_gathers_into_the_same_buffers_for_every_layer():
+    """The layers of a step reuse the buckets' gather buffers (a fresh buffer
+    costs page faults): the second layer's outputs come from its own cache,
+    not the first layer's K/V left in the buffer."""
+    case = make_case([5, 17, 40, 3], 8, num_kv_heads=2, head_dim=16, seed=1)
+    query = torch.randn(4, 4, 16)
+    plan = batched.plan_decode(case.block_tables, case.context_lens, 8)
+    assert any(b.num_seqs > 1 for b in plan.buckets)
+    one = batched.attend(query, case.k_cache, case.v_cache, plan)
+    buffers = [b.gathered[torch.float32] for b in plan.buckets]
+    # the second layer: the same tables over another layer's cache (NaN stays NaN)
+    two = batched.attend(query, -case.k_cache, 0.5 * case.v_cache, plan)
+    assert all(b.gathered[torch.float32][0] is kept[0]
+               for b, kept in zip(plan.buckets, buffers, strict=True))
+    for out, sign, factor in ((one, 1, 1.0), (two, -1, 0.5)):
+        assert_close(out, torch.stack([
+            truth(query[s:s + 1], sign * k, factor * v, 0.25, k.shape[0] - 1)[0]
+            for s, (k, v) in enumerate(zip(case.keys, case.values, strict=True))]),
+            torch.float32)
+    assert not torch.allclose(one, two)
+
+
 def test_nan_in_every_unused_slot_never_reaches_the_output():
     """A context that ends mid-block leaves NaN in the rest of its last block, and
     padding points at a NaN block: both are gathered (it is one batched gather)
