@@ -9,7 +9,10 @@ per layer, written in place; attention reads each request's first tokens
 straight from its row, in the same length buckets and with the same
 masked SDPA call as `pagedkit.kernels.batched` (so the comparison isolates
 the paging and the engine, not the attention arithmetic). Rows past a request's length
-hold zeros, never NaN, so the mask alone keeps them out.
+hold zeros, never NaN, so the mask alone keeps them out. As there, a bucket of
+one request reads only its tokens — here its row in place, with no gather —
+and its decode needs no mask; the other buckets gather into buffers the
+step's layers reuse.
 
 Everything a step's layers share — the buckets, the rows to gather, where
 each token's K/V goes, the masks — is built once per step (`_plan`), before
@@ -46,7 +49,11 @@ class _Bucket:
     rows: torch.Tensor      # [n, max_q] packed query row of each padded query (padding: 0)
     is_query: torch.Tensor  # [n, max_q] which padded queries are real
     out_rows: torch.Tensor  # rows[is_query]: where the real queries' outputs go
-    bias: torch.Tensor      # [n, 1, max_q, L] 0 where a query sees a key, -inf elsewhere
+    bias: torch.Tensor | None  # [n, 1, max_q, L] 0 where a query sees a key, -inf
+    #                            elsewhere; None: one decode, which sees every key
+    row: int | None = None  # one request: its cache row, read in place (no gather)
+    gathered: tuple[torch.Tensor, torch.Tensor] | None = None  # gather buffers the
+    #                            step's layers reuse, as `batched._gather` does
 
 
 @dataclass
@@ -88,9 +95,13 @@ def _plan(caches, max_len: int, seqs: list[int], q_lens: list[int], ctx: list[in
         rows = torch.where(is_query, torch.tensor([starts[i] for i in members])[:, None] + qi, 0)
         q_pos = (torch.tensor([ctx[i] for i in members]) - q_len)[:, None] + qi
         visible = torch.arange(length)[None, None, :] <= q_pos[:, :, None]
-        bias = torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))
+        one = len(members) == 1
+        # one request reads its row in place; its decode sees every key, no mask
+        bias = (None if one and q_lens[members[0]] == 1 else
+                torch.zeros(visible.shape).masked_fill_(~visible, float("-inf"))[:, None])
         buckets.append(_Bucket(torch.tensor([seqs[i] for i in members]), length, rows,
-                               is_query, rows[is_query], bias[:, None]))
+                               is_query, rows[is_query], bias,
+                               row=seqs[members[0]] if one else None))
     slots = torch.tensor([s * max_len + c - n + j for s, n, c in zip(seqs, q_lens, ctx,
                                                                     strict=True)
                           for j in range(n)])
@@ -118,8 +129,16 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     scale = head_dim ** -0.5 if scaling is None else scaling
     out = None if st.in_order else torch.empty_like(q)
     for b in st.buckets:
-        keys = k_cache[:, :b.length].index_select(0, b.seqs)   # [n, L, Hkv, D]
-        values = v_cache[:, :b.length].index_select(0, b.seqs)
+        if b.row is not None:  # one request: its row, in place
+            keys = k_cache[b.row:b.row + 1, :b.length]   # [1, L, Hkv, D]
+            values = v_cache[b.row:b.row + 1, :b.length]
+        elif b.gathered is None:
+            keys = k_cache[:, :b.length].index_select(0, b.seqs)   # [n, L, Hkv, D]
+            values = v_cache[:, :b.length].index_select(0, b.seqs)
+            b.gathered = keys, values
+        else:
+            keys = torch.index_select(k_cache[:, :b.length], 0, b.seqs, out=b.gathered[0])
+            values = torch.index_select(v_cache[:, :b.length], 0, b.seqs, out=b.gathered[1])
         res = torch.nn.functional.scaled_dot_product_attention(
             q[b.rows].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
             attn_mask=b.bias, scale=scale, enable_gqa=q.shape[1] != kv_heads).transpose(1, 2)

@@ -154,7 +154,8 @@ def test_floor_equals_transformers_generate_through_every_bucket_layout(monkeypa
     """The floor's greedy tokens equal transformers' own `generate`, one request
     at a time (no padding, its own cache), on a mix that runs every layout of
     the floor's per-step plan: a prefill of unequal prompts (padded queries),
-    steps of several buckets, and single-bucket decode steps in packed order."""
+    steps of several buckets, single-bucket decode steps in packed order, and
+    buckets of one request."""
     import torch
 
     from pagedkit.bench import floor
@@ -174,3 +175,6 @@ def test_floor_equals_transformers_generate_through_every_bucket_layout(monkeypa
     assert tokens == expected
     assert not plans[0].in_order and not plans[0].buckets[0].is_query.all()
     assert any(len(p.buckets) > 1 for p in plans) and any(p.in_order for p in plans)
+    # a bucket of one request, read in place, its decode without a mask
+    assert any(b.row is not None and b.bias is None for p in plans for b in p.buckets)
+    assert any(len(b.seqs) > 1 and b.gathered is not None for p in plans for b in p.buckets)
