@@ -78,8 +78,9 @@ class _Bucket:
     ids: torch.Tensor               # [n * max_read] physical blocks to gather (padding: 0)
     empty: torch.Tensor | None      # gathered slots that hold no token (zeroed before use);
     #                                 None: one sequence, which reads only its first L slots
-    bias: torch.Tensor | None       # [n, max_q, L] 0 where a query sees a key, -inf elsewhere;
-    #                                 None: every query sees every key (one decode)
+    bias: torch.Tensor | None       # [n, 1, max_q, L] 0 where a query sees a key, -inf
+    #                                 elsewhere (1: every head); None: every query sees
+    #                                 every key (one decode)
     rows: torch.Tensor | None       # [n, max_q] query row of each padded query (padding: 0);
     #                                 None: they are the call's rows 0 .. n * max_q - 1
     real: torch.Tensor | None       # which of the n * max_q padded queries are real (None: all)
@@ -229,7 +230,7 @@ def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
 
 def _position_bias(members: list[_Seq], n: int, max_q: int, num_slots: int, block_size: int,
                    sliding_window: int | None, device: torch.device) -> torch.Tensor:
-    """``[n, max_q, L]``: 0 where a query sees a key, -inf elsewhere, from positions.
+    """``[n, 1, max_q, L]``: 0 where a query sees a key, -inf elsewhere, from positions.
 
     A query at position p sees key k iff k <= p (and k > p - window): the
     padded slots, past the context, are hidden too, for every real query."""
@@ -240,7 +241,7 @@ def _position_bias(members: list[_Seq], n: int, max_q: int, num_slots: int, bloc
     hidden = key_pos[:, None, :] > q_pos[:, :, None]                   # [n, max_q, L]
     if sliding_window is not None:
         hidden |= key_pos[:, None, :] <= q_pos[:, :, None] - sliding_window
-    return torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf"))
+    return torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf"))[:, None]
 
 
 def _decode_bias(empty_slots: torch.Tensor, n: int, num_slots: int,
@@ -252,7 +253,7 @@ def _decode_bias(empty_slots: torch.Tensor, n: int, num_slots: int,
     the slots `empty_slots` lists. Two ops instead of the eight of the
     positional mask, the same values (0 or -inf) in the same places."""
     bias = torch.zeros(n * num_slots, device=device).index_fill_(0, empty_slots, float("-inf"))
-    return bias.view(n, 1, num_slots)
+    return bias.view(n, 1, 1, num_slots)
 
 
 #: array typecodes of the integer dtypes host ints are handed over as
@@ -304,26 +305,25 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     # its key and value are zeroed: a masked score alone would not keep it out.
     # (One sequence reads only its slots that hold a token: nothing to zero.)
     keys, values = _gather(k_cache, v_cache, b)
-    keys = keys.view(-1, num_kv_heads, head_dim)[:n * length].view(n, length, num_kv_heads,
-                                                                      head_dim)
-    values = values.view(-1, num_kv_heads, head_dim)[:n * length].view(n, length,
-                                                                          num_kv_heads, head_dim)
-    if b.empty is not None and b.empty.numel():
+    keys = keys.view(n, -1, num_kv_heads, head_dim)
+    values = values.view(n, -1, num_kv_heads, head_dim)
+    if b.empty is None:  # one sequence: its first `length` slots
+        keys, values = keys[:, :length], values[:, :length]
+    elif b.empty.numel():
         keys.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
         values.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
-    keys, values = keys.float(), values.float()
+    keys, values = _float32(keys), _float32(values)
     # A decode step's one bucket reads the queries as they are; others gather theirs.
-    q = (query.view(n, max_q, num_q_heads, head_dim) if b.rows is None
-         else query[b.rows]).float()                         # [n, max_q, Hq, D]
+    q = _float32(query.view(n, max_q, num_q_heads, head_dim) if b.rows is None
+                 else query[b.rows])                         # [n, max_q, Hq, D]
     if softcap is None and sinks is None:
         # Plain attention is one fused call: torch's SDPA reads each KV head
         # for its group of query heads (enable_gqa, no copies), computes the
         # scores, the masked softmax and the weighted sum in float32.
         out = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-            attn_mask=None if b.bias is None else b.bias[:, None], scale=scale,
-            enable_gqa=group > 1).transpose(1, 2)
-        return _real_rows(out, b).to(query.dtype)
+            attn_mask=b.bias, scale=scale, enable_gqa=group > 1).transpose(1, 2)
+        return _as(_real_rows(out, b), query.dtype)
 
     # Softcaps and sinks change the softmax itself: spelled out, with each KV
     # head's group of query heads folded into the rows.
@@ -339,7 +339,7 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     # Every score is finite (empty slots were zeroed), so an additive -inf masks.
     scores = scores.view(n, num_kv_heads, max_q, group, length)
     if b.bias is not None:
-        scores += b.bias[:, None, :, None, :]
+        scores += b.bias[:, :, :, None, :]
     if sinks is None:
         probs = torch.softmax(scores, dim=-1)
     else:
@@ -350,7 +350,7 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     probs = probs.view(n, num_kv_heads, max_q * group, length)
     out = torch.stack([torch.bmm(probs[:, h], values[:, :, h]).view(n, max_q, group, head_dim)
                        for h in range(num_kv_heads)], dim=2)
-    return _real_rows(out.view(n, max_q, num_q_heads, head_dim), b).to(query.dtype)
+    return _as(_real_rows(out.view(n, max_q, num_q_heads, head_dim), b), query.dtype)
 
 
 def _gather(k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -368,6 +368,16 @@ def _gather(k_cache: torch.Tensor, v_cache: torch.Tensor,
         return buffers
     return (torch.index_select(k_cache, 0, b.ids, out=buffers[0]),
             torch.index_select(v_cache, 0, b.ids, out=buffers[1]))
+
+
+def _float32(t: torch.Tensor) -> torch.Tensor:
+    return _as(t, torch.float32)
+
+
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`t` in `dtype` (``t.to(dtype)``, skipped when it is already: even a
+    no-op call costs microseconds, and a step makes dozens per layer)."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def _real_rows(out: torch.Tensor, b: _Bucket) -> torch.Tensor:
