@@ -179,8 +179,7 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
             "(e.g. multi-head latent attention, or heads the config does not state)")
     # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim], the ops' layout
     step.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache)
-    out = step.attention(query[0].transpose(0, 1).contiguous(), k_cache, v_cache, scaling,
-                         **options)
+    out = step.attention(query[0].transpose(0, 1), k_cache, v_cache, scaling, **options)
     return out.unsqueeze(0), None
 
 
