@@ -139,7 +139,9 @@ class BlockAllocator:
         return self._num_cached_free
 
     def ref_count(self, block: int) -> int:
-        return self._ref[self._check_id(block)]
+        if type(block) is not int or not 0 <= block < self.num_blocks:
+            self._check_id(block)  # the full check (and its error) only off the common case
+        return self._ref[block]
 
     def num_tokens(self, block: int) -> int:
         """How many of the block's slots hold a token."""
@@ -152,14 +154,17 @@ class BlockAllocator:
     def is_free(self, block: int) -> bool:
         return self._ref[self._check_id(block)] == 0
 
-    def stats(self) -> MemoryStats:
+    def stats(self, *, swapped_blocks: int = 0) -> MemoryStats:
+        """A snapshot, from counters kept as blocks change hands (O(1)).
+        `swapped_blocks` is for `KVCacheManager`, which owns a swap pool too."""
         return MemoryStats(
             block_size=self.block_size,
             total_blocks=self.num_blocks,
             free_blocks=len(self._free) - self._num_cached_free,
             cached_blocks=self._num_cached_free,
-            used_blocks=self.num_used_blocks,
+            used_blocks=self.num_blocks - len(self._free),
             tokens_stored=self._tokens_stored,
+            swapped_blocks=swapped_blocks,
         )
 
     # ---------------------------------------------------------- owner changes
@@ -214,10 +219,13 @@ class BlockAllocator:
         other owners: the writer gets a fresh block and the ``(src, dst)``
         copy that must happen before the write (paper §4.4).
         """
-        if self._ref[self._check_id(block)] == 0:
-            raise BlockStateError(f"cannot write to block {block}: it is free (ref count 0)")
-        if self._ref[block] == 1:
+        if type(block) is not int or not 0 <= block < self.num_blocks:
+            self._check_id(block)
+        ref = self._ref[block]
+        if ref == 1:
             return block, None
+        if ref == 0:
+            raise BlockStateError(f"cannot write to block {block}: it is free (ref count 0)")
         new = self.allocate(seq)  # raises before anything changed if the pool is empty
         self._ref[block] -= 1
         self._fill[new] = self._fill[block]
@@ -231,7 +239,9 @@ class BlockAllocator:
         """Record that `num_tokens` more slots of `block` now hold tokens."""
         if type(num_tokens) is not int or num_tokens < 0:  # checked in full only if wrong
             check_int("num_tokens", num_tokens, minimum=0)
-        fill = self._fill[self._check_id(block)] + num_tokens
+        if type(block) is not int or not 0 <= block < self.num_blocks:
+            self._check_id(block)
+        fill = self._fill[block] + num_tokens
         if self._ref[block] != 1:
             raise BlockStateError(
                 f"cannot write to block {block}: ref count is {self._ref[block]}, writes need "
@@ -318,6 +328,11 @@ class BlockAllocator:
             self.events.emit(Event(EventKind.EVICT, block=block))
 
     def _check_id(self, block: int) -> int:
+        """`block` if it names a block of the pool (any integer type), else the
+        error. The per-token paths (`ref_count`, `copy_on_write`,
+        `append_tokens`) call it only when ``type(block) is int and 0 <= block
+        < num_blocks`` fails: a method call per token was a measurable share
+        of a decode step's bookkeeping."""
         if type(block) is not int and (isinstance(block, bool)
                                        or not isinstance(block, numbers.Integral)):
             raise TypeError(f"a block id is an int, got {block!r}")

@@ -86,6 +86,8 @@ class BlockTable:
 
     def kernel_blocks(self) -> list[int]:
         """The table as the kernels get it: released entries as `KERNEL_NULL_BLOCK`."""
+        if not self.blocks or self.blocks[0] != NULL_BLOCK:  # released ones are a prefix: none
+            return list(self.blocks)
         return [KERNEL_NULL_BLOCK if b == NULL_BLOCK else b for b in self.blocks]
 
     def slot(self, position: int) -> int:
@@ -108,6 +110,8 @@ class BlockTable:
         end = self.num_tokens if end is None else end
         if start < 0 or end > self.num_tokens:
             return [self.slot(p) for p in range(start, end)]
+        if end - start == 1:  # one token, a decode's: `slot` alone
+            return [self.slot(start)]
         slots: list[int] = []
         p = start
         while p < end:
@@ -149,29 +153,32 @@ class BlockTable:
 
     def try_append(self, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:
         """`append`, but returns ``None`` (having changed nothing) when the pool is too small."""
-        self._check_open("append to it")
+        if self._freed:
+            self._check_open("append to it")
         if isinstance(token_ids, (str, bytes)):
             raise TypeError(f"token_ids must be a list of token ids, got {token_ids!r}")
-        if self.blocks_needed(len(token_ids)) > self.allocator.num_free_blocks:
+        end = len(token_ids)
+        pool, blocks, size = self.allocator, self.blocks, self.block_size
+        if self.blocks_needed(end) > pool.num_free_blocks:
             return None
         copies: list[tuple[int, int]] = []
-        pos, end = 0, len(token_ids)
+        pos = 0
         while pos < end:  # one pass per block the tokens reach
-            free = self.num_free_slots
+            free = len(blocks) * size - self.num_tokens
             if free == 0:
-                self.blocks.append(self.allocator.allocate(self.seq))
-                free = self.block_size
+                blocks.append(pool.allocate(self.seq))
+                free = size
             else:
-                new, copy = self.allocator.copy_on_write(self.blocks[-1], self.seq)
+                new, copy = pool.copy_on_write(blocks[-1], self.seq)
                 if copy is not None:
-                    self.blocks[-1] = new
+                    blocks[-1] = new
                     copies.append(copy)
             take = min(free, end - pos)
-            self.allocator.append_tokens(self.blocks[-1], take, self.seq)
+            pool.append_tokens(blocks[-1], take, self.seq)
             self.num_tokens += take
-            self._tail.extend(token_ids[pos:pos + take])
+            self._tail += token_ids[pos:pos + take]
             pos += take
-            if len(self._tail) == self.block_size:
+            if len(self._tail) == size:
                 self._seal_last_block()
         return copies
 

@@ -14,7 +14,6 @@ try, and preempt someone if it must.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from types import MappingProxyType
 
 from .allocator import BlockAllocator, MemoryStats
@@ -98,8 +97,9 @@ class KVCacheManager:
         return self.gpu_table(seq).num_tokens
 
     def stats(self) -> MemoryStats:
-        swapped = self.swap_pool.num_used_blocks if self.swap_pool else 0
-        return replace(self.allocator.stats(), swapped_blocks=swapped)
+        """The GPU pool's `BlockAllocator.stats`, with the blocks parked in the swap pool."""
+        return self.allocator.stats(
+            swapped_blocks=self.swap_pool.num_used_blocks if self.swap_pool else 0)
 
     # ------------------------------------------------------------------- room
     def cached_prefix(self, seq: Hashable, token_ids: Sequence[int]) -> list[int]:

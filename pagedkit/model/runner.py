@@ -66,6 +66,9 @@ class ModelRunner:
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.swap_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # `step_macs` by token count: a function of the config alone, which takes
+        # tens of microseconds to read (transformers' config attribute lookups)
+        self._step_macs: dict[int, int] = {}
 
     def allocate_cache(self, num_blocks: int, num_swap_blocks: int = 0) -> None:
         """The GPU cache, and the CPU swap space (pinned on CUDA for fast copies)."""
@@ -113,7 +116,10 @@ class ModelRunner:
             return None
         input_ids, positions, meta, logits_indices = self.prepare(step, kv)
         # On CPU, the thread count measured fastest for steps of this size (threads.py)
-        macs = step_macs(self.model.config, input_ids.numel())
+        num_tokens = input_ids.numel()
+        macs = self._step_macs.get(num_tokens)
+        if macs is None:
+            macs = self._step_macs[num_tokens] = step_macs(self.model.config, num_tokens)
         with forward_context(meta), step_threads(macs, key=id(self.model), device=self.device):
             out = self.model(input_ids=input_ids[None], position_ids=positions[None],
                              use_cache=False, logits_to_keep=logits_indices)
@@ -154,22 +160,25 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
     tables: list[list[int]] = []
     logits_indices: list[int] = []
     for s in step.scheduled:
-        end = s.start + s.num_tokens
+        start = s.start
+        end = start + s.num_tokens
+        seq = s.seq
         # a swapped-out table holds CPU block ids: never packed as GPU ones
-        table = kv.gpu_table(s.seq.seq_id)
-        ids += s.seq.token_ids[s.start:end]
-        positions += range(s.start, end)
-        slots += table.slot_mapping(s.start, end)
+        table = kv.gpu_table(seq.seq_id)
+        ids += seq.token_ids[start:end]
+        positions += range(start, end)
+        slots += table.slot_mapping(start, end)
         cu_seqlens.append(cu_seqlens[-1] + s.num_tokens)
         context_lens.append(end)
         tables.append(table.kernel_blocks())  # released blocks shown as a valid id
         if s.computes_last_token:
             logits_indices.append(cu_seqlens[-1] - 1)
-    width = max(len(t) for t in tables)
+    width = max(map(len, tables))
     padded: list[int] = []  # the tables row after row, each padded to `width` with block 0
     for t in tables:
         padded += t
-        padded += [0] * (width - len(t))
+        if len(t) < width:
+            padded += [0] * (width - len(t))
     num_decodes = next((i for i, s in enumerate(step.scheduled) if s.num_tokens != 1),
                        len(step.scheduled))
 
