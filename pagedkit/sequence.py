@@ -24,6 +24,9 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
+_FINISHED = SequenceStatus.FINISHED
+
+
 class FinishReason(str, enum.Enum):
     STOP = "stop"  # an end-of-sequence or stop token
     LENGTH = "length"  # max_tokens, the model's max length, or a sequence that cannot fit the cache
@@ -142,11 +145,11 @@ class SequenceGroup:
                    RequestMetrics(now), arrival_order=first.seq_id)
 
     def unfinished_seqs(self) -> list[Sequence]:
-        return [s for s in self.seqs if not s.is_finished]
+        return [s for s in self.seqs if s.status is not _FINISHED]
 
     @property
     def is_finished(self) -> bool:
-        return all(s.is_finished for s in self.seqs)
+        return all(s.status is _FINISHED for s in self.seqs)
 
     def set_status(self, status: SequenceStatus) -> None:
         for seq in self.unfinished_seqs():

@@ -285,10 +285,9 @@ class LLMEngine:
     def _stop_ids(self, params: SamplingParams) -> set[int]:
         """The tokens that end a sequence of a request: its stop tokens, and
         the model's end-of-sequence unless it ignores them."""
-        stop_ids = set(params.stop_token_ids)
-        if not params.ignore_eos:
-            stop_ids |= self.eos_token_ids
-        return stop_ids
+        if params.ignore_eos:
+            return set(params.stop_token_ids)
+        return self.eos_token_ids.union(params.stop_token_ids)
 
     def _suppress_early_stops(
             self, work: list[tuple[SequenceGroup, list[tuple[Sequence, int]], set[int]]],
@@ -300,7 +299,7 @@ class LLMEngine:
         early = []
         for group, group_rows, stop_ids in work:
             params = group.params
-            if params.use_beam_search or not stop_ids:
+            if not params.min_tokens or params.use_beam_search or not stop_ids:
                 continue
             early += [(row, sorted(stop_ids)) for seq, row in group_rows
                       if seq.num_output_tokens < params.min_tokens]
@@ -330,17 +329,16 @@ class LLMEngine:
                 return new
         else:
             generator = self._seeded.get(group.request_id, self._generator)
-            picks: list[tuple[Sequence, int]] = []
+            new = {}
             for seq, row in rows:
                 count = params.n if len(group.seqs) < params.n else 1  # first token: fork n
                 tokens = ([greedy[row]] * count if params.greedy
                           else sample(logits[row], params, count, generator))
-                forks = [self.fork(seq, group) for _ in tokens[1:]]
-                picks += zip([seq, *forks], tokens, strict=True)
-            new = {}
-            for seq, token in picks:
-                seq.token_ids.append(token)
-                new[seq.seq_id] = token
+                # the forks copy `seq` before it has its own token
+                for child, token in zip([seq, *[self.fork(seq, group) for _ in tokens[1:]]],
+                                        tokens, strict=True):
+                    child.token_ids.append(token)
+                    new[child.seq_id] = token
         for seq in group.unfinished_seqs():
             if seq.seq_id in new:
                 reason = stop_reason(seq, params, stop_ids, self.max_model_len)

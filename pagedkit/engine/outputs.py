@@ -35,7 +35,7 @@ class RequestOutput:
     num_preemptions: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledInfo:
     """One sequence's part in a step."""
 

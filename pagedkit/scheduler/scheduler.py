@@ -59,7 +59,7 @@ class SchedulerConfig:
         check_choice("preemption_mode", self.preemption_mode, PREEMPTION_MODES)
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledSeq:
     """One sequence's share of a step: tokens ``start .. start + num_tokens``."""
 
@@ -190,10 +190,12 @@ class Scheduler:
         for s in out.scheduled:
             s.seq.num_computed_tokens = s.start + s.num_tokens
             scheduled[s.seq.seq_id] = s.group
-        for group in {id(g): g for g in scheduled.values()}.values():
-            for seq in group.unfinished_seqs():
-                if seq.seq_id not in scheduled and sampled and seq.seq_id in sampled:
-                    seq.num_computed_tokens = seq.num_tokens - 1  # forked this step
+        forked = sampled.keys() - scheduled.keys() if sampled else ()
+        if forked:
+            for group in {id(g): g for g in scheduled.values()}.values():
+                for seq in group.unfinished_seqs():
+                    if seq.seq_id in forked:
+                        seq.num_computed_tokens = seq.num_tokens - 1  # forked this step
         for group, seq in dropped:
             self.drop_seq(group, seq)
         for group, seq, reason in stops:
@@ -235,10 +237,9 @@ class Scheduler:
             if plan is None:  # no budget left this step: it simply waits a step
                 budget.take(0, len(group.unfinished_seqs()))  # but keeps its seats
                 return None
-            if not self._fits(plan):
+            if len(plan.seqs) > 1 and self._count(plan) > self.kv.num_free_blocks:
                 return False
-            self._allocate(group, plan, out, budget)
-            return True
+            return self._allocate(group, plan, out, budget)
 
         def alone(group: SequenceGroup) -> None:  # the whole cache, and it still does not fit
             self._end(group, FinishReason.LENGTH, "sequence outgrew the whole KV cache")
@@ -253,7 +254,7 @@ class Scheduler:
             plan = self._plan(group, budget)
             if plan is None:
                 return Verdict.WAIT
-            if not self.kv.can_swap_in(ids, reserve=plan.blocks):
+            if not self.kv.can_swap_in(ids, reserve=self._count(plan)):
                 # wait until running groups free their blocks; if none runs, it never fits
                 return Verdict.WAIT if self.running else Verdict.NEVER
             out.swap_in += self.kv.swap_in(ids)
@@ -337,9 +338,11 @@ class Scheduler:
         split only with chunked prefill; tokens being recomputed after a
         preemption always may be (only the prompt was checked against the
         budget)."""
+        if want <= tokens_left:
+            return want  # all of them, split or not
         if self.config.enable_chunked_prefill or seq.num_output_tokens:
-            return min(want, tokens_left)
-        return want if want <= tokens_left else None
+            return tokens_left
+        return None
 
     # ------------------------------------------------------------ mechanics
     def _roll_back(self, placed: list[tuple[ScheduledSeq, list[BlockCopy]]]) -> None:
@@ -352,7 +355,7 @@ class Scheduler:
 
     def _plan(self, group: SequenceGroup, budget: _Budget) -> _GroupPlan | None:
         """How many tokens each sequence of a group in memory (GPU or swapped)
-        computes this step, and the exact number of fresh blocks that takes;
+        computes this step (`_count` says how many fresh blocks that takes);
         None if the budget cannot take the group now.
 
         A sequence's table may already hold slots for some of these tokens (a
@@ -363,9 +366,8 @@ class Scheduler:
         seqs = group.unfinished_seqs()
         if not budget.fits(0, len(seqs)):
             return None
-        plan = _GroupPlan([], 0)
+        plan = _GroupPlan([])
         tokens_left = budget.tokens_left
-        appends = []
         for seq in seqs:
             want = seq.num_uncomputed_tokens
             if want == 0:  # update() always leaves the sampled token to compute
@@ -376,31 +378,40 @@ class Scheduler:
                 return None
             tokens_left -= take
             if take:
-                table = self.kv.table(seq.seq_id)
-                appends.append((seq.seq_id, seq.num_computed_tokens + take - table.num_tokens))
                 plan.seqs.append(_SeqPlan(seq, seq.num_computed_tokens, take))
-        if not plan.seqs:
-            return None
-        plan.blocks = self.kv.blocks_needed_for(appends)
-        return plan
+        return plan if plan.seqs else None
 
-    def _fits(self, plan: _GroupPlan) -> bool:
-        return plan.blocks <= self.kv.num_free_blocks
+    def _count(self, plan: _GroupPlan) -> int:
+        """The exact number of fresh blocks a plan takes, its sequences together
+        (`KVCacheManager.blocks_needed_for`: those whose tables end in one
+        shared, partly filled block write into it together); kept in the plan."""
+        plan.blocks = self.kv.blocks_needed_for(
+            (p.seq.seq_id, p.start + p.num_tokens - self.kv.table(p.seq.seq_id).num_tokens)
+            for p in plan.seqs)
+        return plan.blocks
 
     def _allocate(self, group: SequenceGroup, plan: _GroupPlan, out: SchedulerOutput,
-                  budget: _Budget) -> None:
+                  budget: _Budget) -> bool:
+        """Give a plan's tokens their slots. A plan of one sequence needs no
+        count first: its table's append is all or nothing, so it may return
+        False (nothing changed: the pool is too small). A counted plan found
+        room in `_count`: a refusal then is a broken invariant."""
         for p in plan.seqs:
             seq = p.seq
             held = self.kv.num_tokens(seq.seq_id)  # slots a failed step may have left
             copies = self.kv.allocate_slots(seq.seq_id,
                                             seq.token_ids[held:p.start + p.num_tokens])
-            if copies is None:  # _fits promised room: a broken invariant, not a user error
+            if copies is None:
+                if plan.blocks is None:  # one sequence, not counted: it does not fit
+                    return False
                 raise RuntimeError(f"scheduler planned {plan.blocks} blocks for group "
                                    f"{group.request_id} but the pool refused sequence "
                                    f"{seq.seq_id}")
-            out.block_copies += copies
+            if copies:
+                out.block_copies += copies
             out.scheduled.append(ScheduledSeq(group, seq, p.num_tokens, p.start))
             budget.take(p.num_tokens, 1)
+        return True
 
     def _preempt(self, group: SequenceGroup, out: SchedulerOutput) -> None:
         """Evict a whole group (paper §4.5: all-or-nothing, its blocks are shared)."""
@@ -451,17 +462,17 @@ class Shortage(enum.Enum):
     MEMORY = "memory"  # not enough free blocks
 
 
-@dataclass
+@dataclass(slots=True)
 class _SeqPlan:
     seq: Sequence
     start: int
     num_tokens: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _GroupPlan:
     seqs: list[_SeqPlan]
-    blocks: int  # fresh blocks the whole group takes
+    blocks: int | None = None  # fresh blocks the whole group takes, once counted (`_count`)
 
 
 class _Budget:
