@@ -383,7 +383,9 @@ class StepOps:
 
     Each layer still gets the structure checks of what is its own, its
     cache's shape, dtype and device, its keys' and queries' shapes, its
-    options, so a wrong layer is refused as the public ops would refuse it.
+    options, so a wrong layer is refused as the public ops would refuse it:
+    on the batched path once per *layout* of those (`_layout`), since a layer
+    laid out like one already checked passes the same checks.
     Direct callers use the public ops, which do all of this per call. An op
     whose name in this module was swapped for another function (see
     `_DEFINED`) is called through that function for every layer.
@@ -415,6 +417,7 @@ class StepOps:
         self.backend: Backend | None = None      # resolved by the first layer
         self._ops: dict[str, Callable | None] = {}  # None: the batched path, planned here
         self._checked: set[tuple] = set()        # value checks passed this step
+        self._structures: set[tuple] = set()     # layers' structures that passed (`_layout`)
         self._plans: dict[tuple, batched.Plan | batched.StorePlan] = {}
 
     def _resolve(self, device: torch.device) -> None:
@@ -442,7 +445,12 @@ class StepOps:
         values = self.check and seen not in self._checked
         op = self._ops["store_kv"]
         if op is None:
-            checks.check_store_kv(key, value, k_cache, v_cache, self.slot_mapping, values=values)
+            layout = ("store_kv", _layout(key), _layout(value), _layout(k_cache),
+                      _layout(v_cache))
+            if values or layout not in self._structures:
+                checks.check_store_kv(key, value, k_cache, v_cache, self.slot_mapping,
+                                      values=values)
+                self._structures.add(layout)
             plan = self._plan(("store_kv",), lambda: batched.plan_store(self.slot_mapping))
             batched.store(key, value, k_cache, v_cache, plan)
         else:
@@ -478,14 +486,21 @@ class StepOps:
             out = op(query, k_cache, v_cache, *metadata, scale, check=values,
                      **_given(op, name, self.backend, options))
         else:
-            if name == "paged_decode_attention":
-                checks.check_decode(query, k_cache, v_cache, *metadata, None, values=values,
-                                    **options)
-                make = batched.plan_decode
-            else:
-                checks.check_prefill(query, k_cache, v_cache, *metadata, values=values,
-                                     **options)
-                make = batched.plan_prefill
+            sinks = options["sinks"]
+            softcap = options["softcap"]
+            layout = (name, _layout(query), _layout(k_cache), _layout(v_cache),
+                      type(window), window, type(softcap), softcap,  # True == 1, but refused
+                      None if sinks is None else _layout(sinks))
+            decode = name == "paged_decode_attention"
+            if values or layout not in self._structures:
+                if decode:
+                    checks.check_decode(query, k_cache, v_cache, *metadata, None,
+                                        values=values, **options)
+                else:
+                    checks.check_prefill(query, k_cache, v_cache, *metadata, values=values,
+                                         **options)
+                self._structures.add(layout)
+            make = batched.plan_decode if decode else batched.plan_prefill
             block_size = k_cache.shape[1]
             plan = self._plan((name, block_size, window),
                               lambda: make(*metadata, block_size, window))
@@ -493,6 +508,17 @@ class StepOps:
                                  softcap=options["softcap"], sinks=options["sinks"])
         self._checked.add(seen)
         return out
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    """What a structure check reads of a tensor: its shape, strides, dtype
+    and device (contiguity and being floating point follow from them). A
+    layer whose tensors and options have the layouts of one checked this step
+    passes the same checks, which read nothing else, so `StepOps` checks each
+    layout once per step."""
+    if not isinstance(t, torch.Tensor):
+        return (type(t),)  # never equal to a tensor's: the check refuses it
+    return t.shape, t.stride(), t.dtype, t.device
 
 
 @contextlib.contextmanager

@@ -185,6 +185,35 @@ def test_every_layer_still_gets_its_structure_checks():
         step.attention(query, cases[1].k_cache, cases[1].v_cache, sliding_window=0)
 
 
+def test_structure_checks_run_once_per_layout_and_again_for_any_new_one(monkeypatch):
+    """Layers laid out alike are checked once per step; a layer that differs
+    in anything a check reads (dtype, strides, shape, an option's type or
+    value, its sinks) is checked, and refused, as the public op would."""
+    meta, cases, tokens = step_metadata(*STEPS["decode"])
+    stores = Counter(monkeypatch, checks, "check_store_kv")
+    decodes = Counter(monkeypatch, checks, "check_decode")
+    step = ops.StepOps(**meta)
+    query, key = torch.randn(tokens, 4, 32), torch.randn(tokens, 2, 32)
+    for case in cases:  # three caches laid out alike: one check of each kind
+        step.store_kv(key, key, case.k_cache, case.v_cache)
+        step.attention(query, case.k_cache, case.v_cache, sliding_window=1)
+    assert stores.calls == 1 and decodes.calls == 1
+    k, v = cases[0].k_cache, cases[0].v_cache
+    with pytest.raises(ValueError, match="sliding_window must be None or an integer >= 1"):
+        step.attention(query, k, v, sliding_window=True)  # True == 1, but it is refused
+    wide = torch.randn(tokens, 2, 64)[..., ::2]  # same shape and dtype, other strides
+    with pytest.raises(ValueError, match="key must be contiguous in head_dim"):
+        step.store_kv(wide, wide, k, v)
+    with pytest.raises(ValueError, match=r"sinks must have shape \[4\]"):
+        step.attention(query, k, v, sinks=torch.zeros(3))
+    step.attention(query, k, v, sinks=torch.zeros(4))
+    with pytest.raises(TypeError, match="sinks must be None or a floating-point tensor"):
+        step.attention(query, k, v, sinks=torch.zeros(4, dtype=torch.long))
+    calls = decodes.calls
+    step.attention(query, k, v, sinks=torch.ones(4))  # the layout of the good sinks above
+    assert decodes.calls == calls
+
+
 def test_check_false_skips_the_value_checks_only(monkeypatch):
     meta, cases, tokens = step_metadata(*STEPS["decode"])
     block_checks = Counter(monkeypatch, checks, "check_blocks_cover")
