@@ -239,16 +239,16 @@ class LLMEngine:
         out = StepOutput(step=plan.step, finished=self._aborted)
         self._aborted = []
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
-        # request -> (sequence, its row of `logits`), for the sequences that sample now
-        rows: dict[str, list[tuple[Sequence, int]]] = {}
+        # request -> (its group, [(sequence, its row of `logits`)]) for the sequences that sample
+        rows: dict[str, tuple[SequenceGroup, list[tuple[Sequence, int]]]] = {}
         row = 0
         for s in plan.scheduled:
+            seq, request_id = s.seq, s.group.request_id
             # a decode computes one generated token; anything else is (re)filling the cache
-            is_prefill = s.num_tokens > 1 or s.start < s.seq.prompt_len
-            out.scheduled.append(ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
-                                               is_prefill))
+            out.scheduled.append(ScheduledInfo(request_id, seq.seq_id, s.num_tokens,
+                                               s.num_tokens > 1 or s.start < seq.prompt_len))
             if s.computes_last_token:
-                rows.setdefault(s.group.request_id, []).append((s.seq, row))
+                rows.setdefault(request_id, (s.group, []))[1].append((seq, row))
                 row += 1
         stops: list[tuple[SequenceGroup, Sequence, FinishReason]] = []
         dropped: list[tuple[SequenceGroup, Sequence]] = []
@@ -260,7 +260,8 @@ class LLMEngine:
         out.duration_s = time.perf_counter() - start
         return out
 
-    def _sample(self, rows: dict[str, list[tuple[Sequence, int]]], logits: torch.Tensor,
+    def _sample(self, rows: dict[str, tuple[SequenceGroup, list[tuple[Sequence, int]]]],
+                logits: torch.Tensor,
                 stops: list[tuple[SequenceGroup, Sequence, FinishReason]],
                 dropped: list[tuple[SequenceGroup, Sequence]]) -> dict[int, int]:
         """Sample the step's next tokens, request by request in scheduled order
@@ -271,11 +272,18 @@ class LLMEngine:
         Greedy rows are picked by one argmax over the whole step's logits
         (`greedy_tokens`); the others are drawn row by row, a seeded request
         from its own generator, so its tokens do not depend on its batch."""
-        groups = [self.groups[request_id] for request_id in rows]
-        work = [(group, rows[group.request_id], self._stop_ids(group.params)) for group in groups]
+        stop_sets: dict[tuple[tuple[int, ...], bool], set[int]] = {}  # one per stop rule
+        work = []
+        for group, group_rows in rows.values():
+            params = group.params
+            rule = (params.stop_token_ids, params.ignore_eos)
+            stop_ids = stop_sets.get(rule)
+            if stop_ids is None:
+                stop_ids = stop_sets[rule] = self._stop_ids(params)
+            work.append((group, group_rows, stop_ids))
         logits = self._suppress_early_stops(work, logits)
         greedy = (greedy_tokens(logits) if any(g.params.greedy and not g.params.use_beam_search
-                                               for g in groups) else [])
+                                               for g, _ in rows.values()) else [])
         new: dict[int, int] = {}
         for group, group_rows, stop_ids in work:
             new.update(self._sample_group(group, group_rows, stop_ids, logits, greedy, stops,
@@ -328,17 +336,19 @@ class LLMEngine:
                 stops += [(group, seq, FinishReason.STOP) for seq in group.seqs]
                 return new
         else:
-            generator = self._seeded.get(group.request_id, self._generator)
             new = {}
             for seq, row in rows:
                 count = params.n if len(group.seqs) < params.n else 1  # first token: fork n
                 tokens = ([greedy[row]] * count if params.greedy
-                          else sample(logits[row], params, count, generator))
+                          else sample(logits[row], params, count,
+                                      self._seeded.get(group.request_id, self._generator)))
                 # the forks copy `seq` before it has its own token
-                for child, token in zip([seq, *[self.fork(seq, group) for _ in tokens[1:]]],
-                                        tokens, strict=True):
-                    child.token_ids.append(token)
-                    new[child.seq_id] = token
+                forks = [self.fork(seq, group) for _ in tokens[1:]] if count > 1 else ()
+                seq.token_ids.append(tokens[0])
+                new[seq.seq_id] = tokens[0]
+                for fork, token in zip(forks, tokens[1:], strict=True):
+                    fork.token_ids.append(token)
+                    new[fork.seq_id] = token
         for seq in group.unfinished_seqs():
             if seq.seq_id in new:
                 reason = stop_reason(seq, params, stop_ids, self.max_model_len)

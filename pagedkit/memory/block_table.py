@@ -133,8 +133,11 @@ class BlockTable:
         return total - len(self.blocks) + self.needs_copy(num_new_tokens)
 
     def needs_copy(self, num_new_tokens: int) -> bool:
-        """Would appending write into a block others still read (copy-on-write)?"""
-        return num_new_tokens > 0 and self.num_free_slots > 0 and self._last_is_shared()
+        """Would appending write into a block others still read (copy-on-write)?
+        Only a partly filled last block is written into, never a released one."""
+        blocks = self.blocks
+        return (num_new_tokens > 0 and len(blocks) * self.block_size > self.num_tokens
+                and blocks[-1] != NULL_BLOCK and self.allocator.ref_count(blocks[-1]) > 1)
 
     # ------------------------------------------------------------------ writing
     def append(self, token_ids: Sequence[int]) -> list[tuple[int, int]]:
@@ -189,10 +192,6 @@ class BlockTable:
         self.block_hashes.append(block_hash)
         self.allocator.register(self.blocks[-1], block_hash, self._tail)
         self._tail = []
-
-    def _last_is_shared(self) -> bool:
-        return (bool(self.blocks) and self.blocks[-1] != NULL_BLOCK
-                and self.allocator.ref_count(self.blocks[-1]) > 1)
 
     # ------------------------------------------------------------ prefix cache
     def cached_prefix(self, token_ids: Sequence[int]) -> list[int]:

@@ -120,10 +120,13 @@ class ModelRunner:
         macs = self._step_macs.get(num_tokens)
         if macs is None:
             macs = self._step_macs[num_tokens] = step_macs(self.model.config, num_tokens)
+        # every row samples (decodes only): keep them all (0), without gathering them
+        keep = 0 if logits_indices.numel() == num_tokens else logits_indices
         with forward_context(meta), step_threads(macs, key=id(self.model), device=self.device):
             out = self.model(input_ids=input_ids[None], position_ids=positions[None],
-                             use_cache=False, logits_to_keep=logits_indices)
-        return out.logits[0].float()
+                             use_cache=False, logits_to_keep=keep)
+        logits = out.logits[0]
+        return logits if logits.dtype == torch.float32 else logits.float()
 
     def prepare(self, step: StepPlan, kv: KVCacheManager):
         """`pack_step` on this runner's device and caches."""
