@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 )
 
 from pagedkit.memory import KVCacheManager
-from pagedkit.memory.block_table import NULL_BLOCK
+from pagedkit.memory.block_table import KERNEL_NULL_BLOCK, NULL_BLOCK
 
 NUM_BLOCKS = 12
 NUM_SWAP_BLOCKS = 12
@@ -198,6 +198,28 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         filled = sum(self.kv.allocator.num_tokens(b) for b in range(NUM_BLOCKS)
                      if not self.kv.allocator.is_free(b))
         assert s.tokens_stored == filled <= s.slots_allocated
+
+    @invariant()
+    def stats_equal_a_count_from_scratch(self):
+        """`stats()` is read from counters the pools keep as blocks change hands;
+        counted afresh, block by block, every figure is the same."""
+        pool, swap, s = self.kv.allocator, self.kv.swap_pool, self.kv.stats()
+        free = [b for b in range(pool.num_blocks) if pool.ref_count(b) == 0]
+        cached = sum(pool.block_hash(b) is not None for b in free)
+        assert (s.total_blocks, s.used_blocks, s.cached_blocks, s.free_blocks) == (
+            pool.num_blocks, pool.num_blocks - len(free), cached, len(free) - cached)
+        assert s.tokens_stored == sum(pool.num_tokens(b) for b in range(pool.num_blocks)
+                                      if pool.ref_count(b))
+        assert s.swapped_blocks == sum(swap.ref_count(b) > 0 for b in range(swap.num_blocks))
+
+    @invariant()
+    def kernel_tables_and_slots_are_the_tables_entry_by_entry(self):
+        for table in self.kv.tables().values():
+            assert table.kernel_blocks() == [KERNEL_NULL_BLOCK if b == NULL_BLOCK else b
+                                             for b in table.blocks]
+            start = sum(1 for b in table.blocks if b == NULL_BLOCK) * table.block_size
+            for p in range(start, table.num_tokens):
+                assert table.slot_mapping(p, p + 1) == [table.slot(p)]
 
     def teardown(self):
         for seq in list(self.contents):
