@@ -144,12 +144,20 @@ class SequenceGroup:
         return cls(request_id, prompt, list(prompt_token_ids), params, [first],
                    RequestMetrics(now), arrival_order=first.seq_id)
 
+    # Both are asked of every group every step: a group of one sequence (most
+    # are) is answered without building a comprehension or a generator.
     def unfinished_seqs(self) -> list[Sequence]:
-        return [s for s in self.seqs if s.status is not _FINISHED]
+        seqs = self.seqs
+        if len(seqs) == 1:
+            return [] if seqs[0].status is _FINISHED else [seqs[0]]
+        return [s for s in seqs if s.status is not _FINISHED]
 
     @property
     def is_finished(self) -> bool:
-        return all(s.status is _FINISHED for s in self.seqs)
+        for s in self.seqs:  # noqa: SIM110  (a loop: all() builds a generator)
+            if s.status is not _FINISHED:
+                return False
+        return True
 
     def set_status(self, status: SequenceStatus) -> None:
         for seq in self.unfinished_seqs():

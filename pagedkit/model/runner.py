@@ -162,7 +162,10 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
     context_lens: list[int] = []
     tables: list[list[int]] = []
     logits_indices: list[int] = []
-    for s in step.scheduled:
+    num_decodes = 0  # the leading sequences of one token each
+    for i, s in enumerate(step.scheduled):
+        if s.num_tokens == 1 and num_decodes == i:
+            num_decodes += 1
         start = s.start
         end = start + s.num_tokens
         seq = s.seq
@@ -182,8 +185,6 @@ def pack_step(step: StepPlan, kv: KVCacheManager, device: torch.device | str = "
         padded += t
         if len(t) < width:
             padded += [0] * (width - len(t))
-    num_decodes = next((i for i, s in enumerate(step.scheduled) if s.num_tokens != 1),
-                       len(step.scheduled))
 
     meta = AttentionMetadata(
         slot_mapping=ints_tensor(slots, device, torch.long),
