@@ -111,15 +111,16 @@ class StorePlan:
 
 
 @dataclass
-class _Seq:
-    """One sequence of a call with query rows, as the planner sees it."""
+class _Seqs:
+    """A call's sequences as the planner sees them, one list entry per
+    sequence (lists, not an object per sequence: a step plans 64 of them)."""
 
-    index: int        # its row of the block tables
-    first_row: int    # its first query row in the call
-    q_len: int
-    context_len: int  # cached tokens, its chunk included
-    first_block: int  # the first logical block its queries see (a window lets earlier go)
-    num_read: int     # blocks it reads: first_block .. the last one holding a token
+    first_rows: list[int]    # its first query row in the call
+    q_lens: list[int]
+    context_lens: list[int]  # cached tokens, its chunk included
+    first_blocks: list[int]  # the first logical block its queries see (a window lets
+    #                          earlier ones go)
+    num_reads: list[int]     # blocks it reads: first_block .. the last one holding a token
 
 
 #: A bucket's fixed cost in padded token slots: its ~25 small tensor ops cost
@@ -147,18 +148,24 @@ def length_buckets(q_lens: list[int], read_lens: list[int],
         if q > 0:
             groups.setdefault((read.bit_length(), q.bit_length()), []).append(i)
 
-    def cost(members: list[int]) -> int:  # padded key slots, summed over query rows
-        return (len(members) * max(q_lens[i] for i in members)
-                * max(read_lens[i] for i in members) * slots_per_read)
+    def cost(size: tuple[int, int, int]) -> int:  # padded key slots, over query rows
+        count, longest_q, longest_read = size
+        return count * longest_q * longest_read * slots_per_read
 
     merged: list[list[int]] = []
+    sizes: list[tuple[int, int, int]] = []  # each bucket's (count, longest q, longest read)
     for key in sorted(groups):
         group = groups[key]
-        if merged and cost(merged[-1] + group) <= cost(merged[-1]) + cost(group) \
-                + BUCKET_COST_SLOTS:
-            merged[-1] = merged[-1] + group
-        else:
-            merged.append(group)
+        size = (len(group), max(q_lens[i] for i in group), max(read_lens[i] for i in group))
+        if merged:
+            last = sizes[-1]
+            both = (last[0] + size[0], max(last[1], size[1]), max(last[2], size[2]))
+            if cost(both) <= cost(last) + cost(size) + BUCKET_COST_SLOTS:
+                merged[-1] = merged[-1] + group
+                sizes[-1] = both
+                continue
+        merged.append(group)
+        sizes.append(size)
     return [sorted(members) for members in merged]
 
 
@@ -170,72 +177,87 @@ def _plan(block_tables: torch.Tensor, first_rows: list[int], q_lens: list[int],
     as host ints: planning is a little Python arithmetic and a handful of
     tensor ops per bucket.
     """
-    seqs: list[_Seq] = []
-    for s, (row, q, ctx) in enumerate(zip(first_rows, q_lens, context_lens, strict=True)):
-        first = (0 if sliding_window is None or q <= 0
-                 else max(0, ctx - q - sliding_window + 1) // block_size)
-        seqs.append(_Seq(s, row, q, ctx, first, -(-ctx // block_size) - first))
-    merged = length_buckets(q_lens, [seq.num_read for seq in seqs], block_size)
+    if sliding_window is None:
+        first_blocks = [0] * len(q_lens)
+    else:
+        first_blocks = [0 if q <= 0 else max(0, ctx - q - sliding_window + 1) // block_size
+                        for q, ctx in zip(q_lens, context_lens, strict=True)]
+    num_reads = [-(-ctx // block_size) - first
+                 for ctx, first in zip(context_lens, first_blocks, strict=True)]
+    seqs = _Seqs(first_rows, q_lens, context_lens, first_blocks, num_reads)
+    merged = length_buckets(q_lens, num_reads, block_size)
     tables = block_tables.tolist() if merged else []
-    return Plan([_plan_bucket(tables, [seqs[i] for i in members], block_size,
-                              sliding_window, block_tables.device, whole=len(merged) == 1)
+    return Plan([_plan_bucket(tables, seqs, members, block_size, sliding_window,
+                              block_tables.device, whole=len(merged) == 1)
                  for members in merged])
 
 
-def _plan_bucket(tables: list[list[int]], members: list[_Seq], block_size: int,
+def _plan_bucket(tables: list[list[int]], seqs: _Seqs, members: list[int], block_size: int,
                  sliding_window: int | None, device: torch.device, whole: bool) -> _Bucket:
     n = len(members)
-    max_q = max(m.q_len for m in members)
-    max_read = max(m.num_read for m in members)
+    q_lens = [seqs.q_lens[s] for s in members]
+    firsts = [seqs.first_blocks[s] for s in members]
+    reads = [seqs.num_reads[s] for s in members]
+    # each member's gathered slots that hold a token
+    held = [seqs.context_lens[s] - first * block_size
+            for s, first in zip(members, firsts, strict=True)]
+    max_q, max_read = max(q_lens), max(reads)
     num_slots = max_read * block_size
     # Which blocks to read, padded with block 0: a safe id whose contents are
     # zeroed below; no table entry past a sequence's blocks (or before its
     # window) is used, they may be -1 or a block someone else owns now.
     ids: list[int] = []
-    empty: list[int] = []
-    for i, m in enumerate(members):
-        ids += tables[m.index][m.first_block:m.first_block + m.num_read]
-        ids += [0] * (max_read - m.num_read)
-        held = m.context_len - m.first_block * block_size  # its gathered slots with a token
-        empty += range(i * num_slots + held, (i + 1) * num_slots)
+    for s, first, read in zip(members, firsts, reads, strict=True):
+        ids += tables[s][first:first + read]
+        if read < max_read:
+            ids += [0] * (max_read - read)
 
+    # where each member's queries sit: its first key's position, its first query's
+    starts = [(first * block_size, seqs.context_lens[s] - q)
+              for s, first, q in zip(members, firsts, q_lens, strict=True)]
     if n == 1:
         # One sequence reads exactly its slots that hold a token: nothing to
         # zero, and a decode without a window sees all of them (no mask).
-        num_slots, empty_slots = held, None
+        num_slots, empty_slots = held[0], None
         bias = (None if max_q == 1 and sliding_window is None else
-                _position_bias(members, n, max_q, num_slots, block_size, sliding_window, device))
+                _position_bias(starts, max_q, num_slots, sliding_window, device))
     else:
-        empty_slots = ints_tensor(empty, device)
+        # [n, L]: the gathered slots that hold no token, past each member's `held`
+        unheld = torch.arange(num_slots, device=device) >= ints_tensor(held, device)[:, None]
+        empty_slots = unheld.view(-1).nonzero().squeeze(1)  # their flat indices, ascending
         if max_q == 1 and sliding_window is None:
-            bias = _decode_bias(empty_slots, n, num_slots, device)
+            bias = _decode_bias(unheld)
         else:
-            bias = _position_bias(members, n, max_q, num_slots, block_size, sliding_window,
-                                  device)
+            bias = _position_bias(starts, max_q, num_slots, sliding_window, device)
 
-    out_rows = [m.first_row + k for m in members for k in range(m.q_len)]
-    dense = all(m.q_len == max_q for m in members)       # every padded query is real
+    first_rows = [seqs.first_rows[s] for s in members]
+    out_rows = (first_rows if max_q == 1 else
+                [row + k for row, q in zip(first_rows, q_lens, strict=True) for k in range(q)])
+    dense = min(q_lens) == max_q                          # every padded query is real
     in_order = out_rows == list(range(len(out_rows)))
     rows = real = None
     if not (whole and dense and in_order):
-        rows = ints_tensor([m.first_row + k if k < m.q_len else 0
-                      for m in members for k in range(max_q)], device).view(n, max_q)
+        rows = ints_tensor(out_rows if max_q == 1 else
+                           [row + k if k < q else 0
+                            for row, q in zip(first_rows, q_lens, strict=True)
+                            for k in range(max_q)], device).view(n, max_q)
     if not dense:
-        real = ints_tensor([i * max_q + k for i, m in enumerate(members) for k in range(m.q_len)],
-                     device)
+        real = ints_tensor([i * max_q + k for i, q in enumerate(q_lens) for k in range(q)],
+                           device)
     out = None if whole and in_order else ints_tensor(out_rows, device)
     return _Bucket(ints_tensor(ids, device), empty_slots, bias, rows, real, out, n, max_q,
                    num_slots)
 
 
-def _position_bias(members: list[_Seq], n: int, max_q: int, num_slots: int, block_size: int,
+def _position_bias(starts: list[tuple[int, int]], max_q: int, num_slots: int,
                    sliding_window: int | None, device: torch.device) -> torch.Tensor:
-    """``[n, 1, max_q, L]``: 0 where a query sees a key, -inf elsewhere, from positions.
+    """``[n, 1, max_q, L]``: 0 where a query sees a key, -inf elsewhere, from
+    positions: each member's ``(first key's position, first query's position)``.
 
     A query at position p sees key k iff k <= p (and k > p - window): the
     padded slots, past the context, are hidden too, for every real query."""
-    starts = ints_tensor([v for m in members for v in (m.first_block * block_size,
-                                                 m.context_len - m.q_len)], device).view(n, 2)
+    n = len(starts)
+    starts = ints_tensor([v for pair in starts for v in pair], device).view(n, 2)
     key_pos = starts[:, :1] + torch.arange(num_slots, device=device)   # [n, L]
     q_pos = starts[:, 1:] + torch.arange(max_q, device=device)         # [n, max_q]
     hidden = key_pos[:, None, :] > q_pos[:, :, None]                   # [n, max_q, L]
@@ -244,15 +266,15 @@ def _position_bias(members: list[_Seq], n: int, max_q: int, num_slots: int, bloc
     return torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf"))[:, None]
 
 
-def _decode_bias(empty_slots: torch.Tensor, n: int, num_slots: int,
-                 device: torch.device) -> torch.Tensor:
+def _decode_bias(unheld: torch.Tensor) -> torch.Tensor:
     """The `_position_bias` of one query per sequence at its last position
-    (a decode, or a chunk of one token) without a window, built from the
-    empty-slot list alone: that query sees every key up to its own, so the
-    keys it does not see are exactly its gathered slots past the context,
-    the slots `empty_slots` lists. Two ops instead of the eight of the
-    positional mask, the same values (0 or -inf) in the same places."""
-    bias = torch.zeros(n * num_slots, device=device).index_fill_(0, empty_slots, float("-inf"))
+    (a decode, or a chunk of one token) without a window, from the slots
+    that hold no token (`unheld`, ``[n, L]``) alone: that query sees every
+    key up to its own, so the keys it does not see are exactly its gathered
+    slots past the context. Two ops instead of the eight of the positional
+    mask, the same values (0 or -inf) in the same places."""
+    n, num_slots = unheld.shape
+    bias = torch.zeros(unheld.shape, device=unheld.device).masked_fill_(unheld, float("-inf"))
     return bias.view(n, 1, 1, num_slots)
 
 
