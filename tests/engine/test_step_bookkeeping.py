@@ -26,6 +26,21 @@ def engine_with_requests(**engine_args):
     return engine
 
 
+def spy_logits_to_keep(engine):
+    """Record the ``logits_to_keep`` of every forward of `engine`'s model;
+    returns the record and the model's own forward."""
+    model = engine.runner.model
+    keeps = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        keeps.append(kwargs["logits_to_keep"])
+        return forward(*args, **kwargs)
+
+    model.forward = spy
+    return keeps, forward
+
+
 def test_the_thread_chooser_gets_step_macs_of_every_step(monkeypatch):
     seen = []
     real = runner_module.step_threads
@@ -50,15 +65,7 @@ def test_a_decode_only_step_keeps_every_row_and_gets_the_gathered_logits():
     engine.step()  # every prompt at once
     plan = engine.scheduler.schedule()
     assert plan.scheduled and all(s.num_tokens == 1 for s in plan.scheduled)
-    model = engine.runner.model
-    keeps = []
-    forward = model.forward
-
-    def spy(*args, **kwargs):
-        keeps.append(kwargs["logits_to_keep"])
-        return forward(*args, **kwargs)
-
-    model.forward = spy
+    keeps, forward = spy_logits_to_keep(engine)
     logits = engine.runner.execute(plan, engine.kv)
     assert keeps == [0]
     # the same step with the row indices (its K/V are written again to the same slots)
@@ -72,15 +79,7 @@ def test_a_decode_only_step_keeps_every_row_and_gets_the_gathered_logits():
 
 def test_a_step_with_a_prompt_chunk_that_does_not_sample_gathers_its_rows():
     engine = engine_with_requests(enable_chunked_prefill=True, max_num_batched_tokens=16)
-    model = engine.runner.model
-    keeps = []
-    forward = model.forward
-
-    def spy(*args, **kwargs):
-        keeps.append(kwargs["logits_to_keep"])
-        return forward(*args, **kwargs)
-
-    model.forward = spy
+    keeps, _ = spy_logits_to_keep(engine)
     out = engine.step()
     assert sum(s.is_prefill for s in out.scheduled) and isinstance(keeps[0], torch.Tensor)
     assert keeps[0].numel() == len(out.new_tokens) < out.num_batched_tokens
