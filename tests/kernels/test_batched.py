@@ -223,43 +223,51 @@ ONE_SEQ_OPTIONS = [dict(), dict(sliding_window=5), dict(softcap=3.0),
                    dict(sliding_window=9, softcap=3.0, sinks=torch.linspace(-1.0, 3.0, 4))]
 
 
+@pytest.mark.parametrize("dtype, head_dim", [(torch.float32, 32), (torch.float16, 80),
+                                             (torch.bfloat16, 80)])
 @pytest.mark.parametrize("options", ONE_SEQ_OPTIONS, ids=["plain", "window", "softcap", "sinks",
                                                           "all"])
 @pytest.mark.parametrize("context", [1, 7, 8, 9, 25, 33])
-def test_one_sequence_reads_only_its_slots_that_hold_a_token(context, options):
+def test_one_sequence_reads_only_its_slots_that_hold_a_token(context, options, dtype, head_dim):
     """A bucket of one sequence gathers its blocks and reads only the slots
     that hold a token: the NaN after them in its last block, and the NaN
     padding block, are never read, so nothing is zeroed, and a plain decode
-    needs no mask at all. Decode, a whole prompt and a chunk after a cached
-    prefix, with every option, against float64."""
+    needs no mask at all; with a window, the table entries wholly before it
+    are -1 (blocks given back) and never read either. Decode, a whole prompt
+    and a chunk after a cached prefix, with every option, against float64."""
     bs = 8
-    case = make_case([context], bs, num_kv_heads=2, head_dim=32, seed=context, padding=None,
-                     pad_columns=2)
+    case = make_case([context], bs, num_kv_heads=2, head_dim=head_dim, dtype=dtype,
+                     seed=context, padding=None, pad_columns=2)
     if context % bs:
         last = int(case.block_tables[0, (context - 1) // bs])
         assert torch.isnan(case.k_cache[last, context % bs:]).all()  # the tail is NaN
     (k, v), = zip(case.keys, case.values, strict=True)
-    query = torch.randn(context, 4, 32)
-    decode_plan = batched.plan_decode(case.block_tables, case.context_lens, bs,
-                                      options.get("sliding_window"))
-    bucket, = decode_plan.buckets
+    query = torch.randn(context, 4, head_dim).to(dtype)
     window = options.get("sliding_window")
+
+    def tables(q_len: int) -> torch.Tensor:  # the entries before the window given back
+        first = 0 if window is None else max(0, context - q_len - window + 1) // bs
+        t = case.block_tables.clone()
+        t[0, :first] = -1
+        return t
+
+    decode_plan = batched.plan_decode(tables(1), case.context_lens, bs, window)
+    bucket, = decode_plan.buckets
     first_block = 0 if window is None else max(0, context - window) // bs
     assert bucket.empty is None and bucket.num_slots == context - first_block * bs
     if not options:
         assert bucket.bias is None
-    out = batched.paged_decode_attention(query[-1:], case.k_cache, case.v_cache,
-                                         case.block_tables, case.context_lens, **options)
+    out = batched.paged_decode_attention(query[-1:], case.k_cache, case.v_cache, tables(1),
+                                         case.context_lens, **options)
     assert torch.isfinite(out).all()
-    assert_close(out, truth(query[-1:], k, v, 32 ** -0.5, context - 1, **options),
-                 torch.float32)
+    assert_close(out, truth(query[-1:], k, v, head_dim ** -0.5, context - 1, **options), dtype)
     for q_len in sorted({context, max(1, context // 2), 1}):  # whole prompt, chunks
         cu = torch.tensor([0, q_len], dtype=torch.int32)
         out = batched.paged_prefill_attention(query[-q_len:], case.k_cache, case.v_cache,
-                                              case.block_tables, cu, case.context_lens,
-                                              **options)
-        assert_close(out, truth(query[-q_len:], k, v, 32 ** -0.5, context - q_len, **options),
-                     torch.float32)
+                                              tables(q_len), cu, case.context_lens, **options)
+        assert torch.isfinite(out).all()
+        assert_close(out, truth(query[-q_len:], k, v, head_dim ** -0.5, context - q_len,
+                                **options), dtype)
 
 
 def test_a_plan_gathers_into_the_same_buffers_for_every_layer():

@@ -19,6 +19,7 @@ does one that leaks a block or leaves a placeholder a real owner.
 
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -217,9 +218,20 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         for table in self.kv.tables().values():
             assert table.kernel_blocks() == [KERNEL_NULL_BLOCK if b == NULL_BLOCK else b
                                              for b in table.blocks]
-            start = sum(1 for b in table.blocks if b == NULL_BLOCK) * table.block_size
-            for p in range(start, table.num_tokens):
-                assert table.slot_mapping(p, p + 1) == [table.slot(p)]
+            # the slots from the entries themselves (not through `slot`, which the
+            # one-token path of `slot_mapping` calls), one token and all at once
+            size = table.block_size
+            start = sum(1 for b in table.blocks if b == NULL_BLOCK) * size
+            slots = [table.blocks[p // size] * size + p % size
+                     for p in range(start, table.num_tokens)]
+            assert table.slot_mapping(start, table.num_tokens) == slots
+            assert [table.slot_mapping(p, p + 1)[0]
+                    for p in range(start, table.num_tokens)] == slots
+            if start:  # a released token's slot is refused, one token or a run
+                with pytest.raises(IndexError, match="already released"):
+                    table.slot_mapping(start - 1, start)
+                with pytest.raises(IndexError, match="already released"):
+                    table.slot_mapping(0, table.num_tokens)
 
     def teardown(self):
         for seq in list(self.contents):
