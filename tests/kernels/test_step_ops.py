@@ -212,6 +212,16 @@ def test_structure_checks_run_once_per_layout_and_again_for_any_new_one(monkeypa
     calls = decodes.calls
     step.attention(query, k, v, sinks=torch.ones(4))  # the layout of the good sinks above
     assert decodes.calls == calls
+    step.attention(query, k, v, softcap=1.0)
+    with pytest.raises(ValueError, match="softcap must be None or a finite number > 0"):
+        step.attention(query, k, v, softcap=True)  # True == 1.0, but it is refused
+    # the same shape and dtype as the caches checked above, other strides
+    strided = k.permute(3, 2, 1, 0).contiguous().permute(3, 2, 1, 0)
+    assert strided.shape == k.shape and not strided.is_contiguous()
+    with pytest.raises(ValueError, match="k_cache must be contiguous"):
+        step.attention(query, strided, v)
+    with pytest.raises(ValueError, match="k_cache must be contiguous"):
+        step.store_kv(key, key, strided, v)
 
 
 def test_check_false_skips_the_value_checks_only(monkeypatch):
