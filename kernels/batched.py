@@ -90,8 +90,8 @@ class _Bucket:
     max_q: int
     num_slots: int                  # L: the keys read per sequence (max_read * block_size,
     #                                 or one sequence's slots that hold a token)
-    gathered: dict = field(default_factory=dict)  # dtype -> (K, V) gather buffers, which
-    #                                 the step's layers reuse (`_gather`)
+    gathered: dict = field(default_factory=dict)  # a cache's layout -> (K, V) gather
+    #                                 buffers, which the step's layers reuse (`_gather`)
 
 
 @dataclass
@@ -383,10 +383,11 @@ def _gather(k_cache: torch.Tensor, v_cache: torch.Tensor,
     1.2x (one thread) to 2.5x (two) as long as into a reused one on this
     project's 2-core machine (a new allocation's memory is newly mapped or
     cold)."""
-    buffers = b.gathered.get(k_cache.dtype)
+    layout = k_cache.dtype, k_cache.device, k_cache.shape[1:]  # layers may differ in heads
+    buffers = b.gathered.get(layout)
     if buffers is None:
-        buffers = b.gathered[k_cache.dtype] = (k_cache.index_select(0, b.ids),
-                                               v_cache.index_select(0, b.ids))
+        buffers = b.gathered[layout] = (k_cache.index_select(0, b.ids),
+                                        v_cache.index_select(0, b.ids))
         return buffers
     return (torch.index_select(k_cache, 0, b.ids, out=buffers[0]),
             torch.index_select(v_cache, 0, b.ids, out=buffers[1]))

@@ -272,22 +272,35 @@ def test_one_sequence_reads_only_its_slots_that_hold_a_token(context, options, d
 
 def test_a_plan_gathers_into_the_same_buffers_for_every_layer():
     """The layers of a step reuse the buckets' gather buffers (a fresh buffer
-    costs page faults): the second layer's outputs come from its own cache,
-    not the first layer's K/V left in the buffer."""
+    is slower to fill): the second layer's outputs come from its own cache,
+    not the first layer's K/V left in the buffer; a layer whose cache has
+    other heads gets buffers of its own (resizing one would warn, and a
+    future torch refuses it)."""
+    import warnings
+
     case = make_case([5, 17, 40, 3], 8, num_kv_heads=2, head_dim=16, seed=1)
+    other = make_case([5, 17, 40, 3], 8, num_kv_heads=1, head_dim=32, seed=1)
+    assert torch.equal(case.block_tables, other.block_tables)  # same seed: same blocks
     query = torch.randn(4, 4, 16)
     plan = batched.plan_decode(case.block_tables, case.context_lens, 8)
     assert any(b.num_seqs > 1 for b in plan.buckets)
-    one = batched.attend(query, case.k_cache, case.v_cache, plan)
-    buffers = [b.gathered[torch.float32] for b in plan.buckets]
-    # the second layer: the same tables over another layer's cache (NaN stays NaN)
-    two = batched.attend(query, -case.k_cache, 0.5 * case.v_cache, plan)
-    assert all(b.gathered[torch.float32][0] is kept[0]
-               for b, kept in zip(plan.buckets, buffers, strict=True))
-    for out, sign, factor in ((one, 1, 1.0), (two, -1, 0.5)):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no buffer is resized
+        one = batched.attend(query, case.k_cache, case.v_cache, plan)
+        buffers = [list(b.gathered.values()) for b in plan.buckets]
+        # the next layer: the same tables over another layer's cache (NaN stays NaN)
+        two = batched.attend(query, -case.k_cache, 0.5 * case.v_cache, plan)
+        assert all(next(iter(b.gathered.values()))[0] is kept[0][0]
+                   for b, kept in zip(plan.buckets, buffers, strict=True))
+        wide = torch.randn(4, 2, 32)
+        three = batched.attend(wide, other.k_cache, other.v_cache, plan)  # 1 KV head of 32
+        assert all(len(b.gathered) == 2 for b in plan.buckets)
+    for out, q, c, sign, factor in ((one, query, case, 1, 1.0), (two, query, case, -1, 0.5),
+                                    (three, wide, other, 1, 1.0)):
+        scale = q.shape[-1] ** -0.5
         assert_close(out, torch.stack([
-            truth(query[s:s + 1], sign * k, factor * v, 0.25, k.shape[0] - 1)[0]
-            for s, (k, v) in enumerate(zip(case.keys, case.values, strict=True))]),
+            truth(q[s:s + 1], sign * k, factor * v, scale, k.shape[0] - 1)[0]
+            for s, (k, v) in enumerate(zip(c.keys, c.values, strict=True))]),
             torch.float32)
     assert not torch.allclose(one, two)
 
