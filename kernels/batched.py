@@ -91,7 +91,7 @@ class _Bucket:
     num_slots: int                  # L: the keys read per sequence (max_read * block_size,
     #                                 or one sequence's slots that hold a token)
     gathered: dict = field(default_factory=dict)  # a cache's layout -> (K, V) gather
-    #                                 buffers, which the step's layers reuse (`_gather`)
+    #                                 buffers, which the step's layers reuse (`gather_kv`)
 
 
 @dataclass
@@ -212,23 +212,21 @@ def _plan_bucket(tables: list[list[int]], seqs: _Seqs, members: list[int], block
         if read < max_read:
             ids += [0] * (max_read - read)
 
-    # where each member's queries sit: its first key's position, its first query's
-    starts = [(first * block_size, seqs.context_lens[s] - q)
-              for s, first, q in zip(members, firsts, q_lens, strict=True)]
     if n == 1:
         # One sequence reads exactly its slots that hold a token: nothing to
         # zero, and a decode without a window sees all of them (no mask).
         num_slots, empty_slots = held[0], None
-        bias = (None if max_q == 1 and sliding_window is None else
-                _position_bias(starts, max_q, num_slots, sliding_window, device))
     else:
         # [n, L]: the gathered slots that hold no token, past each member's `held`
         unheld = torch.arange(num_slots, device=device) >= ints_tensor(held, device)[:, None]
         empty_slots = unheld.view(-1).nonzero().squeeze(1)  # their flat indices, ascending
-        if max_q == 1 and sliding_window is None:
-            bias = _decode_bias(unheld)
-        else:
-            bias = _position_bias(starts, max_q, num_slots, sliding_window, device)
+    if max_q == 1 and sliding_window is None:
+        bias = None if n == 1 else _decode_bias(unheld)
+    else:
+        # where each member's queries sit: its first key's position, its first query's
+        starts = [(first * block_size, seqs.context_lens[s] - q)
+                  for s, first, q in zip(members, firsts, q_lens, strict=True)]
+        bias = _position_bias(starts, max_q, num_slots, sliding_window, device)
 
     first_rows = [seqs.first_rows[s] for s in members]
     out_rows = (first_rows if max_q == 1 else
@@ -326,7 +324,7 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     # of a last block, a padding block) may hold NaN, and 0 * NaN is NaN, so
     # its key and value are zeroed: a masked score alone would not keep it out.
     # (One sequence reads only its slots that hold a token: nothing to zero.)
-    keys, values = _gather(k_cache, v_cache, b)
+    keys, values = gather_kv(k_cache, v_cache, b.ids, b.gathered)  # [len(ids), bs, Hkv, D]
     keys = keys.view(n, -1, num_kv_heads, head_dim)
     values = values.view(n, -1, num_kv_heads, head_dim)
     if b.empty is None:  # one sequence: its first `length` slots
@@ -375,22 +373,23 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     return _as(_real_rows(out.view(n, max_q, num_q_heads, head_dim), b), query.dtype)
 
 
-def _gather(k_cache: torch.Tensor, v_cache: torch.Tensor,
-            b: _Bucket) -> tuple[torch.Tensor, torch.Tensor]:
-    """The bucket's blocks of both caches, ``[len(ids), block_size, Hkv, D]``
-    each, gathered into buffers the bucket keeps for the step's other layers,
-    which run one after another: gathering 3.7 MB into a fresh buffer took
-    1.2x (one thread) to 2.5x (two) as long as into a reused one on this
+def gather_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, index: torch.Tensor,
+              buffers: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``k_cache.index_select(0, index)`` and the same of `v_cache`, gathered
+    into the buffers `buffers` keeps per cache layout for a step's other
+    layers, which run one after another: gathering 3.7 MB into a fresh buffer
+    took 1.2x (one thread) to 2.5x (two) as long as into a reused one on this
     project's 2-core machine (a new allocation's memory is newly mapped or
-    cold)."""
-    layout = k_cache.dtype, k_cache.device, k_cache.shape[1:]  # layers may differ in heads
-    buffers = b.gathered.get(layout)
-    if buffers is None:
-        buffers = b.gathered[layout] = (k_cache.index_select(0, b.ids),
-                                        v_cache.index_select(0, b.ids))
-        return buffers
-    return (torch.index_select(k_cache, 0, b.ids, out=buffers[0]),
-            torch.index_select(v_cache, 0, b.ids, out=buffers[1]))
+    cold). Layers whose caches differ in heads get buffers of their own. The
+    bench's floor gathers its rows through it too."""
+    layout = k_cache.dtype, k_cache.device, k_cache.shape[1:]
+    kept = buffers.get(layout)
+    if kept is None:
+        kept = buffers[layout] = (k_cache.index_select(0, index),
+                                  v_cache.index_select(0, index))
+        return kept
+    return (torch.index_select(k_cache, 0, index, out=kept[0]),
+            torch.index_select(v_cache, 0, index, out=kept[1]))
 
 
 def _float32(t: torch.Tensor) -> torch.Tensor:

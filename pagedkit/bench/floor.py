@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from ..kernels.batched import length_buckets
+from ..kernels.batched import gather_kv, length_buckets
 from ..model.attention import attention_options
 from ..model.threads import step_macs, step_threads
 
@@ -52,8 +52,8 @@ class _Bucket:
     bias: torch.Tensor | None  # [n, 1, max_q, L] 0 where a query sees a key, -inf
     #                            elsewhere; None: one decode, which sees every key
     row: int | None = None  # one request: its cache row, read in place (no gather)
-    gathered: tuple[torch.Tensor, torch.Tensor] | None = None  # gather buffers the
-    #                            step's layers reuse, as `batched._gather` does
+    gathered: dict = field(default_factory=dict)  # gather buffers the step's layers
+    #                            reuse (`batched.gather_kv`)
 
 
 @dataclass
@@ -132,13 +132,9 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
         if b.row is not None:  # one request: its row, in place
             keys = k_cache[b.row:b.row + 1, :b.length]   # [1, L, Hkv, D]
             values = v_cache[b.row:b.row + 1, :b.length]
-        elif b.gathered is None:
-            keys = k_cache[:, :b.length].index_select(0, b.seqs)   # [n, L, Hkv, D]
-            values = v_cache[:, :b.length].index_select(0, b.seqs)
-            b.gathered = keys, values
-        else:
-            keys = torch.index_select(k_cache[:, :b.length], 0, b.seqs, out=b.gathered[0])
-            values = torch.index_select(v_cache[:, :b.length], 0, b.seqs, out=b.gathered[1])
+        else:  # [n, L, Hkv, D]
+            keys, values = gather_kv(k_cache[:, :b.length], v_cache[:, :b.length], b.seqs,
+                                     b.gathered)
         res = torch.nn.functional.scaled_dot_product_attention(
             q[b.rows].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
             attn_mask=b.bias, scale=scale, enable_gqa=q.shape[1] != kv_heads).transpose(1, 2)

@@ -177,4 +177,4 @@ def test_floor_equals_transformers_generate_through_every_bucket_layout(monkeypa
     assert any(len(p.buckets) > 1 for p in plans) and any(p.in_order for p in plans)
     # a bucket of one request, read in place, its decode without a mask
     assert any(b.row is not None and b.bias is None for p in plans for b in p.buckets)
-    assert any(len(b.seqs) > 1 and b.gathered is not None for p in plans for b in p.buckets)
+    assert any(len(b.seqs) > 1 and b.gathered for p in plans for b in p.buckets)
