@@ -162,7 +162,7 @@ class BlockAllocator:
             total_blocks=self.num_blocks,
             free_blocks=len(self._free) - self._num_cached_free,
             cached_blocks=self._num_cached_free,
-            used_blocks=self.num_blocks - len(self._free),
+            used_blocks=self.num_used_blocks,
             tokens_stored=self._tokens_stored,
             swapped_blocks=swapped_blocks,
         )

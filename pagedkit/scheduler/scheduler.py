@@ -376,7 +376,7 @@ class Scheduler:
             if want == 0:  # update() always leaves the sampled token to compute
                 raise RuntimeError(f"sequence {seq.seq_id} of request {group.request_id} has "
                                    "computed all its tokens and has no token to sample from")
-            take = want if want <= tokens_left else self._take(seq, want, tokens_left)
+            take = self._take(seq, want, tokens_left)
             if take is None:
                 return None
             tokens_left -= take
