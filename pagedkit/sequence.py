@@ -24,9 +24,6 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"
 
 
-_FINISHED = SequenceStatus.FINISHED
-
-
 class FinishReason(str, enum.Enum):
     STOP = "stop"  # an end-of-sequence or stop token
     LENGTH = "length"  # max_tokens, the model's max length, or a sequence that cannot fit the cache
@@ -149,13 +146,13 @@ class SequenceGroup:
     def unfinished_seqs(self) -> list[Sequence]:
         seqs = self.seqs
         if len(seqs) == 1:
-            return [] if seqs[0].status is _FINISHED else [seqs[0]]
-        return [s for s in seqs if s.status is not _FINISHED]
+            return [] if seqs[0].is_finished else [seqs[0]]
+        return [s for s in seqs if not s.is_finished]
 
     @property
     def is_finished(self) -> bool:
         for s in self.seqs:  # noqa: SIM110  (a loop: all() builds a generator)
-            if s.status is not _FINISHED:
+            if not s.is_finished:
                 return False
         return True
 

@@ -136,7 +136,7 @@ class BlockTable:
         """Would appending write into a block others still read (copy-on-write)?
         Only a partly filled last block is written into, never a released one."""
         blocks = self.blocks
-        return (num_new_tokens > 0 and len(blocks) * self.block_size > self.num_tokens
+        return (num_new_tokens > 0 and self.num_free_slots > 0
                 and blocks[-1] != NULL_BLOCK and self.allocator.ref_count(blocks[-1]) > 1)
 
     # ------------------------------------------------------------------ writing
@@ -167,7 +167,7 @@ class BlockTable:
         copies: list[tuple[int, int]] = []
         pos = 0
         while pos < end:  # one pass per block the tokens reach
-            free = len(blocks) * size - self.num_tokens
+            free = self.num_free_slots
             if free == 0:
                 blocks.append(pool.allocate(self.seq))
                 free = size
