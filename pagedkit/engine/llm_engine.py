@@ -336,12 +336,12 @@ class LLMEngine:
                 stops += [(group, seq, FinishReason.STOP) for seq in group.seqs]
                 return new
         else:
+            generator = self._seeded.get(group.request_id, self._generator)
             new = {}
             for seq, row in rows:
                 count = params.n if len(group.seqs) < params.n else 1  # first token: fork n
                 tokens = ([greedy[row]] * count if params.greedy
-                          else sample(logits[row], params, count,
-                                      self._seeded.get(group.request_id, self._generator)))
+                          else sample(logits[row], params, count, generator))
                 # the forks copy `seq` before it has its own token
                 forks = [self.fork(seq, group) for _ in tokens[1:]] if count > 1 else ()
                 seq.token_ids.append(tokens[0])
