@@ -115,12 +115,14 @@ def _scenarios() -> list[Case]:
                   "oracle reservations are exact: no internal fragmentation. Sum each part "
                   "over all regions"),
         _scenario(64, "pow2", 64, four, 32,
-                  "B's region was freed, leaving a hole of 16 between A and C; the next "
-                  "request needs 32 and fits in no hole, so every free slot is external "
+                  "B's region was freed, leaving a hole of 10 ([20, 30)) between A and C, and "
+                  "19 slots are free after D ([45, 64)): 29 free in all, but the next request "
+                  "needs 32 and fits in neither run, so every free slot is external "
                   "fragmentation"),
         _scenario(64, "pow2", 64, four, 16,
-                  "the same memory, but the next request needs 16: it fits in the hole, so "
-                  "no free slot is lost (external fragmentation 0)"),
+                  "the same memory, but the next request needs 16: it does not fit in B's "
+                  "hole of 10, but it fits in the 19 free slots after D, so no free slot is "
+                  "lost (external fragmentation 0: the largest run decides)"),
         _scenario(64, "pow2", 64, [], 8, "no regions at all: nothing used, nothing wasted"),
         _scenario(100, "oracle", 100,
                   [("allocate", "A", 6, 4), ("allocate", "B", 5, 5), ("allocate", "C", 8, 2),
