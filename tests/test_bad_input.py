@@ -30,7 +30,7 @@ from pagedkit.sim import Simulator, Trace, TraceRequest, load_trace, synthetic_t
 # ------------------------------------------------------------------ snapshots
 def pool_state(pool: BlockAllocator):
     blocks = range(pool.num_blocks)
-    return (pool.stats(), list(pool._free), [pool.ref_count(b) for b in blocks],
+    return (pool.stats(), pool.free_order(), [pool.ref_count(b) for b in blocks],
             [pool.num_tokens(b) for b in blocks], [pool.block_hash(b) for b in blocks])
 
 

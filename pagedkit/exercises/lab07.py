@@ -20,7 +20,8 @@ __all__ = ["CHECKS", "check_chain_hashes", "check_copy_on_write", "check_sharing
 # ------------------------------------------------------------ chain_hashes
 def _table_hashes(token_ids: list[int], block_size: int) -> list[int]:
     """What pagedkit names the full blocks of `token_ids` (no cache needed)."""
-    table = BlockTable(BlockAllocator(len(token_ids) // block_size + 1, block_size))
+    table = BlockTable(BlockAllocator(len(token_ids) // block_size + 1, block_size,
+                                      enable_prefix_caching=True))
     table.append(token_ids)
     return table.block_hashes
 

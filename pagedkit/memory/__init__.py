@@ -3,7 +3,8 @@
 The paging core of the lab (paper §4.2-4.5):
 
 * `BlockAllocator` — the pool: free queue, ref counts, copy-on-write,
-  hash-named prefix cache with LRU eviction;
+  prefix cache of SHA-256-named blocks (`block_hash`), blank blocks reused
+  before cached ones, cached ones evicted LRU;
 * `BlockTable` — one sequence's logical-to-physical block mapping and its
   slot mapping;
 * `KVCacheManager` — block tables for all sequences, all-or-nothing room for
@@ -13,7 +14,16 @@ The paging core of the lab (paper §4.2-4.5):
 * `EventBus` / `Event` — every change as a record, for widgets and tests.
 """
 
-from .allocator import ROOT_HASH, BlockAllocator, MemoryStats, hash_block
+from .allocator import BlockAllocator, MemoryStats
+from .block_hash import (
+    HASH_FUNCTIONS,
+    ROOT_HASH,
+    BlockHash,
+    BlockKey,
+    hash_block,
+    sha256,
+    sha256_cbor,
+)
 from .block_table import BlockTable
 from .contiguous import POLICIES, ContiguousAllocator, ContiguousStats, Reservation
 from .errors import BlockStateError, OutOfBlocksError, PagedMemoryError
@@ -21,10 +31,13 @@ from .events import Event, EventBus, EventKind, EventLog
 from .kv_cache_manager import BlockCopy, KVCacheManager
 
 __all__ = [
+    "HASH_FUNCTIONS",
     "POLICIES",
     "ROOT_HASH",
     "BlockAllocator",
     "BlockCopy",
+    "BlockHash",
+    "BlockKey",
     "BlockStateError",
     "BlockTable",
     "ContiguousAllocator",
@@ -39,4 +52,6 @@ __all__ = [
     "PagedMemoryError",
     "Reservation",
     "hash_block",
+    "sha256",
+    "sha256_cbor",
 ]

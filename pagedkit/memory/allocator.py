@@ -16,11 +16,19 @@ Four ideas live here:
   still read gets a fresh block and the copy to make, instead of clobbering
   the shared one.
 * **Prefix caching** (§4.4, "shared prefix"; vLLM's automatic prefix caching).
-  A *full* block is named by a hash chained over its parent's hash and its
-  own token ids, so equal prefixes get equal names. When its last owner
-  frees it, a cached block keeps its contents and stays findable by that
-  name until the allocator needs the space: the free queue is also the LRU
-  eviction order.
+  A *full* block is named by a hash chained over its parent's name and its
+  own token ids (`block_hash.py`), so equal prefixes get equal names; a
+  lookup confirms a name with the block's exact `BlockKey`. Several blocks
+  may hold the same content (two requests computed it at once): each copy is
+  named and any of them is found. When its last owner frees it, a named
+  block keeps its contents and stays findable until the pool needs the space.
+
+Free blocks wait in two queues, so a block is only evicted when nothing
+blank is left: blocks that hold nothing worth keeping (never named, or
+forgotten) are handed out first, oldest first; cached blocks after them, in
+LRU order — least recently freed first, and a freed sequence's tail before
+its head (`BlockTable.free` frees the tail first). vLLM's block pool keeps the
+same order (it reuses blank blocks last-freed first; pagedkit, oldest first).
 """
 
 from __future__ import annotations
@@ -29,24 +37,12 @@ import numbers
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .._validation import check_bool, check_int
+from .block_hash import ROOT_HASH, BlockHash, BlockKey, HashFunction, root_hash, sha256
 from .errors import BlockStateError, OutOfBlocksError
 from .events import Event, EventBus, EventKind
-
-#: The "parent hash" of a sequence's first block.
-ROOT_HASH = 0x5EED
-
-
-def hash_block(parent_hash: int, token_ids: Sequence[int]) -> int:
-    """Name a full block by its tokens *and everything before it*.
-
-    Chaining the parent's hash in means two blocks with equal tokens but
-    different histories get different names, because their keys and values
-    differ (attention saw different prefixes). Python's hash of a tuple of
-    ints is deterministic across runs, so names are reproducible.
-    """
-    return hash((parent_hash, tuple(token_ids)))
 
 
 @dataclass(frozen=True)
@@ -99,34 +95,39 @@ class BlockAllocator:
     2
     >>> pool.free(a); pool.free(a); pool.num_free_blocks
     4
+
+    `hash_fn` names blocks for the prefix cache (SHA-256 by default, as in
+    vLLM; `block_hash.HASH_FUNCTIONS` has the others).
     """
 
     def __init__(self, num_blocks: int, block_size: int, *,
-                 enable_prefix_caching: bool = False, events: EventBus | None = None) -> None:
+                 enable_prefix_caching: bool = False, events: EventBus | None = None,
+                 hash_fn: HashFunction | None = None) -> None:
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self.block_size = check_int("block_size", block_size, minimum=1)
         self.enable_prefix_caching = check_bool("enable_prefix_caching", enable_prefix_caching)
         self.events = events if events is not None else EventBus()
-        # The free queue, oldest first. Cached-but-free blocks sit in it too:
-        # popping the head evicts the least recently freed cached block.
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.num_blocks))
+        self.hash_fn = sha256 if hash_fn is None else hash_fn
+        self.root_hash = ROOT_HASH if hash_fn is None else root_hash(hash_fn)
+        # Free blocks, each queue oldest first. Blank ones hold nothing worth
+        # keeping and go first; cached ones leave after them, in LRU order.
+        self._blank: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.num_blocks))
+        self._cached: OrderedDict[int, None] = OrderedDict()
         self._ref = [0] * self.num_blocks
         self._fill = [0] * self.num_blocks  # tokens written into each block
-        self._hash: list[int | None] = [None] * self.num_blocks  # name of a cached full block
-        self._tokens: list[tuple[int, ...] | None] = [None] * self.num_blocks
-        self._cache: dict[int, int] = {}  # hash -> block
-        self._num_cached_free = 0
+        self._key: list[BlockKey | None] = [None] * self.num_blocks  # of a named full block
+        self._cache: dict[BlockHash, dict[int, None]] = {}  # name -> blocks holding it
         self._tokens_stored = 0  # sum of fills over referenced blocks
 
     # ------------------------------------------------------------------ queries
     @property
     def num_free_blocks(self) -> int:
         """Blocks that `allocate` can hand out (cached-but-free ones included)."""
-        return len(self._free)
+        return len(self._blank) + len(self._cached)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self.num_free_blocks
 
     @property
     def num_tokens_stored(self) -> int:
@@ -136,20 +137,28 @@ class BlockAllocator:
     @property
     def num_cached_blocks(self) -> int:
         """Free blocks still holding a cached prefix."""
-        return self._num_cached_free
+        return len(self._cached)
+
+    def free_order(self) -> list[int]:
+        """The free blocks in the order `allocate` hands them out: blank ones,
+        then cached ones from the least recently freed."""
+        return [*self._blank, *self._cached]
 
     def ref_count(self, block: int) -> int:
-        if type(block) is not int or not 0 <= block < self.num_blocks:
-            self._check_id(block)  # the full check (and its error) only off the common case
-        return self._ref[block]
+        return self._ref[self._check_id(block)]
 
     def num_tokens(self, block: int) -> int:
         """How many of the block's slots hold a token."""
         return self._fill[self._check_id(block)]
 
-    def block_hash(self, block: int) -> int | None:
-        """The cache name of a full, registered block, else None."""
-        return self._hash[self._check_id(block)]
+    def block_key(self, block: int) -> BlockKey | None:
+        """The exact content of a named full block (`BlockKey`), else None."""
+        return self._key[self._check_id(block)]
+
+    def block_hash(self, block: int) -> BlockHash | None:
+        """The cache name of a named full block, else None."""
+        key = self.block_key(block)
+        return None if key is None else key.hash
 
     def is_free(self, block: int) -> bool:
         return self._ref[self._check_id(block)] == 0
@@ -160,8 +169,8 @@ class BlockAllocator:
         return MemoryStats(
             block_size=self.block_size,
             total_blocks=self.num_blocks,
-            free_blocks=len(self._free) - self._num_cached_free,
-            cached_blocks=self._num_cached_free,
+            free_blocks=len(self._blank),
+            cached_blocks=len(self._cached),
             used_blocks=self.num_used_blocks,
             tokens_stored=self._tokens_stored,
             swapped_blocks=swapped_blocks,
@@ -169,14 +178,16 @@ class BlockAllocator:
 
     # ---------------------------------------------------------- owner changes
     def allocate(self, seq: Hashable | None = None) -> int:
-        """Pop the head of the free queue for `seq`, evicting its cached contents if any."""
-        if not self._free:
+        """Hand out a blank block if there is one, else evict the least recently
+        used cached block."""
+        if self._blank:
+            block, _ = self._blank.popitem(last=False)
+        elif self._cached:
+            block, _ = self._cached.popitem(last=False)
+            self._evict(block)
+        else:
             raise OutOfBlocksError(
                 f"no free blocks: all {self.num_blocks} blocks of the pool are in use")
-        block, _ = self._free.popitem(last=False)
-        if self._hash[block] is not None:
-            self._num_cached_free -= 1
-            self._evict(block)
         self._ref[block] = 1
         self._fill[block] = 0
         if self.events:
@@ -194,21 +205,22 @@ class BlockAllocator:
         return block
 
     def free(self, block: int, seq: Hashable | None = None) -> None:
-        """Drop one owner of `block`; at zero owners it rejoins the free queue's tail."""
+        """Drop one owner of `block`; at zero owners it joins a free queue's
+        tail: the cached one if it is named (a future cache hit), else the blank one."""
         ref = self._ref[self._check_id(block)]
         if ref == 0:
             raise BlockStateError(f"cannot free block {block}: it is already free (ref count 0)")
         self._ref[block] = ref - 1
+        named = self._key[block] is not None
         if self.events:
-            keeps = ref == 1 and self._hash[block] is not None  # stays findable in the cache
             self.events.emit(Event(EventKind.FREE, block=block, seq=seq, ref_count=ref - 1,
-                                   cached=keeps))
+                                   cached=ref == 1 and named))
         if ref == 1:
             self._tokens_stored -= self._fill[block]
-            self._free[block] = None
-            if self._hash[block] is not None:
-                self._num_cached_free += 1  # keeps its tokens: a future cache hit
+            if named:
+                self._cached[block] = None
             else:
+                self._blank[block] = None
                 self._fill[block] = 0
 
     def copy_on_write(self, block: int, seq: Hashable | None = None
@@ -219,9 +231,7 @@ class BlockAllocator:
         other owners: the writer gets a fresh block and the ``(src, dst)``
         copy that must happen before the write (paper §4.4).
         """
-        if type(block) is not int or not 0 <= block < self.num_blocks:
-            self._check_id(block)
-        ref = self._ref[block]
+        ref = self._ref[self._check_id(block)]
         if ref == 1:
             return block, None
         if ref == 0:
@@ -237,11 +247,8 @@ class BlockAllocator:
 
     def append_tokens(self, block: int, num_tokens: int, seq: Hashable | None = None) -> None:
         """Record that `num_tokens` more slots of `block` now hold tokens."""
-        if type(num_tokens) is not int or num_tokens < 0:  # checked in full only if wrong
-            check_int("num_tokens", num_tokens, minimum=0)
-        if type(block) is not int or not 0 <= block < self.num_blocks:
-            self._check_id(block)
-        fill = self._fill[block] + num_tokens
+        check_int("num_tokens", num_tokens, minimum=0)
+        fill = self._fill[self._check_id(block)] + num_tokens
         if self._ref[block] != 1:
             raise BlockStateError(
                 f"cannot write to block {block}: ref count is {self._ref[block]}, writes need "
@@ -256,44 +263,51 @@ class BlockAllocator:
             self.events.emit(Event(EventKind.APPEND, block=block, seq=seq, num_tokens=fill))
 
     # ----------------------------------------------------------- prefix cache
-    def register(self, block: int, block_hash: int, token_ids: Sequence[int]) -> bool:
-        """Make a full block findable by its hash. Returns False if that name is
-        already taken (the same prefix was computed twice) or caching is off."""
+    def new_key(self, parent: BlockKey | None, token_ids: Sequence[int],
+                extra_keys: Any = None) -> BlockKey:
+        """The key (and name) of a full block of `token_ids` after `parent`'s
+        content (None: the first block), under this pool's hash function."""
+        return BlockKey(parent, token_ids, extra_keys, root=self.root_hash, hash_fn=self.hash_fn)
+
+    def register(self, block: int, key: BlockKey) -> bool:
+        """Make a full block findable by its key. Several blocks may hold the
+        same content (computed twice): each is named. Returns False if caching
+        is off or the block already has a name."""
         if not self.enable_prefix_caching:
             return False
         fill = self._fill[self._check_id(block)]
-        if fill != self.block_size or len(token_ids) != self.block_size:
+        if fill != self.block_size or len(key.token_ids) != self.block_size:
             raise BlockStateError(
                 f"only full blocks can be cached: block {block} holds {fill} "
-                f"of {self.block_size} tokens ({len(token_ids)} token ids given)")
+                f"of {self.block_size} tokens ({len(key.token_ids)} token ids given)")
         if self._ref[block] == 0:
             raise BlockStateError(f"cannot cache block {block}: it is free")
-        if block_hash in self._cache or self._hash[block] is not None:
+        if self._key[block] is not None:
             return False
-        self._cache[block_hash] = block
-        self._hash[block] = block_hash
-        self._tokens[block] = tuple(token_ids)
+        self._key[block] = key
+        self._cache.setdefault(key.hash, {})[block] = None
         return True
 
-    def find_cached(self, block_hash: int, token_ids: Sequence[int]) -> int | None:
-        """Which block holds this content, without touching anything.
-
-        The token ids are compared too, so a hash collision is a miss, never a
-        wrong answer."""
-        block = self._cache.get(block_hash)
-        if block is None or self._tokens[block] != tuple(token_ids):
-            return None
-        return block
+    def find_cached(self, key: BlockKey) -> int | None:
+        """A block holding exactly `key`'s content, without touching anything:
+        a live copy if there is one (sharing it costs no free block), else a
+        cached one. The name finds the candidates; their keys must be equal
+        too, so even a hash collision is a miss, never another prefix's K/V."""
+        found = None
+        for block in self._cache.get(key.hash, ()):
+            if self._key[block].same_content(key):
+                if self._ref[block]:
+                    return block
+                found = block if found is None else found
+        return found
 
     def touch(self, block: int, seq: Hashable | None = None) -> int:
-        """Take a reference on a cached block found by `find_cached` (a cache hit).
-
-        A cached-but-free block leaves the free queue and is live again."""
-        if self._hash[self._check_id(block)] is None:
+        """Take a reference on a named block found by `find_cached` (a cache hit).
+        A cached-but-free block leaves its free queue and is live again."""
+        if self._key[self._check_id(block)] is None:
             raise BlockStateError(f"block {block} is not in the prefix cache")
         if self._ref[block] == 0:
-            del self._free[block]
-            self._num_cached_free -= 1
+            del self._cached[block]
             self._tokens_stored += self._fill[block]
         self._ref[block] += 1
         if self.events:
@@ -303,38 +317,41 @@ class BlockAllocator:
 
     def forget(self, block: int) -> bool:
         """Drop a free block's cached contents now (they were never computed,
-        say). Returns whether there was anything to forget."""
-        if self._ref[self._check_id(block)] or self._hash[block] is None:
+        say): it becomes blank. Returns whether there was anything to forget."""
+        if self._ref[self._check_id(block)] or self._key[block] is None:
             return False
-        self._evict(block)
-        self._fill[block] = 0
-        self._num_cached_free -= 1
+        del self._cached[block]
+        self._make_blank(block)
         return True
 
     def evict_all_cached(self) -> int:
-        """Forget every cached-but-free block (they stay free). Returns how many."""
-        victims = [b for b in self._free if self._hash[b] is not None]
+        """Forget every cached-but-free block (they stay free, now blank).
+        Returns how many."""
+        victims = list(self._cached)
+        self._cached.clear()
         for block in victims:
-            self._evict(block)
-            self._fill[block] = 0
-        self._num_cached_free = 0
+            self._make_blank(block)
         return len(victims)
 
+    def _make_blank(self, block: int) -> None:
+        self._evict(block)
+        self._fill[block] = 0
+        self._blank[block] = None
+
     def _evict(self, block: int) -> None:
-        del self._cache[self._hash[block]]
-        self._hash[block] = None
-        self._tokens[block] = None
+        """Drop a block's name (its content is about to be overwritten or forgotten)."""
+        key = self._key[block]
+        copies = self._cache[key.hash]
+        del copies[block]
+        if not copies:
+            del self._cache[key.hash]
+        self._key[block] = None
         if self.events:
             self.events.emit(Event(EventKind.EVICT, block=block))
 
     def _check_id(self, block: int) -> int:
-        """`block` if it names a block of the pool (any integer type), else the
-        error. The per-token paths (`ref_count`, `copy_on_write`,
-        `append_tokens`) call it only when ``type(block) is int and 0 <= block
-        < num_blocks`` fails: a method call per token was a measurable share
-        of a decode step's bookkeeping."""
-        if type(block) is not int and (isinstance(block, bool)
-                                       or not isinstance(block, numbers.Integral)):
+        """`block` if it names a block of the pool (any integer type), else the error."""
+        if isinstance(block, bool) or not isinstance(block, numbers.Integral):
             raise TypeError(f"a block id is an int, got {block!r}")
         if not 0 <= block < self.num_blocks:
             raise IndexError(f"block id {block} is outside the pool [0, {self.num_blocks})")

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from .allocator import ROOT_HASH, BlockAllocator, hash_block
+from .allocator import BlockAllocator
+from .block_hash import BlockHash, BlockKey
 from .errors import BlockStateError, OutOfBlocksError
 
 #: The entry of a logical block given back to the pool (`BlockTable.release_before`).
@@ -46,12 +47,18 @@ class BlockTable:
         self.seq = seq
         self.blocks: list[int] = []
         self.num_tokens = 0
-        # Prefix-cache names of the full blocks, in order, and the tokens of
-        # the partial last block: enough to name each block as it fills.
-        self.block_hashes: list[int] = []
+        # With prefix caching: the keys of the full blocks, in order, and the
+        # tokens of the partial last block — enough to name each block as it
+        # fills. Without it nothing is named, and hashing costs nothing.
+        self.block_keys: list[BlockKey] = []
         self._tail: list[int] = []
         self._freed = False  # a freed table is closed: its sequence is over
 
+
+    @property
+    def block_hashes(self) -> list[BlockHash]:
+        """The prefix-cache names of the full blocks, in order (empty without caching)."""
+        return [key.hash for key in self.block_keys]
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -101,25 +108,10 @@ class BlockTable:
         return self.blocks[block] * self.block_size + offset
 
     def slot_mapping(self, start: int = 0, end: int | None = None) -> list[int]:
-        """Slots of tokens ``start..end-1`` (all tokens by default):
-        ``[self.slot(p) for p in range(start, end)]``, computed one block at a
-        time. The tokens of one block sit in consecutive slots, so only the
-        first of each block's run is looked up through `slot` (which refuses
-        a released block); a range reaching outside the table goes token by
-        token, so its first bad position is the one named."""
+        """Slots of tokens ``start..end-1`` (all tokens by default): the list
+        the kernels write the new K/V through."""
         end = self.num_tokens if end is None else end
-        if start < 0 or end > self.num_tokens:
-            return [self.slot(p) for p in range(start, end)]
-        if end - start == 1:  # one token, a decode's: `slot` alone
-            return [self.slot(start)]
-        slots: list[int] = []
-        p = start
-        while p < end:
-            run = min(end, (p // self.block_size + 1) * self.block_size) - p  # to p's block end
-            first = self.slot(p)
-            slots += range(first, first + run)
-            p += run
-        return slots
+        return [self.slot(p) for p in range(start, end)]
 
     @property
     def num_free_slots(self) -> int:
@@ -179,18 +171,18 @@ class BlockTable:
             take = min(free, end - pos)
             pool.append_tokens(blocks[-1], take, self.seq)
             self.num_tokens += take
-            self._tail += token_ids[pos:pos + take]
+            if pool.enable_prefix_caching:
+                self._tail += token_ids[pos:pos + take]
+                if len(self._tail) == size:
+                    self._seal_last_block()
             pos += take
-            if len(self._tail) == size:
-                self._seal_last_block()
         return copies
 
     def _seal_last_block(self) -> None:
         """The last block just filled up: name it, and offer it to the prefix cache."""
-        parent = self.block_hashes[-1] if self.block_hashes else ROOT_HASH
-        block_hash = hash_block(parent, self._tail)
-        self.block_hashes.append(block_hash)
-        self.allocator.register(self.blocks[-1], block_hash, self._tail)
+        key = self.allocator.new_key(self.block_keys[-1] if self.block_keys else None, self._tail)
+        self.block_keys.append(key)
+        self.allocator.register(self.blocks[-1], key)
         self._tail = []
 
     # ------------------------------------------------------------ prefix cache
@@ -199,19 +191,21 @@ class BlockTable:
 
         Only asks; takes nothing. The last token is never matched: the model
         must compute at least one token to produce the next token's logits.
+        Each hit's stored key is the parent of the next lookup, so the chain
+        compared is the one the cache holds.
         """
-        if not self.allocator.enable_prefix_caching or self.blocks:
+        pool = self.allocator
+        if not pool.enable_prefix_caching or self.blocks:
             return []
         hits: list[int] = []
-        parent = ROOT_HASH
+        parent: BlockKey | None = None
         usable = len(token_ids) - 1
         for start in range(0, usable - self.block_size + 1, self.block_size):
-            chunk = token_ids[start:start + self.block_size]
-            parent = hash_block(parent, chunk)
-            block = self.allocator.find_cached(parent, chunk)
+            block = pool.find_cached(pool.new_key(parent, token_ids[start:start + self.block_size]))
             if block is None:
                 break
             hits.append(block)
+            parent = pool.block_key(block)
         return hits
 
     def adopt_cached(self, blocks: Sequence[int]) -> None:
@@ -228,7 +222,7 @@ class BlockTable:
             raise BlockStateError(f"blocks {stray} are not in the prefix cache")
         for block in blocks:
             self.blocks.append(self.allocator.touch(block, self.seq))
-            self.block_hashes.append(self.allocator.block_hash(block))
+            self.block_keys.append(self.allocator.block_key(block))
         self.num_tokens = len(self.blocks) * self.block_size
 
     def blocks_needed_with_prefix(self, cached: Sequence[int], num_new_tokens: int) -> int:
@@ -247,7 +241,7 @@ class BlockTable:
         child.blocks = [b if b == NULL_BLOCK else self.allocator.fork(b, seq)
                         for b in self.blocks]  # released entries stay released
         child.num_tokens = self.num_tokens
-        child.block_hashes = list(self.block_hashes)
+        child.block_keys = list(self.block_keys)
         child._tail = list(self._tail)
         return child
 
@@ -260,7 +254,7 @@ class BlockTable:
             self.allocator.free(block, self.seq)
         self.blocks = []
         self.num_tokens = 0
-        self.block_hashes = []
+        self.block_keys = []
         self._tail = []
         self._freed = True
 
@@ -269,7 +263,7 @@ class BlockTable:
         sliding window has left them): each logical block ``b`` with
         ``(b + 1) * block_size <= position``. Their entries become `NULL_BLOCK`;
         the blocks are freed like any other (a named one stays in the prefix
-        cache, evictable, and its name stays in `block_hashes`, so the blocks
+        cache, evictable, and its key stays in `block_keys`, so the blocks
         after it are still named as before). Returns the blocks released now.
 
         The caller picks `position` (`KVCacheManager.release_outside_window`):

@@ -17,6 +17,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from .allocator import BlockAllocator, MemoryStats
+from .block_hash import HashFunction
 from .block_table import NULL_BLOCK, BlockTable
 from .errors import BlockStateError, OutOfBlocksError
 from .events import Event, EventBus, EventKind
@@ -37,11 +38,12 @@ class KVCacheManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False,
-                 num_swap_blocks: int = 0, events: EventBus | None = None) -> None:
+                 num_swap_blocks: int = 0, events: EventBus | None = None,
+                 hash_fn: HashFunction | None = None) -> None:
         self.events = events if events is not None else EventBus()
         self.allocator = BlockAllocator(num_blocks, block_size,
                                         enable_prefix_caching=enable_prefix_caching,
-                                        events=self.events)
+                                        events=self.events, hash_fn=hash_fn)
         # The CPU swap space is a second pool of the same kind: a swapped-out
         # table simply points into it instead.
         self.swap_pool = BlockAllocator(num_swap_blocks, block_size) if num_swap_blocks else None
@@ -107,6 +109,15 @@ class KVCacheManager:
         if seq in self:
             return []
         return BlockTable(self.allocator, seq).cached_prefix(token_ids)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, as vLLM does: only while no sequence holds
+        a block (a running sequence's blocks stay named, so a reset then would
+        not give a cold cache). Returns whether the cache was reset."""
+        if self.allocator.num_used_blocks:
+            return False
+        self.allocator.evict_all_cached()
+        return True
 
     def blocks_needed(self, seq: Hashable, num_new_tokens: int,
                       cached_blocks: Sequence[int] = ()) -> int:

@@ -109,21 +109,21 @@ def test_writes_into_shared_or_overfull_blocks_are_refused():
         pool.append_tokens(b, 5)
 
 
-def _full_cached_block(pool, tokens, parent=ROOT_HASH):
+def _full_cached_block(pool, tokens, parent=None):
     b = pool.allocate()
     pool.append_tokens(b, len(tokens))
-    h = hash_block(parent, tokens)
-    assert pool.register(b, h, tokens)
-    return b, h
+    key = pool.new_key(parent, tokens)
+    assert pool.register(b, key)
+    return b, key
 
 
 def test_cached_block_survives_free_and_is_found_again():
     pool = BlockAllocator(4, 2, enable_prefix_caching=True)
-    b, h = _full_cached_block(pool, [5, 6])
+    b, _ = _full_cached_block(pool, [5, 6])
     pool.free(b)
     stats = pool.stats()
     assert (stats.cached_blocks, stats.free_blocks, stats.used_blocks) == (1, 3, 0)
-    assert pool.find_cached(h, [5, 6]) == b
+    assert pool.find_cached(pool.new_key(None, [5, 6])) == b  # an equal key, not the same one
     pool.touch(b)
     assert pool.ref_count(b) == 1 and pool.stats().tokens_stored == 2
     assert pool.stats().cached_blocks == 0
@@ -131,21 +131,28 @@ def test_cached_block_survives_free_and_is_found_again():
 
 def test_cached_blocks_are_evicted_least_recently_freed_first():
     pool = BlockAllocator(2, 1, enable_prefix_caching=True)
-    a, ha = _full_cached_block(pool, [1])
-    b, hb = _full_cached_block(pool, [2])
+    a, ka = _full_cached_block(pool, [1])
+    b, kb = _full_cached_block(pool, [2])
     pool.free(b)
     pool.free(a)  # a was freed last: most recently used
     log = EventLog(pool.events)
     assert pool.allocate() == b
     assert log.kinds() == ["evict", "allocate"]
-    assert pool.find_cached(hb, [2]) is None
-    assert pool.find_cached(ha, [1]) == a
+    assert pool.find_cached(kb) is None
+    assert pool.find_cached(ka) == a
 
 
 def test_hash_collision_is_a_miss_not_a_wrong_block():
-    pool = BlockAllocator(2, 2, enable_prefix_caching=True)
-    _, h = _full_cached_block(pool, [1, 2])
-    assert pool.find_cached(h, [3, 4]) is None
+    """With a hash that names everything alike, the key still tells contents apart."""
+    pool = BlockAllocator(4, 2, enable_prefix_caching=True, hash_fn=lambda obj: b"same")
+    first, _ = _full_cached_block(pool, [1, 2])
+    assert pool.find_cached(pool.new_key(None, [3, 4])) is None
+    # equal own tokens after a different parent: also a miss
+    other, other_key = _full_cached_block(pool, [9, 9])
+    assert pool.block_hash(first) == pool.block_hash(other) == b"same"
+    child, _ = _full_cached_block(pool, [5, 6], parent=other_key)
+    assert pool.find_cached(pool.new_key(pool.block_key(first), [5, 6])) is None
+    assert pool.find_cached(pool.new_key(other_key, [5, 6])) == child
 
 
 def test_chained_hash_depends_on_parent():
@@ -158,21 +165,23 @@ def test_register_rules():
     b = pool.allocate()
     pool.append_tokens(b, 1)
     with pytest.raises(BlockStateError, match="only full blocks can be cached"):
-        pool.register(b, 1, [1])
+        pool.register(b, pool.new_key(None, [1]))
     pool.append_tokens(b, 1)
-    assert pool.register(b, 42, [1, 2])
+    key = pool.new_key(None, [1, 2])
+    assert pool.register(b, key)
+    assert not pool.register(b, key)  # a block has one name
     c = pool.allocate()
     pool.append_tokens(c, 2)
-    assert not pool.register(c, 42, [1, 2])  # name already taken: first one wins
-    assert not BlockAllocator(1, 1).register(0, 1, [1])  # caching off
+    assert pool.register(c, pool.new_key(None, [1, 2]))  # a second copy is named too
+    assert not BlockAllocator(1, 1).register(0, pool.new_key(None, [1]))  # caching off
 
 
 def test_evict_all_cached():
     pool = BlockAllocator(3, 1, enable_prefix_caching=True)
-    a, h = _full_cached_block(pool, [1])
+    a, key = _full_cached_block(pool, [1])
     pool.free(a)
     assert pool.evict_all_cached() == 1
-    assert pool.find_cached(h, [1]) is None
+    assert pool.find_cached(key) is None
     assert pool.stats().free_blocks == 3
 
 
@@ -209,6 +218,6 @@ def test_forget_drops_a_free_cached_block_only():
     pool.free(a)
     assert pool.stats().cached_blocks == 1
     assert pool.forget(a)
-    assert pool.find_cached(h, [1]) is None
+    assert pool.find_cached(h) is None
     assert pool.stats().cached_blocks == 0 and pool.stats().free_blocks == 3
     assert not pool.forget(a)

@@ -66,7 +66,7 @@ def test_free_releases_tail_first():
     table = BlockTable(pool)
     table.append([1, 2, 3])
     table.free()
-    assert list(pool._free) == [3, 2, 1, 0]
+    assert pool.free_order() == [3, 2, 1, 0]
     assert table.blocks == [] and table.num_tokens == 0
 
 

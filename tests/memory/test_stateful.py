@@ -9,6 +9,13 @@ each step every live sequence must read back exactly its own tokens through
 its block table. That one invariant catches lost tokens, clobbered shared
 blocks, wrong cache hits and broken swaps alike.
 
+The pool names blocks with SHA-256 or with a weak hash that collides on
+purpose: the shadow check then proves that a collision never serves another
+prefix's K/V. Prompts are also allocated without a lookup, so several blocks
+hold the same content; every named block must stay findable, a lookup must
+prefer a live copy, and a cached block may only be evicted when no blank
+block is left.
+
 Sliding-window releases are interleaved with everything else: a release
 promises that the sequence will never read tokens before ``num_computed -
 window + 1`` again, so the shadow check then asks back only the tokens from
@@ -31,13 +38,19 @@ from hypothesis.stateful import (
     rule,
 )
 
-from pagedkit.memory import KVCacheManager
+from pagedkit.memory import EventLog, KVCacheManager
 from pagedkit.memory.block_table import KERNEL_NULL_BLOCK, NULL_BLOCK
 
 NUM_BLOCKS = 12
 NUM_SWAP_BLOCKS = 12
 # A tiny vocabulary so that prompts share prefixes and the cache gets hits.
 tokens = st.lists(st.integers(0, 2), min_size=1, max_size=9)
+#: SHA-256, and hashes that collide on purpose (see test_prefix_cache.py).
+HASHES = {
+    "sha256": None,
+    "constant": lambda obj: b"\x00",
+    "parity": lambda obj: bytes([sum(obj[1]) & 1]) if isinstance(obj, tuple) else b"r",
+}
 
 
 class PagedMemoryMachine(RuleBasedStateMachine):
@@ -51,19 +64,22 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         self.needed_from: dict[str, int] = {}  # first token each sequence may still read
         self.next_id = 0
 
-    @initialize(block_size=st.sampled_from([1, 2, 3, 4]))
-    def pool(self, block_size):
+    @initialize(block_size=st.sampled_from([1, 2, 3, 4]), hash_name=st.sampled_from(sorted(HASHES)))
+    def pool(self, block_size, hash_name):
         self.kv = KVCacheManager(NUM_BLOCKS, block_size, enable_prefix_caching=True,
-                                 num_swap_blocks=NUM_SWAP_BLOCKS)
+                                 num_swap_blocks=NUM_SWAP_BLOCKS, hash_fn=HASHES[hash_name])
+        self.log = EventLog(self.kv.events)
 
-    @rule(target=seqs, prompt=tokens)
-    def start(self, prompt):
+    @rule(target=seqs, prompt=tokens, lookup=st.booleans())
+    def start(self, prompt, lookup):
+        """A new sequence, from the cache's hits or (no lookup) computed afresh."""
         seq = f"s{self.next_id}"
         self.next_id += 1
-        cached = self.kv.cached_prefix(seq, prompt)
+        cached = self.kv.cached_prefix(seq, prompt) if lookup else []
         done = len(cached) * self.kv.block_size
         need = self.kv.blocks_needed(seq, len(prompt) - done, cached)
-        copies = self.kv.allocate_slots(seq, prompt[done:], cached)
+        copies = self._evicting_only_without_blanks(
+            lambda: self.kv.allocate_slots(seq, prompt[done:], cached))
         if copies is None:
             assert need > self.kv.num_free_blocks
             assert seq not in self.kv
@@ -80,7 +96,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         if seq not in self.contents or self._swapped(seq):
             return
         start = len(self.contents[seq])
-        copies = self.kv.allocate_slots(seq, new)
+        copies = self._evicting_only_without_blanks(lambda: self.kv.allocate_slots(seq, new))
         if copies is None:
             return
         if copies:
@@ -149,6 +165,17 @@ class PagedMemoryMachine(RuleBasedStateMachine):
     def _swapped(self, seq):
         return seq in self.kv.swapped_tables()
 
+    def _evicting_only_without_blanks(self, allocate):
+        """Run `allocate`; a cached block may only have been evicted for a
+        block taken when no blank one was left."""
+        blank = self.kv.stats().free_blocks
+        self.log.clear()
+        result = allocate()
+        kinds = self.log.kinds()
+        fresh = kinds.count("allocate")
+        assert kinds.count("evict") == max(0, fresh - blank), kinds
+        return result
+
     def _write(self, seq, start):
         table = self.kv.table(seq)
         for pos in range(start, table.num_tokens):
@@ -183,6 +210,22 @@ class PagedMemoryMachine(RuleBasedStateMachine):
             assert got == expected[start:], f"{seq} reads {got}, holds {expected[start:]}"
 
     @invariant()
+    def every_named_block_is_findable_and_live_copies_come_first(self):
+        pool = self.kv.allocator
+        keys = {b: pool.block_key(b) for b in range(pool.num_blocks) if pool.block_key(b)}
+        for key in keys.values():
+            found = pool.find_cached(key)
+            assert found is not None and keys[found].same_content(key)
+            copies = [b for b, other in keys.items() if other.same_content(key)]
+            if any(pool.ref_count(b) for b in copies):
+                assert pool.ref_count(found) > 0, f"{found} is free, a live copy is in {copies}"
+            if len(copies) > 1:
+                event("several copies of one content")
+            if any(other.hash == key.hash and not other.same_content(key)
+                   for other in keys.values()):
+                event("two contents share a name")
+
+    @invariant()
     def ref_counts_equal_table_references(self):
         for pool, tables in ((self.kv.allocator, self.kv.tables()),
                              (self.kv.swap_pool, self.kv.swapped_tables())):
@@ -190,7 +233,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
             for block in range(pool.num_blocks):
                 assert pool.ref_count(block) == owners[block]
                 # each block is free xor referenced
-                assert (block in pool._free) == (owners[block] == 0)
+                assert (block in pool.free_order()) == (owners[block] == 0)
 
     @invariant()
     def stats_add_up(self):
