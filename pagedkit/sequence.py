@@ -141,20 +141,12 @@ class SequenceGroup:
         return cls(request_id, prompt, list(prompt_token_ids), params, [first],
                    RequestMetrics(now), arrival_order=first.seq_id)
 
-    # Both are asked of every group every step: a group of one sequence (most
-    # are) is answered without building a comprehension or a generator.
     def unfinished_seqs(self) -> list[Sequence]:
-        seqs = self.seqs
-        if len(seqs) == 1:
-            return [] if seqs[0].is_finished else [seqs[0]]
-        return [s for s in seqs if not s.is_finished]
+        return [s for s in self.seqs if not s.is_finished]
 
     @property
     def is_finished(self) -> bool:
-        for s in self.seqs:  # noqa: SIM110  (a loop: all() builds a generator)
-            if not s.is_finished:
-                return False
-        return True
+        return all(s.is_finished for s in self.seqs)
 
     def set_status(self, status: SequenceStatus) -> None:
         for seq in self.unfinished_seqs():

@@ -8,9 +8,14 @@ chosen by nobody is freed at once. Most blocks of most beams stay shared,
 which is where the paper's large beam-search savings come from.
 
 The candidate rule follows transformers' ``generate(num_beams=...)``: the
-top ``2 x beam_width`` (beam, token) pairs by cumulative log-probability; an
-end-of-sequence candidate ranking in the first ``beam_width`` becomes a
-finished hypothesis, the first ``beam_width`` others continue.
+top ``max(2, 1 + number of stop ids) x beam_width`` (beam, token) pairs by
+cumulative log-probability — enough that ``beam_width`` of them do not stop
+even if every beam's best tokens are stop tokens; a stop candidate ranking
+in the first ``beam_width`` becomes a finished hypothesis, the first
+``beam_width`` others continue.
+
+The beams of a group are ranked against each other, so a step must bring
+all of them: the scheduler schedules a group whole.
 """
 
 from __future__ import annotations
@@ -29,67 +34,86 @@ def length_normalized(seq: Sequence, length_penalty: float) -> float:
 
 @dataclass
 class BeamStep:
-    """What one step of beam search decided; the scheduler frees what it drops."""
+    """What one step of beam search decided; the scheduler writes its memory
+    side (`Scheduler.update`: forks share their parent's blocks, dropped
+    beams are freed)."""
 
     new_tokens: dict[int, int]  # seq_id -> the token appended to it
+    forks: list[tuple[Sequence, Sequence]]  # (parent, new beam), already in group.seqs
     dropped: list[Sequence]  # beams chosen by nobody (already out of group.seqs)
     done: bool  # the search is over: every live beam stops
 
 
-def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
-              stop_ids: set[int], fork: Callable[[Sequence], Sequence],
-              new_seq_id: Callable[[], int]) -> BeamStep:
-    """Advance the group's beams by one token.
+Candidate = tuple[float, int, int, Sequence]  # (cumulative logprob, beam rank, token, beam)
 
-    `fork(parent)` makes a new beam of the group sharing all of `parent`'s
-    blocks; `new_seq_id()` names a finished hypothesis. Freeing the dropped
-    beams and finishing the search are the scheduler's (`Scheduler.update`)."""
+
+def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
+              stop_ids: set[int], new_seq_id: Callable[[], int]) -> BeamStep:
+    """Advance the group's beams by one token. `rows` pairs every live beam
+    with its logits; `new_seq_id()` names a new beam or a finished hypothesis."""
+    live = group.unfinished_seqs()
+    if [seq.seq_id for seq, _ in rows] != [seq.seq_id for seq in live]:
+        raise RuntimeError(f"beam search of request {group.request_id} got logits for "
+                           f"{len(rows)} of its {len(live)} beams: a group samples whole")
+    chosen = _choose(group, _candidates(group, rows, stop_ids), stop_ids, new_seq_id)
+    # every parent first keeps its own place; one chosen again forks (before it
+    # has its new token: the fork copies its tokens)
+    beams: list[Sequence] = []
+    forks: list[tuple[Sequence, Sequence]] = []
+    for _, _, parent in chosen:
+        if parent in beams:
+            forks.append((parent, parent.fork(new_seq_id())))
+            beams.append(forks[-1][1])
+        else:
+            beams.append(parent)
+    new_tokens: dict[int, int] = {}
+    for beam, (score, tok, _) in zip(beams, chosen, strict=True):
+        beam.token_ids.append(tok)
+        beam.cumulative_logprob = score
+        new_tokens[beam.seq_id] = tok
+    dropped = [seq for seq in live if seq not in beams]
+    group.seqs = [seq for seq in live if seq in beams] + [child for _, child in forks]
+    return BeamStep(new_tokens, forks, dropped, _search_is_done(group, group.params.beam_width))
+
+
+def _candidates(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
+                stop_ids: set[int]) -> list[Candidate]:
+    """Each beam's best ``max(2, 1 + len(stop_ids)) x beam_width`` next tokens
+    (transformers' number: at least ``beam_width`` of the best overall do not
+    stop), best first overall; ties go to the earlier beam, then the lower token."""
     params = group.params
-    width = params.beam_width
-    candidates: list[tuple[float, int, int, Sequence]] = []
+    keep = max(2, 1 + len(stop_ids)) * params.beam_width
+    candidates: list[Candidate] = []
     for rank, (seq, logits) in enumerate(rows):
         logprobs = torch.log_softmax(logits, dim=-1)
         if seq.num_output_tokens < params.min_tokens and stop_ids:
             logprobs[sorted(stop_ids)] = float("-inf")  # too early to stop
-        top = torch.topk(logprobs, min(2 * width, logprobs.numel()))
+        top = torch.topk(logprobs, min(keep, logprobs.numel()))
         for lp, tok in zip(top.values.tolist(), top.indices.tolist(), strict=True):
             candidates.append((seq.cumulative_logprob + lp, rank, tok, seq))
     candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+    return candidates[:keep]
 
+
+def _choose(group: SequenceGroup, candidates: list[Candidate], stop_ids: set[int],
+            new_seq_id: Callable[[], int]) -> list[tuple[float, int, Sequence]]:
+    """The first ``beam_width`` candidates that do not stop, as ``(score,
+    token, parent)``; a stop candidate among the first ``beam_width`` overall
+    becomes a finished hypothesis."""
+    width = group.params.beam_width
     chosen: list[tuple[float, int, Sequence]] = []
     for position, (score, _, tok, parent) in enumerate(candidates):
-        if score == float("-inf"):  # only masked tokens are left
+        if score == float("-inf") or len(chosen) == width:  # only masked tokens are left
             break
-        if tok in stop_ids:
-            if position < width:  # a finished hypothesis
-                done = parent.fork(new_seq_id())
-                done.token_ids.append(tok)
-                done.cumulative_logprob = score
-                done.finish_reason = FinishReason.STOP
-                group.finished_beams.append(done)
-            continue
-        chosen.append((score, tok, parent))
-        if len(chosen) == width:
-            break
-
-    new_tokens: dict[int, int] = {}
-    used: set[int] = set()
-    survivors: list[Sequence] = []
-    for score, tok, parent in chosen:
-        if parent.seq_id in used:  # chosen again: a new beam sharing all its blocks
-            beam = fork(parent)
-        else:
-            beam = parent
-            used.add(parent.seq_id)
-        survivors.append((beam, tok, score))
-    for beam, tok, score in survivors:
-        beam.token_ids.append(tok)
-        beam.cumulative_logprob = score
-        new_tokens[beam.seq_id] = tok
-    dropped = [seq for seq, _ in rows if seq.seq_id not in used]
-    live = {b.seq_id for b, _, _ in survivors}
-    group.seqs = [s for s in group.seqs if s.seq_id in live]
-    return BeamStep(new_tokens, dropped, _search_is_done(group, width))
+        if tok not in stop_ids:
+            chosen.append((score, tok, parent))
+        elif position < width:  # a finished hypothesis
+            done = parent.fork(new_seq_id())
+            done.token_ids.append(tok)
+            done.cumulative_logprob = score
+            done.finish_reason = FinishReason.STOP
+            group.finished_beams.append(done)
+    return chosen
 
 
 def _search_is_done(group: SequenceGroup, width: int) -> bool:

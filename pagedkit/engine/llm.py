@@ -92,20 +92,10 @@ class LLM:
     def _abort_unfinished(self, request_ids: list[str]) -> int:
         """End this call's requests that are still in the engine (finish reason
         ``"abort"``) and free their blocks. Their outputs would come with the
-        engine's next step, to a caller who never asked for them: drop them."""
-        engine = self.llm_engine
-        ended = set()
-        for request_id in request_ids:
-            if engine.abort_request(request_id):
-                ended.add(request_id)
-            elif request_id in engine.groups:
-                # interrupted mid-schedule, outside every queue: free it by hand
-                group = engine.groups[request_id]
-                engine.scheduler.free_uncomputed(group)
-                engine._retire(group)
-                ended.add(request_id)
-        engine._aborted = [o for o in engine._aborted if o.request_id not in ended]
-        return len(ended)
+        engine's next step, to a caller who never asked for them: they are
+        not reported."""
+        return sum(self.llm_engine.abort_request(request_id, report=False)
+                   for request_id in request_ids)
 
 
 def _prompt_list(prompts: Any) -> list[str | list[int]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
 from collections.abc import Sequence as SequenceLike
 from typing import Any
 
@@ -29,13 +30,13 @@ from ..memory import KVCacheManager
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
-from ..model.sampler import greedy_tokens, sample
 from ..model.support import check_supported
 from ..sampling_params import MAX_SEED, SamplingParams
-from ..scheduler import Admit, Scheduler, SchedulerConfig
-from ..sequence import FinishReason, Sequence, SequenceGroup, stop_reason
-from .beam_search import beam_step, best_beams
+from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from ..sequence import Sequence, SequenceGroup
+from .beam_search import best_beams
 from .outputs import CompletionOutput, RequestOutput, ScheduledInfo, StepOutput
+from .sampling import StopRule, sample_step
 
 #: KV cache size on CPU when neither num_blocks nor kv_cache_memory is given.
 DEFAULT_CPU_KV_CACHE_BYTES = 256 * 2**20
@@ -94,13 +95,13 @@ class LLMEngine:
         self.events = self.kv.events
         self.scheduler = Scheduler(self.scheduler_config, self.kv,
                                    release_window=self.release_window)
-        self.groups: dict[str, SequenceGroup] = {}
         self._seq_ids = itertools.count()  # per engine, so ids do not depend on other engines
         self._aborted: list[RequestOutput] = []  # reported by the next step
         self._peak_used_blocks = 0  # the most blocks in use at once, for memory_stats
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._seeded: dict[str, torch.Generator] = {}
         self.eos_token_ids = _eos_token_ids(model)
+        self.stop_rule = StopRule(self.eos_token_ids, self.max_model_len)
 
     def _num_blocks(self, spec: KVCacheSpec, block_size: int, num_blocks: int | None,
                     memory: int | None, utilization: float) -> int:
@@ -153,7 +154,6 @@ class LLMEngine:
             if params.seed is not None:
                 self._seeded[request_id] = torch.Generator(self.device).manual_seed(
                     params.seed)
-            self.groups[request_id] = group
             self.scheduler.add(group)
 
     def next_seq_id(self) -> int:
@@ -165,7 +165,7 @@ class LLMEngine:
         """Everything `add_request` checks, without queueing: returns the prompt's
         text (if any), its token ids and the sampling params."""
         request_id = str(request_id)
-        if request_id in self.groups:
+        if request_id in self.scheduler.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine")
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
@@ -210,13 +210,22 @@ class LLMEngine:
             raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
         return None, ids
 
-    def abort_request(self, request_id: str) -> bool:
-        """Stop a request and free its memory; its output (finish reason
-        ``"abort"``) comes with the next step. False if it was not in the engine."""
+    @property
+    def groups(self) -> Mapping[str, SequenceGroup]:
+        """The requests in flight, by id (the scheduler's `requests`, read-only)."""
+        return self.scheduler.requests
+
+    def abort_request(self, request_id: str, *, report: bool = True) -> bool:
+        """Stop a request wherever it is and free its memory; its output
+        (finish reason ``"abort"``) comes with the next step, unless
+        `report` is false (`LLM.generate` ending its own requests after a
+        fault). False if it was not in the engine."""
         group = self.scheduler.abort(str(request_id))
         if group is None:
             return False
-        self._aborted.append(self._retire(group))
+        output = self._retire(group)
+        if report:
+            self._aborted.append(output)
         return True
 
     def reset_prefix_cache(self) -> int:
@@ -236,138 +245,28 @@ class LLMEngine:
         plan = self.scheduler.schedule()
         self._peak_used_blocks = max(self._peak_used_blocks, self.kv.allocator.num_used_blocks)
         logits = self.runner.execute(plan, self.kv)
+        rows = _sampling_rows(plan)
+        sampled = sample_step(rows, logits, self.stop_rule, self._generator_of,
+                              self.next_seq_id) if rows else None
+        finished = self.scheduler.update(plan, sampled)
         out = StepOutput(step=plan.step, finished=self._aborted)
         self._aborted = []
+        out.scheduled = [ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
+                                       s.num_tokens > 1 or s.start < s.seq.prompt_len)
+                         for s in plan.scheduled]  # prefill: anything but one generated token
+        out.new_tokens = sampled.new_tokens if sampled else {}
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
-        # request -> (its group, [(sequence, its row of `logits`)]) for the sequences that sample
-        rows: dict[str, tuple[SequenceGroup, list[tuple[Sequence, int]]]] = {}
-        row = 0
-        for s in plan.scheduled:
-            seq, request_id = s.seq, s.group.request_id
-            # a decode computes one generated token; anything else is (re)filling the cache
-            out.scheduled.append(ScheduledInfo(request_id, seq.seq_id, s.num_tokens,
-                                               s.num_tokens > 1 or s.start < seq.prompt_len))
-            if s.computes_last_token:
-                rows.setdefault(request_id, (s.group, []))[1].append((seq, row))
-                row += 1
-        stops: list[tuple[SequenceGroup, Sequence, FinishReason]] = []
-        dropped: list[tuple[SequenceGroup, Sequence]] = []
-        if rows:
-            out.new_tokens = self._sample(rows, logits, stops, dropped)
-        for group in self.scheduler.update(plan, out.new_tokens, stops, dropped):
-            out.finished.append(self._retire(group))
+        out.finished += [self._retire(group) for group in finished]
         out.memory = self.memory_stats()
         out.duration_s = time.perf_counter() - start
         return out
 
-    def _sample(self, rows: dict[str, tuple[SequenceGroup, list[tuple[Sequence, int]]]],
-                logits: torch.Tensor,
-                stops: list[tuple[SequenceGroup, Sequence, FinishReason]],
-                dropped: list[tuple[SequenceGroup, Sequence]]) -> dict[int, int]:
-        """Sample the step's next tokens, request by request in scheduled order
-        (unseeded requests draw from the engine's generator in that order),
-        forking n samples or beams, and append them; say which sequences stop
-        or were dropped, for `Scheduler.update` to act on.
-
-        Greedy rows are picked by one argmax over the whole step's logits
-        (`greedy_tokens`); the others are drawn row by row, a seeded request
-        from its own generator, so its tokens do not depend on its batch."""
-        stop_sets: dict[tuple[tuple[int, ...], bool], set[int]] = {}  # one per stop rule
-        work = []
-        for group, group_rows in rows.values():
-            params = group.params
-            rule = (params.stop_token_ids, params.ignore_eos)
-            stop_ids = stop_sets.get(rule)
-            if stop_ids is None:
-                stop_ids = stop_sets[rule] = self._stop_ids(params)
-            work.append((group, group_rows, stop_ids))
-        logits = self._suppress_early_stops(work, logits)
-        greedy = (greedy_tokens(logits) if any(g.params.greedy and not g.params.use_beam_search
-                                               for g, _ in rows.values()) else [])
-        new: dict[int, int] = {}
-        for group, group_rows, stop_ids in work:
-            new.update(self._sample_group(group, group_rows, stop_ids, logits, greedy, stops,
-                                          dropped))
-        return new
-
-    def _stop_ids(self, params: SamplingParams) -> set[int]:
-        """The tokens that end a sequence of a request: its stop tokens, and
-        the model's end-of-sequence unless it ignores them."""
-        if params.ignore_eos:
-            return set(params.stop_token_ids)
-        return self.eos_token_ids.union(params.stop_token_ids)
-
-    def _suppress_early_stops(
-            self, work: list[tuple[SequenceGroup, list[tuple[Sequence, int]], set[int]]],
-            logits: torch.Tensor) -> torch.Tensor:
-        """``min_tokens``: a sequence that has generated fewer cannot pick a
-        stop token, so its row's stop tokens get -inf, in a copy of the logits
-        (the rows of beam searches are left as they are: `beam_step` masks
-        their log-probabilities itself)."""
-        early = []
-        for group, group_rows, stop_ids in work:
-            params = group.params
-            if not params.min_tokens or params.use_beam_search or not stop_ids:
-                continue
-            early += [(row, sorted(stop_ids)) for seq, row in group_rows
-                      if seq.num_output_tokens < params.min_tokens]
-        if not early:
-            return logits
-        logits = logits.clone()
-        for row, stop_ids in early:
-            logits[row, stop_ids] = float("-inf")
-        return logits
-
-    def _sample_group(self, group: SequenceGroup, rows: list[tuple[Sequence, int]],
-                      stop_ids: set[int], logits: torch.Tensor, greedy: list[int],
-                      stops: list[tuple[SequenceGroup, Sequence, FinishReason]],
-                      dropped: list[tuple[SequenceGroup, Sequence]]) -> dict[int, int]:
-        """One request's part of `_sample`: `rows` index `logits` (and `greedy`,
-        the argmax of every row)."""
-        params = group.params
-        if group.metrics.first_token_time is None:
-            group.metrics.first_token_time = time.monotonic()
-        if params.use_beam_search:
-            beams = beam_step(group, [(seq, logits[row]) for seq, row in rows], stop_ids,
-                              lambda parent: self.fork(parent, group), self.next_seq_id)
-            new = beams.new_tokens
-            dropped += [(group, seq) for seq in beams.dropped]
-            if beams.done:
-                stops += [(group, seq, FinishReason.STOP) for seq in group.seqs]
-                return new
-        else:
-            generator = self._seeded.get(group.request_id, self._generator)
-            new = {}
-            for seq, row in rows:
-                count = params.n if len(group.seqs) < params.n else 1  # first token: fork n
-                tokens = ([greedy[row]] * count if params.greedy
-                          else sample(logits[row], params, count, generator))
-                # the forks copy `seq` before it has its own token
-                forks = [self.fork(seq, group) for _ in tokens[1:]] if count > 1 else ()
-                seq.token_ids.append(tokens[0])
-                new[seq.seq_id] = tokens[0]
-                for fork, token in zip(forks, tokens[1:], strict=True):
-                    fork.token_ids.append(token)
-                    new[fork.seq_id] = token
-        for seq in group.unfinished_seqs():
-            if seq.seq_id in new:
-                reason = stop_reason(seq, params, stop_ids, self.max_model_len)
-                if reason is not None:
-                    stops.append((group, seq, reason))
-        return new
-
-    def fork(self, parent: Sequence, group: SequenceGroup) -> Sequence:
-        """A new sequence of `group` sharing every KV block of `parent` (paper §4.4)."""
-        child = parent.fork(self.next_seq_id())
-        self.kv.fork(parent.seq_id, child.seq_id)
-        group.seqs.append(child)
-        if self.events:
-            self.events.emit(Admit(child.seq_id, group.request_id))
-        return child
+    def _generator_of(self, group: SequenceGroup) -> torch.Generator:
+        """A seeded request's own generator, else the engine's."""
+        return self._seeded.get(group.request_id, self._generator)
 
     def _retire(self, group: SequenceGroup) -> RequestOutput:
         group.metrics.finish_time = time.monotonic()
-        self.groups.pop(group.request_id, None)
         self._seeded.pop(group.request_id, None)
         return self.output(group)
 
@@ -410,6 +309,20 @@ class LLMEngine:
         return (f"LLMEngine(model={self.model_name!r}, {s.total_blocks} blocks x {s.block_size} "
                 f"tokens, device={self.device.type}, dtype={str(self.dtype).removeprefix('torch.')}"
                 f", {len(self.groups)} requests in flight)")
+
+
+def _sampling_rows(plan: SchedulerOutput) -> list[tuple[SequenceGroup, list[tuple[Sequence, int]]]]:
+    """The groups that sample this step, in scheduled order, each with its
+    sequences in the group's order and their rows of the step's logits (one
+    row per sequence that computed its last token, in scheduled order)."""
+    rows: dict[int, int] = {}
+    groups: dict[int, SequenceGroup] = {}
+    for s in plan.scheduled:
+        if s.computes_last_token:
+            rows[s.seq.seq_id] = len(rows)
+            groups.setdefault(id(s.group), s.group)
+    return [(group, [(seq, rows[seq.seq_id]) for seq in group.unfinished_seqs()
+                     if seq.seq_id in rows]) for group in groups.values()]
 
 
 def _max_model_len(config: Any, requested: int | None) -> int:

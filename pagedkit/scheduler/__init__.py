@@ -1,8 +1,10 @@
 """Continuous batching over paged memory: which tokens each step computes."""
 
 from .events import FINISH_REASONS, Admit, Finish, Preempt, SchedulerEventKind, Step
+from .policy import Fit
 from .scheduler import (
     PREEMPTION_MODES,
+    Sampled,
     ScheduledSeq,
     Scheduler,
     SchedulerConfig,
@@ -14,7 +16,9 @@ __all__ = [
     "PREEMPTION_MODES",
     "Admit",
     "Finish",
+    "Fit",
     "Preempt",
+    "Sampled",
     "ScheduledSeq",
     "Scheduler",
     "SchedulerConfig",

@@ -6,7 +6,7 @@ running sequences and prompt tokens (whole, or a chunk with chunked prefill)
 of newly admitted ones. Requests join and leave between any two steps —
 continuous batching — so a short request never waits for a long one.
 
-The order of each step:
+The order of each step (`Scheduler.schedule`):
 
 1. **Running** groups, oldest first, get room for their next tokens. When
    the block pool runs dry, the *newest* running group is preempted (all its
@@ -19,11 +19,29 @@ The order of each step:
    sits swapped out or someone was preempted this step (paper §4.5): memory
    is short, and the oldest requests go first.
 
+The rules — who gives way, where a victim goes, who may come in — are pure
+functions of `pagedkit.scheduler.policy`, shared with the simulator; the
+loops that follow them are here, in view.
+
+**A group is scheduled whole.** Its sequences share blocks and, for beam
+search, are ranked against each other, so a step either computes the last
+token of every live sequence of a group (all of them sample) or of none.
+When the step's token budget cannot take the whole group, it waits for the
+next step — or, where splitting is allowed (chunked prefill, or tokens
+being recomputed after a preemption), computes a chunk that reaches no
+sequence's last token. A group larger than the whole budget (more beams than
+``max_num_batched_tokens``) runs when it is the first in a step.
+
+**A recomputed group shares its prompt again.** A group preempted by
+recomputation comes back as it first ran: its prompt is allocated once (from
+the prefix cache where it can), its sequences fork from it, and each appends
+its own generated tokens — what `KVCacheManager.blocks_to_admit` counts.
+
 "Oldest" is by arrival: every queue is kept in arrival order, so a group
 brought back from swap or recomputation takes its old place. The prompt of a
-new request must fit one step's token budget (the engine checks); the
-tokens a preempted sequence must recompute may not, so they are spread over
-as many steps as needed, as chunked prefill would.
+new request must fit one step's token budget (the engine checks); the tokens
+a preempted group must recompute may not, so they are spread over as many
+steps as needed.
 
 Every decision is also an event (`Admit`, `Preempt`, `Finish`, `Step`, from
 `pagedkit.scheduler.events`) on the memory's event bus, so widgets can replay it.
@@ -31,17 +49,26 @@ Every decision is also an event (`Admit`, `Preempt`, `Finish`, `Step`, from
 
 from __future__ import annotations
 
-import enum
 import time
 from collections import deque
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from .._validation import check_choice, check_int
 from ..memory import BlockCopy, KVCacheManager
 from ..sequence import FinishReason, Sequence, SequenceGroup, SequenceStatus
 from .events import Admit, Finish, Preempt, Step
-from .policy import Verdict, admit_fcfs, insert_by_arrival, preemption_mode, serve_oldest_first
+from .policy import (
+    Admission,
+    Fit,
+    Room,
+    admit_head,
+    insert_by_arrival,
+    make_room,
+    may_admit_waiting,
+    preemption_mode,
+)
 
 PREEMPTION_MODES = ("recompute", "swap")
 
@@ -97,8 +124,39 @@ class SchedulerOutput:
         return not self.scheduled
 
 
+@dataclass
+class Sampled:
+    """What sampling decided in a step, for `Scheduler.update` to write down.
+
+    The sampler only changes sequences (tokens, new forks in ``group.seqs``,
+    pruned beams out of it); the memory they hold changes in `update`."""
+
+    new_tokens: dict[int, int] = field(default_factory=dict)  # seq_id -> token appended
+    forks: list[tuple[SequenceGroup, Sequence, Sequence]] = field(
+        default_factory=list)  # (group, parent, child): the child shares all its parent's blocks
+    dropped: list[tuple[SequenceGroup, Sequence]] = field(default_factory=list)  # pruned beams
+    stops: list[tuple[SequenceGroup, Sequence, FinishReason]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A group's step: each sequence's tokens, and the fresh blocks they take
+    (counted once, when the plan is made). An admission lists every sequence
+    (one may compute nothing yet) and names the prefix-cache blocks its first
+    sequence starts from."""
+
+    group: SequenceGroup
+    seqs: list[ScheduledSeq]
+    blocks: int
+    cached: list[int] = field(default_factory=list)
+
+
 class Scheduler:
-    """FCFS continuous batching with a token budget, a sequence cap and preemption."""
+    """FCFS continuous batching with a token budget, a sequence cap and preemption.
+
+    It owns the requests in flight (`requests`, by id) and the memory of
+    their sequences: only the scheduler and its `KVCacheManager` write KV
+    bookkeeping."""
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager, *,
                  release_window: int | None = None) -> None:
@@ -116,311 +174,266 @@ class Scheduler:
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
         self.swapped: deque[SequenceGroup] = deque()
+        self._requests: dict[str, SequenceGroup] = {}
         self.num_steps = 0
         self.num_preemptions = 0
 
     # ----------------------------------------------------------------- queues
+    @property
+    def requests(self) -> Mapping[str, SequenceGroup]:
+        """Every request in flight, by id (read-only): queued, running,
+        swapped, or caught between queues by an interrupted step."""
+        return MappingProxyType(self._requests)
+
     def add(self, group: SequenceGroup) -> None:
+        if group.request_id in self._requests:
+            raise ValueError(f"request id {group.request_id!r} is already in the engine")
+        self._requests[group.request_id] = group
         _insert_by_arrival(self.waiting, group)
 
     def abort(self, request_id: str) -> SequenceGroup | None:
-        """Remove a request wherever it is and free its memory. Blocks past
-        what its sequences computed lose their prefix-cache names: a step that
-        failed midway may have named a full one whose K/V were never written."""
+        """End a request wherever it is and free its memory; None if it is not
+        in flight. Blocks past what its sequences computed lose their
+        prefix-cache names: a step that failed midway may have named a full
+        one whose K/V were never written."""
+        group = self._requests.pop(request_id, None)
+        if group is None:
+            return None
         for queue in (self.waiting, self.running, self.swapped):
-            for group in queue:
-                if group.request_id == request_id:
-                    queue.remove(group)
-                    self.free_uncomputed(group)
-                    self._end(group, FinishReason.ABORT)
-                    return group
-        return None
+            if group in queue:
+                queue.remove(group)
+        self._free_uncomputed(group)
+        self._end(group, FinishReason.ABORT)
+        return group
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped)
-
-    def finish_seq(self, group: SequenceGroup, seq: Sequence, reason: FinishReason,
-                   message: str | None = None) -> None:
-        """A sequence is done: free its blocks now (its group may run on)."""
-        seq.status = SequenceStatus.FINISHED
-        seq.finish_reason = reason
-        if seq.seq_id in self.kv:
-            self.kv.free(seq.seq_id)
-        if self.events:
-            self.events.emit(Finish(seq.seq_id, group.request_id, reason.value, message))
-
-    def free_uncomputed(self, group: SequenceGroup) -> None:
-        """Free the memory of a group's sequences, forgetting the prefix-cache
-        names of GPU blocks no step has computed (`KVCacheManager.free_uncomputed`;
-        a swapped-out group is simply freed: the swap pool names nothing)."""
-        held = [s for s in group.seqs if s.seq_id in self.kv]
-        for seq in held:
-            if seq.status is SequenceStatus.SWAPPED:
-                self.kv.free(seq.seq_id)
-        self.kv.free_uncomputed([(s.seq_id, s.num_computed_tokens) for s in held
-                                 if s.status is not SequenceStatus.SWAPPED])
-
-    def drop_seq(self, group: SequenceGroup, seq: Sequence) -> None:
-        """Free a sequence that leaves its group without an output (a pruned beam)."""
-        if seq.seq_id in self.kv:
-            self.kv.free(seq.seq_id)
-        seq.status = SequenceStatus.FINISHED
-        if self.events:
-            self.events.emit(Finish(seq.seq_id, group.request_id, "pruned"))
-
-    # ----------------------------------------------------------------- update
-    def update(self, out: SchedulerOutput, sampled: Mapping[Hashable, int] | None = None,
-               stops: Iterable[tuple[SequenceGroup, Sequence, FinishReason]] = (),
-               dropped: Iterable[tuple[SequenceGroup, Sequence]] = ()) -> list[SequenceGroup]:
-        """Close a step that ran (vLLM's ``update_from_output``, nano-vllm's
-        ``postprocess``): the only place a step's progress is written.
-
-        Every scheduled sequence now holds the K/V of the tokens it computed;
-        a sequence forked from one while sampling (n > 1, a beam chosen twice:
-        in `sampled`, seq id -> token, without being scheduled) has computed
-        all but the token it just sampled, like its parent.
-        Then `dropped` sequences (pruned beams) and those that `stops` names
-        are freed, and the groups with nothing left to run leave the running
-        list; they are returned, with the groups this step ended (that could
-        never fit), and a `Step` event closes the step.
-
-        A step that raised before this call changed no progress, so it is
-        simply scheduled again (its slots are still held)."""
-        scheduled = {}
-        for s in out.scheduled:
-            s.seq.num_computed_tokens = s.start + s.num_tokens
-            scheduled[s.seq.seq_id] = s.group
-        forked = sampled.keys() - scheduled.keys() if sampled else ()
-        if forked:
-            for group in {id(g): g for g in scheduled.values()}.values():
-                for seq in group.unfinished_seqs():
-                    if seq.seq_id in forked:
-                        seq.num_computed_tokens = seq.num_tokens - 1  # forked this step
-        for group, seq in dropped:
-            self.drop_seq(group, seq)
-        for group, seq, reason in stops:
-            self.finish_seq(group, seq, reason)
-        if self.release_window is not None:
-            self._release_outside_window(scheduled.values())
-        done = [g for g in self.running if g.is_finished]
-        if done:
-            self.running = [g for g in self.running if not g.is_finished]
-        self.emit_step(out.step)
-        return done + out.ended
-
-    def _release_outside_window(self, groups: Iterable[SequenceGroup]) -> None:
-        """Every sequence that took part in the step (its forks included) gives
-        back the blocks its next queries can no longer see."""
-        for group in {id(g): g for g in groups}.values():
-            for seq in group.unfinished_seqs():
-                if seq.seq_id in self.kv:  # a group that just ran is in GPU memory
-                    self.kv.release_outside_window(seq.seq_id, seq.num_computed_tokens,
-                                                   self.release_window)
+        return bool(self._requests)
 
     # --------------------------------------------------------------- schedule
     def schedule(self) -> SchedulerOutput:
+        """Decide the next step: running groups, then swapped ones, then new ones."""
         out = SchedulerOutput(step=self.num_steps)
         self.num_steps += 1
         budget = _Budget(self.config.max_num_batched_tokens, self.config.max_num_seqs)
         self._schedule_running(out, budget)
         if not out.preempted:
             self._schedule_swapped(out, budget)
-        if not out.preempted and not self.swapped:
+        if may_admit_waiting(bool(out.preempted), bool(self.swapped)):
             self._schedule_waiting(out, budget)
-        # decodes first, each part in its order: the model runner sends them through the
-        # decode kernel (a stable sort on num_tokens != 1, without a key call per sequence)
-        decodes = [s for s in out.scheduled if s.num_tokens == 1]
-        if len(decodes) < len(out.scheduled):
-            out.scheduled = decodes + [s for s in out.scheduled if s.num_tokens != 1]
+        # decodes first (stable): the model runner sends them through the decode kernel
+        out.scheduled.sort(key=lambda s: s.num_tokens != 1)
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: _Budget) -> None:
-        def try_serve(group: SequenceGroup) -> bool | None:
-            plan = self._plan(group, budget)
-            if plan is None:  # no budget left this step: it simply waits a step
-                budget.take(0, len(group.unfinished_seqs()))  # but keeps its seats
-                return None
-            if len(plan.seqs) > 1 and self._count(plan) > self.kv.num_free_blocks:
-                return False
-            return self._allocate(group, plan, out, budget)
+        """Oldest first, each group gets room for its next tokens; while one
+        does not fit, someone gives way (`policy.make_room`)."""
+        queue, self.running = deque(self.running), []
+        while queue:
+            group = queue.popleft()
+            fit = self._try_run(group, out, budget)
+            while fit is Fit.NO_MEMORY:
+                room = make_room(newer_unserved=bool(queue), older_served=bool(self.running))
+                if room is Room.PREEMPT_NEWEST:
+                    self._preempt(queue.pop(), out)
+                    fit = self._try_run(group, out, budget)
+                elif room is Room.STEP_ASIDE:
+                    self._preempt(group, out)
+                    break
+                else:
+                    self._end_never(group, out, "sequence outgrew the whole KV cache")
+                    break
+            if fit is not Fit.NO_MEMORY:  # served, or sitting this step out: still running
+                self.running.append(group)
 
-        def alone(group: SequenceGroup) -> None:  # the whole cache, and it still does not fit
-            self._end(group, FinishReason.LENGTH, "sequence outgrew the whole KV cache")
-            out.ended.append(group)
-
-        self.running = serve_oldest_first(self.running, try_serve,
-                                          lambda victim: self._preempt(victim, out), alone)
+    def _try_run(self, group: SequenceGroup, out: SchedulerOutput, budget: _Budget) -> Fit:
+        """Plan a running group's step and, if it fits, allocate it. A group
+        the budget cannot take this step keeps its seats and waits a step."""
+        plan = self._plan(group, budget)
+        if plan is None:
+            budget.take(0, len(group.unfinished_seqs()))
+            return Fit.NO_BUDGET
+        if plan.blocks > self.kv.num_free_blocks:
+            return Fit.NO_MEMORY
+        self._allocate(plan, out, budget)
+        return Fit.YES
 
     def _schedule_swapped(self, out: SchedulerOutput, budget: _Budget) -> None:
-        def try_swap_in(group: SequenceGroup) -> Verdict:
-            ids = [s.seq_id for s in group.unfinished_seqs()]
+        """Swapped groups come back oldest first, while they fit."""
+        while self.swapped:
+            group = self.swapped[0]
             plan = self._plan(group, budget)
-            if plan is None:
-                return Verdict.WAIT
-            if not self.kv.can_swap_in(ids, reserve=self._count(plan)):
-                # wait until running groups free their blocks; if none runs, it never fits
-                return Verdict.WAIT if self.running else Verdict.NEVER
+            ids = [s.seq_id for s in group.unfinished_seqs()]
+            fit = (Fit.NO_BUDGET if plan is None else
+                   Fit.YES if self.kv.can_swap_in(ids, reserve=plan.blocks) else Fit.NO_MEMORY)
+            verdict = admit_head(fit, memory_held=bool(self.running))
+            if verdict is Admission.WAIT:
+                return
+            self.swapped.popleft()
+            if verdict is Admission.NEVER:
+                for seq_id in ids:
+                    self.kv.free(seq_id)
+                self._end_never(group, out, "does not fit the whole KV cache")
+                continue
             out.swap_in += self.kv.swap_in(ids)
             group.set_status(SequenceStatus.RUNNING)
-            self._allocate(group, plan, out, budget)
+            self._allocate(plan, out, budget)
             _insert_by_arrival(self.running, group)
-            return Verdict.ADMITTED
-
-        def never(group: SequenceGroup) -> None:
-            for seq in group.unfinished_seqs():
-                self.kv.free(seq.seq_id)
-            self._end(group, FinishReason.LENGTH, "does not fit the whole KV cache")
-            out.ended.append(group)
-
-        admit_fcfs(self.swapped, try_swap_in, never)
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: _Budget) -> None:
-        def never(group: SequenceGroup) -> None:  # nothing else holds memory: it can never fit
-            self._end(group, FinishReason.LENGTH, "does not fit the whole KV cache")
-            out.ended.append(group)
+        """Waiting groups come in first come, first served, while they fit."""
+        while self.waiting:
+            group = self.waiting[0]
+            plan = self._plan_admission(group, budget)
+            fit = (Fit.NO_BUDGET if plan is None else
+                   Fit.YES if plan.blocks <= self.kv.num_free_blocks else Fit.NO_MEMORY)
+            verdict = admit_head(fit, memory_held=bool(self.running))
+            if verdict is Admission.WAIT:
+                return
+            self.waiting.popleft()
+            if verdict is Admission.NEVER:  # nothing else holds memory: it can never fit
+                self._end_never(group, out, "does not fit the whole KV cache")
+            else:
+                self._admit(plan, out, budget)
 
-        admit_fcfs(self.waiting, lambda group: self._admit(group, out, budget), never)
+    # ------------------------------------------------------------------ plans
+    def _plan(self, group: SequenceGroup, budget: _Budget) -> Plan | None:
+        """The step of a group in memory (GPU or swapped): each sequence's
+        tokens (`_split`) and the fresh blocks they take all together
+        (`KVCacheManager.blocks_needed_for`: sequences whose tables end in
+        one shared, partly filled block write into it together). None if the
+        budget cannot take the group now.
 
-    def _admit(self, group: SequenceGroup, out: SchedulerOutput, budget: _Budget) -> Verdict:
+        A sequence's table may already hold slots for some of these tokens (a
+        step that raised before its forward pass or its sampling, or a group
+        re-admitted whole): only the rest get new ones, so retrying a step
+        never allocates twice. (Progress is written only by `update`, after
+        sampling, so a step that raised left every sequence with its last
+        token still to compute.)"""
+        seqs = group.unfinished_seqs()
+        if not budget.fits_seats(len(seqs)):
+            return None
+        for seq in seqs:
+            if seq.num_uncomputed_tokens == 0:  # update() always leaves the sampled token
+                raise RuntimeError(f"sequence {seq.seq_id} of request {group.request_id} has "
+                                   "computed all its tokens and has no token to sample from")
+        starts = [s.num_computed_tokens for s in seqs]
+        takes = self._split(seqs, starts, budget)
+        if takes is None:
+            return None
+        scheduled = [ScheduledSeq(group, s, n, start)
+                     for s, start, n in zip(seqs, starts, takes, strict=True) if n]
+        blocks = self.kv.blocks_needed_for(
+            (p.seq.seq_id, max(0, p.start + p.num_tokens - self.kv.table(p.seq.seq_id).num_tokens))
+            for p in scheduled)
+        return Plan(group, scheduled, blocks)
+
+    def _plan_admission(self, group: SequenceGroup, budget: _Budget) -> Plan | None:
+        """The first step of a waiting group, from its prefix-cache hits. A
+        group that comes back after a recompute preemption with several
+        sequences shares its prompt again: the first sequence holds the
+        prompt, the others fork from it and recompute only their own tokens
+        (from the prompt's last full block on: a partly filled one is copied
+        for each, before anyone computed it). All its blocks are taken at
+        once, counted by `KVCacheManager.blocks_to_admit`."""
+        seqs = group.unfinished_seqs()
         # seats for every sequence the request will fork into (n samples, beams)
-        if not budget.fits(0, max(group.params.num_sequences, len(group.seqs))):
-            return Verdict.WAIT
-        admitted = self._place(group, budget)
-        if admitted is Shortage.BUDGET:
-            return Verdict.WAIT  # no tokens left this step: next step
-        if admitted is Shortage.MEMORY:
-            # first come, first served: the head waits for memory, unless none is held
-            return Verdict.WAIT if self.running else Verdict.NEVER
+        if not budget.fits_seats(max(group.params.num_sequences, len(seqs))):
+            return None
+        first = seqs[0]
+        cached = self.kv.cached_prefix(first.seq_id, first.token_ids)
+        prompt_len, block_size = first.prompt_len, self.kv.block_size
+        shared_start = prompt_len - prompt_len % block_size  # the forks' start
+        starts = [len(cached) * block_size] + [shared_start] * (len(seqs) - 1)
+        takes = self._split(seqs, starts, budget)
+        if takes is None or not takes[0]:
+            return None
+        scheduled = [ScheduledSeq(group, s, n, start)
+                     for s, start, n in zip(seqs, starts, takes, strict=True)]
+        if len(seqs) == 1:  # one stream (a prompt, or a prompt and its recomputed output)
+            blocks = self.kv.blocks_needed(first.seq_id, takes[0], cached)
+        else:
+            blocks = self.kv.blocks_to_admit(first.seq_id, prompt_len - starts[0], cached,
+                                             [s.num_tokens - prompt_len for s in seqs])
+        return Plan(group, scheduled, blocks, cached)
+
+    def _split(self, seqs: list[Sequence], starts: list[int], budget: _Budget) -> list[int] | None:
+        """How many tokens each sequence of a group computes this step, or
+        None if the group must wait for the next one.
+
+        Whole if the budget takes it: every sequence computes up to its last
+        token, and samples. Otherwise a chunk, where splitting is allowed
+        (chunked prefill, or tokens recomputed after a preemption: only the
+        prompt was checked against the budget): the budget's tokens in
+        sequence order, reaching no sequence's last token, so nobody samples
+        while a sibling waits. A group that can be neither (more decoding
+        sequences than the whole budget) runs whole as the first of a step."""
+        wants = [s.num_tokens - start for s, start in zip(seqs, starts, strict=True)]
+        if sum(wants) <= budget.tokens_left:
+            return wants
+        if self.config.enable_chunked_prefill or any(s.num_output_tokens for s in seqs):
+            takes, left = [], budget.tokens_left
+            for want in wants:
+                takes.append(min(left, want - 1))
+                left -= takes[-1]
+            if any(takes):
+                return takes
+        return wants if budget.untouched else None
+
+    # ------------------------------------------------------------- mechanics
+    def _allocate(self, plan: Plan, out: SchedulerOutput, budget: _Budget) -> None:
+        """Give a counted plan's tokens their slots: a refusal is a broken count."""
+        for p in plan.seqs:
+            held = self.kv.num_tokens(p.seq.seq_id)  # slots a failed step may have left
+            self._must(plan, self.kv.allocate_slots(
+                p.seq.seq_id, p.seq.token_ids[held:p.start + p.num_tokens]), out)
+            out.scheduled.append(p)
+        budget.take(sum(p.num_tokens for p in plan.seqs), len(plan.group.unfinished_seqs()))
+
+    def _admit(self, plan: Plan, out: SchedulerOutput, budget: _Budget) -> None:
+        """Allocate a waiting group's first step, sharing its prompt (see
+        `_plan_admission`), and start running it."""
+        group = plan.group
+        seqs = group.unfinished_seqs()
+        first, head = seqs[0], plan.seqs[0]
+        if len(seqs) == 1:
+            self._must(plan, self.kv.allocate_slots(
+                first.seq_id, first.token_ids[head.start:head.start + head.num_tokens],
+                plan.cached), out)
+        else:  # the prompt once, then every sequence's own tokens after it
+            self._must(plan, self.kv.allocate_slots(
+                first.seq_id, first.token_ids[head.start:first.prompt_len], plan.cached), out)
+            for seq in seqs[1:]:
+                self.kv.fork(first.seq_id, seq.seq_id)
+            for seq in seqs:
+                self._must(plan, self.kv.allocate_slots(
+                    seq.seq_id, seq.token_ids[first.prompt_len:]), out)
+        for p in plan.seqs:
+            p.seq.num_computed_tokens = p.start
+            if p.num_tokens:
+                out.scheduled.append(p)
+            budget.take(p.num_tokens, 1)
         if group.metrics.first_scheduled_time is None:
             group.metrics.first_scheduled_time = time.monotonic()
-            group.num_cached_tokens = sum(s.start for s, _ in admitted)
-        for s, copies in admitted:
-            if s.num_tokens:
-                out.scheduled.append(s)
-            out.block_copies += copies
-            budget.take(s.num_tokens, 1)
+            group.num_cached_tokens = head.start
         group.set_status(SequenceStatus.RUNNING)
         _insert_by_arrival(self.running, group)
         out.admitted.append(group)
         if self.events:
-            for seq in group.unfinished_seqs():
+            for seq in seqs:
                 self.events.emit(Admit(seq.seq_id, group.request_id))
-        return Verdict.ADMITTED
 
-    def _place(self, group: SequenceGroup, budget: _Budget
-               ) -> list[tuple[ScheduledSeq, list[BlockCopy]]] | Shortage:
-        """Give each sequence of a waiting group room for its prompt (or the
-        first chunk of it), starting from whatever the prefix cache holds.
-
-        Sequences are placed one after another, so the second sequence of a
-        group (one preempted after forking) finds the first one's blocks in
-        the prefix cache and shares them. If any does not fit, the ones placed
-        are freed again and the `Shortage` is returned."""
-        placed: list[tuple[ScheduledSeq, list[BlockCopy]]] = []
-        tokens_left = budget.tokens_left
-        for seq in group.unfinished_seqs():
-            cached = self.kv.cached_prefix(seq.seq_id, seq.token_ids)
-            start = len(cached) * self.kv.block_size
-            take = self._take(seq, seq.num_tokens - start, tokens_left)
-            if take is None or (take == 0 and not placed):
-                self._roll_back(placed)
-                return Shortage.BUDGET
-            copies = self.kv.allocate_slots(seq.seq_id, seq.token_ids[start:start + take],
-                                            cached)
-            if copies is None:
-                self._roll_back(placed)
-                return Shortage.MEMORY
-            seq.num_computed_tokens = start
-            tokens_left -= take
-            placed.append((ScheduledSeq(group, seq, take, start), copies))
-        return placed
-
-    def _take(self, seq: Sequence, want: int, tokens_left: int) -> int | None:
-        """How many of its `want` tokens a sequence computes this step, or None
-        if it must compute them all at once and they do not fit. A prompt is
-        split only with chunked prefill; tokens being recomputed after a
-        preemption always may be (only the prompt was checked against the
-        budget)."""
-        if want <= tokens_left:
-            return want  # all of them, split or not
-        if self.config.enable_chunked_prefill or seq.num_output_tokens:
-            return tokens_left
-        return None
-
-    # ------------------------------------------------------------ mechanics
-    def _roll_back(self, placed: list[tuple[ScheduledSeq, list[BlockCopy]]]) -> None:
-        """Undo a partial admission. The blocks it allocated were never
-        computed, so their prefix-cache names must go with them: a later
-        cache hit on one would read keys and values that were never written."""
-        self.kv.free_uncomputed([(s.seq.seq_id, s.start) for s, _ in placed])
-        for s, _ in placed:
-            s.seq.num_computed_tokens = 0
-
-    def _plan(self, group: SequenceGroup, budget: _Budget) -> _GroupPlan | None:
-        """How many tokens each sequence of a group in memory (GPU or swapped)
-        computes this step (`_count` says how many fresh blocks that takes);
-        None if the budget cannot take the group now.
-
-        A sequence's table may already hold slots for some of these tokens (a
-        step that raised before its forward pass or its sampling): only the
-        rest get new ones, so retrying a step never allocates twice. (Progress
-        is written only by `update`, after sampling, so a step that raised left
-        every sequence with its last token still to compute.)"""
-        seqs = group.unfinished_seqs()
-        if not budget.fits(0, len(seqs)):
-            return None
-        plan = _GroupPlan([])
-        tokens_left = budget.tokens_left
-        for seq in seqs:
-            want = seq.num_uncomputed_tokens
-            if want == 0:  # update() always leaves the sampled token to compute
-                raise RuntimeError(f"sequence {seq.seq_id} of request {group.request_id} has "
-                                   "computed all its tokens and has no token to sample from")
-            take = self._take(seq, want, tokens_left)
-            if take is None:
-                return None
-            tokens_left -= take
-            if take:
-                plan.seqs.append(_SeqPlan(seq, seq.num_computed_tokens, take))
-        return plan if plan.seqs else None
-
-    def _count(self, plan: _GroupPlan) -> int:
-        """The exact number of fresh blocks a plan takes, its sequences together
-        (`KVCacheManager.blocks_needed_for`: those whose tables end in one
-        shared, partly filled block write into it together); kept in the plan."""
-        plan.blocks = self.kv.blocks_needed_for(
-            (p.seq.seq_id, p.start + p.num_tokens - self.kv.table(p.seq.seq_id).num_tokens)
-            for p in plan.seqs)
-        return plan.blocks
-
-    def _allocate(self, group: SequenceGroup, plan: _GroupPlan, out: SchedulerOutput,
-                  budget: _Budget) -> bool:
-        """Give a plan's tokens their slots. A plan of one sequence needs no
-        count first: its table's append is all or nothing, so it may return
-        False (nothing changed: the pool is too small). A counted plan found
-        room in `_count`: a refusal then is a broken invariant."""
-        for p in plan.seqs:
-            seq = p.seq
-            held = self.kv.num_tokens(seq.seq_id)  # slots a failed step may have left
-            copies = self.kv.allocate_slots(seq.seq_id,
-                                            seq.token_ids[held:p.start + p.num_tokens])
-            if copies is None:
-                if plan.blocks is None:  # one sequence, not counted: it does not fit
-                    return False
-                raise RuntimeError(f"scheduler planned {plan.blocks} blocks for group "
-                                   f"{group.request_id} but the pool refused sequence "
-                                   f"{seq.seq_id}")
-            if copies:
-                out.block_copies += copies
-            out.scheduled.append(ScheduledSeq(group, seq, p.num_tokens, p.start))
-            budget.take(p.num_tokens, 1)
-        return True
+    def _must(self, plan: Plan, copies: list[BlockCopy] | None, out: SchedulerOutput) -> None:
+        if copies is None:
+            raise RuntimeError(f"scheduler counted {plan.blocks} blocks for request "
+                               f"{plan.group.request_id} but the pool refused them")
+        out.block_copies += copies
 
     def _preempt(self, group: SequenceGroup, out: SchedulerOutput) -> None:
         """Evict a whole group (paper §4.5: all-or-nothing, its blocks are shared)."""
         seqs = group.unfinished_seqs()
         ids = [s.seq_id for s in seqs]
-        mode = preemption_mode(self.config.preemption_mode, lambda: self.kv.can_swap_out(ids))
+        requested = self.config.preemption_mode
+        mode = preemption_mode(requested, requested == "swap" and self.kv.can_swap_out(ids))
         if mode == "swap":
             out.swap_out += self.kv.swap_out(ids)
             group.set_status(SequenceStatus.SWAPPED)
@@ -438,10 +451,91 @@ class Scheduler:
             for seq in seqs:
                 self.events.emit(Preempt(seq.seq_id, group.request_id, mode))
 
+    def _end_never(self, group: SequenceGroup, out: SchedulerOutput, message: str) -> None:
+        """A group that can never fit the cache ends with ``"length"``."""
+        self._end(group, FinishReason.LENGTH, message)
+        self._requests.pop(group.request_id, None)
+        out.ended.append(group)
+
     def _end(self, group: SequenceGroup, reason: FinishReason,
              message: str | None = None) -> None:
         for seq in group.unfinished_seqs():
-            self.finish_seq(group, seq, reason, message)
+            self._finish_seq(group, seq, reason, message)
+
+    def _finish_seq(self, group: SequenceGroup, seq: Sequence, reason: FinishReason,
+                    message: str | None = None) -> None:
+        """A sequence is done: free its blocks now (its group may run on)."""
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        if seq.seq_id in self.kv:
+            self.kv.free(seq.seq_id)
+        if self.events:
+            self.events.emit(Finish(seq.seq_id, group.request_id, reason.value, message))
+
+    def _drop_seq(self, group: SequenceGroup, seq: Sequence) -> None:
+        """Free a sequence that leaves its group without an output (a pruned beam)."""
+        if seq.seq_id in self.kv:
+            self.kv.free(seq.seq_id)
+        seq.status = SequenceStatus.FINISHED
+        if self.events:
+            self.events.emit(Finish(seq.seq_id, group.request_id, "pruned"))
+
+    def _free_uncomputed(self, group: SequenceGroup) -> None:
+        """Free the memory of a group's sequences, forgetting the prefix-cache
+        names of GPU blocks no step has computed (`KVCacheManager.free_uncomputed`;
+        a swapped-out group is simply freed: the swap pool names nothing)."""
+        held = [s for s in group.seqs if s.seq_id in self.kv]
+        for seq in held:
+            if seq.status is SequenceStatus.SWAPPED:
+                self.kv.free(seq.seq_id)
+        self.kv.free_uncomputed([(s.seq_id, s.num_computed_tokens) for s in held
+                                 if s.status is not SequenceStatus.SWAPPED])
+
+    # ----------------------------------------------------------------- update
+    def update(self, out: SchedulerOutput, sampled: Sampled | None = None) -> list[SequenceGroup]:
+        """Close a step that ran (vLLM's ``update_from_output``, nano-vllm's
+        ``postprocess``): the only place a step's progress is written.
+
+        Every scheduled sequence now holds the K/V of the tokens it computed;
+        a sequence forked while sampling (n > 1, a beam chosen twice) gets
+        all its parent's blocks and has computed all but the token it just
+        sampled, like its parent. Then the pruned beams and the sequences
+        that stop are freed, and the groups with nothing left to run leave
+        the running list and the requests in flight; they are returned, with
+        the groups this step ended (that could never fit), and a `Step`
+        event closes the step.
+
+        A step that raised before this call changed no progress, so it is
+        simply scheduled again (its slots are still held)."""
+        sampled = Sampled() if sampled is None else sampled
+        for s in out.scheduled:
+            s.seq.num_computed_tokens = s.start + s.num_tokens
+        for group, parent, child in sampled.forks:
+            self.kv.fork(parent.seq_id, child.seq_id)
+            child.num_computed_tokens = child.num_tokens - 1
+            if self.events:
+                self.events.emit(Admit(child.seq_id, group.request_id))
+        for group, seq in sampled.dropped:
+            self._drop_seq(group, seq)
+        for group, seq, reason in sampled.stops:
+            self._finish_seq(group, seq, reason)
+        if self.release_window is not None:
+            self._release_outside_window(out.scheduled)
+        done = [g for g in self.running if g.is_finished]
+        self.running = [g for g in self.running if not g.is_finished]
+        for group in done:
+            self._requests.pop(group.request_id, None)
+        self.emit_step(out.step)
+        return done + out.ended
+
+    def _release_outside_window(self, scheduled: Iterable[ScheduledSeq]) -> None:
+        """Every sequence that took part in the step (its forks included) gives
+        back the blocks its next queries can no longer see."""
+        for group in {id(s.group): s.group for s in scheduled}.values():
+            for seq in group.unfinished_seqs():
+                if seq.seq_id in self.kv:  # a group that just ran is in GPU memory
+                    self.kv.release_outside_window(seq.seq_id, seq.num_computed_tokens,
+                                                   self.release_window)
 
     def emit_step(self, step: int) -> None:
         if self.events:  # the queues ride along: requests never admitted make no event
@@ -458,35 +552,21 @@ def _arrival(group: SequenceGroup) -> tuple[float, int]:
     return group.metrics.arrival_time, group.arrival_order
 
 
-class Shortage(enum.Enum):
-    """Why a waiting group could not be placed this step."""
-
-    BUDGET = "budget"  # no tokens left in this step
-    MEMORY = "memory"  # not enough free blocks
-
-
-@dataclass(slots=True)
-class _SeqPlan:
-    seq: Sequence
-    start: int
-    num_tokens: int
-
-
-@dataclass(slots=True)
-class _GroupPlan:
-    seqs: list[_SeqPlan]
-    blocks: int | None = None  # fresh blocks the whole group takes, once counted (`_count`)
-
-
 class _Budget:
     """Tokens and sequences left in this step."""
 
     def __init__(self, max_tokens: int, max_seqs: int) -> None:
+        self.max_tokens = max_tokens
         self.tokens_left = max_tokens
         self.seqs_left = max_seqs
 
-    def fits(self, tokens: int, seqs: int) -> bool:
-        return tokens <= self.tokens_left and seqs <= self.seqs_left and self.tokens_left > 0
+    @property
+    def untouched(self) -> bool:
+        """Nothing has been scheduled yet: a group may exceed the budget alone."""
+        return self.tokens_left == self.max_tokens
+
+    def fits_seats(self, seqs: int) -> bool:
+        return seqs <= self.seqs_left and self.tokens_left > 0
 
     def take(self, tokens: int, seqs: int) -> None:
         self.tokens_left -= tokens

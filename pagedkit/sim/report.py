@@ -294,7 +294,7 @@ def scheduler_benchmark(duration: float = 3600.0, seed: int = 0) -> dict:
     simulator?"."""
     from ..memory import KVCacheManager
     from ..sampling_params import SamplingParams
-    from ..scheduler import Scheduler, SchedulerConfig
+    from ..scheduler import Sampled, Scheduler, SchedulerConfig
     from ..sequence import FinishReason, SequenceGroup
     from .latency import LatencyModel
 
@@ -323,7 +323,7 @@ def scheduler_benchmark(duration: float = 3600.0, seed: int = 0) -> dict:
                 s.seq.token_ids.append(1)
                 if len(s.seq.output_token_ids) >= s.group.params.max_tokens:
                     stops.append((s.group, s.seq, FinishReason.LENGTH))
-        finished += len(sched.update(out, stops=stops))
+        finished += len(sched.update(out, Sampled(stops=stops)))
         now += latency.step_time(out.num_batched_tokens, context, block_size)
         steps += 1
     return {"manager": "engine Scheduler (vLLM memory)", "requests": len(requests),

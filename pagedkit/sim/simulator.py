@@ -60,11 +60,13 @@ from .._validation import check_choice, check_int, check_number
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..scheduler import PREEMPTION_MODES, Admit, Finish, Preempt, Step
 from ..scheduler.policy import (
-    Verdict,
-    admit_fcfs,
+    Admission,
+    Fit,
+    Room,
+    admit_head,
     insert_by_arrival,
+    make_room,
     preemption_mode,
-    serve_oldest_first,
 )
 from .latency import LatencyModel, ModelPreset
 from .managers import PAGED, ContiguousMemory, Group, ManagerSpec, PagedMemory, Seq, Usage
@@ -325,27 +327,27 @@ class Simulator:
 
     def _make_room_for_running(self) -> list[Group]:
         """Give every running request its next slot, oldest first, preempting
-        the newest while the paged pool is short (§4.5)."""
+        the newest while the paged pool is short (§4.5, `policy.make_room`)."""
         preempted: list[Group] = []
-        try_serve = self.memory.try_append
-        if isinstance(self.sharing, BeamSearch):
-            reshuffled: set[int] = set()  # groups whose beams chose their parents this iteration
-
-            def try_serve(group: Group) -> bool:
-                if id(group) not in reshuffled:  # once per iteration, also when retried
-                    self._reshuffle_beams(group)
-                    reshuffled.add(id(group))
-                return self.memory.try_append(group)
-
-        def preempt(victim: Group) -> None:
-            self._preempt(victim)
-            preempted.append(victim)
-
-        def alone(group: Group) -> None:  # admission checked it fits an empty pool
-            raise RuntimeError(f"request {group.request_id} outgrew the whole pool alone; "
-                               "the simulator's admission check has a bug")
-
-        self.running = serve_oldest_first(self.running, try_serve, preempt, alone)
+        queue, self.running = deque(self.running), []
+        while queue:
+            group = queue.popleft()
+            if isinstance(self.sharing, BeamSearch):
+                self._reshuffle_beams(group)  # once per iteration, also when retried
+            fits = self.memory.try_append(group)
+            while not fits:
+                room = make_room(newer_unserved=bool(queue), older_served=bool(self.running))
+                if room is Room.NEVER:  # admission checked it fits an empty pool
+                    raise RuntimeError(f"request {group.request_id} outgrew the whole pool "
+                                       "alone; the simulator's admission check has a bug")
+                victim = queue.pop() if room is Room.PREEMPT_NEWEST else group
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is group:
+                    break
+                fits = self.memory.try_append(group)
+            if fits:
+                self.running.append(group)
         return preempted
 
     def _reshuffle_beams(self, group: Group) -> None:
@@ -371,7 +373,8 @@ class Simulator:
         group.seqs = beams
 
     def _preempt(self, group: Group) -> None:
-        how = preemption_mode(self.preemption, lambda: self.memory.can_swap_out(group))
+        how = preemption_mode(self.preemption,
+                              self.preemption == "swap" and self.memory.can_swap_out(group))
         if how == "swap":
             self.memory.swap_out(group)
             insert_by_arrival(self.swapped, group, _arrival)
@@ -390,30 +393,26 @@ class Simulator:
 
     def _swap_in(self) -> None:
         """Bring swapped-out requests back, oldest first, while they fit."""
-        if not self.swapped:
-            return
         seqs = self._num_running_seqs()
-
-        def try_swap_in(group: Group) -> Verdict:
-            nonlocal seqs
+        while self.swapped:
+            group = self.swapped[0]
             # room to come back plus one block per sequence for its next token;
             # into an otherwise empty pool a group always fits (it did before)
             reserve = len(group.seqs) + self._watermark if self.running else 0
-            if seqs + len(group.seqs) > self.max_num_seqs or \
-                    not self.memory.can_swap_in(group, reserve):
-                return Verdict.WAIT
+            fit = (Fit.NO_BUDGET if seqs + len(group.seqs) > self.max_num_seqs else
+                   Fit.YES if self.memory.can_swap_in(group, reserve) else Fit.NO_MEMORY)
+            verdict = admit_head(fit, memory_held=bool(self.running))
+            if verdict is Admission.WAIT:
+                return
+            if verdict is Admission.NEVER:
+                raise RuntimeError(f"request {group.request_id} cannot come back from swap; "
+                                   "this is a bug")
+            self.swapped.popleft()
             self.memory.swap_in(group)
             if not self.memory.try_append(group):
                 raise RuntimeError("a swapped-in group found no room it had reserved")
             insert_by_arrival(self.running, group, _arrival)
             seqs += len(group.seqs)
-            return Verdict.ADMITTED
-
-        def never(group: Group) -> None:
-            raise RuntimeError(f"request {group.request_id} cannot come back from swap; "
-                               "this is a bug")
-
-        admit_fcfs(self.swapped, try_swap_in, never)
 
     def _admit(self) -> tuple[int, list[Group]]:
         """Admit waiting requests in arrival order while they fit and the
@@ -421,30 +420,28 @@ class Simulator:
         tokens to compute and the admitted groups."""
         if not self.waiting or self.waiting[0] is self.memory.blocked:
             return 0, []  # nobody waits, or nothing was freed since the head did not fit
-        prefill, seqs, never = 0, self._num_running_seqs(), {}
-
-        def try_admit(group: Group) -> Verdict:
-            nonlocal prefill, seqs
-            if not group.checked:
-                never[id(group)] = self.never_fits(group)
-                if never[id(group)]:
-                    return Verdict.NEVER
-                group.checked = True
-            if seqs + len(group.seqs) > self.max_num_seqs:
-                return Verdict.WAIT
-            computed = self._try_admit(group)
-            if computed is None:
-                return Verdict.WAIT
+        prefill, seqs, admitted = 0, self._num_running_seqs(), []
+        while self.waiting:
+            group = self.waiting[0]
+            never = None if group.checked else self.never_fits(group)
+            if never:
+                self.waiting.popleft()
+                self._abort(group, never)
+                continue
+            group.checked = True
+            computed = None
+            if seqs + len(group.seqs) <= self.max_num_seqs:
+                computed = self._try_admit(group)
+            if computed is None:  # first come, first served: everyone behind it waits
+                break
+            self.waiting.popleft()
             insert_by_arrival(self.running, group, _arrival)
+            admitted.append(group)
             prefill += computed
             seqs += len(group.seqs)
             if self.events:
                 for seq in group.seqs:
                     self.events.emit(Admit(seq.seq_id, group.request_id))
-            return Verdict.ADMITTED
-
-        admitted = admit_fcfs(self.waiting, try_admit,
-                              lambda group: self._abort(group, never[id(group)]))
         return prefill, admitted
 
     def never_fits(self, group: Group) -> str | None:

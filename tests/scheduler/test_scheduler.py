@@ -7,7 +7,7 @@ import pytest
 
 from pagedkit.memory import KVCacheManager
 from pagedkit.sampling_params import SamplingParams
-from pagedkit.scheduler import Scheduler, SchedulerConfig
+from pagedkit.scheduler import Sampled, Scheduler, SchedulerConfig
 from pagedkit.scheduler.policy import preemption_mode
 from pagedkit.sequence import FinishReason, SequenceGroup, SequenceStatus
 
@@ -37,7 +37,7 @@ def step(sched):
             s.seq.token_ids.append(1)
             if len(s.seq.output_token_ids) >= s.group.params.max_tokens:
                 stops.append((s.group, s.seq, FinishReason.LENGTH))
-    done = sched.update(out, stops=stops)
+    done = sched.update(out, Sampled(stops=stops))
     return out, done
 
 
@@ -126,9 +126,9 @@ def test_nobody_is_admitted_while_a_group_is_swapped_out():
 
 
 def test_swap_without_cpu_room_falls_back_to_recompute():
-    assert preemption_mode("swap", lambda: True) == "swap"
-    assert preemption_mode("swap", lambda: False) == "recompute"
-    assert preemption_mode("recompute", lambda: pytest.fail("not asked")) == "recompute"
+    assert preemption_mode("swap", swap_fits=True) == "swap"
+    assert preemption_mode("swap", swap_fits=False) == "recompute"
+    assert preemption_mode("recompute", swap_fits=True) == "recompute"
     sched, _ = make(4, swap_blocks=1, mode="swap")  # 1 CPU block: a 2-block group won't go
     add(sched, 0, 4, 8)
     add(sched, 1, 4, 8)
