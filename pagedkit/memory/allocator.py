@@ -273,6 +273,7 @@ class BlockAllocator:
         """Make a full block findable by its key. Several blocks may hold the
         same content (computed twice): each is named. Returns False if caching
         is off or the block already has a name."""
+        _check_key(key)
         if not self.enable_prefix_caching:
             return False
         fill = self._fill[self._check_id(block)]
@@ -294,7 +295,7 @@ class BlockAllocator:
         cached one. The name finds the candidates; their keys must be equal
         too, so even a hash collision is a miss, never another prefix's K/V."""
         found = None
-        for block in self._cache.get(key.hash, ()):
+        for block in self._cache.get(_check_key(key).hash, ()):
             if self._key[block].same_content(key):
                 if self._ref[block]:
                     return block
@@ -356,3 +357,9 @@ class BlockAllocator:
         if not 0 <= block < self.num_blocks:
             raise IndexError(f"block id {block} is outside the pool [0, {self.num_blocks})")
         return block
+
+
+def _check_key(key: BlockKey) -> BlockKey:
+    if not isinstance(key, BlockKey):
+        raise TypeError(f"a block's cache entry is a BlockKey (from new_key), got {key!r}")
+    return key
