@@ -5,7 +5,9 @@ test process that imported it without the variable cannot interpret a
 kernel any more. `lab04.check_paged_kernel` therefore sends the kernel's
 source here, in a child process that sets the variable before anything
 imports Triton, runs it on the check's cases and prints one JSON line per
-case: the largest difference from the float64 reference, or the error.
+case as it finishes: the largest difference from the float64 reference, or
+the error (a segmentation fault prints nothing more: the lines before it say
+which case it struck).
 
     python -m pagedkit.exercises._kernel_runner SPEC.json
 """
@@ -48,11 +50,43 @@ def guarded_table(blocks):
     return torch.from_numpy(table)
 
 
-def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int, seed: int):
-    """One sequence's K/V in shuffled blocks of a cache whose blocks are padded
-    (one spare token row each, so a block's stride is not block_size x a
-    token's), every slot outside the sequence NaN, a block table that ends at
-    an unreadable page (`guarded_table`), and a query per head."""
+FAR = 2**31  # elements: a cache offset past this does not fit 32 bits
+
+
+def sparse_cache(num_blocks: int, block_size: int, num_heads: int, head_dim: int,
+                 block_stride: int, head_stride: int):
+    """K and V caches, each ``[num_blocks, block_size, num_heads, head_dim]`` in
+    fp16 with the given strides, as views of one mapping of ``num_blocks *
+    block_stride`` elements that is anonymous and unreserved: only the pages
+    written take memory (the rest read as zeros). K and V are interleaved, each
+    token's row holding K's heads and then V's, so both have the same strides."""
+    import mmap
+
+    import torch
+
+    row_stride = 2 * num_heads * head_stride
+    if block_size * row_stride > block_stride or head_dim > head_stride:
+        raise ValueError("sparse_cache: the strides overlap")
+    map_noreserve = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value (Python < 3.13)
+    buf = mmap.mmap(-1, 2 * num_blocks * block_stride,
+                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | map_noreserve)
+    _GUARDED.append(buf)
+    flat = torch.frombuffer(buf, dtype=torch.float16)
+    shape = (num_blocks, block_size, num_heads, head_dim)
+    strides = (block_stride, row_stride, head_stride, 1)
+    return (flat.as_strided(shape, strides, 0),
+            flat.as_strided(shape, strides, num_heads * head_stride))
+
+
+def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int, seed: int,
+               far: bool = False):
+    """One sequence's K/V in shuffled blocks of a cache whose blocks and heads are
+    padded (a spare token row per block and spare elements per head, so no stride
+    is the product of the sizes after it), every slot outside the sequence NaN, a
+    block table that ends at an unreadable page (`guarded_table`), and a query
+    per head. With `far`, the cache is fp16 and so big that every block of the
+    sequence starts past 2^31 elements (`sparse_cache`): block * stride_block
+    overflows 32 bits, and only an offset computed in 64 bits finds the tokens."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -60,11 +94,22 @@ def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int,
     value = torch.randn(context_len, num_heads, head_dim, generator=gen)
     query = torch.randn(num_heads, head_dim, generator=gen)
     used = -(-context_len // block_size)
-    num_blocks = used + 3
-    storage_k = torch.full((num_blocks, block_size + 1, num_heads, head_dim), float("nan"))
-    storage_v = storage_k.clone()
-    k_cache, v_cache = storage_k[:, :block_size], storage_v[:, :block_size]  # padded blocks
-    blocks = torch.randperm(num_blocks, generator=gen)[:used]
+    if far:
+        key, value = key.half(), value.half()
+        block_stride = 2**26 + 1                      # a block every 64 Mi elements
+        first = -(-FAR // block_stride)              # the first block that starts past 2^31
+        num_blocks = first + used + 2
+        k_cache, v_cache = sparse_cache(num_blocks, block_size, num_heads, head_dim,
+                                        block_stride, head_dim + 3)
+        blocks = first + torch.randperm(used + 2, generator=gen)[:used]
+    else:
+        num_blocks = used + 3
+        storage_k = torch.full((num_blocks, block_size + 1, num_heads, head_dim + 3),
+                               float("nan"))
+        storage_v = storage_k.clone()
+        k_cache = storage_k[:, :block_size, :, :head_dim]     # padded blocks and heads
+        v_cache = storage_v[:, :block_size, :, :head_dim]
+        blocks = torch.randperm(num_blocks, generator=gen)[:used]
     for i in range(context_len):
         k_cache[blocks[i // block_size], i % block_size] = key[i]
         v_cache[blocks[i // block_size], i % block_size] = value[i]
@@ -87,11 +132,19 @@ def run(spec: dict) -> list[dict]:
         exec(compile("\n".join(lines), "<your kernel>", "exec"), namespace)
         kernel = triton.jit(namespace[spec["name"]])   # the interpreter needs no source file
     except Exception as err:  # the learner's syntax or name error
+        _report({"error": f"{type(err).__name__}: {err}"})
         return [{"error": f"{type(err).__name__}: {err}"}]
     results = []
-    for context_len, block_size, num_heads, head_dim, seed in spec["cases"]:
-        query, k_cache, v_cache, table, expected = paged_case(context_len, block_size,
-                                                              num_heads, head_dim, seed)
+    for context_len, block_size, num_heads, head_dim, seed, far in spec["cases"]:
+        try:
+            query, k_cache, v_cache, table, expected = paged_case(
+                context_len, block_size, num_heads, head_dim, seed, far)
+        except OSError as err:  # no room to map a far cache here (a strict overcommit policy)
+            if not far:
+                raise
+            results.append({"skipped": f"{type(err).__name__}: {err}"})
+            _report(results[-1])
+            continue
         out = torch.full_like(query, float("nan"))
         try:
             kernel[(num_heads,)](query, k_cache, v_cache, table, out, context_len,
@@ -101,12 +154,20 @@ def run(spec: dict) -> list[dict]:
         except Exception as err:
             lines = traceback.format_exception_only(type(err), err)
             results.append({"error": "".join(lines).strip()[-600:]})
+            _report(results[-1])
             break
         diff = (out.double() - expected).abs().max().item()
         results.append({"nan": bool(torch.isnan(out).any()), "max_diff": diff})
+        _report(results[-1])
     return results
+
+
+def _report(result: dict) -> None:
+    """One JSON line per case as soon as it is done: if the process then dies (a
+    read outside memory), the lines printed say which case killed it."""
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:
-        print(json.dumps(run(json.load(f))))
+        run(json.load(f))

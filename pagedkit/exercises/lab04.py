@@ -424,9 +424,11 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
 
 
 # ------------------------------------------------------ paged_kernel (Triton)
-KERNEL_CASES = (  # (context_len, block_size, num_heads, head_dim, seed)
-    (5, 4, 2, 16, 0), (37, 16, 2, 16, 1), (1, 8, 1, 16, 2), (70, 4, 2, 16, 3),
-    (33, 3, 2, 16, 4), (16, 16, 1, 16, 5), (9, 1, 2, 16, 6),
+KERNEL_CASES = (  # (context_len, block_size, num_heads, head_dim, seed, far)
+    (5, 4, 2, 16, 0, False), (37, 16, 2, 16, 1, False), (1, 8, 1, 16, 2, False),
+    (70, 4, 2, 16, 3, False), (33, 3, 2, 16, 4, False), (16, 16, 1, 16, 5, False),
+    (9, 1, 2, 16, 6, False),
+    (20, 8, 2, 16, 7, True),  # far: every block of the sequence starts past 2^31 elements
 )
 KERNEL_BLOCK_N = 16  # tokens per tile: tiles span several blocks, or part of one
 
@@ -437,10 +439,12 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     lookup the learner wrote. It runs in Triton's interpreter in a fresh
     process (the interpreter must be on before Triton is imported; see
     `_kernel_runner`) on shuffled blocks of 1 to 16 tokens, in a cache whose
-    blocks are padded (so a block's stride is not block_size x a token's),
-    with a block table that ends where unreadable memory begins (an unmasked
-    table load faults), and is compared with float64 attention on the un-paged
-    K/V."""
+    blocks and heads are padded (so a block's stride is not block_size x a
+    token's, nor a head's head_dim), with a block table that ends where
+    unreadable memory begins (an unmasked table load faults), once in a cache
+    so big that its blocks start past 2^31 elements (block ids multiplied in
+    32 bits wrap around), and is compared with float64 attention on the
+    un-paged K/V."""
     import importlib.util
     import inspect
     import json
@@ -490,37 +494,62 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
                                         "interpreter: does a loop never end?")
     finally:
         os.unlink(f.name)
+    results = [json.loads(line) for line in done.stdout.splitlines()
+               if line.startswith("{")]                 # one line per case run
+    hint = ("token n sits in physical block block_table[n // BLOCK_SIZE], at offset "
+            "n % BLOCK_SIZE; its row starts at block * stride_block + offset * stride_token + "
+            "head * stride_head (use the strides: the cache's blocks and heads are padded)")
+    far_hint = ("block * stride_block is past 2^31 here, as in any big cache: 32-bit "
+                "arithmetic wraps around to a negative offset. Cast the block ids to tl.int64 "
+                "before multiplying")
     if done.returncode in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
+        struck = KERNEL_CASES[min(len(results), len(KERNEL_CASES) - 1)]
+        if struck[5]:
+            return CheckResult(name, False, f"{_kernel_call(struck)} read memory outside its "
+                                            "tensors: the interpreter process died of a "
+                                            f"segmentation fault.  Hint: {far_hint}")
         return CheckResult(name, False, "your kernel read memory outside its tensors: the "
                                         "interpreter process died of a segmentation fault. Most "
                                         "likely it read the block table past its end (here the "
                                         "table ends where unreadable memory begins): load it "
                                         "with mask=n_mask, so that lanes past the context read "
                                         "nothing")
-    if done.returncode != 0 or not done.stdout.strip():
+    if done.returncode != 0 or not results:
         return CheckResult(name, False, "the interpreter process failed: "
                                         + (done.stderr.strip()[-600:] or "no output"))
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    hint = ("token n sits in physical block block_table[n // BLOCK_SIZE], at offset "
-            "n % BLOCK_SIZE; its row starts at block * stride_block + offset * stride_token + "
-            "head * stride_head (use the strides: the cache's blocks may be padded)")
-    for (n, bs, heads, d, _), result in zip(KERNEL_CASES, results, strict=False):
-        call = (f"your kernel on {n} tokens in shuffled blocks of {bs} ({heads} head"
-                f"{'s' if heads > 1 else ''}, head_dim {d}, tiles of {KERNEL_BLOCK_N})")
+    skipped = []
+    for case, result in zip(KERNEL_CASES, results, strict=False):
+        call = _kernel_call(case)
+        case_hint = far_hint if case[5] else hint
+        if "skipped" in result:
+            skipped.append(result["skipped"])
+            continue
         if "error" in result:
             return CheckResult(name, False, f"{call} raised {result['error']}")
         if result["nan"]:
             return CheckResult(name, False, f"{call} returned NaN: every slot outside the "
-                                            f"sequence is NaN here, so you read one.  Hint: {hint}")
+                                            "sequence is NaN here (a padding element of a "
+                                            f"block or a head too), so you read one.  Hint: "
+                                            f"{case_hint}")
         if result["max_diff"] > 1e-4:
             return CheckResult(name, False, f"{call} is off by up to {result['max_diff']:.3g} "
-                                            f"from attention on the un-paged K/V.  Hint: {hint}")
+                                            f"from attention on the un-paged K/V.  Hint: "
+                                            f"{case_hint}")
     if len(results) < len(KERNEL_CASES):
         first = results[0] if results else {}
         return CheckResult(name, False, f"your kernel could not be run: {first.get('error')}")
-    return CheckResult(name, True, f"all {len(KERNEL_CASES)} cases match attention on the "
-                                   "un-paged K/V (Triton's interpreter; block sizes 1 to 16, "
-                                   "padded blocks)")
+    far = (" (the cache past 2^31 elements could not be mapped here, so 64-bit offsets went "
+           f"unchecked: {skipped[0]})" if skipped else ", a cache past 2^31 elements")
+    return CheckResult(name, True, f"all {len(KERNEL_CASES) - len(skipped)} cases match "
+                                   "attention on the un-paged K/V (Triton's interpreter; block "
+                                   f"sizes 1 to 16, padded blocks and heads{far})")
+
+
+def _kernel_call(case: tuple) -> str:
+    n, bs, heads, d, _seed, far = case
+    where = ", in a cache so big that its blocks start past 2^31 elements" if far else ""
+    return (f"your kernel on {n} tokens in shuffled blocks of {bs} ({heads} head"
+            f"{'s' if heads > 1 else ''}, head_dim {d}, tiles of {KERNEL_BLOCK_N}{where})")
 
 
 CHECKS = {

@@ -57,6 +57,9 @@ ADMIT_CASES = [
     Case(([("a", 8)], 8, 1, 2, 4), [("a", 8)], f"exactly enough is enough; {_BLOCKS}"),
     Case(([], 16, 4, 4, 4), [], "nobody waiting, nobody admitted"),
     Case(([("a", 3)], 0, 4, 4, 4), [], "no tokens left in the budget: nobody is admitted"),
+    Case(([("a", 2), ("b", 3)], 16, 0, 10, 4), [],
+         "no seat left (the running requests hold every one): nobody is admitted — check the "
+         "seats before admitting, not only after"),
     Case(([("a", 10), ("b", 3)], 6, 8, 10, 4), [("a", 6)],
          "with chunked prefill the head takes what the budget allows (6 of its 10 tokens); "
          "then the budget is spent", {"chunked": True}),

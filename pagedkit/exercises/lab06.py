@@ -87,6 +87,11 @@ VICTIM_CASES = [
     Case(([("A", 0, 3), ("B", 1, 2), ("C", 0, 1)], 0), ["C"],
          "B needs a block: C is newest, so C goes, although C itself needed none this step"),
     Case(([], 4), [], "nobody running, nobody preempted"),
+    Case(([("A", 3, 4), ("B", 1, 1), ("C", 1, 1), ("D", 1, 1)], 1), ["D", "C", "B"],
+         "A needs 3 blocks and 1 is free: D's block is not enough, so keep preempting (C "
+         f"too) until A fits; then for B: {_ITSELF}"),
+    Case(([("A", 1, 4), ("B", 1, 2), ("C", 0, 1)], 0), ["C", "B"],
+         f"{_NEWEST}: C goes for A though C needs nothing this step; then for B: {_ITSELF}"),
     Case(([("A", 1, 4), ("B", 1, 3), ("C", 0, 2)], 2), [],
          "exactly enough is enough: A and B take the 2 free blocks, C needs none this step (its "
          "last block has room), so nobody is preempted — preempt only while a request needs "

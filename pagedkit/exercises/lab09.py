@@ -38,6 +38,9 @@ def check_tokens_that_fit(fn: Callable) -> CheckResult:
         ((10**9, 40, 40, 128, 2, 16), "OPT-13B-like in fp16 with 1 GB: count whole blocks only "
                                       "(round down), then multiply by block_size"),
         ((10**9, 40, 40, 128, 2, 32), "the same with blocks of 32: a partial block is no use"),
+        ((2 * 10**9, 40, 40, 128, 2, 16), "the same model with 2 GB: 152.6 blocks' worth of "
+                                          "bytes hold 152 whole blocks (round down, never to "
+                                          "the nearest)"),
         ((8 * 2**20, 4, 2, 64, 4, 16), "pagedkit's tiny model in float32 with 8 MiB"),
     ]
     cases = [Case(args, _fit(*args), hint) for args, hint in specs]

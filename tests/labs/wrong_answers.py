@@ -893,3 +893,82 @@ def _wrong_kernels():
 
 
 WRONG[("lab04", "paged_kernel")] = _wrong_kernels()
+
+
+# ------------------------------------------ more wrong answers (#27): boundaries once missed
+def admit_seats_checked_after(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        if tokens <= 0:
+            break
+        take = min(n, tokens) if chunked else n
+        need = _ceil(take, bs)
+        if take > tokens or need > blocks:
+            break
+        admitted.append((rid, take))
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+        if seats == 0:                          # checked after admitting: 0 seats admits one
+            break
+    return admitted
+
+
+def victims_one_per_request(running, free):
+    queue, victims, served = list(running), [], 0
+    while queue:
+        rid, needed, _ = queue.pop(0)
+        if needed > free and queue:             # if, not while: one victim, enough or not
+            victim, _, held = queue.pop()
+            victims.append(victim)
+            free += held
+        if needed <= free:
+            free -= needed
+            served += 1
+        elif served:
+            victims.append(rid)
+    return victims
+
+
+def victims_only_those_that_need(running, free):
+    queue, victims, served = list(running), [], 0
+    while queue:
+        rid, needed, _ = queue.pop(0)
+        while needed > free and queue:          # spares the newest if it needs nothing now
+            victim = ([r for r in queue if r[1] > 0] or queue)[-1]
+            queue.remove(victim)
+            victims.append(victim[0])
+            free += victim[2]
+        if needed <= free:
+            free -= needed
+            served += 1
+        elif served:
+            victims.append(rid)
+    return victims
+
+
+def fit_blocks_rounded(mem, layers, heads, dim, dtype, bs):
+    return round(mem / (2 * layers * heads * dim * dtype * bs)) * bs  # to the nearest block
+
+
+WRONG[("lab05", "admit")].append(admit_seats_checked_after)
+WRONG[("lab06", "choose_victims")] += [victims_one_per_request, victims_only_those_that_need]
+WRONG[("lab09", "tokens_that_fit")].append(fit_blocks_rounded)
+
+
+def _more_wrong_kernels():
+    if importlib.util.find_spec("triton") is None:  # pragma: no cover - no Triton, no exercise
+        return []
+    return [
+        _kernel_variant("kernel_block_ids_in_32_bits", (  # block * stride_block wraps past 2^31
+            "            block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=n_mask, "
+            "other=0)\n"
+            "            row = block * stride_block + (n % BLOCK_SIZE) * stride_token + "
+            "head * stride_head\n")),
+        _kernel_variant("kernel_heads_head_dim_apart", (  # true only while heads are packed
+            "            block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=n_mask, "
+            "other=0).to(tl.int64)\n"
+            "            row = block * stride_block + (n % BLOCK_SIZE) * stride_token + "
+            "head * HEAD_DIM\n")),
+    ]
+
+
+WRONG[("lab04", "paged_kernel")] += _more_wrong_kernels()
