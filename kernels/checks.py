@@ -28,19 +28,17 @@ def _shape(t: torch.Tensor) -> list[int]:
     return list(t.shape)
 
 
-def check_cache(name: str, cache: torch.Tensor) -> None:
-    if cache.dim() != 4:
-        raise ValueError(f"{name} must be {CACHE_LAYOUT}, got shape {_shape(cache)}")
-    if not cache.is_contiguous():
-        raise ValueError(
-            f"{name} must be contiguous (slot addresses are computed from its shape); got "
-            f"shape {_shape(cache)} with strides {list(cache.stride())}. Allocate the cache with "
-            "torch.empty/zeros instead of slicing or transposing a larger tensor")
-
-
 def check_cache_pair(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-    check_cache("k_cache", k_cache)
-    check_cache("v_cache", v_cache)
+    """Both caches are contiguous ``[num_blocks, block_size, num_kv_heads,
+    head_dim]`` tensors of one shape, dtype and device."""
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.dim() != 4:
+            raise ValueError(f"{name} must be {CACHE_LAYOUT}, got shape {_shape(cache)}")
+        if not cache.is_contiguous():
+            raise ValueError(
+                f"{name} must be contiguous (slot addresses are computed from its shape); got "
+                f"shape {_shape(cache)} with strides {list(cache.stride())}. Allocate the cache "
+                "with torch.empty/zeros instead of slicing or transposing a larger tensor")
     if v_cache.shape != k_cache.shape:
         raise ValueError(f"v_cache shape {_shape(v_cache)} differs from k_cache shape "
                          f"{_shape(k_cache)}")

@@ -17,7 +17,7 @@ in Triton's interpreter with the configuration of the default target.
 
 `Launch` is one kernel call, spelled out (kernel, grid, arguments, launch
 options). The wrappers in `paged_decode` / `paged_prefill` build their
-launches with a ``plan_*`` function and run them; the compile test builds
+launches with a ``*_launches`` function and run them; the compile test builds
 the same launches and compiles them for each target without a GPU.
 """
 

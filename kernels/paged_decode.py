@@ -213,7 +213,7 @@ def default_num_splits(num_seqs: int, num_kv_heads: int, max_context: int,
     return max(1, min(wanted, triton.cdiv(max_context, MIN_TOKENS_PER_SPLIT)))
 
 
-def plan_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+def decode_launches(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 block_tables: torch.Tensor, context_lens: torch.Tensor, out: torch.Tensor,
                 scale: float, *, sliding_window: int | None, softcap: float | None,
                 sinks: torch.Tensor | None, num_splits: int | None,
@@ -288,7 +288,7 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     if num_seqs == 0:
         return out
     scale = head_dim ** -0.5 if scale is None else float(scale)
-    launch.run_all(plan_decode(
+    launch.run_all(decode_launches(
         query, k_cache, v_cache, block_tables.contiguous(), context_lens.contiguous(), out,
         scale, sliding_window=sliding_window, softcap=None if softcap is None else float(softcap),
         sinks=None if sinks is None else sinks.contiguous(), num_splits=num_splits,

@@ -132,7 +132,7 @@ def _paged_prefill_kernel(
                  mask=row_mask[:, None] & d_mask[None, :])
 
 
-def plan_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+def prefill_launches(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
                  context_lens: torch.Tensor, out: torch.Tensor, scale: float, max_q_len: int, *,
                  sliding_window: int | None, softcap: float | None, sinks: torch.Tensor | None,
@@ -187,7 +187,7 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
         return out
     scale = head_dim ** -0.5 if scale is None else float(scale)
     max_q_len = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
-    launch.run_all(plan_prefill(
+    launch.run_all(prefill_launches(
         query, k_cache, v_cache, block_tables.contiguous(), cu_seqlens_q.contiguous(),
         context_lens.contiguous(), out, scale, max_q_len, sliding_window=sliding_window,
         softcap=None if softcap is None else float(softcap),

@@ -70,7 +70,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import inspect
 import os
 import sys
 import warnings
@@ -78,7 +77,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from pagedkit.kernels import batched, checks, reference
+from pagedkit.kernels import batched, reference
 from pagedkit.kernels.batched import paged_decode_attention as paged_decode_attention_batched
 from pagedkit.kernels.batched import (
     paged_prefill_attention as paged_prefill_attention_batched,
@@ -94,12 +93,14 @@ from pagedkit.kernels.reference import store_kv as store_kv_reference
 __all__ = [
     "MIN_FORCED_TRITON_CAPABILITY",
     "MIN_TRITON_CAPABILITY",
+    "OVERRIDES",
     "Backend",
     "KernelFallbackWarning",
     "StepOps",
     "backend",
     "copy_blocks",
     "copy_blocks_reference",
+    "override",
     "paged_decode_attention",
     "paged_decode_attention_batched",
     "paged_decode_attention_reference",
@@ -233,16 +234,7 @@ def backend(device: torch.device | str) -> Backend:
         return Backend("batched", f"forced by {source}")
 
     if mode == "triton":
-        problem = _triton_import_error()
-        if problem is None and device.type == "cpu" and not all(map(_interpreted,
-                                                                    _TRITON_MODULES)):
-            problem = ("Triton kernels run on CPU only in Triton's interpreter, and Triton "
-                       "reads TRITON_INTERPRET=1 when a kernel module is imported: set it "
-                       "before importing pagedkit (in a notebook, restart the kernel first)")
-        if problem is None and device.type == "cuda":
-            problem = _gpu_too_old(device, forced=True)
-        if problem is None and device.type not in ("cpu", "cuda"):
-            problem = f"Triton does not run on {device.type} devices"
+        problem = _forced_triton_problem(device)
         if problem:
             raise RuntimeError(f"{source} forces the Triton kernels, but {problem}")
         where = "in the interpreter" if device.type == "cpu" else f"on {device}"
@@ -261,6 +253,21 @@ def backend(device: torch.device | str) -> Backend:
     return Backend("batched", f"{problem}: the batched torch path runs instead")
 
 
+def _forced_triton_problem(device: torch.device) -> str | None:
+    """Why the Triton kernels cannot run on `device` even on request, or None."""
+    problem = _triton_import_error()
+    if problem is None and device.type == "cpu" and not all(map(_interpreted,
+                                                                _TRITON_MODULES)):
+        problem = ("Triton kernels run on CPU only in Triton's interpreter, and Triton "
+                   "reads TRITON_INTERPRET=1 when a kernel module is imported: set it "
+                   "before importing pagedkit (in a notebook, restart the kernel first)")
+    if problem is None and device.type == "cuda":
+        problem = _gpu_too_old(device, forced=True)
+    if problem is None and device.type not in ("cpu", "cuda"):
+        problem = f"Triton does not run on {device.type} devices"
+    return problem
+
+
 def _notice(device: str, problem: str) -> None:
     """One line, once per device and problem, when a GPU does not get Triton."""
     if (device, problem) not in _noticed:
@@ -275,126 +282,121 @@ def _triton_op(name: str) -> Callable:
 
 
 def _implementation(name: str, choice: Backend) -> Callable:
+    """Operation `name` as `choice` implements it (batched has no copy_blocks:
+    the reference's is one batched op already)."""
     if choice == "triton":
         return _triton_op(name)
-    if choice == "batched" and hasattr(batched, name):  # copy_blocks is one op already
+    if choice == "batched" and name != "copy_blocks":
         return getattr(batched, name)
     return getattr(reference, name)
 
 
-def _op(name: str, device: torch.device) -> Callable:
-    return _implementation(name, backend(device))
+#: Functions plugged in for an operation, by its name here, in place of the
+#: backend's; `override` puts one in for a block (`use_decode_attention` does,
+#: for a learner's function). The public ops look here first, so a direct call
+#: and every layer of an engine step alike run the plugged-in function, called
+#: with the op's own arguments (no ``step_cache``).
+OVERRIDES: dict[str, Callable] = {}
+
+
+@contextlib.contextmanager
+def override(name: str, fn: Callable) -> Iterator[None]:
+    """``with ops.override("paged_decode_attention", fn): ...`` — operation
+    `name` runs `fn` inside the block (same arguments as the op); the
+    previous function, or none, comes back after it, errors included."""
+    if name not in _TRITON_MODULES:
+        raise ValueError(f"no operation named {name!r}; one of {sorted(_TRITON_MODULES)}")
+    previous = OVERRIDES.get(name)
+    OVERRIDES[name] = fn
+    try:
+        yield
+    finally:
+        if previous is None:
+            del OVERRIDES[name]
+        else:
+            OVERRIDES[name] = previous
 
 
 def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
              v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
     """Write new tokens' K/V ``[num_tokens, num_kv_heads, head_dim]`` into their
     slots of the paged cache; a negative slot skips the token."""
-    _op("store_kv", k_cache.device)(key, value, k_cache, v_cache, slot_mapping, check=check)
-
-
-@functools.lru_cache(maxsize=64)
-def _parameters(op: Callable) -> frozenset[str] | None:
-    """The parameter names of `op`, None if it takes any keyword (``**kwargs``:
-    a wrapper that records or times the calls). Cached: every layer asks."""
-    parameters = inspect.signature(op).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return frozenset(p.name for p in parameters)
-
-
-def _given(op: Callable, name: str, choice: Backend, options: dict) -> dict:
-    """The options to pass `op`: those that are set (so an implementation
-    without an option still serves calls that do not use it), refusing one it lacks."""
-    given = {k: v for k, v in options.items() if v is not None}
-    accepted = _parameters(op)
-    missing = [] if accepted is None else sorted(set(given) - accepted)
-    if missing:
-        raise NotImplementedError(
-            f"the {choice} {name} does not implement {', '.join(missing)} yet; "
-            "use the torch reference: ops.use_backend('torch') or PAGEDKIT_KERNELS=torch")
-    return given
-
-
-def _attention_op(name: str, device: torch.device, **options) -> tuple[Callable, dict]:
-    """The op for `device` and the options to pass it (`_given`)."""
-    choice = backend(device)
-    op = _implementation(name, choice)
-    return op, _given(op, name, choice, options)
+    op = OVERRIDES.get("store_kv") or _implementation("store_kv", backend(k_cache.device))
+    op(key, value, k_cache, v_cache, slot_mapping, check=check)
 
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor,
                            scale: float | None = None, *, sliding_window: int | None = None,
                            softcap: float | None = None, sinks: torch.Tensor | None = None,
-                           num_splits: int | None = None, check: bool = True) -> torch.Tensor:
+                           num_splits: int | None = None, check: bool = True,
+                           step_cache: dict | None = None) -> torch.Tensor:
     """One query token per sequence attending to its paged K/V; see
     `pagedkit.kernels.reference.paged_decode_attention` for the contract
-    (`sliding_window`, `softcap`, `sinks`: `pagedkit.kernels.reference.attention`)."""
-    op, options = _attention_op("paged_decode_attention", k_cache.device,
-                                sliding_window=sliding_window, softcap=softcap, sinks=sinks)
-    return op(query, k_cache, v_cache, block_tables, context_lens, scale, num_splits=num_splits,
-              check=check, **options)
+    (`sliding_window`, `softcap`, `sinks`: `pagedkit.kernels.reference.attention`).
+    `step_cache`: a dict the calls of one engine step share (`StepOps`), in
+    which the batched path keeps what depends only on the tables and lengths."""
+    args = (query, k_cache, v_cache, block_tables, context_lens, scale)
+    options = dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
+                   num_splits=num_splits, check=check)
+    if "paged_decode_attention" in OVERRIDES:
+        return OVERRIDES["paged_decode_attention"](*args, **options)
+    choice = backend(k_cache.device)
+    if choice == "batched":
+        return batched.paged_decode_attention(*args, **options, step_cache=step_cache)
+    return _implementation("paged_decode_attention", choice)(*args, **options)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
                             context_lens: torch.Tensor, scale: float | None = None, *,
                             sliding_window: int | None = None, softcap: float | None = None,
-                            sinks: torch.Tensor | None = None,
-                            check: bool = True) -> torch.Tensor:
+                            sinks: torch.Tensor | None = None, check: bool = True,
+                            step_cache: dict | None = None) -> torch.Tensor:
     """Packed query chunks attending causally to their paged K/V (cached prefix
-    plus the chunk); see `pagedkit.kernels.reference.paged_prefill_attention`."""
-    op, options = _attention_op("paged_prefill_attention", k_cache.device,
-                                sliding_window=sliding_window, softcap=softcap, sinks=sinks)
-    return op(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale,
-              check=check, **options)
+    plus the chunk); see `pagedkit.kernels.reference.paged_prefill_attention`.
+    `step_cache`: as in `paged_decode_attention`."""
+    args = (query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale)
+    options = dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks, check=check)
+    if "paged_prefill_attention" in OVERRIDES:
+        return OVERRIDES["paged_prefill_attention"](*args, **options)
+    choice = backend(k_cache.device)
+    if choice == "batched":
+        return batched.paged_prefill_attention(*args, **options, step_cache=step_cache)
+    return _implementation("paged_prefill_attention", choice)(*args, **options)
 
 
 def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool = True) -> None:
     """Copy blocks ``cache[src] -> cache[dst]`` in place for each (src, dst) row
     of `block_pairs` (copy-on-write)."""
-    _op("copy_blocks", cache.device)(cache, block_pairs, check=check)
-
-
-#: The ops as defined here. A caller may swap one of the module's names for
-#: another function (`use_decode_attention`, a lab's call recorder, a profiler's
-#: timer); `StepOps` then calls that function for every layer, as the engine did
-#: before it had StepOps, so whoever swapped it sees every call.
-_DEFINED = {"store_kv": store_kv, "paged_decode_attention": paged_decode_attention,
-            "paged_prefill_attention": paged_prefill_attention}
+    op = OVERRIDES.get("copy_blocks") or _implementation("copy_blocks", backend(cache.device))
+    op(cache, block_pairs, check=check)
 
 
 class StepOps:
     """`store_kv` and paged attention for every layer of one engine step.
 
     Every layer of a step writes through the same slots and reads through the
-    same block tables and lengths, so what depends only on those is done
-    once per step, on the first layer that needs it, instead of per layer:
+    same block tables and lengths. A layer calls `store_kv` and `attention`
+    with its own tensors; they call this module's public ops by name (so a
+    function put in their place, lab 08's call recorder, sees every layer)
+    with the step's metadata, and with two things shared by the step's layers:
 
-    * choosing the implementation (`backend`) and its functions;
-    * the value checks of the metadata (slots and block ids inside the
-      cache, lengths that fit the tables, query boundaries): once per cache
-      shape and sliding window, the only things a layer adds that they read;
-    * on the batched path, the plan of the gathers and masks
-      (`batched.plan_decode`, `batched.plan_prefill`, `batched.plan_store`),
-      once per block size and sliding window (a model may mix windowed and
-      full layers, as Gemma 2 and Qwen2 do).
+    * the value checks of the metadata (slots and block ids inside the cache,
+      lengths that fit the tables) run for the first layer only, and again
+      for a layer whose cache has another shape or which has another sliding
+      window (the only things a layer adds that they read);
+    * ``step_cache``, where the batched path keeps its buckets (per block
+      size and sliding window: a model may mix windowed and full layers, as
+      Gemma 2 does).
 
-    Each layer still gets the structure checks of what is its own, its
-    cache's shape, dtype and device, its keys' and queries' shapes, its
-    options, so a wrong layer is refused as the public ops would refuse it:
-    on the batched path once per *layout* of those (`_layout`), since a layer
-    laid out like one already checked passes the same checks.
-    Direct callers use the public ops, which do all of this per call. An op
-    whose name in this module was swapped for another function (see
-    `_DEFINED`) is called through that function for every layer.
-
-    The metadata is the step's packed batch (`pagedkit.model.attention.
-    AttentionMetadata`): each new token's slot, then the sequences' block
-    tables and context lengths, the first `num_decodes` of them decodes (one
-    query row each), the rest prefill chunks bounded by `cu_seqlens_q`.
-    ``check=False`` skips the value checks (a host sync each on a GPU).
+    Each layer still gets the structure checks of its own tensors (shapes,
+    dtypes, devices, options). The metadata is the step's packed batch
+    (`pagedkit.model.attention.AttentionMetadata`): each new token's slot,
+    then the sequences' block tables and context lengths, the first
+    `num_decodes` of them decodes (one query row each), the rest prefill
+    chunks bounded by `cu_seqlens_q`. ``check=False`` skips the value checks
+    (a host sync each on a GPU).
     """
 
     def __init__(self, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
@@ -404,58 +406,25 @@ class StepOps:
         self.slot_mapping = slot_mapping
         self.num_decodes = d
         self.check = check
-        # The decodes' and the chunks' metadata (sliced only in a step that has both)
-        self._metadata = {}
-        if d:
-            self._metadata["paged_decode_attention"] = (
-                (block_tables, context_lens) if d == num_seqs
-                else (block_tables[:d], context_lens[:d]))
-        if d < num_seqs or not d:
-            self._metadata["paged_prefill_attention"] = (
-                (block_tables, cu_seqlens_q, context_lens) if not d
-                else (block_tables[d:], cu_seqlens_q[d:] - d, context_lens[d:]))
-        self.backend: Backend | None = None      # resolved by the first layer
-        self._ops: dict[str, Callable | None] = {}  # None: the batched path, planned here
-        self._checked: set[tuple] = set()        # value checks passed this step
-        self._structures: set[tuple] = set()     # layers' structures that passed (`_layout`)
-        self._plans: dict[tuple, batched.Plan | batched.StorePlan] = {}
+        # the decodes' (block_tables, context_lens) and the chunks' (block_tables,
+        # cu_seqlens_q, context_lens); None where the step has none
+        self.decodes = (block_tables[:d], context_lens[:d]) if d else None
+        self.chunks = (block_tables[d:], cu_seqlens_q[d:] - d, context_lens[d:]) \
+            if d < num_seqs or not d else None
+        self.step_cache: dict = {}
+        self._checked: set[tuple] = set()  # the value checks done this step
 
-    def _resolve(self, device: torch.device) -> None:
-        """Pick the functions once. A layer whose cache is on another device is
-        refused by its structure checks (metadata and cache on different devices)."""
-        if self.backend is not None:
-            return
-        self.backend = choice = backend(device)
-        current = globals()
-        self._ops = {name: (current[name] if current[name] is not defined  # swapped (_DEFINED)
-                            else None if choice == "batched"
-                            else _implementation(name, choice))
-                     for name, defined in _DEFINED.items()}
-
-    def _plan(self, key: tuple, make: Callable):
-        if key not in self._plans:
-            self._plans[key] = make()
-        return self._plans[key]
+    def _check_values(self, *key) -> bool:
+        """Whether the call `key` names runs the value checks: only the first."""
+        first = self.check and key not in self._checked
+        self._checked.add(key)
+        return first
 
     def store_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
                  v_cache: torch.Tensor) -> None:
         """`store_kv` of this layer's new K/V ``[num_tokens, num_kv_heads, head_dim]``."""
-        self._resolve(k_cache.device)
-        seen = ("store_kv", *k_cache.shape[:2])
-        values = self.check and seen not in self._checked
-        op = self._ops["store_kv"]
-        if op is None:
-            layout = ("store_kv", _layout(key), _layout(value), _layout(k_cache),
-                      _layout(v_cache))
-            if values or layout not in self._structures:
-                checks.check_store_kv(key, value, k_cache, v_cache, self.slot_mapping,
-                                      values=values)
-                self._structures.add(layout)
-            plan = self._plan(("store_kv",), lambda: batched.plan_store(self.slot_mapping))
-            batched.store(key, value, k_cache, v_cache, plan)
-        else:
-            op(key, value, k_cache, v_cache, self.slot_mapping, check=values)
-        self._checked.add(seen)
+        store_kv(key, value, k_cache, v_cache, self.slot_mapping,
+                 check=self._check_values("store_kv", k_cache.shape))
 
     def attention(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   scale: float | None = None, *, sliding_window: int | None = None,
@@ -464,61 +433,20 @@ class StepOps:
         """This layer's attention for every query row of the step ``[num_tokens,
         num_q_heads, head_dim]``: the decodes' rows from `paged_decode_attention`,
         the rest from `paged_prefill_attention`."""
-        self._resolve(k_cache.device)
-        options = {"sliding_window": sliding_window, "softcap": softcap, "sinks": sinks}
-        if len(self._metadata) == 1:  # only decodes, or only chunks: every row
-            name, = self._metadata
-            return self._attend(name, query, k_cache, v_cache, scale, options)
         d = self.num_decodes
-        return torch.cat([
-            self._attend("paged_decode_attention", query[:d], k_cache, v_cache, scale, options),
-            self._attend("paged_prefill_attention", query[d:], k_cache, v_cache, scale,
-                         options)])
-
-    def _attend(self, name: str, query: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor, scale: float | None, options: dict) -> torch.Tensor:
-        metadata = self._metadata[name]
-        window = options["sliding_window"]
-        seen = (name, *k_cache.shape[:2], query.shape[0], window)
-        values = self.check and seen not in self._checked
-        op = self._ops[name]
-        if op is not None:
-            out = op(query, k_cache, v_cache, *metadata, scale, check=values,
-                     **_given(op, name, self.backend, options))
-        else:
-            sinks = options["sinks"]
-            softcap = options["softcap"]
-            layout = (name, _layout(query), _layout(k_cache), _layout(v_cache),
-                      type(window), window, type(softcap), softcap,  # True == 1, but refused
-                      None if sinks is None else _layout(sinks))
-            decode = name == "paged_decode_attention"
-            if values or layout not in self._structures:
-                if decode:
-                    checks.check_decode(query, k_cache, v_cache, *metadata, None,
-                                        values=values, **options)
-                else:
-                    checks.check_prefill(query, k_cache, v_cache, *metadata, values=values,
-                                         **options)
-                self._structures.add(layout)
-            make = batched.plan_decode if decode else batched.plan_prefill
-            block_size = k_cache.shape[1]
-            plan = self._plan((name, block_size, window),
-                              lambda: make(*metadata, block_size, window))
-            out = batched.attend(query, k_cache, v_cache, plan, scale,
-                                 softcap=options["softcap"], sinks=options["sinks"])
-        self._checked.add(seen)
-        return out
-
-
-def _layout(t: torch.Tensor) -> tuple:
-    """What a structure check reads of a tensor: its shape, strides, dtype
-    and device (contiguity and being floating point follow from them). A
-    layer whose tensors and options have the layouts of one checked this step
-    passes the same checks, which read nothing else, so `StepOps` checks each
-    layout once per step."""
-    if not isinstance(t, torch.Tensor):
-        return (type(t),)  # never equal to a tensor's: the check refuses it
-    return t.shape, t.stride(), t.dtype, t.device
+        options = dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
+                       step_cache=self.step_cache)
+        outs = []
+        if self.decodes is not None:
+            outs.append(paged_decode_attention(
+                query[:d], k_cache, v_cache, *self.decodes, scale, **options,
+                check=self._check_values("decode", k_cache.shape, d, sliding_window)))
+        if self.chunks is not None:
+            outs.append(paged_prefill_attention(
+                query[d:], k_cache, v_cache, *self.chunks, scale, **options,
+                check=self._check_values("prefill", k_cache.shape, query.shape[0],
+                                         sliding_window)))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 @contextlib.contextmanager
@@ -533,28 +461,18 @@ def use_decode_attention(fn: Callable[..., torch.Tensor]) -> Iterator[None]:
     (lab 08 checks it still matches transformers). Calls this signature cannot
     express — another scale, a sliding window, a softcap, sinks — are refused,
     and a result of the wrong shape raises, naming it. Prefill
-    attention, `store_kv` and the rest keep their implementations. The previous
-    function is restored on exit, errors included; blocks nest.
+    attention, `store_kv` and the rest keep their implementations. It is an
+    `override`: the previous function comes back on exit, errors included;
+    blocks nest.
     """
     if not callable(fn):
         raise TypeError(f"use_decode_attention needs a function, got {type(fn).__name__}")
-    module = sys.modules[__name__]
-    previous = module.paged_decode_attention
 
     def per_sequence(query, k_cache, v_cache, block_tables, context_lens, scale=None, *,
                      sliding_window=None, softcap=None, sinks=None, num_splits=None,
                      check=True):
-        head_dim = query.shape[-1]
-        if scale is not None and abs(scale - head_dim ** -0.5) > 1e-6 * head_dim ** -0.5:
-            raise NotImplementedError(f"use_decode_attention: this model scales scores by "
-                                      f"{scale}, not 1/sqrt({head_dim}); your function assumes "
-                                      "1/sqrt(head_dim)")
-        options = {"sliding_window": sliding_window, "softcap": softcap, "sinks": sinks}
-        given = sorted(k for k, v in options.items() if v is not None)
-        if given:
-            raise NotImplementedError(f"use_decode_attention: this model's attention uses "
-                                      f"{', '.join(given)}, which the plugged-in function "
-                                      "does not take; use a model without it")
+        _refuse_what_fn_cannot_express(query.shape[-1], scale, sliding_window=sliding_window,
+                                       softcap=softcap, sinks=sinks)
         outs = []
         for s, ctx in enumerate(context_lens.tolist()):
             out = fn(query[s], k_cache, v_cache, block_tables[s], int(ctx))
@@ -566,8 +484,19 @@ def use_decode_attention(fn: Callable[..., torch.Tensor]) -> Iterator[None]:
             outs.append(out.to(query.dtype))
         return torch.stack(outs) if outs else torch.empty_like(query)
 
-    module.paged_decode_attention = per_sequence
-    try:
+    with override("paged_decode_attention", per_sequence):
         yield
-    finally:
-        module.paged_decode_attention = previous
+
+
+def _refuse_what_fn_cannot_express(head_dim: int, scale: float | None, **options) -> None:
+    """`use_decode_attention`'s function takes no scale and no options: refuse
+    a call that needs them."""
+    if scale is not None and abs(scale - head_dim ** -0.5) > 1e-6 * head_dim ** -0.5:
+        raise NotImplementedError(f"use_decode_attention: this model scales scores by "
+                                  f"{scale}, not 1/sqrt({head_dim}); your function assumes "
+                                  "1/sqrt(head_dim)")
+    given = sorted(k for k, v in options.items() if v is not None)
+    if given:
+        raise NotImplementedError(f"use_decode_attention: this model's attention uses "
+                                  f"{', '.join(given)}, which the plugged-in function "
+                                  "does not take; use a model without it")

@@ -4,7 +4,8 @@
 batching (also ``python -m pagedkit bench``); ``kernels`` the PagedAttention
 kernels against SDPA on a contiguous cache; ``widgets`` what recording a
 simulation for the widgets costs per step; ``labs`` each lab's nbval run
-time (wall and CPU). Each has its own options:
+time (wall and CPU); ``calls`` how many named pagedkit functions one
+decode step calls. Each has its own options:
 ``python -m pagedkit.bench <name> --help``.
 """
 
@@ -22,6 +23,7 @@ BENCHMARKS = {
     "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA"),
     "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost"),
     "labs": ("pagedkit.bench.labs", "each lab's nbval run time, wall and CPU"),
+    "calls": ("pagedkit.bench.calls", "the named pagedkit functions one decode step calls"),
 }
 
 

@@ -15,7 +15,7 @@ and its decode needs no mask; the other buckets gather into buffers the
 step's layers reuse.
 
 Everything a step's layers share — the buckets, the rows to gather, where
-each token's K/V goes, the masks — is built once per step (`_plan`), before
+each token's K/V goes, the masks — is built once per step (`_step_buckets`), before
 the forward; a layer only writes its K/V, gathers, attends and scatters. The
 model is called as pagedkit calls it, asking for no logits it does not use.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..kernels.batched import gather_kv, length_buckets
+from ..kernels.batched import gather_reusing, length_buckets
 from ..model.attention import attention_options
 from ..model.threads import step_macs, step_threads
 
@@ -53,7 +53,7 @@ class _Bucket:
     #                            elsewhere; None: one decode, which sees every key
     row: int | None = None  # one request: its cache row, read in place (no gather)
     gathered: dict = field(default_factory=dict)  # gather buffers the step's layers
-    #                            reuse (`batched.gather_kv`)
+    #                            reuse (`batched.gather_reusing`)
 
 
 @dataclass
@@ -78,7 +78,8 @@ def _forward(step: _Step) -> Iterator[None]:
         _step.reset(token)
 
 
-def _plan(caches, max_len: int, seqs: list[int], q_lens: list[int], ctx: list[int]) -> _Step:
+def _step_buckets(caches, max_len: int, seqs: list[int], q_lens: list[int],
+                  ctx: list[int]) -> _Step:
     """Group the requests as `pagedkit.kernels.batched` does (`length_buckets`
     over chunk and context lengths) and lay out each bucket's gather, rows
     and mask."""
@@ -133,7 +134,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
             keys = k_cache[b.row:b.row + 1, :b.length]   # [1, L, Hkv, D]
             values = v_cache[b.row:b.row + 1, :b.length]
         else:  # [n, L, Hkv, D]
-            keys, values = gather_kv(k_cache[:, :b.length], v_cache[:, :b.length], b.seqs,
+            keys, values = gather_reusing(k_cache[:, :b.length], v_cache[:, :b.length], b.seqs,
                                      b.gathered)
         res = torch.nn.functional.scaled_dot_product_attention(
             q[b.rows].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
@@ -180,7 +181,7 @@ def generate(model, prompts: list[list[int]], output_lens: list[int],
     q_lens = [len(p) for p in prompts]
     ctx = list(q_lens)
     while active:
-        step = _plan(caches, max_len, active, q_lens, ctx)
+        step = _step_buckets(caches, max_len, active, q_lens, ctx)
         positions = [c - n + j for n, c in zip(q_lens, ctx, strict=True) for j in range(n)]
         # all rows' logits in a decode step, else each request's last row
         logits_rows = 0 if len(step_ids) == len(active) else torch.tensor(q_lens).cumsum(0) - 1

@@ -169,8 +169,8 @@ def test_floor_equals_transformers_generate_through_every_bucket_layout(monkeypa
                                    )[0, len(p):].tolist()
                     for p, o in zip(work.prompts, work.output_lens, strict=True)]
     plans = []
-    plan = floor._plan
-    monkeypatch.setattr(floor, "_plan", lambda *a: plans.append(plan(*a)) or plans[-1])
+    plan = floor._step_buckets
+    monkeypatch.setattr(floor, "_step_buckets", lambda *a: plans.append(plan(*a)) or plans[-1])
     _, tokens = run_floor(build_model("tiny", "cpu"), work)
     assert tokens == expected
     assert not plans[0].in_order and not plans[0].buckets[0].is_query.all()

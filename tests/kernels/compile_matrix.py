@@ -3,7 +3,7 @@
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", arch, 32))`` runs
 Triton's whole pipeline down to PTX and a cubin (with the ``ptxas`` inside
 the Triton wheel), no driver needed. The launches compiled here are the ones
-the wrappers make: `paged_decode.plan_decode` / `paged_prefill.plan_prefill`
+the wrappers make: `paged_decode.decode_launches` / `paged_prefill.prefill_launches`
 build them from (meta) tensors of the shapes the engine passes, and their
 arguments go through the same binder ``kernel[grid](...)`` uses, so the
 signature, constexprs and specialisations (which ints are 1 or divisible by
@@ -82,7 +82,7 @@ def launches(case: Case, device: str = "meta"):
         tables = torch.empty(seqs, 512, dtype=torch.int32, device=device)
         lens = torch.empty(seqs, dtype=torch.int32, device=device)
         out = torch.empty_like(query)
-        return paged_decode.plan_decode(query, cache, cache, tables, lens, out, d ** -0.5,
+        return paged_decode.decode_launches(query, cache, cache, tables, lens, out, d ** -0.5,
                                         num_splits=case.num_splits, sms=None, **options)
     seqs = 2
     query = torch.empty(seqs * case.max_q_len, hq, d, dtype=dtype, device=device)
@@ -90,7 +90,7 @@ def launches(case: Case, device: str = "meta"):
     lens = torch.empty(seqs, dtype=torch.int32, device=device)
     cu = torch.empty(seqs + 1, dtype=torch.int32, device=device)
     out = torch.empty_like(query)
-    return paged_prefill.plan_prefill(query, cache, cache, tables, cu, lens, out, d ** -0.5,
+    return paged_prefill.prefill_launches(query, cache, cache, tables, cu, lens, out, d ** -0.5,
                                       case.max_q_len, **options)
 
 
@@ -246,7 +246,7 @@ def count_variants(max_context: int = 8192, block_size: int = 16, sms: int = 132
     keys: dict[str, set] = {}
     for width in range(1, -(-max_context // block_size) + 1):
         tables = torch.empty(batch, width, dtype=torch.int32, device="meta")
-        for launch in paged_decode.plan_decode(
+        for launch in paged_decode.decode_launches(
                 query, cache, cache, tables, lens, torch.empty_like(query), d ** -0.5,
                 sliding_window=None, softcap=None, sinks=None, num_splits=None, arch=90,
                 sms=sms):

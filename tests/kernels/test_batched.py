@@ -228,13 +228,13 @@ ONE_SEQ_OPTIONS = [dict(), dict(sliding_window=5), dict(softcap=3.0),
 @pytest.mark.parametrize("options", ONE_SEQ_OPTIONS, ids=["plain", "window", "softcap", "sinks",
                                                           "all"])
 @pytest.mark.parametrize("context", [1, 7, 8, 9, 25, 33])
-def test_one_sequence_reads_only_its_slots_that_hold_a_token(context, options, dtype, head_dim):
-    """A bucket of one sequence gathers its blocks and reads only the slots
-    that hold a token: the NaN after them in its last block, and the NaN
-    padding block, are never read, so nothing is zeroed, and a plain decode
-    needs no mask at all; with a window, the table entries wholly before it
-    are -1 (blocks given back) and never read either. Decode, a whole prompt
-    and a chunk after a cached prefix, with every option, against float64."""
+def test_one_sequence_never_reads_past_its_tokens(context, options, dtype, head_dim):
+    """A bucket of one sequence (the tail of a step) gathers its blocks: the
+    NaN after its last token in its last block, and the NaN padding block,
+    never reach the output; with a window, the table entries wholly before it
+    are -1 (blocks given back) and are never read either. Decode, a whole
+    prompt and a chunk after a cached prefix, with every option, against
+    float64."""
     bs = 8
     case = make_case([context], bs, num_kv_heads=2, head_dim=head_dim, dtype=dtype,
                      seed=context, padding=None, pad_columns=2)
@@ -251,12 +251,9 @@ def test_one_sequence_reads_only_its_slots_that_hold_a_token(context, options, d
         t[0, :first] = -1
         return t
 
-    decode_plan = batched.plan_decode(tables(1), case.context_lens, bs, window)
-    bucket, = decode_plan.buckets
+    bucket, = batched.bucket_decode(tables(1), case.context_lens, bs, window)
     first_block = 0 if window is None else max(0, context - window) // bs
-    assert bucket.empty is None and bucket.num_slots == context - first_block * bs
-    if not options:
-        assert bucket.bias is None
+    assert bucket.num_slots == -(-context // bs) * bs - first_block * bs
     out = batched.paged_decode_attention(query[-1:], case.k_cache, case.v_cache, tables(1),
                                          case.context_lens, **options)
     assert torch.isfinite(out).all()
@@ -270,7 +267,7 @@ def test_one_sequence_reads_only_its_slots_that_hold_a_token(context, options, d
                                 **options), dtype)
 
 
-def test_a_plan_gathers_into_the_same_buffers_for_every_layer():
+def test_buckets_gather_into_the_same_buffers_for_every_layer():
     """The layers of a step reuse the buckets' gather buffers (a fresh buffer
     is slower to fill): the second layer's outputs come from its own cache,
     not the first layer's K/V left in the buffer; a layer whose cache has
@@ -282,19 +279,19 @@ def test_a_plan_gathers_into_the_same_buffers_for_every_layer():
     other = make_case([5, 17, 40, 3], 8, num_kv_heads=1, head_dim=32, seed=1)
     assert torch.equal(case.block_tables, other.block_tables)  # same seed: same blocks
     query = torch.randn(4, 4, 16)
-    plan = batched.plan_decode(case.block_tables, case.context_lens, 8)
-    assert any(b.num_seqs > 1 for b in plan.buckets)
+    buckets = batched.bucket_decode(case.block_tables, case.context_lens, 8)
+    assert any(b.num_seqs > 1 for b in buckets)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no buffer is resized
-        one = batched.attend(query, case.k_cache, case.v_cache, plan)
-        buffers = [list(b.gathered.values()) for b in plan.buckets]
+        one = batched.attend(query, case.k_cache, case.v_cache, buckets)
+        buffers = [list(b.gathered.values()) for b in buckets]
         # the next layer: the same tables over another layer's cache (NaN stays NaN)
-        two = batched.attend(query, -case.k_cache, 0.5 * case.v_cache, plan)
+        two = batched.attend(query, -case.k_cache, 0.5 * case.v_cache, buckets)
         assert all(next(iter(b.gathered.values()))[0] is kept[0][0]
-                   for b, kept in zip(plan.buckets, buffers, strict=True))
+                   for b, kept in zip(buckets, buffers, strict=True))
         wide = torch.randn(4, 2, 32)
-        three = batched.attend(wide, other.k_cache, other.v_cache, plan)  # 1 KV head of 32
-        assert all(len(b.gathered) == 2 for b in plan.buckets)
+        three = batched.attend(wide, other.k_cache, other.v_cache, buckets)  # 1 KV head of 32
+        assert all(len(b.gathered) == 2 for b in buckets)
     for out, q, c, sign, factor in ((one, query, case, 1, 1.0), (two, query, case, -1, 0.5),
                                     (three, wide, other, 1, 1.0)):
         scale = q.shape[-1] ** -0.5
@@ -321,21 +318,6 @@ def test_nan_in_every_unused_slot_never_reaches_the_output():
                                    atol=atol, rtol=rtol)
 
 
-@pytest.mark.parametrize("bad,match", [
-    (dict(sliding_window=0), "sliding_window"),
-    (dict(sliding_window=True), "sliding_window"),
-    (dict(softcap=-1.0), "softcap"),
-    (dict(softcap=float("inf")), "softcap"),
-    (dict(sinks=torch.zeros(3)), "sinks"),
-])
-def test_bad_options_are_refused_by_the_shared_checks(bad, match):
-    case = make_case([4], 4, num_kv_heads=1, head_dim=8)
-    query = torch.randn(1, 2, 8)
-    with pytest.raises((ValueError, TypeError), match=match):
-        batched.paged_decode_attention(query, case.k_cache, case.v_cache, case.block_tables,
-                                       case.context_lens, **bad)
-
-
 def test_ops_runs_the_batched_path_on_cpu():
     case = make_case([3, 17, 9], block_size=4, num_kv_heads=2, head_dim=16)
     query = torch.randn(3, 4, 16)
@@ -356,16 +338,16 @@ def test_one_bucket_and_many_give_the_same_rows():
     case = make_case(lens, 16, num_kv_heads=2, head_dim=64, seed=5)
     query = torch.randn(len(lens), 4, 64)
     args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
-    assert len(batched.plan_decode(case.block_tables, case.context_lens, 16).buckets) == 1
+    assert len(batched.bucket_decode(case.block_tables, case.context_lens, 16)) == 1
     expected = torch.stack([truth(query[s:s + 1], k, v, 64 ** -0.5, k.shape[0] - 1)[0]
                             for s, (k, v) in enumerate(zip(case.keys, case.values,
                                                            strict=True))])
     assert_close(batched.paged_decode_attention(*args), expected, torch.float32)
 
 
-def test_each_call_plans_from_the_contents_it_is_given_and_checks_them():
-    """A direct call keeps nothing between calls (an engine step plans once for
-    all its layers through `ops.StepOps` instead): a table changed in place
+def test_each_call_buckets_the_contents_it_is_given_and_checks_them():
+    """A direct call keeps nothing between calls (an engine step buckets once for
+    all its layers through `ops.StepOps`'s step_cache instead): a table changed in place
     (same tensor, new contents) is read anew, and a bad block id is refused."""
     case = make_case([5, 20, 9], 4, num_kv_heads=1, head_dim=16, seed=2, spare_blocks=0)
     query = torch.randn(3, 2, 16)
@@ -390,21 +372,3 @@ def test_each_call_plans_from_the_contents_it_is_given_and_checks_them():
     case.block_tables[1, 2] = case.k_cache.shape[0]  # past the cache's last block
     with pytest.raises(ValueError, match=r"block_tables\[1, 2\]"):
         call()
-
-
-
-@pytest.mark.parametrize("window", [None, 3])
-def test_a_table_with_no_columns_is_refused_by_name(window):
-    """`checks.check_blocks_cover` reduces over the used block ids; a table
-    of zero columns has none, and is refused for its width (it crashed inside
-    torch's min() before), decode and prefill alike."""
-    case = make_case([5, 9], 4, num_kv_heads=1, head_dim=8)
-    empty = case.block_tables[:, :0]
-    with pytest.raises(ValueError, match=r"context_lens\[1\] = 9 needs 3 blocks of 4 tokens "
-                                         r"but block_tables has only 0 columns"):
-        batched.paged_decode_attention(torch.randn(2, 2, 8), case.k_cache, case.v_cache,
-                                       empty, case.context_lens, sliding_window=window)
-    cu = torch.tensor([0, 1, 3], dtype=torch.int32)
-    with pytest.raises(ValueError, match="has only 0 columns"):
-        batched.paged_prefill_attention(torch.randn(3, 2, 8), case.k_cache, case.v_cache,
-                                        empty, cu, case.context_lens, sliding_window=window)

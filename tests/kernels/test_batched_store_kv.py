@@ -79,36 +79,9 @@ def test_no_tokens_and_only_skipped_tokens_write_nothing():
     assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
 
 
-def test_plan_store_leaves_out_negative_slots_once():
-    plan = batched.plan_store(torch.tensor([5, 2, 9], dtype=torch.int32))
-    assert plan.tokens is None and plan.slots.dtype == torch.long
-    assert plan.slots.tolist() == [5, 2, 9]
-    plan = batched.plan_store(torch.tensor([5, -1, 9, -3]))
-    assert plan.tokens.tolist() == [0, 2] and plan.slots.tolist() == [5, 9]
-
-
-@pytest.mark.parametrize("store", [reference.store_kv, batched.store_kv])
-def test_bad_input_is_refused_alike_and_nothing_is_written(store):
-    k_cache, v_cache = torch.zeros(6, 8, 2, 16), torch.zeros(6, 8, 2, 16)
-    key = torch.randn(2, 2, 16)
-    with pytest.raises(ValueError, match=r"slot_mapping\[1\] = 48 is past the cache's last "
-                                         r"slot 47"):
-        store(key, key, k_cache, v_cache, torch.tensor([0, 48]))
-    with pytest.raises(ValueError, match=r"key has 4 heads \(shape \[2, 4, 16\]\) but the cache "
-                                         r"has 2 KV heads"):
-        store(torch.randn(2, 4, 16), key, k_cache, v_cache, torch.tensor([0, 1]))
-    with pytest.raises(ValueError, match=r"slot_mapping must have shape \[2\]"):
-        store(key, key, k_cache, v_cache, torch.tensor([0, 1, 2]))
-    with pytest.raises(TypeError, match=r"key dtype torch.float16 differs from the cache dtype"):
-        store(key.half(), key, k_cache, v_cache, torch.tensor([0, 1]))
-    with pytest.raises(TypeError, match=r"slot_mapping must be an int32 or int64 tensor"):
-        store(key, key, k_cache, v_cache, torch.tensor([0.0, 1.0]))
-    assert not k_cache.any() and not v_cache.any()
-
-
 def test_ops_store_kv_runs_the_batched_store_on_cpu(monkeypatch):
     calls = []
-    monkeypatch.setattr(batched, "store", lambda *a: calls.append(a) or None)
+    monkeypatch.setattr(batched, "store_kv", lambda *a, **k: calls.append(a) or None)
     monkeypatch.delenv("PAGEDKIT_KERNELS", raising=False)
     k_cache = torch.zeros(2, 4, 1, 8)
     key = torch.ones(1, 1, 8)

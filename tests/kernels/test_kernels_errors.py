@@ -1,13 +1,16 @@
 """A learner's mistakes raise an error that names the shapes and values involved.
 
-The checks are shared by the references and the Triton kernels (both call
-pagedkit.kernels.checks first), so testing them through the references
-covers both; test_kernels_triton.py checks that the kernels call them.
+The checks are shared by the references, the batched path and the Triton
+kernels (all call pagedkit.kernels.checks first), so testing them through the
+references covers all; the batched path's own cases are at the end, and
+test_kernels_triton.py checks that the kernels call them. Every test of a
+bad argument to a kernel or an op goes here (tests/README.md).
 """
 
 import pytest
 import torch
 from kernel_cases import make_case
+from pagedkit.kernels import batched, reference
 from pagedkit.kernels import reference as ref
 
 
@@ -154,3 +157,55 @@ def test_window_skips_the_value_check_only_for_blocks_before_it(case):
     tables[1, 1] = 99
     with pytest.raises(ValueError, match=r"block_tables\[1, 1\] = 99"):
         decode(case, block_tables=tables, sliding_window=5)
+
+
+# ----------------------------------------------- the batched path: the same checks
+@pytest.mark.parametrize("bad,match", [
+    (dict(sliding_window=0), "sliding_window"),
+    (dict(sliding_window=True), "sliding_window"),
+    (dict(softcap=-1.0), "softcap"),
+    (dict(softcap=float("inf")), "softcap"),
+    (dict(sinks=torch.zeros(3)), "sinks"),
+])
+def test_bad_options_are_refused_by_the_shared_checks(bad, match):
+    case = make_case([4], 4, num_kv_heads=1, head_dim=8)
+    query = torch.randn(1, 2, 8)
+    with pytest.raises((ValueError, TypeError), match=match):
+        batched.paged_decode_attention(query, case.k_cache, case.v_cache, case.block_tables,
+                                       case.context_lens, **bad)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_table_with_no_columns_is_refused_by_name(window):
+    """`checks.check_blocks_cover` reduces over the used block ids; a table
+    of zero columns has none, and is refused for its width (it crashed inside
+    torch's min() before), decode and prefill alike."""
+    case = make_case([5, 9], 4, num_kv_heads=1, head_dim=8)
+    empty = case.block_tables[:, :0]
+    with pytest.raises(ValueError, match=r"context_lens\[1\] = 9 needs 3 blocks of 4 tokens "
+                                         r"but block_tables has only 0 columns"):
+        batched.paged_decode_attention(torch.randn(2, 2, 8), case.k_cache, case.v_cache,
+                                       empty, case.context_lens, sliding_window=window)
+    cu = torch.tensor([0, 1, 3], dtype=torch.int32)
+    with pytest.raises(ValueError, match="has only 0 columns"):
+        batched.paged_prefill_attention(torch.randn(3, 2, 8), case.k_cache, case.v_cache,
+                                        empty, cu, case.context_lens, sliding_window=window)
+
+
+@pytest.mark.parametrize("store", [reference.store_kv, batched.store_kv])
+def test_bad_input_is_refused_alike_and_nothing_is_written(store):
+    k_cache, v_cache = torch.zeros(6, 8, 2, 16), torch.zeros(6, 8, 2, 16)
+    key = torch.randn(2, 2, 16)
+    with pytest.raises(ValueError, match=r"slot_mapping\[1\] = 48 is past the cache's last "
+                                         r"slot 47"):
+        store(key, key, k_cache, v_cache, torch.tensor([0, 48]))
+    with pytest.raises(ValueError, match=r"key has 4 heads \(shape \[2, 4, 16\]\) but the cache "
+                                         r"has 2 KV heads"):
+        store(torch.randn(2, 4, 16), key, k_cache, v_cache, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"slot_mapping must have shape \[2\]"):
+        store(key, key, k_cache, v_cache, torch.tensor([0, 1, 2]))
+    with pytest.raises(TypeError, match=r"key dtype torch.float16 differs from the cache dtype"):
+        store(key.half(), key, k_cache, v_cache, torch.tensor([0, 1]))
+    with pytest.raises(TypeError, match=r"slot_mapping must be an int32 or int64 tensor"):
+        store(key, key, k_cache, v_cache, torch.tensor([0.0, 1.0]))
+    assert not k_cache.any() and not v_cache.any()

@@ -42,9 +42,11 @@ def test_each_torch_path_is_selectable_and_runs(monkeypatch, name, implementatio
     assert ops.backend("cpu") == name
     assert ops.backend("cpu").reason == f"forced by PAGEDKIT_KERNELS={name}"
     for op in ("paged_decode_attention", "paged_prefill_attention", "store_kv"):
-        assert ops._op(op, torch.device("cpu")).__module__ == f"pagedkit.kernels.{implementation}"
+        chosen = ops._implementation(op, ops.backend("cpu"))
+        assert chosen.__module__ == f"pagedkit.kernels.{implementation}"
     # one batched torch op already: the reference's, on both paths
-    assert ops._op("copy_blocks", torch.device("cpu")).__module__ == "pagedkit.kernels.reference"
+    chosen = ops._implementation("copy_blocks", ops.backend("cpu"))
+    assert chosen.__module__ == "pagedkit.kernels.reference"
 
 
 def test_environment_variable_and_set_backend(monkeypatch):
@@ -114,6 +116,36 @@ def run_python(code, **env):
     full_env.update(env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=full_env, timeout=300)
+
+
+def test_an_override_runs_for_its_op_only_inside_its_block():
+    """`ops.override` puts a function in `ops.OVERRIDES` for a block: the public
+    op calls it with the op's own arguments (no step_cache); nested blocks
+    restore the previous one; an unknown op name is refused."""
+    case = make_case([5, 9], 4, num_kv_heads=1, head_dim=8, seed=3)
+    query = torch.randn(2, 2, 8)
+    args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
+    calls = []
+
+    def doubled(*a, **options):
+        calls.append(sorted(options))
+        return 2 * ops.paged_decode_attention_reference(*a, **options)
+
+    expected = ops.paged_decode_attention(*args)
+    with ops.override("paged_decode_attention", doubled):
+        assert torch.allclose(ops.paged_decode_attention(*args), 2 * expected, atol=1e-6)
+        with ops.override("paged_decode_attention", lambda *a, **k: torch.zeros_like(a[0])):
+            assert not ops.paged_decode_attention(*args).any()
+        assert torch.allclose(ops.paged_decode_attention(*args), 2 * expected, atol=1e-6)
+        cu = torch.tensor([0, 1, 2], dtype=torch.int32)
+        ops.paged_prefill_attention(query, case.k_cache, case.v_cache, case.block_tables, cu,
+                                    case.context_lens)  # another op: not overridden
+    assert ops.OVERRIDES == {} and len(calls) == 2
+    assert calls[0] == ["check", "num_splits", "sinks", "sliding_window", "softcap"]
+    assert torch.equal(ops.paged_decode_attention(*args), expected)
+    with pytest.raises(ValueError, match="no operation named 'paged_attention'"), \
+            ops.override("paged_attention", doubled):
+        pass
 
 
 def test_works_without_triton():

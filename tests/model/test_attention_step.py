@@ -1,7 +1,7 @@
-"""An engine step's attention goes through one `ops.StepOps`: the backend is
-chosen, the step's metadata values are checked and the batched plan is built
-once per step, not once per layer, while every layer does its own store and
-attention. Bad metadata inside a real engine step is still refused by name
+"""An engine step's attention goes through one `ops.StepOps`: the step's
+metadata values are checked and the batched path's buckets are built once per
+step, not once per layer, while every layer does its own store and attention.
+Bad metadata inside a real engine step is still refused by name
 (the checks moved, they did not go), and the engine is ready afterwards."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def tokens(outputs):
     return [o.outputs[0].token_ids for o in outputs]
 
 
-def test_each_engine_step_resolves_its_attention_once(llm, expected, monkeypatch):
+def test_each_engine_step_checks_and_buckets_its_metadata_once(llm, expected, monkeypatch):
     monkeypatch.delenv("PAGEDKIT_KERNELS", raising=False)
     counts: dict[str, int] = {}
 
@@ -45,11 +45,10 @@ def test_each_engine_step_resolves_its_attention_once(llm, expected, monkeypatch
         monkeypatch.setattr(module, name, counted)
 
     kinds = record_step_kinds(llm, monkeypatch)
-    count(ops, "backend", "backend")
     count(checks, "check_store_kv", "slot checks", lambda *a, values: values)
     count(checks, "check_blocks_cover", "block checks")
-    count(batched, "_plan", "plans")
-    count(batched, "store", "stores")
+    count(batched, "length_buckets", "bucketings")
+    count(batched, "store_kv", "stores")
     count(batched, "attend", "attends")
     per_step = []
     got = tokens(llm.generate(PROMPTS, GREEDY, use_tqdm=False,
@@ -63,7 +62,7 @@ def test_each_engine_step_resolves_its_attention_once(llm, expected, monkeypatch
     # can leave a prompt one token to compute, a decode-shaped chunk)
     for step, (num_decodes, num_seqs) in zip(per_step, kinds, strict=True):
         k = 1 + (0 < num_decodes < num_seqs)
-        assert step == {"backend": 1, "slot checks": 1, "block checks": k, "plans": k,
+        assert step == {"slot checks": 1, "block checks": k, "bucketings": k,
                         "stores": layers, "attends": k * layers}, (num_decodes, num_seqs)
 
 
@@ -125,8 +124,8 @@ def test_bad_metadata_inside_an_engine_step_is_refused_by_name(llm, expected, mo
 
 
 def test_a_plugged_in_decode_function_still_serves_every_layer(llm, expected, monkeypatch):
-    """`ops.use_decode_attention` swaps the module's function; a step made
-    inside the block uses it for every layer's decodes."""
+    """`ops.use_decode_attention` plugs a function in (`ops.override`); a step
+    made inside the block uses it for every layer's decodes."""
     kinds = record_step_kinds(llm, monkeypatch)
     calls = []
 
@@ -145,7 +144,7 @@ def test_a_plugged_in_decode_function_still_serves_every_layer(llm, expected, mo
 def test_an_op_swapped_in_the_ops_module_sees_every_layers_call(llm, expected, monkeypatch):
     """Lab 08 records `ops.store_kv` / `ops.paged_*_attention` around a step and
     the engine profile times them: a function swapped in for one of them is
-    called for every layer (with the public signature), as before StepOps."""
+    called for every layer, because a step calls them by these names."""
     kinds = record_step_kinds(llm, monkeypatch)
     calls = {name: 0 for name in ("store_kv", "paged_decode_attention",
                                   "paged_prefill_attention")}
