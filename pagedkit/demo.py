@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                      "text")
     longest = max(len(engine.tokenizer(p)["input_ids"]) for p in PROMPTS)
     # a request's n completions run together: each must be able to reach max_tokens
-    per_seq = -(-min(longest + args.max_tokens, engine.max_model_len) // args.block_size)
+    per_seq = -(-(longest + args.max_tokens) // args.block_size)
     needed = args.n * per_seq
     if needed > args.num_blocks:
         parser.error(f"--num-blocks {args.num_blocks} is too small: the longest prompt "

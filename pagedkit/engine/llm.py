@@ -40,9 +40,10 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
-    def reset_prefix_cache(self) -> int:
-        """Forget the prefix cache's free blocks (`LLMEngine.reset_prefix_cache`)."""
-        return self.llm_engine.reset_prefix_cache()
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """Forget every cached block, for a cold cache (`LLMEngine.reset_prefix_cache`):
+        True once reset, False while requests hold blocks (vLLM's rule)."""
+        return self.llm_engine.reset_prefix_cache(reset_running_requests)
 
     def generate(self, prompts: Prompt | SequenceLike[Prompt],
                  sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from .._validation import check_bool, check_int, check_number, check_prompt
-from ..memory import KVCacheManager
+from ..memory import HASH_FUNCTIONS, KVCacheManager
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
@@ -54,7 +54,7 @@ class LLMEngine:
                  max_num_batched_tokens: int | None = None, enable_chunked_prefill: bool = False,
                  max_model_len: int | None = None, device: str | torch.device = "auto",
                  dtype: str | torch.dtype = "auto", gpu_memory_utilization: float = 0.9,
-                 seed: int = 0) -> None:
+                 seed: int = 0, prefix_caching_hash_algo: str = "sha256") -> None:
         check_int("block_size", block_size, minimum=1)
         check_bool("enable_prefix_caching", enable_prefix_caching)
         check_bool("enable_chunked_prefill", enable_chunked_prefill)
@@ -62,6 +62,9 @@ class LLMEngine:
         if swap_space is not None:
             check_number("swap_space", swap_space)
         check_int("seed", seed, minimum=0, maximum=MAX_SEED)
+        if prefix_caching_hash_algo not in HASH_FUNCTIONS:
+            raise ValueError(f"prefix_caching_hash_algo must be one of {sorted(HASH_FUNCTIONS)}, "
+                             f"got {prefix_caching_hash_algo!r}")
         self.device = resolve_device(device)
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         self.dtype = resolve_dtype(dtype, model)
@@ -88,10 +91,14 @@ class LLMEngine:
                                       gpu_memory_utilization)
         num_swap_blocks = (_num_swap_blocks(spec.bytes_per_block(block_size), num_blocks,
                                             swap_space) if preemption_mode == "swap" else 0)
+        if self.release_window is None:  # a sliding window bounds a sequence's blocks
+            self.max_model_len = _fit_to_cache(self.max_model_len, max_model_len,
+                                               num_blocks, block_size)
         self.runner.allocate_cache(num_blocks, num_swap_blocks)
         self.kv = KVCacheManager(num_blocks, block_size,
                                  enable_prefix_caching=enable_prefix_caching,
-                                 num_swap_blocks=num_swap_blocks)
+                                 num_swap_blocks=num_swap_blocks,
+                                 hash_fn=HASH_FUNCTIONS[prefix_caching_hash_algo])
         self.events = self.kv.events
         self.scheduler = Scheduler(self.scheduler_config, self.kv,
                                    release_window=self.release_window)
@@ -174,15 +181,15 @@ class LLMEngine:
         n = len(token_ids)
         if n == 0:
             raise ValueError(f"request {request_id!r}: the prompt is empty")
-        if n >= self.max_model_len:
-            raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
-                             f"max_model_len is {self.max_model_len} (room is needed for at "
-                             "least one generated token)")
         capacity = self.kv.allocator.num_blocks * self.kv.block_size
         if n + 1 > capacity:
             raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but the whole KV "
                              f"cache holds {capacity} ({self.kv.allocator.num_blocks} blocks x "
                              f"{self.kv.block_size}); give the engine more blocks")
+        if n >= self.max_model_len:
+            raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
+                             f"max_model_len is {self.max_model_len} (room is needed for at "
+                             "least one generated token)")
         budget = self.scheduler_config.max_num_batched_tokens
         if n > budget and not self.scheduler_config.enable_chunked_prefill:
             raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
@@ -228,11 +235,16 @@ class LLMEngine:
             self._aborted.append(output)
         return True
 
-    def reset_prefix_cache(self) -> int:
-        """Forget every cached block no sequence holds (vLLM's name), e.g. to
-        measure a cold cache; blocks in use keep their names. Returns how
-        many were forgotten (0 without prefix caching)."""
-        return self.kv.allocator.evict_all_cached()
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """Forget every cached block, e.g. to measure a cold cache, as vLLM
+        does: only while no request holds KV blocks (their blocks would stay
+        named, so the cache would not be cold). Returns whether it reset;
+        False, with nothing changed, while requests run."""
+        if check_bool("reset_running_requests", reset_running_requests):
+            raise NotImplementedError(
+                "reset_running_requests=True (vLLM preempts the running requests first) is not "
+                "supported: finish or abort the running requests, then reset_prefix_cache()")
+        return self.kv.reset_prefix_cache()
 
     def has_unfinished_requests(self) -> bool:
         """Anything still to run, or an aborted request not yet reported?"""
@@ -327,12 +339,32 @@ def _sampling_rows(plan: SchedulerOutput) -> list[tuple[SequenceGroup, list[tupl
 
 def _max_model_len(config: Any, requested: int | None) -> int:
     """The longest sequence served: the model's position limit unless the user
-    asks for less (a config without one, as with ALiBi, gets vLLM's default)."""
+    asks for less (a config without one, as with ALiBi, gets vLLM's default);
+    None or -1 (vLLM's "as long as fits") leave it to `_fit_to_cache`."""
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     positions = getattr(text_config, "max_position_embeddings", None)
-    if requested is None:
+    if requested is None or (type(requested) is int and requested == -1):
         return DEFAULT_MAX_MODEL_LEN if positions is None else positions
     return check_int("max_model_len", requested, minimum=2, maximum=positions)
+
+
+def _fit_to_cache(max_model_len: int, requested: int | None, num_blocks: int,
+                  block_size: int) -> int:
+    """A max_model_len the KV cache can hold. Like vLLM, an engine whose cache
+    cannot hold one sequence of the max_model_len asked for is refused, naming
+    the longest that fits. Left unset (or -1), it is the model's limit or, if
+    the cache holds less, the longest the cache holds (vLLM's -1; vLLM's unset
+    default would refuse instead), so small teaching caches work."""
+    capacity = num_blocks * block_size
+    if max_model_len <= capacity:
+        return max_model_len
+    if requested is None or requested == -1:
+        return capacity
+    raise ValueError(
+        f"max_model_len={requested} needs {-(-requested // block_size)} KV blocks of "
+        f"{block_size} tokens for one sequence, but the cache has {num_blocks}: the largest "
+        f"max_model_len that fits is {capacity}. Give a smaller max_model_len (or leave it "
+        "unset: the longest that fits), or more num_blocks / kv_cache_memory")
 
 
 def _num_swap_blocks(bytes_per_block: int, num_blocks: int, swap_space: float | None) -> int:

@@ -22,8 +22,8 @@ def snapshot(engine):
 
 @pytest.mark.parametrize("prompt, params, error, message", [
     ([], None, ValueError, "the prompt is empty"),
-    (list(range(60)) * 5, None, ValueError, "300 tokens but max_model_len is 256"),
-    (list(range(90)) * 2, None, ValueError, "180 tokens but the whole KV cache holds 128"),
+    (list(range(60)) * 5, None, ValueError, "300 tokens but the whole KV cache holds 128"),
+    (list(range(64)) * 2, None, ValueError, "128 tokens but the whole KV cache holds 128"),
     (list(range(70)), None, ValueError, "70 tokens but max_num_batched_tokens is 64"),
     ([1, 2, 300], None, ValueError, r"token id 300 is outside the vocabulary \[0, 96\)"),
     ("hello", None, ValueError, "no tokenizer"),
@@ -132,11 +132,18 @@ def test_stop_tokens_and_min_tokens(reference, make_prompts):
 
 def test_group_that_outgrows_the_whole_cache_ends_with_length(reference):
     build, _, _ = reference("llama")
-    llm = LLM(build(), block_size=4, num_blocks=4)  # 16 slots
+    llm = LLM(build(), block_size=4, num_blocks=4)  # 16 slots: max_model_len is 16
     out = llm.generate([list(range(10))], SamplingParams(temperature=0, max_tokens=30,
                                                          ignore_eos=True), use_tqdm=False)[0]
     assert out.outputs[0].finish_reason == "length"
-    assert 10 + len(out.outputs[0].token_ids) == 16 + 1  # the last token never needs a slot
+    assert 10 + len(out.outputs[0].token_ids) == 16 == llm.llm_engine.max_model_len
+    # two samples write their own tails: the group outgrows the cache before max_model_len
+    out = llm.generate([list(range(10))], SamplingParams(n=2, temperature=1.0, seed=0,
+                                                         max_tokens=30, ignore_eos=True),
+                       use_tqdm=False)[0]
+    assert [c.finish_reason for c in out.outputs] == ["length", "length"]
+    assert all(10 + len(c.token_ids) < 16 for c in out.outputs)
+    assert llm.llm_engine.memory_stats()["used_blocks"] == 0
 
 
 def test_a_one_token_last_prompt_chunk_is_prefill(reference):
@@ -234,6 +241,11 @@ def test_a_step_that_fails_midway_can_be_retried(reference, monkeypatch):
 @pytest.mark.parametrize("kwargs, message", [
     ({"max_model_len": 1000}, "max_model_len must be <= 256, got 1000"),
     ({"max_model_len": 0}, "max_model_len must be >= 2, got 0"),
+    ({"max_model_len": -2}, "max_model_len must be >= 2, got -2"),
+    ({"max_model_len": 200, "num_blocks": 12, "block_size": 16},
+     "max_model_len=200 needs 13 KV blocks of 16 tokens for one sequence, but the cache has 12: "
+     "the largest max_model_len that fits is 192"),
+    ({"prefix_caching_hash_algo": "md5"}, "prefix_caching_hash_algo must be one of"),
     ({"kv_cache_memory": 0}, "kv_cache_memory must be >= 1, got 0"),
     ({"gpu_memory_utilization": 90}, r"gpu_memory_utilization must be in \(0, 1\], got 90"),
     ({"preemption_mode": "swap", "swap_space": 0}, "needs swap_space > 0"),
@@ -275,3 +287,24 @@ def test_request_metrics_order_the_life_of_a_request():
     assert m.arrival_time <= m.first_scheduled_time <= m.first_token_time <= m.finish_time
     assert m.time_to_first_token == m.first_token_time - m.arrival_time >= 0
     assert m.latency == m.finish_time - m.arrival_time >= m.time_to_first_token
+
+
+@pytest.mark.parametrize("num_blocks, block_size, requested, expected", [
+    (32, 4, None, 128), (32, 4, -1, 128), (32, 4, 100, 100), (32, 4, 128, 128),
+    (100, 4, None, 256), (100, 4, -1, 256), (12, 16, 192, 192), (1, 1, None, 1)])
+def test_max_model_len_is_what_the_cache_holds(reference, num_blocks, block_size, requested,
+                                               expected):
+    """Unset or -1: the model's limit (256), or the longest sequence the cache
+    holds if that is less (vLLM's -1); asked for explicitly, it must fit."""
+    build, _, _ = reference("llama")
+    engine = LLMEngine(build(), num_blocks=num_blocks, block_size=block_size,
+                       max_model_len=requested)
+    assert engine.max_model_len == expected
+
+
+def test_a_sequence_stops_at_the_fitted_max_model_len(reference):
+    build, _, _ = reference("llama")
+    llm = LLM(build(), num_blocks=8, block_size=4)  # holds 32 tokens
+    out = llm.generate([list(range(1, 11))], SamplingParams(max_tokens=100, ignore_eos=True),
+                       use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) == 22 and out.outputs[0].finish_reason == "length"

@@ -127,10 +127,29 @@ def test_reset_prefix_cache_makes_the_next_call_cold():
     first = llm.generate(prompt, params)[0]
     warm = llm.generate(prompt, params)[0]
     assert warm.num_cached_tokens > 0
-    assert llm.reset_prefix_cache() > 0
+    assert llm.reset_prefix_cache() is True
     cold = llm.generate(prompt, params)[0]
     assert cold.num_cached_tokens == 0
     assert first.outputs[0].token_ids == warm.outputs[0].token_ids == cold.outputs[0].token_ids
     off = LLM("tiny", enable_prefix_caching=False, block_size=4)
     off.generate(prompt, params)
-    assert off.reset_prefix_cache() == 0  # no prefix caching: nothing was named
+    assert off.reset_prefix_cache() is True  # nothing was named: trivially cold
+
+
+def test_reset_prefix_cache_is_refused_while_requests_hold_blocks():
+    """vLLM's rule: a running request's blocks stay named, so a reset then
+    would not give a cold cache; it is refused and changes nothing."""
+    llm = LLM("tiny", enable_prefix_caching=True, block_size=4)
+    engine = llm.llm_engine
+    prompt = "Once upon a time there was a little"
+    llm.generate(prompt, SamplingParams(max_tokens=4, temperature=0.0), use_tqdm=False)
+    engine.add_request("r", prompt, SamplingParams(max_tokens=4, temperature=0.0))
+    engine.step()  # the prompt is in blocks (two of them cache hits)
+    before = engine.memory_stats()
+    assert llm.reset_prefix_cache() is False
+    assert engine.memory_stats() == before
+    with pytest.raises(NotImplementedError, match="reset_running_requests=True"):
+        llm.reset_prefix_cache(reset_running_requests=True)
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert llm.reset_prefix_cache() is True and engine.memory_stats()["cached_blocks"] == 0
