@@ -119,17 +119,15 @@ class BlockTable:
         return len(self.blocks) * self.block_size - self.num_tokens
 
     def blocks_needed(self, num_new_tokens: int) -> int:
-        """Fresh blocks that appending `num_new_tokens` would take from the pool,
-        counting the copy a shared, partly filled last block needs first."""
+        """Fresh blocks that appending `num_new_tokens` would take from the pool:
+        the blocks the tokens reach past the table's end, plus one copy if they
+        write into a partly filled last block that others still read
+        (copy-on-write; a released entry is never written)."""
         total = -(-(self.num_tokens + num_new_tokens) // self.block_size)
-        return total - len(self.blocks) + self.needs_copy(num_new_tokens)
-
-    def needs_copy(self, num_new_tokens: int) -> bool:
-        """Would appending write into a block others still read (copy-on-write)?
-        Only a partly filled last block is written into, never a released one."""
-        blocks = self.blocks
-        return (num_new_tokens > 0 and self.num_free_slots > 0
-                and blocks[-1] != NULL_BLOCK and self.allocator.ref_count(blocks[-1]) > 1)
+        last = self.blocks[-1] if self.blocks else NULL_BLOCK
+        copy = (num_new_tokens > 0 and self.num_free_slots > 0 and last != NULL_BLOCK
+                and self.allocator.ref_count(last) > 1)
+        return total - len(self.blocks) + copy
 
     # ------------------------------------------------------------------ writing
     def append(self, token_ids: Sequence[int]) -> list[tuple[int, int]]:
@@ -224,14 +222,6 @@ class BlockTable:
             self.blocks.append(self.allocator.touch(block, self.seq))
             self.block_keys.append(self.allocator.block_key(block))
         self.num_tokens = len(self.blocks) * self.block_size
-
-    def blocks_needed_with_prefix(self, cached: Sequence[int], num_new_tokens: int) -> int:
-        """Pool blocks consumed by adopting `cached` and then appending
-        `num_new_tokens`: cached blocks that are free cost one each (they leave
-        the free queue); live ones are shared for free."""
-        revived = sum(1 for b in cached if self.allocator.is_free(b))
-        total = -(-(len(cached) * self.block_size + num_new_tokens) // self.block_size)
-        return revived + total - len(cached)
 
     # ------------------------------------------------------------------ sharing
     def fork(self, seq: Hashable | None = None) -> BlockTable:

@@ -79,9 +79,10 @@ def test_prefix_cache_hit_reuses_blocks_and_skips_last_token():
     assert hits == first.blocks[:2]
     # a prompt that is exactly the cached blocks matches all but its last block:
     assert BlockTable(pool).cached_prefix([1, 2, 3, 4]) == first.blocks[:1]
-    assert second.blocks_needed_with_prefix(hits, 1) == 1  # live hits are free of charge
+    free = pool.num_free_blocks
     second.adopt_cached(hits)
     second.append([9])
+    assert free - pool.num_free_blocks == 1  # live hits are free of charge
     assert second.num_tokens == 5 and second.blocks[:2] == first.blocks[:2]
     assert pool.ref_count(first.blocks[0]) == 2
 
@@ -100,7 +101,10 @@ def test_revived_cached_blocks_cost_a_free_block():
     b = BlockTable(pool)
     hits = b.cached_prefix([1, 2, 3])
     assert len(hits) == 1
-    assert b.blocks_needed_with_prefix(hits, 1) == 2
+    free = pool.num_free_blocks
+    b.adopt_cached(hits)
+    b.append([3])
+    assert free - pool.num_free_blocks == 2  # the cached block leaves the free queue too
 
 
 def test_adopt_only_starts_a_table():
