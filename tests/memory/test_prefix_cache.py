@@ -11,6 +11,7 @@ collisions: a weak hash may cost a miss, never a wrong block.
 import itertools
 import pickle
 
+import cbor2
 import pytest
 
 from pagedkit.memory import (
@@ -72,7 +73,6 @@ def test_the_builtin_hash_collision_of_the_review_is_gone():
     -2**64, b"", b"\x00" * 32, "", "cache_salt", "é" * 30, (), [1, [2, (3,)]],
     (b"\x07" * 32, tuple(range(300)), None), (ROOT_HASH, (1, 2), (("cache_salt", "x"),))])
 def test_cbor_encoding_is_cbor2s_canonical_one(value):
-    cbor2 = pytest.importorskip("cbor2")
     assert cbor_encode(value) == cbor2.dumps(value, canonical=True)
 
 
