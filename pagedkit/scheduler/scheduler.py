@@ -340,7 +340,9 @@ class Scheduler:
         if not budget.fits_seats(max(group.params.num_sequences, len(seqs))):
             return None
         first = seqs[0]
-        cached = self.kv.cached_prefix(first.seq_id, first.token_ids)
+        # a group of several shares only its prompt: its cached blocks lie within it
+        shared = first.token_ids if len(seqs) == 1 else first.token_ids[:first.prompt_len]
+        cached = self.kv.cached_prefix(first.seq_id, shared)
         prompt_len, block_size = first.prompt_len, self.kv.block_size
         shared_start = prompt_len - prompt_len % block_size  # the forks' start
         starts = [len(cached) * block_size] + [shared_start] * (len(seqs) - 1)

@@ -91,6 +91,12 @@ def serve(engine_args, requests, aborts=frozenset(), *, note=False):
                  "enable_prefix_caching": False, "enable_chunked_prefill": False,
                  "max_num_batched_tokens": 24, "max_num_seqs": 3},
          requests=[(0, [0], 2, "greedy"), (0, [0] * 19, 2, "n2")], aborts=set())
+# Found by this test (#22): two samples recomputed with prefix caching looked
+# up cached blocks past their prompt, which they do not share.
+@example(config={"block_size": 1, "num_blocks": 5, "preemption_mode": "recompute",
+                 "enable_prefix_caching": True, "enable_chunked_prefill": False,
+                 "max_num_batched_tokens": 24, "max_num_seqs": 3},
+         requests=[(0, [0], 3, "greedy"), (0, [0], 3, "n2")], aborts=set())
 def test_no_request_is_lost_and_greedy_outputs_do_not_depend_on_memory(config, requests, aborts):
     squeezed = serve(config, requests, aborts, note=True)
     assert set(squeezed) == {str(i) for i in range(len(requests))}  # every request accounted for
