@@ -5,8 +5,8 @@ batching (also ``python -m pagedkit bench``); ``kernels`` the PagedAttention
 kernels against SDPA on a contiguous cache; ``widgets`` what recording a
 simulation for the widgets costs per step; ``labs`` each lab's nbval run
 time (wall and CPU); ``calls`` how many named pagedkit functions one
-decode step calls. Each has its own options:
-``python -m pagedkit.bench <name> --help``.
+decode step calls; ``hash`` what naming a prefix-cache block costs. Each
+has its own options: ``python -m pagedkit.bench <name> --help``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ BENCHMARKS = {
     "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost"),
     "labs": ("pagedkit.bench.labs", "each lab's nbval run time, wall and CPU"),
     "calls": ("pagedkit.bench.calls", "the named pagedkit functions one decode step calls"),
+    "hash": ("pagedkit.bench.prefix_hash", "what naming and finding a prefix-cache block costs"),
 }
 
 

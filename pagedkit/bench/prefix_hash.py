@@ -53,6 +53,8 @@ def measure(block_size: int, count: int, rounds: int, seed: int = 0) -> dict[str
         keys.append(pool.new_key(None, tokens))
         pool.register(block, keys[-1])
     lookups = [pool.new_key(None, tokens) for tokens in blocks]  # equal keys, other objects
+    if any(pool.find_cached(key) is None for key in lookups):
+        raise RuntimeError("a lookup the bench times as a hit misses")
     return {
         "builtin_hash_us": best_per_call(lambda i: hash((ROOT_HASH, blocks[i])), count, rounds),
         "sha256_us": best_per_call(lambda i: sha256((ROOT_HASH, blocks[i], None)), count,
