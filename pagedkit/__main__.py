@@ -22,6 +22,9 @@ COMMANDS = {
     "gpucheck": ("pagedkit.gpucheck",
                  "on a CUDA GPU: compiled kernels vs references, kernel benchmark, engine vs "
                  "transformers, one table"),
+    "vllm": ("pagedkit.vllm.__main__",
+             "beside the real vLLM (its CPU build): 'vllm compare' runs one workload on both, "
+             "'vllm events' follows a vLLM's cache events"),
 }
 
 

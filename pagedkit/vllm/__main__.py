@@ -1,0 +1,100 @@
+"""``python -m pagedkit vllm <compare|events>`` (also ``python -m pagedkit.vllm``).
+
+* ``compare`` — one workload on vLLM and on pagedkit: tokens per request,
+  throughput, latency, KV blocks, preemptions, prefix-cache hits, events;
+* ``events`` — follow a running vLLM's KV-cache events (its ZeroMQ
+  publisher) and print the cached blocks they describe, batch by batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def main(argv: list[str] | None = None, prog: str = "pagedkit vllm") -> int:
+    p = argparse.ArgumentParser(
+        prog=prog, description="pagedkit beside the real vLLM (its CPU build; docs/vllm.md).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="compare: one workload on vLLM and on pagedkit, side by side; "
+                           "events: follow a vLLM's KV-cache events")
+    c = sub.add_parser("compare", help="one workload on vLLM and on pagedkit, side by side",
+                       description="One workload on vLLM and on pagedkit: tokens per request, "
+                       "throughput, latency, KV blocks, preemptions, prefix-cache hits, events.")
+    c.add_argument("--model", default="tiny",
+                   help="'tiny' (the embedded model) or a transformers model folder")
+    c.add_argument("--workload", choices=("shared_prefix", "sharegpt", "alpaca"),
+                   default="shared_prefix", help="requests sharing a prompt prefix (default), "
+                   "or the bench's ShareGPT- or Alpaca-shaped ones")
+    c.add_argument("--requests", type=int, default=8, help="how many requests (default 8)")
+    c.add_argument("--num-blocks", type=int, default=256, help="KV blocks of 32 tokens, both")
+    c.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                   help="the token budget of a step, both engines (default 2048)")
+    c.add_argument("--systems", default="vllm,pagedkit",
+                   help="comma-separated, from vllm, pagedkit (default both)")
+    c.add_argument("--json", help="write the comparison here")
+    e = sub.add_parser("events", help="print the cache a vLLM's KV events describe",
+                       description="Follow a vLLM's KV-cache events (its ZeroMQ publisher) and "
+                       "print the cached blocks they describe, batch by batch.")
+    e.add_argument("endpoint", help="vLLM's KVEventsConfig endpoint, e.g. ipc:///tmp/kv")
+    e.add_argument("--replay", help="its replay_endpoint: start from every buffered batch")
+    e.add_argument("--seconds", type=float, default=60.0, help="stop after this long")
+    args = p.parse_args(argv)
+    if args.command == "compare":
+        return _compare(args, p)
+    return _events(args)
+
+
+def _compare(args, parser) -> int:
+    from . import compare as cmp
+
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if "vllm" in systems and not cmp.vllm_available():
+        parser.exit(1, "vLLM is not installed here; see docs/vllm.md "
+                       "(pip install -r requirements-vllm.txt, in a venv of its own)\n")
+    model = None if args.model == "tiny" else args.model
+    if args.workload == "shared_prefix":
+        work = cmp.shared_prefix_workload(args.requests)
+    else:
+        work = cmp.bench_workload(args.requests, dataset=args.workload)
+    result = cmp.compare(work, model, num_blocks=args.num_blocks,
+                         max_num_batched_tokens=args.max_num_batched_tokens, systems=systems)
+    if len(result.runs) == 2:
+        print(result.table())
+    else:
+        for run in result.runs.values():
+            print(run.summary())
+    if args.json:
+        cmp.save_json(result, args.json)
+    return 0 if len(result.runs) < 2 or all(result.equal) else 1
+
+
+def _events(args) -> int:
+    from .reader import CachedBlocks, ZmqEventStream
+
+    stream = ZmqEventStream(args.endpoint, replay_endpoint=args.replay)
+    cache = CachedBlocks()
+    if args.replay:
+        for seq, batch in stream.replay(0):
+            cache.apply_batch(batch)
+            stream.next_seq = seq + 1
+    end = time.monotonic() + args.seconds
+    try:
+        while time.monotonic() < end:
+            for seq, batch in stream.receive(200):
+                cache.apply_batch(batch)
+                kinds = ", ".join(type(ev).__name__ for ev in batch.events)
+                print(f"batch {seq}: {kinds} -> {len(cache)} cached blocks "
+                      f"({cache.num_copies} copies)", flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stream.close()
+    if stream.missed:
+        print(f"missed {stream.missed} batches (give --replay)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m pagedkit.vllm"))

@@ -1,0 +1,45 @@
+"""Tests beside the real vLLM.
+
+Tests marked ``vllm`` need vLLM's CPU build (requirements-vllm.txt, in a venv
+of its own: docs/vllm.md). Where it is not importable they are skipped, unless
+PAGEDKIT_REQUIRE_VLLM=1 (CI's vLLM step sets it): then they fail, so a broken
+install cannot pass as skipped. The other tests here run everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+
+import pytest
+
+# vLLM in this process (its engine core otherwise runs in a child process),
+# and block hashes published whole (32 bytes) rather than cut to 64-bit ints.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "0")
+
+
+@functools.cache
+def vllm_import_error() -> str | None:
+    """Why vLLM cannot be imported here (None: it can)."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed"
+    try:
+        importlib.import_module("vllm")
+    except Exception as err:  # e.g. a torchvision built for another torch
+        return f"import vllm fails: {type(err).__name__}: {err}"
+    return None
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("vllm") is None:
+        return
+    why = vllm_import_error()
+    if why is None:
+        return
+    if os.environ.get("PAGEDKIT_REQUIRE_VLLM") == "1":
+        pytest.fail(f"PAGEDKIT_REQUIRE_VLLM=1 but {why} (requirements-vllm.txt, docs/vllm.md)",
+                    pytrace=False)
+    pytest.skip(f"{why}; see docs/vllm.md (PAGEDKIT_REQUIRE_VLLM=1 makes this a failure)")
