@@ -367,7 +367,8 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
     wrap(engine.scheduler, "schedule", "scheduling")
     wrap(engine.runner, "prepare", "packing")
     wrap(engine.runner.model, "forward", "forward")
-    wrap(engine, "_sample", "sampling")
+    from ..engine import llm_engine
+    wrap(llm_engine, "sample_step", "sampling")  # the engine's step calls it by this name
     # a step's attention runs through ops.StepOps (timing the module-level ops
     # instead would swap them, and StepOps then calls a swapped op per layer)
     for op in ("store_kv", "attention"):
