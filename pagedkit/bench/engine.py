@@ -18,7 +18,11 @@ ignored) — runs through these systems on the same model:
   engine behind ``generate_batch``), with per-request lengths;
 * ``floor``: the same packed forwards over contiguous per-request K/V with
   no scheduling at all (`pagedkit.bench.floor`): what no engine on this model
-  can beat. pagedkit's share of it is printed as ``of floor``.
+  can beat. pagedkit's share of it is printed as ``of floor``;
+* ``vllm``: the real vLLM's CPU build, in this process (`pagedkit.vllm`),
+  on the same weights; in the default systems only where vLLM is installed
+  (docs/vllm.md). Its blocks are 32 tokens (the CPU build's smallest) when
+  ``--block-size`` is not a multiple of 32, its prefill always chunked.
 
 ``--rounds N`` runs the systems N times, interleaved (a, b, c, a, b, c, ...),
 and reports each system's median round (of an even number, the faster of
@@ -45,6 +49,7 @@ compute, not Python overhead, dominates a step on CPU.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import statistics
@@ -58,7 +63,9 @@ import torch
 from . import check_choice, load_average
 
 MODELS = ("tiny", "larger")
-SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor")
+SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor", "vllm")
+#: What runs when no system is named: vLLM only where it is installed.
+DEFAULT_SYSTEMS = SYSTEMS if importlib.util.find_spec("vllm") else SYSTEMS[:-1]
 
 
 @dataclass
@@ -322,6 +329,47 @@ def run_floor(model, work: Workload, progress: Callable[[int], None] = _quiet
                   cpu_seconds=cpu_end - cpu), tokens
 
 
+def vllm_engine(model_name: str, block_size: int):
+    """vLLM serving the bench's model (`pagedkit.vllm.compare.VllmEngine`), with
+    the KV cache pagedkit gets on CPU, in blocks vLLM's CPU build accepts."""
+    import tempfile
+
+    from ..engine.llm_engine import DEFAULT_CPU_KV_CACHE_BYTES
+    from ..model.kv_cache import KVCacheSpec
+    from ..vllm.compare import VllmEngine, tiny_model_dir
+
+    block_size = block_size if block_size % 32 == 0 else 32
+    model = build_model(model_name, torch.device("cpu"))
+    blocks = KVCacheSpec.from_config(model.config, torch.float32).num_blocks_for(
+        DEFAULT_CPU_KV_CACHE_BYTES, block_size)
+    length = model.config.max_position_embeddings
+    with tempfile.TemporaryDirectory(prefix="pagedkit-bench-") as tmp:  # vLLM reads a folder
+        folder = tiny_model_dir() if model_name == "tiny" else tmp
+        if model_name != "tiny":
+            model.save_pretrained(tmp)  # the same random weights (build_model is seeded)
+        return VllmEngine(folder, num_blocks=blocks, block_size=block_size,
+                          max_num_batched_tokens=length, max_model_len=length)
+
+
+def run_vllm(engine, work: Workload, progress: Callable[[int], None] = _quiet
+             ) -> tuple[Result, list[list[int]]]:
+    """vLLM's CPU build on the same requests (greedy, each to its length)."""
+    from ..vllm.compare import Workload as VllmWorkload
+
+    run = engine.run(VllmWorkload(work.prompts, work.output_lens), progress)
+    block_size = engine.llm.llm_engine.vllm_config.cache_config.block_size
+    return Result("vllm", run.seconds, run.output_tokens, statistics.mean(run.ttft_s),
+                  statistics.median(run.ttft_s), None,
+                  note=f"vLLM {_vllm_version()} CPU build, blocks of {block_size}, chunked "
+                  "prefill", cpu_seconds=run.cpu_seconds), run.tokens
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
 PROFILE_PARTS = ("scheduling", "packing", "linear layers", "attention", "model other",
                  "sampling", "bookkeeping", "outside steps")
 
@@ -407,14 +455,16 @@ def check_systems(systems) -> tuple[str, ...]:
 
 def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float | None = None,
               batch_size: int = 16, block_size: int = 16, device: str = "auto",
-              systems: tuple[str, ...] = ("pagedkit", "hf_static", "hf_continuous", "floor"),
+              systems: tuple[str, ...] = DEFAULT_SYSTEMS,
               rounds: int = 1, profile: bool = False, workload: str = "sharegpt",
               log: Callable[[str], None] = print) -> Report:
     systems = check_systems(systems)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-    if "floor" in systems and device not in ("auto", "cpu"):
-        raise ValueError(f"the floor runs on CPU only; drop it from systems for device={device!r}")
+    for cpu_only in ("floor", "vllm"):
+        if cpu_only in systems and device not in ("auto", "cpu"):
+            raise ValueError(f"{cpu_only} runs on CPU only here; drop it from systems for "
+                             f"device={device!r}")
     dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available()
                        else "cpu" if device == "auto" else device)
     probe = build_model(model_name, dev)
@@ -436,6 +486,7 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
         "hf_static": lambda m, w, p: run_hf_static(m, w, batch_size, pad_id=0, progress=p),
         "hf_continuous": lambda m, w, p: run_hf_continuous(m, w, p),
         "floor": lambda m, w, p: run_floor(m, w, p),
+        "vllm": lambda m, w, p: run_vllm(m, w, p),
     }
     # a short untimed run first: one-time costs (lazy imports, allocator and
     # kernel warm-up) would otherwise land on whichever system runs first
@@ -451,7 +502,8 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                 + f": {work.num_output_tokens} output tokens ...")
             try:
                 if name not in models:
-                    models[name] = build_model(model_name, dev)
+                    models[name] = (vllm_engine(model_name, block_size) if name == "vllm"
+                                    else build_model(model_name, dev))
                     runners[name](models[name], warmup, _quiet)
                 progress = Progress(name, work.num_output_tokens, log)
                 result, tokens = runners[name](models[name], work, progress.tick)
@@ -461,6 +513,8 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                 continue
             log(f"  {name}: {result.tokens_per_s:.1f} output tok/s ({result.seconds:.1f} s)")
             runs[name].append((result, tokens))
+    if "vllm" in models:
+        models.pop("vllm").close()
     reference = None
     for name in systems:
         if not runs[name]:
@@ -516,8 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=16, help="hf_static batch size")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--device", default="auto")
-    p.add_argument("--systems", default=",".join(SYSTEMS),
-                   help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all)")
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                   help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all; vllm "
+                   "where it is installed)")
     p.add_argument("--rounds", type=int, default=1,
                    help="run the systems this many times, interleaved; report medians")
     p.add_argument("--profile", action="store_true",

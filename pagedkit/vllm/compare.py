@@ -270,7 +270,8 @@ class VllmEngine:
                        num_gpu_blocks_override=num_blocks + 1,  # + vLLM's null block
                        max_model_len=max_model_len,
                        max_num_batched_tokens=max_num_batched_tokens,
-                       gpu_memory_utilization=0.05, seed=0, disable_log_stats=False,
+                       kv_cache_memory_bytes=_kv_bytes(model_dir, num_blocks + 1, block_size),
+                       seed=0, disable_log_stats=False,
                        kv_events_config=KVEventsConfig(
                            enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint,
                            replay_endpoint=replay))
@@ -326,19 +327,17 @@ class VllmEngine:
         self._tmp.cleanup()
 
 
-def run_vllm(model_dir: str | Path, work: Workload, *, num_blocks: int,
-             block_size: int = BLOCK_SIZE, max_num_batched_tokens: int = 2048,
-             max_model_len: int | None = None, warmup: bool = True) -> SystemRun:
-    """`work` on vLLM's CPU build (`VllmEngine`), after a short warm-up."""
-    engine = VllmEngine(model_dir, num_blocks=num_blocks, block_size=block_size,
-                        max_num_batched_tokens=max_num_batched_tokens,
-                        max_model_len=max_model_len)
-    try:
-        if warmup:  # 4 + 2 tokens: no block fills, so the cache stays empty
-            engine.run(Workload([work.prompts[0][:4]], [2]))
-        return engine.run(work)
-    finally:
-        engine.close()
+def _kv_bytes(model_dir: str | Path, num_blocks: int, block_size: int) -> int:
+    """The bytes of `num_blocks` float32 KV blocks of the model: vLLM on CPU
+    otherwise sizes its cache as a share of the machine's RAM, less what this
+    process already uses (which fails once a process has built a few engines)."""
+    import torch
+    from transformers import AutoConfig
+
+    from ..model.kv_cache import KVCacheSpec
+
+    spec = KVCacheSpec.from_config(AutoConfig.from_pretrained(str(model_dir)), torch.float32)
+    return num_blocks * spec.bytes_per_block(block_size)
 
 
 def _replay_all(stream: ZmqEventStream, settle_s: float = 0.2) -> list:
@@ -368,6 +367,17 @@ def compare(workload: Workload, model: str | Path | None = None, *, num_blocks: 
 
     Both engines get `num_blocks` KV blocks of `block_size` tokens, the same
     token budget per step and the same length limit."""
+    return compare_all([workload], model, num_blocks=num_blocks, block_size=block_size,
+                       max_num_batched_tokens=max_num_batched_tokens,
+                       max_model_len=max_model_len, systems=systems)[0]
+
+
+def compare_all(workloads: Sequence[Workload], model: str | Path | None = None, *,
+                num_blocks: int = 256, block_size: int = BLOCK_SIZE,
+                max_num_batched_tokens: int = 2048, max_model_len: int | None = None,
+                systems: Sequence[str] = SYSTEMS) -> list[Comparison]:
+    """`compare` for several workloads, one after the other on one vLLM engine
+    (built once: most of a small comparison's time) and fresh pagedkit ones."""
     for s in systems:
         if s not in SYSTEMS:
             raise ValueError(f"systems are {SYSTEMS}, got {s!r}")
@@ -377,12 +387,36 @@ def compare(workload: Workload, model: str | Path | None = None, *, num_blocks: 
                                   "(pip install -r requirements-vllm.txt, in a venv of its own)")
     options = dict(num_blocks=num_blocks, block_size=block_size,
                    max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len)
-    runs: dict[str, SystemRun] = {}
+    runs: list[dict[str, SystemRun]] = [{} for _ in workloads]
     if "vllm" in systems:
-        runs["vllm"] = run_vllm(model_dir, workload, **options)
+        engine = VllmEngine(model_dir, **options)
+        try:
+            engine.run(Workload([workloads[0].prompts[0][:4]], [2]))  # warm-up: fills no block
+            for work, got in zip(workloads, runs, strict=True):
+                if engine.llm.reset_prefix_cache() is False:
+                    raise RuntimeError("vLLM kept blocks after a finished workload")
+                got["vllm"] = engine.run(work)
+                _drop_leading_clear(got["vllm"])
+        finally:
+            engine.close()
     if "pagedkit" in systems:
-        runs["pagedkit"] = run_pagedkit(_load_for_pagedkit(model_dir), workload, **options)
-    return Comparison(workload, runs, Path(model_dir).name)
+        weights = _load_for_pagedkit(model_dir)
+        for work, got in zip(workloads, runs, strict=True):
+            got["pagedkit"] = run_pagedkit(weights, work, **options)
+    return [Comparison(work, got, Path(model_dir).name)
+            for work, got in zip(workloads, runs, strict=True)]
+
+
+def _drop_leading_clear(run: SystemRun) -> None:
+    """The reset before a workload shows as an `AllBlocksCleared` in its first
+    batch (vLLM reports a reset with the next step); pagedkit's run starts on a
+    fresh engine, so the comparison starts after it."""
+    from .wire import AllBlocksCleared
+
+    if run.batches and run.batches[0].events[:1] == [AllBlocksCleared()]:
+        run.batches[0].events.pop(0)
+        if not run.batches[0].events:
+            run.batches.pop(0)
 
 
 def _load_for_pagedkit(model_dir: str):

@@ -1,0 +1,126 @@
+"""pagedkit against the real vLLM, live (marker ``vllm``: skipped without it,
+failed with PAGEDKIT_REQUIRE_VLLM=1). Each vLLM engine takes about ten
+seconds to build on two cores, so each test builds one and runs several
+workloads on it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pagedkit.vllm import compare as cmp
+from pagedkit.vllm.models import ARCHITECTURES, KNOWN_FAILURES, save_tiny
+from pagedkit.vllm.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, encode_batch
+
+pytestmark = pytest.mark.vllm
+
+
+def test_our_records_and_bytes_are_vllms():
+    """Same fields in the same order (a newer vLLM that adds one fails here), and
+    the same MessagePack bytes, both ways."""
+    import dataclasses
+
+    import msgspec
+    from vllm.distributed import kv_events as theirs
+
+    for ours in (BlockStored, BlockRemoved, AllBlocksCleared):
+        vllm_cls = getattr(theirs, ours.__name__)
+        assert [f.name for f in dataclasses.fields(ours)] == list(vllm_cls.__struct_fields__)
+        assert len(vllm_cls.__struct_fields__) - len(vllm_cls.__struct_defaults__) == ours.REQUIRED
+    events = [BlockStored([b"\x01" * 32, 7], None, list(range(64)), 32, extra_keys=[None, ("s",)],
+                          group_idx=0, kv_cache_spec_kind="full_attention"),
+              BlockRemoved([2**63 + 5], group_idx=0), AllBlocksCleared()]
+    batch = EventBatch(1234.5, events, 0)
+    vllm_batch = theirs.KVEventBatch(ts=1234.5, events=[
+        theirs.BlockStored(block_hashes=[b"\x01" * 32, 7], parent_block_hash=None,
+                           token_ids=list(range(64)), block_size=32, lora_id=None, medium="GPU",
+                           lora_name=None, extra_keys=[None, ("s",)], group_idx=0,
+                           kv_cache_spec_kind="full_attention"),
+        theirs.BlockRemoved(block_hashes=[2**63 + 5], medium="GPU", group_idx=0),
+        theirs.AllBlocksCleared()], data_parallel_rank=0)
+    assert encode_batch(batch) == msgspec.msgpack.encode(vllm_batch)
+    assert msgspec.msgpack.decode(encode_batch(batch), type=theirs.KVEventBatch) == vllm_batch
+
+
+def event_lists(run):
+    return [e for b in run.batches for e in b.events]
+
+
+def test_prefix_caching_traces_event_for_event():
+    """Greedy requests sharing a prefix, blocks of 32, a roomy cache and one so
+    small that both engines evict cached blocks and preempt: the same tokens,
+    the same events (event for event), so the same cached blocks hash for
+    hash, the same blocks in use after every step, preemptions and hits."""
+    roomy = cmp.shared_prefix_workload(6, max_tokens=40)
+    tight = cmp.shared_prefix_workload(6, max_tokens=60)
+    results = cmp.compare_all([roomy], num_blocks=64) + cmp.compare_all([tight], num_blocks=10)
+    for c in results:
+        v, p = c.runs["vllm"], c.runs["pagedkit"]
+        assert all(c.equal), c.table()
+        assert event_lists(v) == event_lists(p)
+        assert c.caches_equal and len(v.cache) > 0
+        assert v.blocks_used == p.blocks_used
+        assert (v.preemptions, v.cached_tokens) == (p.preemptions, p.cached_tokens)
+    assert results[0].runs["vllm"].preemptions == 0 < results[1].runs["vllm"].preemptions
+    assert any(isinstance(e, BlockRemoved) for e in event_lists(results[1].runs["vllm"]))
+
+
+def test_a_reset_is_all_blocks_cleared_in_both():
+    from pagedkit import LLM
+    from pagedkit.vllm.publish import WirePublisher
+
+    work = cmp.shared_prefix_workload(2, max_tokens=4)
+    engine = cmp.VllmEngine(cmp.tiny_model_dir(), num_blocks=32)
+    try:
+        engine.run(work)
+        assert engine.llm.reset_prefix_cache() is not False
+        theirs = engine.run(cmp.Workload([[5, 6, 7]], [1])).batches
+    finally:
+        engine.close()
+    llm = LLM("tiny", block_size=32, num_blocks=32)
+    pub = WirePublisher(llm)
+    llm.generate(work.prompts, None, use_tqdm=False)
+    assert llm.reset_prefix_cache()
+    llm.generate([[5, 6, 7]], None, use_tqdm=False)
+    ours = pub.batches[-1:]
+    assert [b.events for b in theirs] == [b.events for b in ours] == [[AllBlocksCleared()]]
+
+
+@pytest.mark.parametrize("arch", [
+    pytest.param(a, marks=[pytest.mark.xfail(reason=KNOWN_FAILURES[a], strict=True,
+                                             raises=(RuntimeError, AssertionError))]
+                 if a in KNOWN_FAILURES else [])
+    for a in sorted(ARCHITECTURES)])
+def test_tokens_equal_on_the_bench_workloads(arch, tmp_path):
+    """Every request of `pagedkit bench`'s ShareGPT- and Alpaca-shaped
+    workloads, greedy, on a random two-layer model of each architecture
+    (the tiny model for "llama" is test_recorded's and the test above's)."""
+    folder = save_tiny(arch, tmp_path / arch)
+    works = [cmp.bench_workload(6, dataset=d) for d in ("sharegpt", "alpaca")]
+    for c in cmp.compare_all(works, folder, num_blocks=128):
+        assert all(c.equal), c.table()
+        assert c.caches_equal
+
+
+def test_a_seeded_root_names_blocks_alike(tmp_path):
+    """PYTHONHASHSEED roots every block name, in vLLM and pagedkit alike (a
+    process of its own: pagedkit reads the seed when it is imported)."""
+    out = tmp_path / "c.json"
+    env = {**os.environ, "PYTHONHASHSEED": "7"}
+    subprocess.run([sys.executable, "-m", "pagedkit", "vllm", "compare", "--requests", "3",
+                    "--num-blocks", "32", "--json", str(out)], check=True, env=env,
+                   capture_output=True)
+    result = json.loads(out.read_text())
+    assert result["tokens_equal"] == 3 and result["caches_equal"]
+
+
+def test_bench_runs_vllm_beside_pagedkit():
+    from pagedkit.bench.engine import DEFAULT_SYSTEMS, benchmark
+
+    assert "vllm" in DEFAULT_SYSTEMS
+    report = benchmark("tiny", num_requests=4, systems=("pagedkit", "vllm"), log=lambda _: None)
+    result = report.result("vllm")
+    assert result is not None and result.outputs_differing == 0
+    assert report.as_dict()["results"][1]["tokens_per_s"] > 0
