@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..bench import check_choice, load_average
 from .reader import CachedBlocks, ZmqEventStream
 from .wire import EventBatch
 
@@ -101,7 +102,7 @@ class SystemRun:
     preemptions: int
     cached_tokens: list[int]  # per request: prompt tokens served by the prefix cache
     batches: list[EventBatch] = field(default_factory=list, repr=False)
-    load_average: float | None = None  # 1-minute load when the run ended
+    load_average: list[float] | None = None  # 1/5/15-minute load when the run ended
     note: str = ""
     cpu_seconds: float | None = None  # process CPU time over the same window
 
@@ -180,7 +181,7 @@ class Comparison:
                          f"{s['peak_blocks_used']:>8}/{run.num_blocks:<4}"
                          f"{s['preemptions']:>9}{s['cached_tokens']:>12}{s['events']:>8}"
                          f"{s['cached_blocks_at_end']:>8}"
-                         f"{s['load_average'] if s['load_average'] is not None else '-':>7}")
+                         f"{s['load_average'][0] if s['load_average'] else '-':>7}")
         differing = [i for i, e in enumerate(eq) if not e]
         if differing:
             lines.append(f"requests whose tokens differ: {differing}")
@@ -191,13 +192,6 @@ def fit_model_len(max_model_len: int | None, num_blocks: int, block_size: int) -
     """The length limit both engines get: as asked, else 1024 tokens or what
     the cache holds, if less (vLLM refuses a limit its cache cannot hold)."""
     return max_model_len if max_model_len is not None else min(1024, num_blocks * block_size)
-
-
-def _load() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
 
 
 # ------------------------------------------------------------------ the engines
@@ -242,7 +236,7 @@ def run_pagedkit(model: Any, work: Workload, *, num_blocks: int, block_size: int
                      [o.metrics.first_token_time - start for o in outs],
                      [finish[i] - start for i in ids], used, num_blocks,
                      sum(o.num_preemptions for o in outs),
-                     [o.num_cached_tokens for o in outs], publisher.batches, _load(),
+                     [o.num_cached_tokens for o in outs], publisher.batches, load_average(),
                      cpu_seconds=cpu_seconds)
 
 
@@ -318,7 +312,7 @@ class VllmEngine:
                          [o.metrics.first_token_ts - start for o in outs],
                          [finish[i] - start for i in ids], used, self.num_blocks,
                          sum(o.metrics.num_preemptions for o in outs),
-                         [o.num_cached_tokens or 0 for o in outs], batches, _load(),
+                         [o.num_cached_tokens or 0 for o in outs], batches, load_average(),
                          note="vLLM V1 on CPU, in-process, eager", cpu_seconds=cpu_seconds)
 
     def close(self) -> None:
@@ -378,9 +372,7 @@ def compare_all(workloads: Sequence[Workload], model: str | Path | None = None, 
                 systems: Sequence[str] = SYSTEMS) -> list[Comparison]:
     """`compare` for several workloads, one after the other on one vLLM engine
     (built once: most of a small comparison's time) and fresh pagedkit ones."""
-    for s in systems:
-        if s not in SYSTEMS:
-            raise ValueError(f"systems are {SYSTEMS}, got {s!r}")
+    systems = check_choice("system", systems, SYSTEMS)
     model_dir = str(model) if model is not None else tiny_model_dir()
     if "vllm" in systems and not vllm_available():
         raise ModuleNotFoundError("vLLM is not installed here: see docs/vllm.md "
