@@ -20,6 +20,7 @@ test-artifacts/viz/. Waits are on page conditions, never on sleeps.
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,17 @@ def _check_complete(state, label):
     assert all(isinstance(c, str) and c.startswith("#") for c in state["colors"]), (label, state)
 
 
+def _settled_state(page: LabPage, expected, seconds: float = 60.0):
+    """`_state` once the plot shows `expected` (fill, colors), or after `seconds`:
+    on a loaded machine the title can be drawn before the cells' new data."""
+    deadline = time.monotonic() + seconds
+    state = _state(page)
+    while (state["fill"], state["colors"]) != expected and time.monotonic() < deadline:
+        page.page.wait_for_timeout(250)
+        state = _state(page)
+    return state
+
+
 def _wait_title(page: LabPage, text, timeout=60_000):
     page.page.wait_for_function(
         "(text) => { const t = window.jupyterapp.shell.currentWidget.node"
@@ -245,7 +257,7 @@ def test_block_map_steps_plays_and_survives_a_reload(browser_page):
                                 " && window.jupyterapp.shell.currentWidget.node"
                                 ".querySelector('.js-plotly-plot .gtitle')", timeout=180_000)
     _wait_title(page, f"step {LAST_STEP}/{LAST_STEP}", timeout=120_000)
-    again = _state(page)
+    again = _settled_state(page, (end["fill"], end["colors"]))
     _check_complete(again, "after a page reload")
     assert (again["fill"], again["colors"]) == (end["fill"], end["colors"])
     page.current().locator(".js-plotly-plot").first.screenshot(path=ARTIFACTS / "block_map_end.png")
