@@ -52,6 +52,7 @@ serves is far cheaper than one call per sequence.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -66,14 +67,20 @@ class Bucket:
     tables and lengths, so every layer of a step shares it."""
 
     blocks: torch.Tensor    # [n * max_read] physical blocks to gather (padding: block 0)
-    empty: torch.Tensor     # flat indices into the gathered [n * L] slots that hold no token
-    bias: torch.Tensor      # [n, 1, max_q, L] float: 0 where a query sees a key, -inf elsewhere
+    empty: torch.Tensor     # flat indices into the gathered [n * max_read * block_size]
+    #                         slots: those among each sequence's first L that hold no token
+    bias: torch.Tensor | None  # [n, 1, max_q, L] 0 where a query sees a key, -inf
+    #                         elsewhere; None where every query sees every key it reads
+    #                         (one sequence's decode without a window)
     rows: torch.Tensor      # [n * max_q] the call's query row of each padded query (padding: 0)
     real: torch.Tensor      # which of the n * max_q padded queries are real
     out_rows: torch.Tensor  # the call's row of each real query, in the order of `real`
     num_seqs: int
     max_q: int
-    num_slots: int          # L = max_read * block_size: the keys read per sequence
+    num_slots: int          # L: the keys read per sequence (max_read * block_size, or one
+    #                         sequence's slots that hold a token)
+    in_order: bool          # the call's only bucket, its padded queries every row in order
+    #                         (a decode step of similar lengths): no rows to gather or scatter
     gathered: dict = field(default_factory=dict)  # a cache's layout -> (K, V) gather
     #                         buffers, reused by the step's layers (`gather_reusing`)
 
@@ -129,62 +136,132 @@ def bucket_decode(block_tables: torch.Tensor, context_lens: torch.Tensor, block_
     """The buckets of `paged_decode_attention` over these tables and lengths:
     one query row per sequence, row s for sequence s. Unchecked: check first
     (`checks.check_decode`)."""
-    one_each = torch.arange(context_lens.shape[0] + 1, device=context_lens.device)
-    return bucket_prefill(block_tables, one_each, context_lens, block_size, sliding_window)
+    ctx = context_lens.tolist()
+    return _buckets(block_tables, list(range(len(ctx) + 1)), ctx, block_size, sliding_window)
 
 
 def bucket_prefill(block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
                    context_lens: torch.Tensor, block_size: int,
                    sliding_window: int | None = None) -> list[Bucket]:
+    """The buckets of `paged_prefill_attention` over these tables, query
+    boundaries and lengths. Unchecked: check first (`checks.check_prefill`)."""
+    return _buckets(block_tables, cu_seqlens_q.tolist(), context_lens.tolist(), block_size,
+                    sliding_window)
+
+
+def _buckets(block_tables: torch.Tensor, cu: list[int], ctx: list[int], block_size: int,
+             sliding_window: int | None) -> list[Bucket]:
     """Group the sequences into buckets (`length_buckets`, by chunk length and
     blocks read) and lay out each bucket's gather and mask. Sequences with an
-    empty chunk have no rows to compute and join no bucket. Unchecked: check
-    first (`checks.check_prefill`)."""
-    cu = cu_seqlens_q.long()
-    ctx = context_lens.long()
-    q_lens = cu[1:] - cu[:-1]
-    first_block = torch.zeros_like(ctx)  # the first block a sequence's queries see
+    empty chunk have no rows to compute and join no bucket. The lengths come
+    as host ints: the rest is a little Python arithmetic and a handful of
+    tensor ops per bucket."""
+    q_lens = [b - a for a, b in itertools.pairwise(cu)]
+    first_blocks = [0] * len(ctx)  # the first block a sequence's queries see
     if sliding_window is not None:
-        first_block = (ctx - q_lens - sliding_window + 1).clamp(min=0) // block_size
-    num_reads = (ctx + block_size - 1) // block_size - first_block  # blocks it reads
-    seqs = torch.stack([q_lens, ctx, first_block, num_reads, cu[:-1]], dim=1)  # [N, 5]
-    groups = length_buckets(q_lens.tolist(), num_reads.tolist(), block_size)
+        first_blocks = [max(0, c - q - sliding_window + 1) // block_size
+                        for c, q in zip(ctx, q_lens, strict=True)]
+    num_reads = [-(-c // block_size) - f for c, f in zip(ctx, first_blocks, strict=True)]
+    groups = length_buckets(q_lens, num_reads, block_size)
+    # one bucket of every sequence, each with as many queries: its padded
+    # queries are the call's rows in order (a decode step, typically)
+    in_order = len(groups) == 1 and len(groups[0]) == len(ctx) and len(set(q_lens)) == 1
     buckets = []
     for members in groups:
-        index = torch.tensor(members, device=seqs.device)
-        buckets.append(_bucket(block_tables.index_select(0, index), seqs.index_select(0, index),
-                               block_size, sliding_window))
+        seqs = _Seqs(*([values[s] for s in members]
+                       for values in (q_lens, ctx, first_blocks, num_reads, cu)))
+        tables = block_tables if in_order else block_tables.index_select(
+            0, torch.tensor(members, device=block_tables.device))
+        buckets.append(_bucket(tables, seqs, block_size, sliding_window, in_order))
     return buckets
 
 
-def _bucket(tables: torch.Tensor, seqs: torch.Tensor, block_size: int,
-            sliding_window: int | None) -> Bucket:
-    """One bucket from its members' block-table rows and their rows of
-    ``(q_len, context_len, first block, blocks read, first query row)``."""
-    q_len, ctx, first_block, num_reads, first_row = seqs.unbind(1)
-    n, max_q, max_read = seqs.shape[0], int(q_len.max()), int(num_reads.max())
-    device = seqs.device
-    # Which blocks to read, padded with block 0: a safe id whose contents are
-    # zeroed below; no table entry past a sequence's blocks (or before its
-    # window) is used, they may be -1 or a block someone else owns now.
-    read = torch.arange(max_read, device=device)
-    columns = (first_block[:, None] + read).clamp(max=tables.shape[1] - 1)
-    blocks = tables.long().gather(1, columns).masked_fill_(read >= num_reads[:, None], 0)
-    # Positions: of each gathered key, and of each padded query
-    key_pos = (first_block * block_size)[:, None] + torch.arange(max_read * block_size,
-                                                                  device=device)  # [n, L]
-    q_pos = (ctx - q_len)[:, None] + torch.arange(max_q, device=device)            # [n, max_q]
-    empty = (key_pos >= ctx[:, None]).view(-1).nonzero().squeeze(1)
-    hidden = key_pos[:, None, :] > q_pos[:, :, None]                               # [n, max_q, L]
+@dataclass
+class _Seqs:
+    """A bucket's members, one list entry each, as `_buckets` computes them."""
+
+    q_lens: list[int]
+    context_lens: list[int]
+    first_blocks: list[int]  # the first block its queries see (a window lets earlier ones go)
+    num_reads: list[int]     # blocks it reads, from its first block to its last token's
+    first_rows: list[int]    # its first query row in the call
+
+
+def _bucket(tables: torch.Tensor, seqs: _Seqs, block_size: int, sliding_window: int | None,
+            in_order: bool) -> Bucket:
+    """One bucket from its members' block-table rows and `seqs`."""
+    device = tables.device
+    n, max_q, max_read = len(seqs.q_lens), max(seqs.q_lens), max(seqs.num_reads)
+    # The keys read: one sequence reads its slots that hold a token (nothing to
+    # zero); several read whole blocks (a shorter slice of the gather would not
+    # be contiguous, which SDPA reads slower), the slots past each one's last
+    # token zeroed and masked
+    first_keys = [f * block_size for f in seqs.first_blocks]
+    held = [c - k for c, k in zip(seqs.context_lens, first_keys, strict=True)]
+    length = held[0] if n == 1 else max_read * block_size
+    # [n, L]: the slots read that hold no token (None: there are none)
+    unheld = None if min(held) == length else (
+        torch.arange(length, device=device) >= torch.tensor(held, device=device)[:, None])
+    empty = torch.empty(0, dtype=torch.long, device=device) if unheld is None else (
+        _flat_indices(unheld, max_read * block_size))
+    if max_q == 1 and sliding_window is None:
+        # A query at its sequence's last position sees exactly the slots that
+        # hold a token: the mask is that of the unheld slots (none: no mask)
+        bias = None if unheld is None else torch.zeros(unheld.shape, device=device).masked_fill_(
+            unheld, float("-inf")).view(n, 1, 1, length)
+    else:
+        q_starts = [c - q for c, q in zip(seqs.context_lens, seqs.q_lens, strict=True)]
+        bias = _position_bias(first_keys, q_starts, max_q, length, sliding_window, device)
+    if in_order:  # the padded queries are the call's rows, all real
+        rows = real = torch.arange(n * max_q, device=device)
+    else:
+        rows = torch.tensor([r + k if k < q else 0  # padded queries read row 0, dropped after
+                             for r, q in zip(seqs.first_rows, seqs.q_lens, strict=True)
+                             for k in range(max_q)], device=device)
+        real = torch.tensor([i * max_q + k for i, q in enumerate(seqs.q_lens)
+                             for k in range(q)], device=device)
+    return Bucket(_blocks_to_read(tables, seqs.first_blocks, seqs.num_reads), empty, bias,
+                  rows, real, rows.index_select(0, real), n, max_q, length, in_order)
+
+
+def _blocks_to_read(tables: torch.Tensor, first_blocks: list[int],
+                    num_reads: list[int]) -> torch.Tensor:
+    """``[n * max_read]``: each sequence's blocks from its first one on, padded
+    with block 0, a safe id whose slots are zeroed before use. No table entry
+    past a sequence's blocks (or before its window) is used: they may be -1,
+    or a block someone else owns now."""
+    max_read = max(num_reads)
+    read = torch.arange(max_read, device=tables.device)
+    if any(first_blocks):  # a window has let the first blocks go
+        columns = torch.tensor(first_blocks, device=tables.device)[:, None] + read
+        blocks = tables.gather(1, columns.clamp_(max=tables.shape[1] - 1))
+    else:
+        blocks = tables[:, :max_read]
+    if min(num_reads) < max_read:
+        padding = read >= torch.tensor(num_reads, device=tables.device)[:, None]
+        blocks = blocks.masked_fill(padding, 0)
+    return blocks.reshape(-1).long()  # (an int32 index costs a conversion per gather)
+
+
+def _flat_indices(unheld: torch.Tensor, stride: int) -> torch.Tensor:
+    """Where `unheld` ``[n, L]`` is set, as indices into the gathered
+    ``[n * stride]`` slots (each sequence's `stride` slots one after another)."""
+    seq, slot = unheld.nonzero().unbind(1)
+    return seq * stride + slot
+
+
+def _position_bias(first_keys: list[int], q_starts: list[int], max_q: int, length: int,
+                   sliding_window: int | None, device: torch.device) -> torch.Tensor:
+    """``[n, 1, max_q, L]``: 0 where a query sees a key, -inf elsewhere. A query
+    at position p sees key k iff k <= p (and k > p - window), which also hides
+    every slot past a sequence's last token from its real queries."""
+    key_pos = torch.tensor(first_keys, device=device)[:, None] + torch.arange(length,
+                                                                              device=device)
+    q_pos = torch.tensor(q_starts, device=device)[:, None] + torch.arange(max_q, device=device)
+    hidden = key_pos[:, None, :] > q_pos[:, :, None]                   # [n, max_q, L]
     if sliding_window is not None:
         hidden |= key_pos[:, None, :] <= q_pos[:, :, None] - sliding_window
-    bias = torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf"))
-    # A padded query (past its sequence's chunk) reads row 0 and is dropped after.
-    is_query = torch.arange(max_q, device=device) < q_len[:, None]                 # [n, max_q]
-    rows = torch.where(is_query, first_row[:, None] + torch.arange(max_q, device=device), 0)
-    real = is_query.view(-1).nonzero().squeeze(1)
-    return Bucket(blocks.view(-1), empty, bias[:, None], rows.view(-1), real,
-                  rows.view(-1).index_select(0, real), n, max_q, max_read * block_size)
+    return torch.zeros(hidden.shape, device=device).masked_fill_(hidden, float("-inf"))[:, None]
 
 
 def gather_reusing(k_cache: torch.Tensor, v_cache: torch.Tensor, index: torch.Tensor,
@@ -215,6 +292,8 @@ def attend(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     this layer's tensors and built `buckets` from that metadata (the public
     ops below)."""
     scale = query.shape[-1] ** -0.5 if scale is None else scale
+    if len(buckets) == 1 and buckets[0].in_order:  # every row, in order: nothing to scatter
+        return _attend_bucket(query, k_cache, v_cache, buckets[0], scale, softcap, sinks)
     out = torch.empty_like(query)
     for b in buckets:
         out.index_copy_(0, b.out_rows, _attend_bucket(query, k_cache, v_cache, b, scale,
@@ -229,16 +308,21 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     num_q_heads, head_dim = query.shape[1], query.shape[2]
     num_kv_heads = k_cache.shape[2]
     n, length = b.num_seqs, b.num_slots
-    # One gather per cache: [n, L, Hkv, D]. A slot that holds no token (the end
-    # of a last block, a padding block) may hold NaN, and 0 * NaN is NaN, so
-    # its key and value are zeroed: a masked score alone would not keep it out.
+    # One gather per cache: [n, max_read * block_size, Hkv, D], of which each
+    # sequence reads its first L slots. A slot among them that holds no token
+    # (the end of a last block, a padding block) may hold NaN, and 0 * NaN is
+    # NaN, so its key and value are zeroed: a masked score alone would not
+    # keep it out.
     keys, values = gather_reusing(k_cache, v_cache, b.blocks, b.gathered)
-    keys = keys.view(n * length, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
-    values = values.view(n * length, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
-    keys = keys.view(n, length, num_kv_heads, head_dim).float().transpose(1, 2)
-    values = values.view(n, length, num_kv_heads, head_dim).float().transpose(1, 2)
-    q = query.index_select(0, b.rows).view(n, b.max_q, num_q_heads, head_dim)
-    q = q.float().transpose(1, 2)                                     # [n, Hq, max_q, D]
+    if b.empty.numel():
+        keys.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
+        values.view(-1, num_kv_heads, head_dim).index_fill_(0, b.empty, 0)
+    keys = keys.view(n, -1, num_kv_heads, head_dim)[:, :length].transpose(1, 2)
+    values = values.view(n, -1, num_kv_heads, head_dim)[:, :length].transpose(1, 2)
+    q = query if b.in_order else query.index_select(0, b.rows)
+    q = q.view(n, b.max_q, num_q_heads, head_dim).transpose(1, 2)  # [n, Hq, max_q, D]
+    if q.dtype != torch.float32:  # (a no-op .float() still costs microseconds, per layer)
+        q, keys, values = q.float(), keys.float(), values.float()
     if softcap is None and sinks is None:
         # Plain attention is one fused call: SDPA reads each KV head for its
         # group of query heads (enable_gqa, no copies) and computes the
@@ -249,7 +333,9 @@ def _attend_bucket(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Te
     else:
         out = _softmax_attention(q, keys, values, b.bias, scale, softcap, sinks)
     out = out.transpose(1, 2).reshape(n * b.max_q, num_q_heads, head_dim)
-    return out.index_select(0, b.real).to(query.dtype)
+    if not b.in_order:
+        out = out.index_select(0, b.real)
+    return out if out.dtype == query.dtype else out.to(query.dtype)
 
 
 def _softmax_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -267,7 +353,9 @@ def _softmax_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     if softcap is not None:
         scores = torch.tanh(scores.div_(softcap)).mul_(softcap)
     # Every score is finite (empty slots were zeroed), so an additive -inf masks.
-    scores = scores.view(n, num_kv_heads, group, max_q, -1) + bias[:, :, None]
+    scores = scores.view(n, num_kv_heads, group, max_q, -1)
+    if bias is not None:
+        scores = scores + bias[:, :, None]
     if sinks is None:
         probs = torch.softmax(scores, dim=-1)
     else:
