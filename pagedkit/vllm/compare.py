@@ -380,6 +380,12 @@ def compare_all(workloads: Sequence[Workload], model: str | Path | None = None, 
     options = dict(num_blocks=num_blocks, block_size=block_size,
                    max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len)
     runs: list[dict[str, SystemRun]] = [{} for _ in workloads]
+    # pagedkit first: building vLLM's CPU worker pins this process's threads
+    # (one torch thread, bound to a core), which would slow whatever runs after it
+    if "pagedkit" in systems:
+        weights = _load_for_pagedkit(model_dir)
+        for work, got in zip(workloads, runs, strict=True):
+            got["pagedkit"] = run_pagedkit(weights, work, **options)
     if "vllm" in systems:
         engine = VllmEngine(model_dir, **options)
         try:
@@ -391,10 +397,7 @@ def compare_all(workloads: Sequence[Workload], model: str | Path | None = None, 
                 _drop_leading_clear(got["vllm"])
         finally:
             engine.close()
-    if "pagedkit" in systems:
-        weights = _load_for_pagedkit(model_dir)
-        for work, got in zip(workloads, runs, strict=True):
-            got["pagedkit"] = run_pagedkit(weights, work, **options)
+    runs = [{name: got[name] for name in SYSTEMS if name in got} for got in runs]
     return [Comparison(work, got, Path(model_dir).name)
             for work, got in zip(workloads, runs, strict=True)]
 
