@@ -202,8 +202,10 @@ def _bucket(tables: torch.Tensor, seqs: _Seqs, block_size: int, sliding_window: 
     # [n, L]: the slots read that hold no token (None: there are none)
     unheld = None if min(held) == length else (
         torch.arange(length, device=device) >= torch.tensor(held, device=device)[:, None])
-    empty = torch.empty(0, dtype=torch.long, device=device) if unheld is None else (
-        _flat_indices(unheld, max_read * block_size))
+    empty = torch.empty(0, dtype=torch.long, device=device)  # as flat indices into the gather
+    if unheld is not None:
+        seq, slot = unheld.nonzero().unbind(1)
+        empty = seq * (max_read * block_size) + slot
     if max_q == 1 and sliding_window is None:
         # A query at its sequence's last position sees exactly the slots that
         # hold a token: the mask is that of the unheld slots (none: no mask)
@@ -212,16 +214,23 @@ def _bucket(tables: torch.Tensor, seqs: _Seqs, block_size: int, sliding_window: 
     else:
         q_starts = [c - q for c, q in zip(seqs.context_lens, seqs.q_lens, strict=True)]
         bias = _position_bias(first_keys, q_starts, max_q, length, sliding_window, device)
-    if in_order:  # the padded queries are the call's rows, all real
-        rows = real = torch.arange(n * max_q, device=device)
-    else:
-        rows = torch.tensor([r + k if k < q else 0  # padded queries read row 0, dropped after
-                             for r, q in zip(seqs.first_rows, seqs.q_lens, strict=True)
-                             for k in range(max_q)], device=device)
-        real = torch.tensor([i * max_q + k for i, q in enumerate(seqs.q_lens)
-                             for k in range(q)], device=device)
+    rows, real = _query_rows(seqs, max_q, in_order, device)
     return Bucket(_blocks_to_read(tables, seqs.first_blocks, seqs.num_reads), empty, bias,
                   rows, real, rows.index_select(0, real), n, max_q, length, in_order)
+
+
+def _query_rows(seqs: _Seqs, max_q: int, in_order: bool,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The call's query row of each padded query ``[n * max_q]`` (a padded
+    query past its sequence's chunk reads row 0 and is dropped after), and
+    which of them are real."""
+    if in_order:  # the padded queries are the call's rows, all real
+        rows = torch.arange(len(seqs.q_lens) * max_q, device=device)
+        return rows, rows
+    rows = [r + k if k < q else 0 for r, q in zip(seqs.first_rows, seqs.q_lens, strict=True)
+            for k in range(max_q)]
+    real = [i * max_q + k for i, q in enumerate(seqs.q_lens) for k in range(q)]
+    return torch.tensor(rows, device=device), torch.tensor(real, device=device)
 
 
 def _blocks_to_read(tables: torch.Tensor, first_blocks: list[int],
@@ -241,13 +250,6 @@ def _blocks_to_read(tables: torch.Tensor, first_blocks: list[int],
         padding = read >= torch.tensor(num_reads, device=tables.device)[:, None]
         blocks = blocks.masked_fill(padding, 0)
     return blocks.reshape(-1).long()  # (an int32 index costs a conversion per gather)
-
-
-def _flat_indices(unheld: torch.Tensor, stride: int) -> torch.Tensor:
-    """Where `unheld` ``[n, L]`` is set, as indices into the gathered
-    ``[n * stride]`` slots (each sequence's `stride` slots one after another)."""
-    seq, slot = unheld.nonzero().unbind(1)
-    return seq * stride + slot
 
 
 def _position_bias(first_keys: list[int], q_starts: list[int], max_q: int, length: int,

@@ -92,12 +92,6 @@ def check_tokens(name: str, x: torch.Tensor, k_cache: torch.Tensor, *, gqa: bool
                          f"{list(x.stride())}")
 
 
-def check_num_splits(num_splits: int | None) -> None:
-    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
-                                   or num_splits < 1):
-        raise ValueError(f"num_splits must be None or an integer >= 1, got {num_splits!r}")
-
-
 def check_options(query: torch.Tensor, sliding_window: int | None, softcap: float | None,
                   sinks: torch.Tensor | None) -> None:
     """The attention options every implementation takes (see `reference.attention`)."""
@@ -152,7 +146,9 @@ def check_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                        "one row of physical block ids per sequence")
     check_index_tensor("context_lens", context_lens, (num_seqs,), k_cache.device,
                        "cached tokens per sequence")
-    check_num_splits(num_splits)
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
+                                   or num_splits < 1):
+        raise ValueError(f"num_splits must be None or an integer >= 1, got {num_splits!r}")
     if values and num_seqs:
         check_blocks_cover(block_tables, context_lens, k_cache, minimum=1,
                            sliding_window=sliding_window)
