@@ -31,8 +31,11 @@ version (one ``index_copy_`` per cache), the reference's boolean-mask
 indexing being the readable one.
 
 An engine step calls these ops for every layer with the same metadata;
-`StepOps` does what depends only on that metadata (choosing the backend,
-checking the values, the batched path's plan) once per step.
+`StepOps` calls them by name with what the step's layers share: the value
+checks run for the first layer only, and the batched path keeps its buckets
+in a ``step_cache``. A function can stand in for an op: `override` (and
+`use_decode_attention`, built on it) puts one in `OVERRIDES`, which the ops
+consult first.
 
 Choose with the environment variable ``PAGEDKIT_KERNELS=auto|batched|torch|triton``
 or, from Python, ``set_backend("triton")`` (``set_backend(None)`` goes back
