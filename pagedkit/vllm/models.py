@@ -26,12 +26,6 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
     "gpt2": ("GPT2Config", {}),
 }
 
-#: Architectures pagedkit cannot serve beside vLLM, and why (tests/vllm expects the failure).
-KNOWN_FAILURES = {
-    "olmo2": "pagedkit under transformers 5.19 (vLLM 0.32's pin) fails in its prefill "
-             "attention (RuntimeError: a shape it cannot view); under 5.24 it is served",
-}
-
 IDS = dict(bos_token_id=0, eos_token_id=1, pad_token_id=2)  # inside the small vocabulary
 COMMON = dict(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,

@@ -25,14 +25,14 @@ TRACES = {
 
 
 def record(name: str) -> dict:
-    from pagedkit.vllm.compare import VllmEngine, Workload, shared_prefix_workload, tiny_model_dir
+    from pagedkit.vllm.compare import VllmEngine, shared_prefix_workload, tiny_model_dir
 
     kwargs, num_blocks, int_hashes = TRACES[name]
     os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = "1" if int_hashes else "0"
     work = shared_prefix_workload(**kwargs)
     engine = VllmEngine(tiny_model_dir(), num_blocks=num_blocks)
     try:
-        engine.run(Workload([work.prompts[0][:4]], [2]))  # warm-up: fills no block
+        engine.warm_up(work.prompts[0])
         run = engine.run(work)
         payloads = [engine.stream.payloads[seq] for seq in sorted(engine.stream.payloads)]
     finally:

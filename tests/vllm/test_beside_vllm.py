@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pagedkit.vllm import compare as cmp
-from pagedkit.vllm.models import ARCHITECTURES, KNOWN_FAILURES, save_tiny
+from pagedkit.vllm.models import ARCHITECTURES, save_tiny
 from pagedkit.vllm.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, encode_batch
 
 pytestmark = pytest.mark.vllm
@@ -88,11 +88,7 @@ def test_a_reset_is_all_blocks_cleared_in_both():
     assert [b.events for b in theirs] == [b.events for b in ours] == [[AllBlocksCleared()]]
 
 
-@pytest.mark.parametrize("arch", [
-    pytest.param(a, marks=[pytest.mark.xfail(reason=KNOWN_FAILURES[a], strict=True,
-                                             raises=(RuntimeError, AssertionError))]
-                 if a in KNOWN_FAILURES else [])
-    for a in sorted(ARCHITECTURES)])
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_tokens_equal_on_the_bench_workloads(arch, tmp_path):
     """Every request of `pagedkit bench`'s ShareGPT- and Alpaca-shaped
     workloads, greedy, on a random two-layer model of each architecture
