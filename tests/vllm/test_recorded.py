@@ -33,9 +33,10 @@ def trace(request):
     from pagedkit.vllm.compare import run_pagedkit, shared_prefix_workload
 
     rec = json.loads((DATA / f"{request.param}.json").read_text())
-    os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = "1" if rec["int_hashes"] else "0"
-    run = run_pagedkit("tiny", shared_prefix_workload(**rec["workload"]),
-                       num_blocks=rec["num_blocks"])
+    with pytest.MonkeyPatch.context() as mp:  # publish hashes as the recording has them
+        mp.setenv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "1" if rec["int_hashes"] else "0")
+        run = run_pagedkit("tiny", shared_prefix_workload(**rec["workload"]),
+                           num_blocks=rec["num_blocks"])
     vllm_batches = [decode_batch(bytes.fromhex(p)) for p in rec["payloads"]]
     return rec, run, vllm_batches
 
