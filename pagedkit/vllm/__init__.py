@@ -7,8 +7,9 @@ imports it. Three pieces:
   `AllBlocksCleared`) and their MessagePack bytes, without vLLM installed;
 * `publish.WirePublisher` — pagedkit's own cache events in that format;
   `reader.CachedBlocks` — which blocks are cached, from either stream;
-* `compare.compare` — one workload on vLLM and on pagedkit, tokens and
-  figures side by side (needs vLLM's CPU build: ``requirements-vllm.txt``).
+* `compare.compare` (``from pagedkit.vllm.compare import compare``) — one
+  workload on vLLM and on pagedkit, tokens and figures side by side (needs
+  vLLM's CPU build: ``requirements-vllm.txt``).
 
 ``python -m pagedkit vllm compare`` runs the comparison from a terminal.
 """
@@ -21,7 +22,7 @@ _LAZY = {
     "BlockStored": "wire", "BlockRemoved": "wire", "AllBlocksCleared": "wire",
     "EventBatch": "wire", "encode_batch": "wire", "decode_batch": "wire",
     "WirePublisher": "publish", "CachedBlocks": "reader", "ZmqEventStream": "reader",
-    "compare": "compare", "Workload": "compare", "vllm_available": "compare",
+    "Workload": "compare", "compare_all": "compare", "vllm_available": "compare",
 }
 
 __all__ = list(_LAZY)

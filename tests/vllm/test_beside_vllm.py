@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pagedkit.vllm import compare as cmp
+import pagedkit.vllm.compare as cmp
 from pagedkit.vllm.models import ARCHITECTURES, save_tiny
 from pagedkit.vllm.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, encode_batch
 
