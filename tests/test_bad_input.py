@@ -35,7 +35,7 @@ def pool_state(pool: BlockAllocator):
 
 
 def table_state(t: BlockTable):
-    return (list(t.blocks), t.num_tokens, list(t.block_hashes), list(t._tail), t._freed)
+    return (list(t.blocks), t.num_tokens, list(t.block_hashes), list(t._unnamed), t._freed)
 
 
 def kv_state(kv: KVCacheManager):

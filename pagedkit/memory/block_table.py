@@ -47,11 +47,12 @@ class BlockTable:
         self.seq = seq
         self.blocks: list[int] = []
         self.num_tokens = 0
-        # With prefix caching: the keys of the full blocks, in order, and the
-        # tokens of the partial last block — enough to name each block as it
-        # fills. Without it nothing is named, and hashing costs nothing.
+        # With prefix caching: the keys of the named full blocks, in order, and
+        # the tokens after them — enough to name each block once its K/V are
+        # computed. Without it nothing is named, and hashing costs nothing.
         self.block_keys: list[BlockKey] = []
-        self._tail: list[int] = []
+        self._unnamed: list[int] = []
+        self._computed = 0  # leading tokens whose K/V are (or this step will be) written
         self._freed = False  # a freed table is closed: its sequence is over
 
 
@@ -130,21 +131,22 @@ class BlockTable:
         return total - len(self.blocks) + copy
 
     # ------------------------------------------------------------------ writing
-    def append(self, token_ids: Sequence[int]) -> list[tuple[int, int]]:
+    def append(self, token_ids: Sequence[int], *, name: bool = True) -> list[tuple[int, int]]:
         """Give `token_ids` slots at the end of the sequence, all or nothing.
 
         Returns the ``(src, dst)`` block copies that must happen before the new
         K/V are written (copy-on-write of a shared last block). Raises
         `OutOfBlocksError` without changing anything if the pool is too small.
         """
-        copies = self.try_append(token_ids)
+        copies = self.try_append(token_ids, name=name)
         if copies is None:
             raise OutOfBlocksError(
                 f"sequence {self.seq!r} needs {self.blocks_needed(len(token_ids))} more blocks "
                 f"for {len(token_ids)} tokens but only {self.allocator.num_free_blocks} are free")
         return copies
 
-    def try_append(self, token_ids: Sequence[int]) -> list[tuple[int, int]] | None:
+    def try_append(self, token_ids: Sequence[int], *, name: bool = True
+                   ) -> list[tuple[int, int]] | None:
         """`append`, but returns ``None`` (having changed nothing) when the pool is too small."""
         if self._freed:
             self._check_open("append to it")
@@ -169,19 +171,32 @@ class BlockTable:
             take = min(free, end - pos)
             pool.append_tokens(blocks[-1], take, self.seq)
             self.num_tokens += take
-            if pool.enable_prefix_caching:
-                self._tail += token_ids[pos:pos + take]
-                if len(self._tail) == size:
-                    self._seal_last_block()
             pos += take
+        if pool.enable_prefix_caching:
+            self._unnamed += token_ids
+            if name and self._computed == self.num_tokens - end:  # no uncomputed gap before
+                self.name_blocks(self.num_tokens)
         return copies
 
-    def _seal_last_block(self) -> None:
-        """The last block just filled up: name it, and offer it to the prefix cache."""
-        key = self.allocator.new_key(self.block_keys[-1] if self.block_keys else None, self._tail)
-        self.block_keys.append(key)
-        self.allocator.register(self.blocks[-1], key)
-        self._tail = []
+    def name_blocks(self, num_tokens: int) -> None:
+        """The first `num_tokens` tokens are computed, or are by the end of the
+        current step: name, and offer to the prefix cache, every full block
+        among them (vLLM's ``cache_blocks``). A name promises that a block's
+        K/V are there, so tokens appended ahead of the steps that compute them
+        (``append(..., name=False)``: a recomputation spread over steps) wait
+        for this call; `append` names at once what it appends after them."""
+        pool, size = self.allocator, self.block_size
+        if not pool.enable_prefix_caching:
+            return
+        self._computed = max(self._computed, min(num_tokens, self.num_tokens))
+        while (len(self.block_keys) + 1) * size <= self._computed:
+            key = pool.new_key(self.block_keys[-1] if self.block_keys else None,
+                               self._unnamed[:size])
+            del self._unnamed[:size]
+            block = self.blocks[len(self.block_keys)]
+            if block != NULL_BLOCK and not pool.register(block, key):
+                key = pool.block_key(block) or key  # a sharer named it first
+            self.block_keys.append(key)
 
     # ------------------------------------------------------------ prefix cache
     def cached_prefix(self, token_ids: Sequence[int]) -> list[int]:
@@ -221,7 +236,7 @@ class BlockTable:
         for block in blocks:
             self.blocks.append(self.allocator.touch(block, self.seq))
             self.block_keys.append(self.allocator.block_key(block))
-        self.num_tokens = len(self.blocks) * self.block_size
+        self.num_tokens = self._computed = len(self.blocks) * self.block_size
 
     # ------------------------------------------------------------------ sharing
     def fork(self, seq: Hashable | None = None) -> BlockTable:
@@ -232,7 +247,8 @@ class BlockTable:
                         for b in self.blocks]  # released entries stay released
         child.num_tokens = self.num_tokens
         child.block_keys = list(self.block_keys)
-        child._tail = list(self._tail)
+        child._unnamed = list(self._unnamed)
+        child._computed = self._computed
         return child
 
     def free(self) -> None:
@@ -245,7 +261,8 @@ class BlockTable:
         self.blocks = []
         self.num_tokens = 0
         self.block_keys = []
-        self._tail = []
+        self._unnamed = []
+        self._computed = 0
         self._freed = True
 
     def release_before(self, position: int) -> list[int]:

@@ -181,10 +181,13 @@ class KVCacheManager:
         return needed + reserve <= self.allocator.num_free_blocks
 
     def allocate_slots(self, seq: Hashable, token_ids: Sequence[int],
-                       cached_blocks: Sequence[int] = ()) -> list[BlockCopy] | None:
+                       cached_blocks: Sequence[int] = (), *, name: bool = True
+                       ) -> list[BlockCopy] | None:
         """Give `token_ids` slots at the end of `seq` (creating its table if new,
         starting from `cached_blocks` if given). Returns the copy-on-write copies
         to perform, or ``None`` — with nothing changed — if the pool is too small.
+        Full blocks are named for the prefix cache at once, unless `name` is
+        False (tokens a later step computes: `cache_blocks` names them then).
         """
         if seq in self._swapped:
             raise BlockStateError(f"sequence {seq!r} is swapped out; swap it in before appending")
@@ -193,7 +196,7 @@ class KVCacheManager:
             if cached_blocks:
                 raise BlockStateError(
                     f"sequence {seq!r} already exists; cached blocks can only start a sequence")
-            return table.try_append(token_ids)  # counts its own blocks, all or nothing
+            return table.try_append(token_ids, name=name)  # all or nothing
         if cached_blocks:  # an error whether or not the tokens would fit
             self._check_cached(seq, cached_blocks)
         if not self.can_allocate(seq, len(token_ids), cached_blocks):
@@ -201,7 +204,7 @@ class KVCacheManager:
         table = BlockTable(self.allocator, seq)
         table.adopt_cached(cached_blocks)  # checks them all before taking any
         try:
-            copies = table.append(token_ids)
+            copies = table.append(token_ids, name=name)
         except BaseException:  # bad token ids: the new sequence never existed
             table.free()
             raise
@@ -216,6 +219,11 @@ class KVCacheManager:
         if stray:
             raise BlockStateError(f"cached blocks {stray} for sequence {seq!r} are not in the "
                                   "prefix cache (take them from cached_prefix)")
+
+    def cache_blocks(self, seq: Hashable, num_tokens: int) -> None:
+        """Name `seq`'s full blocks within its first `num_tokens` tokens (those
+        the current step computes): `BlockTable.name_blocks`."""
+        self.gpu_table(seq).name_blocks(num_tokens)
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
         """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""

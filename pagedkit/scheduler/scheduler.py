@@ -220,6 +220,8 @@ class Scheduler:
             self._schedule_swapped(out, budget)
         if may_admit_waiting(bool(out.preempted), bool(self.swapped)):
             self._schedule_waiting(out, budget)
+        for s in out.scheduled:  # a block is named once the step computing it is planned
+            self.kv.cache_blocks(s.seq.seq_id, s.start + s.num_tokens)
         # decodes first (stable): the model runner sends them through the decode kernel
         out.scheduled.sort(key=lambda s: s.num_tokens != 1)
         return out
@@ -402,13 +404,15 @@ class Scheduler:
                 first.seq_id, first.token_ids[head.start:head.start + head.num_tokens],
                 plan.cached), out)
         else:  # the prompt once, then every sequence's own tokens after it
+            # allocated ahead of the steps that compute it: named as they do
             self._must(plan, self.kv.allocate_slots(
-                first.seq_id, first.token_ids[head.start:first.prompt_len], plan.cached), out)
+                first.seq_id, first.token_ids[head.start:first.prompt_len], plan.cached,
+                name=False), out)
             for seq in seqs[1:]:
                 self.kv.fork(first.seq_id, seq.seq_id)
             for seq in seqs:
                 self._must(plan, self.kv.allocate_slots(
-                    seq.seq_id, seq.token_ids[first.prompt_len:]), out)
+                    seq.seq_id, seq.token_ids[first.prompt_len:], name=False), out)
         for p in plan.seqs:
             p.seq.num_computed_tokens = p.start
             if p.num_tokens:

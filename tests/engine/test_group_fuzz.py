@@ -67,6 +67,12 @@ def check_blocks(engine):
     assert alloc.num_used_blocks == len(refs)
     for block, count in refs.items():
         assert alloc.ref_count(block) == count
+    # a block the prefix cache can hand out holds K/V some holder has computed
+    seqs = {s.seq_id: s for g in engine.groups.values() for s in g.seqs}
+    computed = {b for sid, t in kv.tables().items() for i, b in enumerate(t.blocks)
+                if (i + 1) * kv.block_size <= seqs[sid].num_computed_tokens}
+    named = {b for b in refs if alloc.block_hash(b) is not None}
+    assert named <= computed, f"named before any holder computed them: {named - computed}"
 
 
 def serve(engine_args, requests, check=False):
@@ -142,4 +148,23 @@ def test_a_group_recomputed_without_prefix_caching_shares_its_prompt_again():
     assert stats["num_preemptions"] > 0
     for rid, out in squeezed.items():
         assert [c.finish_reason for c in out.outputs] == ["length"] * 3
+        assert [c.token_ids for c in out.outputs] == [c.token_ids for c in roomy[rid].outputs]
+
+
+def test_a_recomputed_group_names_its_blocks_only_as_steps_compute_them():
+    """A group of two samples, preempted by recomputation, is re-admitted
+    with its prompt and its outputs allocated at once but computed over
+    several steps (budget 8): until a step computes a block, the prefix cache
+    must not name it, or a request admitted meanwhile could read K/V never
+    written. (Found by review: blocks were named at allocation.)"""
+    prompt = list(range(10, 22))
+    requests = [(0, list(range(50, 58)), 12, "greedy"), (0, prompt, 12, "seeded2"),
+                (3, [*prompt, 5], 4, "greedy")]
+    args = {"block_size": 4, "num_blocks": 12, "max_num_batched_tokens": 8,
+            "enable_chunked_prefill": True}
+    squeezed, stats = serve(args, requests, check=True)
+    roomy, _ = serve({"block_size": 4, "num_blocks": 256, "max_num_batched_tokens": 512},
+                     requests)
+    assert stats["num_preemptions"] > 0
+    for rid, out in squeezed.items():
         assert [c.token_ids for c in out.outputs] == [c.token_ids for c in roomy[rid].outputs]
