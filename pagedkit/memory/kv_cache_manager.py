@@ -111,9 +111,9 @@ class KVCacheManager:
         return BlockTable(self.allocator, seq).cached_prefix(token_ids)
 
     def reset_prefix_cache(self) -> bool:
-        """Forget every cached block, as vLLM does: only while no sequence holds
-        a block (a running sequence's blocks stay named, so a reset then would
-        not give a cold cache). Returns whether the cache was reset."""
+        """Forget every cached block, as vLLM does: only while no block of the
+        GPU pool is in use (a running sequence's blocks stay named, so a reset
+        then would not give a cold cache). Returns whether the cache was reset."""
         if self.allocator.num_used_blocks:
             return False
         self.allocator.evict_all_cached()
