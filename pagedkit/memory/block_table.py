@@ -157,6 +157,8 @@ class BlockTable:
         if self.blocks_needed(end) > pool.num_free_blocks:
             return None
         copies: list[tuple[int, int]] = []
+        caching = pool.enable_prefix_caching
+        name = name and self._computed == self.num_tokens  # no uncomputed gap before
         pos = 0
         while pos < end:  # one pass per block the tokens reach
             free = self.num_free_slots
@@ -171,11 +173,11 @@ class BlockTable:
             take = min(free, end - pos)
             pool.append_tokens(blocks[-1], take, self.seq)
             self.num_tokens += take
+            if caching:
+                self._unnamed += token_ids[pos:pos + take]
+                if name:  # a block that just filled is named right after its APPEND
+                    self.name_blocks(self.num_tokens)
             pos += take
-        if pool.enable_prefix_caching:
-            self._unnamed += token_ids
-            if name and self._computed == self.num_tokens - end:  # no uncomputed gap before
-                self.name_blocks(self.num_tokens)
         return copies
 
     def name_blocks(self, num_tokens: int) -> None:

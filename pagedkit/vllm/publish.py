@@ -12,7 +12,8 @@ The translation, event by event:
 
 * a block that fills up is named and registered in the prefix cache
   (pagedkit's ``BlockTable`` does it right after the ``APPEND`` that filled it,
-  without an event of its own): it becomes part of a `BlockStored`. The
+  or, for a recomputation spread over steps, once a step computes it, without
+  an event of its own): it becomes part of a `BlockStored`. The
   blocks one sequence gets named in one allocation, chained parent to child,
   are one `BlockStored` (vLLM's ``cache_full_blocks`` emits one per request
   and step), after the `BlockRemoved` of the blocks that allocation evicted
@@ -145,6 +146,8 @@ class WirePublisher:
         seq = event.seq
         if self._open is not None and seq is not None and seq != self._open_seq:
             self._close_open()  # another sequence's allocation begins
+        if kind == EventKind.ALLOCATE:  # a block still unnamed is now another's
+            self._filled = [(s, b) for s, b in self._filled if b != event.block]
         if kind == EventKind.ALLOCATE and self._evicted and self._evicted[-1] == event.block:
             block = self._evicted.pop()  # evicted to be reused: vLLM's BlockRemoved
             self._removed([self._named.pop(block)] if block in self._named else [])
@@ -153,9 +156,14 @@ class WirePublisher:
             self._filled.append((seq, event.block))
 
     def _resolve(self) -> None:
-        """Read the names of the blocks that filled up (registered by now)."""
+        """Read the names of the blocks that filled up (registered by now, or
+        later: a recomputation names its blocks as the steps compute them)."""
+        pending = []
         for seq, block in self._filled:
             key = self.allocator.block_key(block)
+            if key is None and self.allocator.enable_prefix_caching:
+                pending.append((seq, block))  # named once a step computes it
+                continue
             if key is None or block in self._named:
                 continue  # prefix caching is off, or the name is known already
             self._named[block] = name = self._external(key.hash)
@@ -170,7 +178,7 @@ class WirePublisher:
             self._close_open()
             self._open = self._stored([name], parent, list(key.token_ids), key.extra_keys)
             self._open_seq = seq
-        self._filled.clear()
+        self._filled = pending
 
     def _close_open(self) -> None:
         if self._open is not None:

@@ -144,6 +144,33 @@ def test_the_reader_mirrors_the_allocator_after_every_step(seed):
     assert cache.unknown_removals == cache.conflicts == 0
 
 
+def test_blocks_named_by_a_later_step_are_published_then():
+    """A recomputation allocates ahead of the steps that compute it
+    (``name=False``); its blocks are published when `cache_blocks` names
+    them, and a block reused before that is never published."""
+    kv = manager(num_blocks=12, block_size=4)
+    pub = WirePublisher(kv, int_hashes=False)
+    cache = CachedBlocks()
+    pub.subscribe(lambda batch: cache.apply_batch(encode_batch(batch)))
+
+    def state():
+        pub.flush()
+        return {h: (b.token_ids, b.copies) for h, b in cache.blocks.items()}
+
+    kv.allocate_slots("a", list(range(10)), name=False)
+    assert state() == named_blocks(kv) == {}
+    kv.cache_blocks("a", 6)  # the first step computed 6 tokens: one full block
+    assert len(state()) == 1 and state() == named_blocks(kv)
+    kv.cache_blocks("a", 10)
+    kv.allocate_slots("a", [1, 2])  # after the gap is computed, appends name at once
+    assert len(state()) == 3 and state() == named_blocks(kv)
+    kv.allocate_slots("b", list(range(50, 58)), name=False)
+    kv.free_uncomputed([("b", 0)])  # never computed: freed unnamed
+    kv.allocate_slots("c", list(range(70, 82)))  # reuses b's blocks, named as c's
+    assert state() == named_blocks(kv) and len(state()) == 6
+    assert cache.unknown_removals == cache.conflicts == 0
+
+
 def test_zmq_publisher_and_stream(tmp_path):
     pytest.importorskip("zmq")
     import time
