@@ -339,15 +339,10 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     (`sliding_window`, `softcap`, `sinks`: `pagedkit.kernels.reference.attention`).
     `step_cache`: a dict the calls of one engine step share (`StepOps`), in
     which the batched path keeps what depends only on the tables and lengths."""
-    args = (query, k_cache, v_cache, block_tables, context_lens, scale)
-    options = dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
-                   num_splits=num_splits, check=check)
-    if "paged_decode_attention" in OVERRIDES:
-        return OVERRIDES["paged_decode_attention"](*args, **options)
-    choice = backend(k_cache.device)
-    if choice == "batched":
-        return batched.paged_decode_attention(*args, **options, step_cache=step_cache)
-    return _implementation("paged_decode_attention", choice)(*args, **options)
+    return _attend("paged_decode_attention",
+                   (query, k_cache, v_cache, block_tables, context_lens, scale),
+                   dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
+                        num_splits=num_splits, check=check), step_cache)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -359,14 +354,22 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     """Packed query chunks attending causally to their paged K/V (cached prefix
     plus the chunk); see `pagedkit.kernels.reference.paged_prefill_attention`.
     `step_cache`: as in `paged_decode_attention`."""
-    args = (query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale)
-    options = dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks, check=check)
-    if "paged_prefill_attention" in OVERRIDES:
-        return OVERRIDES["paged_prefill_attention"](*args, **options)
-    choice = backend(k_cache.device)
+    return _attend("paged_prefill_attention",
+                   (query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale),
+                   dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
+                        check=check), step_cache)
+
+
+def _attend(name: str, args: tuple, options: dict, step_cache: dict | None) -> torch.Tensor:
+    """Run attention op `name`: a plugged-in function if there is one (called
+    with the op's own arguments), else the backend's for the cache's device;
+    the batched path also gets the step's shared `step_cache`."""
+    if name in OVERRIDES:
+        return OVERRIDES[name](*args, **options)
+    choice = backend(args[1].device)  # the K cache's
     if choice == "batched":
-        return batched.paged_prefill_attention(*args, **options, step_cache=step_cache)
-    return _implementation("paged_prefill_attention", choice)(*args, **options)
+        return getattr(batched, name)(*args, **options, step_cache=step_cache)
+    return _implementation(name, choice)(*args, **options)
 
 
 def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool = True) -> None:
