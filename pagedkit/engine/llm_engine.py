@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .._validation import check_bool, check_int, check_number, check_prompt
+from .._validation import check_bool, check_choice, check_int, check_number, check_prompt
 from ..memory import HASH_FUNCTIONS, KVCacheManager
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
@@ -62,9 +62,7 @@ class LLMEngine:
         if swap_space is not None:
             check_number("swap_space", swap_space)
         check_int("seed", seed, minimum=0, maximum=MAX_SEED)
-        if prefix_caching_hash_algo not in HASH_FUNCTIONS:
-            raise ValueError(f"prefix_caching_hash_algo must be one of {sorted(HASH_FUNCTIONS)}, "
-                             f"got {prefix_caching_hash_algo!r}")
+        check_choice("prefix_caching_hash_algo", prefix_caching_hash_algo, tuple(HASH_FUNCTIONS))
         self.device = resolve_device(device)
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         self.dtype = resolve_dtype(dtype, model)

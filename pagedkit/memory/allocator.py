@@ -299,7 +299,8 @@ class BlockAllocator:
             if self._key[block].same_content(key):
                 if self._ref[block]:
                     return block
-                found = block if found is None else found
+                if found is None:
+                    found = block
         return found
 
     def touch(self, block: int, seq: Hashable | None = None) -> int:
