@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "pagedkit"
+PACKAGE = ROOT / "src" / "pagedkit"
 
 
 def layers() -> dict[str, int]:
@@ -20,7 +20,7 @@ def layers() -> dict[str, int]:
     diagram = doc.split("```\n", 2)[1]
     ranks: list[list[str]] = []
     for line in diagram.splitlines():
-        match = re.match(r"(pagedkit/[\w, ]+?|kernels/)(?:\s{2,}|$)", line)
+        match = re.match(r"(pagedkit/[\w, ]+?)(?:\s{2,}|$)", line)
         if match:
             names = [n.strip().removeprefix("pagedkit/").rstrip("/")
                      for n in match.group(1).split(",")]
@@ -30,8 +30,8 @@ def layers() -> dict[str, int]:
 
 
 def _parts(path: Path) -> tuple[str, ...]:
-    """`path` as a module path under ``pagedkit`` (kernels/ is installed as pagedkit.kernels)."""
-    return path.relative_to(PACKAGE if path.is_relative_to(PACKAGE) else ROOT).parts
+    """`path` as a module path under ``pagedkit``."""
+    return path.relative_to(PACKAGE).parts
 
 
 def unit_of(path: Path) -> str:
@@ -66,7 +66,7 @@ def imported_units(path: Path, source: str | None = None) -> set[tuple[str, int]
 
 
 def package_files() -> list[Path]:
-    files = [*PACKAGE.rglob("*.py"), *(ROOT / "kernels").rglob("*.py")]
+    files = PACKAGE.rglob("*.py")
     return sorted(p for p in files if "models/tiny" not in p.as_posix())
 
 

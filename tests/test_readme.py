@@ -21,3 +21,43 @@ def test_first_python_snippet_prints_the_peak_blocks(capsys):
     generated = len(namespace["out"][0].outputs[0].token_ids)
     # the last sampled token is never written to the cache: p + g - 1 tokens in blocks of 16
     assert int(peak.group(1)) == -(-(prompt + generated - 1) // 16) == stats["peak_used_blocks"]
+
+
+ROOT = README.parent
+TEST_TOOLS = {"pytest", "hypothesis", "nbval", "ruff", "playwright", "cbor2"}
+
+
+def _setup_commands() -> list[str]:
+    quickstart = README.read_text().split("## Quickstart", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", quickstart, re.S).group(1)
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def _requirement_names(path):
+    lines = [line.split("#")[0].strip() for line in path.read_text().splitlines()]
+    return [re.split(r"[<>=;\[ ]", line)[0].lower() for line in lines if line]
+
+
+def test_two_setup_commands_a_learners_and_a_developers():
+    """The README's two commands: the labs (no test tooling), then the tests,
+    which CI runs verbatim after installing from the project's own files."""
+    lab, tests = _setup_commands()
+    assert lab.startswith("pip install -r requirements.txt && ")
+    assert tests == "pip install -r requirements-dev.txt && python -m pytest"
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert tests in ci
+
+
+def test_lab_and_development_requirements_apart():
+    """Issue #26: `pip install -r requirements.txt` gave a student pytest, ruff,
+    playwright... The labs' file installs pagedkit and JupyterLab only; the
+    developers' file adds every test tool pyproject's `test` extra names."""
+    tomllib = __import__("pytest").importorskip("tomllib")
+    lab = _requirement_names(ROOT / "requirements.txt")
+    dev = _requirement_names(ROOT / "requirements-dev.txt")
+    assert "-e" in lab and "jupyterlab" in lab
+    assert not TEST_TOOLS & set(lab), TEST_TOOLS & set(lab)
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["test"]
+    assert dev[0] == "-r" and "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text()
+    assert {re.split(r"[<>=;\[ ]", name)[0].lower() for name in extra} == TEST_TOOLS <= set(dev)

@@ -48,7 +48,8 @@ def test_a_checkout_whose_pagedkit_is_not_its_own_is_refused(tmp_path):
         bench_cli(["labs", "--repo", str(tmp_path)])
     assert exit_info.value.code == 2
     env = labs.child_env(labs.HOME, {"PAGEDKIT_X": "1"})
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(labs.HOME) and env["PAGEDKIT_X"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(labs.HOME / "src")
+    assert env["PAGEDKIT_X"] == "1"
     assert labs.imported_pagedkit(labs.HOME, env).startswith(str(labs.HOME))
 
 

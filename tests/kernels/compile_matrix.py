@@ -135,8 +135,9 @@ class Row:
 def compile_case(case: Case) -> list[dict]:
     """Compile every launch of `case` for its target; one row per kernel."""
     import triton
-    from pagedkit.kernels import launch as launch_rules
     from triton import knobs
+
+    from pagedkit.kernels import launch as launch_rules
 
     rows = []
     for launch in launches(case):

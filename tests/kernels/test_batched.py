@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_cases import TOLERANCE, assert_close, make_case
-from pagedkit.kernels import batched, reference
 
 from pagedkit import ops
 from pagedkit.gpucheck import oracle
+from pagedkit.kernels import batched, reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 BLOCK_SIZES = [1, 8, 16, 32]

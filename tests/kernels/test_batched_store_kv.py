@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pagedkit.kernels import batched, reference
 
 from pagedkit import ops
+from pagedkit.kernels import batched, reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 BLOCK_SIZES = [1, 8, 16, 32]

@@ -10,6 +10,7 @@ bad argument to a kernel or an op goes here (tests/README.md).
 import pytest
 import torch
 from kernel_cases import make_case
+
 from pagedkit.kernels import batched, reference
 from pagedkit.kernels import reference as ref
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from kernel_cases import assert_close, decode_truth, make_case, prefill_truth
+
 from pagedkit.kernels import reference as ref
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

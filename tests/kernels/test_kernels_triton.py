@@ -12,10 +12,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_cases import assert_close, decode_truth, make_case, prefill_truth
-from pagedkit.kernels import reference as ref
 
 from pagedkit import ops
 from pagedkit.gpucheck import oracle
+from pagedkit.kernels import reference as ref
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 # bfloat16 only where it can run: the interpreter's tl.dot gets it wrong.

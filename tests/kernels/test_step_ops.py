@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_cases import PagedCase, make_case
-from pagedkit.kernels import batched, checks
 
 from pagedkit import ops
+from pagedkit.kernels import batched, checks
 
 BS = 8
 LENS = [9, 30, 17, 1, 40]  # context lengths, the chunk included

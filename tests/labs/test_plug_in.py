@@ -4,9 +4,9 @@ transformers' `generate` — and a wrong one visibly does not."""
 
 import pytest
 import torch
-from pagedkit.kernels import reference
 
 from pagedkit import LLM, SamplingParams, ops
+from pagedkit.kernels import reference
 from pagedkit.models import load_tiny
 
 PROMPTS = ["Once upon a time", "There once was a shy mouse named Sam."]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pagedkit.kernels import batched, checks
 
 from pagedkit import LLM, SamplingParams, ops
+from pagedkit.kernels import batched, checks
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 PROMPTS = ["Once upon a time", "The little dog ran"]

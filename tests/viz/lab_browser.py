@@ -54,7 +54,7 @@ def _free_port() -> int:
 class JupyterLab:
     """A JupyterLab server over `root` (a directory of copied notebooks)."""
 
-    def __init__(self, root: Path, work: Path, *, code: Path = ROOT) -> None:
+    def __init__(self, root: Path, work: Path, *, code: Path = ROOT / "src") -> None:
         self.root = root
         env = dict(os.environ)
         for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTERLAB_SETTINGS_DIR",

@@ -3,7 +3,7 @@
 A learner who steps through `LLMEngine.step()` in a debugger meets every
 function it calls; the fewer there are, the shorter that walk. This counts
 them: a `sys.setprofile` hook records each distinct (file, function) pair
-whose code lives under ``pagedkit/`` or ``kernels/`` during one step that
+whose code lives in the package (``src/pagedkit/``, its kernels included) during one step that
 decodes two sequences of the tiny model, after a few warm-up steps (the
 first steps of a shape plan and measure things a steady step does not).
 Comprehensions, lambdas and generator expressions (``<listcomp>``, ...) are
@@ -24,12 +24,12 @@ from pathlib import Path
 import torch
 
 #: the folders whose functions are counted: the package and its kernels
-ROOTS = (Path(__file__).resolve().parents[1], Path(__file__).resolve().parents[2] / "kernels")
+ROOTS = (Path(__file__).resolve().parents[1],)
 PROMPTS = ("Once upon a time", "The little dog ran")
 
 
 def _owner(filename: str) -> str | None:
-    """``pagedkit/...`` or ``kernels/...`` for a file under `ROOTS`, else None."""
+    """``pagedkit/...`` for a file under `ROOTS`, else None."""
     path = Path(filename)
     for root in ROOTS:
         if path.is_relative_to(root):

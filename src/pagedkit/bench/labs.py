@@ -42,7 +42,7 @@ from pathlib import Path
 from . import check_choice, load_average
 
 #: The checkout this pagedkit was imported from (its labs are the default).
-HOME = Path(__file__).resolve().parents[2]
+HOME = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -90,11 +90,18 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def source_dir(repo: Path) -> Path:
+    """Where `repo` keeps the package: ``src/`` (the layout since issue #26), or
+    the checkout itself for an older checkout with ``pagedkit/`` at its top."""
+    return repo / "src" if (repo / "src" / "pagedkit").is_dir() else repo
+
+
 def child_env(repo: Path, extra: dict[str, str]) -> dict[str, str]:
-    """This process's environment, `repo` first on PYTHONPATH, plus `extra`."""
+    """This process's environment, `repo`'s package folder first on PYTHONPATH,
+    plus `extra`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(repo), *filter(None, [env.get("PYTHONPATH")])])
+        [str(source_dir(repo)), *filter(None, [env.get("PYTHONPATH")])])
     env.update(extra)
     return env
 
@@ -114,7 +121,7 @@ def imported_pagedkit(repo: Path, env: dict[str, str]) -> str:
         if not Path(path).resolve().is_relative_to(repo.resolve()):
             hint = (f" (an editable install maps it to another checkout: link it, "
                     f"ln -s ../kernels {repo / 'pagedkit' / 'kernels'})"
-                    if name == "pagedkit.kernels" else "")
+                    if name == "pagedkit.kernels" and source_dir(repo) == repo else "")
             raise RuntimeError(f"the labs of {repo} would import {name} from {path}, not "
                                f"from {repo}{hint}")
     return package

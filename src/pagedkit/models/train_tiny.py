@@ -1,6 +1,6 @@
 """Rebuild the embedded "tiny" model from nothing: corpus -> tokenizer -> Llama -> weights.
 
-    python -m pagedkit.models.train_tiny --out pagedkit/models/tiny
+    python -m pagedkit.models.train_tiny --out src/pagedkit/models/tiny
 
 Everything is seeded (corpus, tokenizer, initial weights, batch order) and runs on one
 CPU thread, so float reductions happen in a fixed order: the same command with the same

@@ -1,11 +1,11 @@
 """The four PagedAttention operations, each run by one of three implementations.
 
-* the **Triton kernels** (``kernels/paged_decode.py``, ...): follow the block
+* the **Triton kernels** (``pagedkit/kernels/paged_decode.py``, ...): follow the block
   table while streaming K/V through on-chip memory (paper §4.1), on a GPU;
-* the **torch reference** (``kernels/reference.py``): one sequence at a time,
+* the **torch reference** (``pagedkit/kernels/reference.py``): one sequence at a time,
   gather its blocks, attend — the readable statement of the math, and the
   oracle the tests hold the others against;
-* the **batched torch path** (``kernels/batched.py``): the same numbers for a
+* the **batched torch path** (``pagedkit/kernels/batched.py``): the same numbers for a
   whole step in one gather and one masked SDPA call per layer and group of
   similar lengths, however many sequences run — what a CPU runs by default,
   because the reference's per-sequence calls cost far more in overhead than

@@ -12,8 +12,6 @@ import statistics
 import sys
 import time
 
-from tqdm.auto import tqdm
-
 from ._validation import non_negative_float, positive_int
 
 PROMPTS = [
@@ -54,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+
+    from tqdm.auto import tqdm
 
     from . import LLM, SamplingParams
 
