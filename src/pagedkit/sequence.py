@@ -80,10 +80,6 @@ class Sequence:
         return len(self.token_ids)
 
     @property
-    def num_uncomputed_tokens(self) -> int:
-        return len(self.token_ids) - self.num_computed_tokens
-
-    @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
 
@@ -142,11 +138,11 @@ class SequenceGroup:
                    RequestMetrics(now), arrival_order=first.seq_id)
 
     def unfinished_seqs(self) -> list[Sequence]:
-        return [s for s in self.seqs if not s.is_finished]
+        return [s for s in self.seqs if s.status is not SequenceStatus.FINISHED]
 
     @property
     def is_finished(self) -> bool:
-        return all(s.is_finished for s in self.seqs)
+        return all(s.status is SequenceStatus.FINISHED for s in self.seqs)
 
     def set_status(self, status: SequenceStatus) -> None:
         for seq in self.unfinished_seqs():

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numbers
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .._validation import check_bool, check_int
@@ -47,11 +47,12 @@ from .events import Event, EventBus, EventKind
 
 @dataclass(frozen=True)
 class MemoryStats:
-    """A snapshot of paged memory.
+    """A snapshot of paged memory (`BlockAllocator.stats`).
 
-    ``tokens_stored / slots_allocated`` is the paper's "KV usage": the share
-    of reserved KV slots that hold a token's state. With paging the only
-    waste is the unfilled tail of each sequence's last block.
+    ``kv_usage = tokens_stored / slots_allocated`` is the paper's "KV usage":
+    the share of reserved KV slots that hold a token's state (1.0 when no
+    block is in use). With paging the only waste is the unfilled tail of
+    each sequence's last block.
     """
 
     block_size: int
@@ -59,30 +60,13 @@ class MemoryStats:
     free_blocks: int  # free and holding nothing worth keeping
     cached_blocks: int  # free, but still holding a cached prefix (reusable until evicted)
     used_blocks: int  # referenced by at least one sequence
+    swapped_blocks: int  # blocks parked in the CPU swap pool
     tokens_stored: int  # token slots holding a token, in used blocks
-    swapped_blocks: int = 0  # blocks parked in the CPU swap pool
-
-    @property
-    def slots_allocated(self) -> int:
-        return self.used_blocks * self.block_size
-
-    @property
-    def kv_usage(self) -> float:
-        """Share of allocated slots that hold tokens (1.0 when nothing is allocated)."""
-        return self.tokens_stored / self.slots_allocated if self.used_blocks else 1.0
+    slots_allocated: int  # used_blocks * block_size
+    kv_usage: float
 
     def as_dict(self) -> dict[str, float]:
-        return {
-            "block_size": self.block_size,
-            "total_blocks": self.total_blocks,
-            "free_blocks": self.free_blocks,
-            "cached_blocks": self.cached_blocks,
-            "used_blocks": self.used_blocks,
-            "swapped_blocks": self.swapped_blocks,
-            "tokens_stored": self.tokens_stored,
-            "slots_allocated": self.slots_allocated,
-            "kv_usage": self.kv_usage,
-        }
+        return asdict(self)
 
 
 class BlockAllocator:
@@ -166,14 +150,18 @@ class BlockAllocator:
     def stats(self, *, swapped_blocks: int = 0) -> MemoryStats:
         """A snapshot, from counters kept as blocks change hands (O(1)).
         `swapped_blocks` is for `KVCacheManager`, which owns a swap pool too."""
+        used = self.num_used_blocks
+        slots = used * self.block_size
         return MemoryStats(
             block_size=self.block_size,
             total_blocks=self.num_blocks,
             free_blocks=len(self._blank),
             cached_blocks=len(self._cached),
-            used_blocks=self.num_used_blocks,
-            tokens_stored=self._tokens_stored,
+            used_blocks=used,
             swapped_blocks=swapped_blocks,
+            tokens_stored=self._tokens_stored,
+            slots_allocated=slots,
+            kv_usage=self._tokens_stored / slots if used else 1.0,
         )
 
     # ---------------------------------------------------------- owner changes

@@ -100,19 +100,24 @@ class BlockTable:
 
     def slot(self, position: int) -> int:
         """Physical slot of token `position`: ``block * block_size + offset``."""
-        if not 0 <= position < self.num_tokens:
-            raise IndexError(f"token position {position} is outside [0, {self.num_tokens})")
-        block, offset = divmod(position, self.block_size)
-        if self.blocks[block] == NULL_BLOCK:
-            raise IndexError(f"token position {position} of sequence {self.seq!r} lies in "
-                             f"logical block {block}, already released (outside the window)")
-        return self.blocks[block] * self.block_size + offset
+        return self.slot_mapping(position, position + 1)[0]
 
     def slot_mapping(self, start: int = 0, end: int | None = None) -> list[int]:
         """Slots of tokens ``start..end-1`` (all tokens by default): the list
-        the kernels write the new K/V through."""
+        the kernels write the new K/V through. Token p sits in logical block
+        ``p // block_size`` at offset ``p % block_size``, so its slot is
+        ``block * block_size + offset``."""
         end = self.num_tokens if end is None else end
-        return [self.slot(p) for p in range(start, end)]
+        slots = []
+        for position in range(start, end):
+            if not 0 <= position < self.num_tokens:
+                raise IndexError(f"token position {position} is outside [0, {self.num_tokens})")
+            block, offset = divmod(position, self.block_size)
+            if self.blocks[block] == NULL_BLOCK:
+                raise IndexError(f"token position {position} of sequence {self.seq!r} lies in "
+                                 f"logical block {block}, already released (outside the window)")
+            slots.append(self.blocks[block] * self.block_size + offset)
+        return slots
 
     @property
     def num_free_slots(self) -> int:

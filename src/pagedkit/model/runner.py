@@ -48,9 +48,6 @@ class ScheduledStep(Protocol):
     swap_out: list[BlockCopy]  # GPU -> CPU
     swap_in: list[BlockCopy]  # CPU -> GPU
 
-    @property
-    def is_empty(self) -> bool: ...
-
 
 class ModelRunner:
     """Owns the model and its paged KV cache tensors."""
@@ -114,7 +111,7 @@ class ModelRunner:
             for k_cache, v_cache in self.kv_caches:
                 ops.copy_blocks(k_cache, pairs, check=check)
                 ops.copy_blocks(v_cache, pairs, check=check)
-        if step.is_empty:
+        if not step.scheduled:
             return None
         input_ids, positions, meta, logits_indices = self.prepare(step, kv)
         # On CPU, the thread count measured fastest for steps of this size (threads.py)

@@ -214,11 +214,12 @@ class Scheduler:
         """Decide the next step: running groups, then swapped ones, then new ones."""
         out = SchedulerOutput(step=self.num_steps)
         self.num_steps += 1
-        budget = _Budget(self.config.max_num_batched_tokens, self.config.max_num_seqs)
+        budget = _Budget(self.config.max_num_batched_tokens, self.config.max_num_batched_tokens,
+                         self.config.max_num_seqs)
         self._schedule_running(out, budget)
-        if not out.preempted:
+        if self.swapped and not out.preempted:
             self._schedule_swapped(out, budget)
-        if may_admit_waiting(bool(out.preempted), bool(self.swapped)):
+        if self.waiting and may_admit_waiting(bool(out.preempted), bool(self.swapped)):
             self._schedule_waiting(out, budget)
         for s in out.scheduled:  # a block is named once the step computing it is planned
             self.kv.cache_blocks(s.seq.seq_id, s.start + s.num_tokens)
@@ -228,36 +229,33 @@ class Scheduler:
 
     def _schedule_running(self, out: SchedulerOutput, budget: _Budget) -> None:
         """Oldest first, each group gets room for its next tokens; while one
-        does not fit, someone gives way (`policy.make_room`)."""
+        does not fit, someone gives way (`policy.make_room`). A group the
+        budget cannot take this step keeps its seats and waits a step."""
         queue, self.running = deque(self.running), []
         while queue:
             group = queue.popleft()
-            fit = self._try_run(group, out, budget)
-            while fit is Fit.NO_MEMORY:
+            plan = self._plan(group, budget)
+            if plan is None:  # no budget left for it: still running, next step
+                budget.take(0, len(group.unfinished_seqs()))
+                self.running.append(group)
+                continue
+            # (a preempted group frees only blocks of its own: groups share only
+            # full blocks, which the plan's count never touches, so it stands)
+            fits = plan.blocks <= self.kv.num_free_blocks
+            while not fits:
                 room = make_room(newer_unserved=bool(queue), older_served=bool(self.running))
                 if room is Room.PREEMPT_NEWEST:
                     self._preempt(queue.pop(), out)
-                    fit = self._try_run(group, out, budget)
+                    fits = plan.blocks <= self.kv.num_free_blocks
                 elif room is Room.STEP_ASIDE:
                     self._preempt(group, out)
                     break
                 else:
                     self._end_never(group, out, "sequence outgrew the whole KV cache")
                     break
-            if fit is not Fit.NO_MEMORY:  # served, or sitting this step out: still running
+            if fits:
+                self._allocate(plan, out, budget)
                 self.running.append(group)
-
-    def _try_run(self, group: SequenceGroup, out: SchedulerOutput, budget: _Budget) -> Fit:
-        """Plan a running group's step and, if it fits, allocate it. A group
-        the budget cannot take this step keeps its seats and waits a step."""
-        plan = self._plan(group, budget)
-        if plan is None:
-            budget.take(0, len(group.unfinished_seqs()))
-            return Fit.NO_BUDGET
-        if plan.blocks > self.kv.num_free_blocks:
-            return Fit.NO_MEMORY
-        self._allocate(plan, out, budget)
-        return Fit.YES
 
     def _schedule_swapped(self, out: SchedulerOutput, budget: _Budget) -> None:
         """Swapped groups come back oldest first, while they fit."""
@@ -315,7 +313,7 @@ class Scheduler:
         if not budget.fits_seats(len(seqs)):
             return None
         for seq in seqs:
-            if seq.num_uncomputed_tokens == 0:  # update() always leaves the sampled token
+            if seq.num_computed_tokens == seq.num_tokens:  # update() leaves the sampled token
                 raise RuntimeError(f"sequence {seq.seq_id} of request {group.request_id} has "
                                    "computed all its tokens and has no token to sample from")
         starts = [s.num_computed_tokens for s in seqs]
@@ -387,7 +385,7 @@ class Scheduler:
     def _allocate(self, plan: Plan, out: SchedulerOutput, budget: _Budget) -> None:
         """Give a counted plan's tokens their slots: a refusal is a broken count."""
         for p in plan.seqs:
-            held = self.kv.num_tokens(p.seq.seq_id)  # slots a failed step may have left
+            held = self.kv.table(p.seq.seq_id).num_tokens  # a failed step may have left slots
             self._must(plan, self.kv.allocate_slots(
                 p.seq.seq_id, p.seq.token_ids[held:p.start + p.num_tokens]), out)
             out.scheduled.append(p)
@@ -531,7 +529,9 @@ class Scheduler:
         self.running = [g for g in self.running if not g.is_finished]
         for group in done:
             self._requests.pop(group.request_id, None)
-        self.emit_step(out.step)
+        if self.events:  # the queues ride along: requests never admitted make no event
+            self.events.emit(Step(out.step, len(self.running), len(self.waiting),
+                                  len(self.swapped)))
         return done + out.ended
 
     def _release_outside_window(self, scheduled: Iterable[ScheduledSeq]) -> None:
@@ -543,10 +543,6 @@ class Scheduler:
                     self.kv.release_outside_window(seq.seq_id, seq.num_computed_tokens,
                                                    self.release_window)
 
-    def emit_step(self, step: int) -> None:
-        if self.events:  # the queues ride along: requests never admitted make no event
-            self.events.emit(Step(step, len(self.running), len(self.waiting),
-                                  len(self.swapped)))
 
 
 def _insert_by_arrival(queue, group: SequenceGroup) -> None:
@@ -558,13 +554,13 @@ def _arrival(group: SequenceGroup) -> tuple[float, int]:
     return group.metrics.arrival_time, group.arrival_order
 
 
+@dataclass
 class _Budget:
     """Tokens and sequences left in this step."""
 
-    def __init__(self, max_tokens: int, max_seqs: int) -> None:
-        self.max_tokens = max_tokens
-        self.tokens_left = max_tokens
-        self.seqs_left = max_seqs
+    max_tokens: int
+    tokens_left: int
+    seqs_left: int
 
     @property
     def untouched(self) -> bool:
