@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from pagedkit import LLM, SamplingParams
+from pagedkit import LLM, BeamSearchParams, SamplingParams
 from pagedkit.memory import (
     BlockAllocator,
     BlockStateError,
@@ -295,7 +295,22 @@ LOAD_CASES = [  # (file name, contents, keyword arguments, error, named)
 SAMPLING_CASES = [
     ({"n": 0}, ValueError, "got 0"), ({"n": "2"}, TypeError, "'2'"),
     ({"temperature": -1}, ValueError, "-1"), ({"temperature": math.nan}, ValueError, "nan"),
-    ({"top_p": 0}, ValueError, "got 0"), ({"top_k": 0}, ValueError, "got 0"),
+    ({"top_p": 0}, ValueError, "got 0"), ({"top_k": -2}, ValueError, "got -2"),
+    ({"top_k": 1.5}, TypeError, "1.5"),
+    ({"presence_penalty": 2.5}, ValueError, "2.5"), ({"frequency_penalty": -3}, ValueError, "-3"),
+    ({"repetition_penalty": 0}, ValueError, "got 0"),
+    ({"repetition_penalty": math.inf}, ValueError, "inf"),
+    ({"min_p": 1.5}, ValueError, "1.5"), ({"min_p": "0.1"}, ValueError, "'0.1'"),
+    ({"stop": 5}, TypeError, "5"), ({"stop": [""]}, ValueError, "stop[0]"),
+    ({"stop": ["a", 3]}, ValueError, "stop[1]"),
+    ({"stop": "x", "detokenize": False}, ValueError, "detokenize=True"),
+    ({"logprobs": -2}, ValueError, "-2"), ({"logprobs": 1.5}, TypeError, "1.5"),
+    ({"prompt_logprobs": -5}, ValueError, "-5"),
+    ({"include_stop_str_in_output": "yes"}, TypeError, "'yes'"),
+    ({"skip_special_tokens": 0}, TypeError, "0"), ({"detokenize": None}, TypeError, "None"),
+    ({"use_beam_search": True, "temperature": 0, "logprobs": 1}, ValueError, "beam_search"),
+    ({"use_beam_search": True, "temperature": 0, "repetition_penalty": 1.2}, ValueError,
+     "beam_search"),
     ({"max_tokens": 0}, ValueError, "got 0"),
     ({"max_tokens": 4, "min_tokens": 5}, ValueError, "got 5"),
     ({"seed": -1}, ValueError, "-1"), ({"seed": 2**64}, ValueError, str(2**64)),
@@ -325,6 +340,16 @@ LLM_CASES = [
     ({"max_model_len": 1}, ValueError, "got 1"), ({"device": "gpu"}, ValueError, "'gpu'"),
     ({"dtype": "fp8"}, ValueError, "'fp8'"), ({"gpu_memory_utilization": "x"}, TypeError, "'x'"),
     ({"gpu_memory_utilization": 2}, ValueError, "2"), ({"seed": "x"}, TypeError, "'x'"),
+    # vLLM's engine arguments: one-device values accepted, the others refused by name
+    ({"tensor_parallel_size": 2}, ValueError, "LLM: tensor_parallel_size=2"),
+    ({"tensor_parallel_size": True}, ValueError, "tensor_parallel_size=True"),
+    ({"enforce_eager": "yes"}, TypeError, "LLM: enforce_eager"),
+    ({"quantization": "awq"}, ValueError, "quantization='awq'"),
+    ({"block_sise": 16}, TypeError, "did you mean 'block_size'"),
+    ({"no_such_argument": 1}, TypeError, "LLM got an engine argument"),
+    ({"swap_space": 4}, ValueError, "swap_space=4"),
+    ({"kv_cache_memory": 2**20, "kv_cache_memory_bytes": 2**20}, ValueError, "not both"),
+    ({"max_logprobs": -2}, TypeError, "-2"),
 ]
 
 
@@ -423,6 +448,24 @@ ENGINE_CASES = [
      ValueError, "1000000"),
     ("generate(n past max_num_seqs)", generate(["a"], SamplingParams(n=300)), ValueError,
      "300 sequences"),
+    ("generate(logprobs past max_logprobs)", generate(["a"], SamplingParams(logprobs=21)),
+     ValueError, "max_logprobs=20"),
+    ("generate(logprobs=-1 past max_logprobs)", generate(["a"], SamplingParams(logprobs=-1)),
+     ValueError, "1024 logprobs"),
+    ("generate(prompt_logprobs)", generate(["a"], SamplingParams(prompt_logprobs=1)),
+     NotImplementedError, "prompt_logprobs=1"),
+    ("chat(5)", lambda llm: llm.chat(5, use_tqdm=False), TypeError, "5"),
+    ("chat(content 5)", lambda llm: llm.chat([{"role": "user", "content": 5}]), TypeError,
+     "messages[0][0]['content']"),
+    ("chat(image part)", lambda llm: llm.chat([{"role": "user", "content": [
+        {"type": "image_url", "image_url": "x"}]}]), ValueError, "only text"),
+    ("chat(both generation flags)", lambda llm: llm.chat(
+        [{"role": "user", "content": "x"}], continue_final_message=True), ValueError,
+     "add_generation_prompt=False"),
+    ("beam_search(SamplingParams)", lambda llm: llm.beam_search(["a"], GREEDY), TypeError,
+     "BeamSearchParams"),
+    ("beam_search(prompts None)", lambda llm: llm.beam_search(None, BeamSearchParams(2, 3)),
+     TypeError, "prompts None"),
     ("add_request(id in flight)", add(("keep", [1, 2], None)), ValueError, "'keep'"),
     ("add_requests(ids repeat)", add(("a", [1], None), ("a", [2], None)), ValueError,
      "'a'"),

@@ -15,6 +15,12 @@ _LAZY = {
     "LLM": "pagedkit.engine",
     "LLMEngine": "pagedkit.engine",
     "SamplingParams": "pagedkit.engine",
+    "EngineArgs": "pagedkit.engine",
+    "BeamSearchParams": "pagedkit.engine",
+    "RequestOutput": "pagedkit.engine",
+    "CompletionOutput": "pagedkit.engine",
+    "TextPrompt": "pagedkit.inputs",
+    "TokensPrompt": "pagedkit.inputs",
 }
 
 __all__ = [*_LAZY, "__version__"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ._validation import check_bool, check_int
+from ._validation import check_bool, check_int, check_number
 
 #: Seeds a torch.Generator takes: 0 <= seed < 2**64.
 MAX_SEED = 2**64 - 1
@@ -22,6 +22,13 @@ class SamplingParams:
     * ``use_beam_search`` keeps ``beam_width`` (default ``n``) beams that fork
       and free blocks by reference count with copy-on-write (paper §4.4), and
       returns the ``n`` best.
+
+    The other fields are vLLM's, with vLLM's meaning (docs/api.md): the
+    penalties and ``min_p`` change the logits a token is picked from;
+    ``stop`` strings end a completion once its text holds one;
+    ``logprobs`` / ``prompt_logprobs`` report the model's own (raw)
+    log-probabilities of each position's top tokens. An option left at its
+    default costs nothing: the engine's plain path never looks further.
     """
 
     n: int = 1
@@ -36,6 +43,18 @@ class SamplingParams:
     use_beam_search: bool = False
     beam_width: int | None = None
     length_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    stop: str | tuple[str, ...] | None = None
+    include_stop_str_in_output: bool = False
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    detokenize: bool = True
+    skip_special_tokens: bool = True
+    #: set from the fields above: does a token need more than the plain pick?
+    penalized: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
         check_int("n", self.n, minimum=1)
@@ -48,8 +67,10 @@ class SamplingParams:
         if not _is_number(self.length_penalty) or math.isnan(self.length_penalty):
             raise ValueError(f"length_penalty must be a number, got {self.length_penalty!r}")
         check_int("top_k", self.top_k)
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k must be -1 (no limit) or >= 1, got {self.top_k}")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be 0 or -1 (no limit) or >= 1, got {self.top_k}")
+        if self.top_k == 0:  # vLLM's "no limit"
+            object.__setattr__(self, "top_k", -1)
         if self.seed is not None:
             check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         check_bool("ignore_eos", self.ignore_eos)
@@ -61,6 +82,7 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", tuple(
             check_int(f"stop_token_ids[{i}]", t, minimum=0)
             for i, t in enumerate(self.stop_token_ids)))
+        self._check_vllm_options()
         if self.use_beam_search:
             width = self.n if self.beam_width is None else check_int(
                 "beam_width", self.beam_width, minimum=1)
@@ -74,6 +96,38 @@ class SamplingParams:
         elif self.beam_width is not None:
             raise ValueError("beam_width only applies with use_beam_search=True")
 
+    def _check_vllm_options(self) -> None:
+        """The options vLLM has and the engine's first version had not, with
+        vLLM's limits (its error messages name the same bounds)."""
+        for name, low, high in (("presence_penalty", -2, 2), ("frequency_penalty", -2, 2),
+                                ("min_p", 0, 1)):
+            value = getattr(self, name)
+            if not _is_number(value) or not low <= value <= high:
+                raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
+        if (not _is_number(self.repetition_penalty) or not math.isfinite(self.repetition_penalty)
+                or not self.repetition_penalty > 0):
+            raise ValueError(f"repetition_penalty must be a finite number > 0, got "
+                             f"{self.repetition_penalty!r}")
+        for name in ("include_stop_str_in_output", "detokenize", "skip_special_tokens"):
+            check_bool(name, getattr(self, name))
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is True:  # vLLM's shorthand for 1
+                object.__setattr__(self, name, 1)
+            elif value is not None:
+                check_int(name, value, minimum=-1)  # -1: the whole vocabulary
+        object.__setattr__(self, "stop", _stop_strings(self.stop))
+        if self.stop and not self.detokenize:
+            raise ValueError("stop strings are matched in the output text: they need "
+                             "detokenize=True (or use stop_token_ids)")
+        object.__setattr__(self, "penalized", bool(
+            self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1
+            or self.min_p))
+        if self.use_beam_search and (self.stop or self.logprobs is not None or self.penalized
+                                     or self.prompt_logprobs is not None):
+            raise ValueError("stop strings, logprobs, penalties and min_p do not apply to "
+                             "use_beam_search=True: use LLM.beam_search (docs/api.md)")
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
@@ -86,3 +140,39 @@ class SamplingParams:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _stop_strings(stop: object) -> tuple[str, ...]:
+    """`stop` as a tuple of non-empty strings (vLLM takes one string or a list)."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not isinstance(stop, (list, tuple)):
+        raise TypeError(f"stop must be a string or a list of strings, got {stop!r} "
+                        f"({type(stop).__name__})")
+    for i, s in enumerate(stop):
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"stop[{i}] must be a non-empty string, got {s!r}")
+    return tuple(dict.fromkeys(stop))
+
+
+@dataclass(frozen=True)
+class BeamSearchParams:
+    """vLLM's ``BeamSearchParams``, for `LLM.beam_search` (`pagedkit.engine.offline_beam`)."""
+
+    beam_width: int
+    max_tokens: int
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    length_penalty: float = 1.0
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("beam_width", self.beam_width, minimum=1)
+        check_int("max_tokens", self.max_tokens, minimum=1)
+        check_number("temperature", self.temperature, minimum=0)
+        check_number("length_penalty", self.length_penalty)
+        for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
+            check_bool(name, getattr(self, name))

@@ -61,6 +61,11 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.finish_reason: FinishReason | None = None
         self.cumulative_logprob = 0.0
+        # vLLM's options, touched only by requests that use them:
+        self.stop_reason: int | str | None = None  # the stop string or stop token id
+        self.logprobs: list | None = None  # per generated token: {token id: Logprob}
+        self.text: str | None = None  # the output text as cut at a stop string
+        self.decoded: str = ""  # the output text so far (requests with stop strings)
 
     def __repr__(self) -> str:
         return (f"Sequence(id={self.seq_id}, tokens={len(self.token_ids)}, "
@@ -90,17 +95,48 @@ class Sequence:
         child.num_computed_tokens = self.num_computed_tokens
         child.status = self.status
         child.cumulative_logprob = self.cumulative_logprob
+        child.decoded = self.decoded
+        if self.logprobs is not None:
+            child.logprobs = list(self.logprobs)
         return child
 
 
 @dataclass
 class RequestMetrics:
-    """Wall-clock times (``time.monotonic()``) of one request's life."""
+    """Wall-clock times (``time.monotonic()``) of one request's life.
+
+    vLLM's names for the same times (its ``RequestStateStats``) are
+    properties: `queued_ts` (pagedkit queues a request when it arrives),
+    `scheduled_ts`, `first_token_ts`, `last_token_ts`, `first_token_latency`;
+    `num_generation_tokens` and `num_preemptions` are set with each output."""
 
     arrival_time: float
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finish_time: float | None = None
+    last_token_time: float | None = None
+    num_generation_tokens: int = 0
+    num_preemptions: int = 0
+
+    @property
+    def queued_ts(self) -> float:
+        return self.arrival_time
+
+    @property
+    def scheduled_ts(self) -> float | None:
+        return self.first_scheduled_time
+
+    @property
+    def first_token_ts(self) -> float | None:
+        return self.first_token_time
+
+    @property
+    def last_token_ts(self) -> float | None:
+        return self.last_token_time
+
+    @property
+    def first_token_latency(self) -> float | None:
+        return self.time_to_first_token
 
     @property
     def time_to_first_token(self) -> float | None:

@@ -51,7 +51,7 @@ def test_duplicate_request_id(engine):
     ({"temperature": -0.5}, "temperature must be a number >= 0, got -0.5"),
     ({"top_p": 0.0}, r"top_p must be in \(0, 1\], got 0.0"),
     ({"top_p": 1.5}, r"top_p must be in \(0, 1\], got 1.5"),
-    ({"top_k": 0}, "top_k must be -1 .* got 0"),
+    ({"top_k": -3}, "top_k must be 0 or -1 .* got -3"),
     ({"max_tokens": 0}, "max_tokens must be >= 1, got 0"),
     ({"min_tokens": 9, "max_tokens": 4}, "min_tokens must be <= 4, got 9"),
     ({"use_beam_search": True, "n": 3, "beam_width": 2, "temperature": 0},

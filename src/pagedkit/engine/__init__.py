@@ -1,9 +1,12 @@
 """The vLLM-shaped front door: `LLM`, `LLMEngine`, `SamplingParams` and outputs."""
 
 from ..sampling_params import SamplingParams
+from .args import EngineArgs
 from .llm import LLM
 from .llm_engine import LLMEngine
-from .outputs import CompletionOutput, RequestOutput, ScheduledInfo, StepOutput
+from .offline_beam import BeamSearchOutput, BeamSearchParams, BeamSearchSequence
+from .outputs import CompletionOutput, Logprob, RequestOutput, ScheduledInfo, StepOutput
 
-__all__ = ["LLM", "CompletionOutput", "LLMEngine", "RequestOutput", "SamplingParams",
-           "ScheduledInfo", "StepOutput"]
+__all__ = ["LLM", "BeamSearchOutput", "BeamSearchParams", "BeamSearchSequence",
+           "CompletionOutput", "EngineArgs", "LLMEngine", "Logprob", "RequestOutput",
+           "SamplingParams", "ScheduledInfo", "StepOutput"]

@@ -11,9 +11,12 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._validation import check_bool, check_prompt
+from .._validation import check_bool, check_int, check_prompt
 from ..sampling_params import SamplingParams
+from .args import split_engine_args
 from .llm_engine import LLMEngine
+from .offline_beam import BeamSearchOutput, BeamSearchParams
+from .offline_beam import beam_search as offline_beam_search
 from .outputs import RequestOutput, StepOutput
 
 Prompt = str | SequenceLike[int] | dict[str, Any]  # see generate
@@ -29,16 +32,71 @@ class LLM:
     ``kv_cache_memory``, ``enable_prefix_caching``, ``preemption_mode``,
     ``swap_space``, ``max_num_seqs``, ``max_num_batched_tokens``,
     ``enable_chunked_prefill``, ``max_model_len``, ``device``, ``dtype``,
-    ``gpu_memory_utilization``, ``seed``; see docs/api.md).
-    The engine is `llm.llm_engine`, as in vLLM.
+    ``gpu_memory_utilization``, ``seed``; see docs/api.md), with vLLM's
+    arguments that change nothing on one device (``tensor_parallel_size=1``,
+    ``enforce_eager``, ...; `pagedkit.engine.args`); any other is refused
+    by name. The engine is `llm.llm_engine`, as in vLLM.
     """
 
     def __init__(self, model: Any = "tiny", tokenizer: Any = None, **engine_args: Any) -> None:
+        split_engine_args("LLM", engine_args)  # a wrong name is the caller's, not the engine's
         self.llm_engine = LLMEngine(model, tokenizer, **engine_args)
         self._ids = itertools.count()
 
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
+
+    def chat(self, messages: Any, sampling_params: Any = None, use_tqdm: bool = True, *,
+             chat_template: str | None = None, add_generation_prompt: bool = True,
+             continue_final_message: bool = False,
+             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
+        """vLLM's ``chat``: each conversation (a list of ``{"role", "content"}``
+        messages; `messages` is one or a list of them) rendered by the
+        tokenizer's chat template (or `chat_template`) and generated from.
+        The rendered text is the output's `prompt`; it is tokenized without
+        adding special tokens (the template writes them), as vLLM does."""
+        conversations = _conversations(messages)
+        check_bool("add_generation_prompt", add_generation_prompt)
+        check_bool("continue_final_message", continue_final_message)
+        if add_generation_prompt and continue_final_message:
+            raise ValueError("continue_final_message=True continues the last message: give "
+                             "add_generation_prompt=False with it")
+        tokenizer = self.get_tokenizer()
+        if tokenizer is None:
+            raise ValueError("chat needs a tokenizer and this engine has none")
+        if chat_template is None and getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat template: give chat_template=... "
+                             "(a Jinja string), or use generate")
+        prompts = []
+        for conversation in conversations:
+            text = tokenizer.apply_chat_template(
+                conversation, tokenize=False, chat_template=chat_template,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, **(chat_template_kwargs or {}))
+            prompts.append((text, tokenizer(text, add_special_tokens=False)["input_ids"]))
+        outputs = self.generate([ids for _, ids in prompts], sampling_params, use_tqdm=use_tqdm)
+        for output, (text, _) in zip(outputs, prompts, strict=True):
+            output.prompt = text
+        return outputs
+
+    def beam_search(self, prompts: Any, params: BeamSearchParams, use_tqdm: bool = False,
+                    concurrency_limit: int | None = None) -> list[BeamSearchOutput]:
+        """vLLM's ``beam_search`` (`pagedkit.engine.offline_beam`): the
+        ``beam_width`` best beams of each prompt, each with all its tokens
+        (the prompt's first) and text, best first."""
+        if not isinstance(params, BeamSearchParams):
+            raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
+        check_bool("use_tqdm", use_tqdm)
+        if concurrency_limit is not None:
+            check_int("concurrency_limit", concurrency_limit, minimum=1)
+        prompts = _prompt_list(prompts)
+        ids = [self.llm_engine.check_request("beam-search", p)[1] for p in prompts]
+        limit = concurrency_limit or len(ids)
+        return [out for start in range(0, len(ids), limit)
+                for out in offline_beam_search(self, ids[start:start + limit], params, use_tqdm)]
+
+    def get_num_unfinished_requests(self) -> int:
+        return self.llm_engine.get_num_unfinished_requests()
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
         """Forget every cached block, for a cold cache (`LLMEngine.reset_prefix_cache`):
@@ -108,6 +166,32 @@ def _prompt_list(prompts: Any) -> list[str | list[int]]:
             return [check_prompt(list(prompts))]  # one prompt of token ids
         return [check_prompt(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
     return [check_prompt(prompts, "prompts")]
+
+
+def _conversations(messages: Any) -> list[list[dict[str, Any]]]:
+    """One conversation or a list of them, as a list; each message a dict
+    with a role and its content as text (vLLM's "openai" form, a list of
+    ``{"type": "text", "text": ...}`` parts, is joined with newlines)."""
+    if isinstance(messages, (list, tuple)) and messages and isinstance(messages[0], dict):
+        messages = [messages]
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise TypeError(f"messages must be a conversation (a list of {{'role', 'content'}} "
+                        f"dicts) or a list of conversations, got {messages!r}")
+    return [[_message(m, f"messages[{i}][{j}]") for j, m in enumerate(conversation)]
+            for i, conversation in enumerate(messages)]
+
+
+def _message(message: Any, name: str) -> dict[str, Any]:
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise TypeError(f"{name} must be a dict with a 'role' and a 'content', got {message!r}")
+    content = message.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+            raise ValueError(f"{name}: only text content parts are supported, got {content!r}")
+        content = "\n".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise TypeError(f"{name}['content'] must be text, got {content!r}")
+    return {**message, "content": content}
 
 
 def _params_list(params: Any, n: int) -> list[SamplingParams]:

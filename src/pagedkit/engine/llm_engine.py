@@ -13,6 +13,10 @@ Drive it a step at a time to watch it work::
     engine.add_request("r0", "Once upon a time", SamplingParams(max_tokens=8))
     while engine.has_unfinished_requests():
         print(engine.step())
+
+`step()` is also vLLM's: iterating it gives a `RequestOutput` for every
+request that got a token (partial until it finishes), so vLLM's loop
+``for out in engine.step(): ...`` streams here too.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ from ..model.runner import ModelRunner
 from ..model.support import check_supported
 from ..sampling_params import MAX_SEED, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from ..sequence import Sequence, SequenceGroup
+from ..sequence import FinishReason, Sequence, SequenceGroup
+from .args import check_engine_args
 from .beam_search import best_beams
-from .outputs import CompletionOutput, RequestOutput, ScheduledInfo, StepOutput
+from .outputs import CompletionOutput, PositionLogprobs, RequestOutput, ScheduledInfo, StepOutput
 from .sampling import StopRule, sample_step
 
 #: KV cache size on CPU when neither num_blocks nor kv_cache_memory is given.
@@ -54,17 +59,31 @@ class LLMEngine:
                  max_num_batched_tokens: int | None = None, enable_chunked_prefill: bool = False,
                  max_model_len: int | None = None, device: str | torch.device = "auto",
                  dtype: str | torch.dtype = "auto", gpu_memory_utilization: float = 0.9,
-                 seed: int = 0, prefix_caching_hash_algo: str = "sha256") -> None:
+                 seed: int = 0, prefix_caching_hash_algo: str = "sha256",
+                 **vllm_args: Any) -> None:
+        vllm_args = check_engine_args("LLMEngine", vllm_args)  # vLLM's one-device ones
+        if "kv_cache_memory_bytes" in vllm_args:
+            if kv_cache_memory is not None:
+                raise ValueError("give kv_cache_memory or kv_cache_memory_bytes, not both")
+            kv_cache_memory = vllm_args["kv_cache_memory_bytes"]
+        #: the most logprobs a request may ask for (vLLM's max_logprobs; -1: the vocabulary)
+        self.max_logprobs = vllm_args.get("max_logprobs", 20)
         check_int("block_size", block_size, minimum=1)
         check_bool("enable_prefix_caching", enable_prefix_caching)
         check_bool("enable_chunked_prefill", enable_chunked_prefill)
         check_number("gpu_memory_utilization", gpu_memory_utilization)
         if swap_space is not None:
             check_number("swap_space", swap_space)
+            if preemption_mode != "swap":
+                raise ValueError(f"swap_space={swap_space!r} only applies with "
+                                 "preemption_mode='swap' (vLLM 0.32 has neither: it preempts "
+                                 "by recomputation); leave swap_space unset (docs/api.md)")
         check_int("seed", seed, minimum=0, maximum=MAX_SEED)
         check_choice("prefix_caching_hash_algo", prefix_caching_hash_algo, tuple(HASH_FUNCTIONS))
         self.device = resolve_device(device)
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
+        if vllm_args.get("skip_tokenizer_init"):
+            self.tokenizer = None
         self.dtype = resolve_dtype(dtype, model)
         config = model.config
         self.max_model_len = _max_model_len(config, max_model_len)
@@ -106,7 +125,17 @@ class LLMEngine:
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._seeded: dict[str, torch.Generator] = {}
         self.eos_token_ids = _eos_token_ids(model)
-        self.stop_rule = StopRule(self.eos_token_ids, self.max_model_len)
+        self.stop_rule = StopRule(self.eos_token_ids, self.max_model_len, self.tokenizer)
+
+    @classmethod
+    def from_engine_args(cls, engine_args: Any) -> LLMEngine:
+        """vLLM's way to build an engine: from an `EngineArgs`."""
+        from .args import EngineArgs
+
+        if not isinstance(engine_args, EngineArgs):
+            raise TypeError(f"from_engine_args takes an EngineArgs, got "
+                            f"{type(engine_args).__name__}")
+        return cls(**engine_args.as_kwargs())
 
     def _num_blocks(self, spec: KVCacheSpec, block_size: int, num_blocks: int | None,
                     memory: int | None, utilization: float) -> int:
@@ -193,6 +222,21 @@ class LLMEngine:
             raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
                              f"max_num_batched_tokens is {budget}; raise it or set "
                              "enable_chunked_prefill=True")
+        if params.stop and self.tokenizer is None:
+            raise ValueError(f"request {request_id!r}: stop strings are matched in the output "
+                             "text, and this engine has no tokenizer: use stop_token_ids")
+        for name in ("logprobs", "prompt_logprobs"):
+            asked = getattr(params, name)
+            asked = self.runner.vocab_size if asked == -1 else asked
+            if asked is not None and self.max_logprobs != -1 and asked > self.max_logprobs:
+                raise ValueError(f"request {request_id!r}: {name}={getattr(params, name)} asks "
+                                 f"for {asked} logprobs, more than max_logprobs="
+                                 f"{self.max_logprobs} (an engine argument, vLLM's default 20)")
+        if params.prompt_logprobs is not None:
+            raise NotImplementedError(
+                f"request {request_id!r}: prompt_logprobs={params.prompt_logprobs} is not "
+                "supported yet (docs/api.md, 'Compared with vLLM'); logprobs of the generated "
+                "tokens are")
         bad = [t for t in params.stop_token_ids if t >= self.runner.vocab_size]
         if bad:
             raise ValueError(f"request {request_id!r}: stop token id {bad[0]} is outside the "
@@ -244,6 +288,10 @@ class LLMEngine:
                 "supported: finish or abort the running requests, then reset_prefix_cache()")
         return self.kv.reset_prefix_cache()
 
+    def get_num_unfinished_requests(self) -> int:
+        """How many requests are waiting, running or swapped (vLLM's count)."""
+        return len(self.scheduler.requests)
+
     def has_unfinished_requests(self) -> bool:
         """Anything still to run, or an aborted request not yet reported?"""
         return self.scheduler.has_unfinished() or bool(self._aborted)
@@ -267,9 +315,34 @@ class LLMEngine:
         out.new_tokens = sampled.new_tokens if sampled else {}
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
         out.finished += [self._retire(group) for group in finished]
+        # what vLLM's step() returns, read from this moment's tokens when first asked for
+        new = out.new_tokens
+        pending = [(g, self.output(g) if g.params.use_beam_search else
+                    [(s, len(s.token_ids), s.finish_reason) for s in g.seqs if s.seq_id in new])
+                   for g, _ in rows]
+        done = out.finished
+        out.build_outputs = lambda: self._step_outputs(pending, done)
         out.memory = self.memory_stats()
         out.duration_s = time.perf_counter() - start
         return out
+
+    def _step_outputs(self, pending: list, finished: list[RequestOutput]) -> list[RequestOutput]:
+        """vLLM's ``step()`` result: per request that sampled, its output as
+        of that step (partial or final); with n > 1, one output per
+        completion that got a token, as vLLM streams them; then the aborted."""
+        final = {o.request_id: o for o in finished}
+        outs = []
+        for group, seqs in pending:
+            done = final.pop(group.request_id, None)
+            if isinstance(seqs, RequestOutput):  # a beam search's, built at its step
+                outs.append(done or seqs)
+            elif group.params.n == 1:
+                outs.append(done or self._output_of(group, seqs, finished=False))
+            else:
+                last = len(seqs) - 1  # vLLM: finished with the last completion to end
+                outs += [self._output_of(group, [s], finished=done is not None and j == last)
+                         for j, s in enumerate(seqs)]
+        return outs + list(final.values())
 
     def _generator_of(self, group: SequenceGroup) -> torch.Generator:
         """A seeded request's own generator, else the engine's."""
@@ -282,22 +355,67 @@ class LLMEngine:
 
     def output(self, group: SequenceGroup) -> RequestOutput:
         """The request's completions so far (final once it is finished)."""
-        beams = group.params.use_beam_search
-        seqs = best_beams(group) if beams else group.seqs
-        completions = [
-            CompletionOutput(
-                index=i, token_ids=seq.output_token_ids, text=self._detokenize(seq),
-                cumulative_logprob=seq.cumulative_logprob if beams else None,
-                finish_reason=None if seq.finish_reason is None else str(seq.finish_reason))
-            for i, seq in enumerate(seqs)]
-        return RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, completions,
-                             group.is_finished, group.metrics, group.num_cached_tokens,
-                             group.num_preemptions)
+        seqs = best_beams(group) if group.params.use_beam_search else group.seqs
+        return self._output_of(group, [(s, len(s.token_ids), s.finish_reason) for s in seqs],
+                               finished=group.is_finished)
 
-    def _detokenize(self, seq: Sequence) -> str | None:
-        if self.tokenizer is None:
-            return None
-        return self.tokenizer.decode(seq.output_token_ids, skip_special_tokens=True)
+    def _output_of(self, group: SequenceGroup, seqs: list[tuple[Sequence, int, Any]], *,
+                   finished: bool) -> RequestOutput:
+        """A RequestOutput of `seqs`, each as ``(sequence, its length then,
+        its finish reason then)``: a step's output stays what it was when
+        read later."""
+        metrics = group.metrics
+        metrics.num_generation_tokens = sum(len(s.token_ids) - s.prompt_len for s in group.seqs)
+        metrics.num_preemptions = group.num_preemptions
+        completions = [self._completion(group, i, *snapshot) for i, snapshot in enumerate(seqs)]
+        if group.params.n > 1 and len(seqs) == 1 and not group.params.use_beam_search:
+            completions[0].index = group.seqs.index(seqs[0][0])  # its place among the n
+        return RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, completions,
+                             finished, metrics, group.num_cached_tokens, group.num_preemptions)
+
+    def _completion(self, group: SequenceGroup, index: int, seq: Sequence, length: int,
+                    reason: FinishReason | None) -> CompletionOutput:
+        params = group.params
+        ids = seq.token_ids[seq.prompt_len:length]
+        logprobs = None if seq.logprobs is None else self._decoded(seq.logprobs[:len(ids)], params)
+        if params.use_beam_search:
+            cumulative = seq.cumulative_logprob
+        elif logprobs is not None:  # vLLM: the sum of the reported (raw) logprobs
+            cumulative = sum(p[t].logprob for p, t in zip(logprobs, ids, strict=True))
+        else:
+            cumulative = None
+        return CompletionOutput(index, ids, self._text(seq, params, ids, reason), cumulative,
+                                None if reason is None else str(reason), logprobs,
+                                seq.stop_reason if reason is not None else None)
+
+    def _text(self, seq: Sequence, params: SamplingParams, ids: list[int],
+              reason: FinishReason | None) -> str:
+        """The completion's text, by vLLM's rules: empty without detokenizing;
+        cut at a stop string; without the stop token that ended it (unless
+        ``include_stop_str_in_output``); while unfinished, short of the last
+        ``len(longest stop string) - 1`` characters, which may yet turn out
+        to start a stop string."""
+        if self.tokenizer is None or not params.detokenize:
+            return ""
+        if reason is not None and seq.text is not None:
+            return seq.text
+        if reason is FinishReason.STOP and ids and not params.include_stop_str_in_output:
+            ids = ids[:-1]
+        text = self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens)
+        held = (max(map(len, params.stop)) - 1
+                if reason is None and params.stop and not params.include_stop_str_in_output else 0)
+        return text[:-held] if held else text
+
+    def _decoded(self, positions: list[PositionLogprobs],
+                 params: SamplingParams) -> list[PositionLogprobs]:
+        """Logprobs with each token's own text (vLLM decodes each alone,
+        special tokens included), once; none without detokenizing."""
+        if self.tokenizer is not None and params.detokenize:
+            for position in positions:
+                for token, entry in position.items():
+                    if entry.decoded_token is None:
+                        entry.decoded_token = self.tokenizer.decode([token])
+        return positions
 
     # ------------------------------------------------------------------ looking
     def memory_stats(self) -> dict[str, float]:

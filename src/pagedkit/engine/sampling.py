@@ -8,6 +8,12 @@ tokens do not depend on its batch. The first token of a request with n > 1
 forks it into n samples; beam search ranks all its beams at once
 (`beam_step`).
 
+vLLM's options cost only the requests that use them: penalties change a
+copy of the step's logits (`adjust_logits`), ``logprobs`` are read from the
+raw logits (vLLM's default, ``logprobs_mode="raw_logprobs"``), and stop
+strings are matched in the decoded text of the requests that have them
+(`stop_string`).
+
 Sampling changes only `Sequence` objects — their tokens, and the group's
 list of sequences (new forks, pruned beams). What that means for KV memory
 (forked tables, freed blocks) is written by `Scheduler.update` from the
@@ -19,22 +25,27 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ..model.sampler import greedy_tokens, sample
+from ..sampling_params import SamplingParams
 from ..scheduler import Sampled
 from ..sequence import FinishReason, Sequence, SequenceGroup, stop_reason
 from .beam_search import beam_step
+from .outputs import Logprob
 
 
 @dataclass
 class StopRule:
     """What ends a sequence of a request: its stop ids (end-of-sequence
-    included unless ignored) and the model's length."""
+    included unless ignored), the model's length, and (for stop strings)
+    the tokenizer that turns its tokens into text."""
 
     eos_token_ids: set[int]
     max_model_len: int
+    tokenizer: Any = None
 
     def stop_ids(self, group: SequenceGroup) -> set[int]:
         params = group.params
@@ -50,47 +61,81 @@ def sample_step(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
     """Sample every group of `rows` — ``(group, [(sequence, its row of
     logits)])``, in scheduled order (unseeded requests draw from the engine's
     generator in that order) — and return what was decided."""
-    logits = suppress_early_stops(rows, logits, rule)
+    raw = logits  # what logprobs report (vLLM's raw_logprobs)
+    logits = adjust_logits(rows, logits, rule)
     greedy = (greedy_tokens(logits)
               if any(g.params.greedy and not g.params.use_beam_search for g, _ in rows) else [])
     sampled = Sampled()
+    now = time.monotonic()
     for group, group_rows in rows:
         if group.metrics.first_token_time is None:
-            group.metrics.first_token_time = time.monotonic()
+            group.metrics.first_token_time = now
+        group.metrics.last_token_time = now
         if group.params.use_beam_search:
             _beam_group(group, group_rows, logits, rule, new_seq_id, sampled)
         else:
-            _sample_group(group, group_rows, logits, greedy, generator(group), new_seq_id,
+            _sample_group(group, group_rows, logits, raw, greedy, generator(group), new_seq_id,
                           sampled)
             _check_stops(group, rule, sampled)
     return sampled
 
 
-def suppress_early_stops(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
-                         logits: torch.Tensor, rule: StopRule) -> torch.Tensor:
-    """``min_tokens``: a sequence that has generated fewer cannot pick a
-    stop token, so its row's stop tokens get -inf, in a copy of the logits
-    (the rows of beam searches are left as they are: `beam_step` masks
-    their log-probabilities itself)."""
+def adjust_logits(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
+                  logits: torch.Tensor, rule: StopRule) -> torch.Tensor:
+    """The logits tokens are picked from, in a copy, for the rows that need
+    one (vLLM's order): ``min_tokens`` first — a sequence that has generated
+    fewer cannot pick a stop token, so its row's stop tokens get -inf — then
+    the repetition, frequency and presence penalties (`penalize`). The rows
+    of beam searches are left as they are: `beam_step` masks their
+    log-probabilities itself. Without such rows the logits come back as
+    they are."""
     early = []
     for group, group_rows in rows:
         params = group.params
-        stop_ids = sorted(rule.stop_ids(group))
-        if params.min_tokens and not params.use_beam_search and stop_ids:
-            early += [(row, stop_ids) for seq, row in group_rows
-                      if seq.num_output_tokens < params.min_tokens]
+        if params.use_beam_search:
+            continue
+        stop_ids = sorted(rule.stop_ids(group)) if params.min_tokens else ()
+        early += [(row, seq, params, stop_ids) for seq, row in group_rows
+                  if params.penalized or (stop_ids and seq.num_output_tokens < params.min_tokens)]
     if not early:
         return logits
     logits = logits.clone()
-    for row, stop_ids in early:
-        logits[row, stop_ids] = float("-inf")
+    for row, seq, params, stop_ids in early:
+        if stop_ids and seq.num_output_tokens < params.min_tokens:
+            logits[row, stop_ids] = float("-inf")
+        if params.penalized:
+            logits[row] = penalize(logits[row], seq, params)
+    return logits
+
+
+def penalize(logits: torch.Tensor, seq: Sequence, params: SamplingParams) -> torch.Tensor:
+    """vLLM's (and OpenAI's) penalties on one row of logits. Repetition: a
+    token seen in the prompt or the output has its logit divided by the
+    penalty if positive, multiplied if not (so it always loses ground for a
+    penalty > 1). Frequency: minus the penalty times the token's count in
+    the output. Presence: minus the penalty once for a token in the output."""
+    logits = logits.clone()
+    vocab = logits.numel()
+    if params.repetition_penalty != 1.0:
+        seen = torch.zeros(vocab, dtype=torch.bool)
+        seen[torch.tensor(seq.token_ids)] = True
+        penalty = torch.tensor(params.repetition_penalty, dtype=logits.dtype)
+        scale = torch.where(logits > 0, 1.0 / penalty, penalty)
+        logits = torch.where(seen.to(logits.device), logits * scale, logits)
+    output = seq.token_ids[seq.prompt_len:]
+    if output and (params.frequency_penalty or params.presence_penalty):
+        counts = torch.bincount(torch.tensor(output), minlength=vocab).to(logits)
+        logits -= params.frequency_penalty * counts
+        logits -= params.presence_penalty * (counts > 0).to(logits)
     return logits
 
 
 def _sample_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits: torch.Tensor,
-                  greedy: list[int], generator: torch.Generator,
+                  raw: torch.Tensor, greedy: list[int], generator: torch.Generator,
                   new_seq_id: Callable[[], int], sampled: Sampled) -> None:
-    """Greedy or random tokens for a request's rows; its first token forks n samples."""
+    """Greedy or random tokens for a request's rows; its first token forks n
+    samples. `raw` is the step's logits before any adjustment, which
+    ``logprobs`` report."""
     params = group.params
     for seq, row in rows:
         count = params.n if len(group.seqs) < params.n else 1  # first token: fork n
@@ -100,8 +145,29 @@ def _sample_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits
         for child, token in zip([seq, *children], tokens, strict=True):
             child.token_ids.append(token)
             sampled.new_tokens[child.seq_id] = token
+        if params.logprobs is not None:
+            record_logprobs([seq, *children], tokens, raw[row], params.logprobs)
         group.seqs += children
         sampled.forks += [(group, seq, child) for child in children]
+
+
+def record_logprobs(seqs: list[Sequence], tokens: list[int], raw: torch.Tensor,
+                    k: int) -> None:
+    """Each sequence's new position in vLLM's format: ``{token id: Logprob}``
+    with its own token first (its rank counts the tokens at least as
+    likely), then the `k` most likely in order (ranks 1..k; a chosen token
+    among them takes that entry's rank); ``k = -1`` is the whole
+    vocabulary. Adds the token's log-probability to `cumulative_logprob`."""
+    logprobs = torch.log_softmax(raw.float(), dim=-1)
+    k = logprobs.numel() if k == -1 else k
+    top = torch.topk(logprobs, k) if k else None
+    top_items = list(zip(top.indices.tolist(), top.values.tolist(), strict=True)) if k else []
+    for seq, token in zip(seqs, tokens, strict=True):
+        value = logprobs[token]
+        position = {token: Logprob(float(value), int((logprobs >= value).sum()))}
+        position.update({t: Logprob(lp, rank) for rank, (t, lp) in enumerate(top_items, 1)})
+        seq.logprobs = [*(seq.logprobs or ()), position]
+        seq.cumulative_logprob += float(value)
 
 
 def _beam_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits: torch.Tensor,
@@ -119,10 +185,68 @@ def _beam_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits: 
 
 
 def _check_stops(group: SequenceGroup, rule: StopRule, sampled: Sampled) -> None:
-    """The sequences of `group` that got a token and stop after it."""
+    """The sequences of `group` that got a token and stop after it: a stop
+    token or the length (`stop_reason`), else (or after the length, as in
+    vLLM) a stop string in the text (`stop_string`)."""
+    params = group.params
     stop_ids = rule.stop_ids(group)
     for seq in group.unfinished_seqs():
         if seq.seq_id in sampled.new_tokens:
-            reason = stop_reason(seq, group.params, stop_ids, rule.max_model_len)
+            reason = stop_reason(seq, params, stop_ids, rule.max_model_len)
+            if reason is FinishReason.STOP and params.stop_token_ids:
+                _name_stop_token(seq, params, rule)
+            if params.stop and (reason is not FinishReason.STOP
+                                or params.include_stop_str_in_output):
+                reason = stop_string(seq, params, rule.tokenizer) or reason
             if reason is not None:
                 sampled.stops.append((group, seq, reason))
+
+
+def _name_stop_token(seq: Sequence, params: SamplingParams, rule: StopRule) -> None:
+    """vLLM's `stop_reason` for a stop token: the id, if one of
+    ``stop_token_ids`` (end-of-sequence, checked first, is not named)."""
+    token = seq.token_ids[-1]
+    eos = () if params.ignore_eos else rule.eos_token_ids
+    if token in params.stop_token_ids and token not in eos:
+        seq.stop_reason = token
+
+
+def stop_string(seq: Sequence, params: SamplingParams, tokenizer: Any) -> FinishReason | None:
+    """vLLM's stop strings: once the output holds more than ``min_tokens``
+    tokens, the text the newest token added is searched (with the last
+    ``len(stop) - 1`` characters before it, so a string split across tokens
+    is found) for the stop string that ends first. Found, the completion
+    stops there: its text is cut before the string (after it with
+    ``include_stop_str_in_output``), its tokens stay as generated, and
+    `stop_reason` is the string. The text so far is kept on the sequence,
+    so each step decodes only once."""
+    before = seq.decoded
+    text = tokenizer.decode(seq.token_ids[seq.prompt_len:],
+                            skip_special_tokens=params.skip_special_tokens)
+    seq.decoded = text
+    if seq.num_output_tokens <= params.min_tokens:
+        return None
+    new = len(text) - _common_prefix_len(before, text)
+    best = None  # (end, start, string)
+    for stop in params.stop:
+        start = text.find(stop, max(0, len(text) - new - len(stop) + 1))
+        if start != -1 and (best is None or start + len(stop) < best[0]):
+            best = (start + len(stop), start, stop)
+    if best is None or not new:
+        return None
+    end, start, stop = best
+    seq.text = text[:end] if params.include_stop_str_in_output else text[:start]
+    seq.stop_reason = stop
+    return FinishReason.STOP
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share (all of `a` as a rule:
+    decoding one more token only appends, unless the last one ended inside
+    a multi-byte character)."""
+    if b.startswith(a):
+        return len(a)
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n

@@ -1,4 +1,4 @@
-"""Pick next tokens from logits: greedy, temperature, top-k, top-p.
+"""Pick next tokens from logits: greedy, temperature, min-p, top-k, top-p.
 
 Each request may carry its own seed; its draws then come from its own
 `torch.Generator`, so a seeded request samples the same tokens whatever else
@@ -15,8 +15,12 @@ from ..sampling_params import SamplingParams
 
 
 def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Temperature, then top-k, then top-p (nucleus) on one row of logits."""
+    """Temperature, then min-p, then top-k, then top-p (nucleus) on one row
+    of logits (vLLM's order)."""
     logits = logits / params.temperature
+    if params.min_p:  # keep tokens at least min_p times as likely as the best one
+        probs = logits.softmax(-1)
+        logits = logits.masked_fill(probs < probs.max() * params.min_p, float("-inf"))
     if params.top_k != -1 and params.top_k < logits.numel():
         kth = torch.topk(logits, params.top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -14,6 +14,14 @@ from transformers import PreTrainedTokenizerFast
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD]  # ids 0, 1, 2
+#: The tiny model's chat template (`LLM.chat`): the model was trained on stories, not
+#: chats, so this is the plainest format: BOS, then one "role: content" line per
+#: message, then "assistant:" for the reply. It teaches the mechanics of chat
+#: templates; the tiny model's replies are stories whatever is asked.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
@@ -39,4 +47,4 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedT
         single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, bos_id)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS,
                                    pad_token=PAD, clean_up_tokenization_spaces=False,
-                                   model_max_length=2048)
+                                   model_max_length=2048, chat_template=CHAT_TEMPLATE)

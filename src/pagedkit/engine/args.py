@@ -1,0 +1,110 @@
+"""vLLM's engine arguments: which ones pagedkit takes, and `EngineArgs`.
+
+A vLLM script passes engine arguments pagedkit has no use for on one device
+(``tensor_parallel_size=1``, ``enforce_eager=True``, ...). Those are accepted
+when their value changes nothing here, and refused by name otherwise, with
+the reason; an argument pagedkit does not know at all is refused by name,
+with the closest known name. docs/api.md ("Engine arguments") lists both
+kinds. The caller's own name (`LLM`, `LLMEngine`, `EngineArgs`) leads every
+message, so the error points at the line the user wrote.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any
+
+_ONE_DEVICE = "pagedkit runs one model on one device"
+_NO_GRAPHS = "pagedkit always runs eagerly (it captures no CUDA graphs)"
+
+#: vLLM arguments that change nothing in pagedkit at these values: name ->
+#: (accepted values, None for any True/False, and why the others are refused)
+ONE_DEVICE_ARGS: dict[str, tuple[tuple[Any, ...] | None, str]] = {
+    "tensor_parallel_size": ((1,), _ONE_DEVICE),
+    "pipeline_parallel_size": ((1,), _ONE_DEVICE),
+    "data_parallel_size": ((1,), _ONE_DEVICE),
+    "distributed_executor_backend": ((None, "uni"), _ONE_DEVICE),
+    "disable_custom_all_reduce": (None, _ONE_DEVICE),
+    "enforce_eager": (None, _NO_GRAPHS),
+    "trust_remote_code": (None, "pagedkit runs a model through transformers' own classes "
+                                "and never runs code shipped with a checkpoint"),
+    "disable_log_stats": (None, "pagedkit always keeps each request's metrics"),
+    "use_tqdm_on_load": (None, "pagedkit shows no progress bar while loading"),
+    "skip_tokenizer_init": (None, "with True, prompts are token ids and texts are empty"),
+    "tokenizer_mode": (("auto",), "pagedkit loads tokenizers with transformers' AutoTokenizer"),
+    "revision": ((None,), "pagedkit loads a model's default revision"),
+    "kv_cache_dtype": (("auto",), "the KV cache has the model's dtype"),
+    "quantization": ((None,), "pagedkit serves unquantized weights"),
+    "cpu_offload_gb": ((0,), "pagedkit keeps the weights on the device"),
+    "enable_lora": ((False,), "pagedkit serves no LoRA adapters"),
+    "scheduling_policy": (("fcfs",), "pagedkit's scheduler is first come, first served"),
+    "logprobs_mode": (("raw_logprobs",), "logprobs are the model's own, before any "
+                                         "sampling option (vLLM's default)"),
+    "max_logprobs": ("int", "the most logprobs a request may ask for (vLLM's default 20)"),
+    "kv_cache_memory_bytes": ("int", "vLLM's name for kv_cache_memory"),
+}
+
+
+def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:
+    """`args` (the vLLM arguments given to `caller`) if each is one pagedkit
+    accepts at its value; else a TypeError (unknown name) or ValueError
+    (a value that would change something pagedkit does not do)."""
+    for name, value in args.items():
+        if name not in ONE_DEVICE_ARGS:
+            raise TypeError(f"{caller} got an engine argument pagedkit does not know: {name!r}"
+                            f"{_closest(name)}; docs/api.md ('Engine arguments') lists pagedkit's "
+                            "and the vLLM ones it accepts")
+        accepted, why = ONE_DEVICE_ARGS[name]
+        if accepted == "int":
+            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+                raise TypeError(f"{caller}: {name} must be an integer >= 0 (or -1: no "
+                                f"limit), got {value!r}")
+        elif accepted is None:
+            if not isinstance(value, bool):
+                raise TypeError(f"{caller}: {name} must be True or False, got {value!r}")
+        elif not any(type(value) is type(a) and value == a for a in accepted):
+            shown = " or ".join(map(repr, accepted))
+            raise ValueError(f"{caller}: {name}={value!r} is not supported ({why}); pagedkit "
+                             f"takes {name}={shown} only (docs/api.md, 'Engine arguments')")
+    return dict(args)
+
+
+def _closest(name: str) -> str:
+    match = difflib.get_close_matches(name, [*engine_parameters(), *ONE_DEVICE_ARGS], n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def engine_parameters() -> dict[str, Any]:
+    """`LLMEngine`'s own arguments and their defaults."""
+    from .llm_engine import LLMEngine
+
+    return {name: p.default for name, p in inspect.signature(LLMEngine.__init__).parameters.items()
+            if p.kind is p.POSITIONAL_OR_KEYWORD or p.kind is p.KEYWORD_ONLY
+            if name != "self"}
+
+
+def split_engine_args(caller: str, args: dict[str, Any]) -> None:
+    """Check the vLLM arguments among `args` (those that are not
+    `LLMEngine`'s own) in `caller`'s name, before the engine is built."""
+    own = engine_parameters()
+    check_engine_args(caller, {k: v for k, v in args.items() if k not in own})
+
+
+class EngineArgs:
+    """vLLM's ``EngineArgs``: every engine argument in one object, for
+    ``LLMEngine.from_engine_args(EngineArgs(model=..., block_size=...))``.
+    Checked when built, as `LLM` checks them; read back as attributes."""
+
+    def __init__(self, model: Any = "tiny", tokenizer: Any = None, **engine_args: Any) -> None:
+        split_engine_args("EngineArgs", engine_args)
+        self.__dict__.update(engine_parameters())
+        self.__dict__.update(model=model, tokenizer=tokenizer, **engine_args)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()
+                          if k not in ("model", "tokenizer"))
+        return f"EngineArgs(model={self.model!r}, {given})"
