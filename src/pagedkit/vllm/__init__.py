@@ -1,12 +1,14 @@
 """pagedkit beside the real vLLM (optional; docs/vllm.md).
 
 Nothing here is needed by the rest of pagedkit, and ``import pagedkit`` never
-imports it. Three pieces:
+imports it. Four pieces:
 
 * `wire` — vLLM's KV-cache events (`BlockStored`, `BlockRemoved`,
   `AllBlocksCleared`) and their MessagePack bytes, without vLLM installed;
 * `publish.WirePublisher` — pagedkit's own cache events in that format;
   `reader.CachedBlocks` — which blocks are cached, from either stream;
+* `cache_view.PrefixCacheMap` — a prefix cache drawn from those events, live
+  from a running vLLM (`cache_view.serve_live`) or from pagedkit;
 * `compare.compare` (``from pagedkit.vllm.compare import compare``) — one
   workload on vLLM and on pagedkit, tokens and figures side by side (needs
   vLLM's CPU build: ``requirements-vllm.txt``).
@@ -23,6 +25,7 @@ _LAZY = {
     "EventBatch": "wire", "encode_batch": "wire", "decode_batch": "wire",
     "WirePublisher": "publish", "CachedBlocks": "reader", "ZmqEventStream": "reader",
     "Workload": "compare", "compare_all": "compare", "vllm_available": "compare",
+    "CacheRecording": "cache_view", "PrefixCacheMap": "cache_view",
 }
 
 __all__ = list(_LAZY)
