@@ -361,7 +361,8 @@ def run_vllm(engine, work: Workload, progress: Callable[[int], None] = _quiet
     return Result("vllm", run.seconds, run.output_tokens, statistics.mean(run.ttft_s),
                   statistics.median(run.ttft_s), None,
                   note=f"vLLM {_vllm_version()} CPU build, blocks of {block_size}, chunked "
-                  "prefill", cpu_seconds=run.cpu_seconds), run.tokens
+                  f"prefill, {torch.get_num_threads()} torch threads",
+                  cpu_seconds=run.cpu_seconds), run.tokens
 
 
 def _vllm_version() -> str:
@@ -490,7 +491,7 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
     }
     # a short untimed run first: one-time costs (lazy imports, allocator and
     # kernel warm-up) would otherwise land on whichever system runs first
-    warmup = Workload(work.prompts[:2], [2, 2])
+    warmup = Workload(work.prompts[:2], [2] * len(work.prompts[:2]))  # 1 with --requests 1
     models: dict[str, torch.nn.Module] = {}
     runs: dict[str, list[tuple[Result, list[list[int]]]]] = {name: [] for name in systems}
     failed: set[str] = set()

@@ -1,0 +1,159 @@
+"""pagedkit and vLLM's CPU build on the same requests: the table of issue #24.
+
+``python -m pagedkit bench vllm [--out DIR] [--requests 1,8,64] [--models tiny,larger]
+[--threads 1,default] [--doc docs/benchmarks.md]`` runs one ``bench engine``
+per cell — ``python -m pagedkit bench engine --model M --requests N
+[--threads 1] --systems pagedkit,vllm --rounds 1 --json DIR/M-bN-tT.json`` —
+each in a fresh process (vLLM's CPU worker replaces ``torch.set_num_threads``
+in the process that builds it, so a thread setting would not survive from
+one cell to the next), records ``uptime`` before and after each, and writes
+the table between the markers in `doc`. ``--table-only`` rewrites the table
+from the JSON already in DIR.
+
+One round per cell, counted as it ran (``bench engine`` warms each system
+up with a two-request run first, untimed). On a shared machine the load
+beside each row says how far to trust it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+START = "<!-- beside-vllm-table:start -->"
+END = "<!-- beside-vllm-table:end -->"
+MODELS = ("tiny", "larger")
+REQUESTS = (1, 8, 64)
+THREADS = ("1", "default")
+
+
+def cell_name(model: str, requests: int, threads: str) -> str:
+    return f"{model}-b{requests}-t{threads}"
+
+
+def engine_argv(model: str, requests: int, threads: str, json_path: Path) -> list[str]:
+    """The ``bench engine`` command line of one cell."""
+    argv = [sys.executable, "-m", "pagedkit", "bench", "engine", "--model", model,
+            "--requests", str(requests), "--systems", "pagedkit,vllm", "--rounds", "1",
+            "--json", str(json_path)]
+    return argv + (["--threads", threads] if threads != "default" else [])
+
+
+def uptime() -> str:
+    """What ``uptime`` prints (its load averages are the point)."""
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def run_cell(model: str, requests: int, threads: str, out: Path) -> Path:
+    """One ``bench engine`` run; its JSON gains ``uptime`` before and after."""
+    path = out / f"{cell_name(model, requests, threads)}.json"
+    before = uptime()
+    print(f"$ {' '.join(engine_argv(model, requests, threads, path))}\n  {before}", flush=True)
+    subprocess.run(engine_argv(model, requests, threads, path), check=True)
+    after = uptime()
+    print(f"  {after}", flush=True)
+    reports = json.loads(path.read_text())
+    for report in reports:
+        report["uptime"] = {"before": before, "after": after}
+    path.write_text(json.dumps(reports, indent=2))
+    return path
+
+
+def _load(text: str) -> str:
+    """The three load averages of an ``uptime`` line."""
+    return text.rsplit("load average:", 1)[-1].strip() if "load average:" in text else "?"
+
+
+def table_rows(report: dict, threads: str) -> list[str]:
+    """Markdown rows of one report: one per system, the load beside them."""
+    results = {r["system"]: r for r in report["results"]}
+    base = results.get("pagedkit")
+    rows = []
+    for name in ("pagedkit", "vllm"):
+        r = results.get(name)
+        if r is None:
+            rows.append(f"| {report['model']} | {report['num_requests']} | {threads} | {name} "
+                        "| failed (see the run's log) | | | | | |")
+            continue
+        ratio = r["tokens_per_s"] / base["tokens_per_s"] if base else None
+        cpu = r.get("tokens_per_cpu_s")
+        differ = r.get("outputs_differing")
+        up = report.get("uptime", {})
+        load = (f"{_load(up['before'])} -> {_load(up['after'])}" if up else
+                f"{report['environment'].get('load_average')} -> "
+                f"{report['environment'].get('load_average_end')}")
+        rows.append(
+            f"| {report['model']} | {report['num_requests']} | {threads} | {name} "
+            f"| {r['tokens_per_s']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} "
+            f"| {'-' if cpu is None else f'{cpu:.1f}'} | {r['ttft_mean_s']:.2f} s "
+            f"| {'-' if differ is None else differ} "
+            f"| {load if name == 'pagedkit' else ''} |")
+    return rows
+
+
+def markdown(out: Path, models=MODELS, requests=REQUESTS, threads=THREADS) -> str:
+    """The table over every cell whose JSON is in `out` (a missing cell is named)."""
+    lines = ["| model | requests | threads | system | tok/s | x pagedkit | tok per CPU-s "
+             "| mean TTFT | requests differing | load (1/5/15 min) before -> after |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for model in models:
+        for n in requests:
+            for t in threads:
+                path = out / f"{cell_name(model, n, t)}.json"
+                if not path.exists():
+                    lines.append(f"| {model} | {n} | {t} | | not run ({path.name} missing) "
+                                 "| | | | | |")
+                    continue
+                for report in json.loads(path.read_text()):
+                    lines += table_rows(report, t)
+    return "\n".join(lines)
+
+
+def write_table(doc: Path, table: str) -> None:
+    """Put `table` between the markers in `doc` (they must be there)."""
+    text = doc.read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{doc} has no {START} ... {END} markers to put the table between")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    doc.write_text(f"{head}{START}\n{table}\n{END}{tail}")
+
+
+def _choices(text: str, valid, what: str) -> tuple:
+    items = tuple(s.strip() for s in text.split(",") if s.strip())
+    bad = [s for s in items if valid is not None and s not in valid]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"{what}: {bad or text!r}; choose from "
+                                         f"{', '.join(valid or ('positive integers',))}")
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pagedkit bench vllm", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="bench-vllm", help="folder for each cell's JSON")
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--requests", default=",".join(map(str, REQUESTS)))
+    p.add_argument("--threads", default=",".join(THREADS), help="1 and/or default")
+    p.add_argument("--doc", default="docs/benchmarks.md", help="where the table goes")
+    p.add_argument("--table-only", action="store_true", help="only rewrite the table")
+    args = p.parse_args(argv)
+    try:
+        models = _choices(args.models, MODELS, "--models")
+        threads = _choices(args.threads, THREADS, "--threads")
+        requests = tuple(int(n) for n in _choices(args.requests, None, "--requests"))
+    except (argparse.ArgumentTypeError, ValueError) as err:
+        p.error(str(err))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.table_only:
+        for model in models:
+            for n in requests:
+                for t in threads:
+                    run_cell(model, n, t, out)
+    table = markdown(out, models, requests, threads)
+    print(table)
+    write_table(Path(args.doc), table)
+    return 0
