@@ -6,7 +6,8 @@ kernels against SDPA on a contiguous cache; ``widgets`` what recording a
 simulation for the widgets costs per step; ``labs`` each lab's nbval run
 time (wall and CPU); ``calls`` how many named pagedkit functions one
 decode step calls; ``hash`` what naming a prefix-cache block costs; ``vllm``
-pagedkit beside vLLM's CPU build over batch sizes, models and threads. Each
+pagedkit beside vLLM's CPU build over batch sizes, models and threads;
+``study`` each lab's estimated student time (core and optional). Each
 has its own options: ``python -m pagedkit.bench <name> --help``.
 """
 
@@ -27,6 +28,7 @@ BENCHMARKS = {
     "calls": ("pagedkit.bench.calls", "the named pagedkit functions one decode step calls"),
     "hash": ("pagedkit.bench.prefix_hash", "what naming and finding a prefix-cache block costs"),
     "vllm": ("pagedkit.bench.beside_vllm", "pagedkit and vLLM, batch 1/8/64, two models, threads"),
+    "study": ("pagedkit.bench.study", "each lab's estimated student time, by a stated rule"),
 }
 
 

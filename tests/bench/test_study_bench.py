@@ -1,0 +1,78 @@
+"""`pagedkit bench study`: the stated rule on small notebooks whose count is
+known, optional sections found whatever the heading level and wherever a cell
+starts, and the course's promise that every lab's core fits one session."""
+
+import nbformat
+import pytest
+
+from pagedkit.bench import labs, study
+from pagedkit.bench.__main__ import main as bench_cli
+
+
+def _notebook(tmp_path, cells, name="00_test.ipynb"):
+    nb = nbformat.v4.new_notebook(cells=cells)
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    return path
+
+
+md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+
+
+def test_the_rule_prices_words_code_lines_cells_and_exercises(tmp_path):
+    path = _notebook(tmp_path, [
+        md("# Title\n\n" + "word " * 198),                       # 200 words with the title's
+        code("x = 1\n\n# a comment\ny = 2"),                      # 2 lines, 1 cell
+        code("def f():\n    # YOUR CODE HERE\n    raise NotImplementedError\n\ncheck(f)"),
+    ])
+    s = study.study(path)
+    assert (s.core.words, s.core.code_lines, s.core.code_cells, s.core.exercises) == (200, 5, 2, 1)
+    expected = (200 / study.WORDS_PER_MINUTE + 5 * study.SECONDS_PER_CODE_LINE / 60
+                + 2 * study.SECONDS_PER_CELL / 60 + study.MINUTES_PER_EXERCISE)
+    assert s.core_minutes == pytest.approx(expected)
+    assert s.optional.minutes == 0 and s.total_minutes == pytest.approx(expected)
+
+
+def test_optional_sections_end_at_a_heading_of_their_level_or_above(tmp_path):
+    path = _notebook(tmp_path, [
+        md("# Lab\n\none two"),
+        md("## 1. Core\n\nthree four five\n\n## 2. Optional: extra\n\nsix seven"),  # 2 parts
+        code("a = 1"),                                             # under the optional heading
+        md("### A subsection\n\neight"),                           # still optional (deeper)
+        md("### Exercise 3 (optional) — deeper\n\nnine"),
+        md("## 3. Core again\n\nten"),
+        code("b = 2"),
+        md("### Exercise 4 (optional)\n\neleven"),
+        code("# YOUR CODE HERE\nraise NotImplementedError"),
+        md("### Back to core\n\ntwelve"),
+    ])
+    s = study.study(path)
+    # core words: "# Lab" 2 + "one two" 2, "## 1. Core" 3 + 3, "## 3. Core again" 4 + 1,
+    # "### Back to core" 4 + 1
+    assert s.core.words == 2 + 2 + 3 + 3 + 4 + 1 + 4 + 1
+    assert (s.core.code_cells, s.core.exercises) == (1, 0)
+    assert (s.optional.code_cells, s.optional.exercises) == (2, 1)
+    assert s.optional.words == 4 + 2 + 3 + 1 + 6 + 1 + 4 + 1
+
+
+def test_every_lab_core_fits_one_session():
+    """Issue #27: each lab is one class session of at most 90 minutes, optional
+    sections apart. A lab that grows past it must mark or move a section."""
+    studies = [study.study(p) for p in labs.find_labs(labs.HOME / "labs", None)]
+    over = {s.name: round(s.core_minutes) for s in studies
+            if s.core_minutes > study.SESSION_MINUTES}
+    assert not over, f"labs whose core takes over {study.SESSION_MINUTES} min: {over}"
+    assert all(s.core_minutes > 20 for s in studies if not s.name.startswith("04b"))
+
+
+def test_the_cli_prints_a_table_and_the_rule(tmp_path, capsys):
+    _notebook(tmp_path, [md("# Lab\n\n" + "w " * 98)], "00_a.ipynb")
+    _notebook(tmp_path, [md("# Lab (optional)\n\nx y")], "01_b.ipynb")
+    assert bench_cli(["study", "--labs-dir", str(tmp_path), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| 00_a | 100 | 0 | 0 | 0 | 1 | 0 | 1 |" in out
+    assert "| 01_b | 0 | 0 | 0 | 0 | 0 | 0 | 0 |" in out
+    assert "100 words of prose a minute" in out and "core over 90 min: none" in out
+    with pytest.raises(SystemExit) as exit_info:
+        bench_cli(["study", "--labs-dir", str(tmp_path), "--labs", "07"])
+    assert exit_info.value.code == 2 and "unknown lab(s) ['07']" in capsys.readouterr().err
