@@ -15,6 +15,8 @@ from pagedkit import demo
 from pagedkit.__main__ import COMMANDS
 from pagedkit.__main__ import _parser as top_parser
 from pagedkit.__main__ import main as cli
+from pagedkit.bench import engine as engine_bench
+from pagedkit.bench import kernels as kernels_bench
 from pagedkit.bench.__main__ import BENCHMARKS
 from pagedkit.bench.__main__ import _parser as bench_parser
 from pagedkit.bench.__main__ import main as bench_cli
@@ -35,7 +37,8 @@ def test_top_level(capsys):
     assert all(name in err for name in ("demo", "bench", "simulate"))
     assert run(cli, ["--help"]) == 0
     out = capsys.readouterr().out
-    assert "usage: pagedkit" in out and "simulate" in out
+    assert "usage: python -m pagedkit" in out and "simulate" in out
+    assert all(name in out for name in BENCHMARKS)  # the bench line names every benchmark
     assert run(cli, ["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"pagedkit {pagedkit.__version__}"
     assert run(cli, ["serve"]) == 2
@@ -47,13 +50,13 @@ def test_bench_dispatcher(capsys):
     assert run(bench_cli, ["--help"]) == 0
     assert "engine" in capsys.readouterr().out
     assert run(bench_cli, []) == 2
-    assert ("usage: python -m pagedkit.bench {engine, kernels, widgets, labs, calls, hash}"
+    assert ("usage: python -m pagedkit bench {engine, kernels, widgets, labs, calls, hash}"
             in capsys.readouterr().err)
     assert run(bench_cli, ["fast"]) == 2
     assert ("invalid choice: 'fast' (choose from 'engine', 'kernels', 'widgets', 'labs', "
             "'calls', 'hash')" in capsys.readouterr().err)
     assert run(cli, ["bench", "--help"]) == 0
-    assert "usage: pagedkit bench" in capsys.readouterr().out
+    assert "usage: python -m pagedkit bench" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [["-m", "pagedkit.bench", "--help"],
@@ -83,16 +86,16 @@ DEMO_ERRORS = [
 def test_demo_usage_errors(capsys, argv, message):
     assert run(cli, ["demo", *argv]) == 2
     err = capsys.readouterr().err
-    assert "usage: pagedkit demo" in err and message in err and "Traceback" not in err
+    assert "usage: python -m pagedkit demo" in err and message in err and "Traceback" not in err
 
 
 def test_demo_shows_progress(capsys):
     assert cli(["demo", "--max-tokens", "3", "--num-blocks", "16"]) == 0
     captured = capsys.readouterr()
-    assert "demo:" in captured.err and "tok" in captured.err  # the progress bar
+    assert "demo: 100%|" in captured.err and "tok" in captured.err  # the progress bar
     assert "KV cache: 16 blocks" in captured.out
     assert cli(["demo", "--max-tokens", "2", "--num-blocks", "16", "--no-progress"]) == 0
-    assert "demo:" not in capsys.readouterr().err
+    assert "%|" not in capsys.readouterr().err
 
 
 SIM_ERRORS = [
@@ -126,7 +129,7 @@ def test_simulate_usage_errors(capsys, tmp_path, argv, message):
     argv = [str(trace) if a == "TRACE" else a for a in argv]
     assert run(cli, ["simulate", "--no-progress", *argv]) == 2
     err = capsys.readouterr().err
-    assert "usage: pagedkit simulate" in err and message in err and "Traceback" not in err
+    assert "usage: python -m pagedkit simulate" in err and message in err and "Traceback" not in err
 
 
 def test_simulate_requests_with_a_trace_takes_the_first_n(capsys, tmp_path):
@@ -140,6 +143,7 @@ def test_simulate_requests_with_a_trace_takes_the_first_n(capsys, tmp_path):
 PARSERS = {
     "pagedkit": top_parser(),
     "pagedkit bench": bench_parser("pagedkit bench", "engine"),
+    "pagedkit bench engine": engine_bench._parser(),
     "pagedkit demo": demo._parser(),
     "pagedkit simulate": sim_cli._parser(),
 }
@@ -169,4 +173,101 @@ def every_command():
 def test_help_exits_0_without_raw_markup(capsys, argv):
     assert run(cli, [*argv, "--help"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: ") and "`" not in out
+    # one name for the program everywhere: the README's (issue #26 found three)
+    assert out.startswith("usage: python -m pagedkit ") and "`" not in out
+    assert "pagedkit.bench" not in out and "usage: pagedkit" not in out
+
+
+def no_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+BENCH_ERRORS = [
+    (["--requests", "-3"], "argument --requests: must be >= 1, got -3"),
+    (["--requests", "0"], "argument --requests: must be >= 1, got 0"),
+    (["--scale", "-1"], "argument --scale: expected a finite number > 0, got '-1'"),
+    (["--scale", "0"], "argument --scale: expected a finite number > 0, got '0'"),
+    (["--scale", "nan"], "argument --scale: expected a finite number > 0, got 'nan'"),
+    (["--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
+    (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+    (["--block-size", "-16"], "argument --block-size: must be >= 1, got -16"),
+    (["--threads", "0"], "argument --threads: must be >= 1, got 0"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    (["--device", "cuda"], "--device cuda: torch sees no CUDA device here"),
+    (["kernels", "--device", "cuda"], "--device cuda: torch sees no CUDA device here"),
+    (["kernels", "--device", "cuda:1"], "--device cuda:1: torch sees no CUDA device here"),
+    (["kernels", "--device", "mps"], "--device mps: the benchmarks run on cpu or cuda[:N]"),
+    (["kernels", "--device", "gpu0"], "--device gpu0: not a device name"),
+    (["kernels", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BENCH_ERRORS, ids=[" ".join(a) for a, _ in BENCH_ERRORS])
+def test_bench_usage_errors(capsys, monkeypatch, argv, message):
+    """Issue #26: --requests -3 was a traceback, --scale -1 ran silently, and
+    kernels --device cuda without CUDA an AssertionError. Each is refused before
+    any work, naming the option, the value and the limit."""
+    no_cuda(monkeypatch)
+    monkeypatch.setattr(engine_bench, "benchmark", lambda *a, **k: pytest.fail("it ran"))
+    monkeypatch.setattr(kernels_bench, "run", lambda *a, **k: pytest.fail("it ran"))
+    assert run(cli, ["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "usage: python -m pagedkit bench" in err and message in err, err
+    assert "Traceback" not in err
+
+
+def test_bench_says_how_long_and_how_to_run_it_quick(capsys, monkeypatch):
+    """A run longer than a smoke run first says what the default run cost and
+    names --quick; a machine with less memory free than that run took is warned."""
+    runs = []
+    monkeypatch.setattr(engine_bench, "benchmark", lambda name, **k: runs.append(name)
+                        or engine_bench.Report(name, "cpu", 1, 1.0, 1.0))
+    monkeypatch.setattr(engine_bench, "available_gib", lambda: 3.5)
+    assert run(cli, ["bench", "--systems", "pagedkit"]) == 0
+    err = capsys.readouterr().err
+    assert engine_bench.DEFAULT_RUN_NOTE in err and "--quick" in err
+    assert "3.5 GiB of memory is available here" in err
+    assert runs == ["tiny", "larger"]
+    assert run(cli, ["bench", "--quick", "--systems", "pagedkit"]) == 0
+    assert "--quick" not in capsys.readouterr().err and runs[2:] == ["tiny"]
+
+
+def test_simulate_says_how_long_and_how_to_run_it_quick(capsys, monkeypatch):
+    from pagedkit.sim import report
+
+    seen = []
+    monkeypatch.setattr(sim_cli, "compare", lambda scale, **k: seen.append(scale)
+                        or report.Report(scale))
+    monkeypatch.setattr(sim_cli, "format_table", lambda *a, **k: "")
+    assert run(cli, ["simulate"]) == 0
+    err = capsys.readouterr().err
+    assert "4-5 minutes" in err and "--scale quick" in err and seen == ["default"]
+    assert run(cli, ["simulate", "--scale", "quick"]) == 0
+    assert "minutes" not in capsys.readouterr().err
+
+
+def test_simulate_progress_names_the_step_it_is_in(capsys):
+    """Issue #26: a 6-step bar sat at 2/6 for two minutes. The bar now counts the
+    slow steps apart and names the one running."""
+    from pagedkit.sim.report import COMPARE_STEPS, SCALES, compare
+
+    compare(SCALES["quick"], progress=True)
+    err = capsys.readouterr().err
+    for step in COMPARE_STEPS:
+        assert step in err
+    assert f"{len(COMPARE_STEPS)}/{len(COMPARE_STEPS)}" in err
+
+
+def test_demo_checks_its_options_before_loading_the_model(capsys, monkeypatch):
+    """Issue #26: demo was silent ~20 s, then refused --num-blocks only once the
+    model had loaded. It says what it loads first, and the embedded model's
+    tokenizer alone decides whether the cache is big enough."""
+    import pagedkit.models
+
+    monkeypatch.setattr(pagedkit.models, "load_tiny", lambda *a, **k: pytest.fail("loaded"))
+    assert run(cli, ["demo", "--num-blocks", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("demo: loading 'tiny'")
+    assert "--num-blocks 2 is too small" in err

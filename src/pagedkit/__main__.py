@@ -10,13 +10,16 @@ import importlib
 import sys
 
 from . import __version__
+from ._validation import PROG
+from .bench.__main__ import BENCHMARKS
 
 #: command -> (module whose ``main(argv)`` runs it, one line of help)
 COMMANDS = {
     "demo": ("pagedkit.demo",
              "the embedded model serving a batch: outputs, throughput, KV cache use"),
     "bench": ("pagedkit.bench.__main__",
-              "benchmarks: 'bench' (the engine against transformers) or 'bench kernels'"),
+              f"benchmarks: {', '.join(BENCHMARKS)} (the default: pagedkit against "
+              "transformers); see bench --help"),
     "simulate": ("pagedkit.sim.cli",
                  "the paper's memory and batching results from the simulator (no GPU)"),
     "gpucheck": ("pagedkit.gpucheck",
@@ -31,9 +34,9 @@ COMMANDS = {
 def _parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items())
     p = argparse.ArgumentParser(
-        prog="pagedkit", description=f"pagedkit {__version__}: a teaching lab for "
+        prog=PROG, description=f"pagedkit {__version__}: a teaching lab for "
         "PagedAttention.", epilog=f"commands:\n{lines}\n\nEach command has its own options: "
-        "pagedkit COMMAND --help", formatter_class=argparse.RawDescriptionHelpFormatter)
+        f"{PROG} COMMAND --help", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"pagedkit {__version__}")
     p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
                    help=f"one of: {', '.join(COMMANDS)}")
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)  # --help, --version, a usage error: SystemExit, as argparse
     run = importlib.import_module(COMMANDS[args.command][0]).main
-    options = {"prog": "pagedkit bench", "default": "engine"} if args.command == "bench" else {}
+    options = {"default": "engine"} if args.command == "bench" else {}
     return run(args.args, **options)
 
 

@@ -94,6 +94,10 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 # ------------------------------------------------------------ command lines
+#: How every command line names itself (usage lines, help, hints): as the README runs it.
+PROG = "python -m pagedkit"
+
+
 # argparse `type=` functions: a bad value becomes a usage error (exit 2) that
 # names the option and the limit, never a traceback deep inside a run.
 def positive_int(text: str) -> int:

@@ -12,7 +12,7 @@ import statistics
 import sys
 import time
 
-from ._validation import non_negative_float, positive_int
+from ._validation import PROG, non_negative_float, positive_int
 
 PROMPTS = [
     "Once upon a time",
@@ -28,7 +28,7 @@ PROMPTS = [
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="pagedkit demo",
+        prog=f"{PROG} demo",
         description="The embedded model serves a batch of 8 prompts through the paged engine; "
                     "prints the completions, tokens/s and what the KV cache did.")
     p.add_argument("--model", default="tiny",
@@ -49,26 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-
-    from tqdm.auto import tqdm
-
-    from . import LLM, SamplingParams
-
-    try:
-        llm = LLM(args.model, block_size=args.block_size, num_blocks=args.num_blocks)
-    except (OSError, ValueError, TypeError) as e:
-        parser.error(f"--model {args.model!r}: {e}")
-    params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens,
-                            seed=0)
-    engine = llm.llm_engine
-    if engine.tokenizer is None:
-        parser.error(f"--model {args.model!r} comes without a tokenizer; the demo's prompts are "
-                     "text")
-    longest = max(len(engine.tokenizer(p)["input_ids"]) for p in PROMPTS)
-    # a request's n completions run together: each must be able to reach max_tokens
+def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  tokenizer) -> None:
+    """Refuse a KV cache too small for the demo's longest prompt to reach
+    --max-tokens in every one of its -n completions (they run together)."""
+    longest = max(len(tokenizer(p)["input_ids"]) for p in PROMPTS)
     per_seq = -(-(longest + args.max_tokens) // args.block_size)
     needed = args.n * per_seq
     if needed > args.num_blocks:
@@ -76,6 +61,45 @@ def main(argv: list[str] | None = None) -> int:
                      f"({longest} tokens) + --max-tokens {args.max_tokens} takes {per_seq} "
                      f"blocks of {args.block_size} per completion, x -n {args.n} = {needed}; "
                      f"give --num-blocks {needed} or more")
+
+
+def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The `LLM`, with the options checked before the model loads where the
+    tokenizer comes apart from it (the embedded model's does)."""
+    tokenizer = None
+    if args.model == "tiny":
+        from .models import load_tiny_tokenizer
+
+        tokenizer = load_tiny_tokenizer()
+        _check_blocks(parser, args, tokenizer)
+    from . import LLM
+
+    try:
+        llm = LLM(args.model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks)
+    except (OSError, ValueError, TypeError) as e:
+        parser.error(f"--model {args.model!r}: {e}")
+    if llm.llm_engine.tokenizer is None:
+        parser.error(f"--model {args.model!r} comes without a tokenizer; the demo's prompts are "
+                     "text")
+    if tokenizer is None:
+        _check_blocks(parser, args, llm.llm_engine.tokenizer)
+    return llm
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    # importing torch and transformers took 16 s at load 1.5 on 2 cores: say so first
+    print(f"demo: loading {args.model!r} (torch and transformers first: 10-20 s on a busy "
+          "machine) ...", file=sys.stderr, flush=True)
+    llm = _load(parser, args)
+
+    from tqdm.auto import tqdm
+
+    from . import SamplingParams
+
+    params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens,
+                            seed=0)
     steps = []
     # progress in tokens: requests all finish near the end, so a bar of requests would stall
     bar = tqdm(total=len(PROMPTS) * args.n * args.max_tokens, unit="tok", desc="demo",

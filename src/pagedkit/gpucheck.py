@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ._validation import PROG
+
 NO_GPU = ("gpucheck needs a CUDA GPU, and torch sees none here "
           "(torch.cuda.is_available() is False; torch {torch}, built for CUDA {cuda}). "
           "Nothing was checked. Run it on a machine with an NVIDIA GPU (e.g. a Colab GPU "
@@ -308,7 +310,7 @@ def run(device: torch.device, quick: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pagedkit gpucheck",
+    parser = argparse.ArgumentParser(prog=f"{PROG} gpucheck",
                                      description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--json", metavar="PATH", help="also write the report here as JSON")
     parser.add_argument("--quick", action="store_true",

@@ -9,8 +9,11 @@ from pagedkit.__main__ import main as cli
 from pagedkit.bench.engine import (
     PROFILE_PARTS,
     SYSTEMS,
+    Report,
+    Result,
     benchmark,
     build_model,
+    floor_line,
     format_report,
     profile_pagedkit,
     run_floor,
@@ -81,13 +84,13 @@ def test_rounds_progress_floor_share_and_profile(capsys):
     assert sum("running pagedkit (round" in line for line in lines) == 2
     assert [r.system for r in report.results] == ["pagedkit", "floor"]
     assert all(len(r.round_seconds) == 2 and r.outputs_differing == 0 for r in report.results)
-    assert report.share_of_floor() > 0
+    assert report.share_of_floor() is None or 0 < report.share_of_floor() <= 1
     parts = report.profile["seconds"]
     assert set(parts) == set(PROFILE_PARTS)
     assert parts["attention"] > 0 and parts["linear layers"] > 0 and parts["scheduling"] > 0
     assert abs(sum(parts.values()) - report.profile["total_s"]) < 1e-6
     text = format_report(report)
-    assert "of the floor" in text and "attention" in text
+    assert "a share of the floor's" in text and "attention" in text
     json.dumps(report.as_dict())
 
 
@@ -178,3 +181,36 @@ def test_floor_equals_transformers_generate_through_every_bucket_layout(monkeypa
     # a bucket of one request, read in place, its decode without a mask
     assert any(b.row is not None and b.bias is None for p in plans for b in p.buckets)
     assert any(len(b.seqs) > 1 and b.gathered for p in plans for b in p.buckets)
+
+
+def _floor_report(paged: tuple[float, float], floor: tuple[float, float]) -> Report:
+    """A report of 100 tokens each, from (wall s, CPU s) per system."""
+    report = Report("tiny", "cpu", 4, 10.0, 25.0,
+                    environment={"load_average": [1.0], "load_average_end": [7.5]})
+    for name, (wall, cpu) in (("pagedkit", paged), ("floor", floor)):
+        report.results.append(Result(name, wall, 100, 0.1, 0.1, None, cpu_seconds=cpu))
+    return report
+
+
+@pytest.mark.parametrize("paged, floor, wall, cpu", [
+    ((2.0, 1.5), (1.0, 1.0), 0.5, 1 / 1.5),
+    ((1.0, 2.0), (2.0, 1.0), None, 0.5),     # the floor's run was slowed
+    ((1.0, 1.0), (2.0, 2.0), None, None),    # both: no share at all
+    ((1.0, 1.0), (1.0, 1.0), 1.0, 1.0),
+])
+def test_a_share_of_the_floor_over_100_percent_is_refused(paged, floor, wall, cpu):
+    """Issue #26: a busy machine printed "pagedkit runs at 264.7% of the floor".
+    The floor bounds every engine, so a share over 100% says the load moved
+    between the runs: the line says so (with the loads) instead of a number."""
+    report = _floor_report(paged, floor)
+    line = floor_line(report)
+    assert report.share_of_floor() == pytest.approx(wall)
+    assert report.share_of_floor("tokens_per_cpu_s") == pytest.approx(cpu)
+    for share, what in ((wall, "wall"), (cpu, "CPU")):
+        assert (f"{share:.1%} in {what} time" in line) if share else (f"{what} time" in line)
+    refused = wall is None or cpu is None
+    assert ("measured faster than the floor" in line) == refused
+    assert ("load [1.0] -> [7.5]" in line) == refused
+    d = report.as_dict()
+    assert d["pagedkit_share_of_floor"] == pytest.approx(wall)
+    assert d["pagedkit_share_of_floor_cpu"] == pytest.approx(cpu)

@@ -77,7 +77,7 @@ def test_bad_arguments_are_argparse_errors(argv, message, capsys, tmp_path):
         main([*argv, "--no-progress"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "usage: pagedkit simulate" in err and message in err
+    assert "usage: python -m pagedkit simulate" in err and message in err
 
 
 def test_the_command_line_and_the_simulator_default_to_the_same_prefill():

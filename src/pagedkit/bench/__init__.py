@@ -1,4 +1,4 @@
-"""Benchmarks: ``python -m pagedkit.bench <name>`` (see `pagedkit.bench.__main__`).
+"""Benchmarks: ``python -m pagedkit bench <name>`` (see `pagedkit.bench.__main__`).
 
 Benchmarks measure; tests check. Nothing here runs during ``pytest`` except
 a ``--quick`` smoke run that checks the shape of the JSON report.
@@ -13,6 +13,27 @@ def load_average() -> list[float] | None:
         return [round(v, 2) for v in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+def device_unavailable(device) -> str | None:
+    """Why a benchmark cannot run on `device` (a torch.device or its name) here,
+    or None: a usage error to give before any work, not an assertion deep in it."""
+    import torch
+
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        return f"not a device name ({err})"
+    if device.type == "cpu":
+        return None
+    if device.type != "cuda":
+        return f"the benchmarks run on cpu or cuda[:N], not {device.type}"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device here (torch.cuda.is_available() is False)"
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        return f"torch sees {count} CUDA device(s) here (cuda:0 to cuda:{count - 1})"
+    return None
 
 
 def check_choice(what: str, names, valid) -> tuple[str, ...]:

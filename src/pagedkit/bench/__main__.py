@@ -1,4 +1,4 @@
-"""``python -m pagedkit.bench <name> [options]``: run one benchmark.
+"""``python -m pagedkit bench <name> [options]``: run one benchmark.
 
 ``engine`` is pagedkit against transformers' generate and its continuous
 batching (also ``python -m pagedkit bench``); ``kernels`` the PagedAttention
@@ -8,7 +8,8 @@ time (wall and CPU); ``calls`` how many named pagedkit functions one
 decode step calls; ``hash`` what naming a prefix-cache block costs; ``vllm``
 pagedkit beside vLLM's CPU build over batch sizes, models and threads;
 ``study`` each lab's estimated student time (core and optional). Each
-has its own options: ``python -m pagedkit.bench <name> --help``.
+has its own options: ``python -m pagedkit bench <name> --help``
+(``python -m pagedkit.bench`` runs the same).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import importlib
 import sys
 
 from .. import __version__
+from .._validation import PROG
 
 #: name -> (module whose ``main(argv)`` runs it, one line of help)
 BENCHMARKS = {
@@ -48,10 +50,10 @@ def _parser(prog: str, default: str | None) -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m pagedkit.bench",
+def main(argv: list[str] | None = None, prog: str = f"{PROG} bench",
          default: str | None = None) -> int:
     """Run benchmark ``argv[0]`` with the rest; `default` runs when no name is
-    given (``pagedkit bench`` alone is the engine benchmark)."""
+    given (``python -m pagedkit bench`` alone is the engine benchmark)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if default and (not argv or (argv[0].startswith("-")
                                  and argv[0] not in ("-h", "--help", "--version"))):

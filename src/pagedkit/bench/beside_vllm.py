@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .._validation import PROG
+
 START = "<!-- beside-vllm-table:start -->"
 END = "<!-- beside-vllm-table:end -->"
 MODELS = ("tiny", "larger")
@@ -132,7 +134,7 @@ def _choices(text: str, valid, what: str) -> tuple:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedkit bench vllm", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{PROG} bench vllm", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="bench-vllm", help="folder for each cell's JSON")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--requests", default=",".join(map(str, REQUESTS)))

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from .._validation import PROG
+
 #: the folders whose functions are counted: the package and its kernels
 ROOTS = (Path(__file__).resolve().parents[1],)
 PROMPTS = ("Once upon a time", "The little dog ran")
@@ -87,7 +89,7 @@ def format_counts(calls: set[tuple[str, str]], names: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pagedkit bench calls",
+    p = argparse.ArgumentParser(prog=f"{PROG} bench calls",
                                 description="Count the named pagedkit functions one decode "
                                             "step of two sequences calls, by file.")
     p.add_argument("--names", action="store_true", help="list every function, by file")

@@ -53,6 +53,7 @@ import importlib.util
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -60,7 +61,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from . import check_choice, load_average
+from .._validation import PROG, positive_float, positive_int
+from . import check_choice, device_unavailable, load_average
 
 MODELS = ("tiny", "larger")
 SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor", "vllm")
@@ -115,9 +117,16 @@ class Report:
     def result(self, system: str) -> Result | None:
         return next((r for r in self.results if r.system == system), None)
 
-    def share_of_floor(self) -> float | None:
+    def share_of_floor(self, per: str = "tokens_per_s") -> float | None:
+        """pagedkit's throughput as a share of the floor's, both measured in this
+        run, per second of wall time (or of CPU time: ``per="tokens_per_cpu_s"``).
+        None without both, or when pagedkit measured faster than the floor, which
+        no engine can be: the machine's load changed between the runs (`floor_line`)."""
         paged, floor = self.result("pagedkit"), self.result("floor")
-        return paged.tokens_per_s / floor.tokens_per_s if paged and floor else None
+        if not (paged and floor) or getattr(floor, per) is None:
+            return None
+        share = getattr(paged, per) / getattr(floor, per)
+        return share if share <= 1 else None
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -125,6 +134,7 @@ class Report:
             d["tokens_per_s"] = r.tokens_per_s
             d["tokens_per_cpu_s"] = r.tokens_per_cpu_s
         out["pagedkit_share_of_floor"] = self.share_of_floor()
+        out["pagedkit_share_of_floor_cpu"] = self.share_of_floor("tokens_per_cpu_s")
         return out
 
 
@@ -283,12 +293,22 @@ def run_hf_static(model, work: Workload, batch_size: int, pad_id: int,
 
 def run_hf_continuous(model, work: Workload, progress: Callable[[int], None] = _quiet
                       ) -> tuple[Result, list[list[int]]]:
-    """transformers' continuous-batching manager (what generate_batch uses)."""
-    from transformers import GenerationConfig
+    """transformers' continuous-batching manager (what generate_batch uses).
+
+    Its KV cache holds the whole workload at once, as pagedkit's does: left to
+    itself it takes most of the free memory (90% of it on CPU; a run peaked at
+    11 GiB for 8 short requests), and setting that memory up cost it more time
+    than serving them."""
+    from transformers import ContinuousBatchingConfig, GenerationConfig
 
     config = GenerationConfig(do_sample=False, max_new_tokens=max(work.output_lens),
                               eos_token_id=None, pad_token_id=0)
-    manager = model.init_continuous_batching(generation_config=config)
+    page = ContinuousBatchingConfig().page_size
+    blocks = sum(-(-(len(p) + o) // page) for p, o in zip(work.prompts, work.output_lens,
+                                                           strict=True))
+    manager = model.init_continuous_batching(
+        generation_config=config, continuous_batching_config=ContinuousBatchingConfig(
+            num_blocks=blocks))
     manager.start()
     try:
         start, cpu = _clocks()
@@ -449,6 +469,9 @@ def format_profile(profile: dict) -> str:
     return "\n".join(lines)
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
 def check_systems(systems) -> tuple[str, ...]:
     """The systems asked for, or a ValueError naming the unknown ones and the valid ones."""
     return check_choice("system", systems, SYSTEMS)
@@ -460,6 +483,9 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
               rounds: int = 1, profile: bool = False, workload: str = "sharegpt",
               log: Callable[[str], None] = print) -> Report:
     systems = check_systems(systems)
+    why = device_unavailable(device) if device != "auto" else None
+    if why:
+        raise ValueError(f"device={device!r}: {why}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
     for cpu_only in ("floor", "vllm"):
@@ -554,46 +580,108 @@ def format_report(report: Report) -> str:
                      f"{r.ttft_mean_s:>10.2f}s"
                      f"{r.ttft_p50_s:>9.2f}s{usage:>10}{r.outputs_differing:>8}  {r.note}"
                      f"{spread}")
-    share = report.share_of_floor()
-    if share is not None:
-        lines.append(f"pagedkit runs at {share:.1%} of the floor")
+    line = floor_line(report)
+    if line:
+        lines.append(line)
     if report.profile is not None:
         lines.append(format_profile(report.profile))
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedkit bench", description=__doc__.splitlines()[0])
+def floor_line(report: Report) -> str | None:
+    """What the floor says about pagedkit, or why it says nothing this time."""
+    paged, floor = report.result("pagedkit"), report.result("floor")
+    if not (paged and floor):
+        return None
+    shares = {what: report.share_of_floor(per) for what, per in
+              (("wall", "tokens_per_s"), ("CPU", "tokens_per_cpu_s"))}
+    said = [f"{share:.1%} in {what} time" for what, share in shares.items() if share is not None]
+    line = ("pagedkit's throughput as a share of the floor's (the same forwards with no engine "
+            "around them; no engine passes 100%): " + (", ".join(said) or "none"))
+    refused = [what for what, share in shares.items() if share is None]
+    if refused:
+        env = report.environment
+        times = " and ".join(f"{what} time" for what in refused)
+        line += (f"; in {times} pagedkit measured faster than the floor, which no engine "
+                 f"can be: the load changed between their runs (load "
+                 f"{env.get('load_average')} -> {env.get('load_average_end')}), so no share; "
+                 "--rounds 3 interleaves the runs and takes medians")
+    return line
+
+
+#: What the default run cost where issue #26 measured it (a busy 2-core machine).
+DEFAULT_RUN_NOTE = ("the default run (both models, 64 requests, every system) took about 11 "
+                    "minutes on a busy 2-core machine and 10.2 GiB of memory at its peak")
+DEFAULT_RUN_GIB = 10.2
+
+
+def available_gib() -> float | None:
+    """Memory the OS says is available (Linux's MemAvailable), in GiB, or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) / 2**20
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{PROG} bench", description=__doc__.splitlines()[0],
+        epilog=f"Time and memory: {DEFAULT_RUN_NOTE}. --quick runs 8 requests on the tiny "
+               "model only (well under a minute); --model tiny --requests 16 is a middle way.")
     p.add_argument("--model", choices=MODELS, action="append",
-                   help="model(s) to run (default: both)")
-    p.add_argument("--requests", type=int, default=64)
-    p.add_argument("--scale", type=float, help="length scale (default 1/8 on CPU, 1 on GPU)")
-    p.add_argument("--batch-size", type=int, default=16, help="hf_static batch size")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--device", default="auto")
+                   help="model(s) to run, repeatable (default: both)")
+    p.add_argument("--requests", type=positive_int, default=64, metavar="N",
+                   help="requests in the workload (default: 64)")
+    p.add_argument("--scale", type=positive_float, metavar="X",
+                   help="scale of the request lengths (default 1/8 on CPU, 1 on GPU)")
+    p.add_argument("--batch-size", type=positive_int, default=16, metavar="N",
+                   help="hf_static's batch size (default: 16)")
+    p.add_argument("--block-size", type=positive_int, default=16, metavar="SLOTS",
+                   help="pagedkit's KV block size (default: 16)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="auto (CUDA where available, else CPU), cpu or cuda")
     p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
                    help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all; vllm "
                    "where it is installed)")
-    p.add_argument("--rounds", type=int, default=1,
+    p.add_argument("--rounds", type=positive_int, default=1, metavar="N",
                    help="run the systems this many times, interleaved; report medians")
     p.add_argument("--profile", action="store_true",
                    help="also print where pagedkit's step time goes")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=positive_int, metavar="N",
+                   help="torch CPU threads (default: torch's choice)")
     p.add_argument("--workload", choices=WORKLOADS, default="sharegpt",
                    help="request lengths shaped like this dataset (default sharegpt)")
-    p.add_argument("--quick", action="store_true", help="8 requests, tiny model (a smoke run)")
-    p.add_argument("--json", help="write the reports here")
+    p.add_argument("--quick", action="store_true",
+                   help="8 requests, tiny model: a smoke run of well under a minute")
+    p.add_argument("--json", metavar="PATH", help="write the reports here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
     try:
         systems = check_systems(s.strip() for s in args.systems.split(",") if s.strip())
     except ValueError as err:
         p.error(f"--systems: {err}")
-    if args.rounds < 1:
-        p.error(f"--rounds must be >= 1, got {args.rounds}")
+    why = device_unavailable(args.device) if args.device != "auto" else None
+    if why:
+        p.error(f"--device {args.device}: {why}; use --device cpu (or auto)")
     if args.threads:
         torch.set_num_threads(args.threads)
     models = ["tiny"] if args.quick else (args.model or list(MODELS))
     requests = 8 if args.quick else args.requests
+    if not args.quick:
+        print(f"bench: {DEFAULT_RUN_NOTE}; this run: {', '.join(models)}, {requests} requests. "
+              "--quick is a smoke run of well under a minute.", file=sys.stderr, flush=True)
+        gib = available_gib()
+        if "larger" in models and gib is not None and gib < DEFAULT_RUN_GIB:
+            print(f"bench: warning: {gib:.1f} GiB of memory is available here, less than the "
+                  f"{DEFAULT_RUN_GIB} GiB the default run peaked at; the larger model takes "
+                  "the most: --model tiny leaves it out", file=sys.stderr,
+                  flush=True)
     reports = []
     for name in models:
         report = benchmark(name, num_requests=requests, scale=args.scale,

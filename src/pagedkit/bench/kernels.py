@@ -1,8 +1,8 @@
 """How fast is paged attention, next to attention over a contiguous cache?
 
-``python -m pagedkit.bench kernels [--quick] [--json PATH] [--device DEV]``
-(also ``python -m pagedkit bench kernels``; on a machine without a GPU it runs
-the small CPU grid, as ``--quick``, and says so)
+``python -m pagedkit bench kernels [--quick] [--json PATH] [--device DEV]``
+(on a machine without a GPU it runs the small CPU grid, as ``--quick``, and
+says so)
 
 Decode attention is bound by memory traffic: each step reads every cached
 key and value once. So it is measured as achieved bandwidth, the bytes it
@@ -54,6 +54,9 @@ import torch.nn.functional as F
 import pagedkit
 from pagedkit import ops
 from pagedkit.kernels import reference
+
+from .._validation import PROG, positive_int
+from . import device_unavailable
 
 # Spec-sheet peak HBM bandwidth (bytes/s), matched against the device name.
 # Where the name is unknown, the peak is computed from the memory clock and
@@ -437,17 +440,21 @@ def _triton_version() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pagedkit.bench kernels",
+    parser = argparse.ArgumentParser(prog=f"{PROG} bench kernels",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="a few small shapes (the only mode that makes sense on CPU)")
     parser.add_argument("--json", metavar="PATH", help="write the full report here as JSON")
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1, cpu, ... (default: cuda if available)")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=positive_int, default=1, metavar="N",
                         help="CPU threads for torch on a CPU run (default 1: steadier timings "
                              "on a shared machine)")
     args = parser.parse_args(argv)
+    why = device_unavailable(args.device) if args.device else None
+    if why:
+        parser.error(f"--device {args.device}: {why}; use --device cpu, or leave --device out "
+                     "(CUDA where available, else CPU)")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type != "cuda" and not args.quick:
         # the GPU grid (up to 256 x 32k) would not fit a CPU's time or memory

@@ -39,6 +39,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .._validation import PROG
 from . import check_choice, load_average
 
 #: The checkout this pagedkit was imported from (its labs are the default).
@@ -162,7 +163,7 @@ def run_lab(notebook: Path, repo: Path, env: dict[str, str],
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedkit bench labs",
+    p = argparse.ArgumentParser(prog=f"{PROG} bench labs",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--labs", help="comma-separated lab numbers, e.g. 05,08 (default: all)")
     p.add_argument("--repo", default=str(HOME),

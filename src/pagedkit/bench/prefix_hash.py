@@ -26,6 +26,7 @@ import random
 import time
 from collections.abc import Callable
 
+from .._validation import PROG
 from ..memory import ROOT_HASH, BlockAllocator, BlockKey, sha256, sha256_cbor
 
 clock = time.process_time
@@ -67,7 +68,7 @@ def measure(block_size: int, count: int, rounds: int, seed: int = 0) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pagedkit bench hash",
+    p = argparse.ArgumentParser(prog=f"{PROG} bench hash",
                                 description="What naming and finding a cached block costs.")
     p.add_argument("--blocks", type=int, default=20_000, help="blocks per round (20000)")
     p.add_argument("--rounds", type=int, default=5, help="rounds; the fastest counts (5)")

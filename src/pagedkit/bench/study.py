@@ -33,6 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._validation import PROG
 from .labs import HOME, find_labs
 
 WORDS_PER_MINUTE = 100
@@ -151,7 +152,7 @@ def rule_text() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedkit bench study",
+    p = argparse.ArgumentParser(prog=f"{PROG} bench study",
                                 description="Estimated student time per lab, by a stated rule.")
     p.add_argument("--labs", help="comma-separated lab numbers, e.g. 05,08 (default: all)")
     p.add_argument("--labs-dir", type=Path, default=HOME / "labs",

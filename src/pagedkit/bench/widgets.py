@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._validation import PROG
 from ..sim import ParallelSampling, SharedPrefix, Simulator, synthetic_trace
 from ..viz.block_grid import block_map_data
 from ..viz.block_map import BlockMap
@@ -187,7 +188,7 @@ def benchmark(num_blocks: int = 4096, block_size: int = 16, num_steps: int = 100
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pagedkit bench widgets",
+    p = argparse.ArgumentParser(prog=f"{PROG} bench widgets",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--blocks", type=int, default=4096, help="GPU blocks (default 4096)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")

@@ -53,6 +53,12 @@ class Scale:
     rate_points: int = 11  # rates per curve of Fig. 12
 
 
+#: What `compare` runs, in order: its progress bar names the step it is in.
+COMPARE_STEPS = ("traces, Table 1, Fig. 11", "Fig. 2 and 13: the four managers on ShareGPT",
+                 "Fig. 2 and 13: the four managers on Alpaca",
+                 "Fig. 12: latency vs rate on ShareGPT", "Fig. 12: latency vs rate on Alpaca",
+                 "Fig. 15: sharing", "Fig. 18b: block sizes")
+
 SCALES = {
     "quick": Scale("quick", 60, 10, 30, 40, 5, rate_points=5),
     "default": Scale("default", 1200, 300, 300, 500, 300),
@@ -128,22 +134,29 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
     report = Report(sc.name)
     from tqdm.auto import tqdm
 
-    with tqdm(total=6, desc="paper experiments", unit="figure", disable=not progress) as bar:
+    with tqdm(total=len(COMPARE_STEPS), desc="paper experiments", unit="step",
+              disable=not progress) as bar:
+        def next_step(done: bool = True) -> None:
+            """Count a finished step and name the one that runs now (the slow
+            ones take minutes: the bar says which it is in)."""
+            if done:
+                bar.update()
+            if bar.n < len(COMPARE_STEPS):
+                bar.set_postfix_str(COMPARE_STEPS[bar.n])
+
+        next_step(done=False)
         sharegpt = paper_trace("sharegpt", duration=sc.sharegpt_seconds, seed=seed)
         alpaca = paper_trace("alpaca", duration=sc.alpaca_seconds, seed=seed)
         _table1_and_fig11(report, sharegpt, alpaca)
-        bar.update()
-        results = _run_fig2_and_fig13(report, sharegpt, alpaca)
+        next_step()
+        results = _run_fig2_and_fig13(report, sharegpt, alpaca, on_trace=next_step)
         fig2 = _fig2(report, sharegpt, results[sharegpt.name])
-        bar.update()
         fig13 = _fig13(report, sharegpt, alpaca, results)
-        bar.update()
-        _fig12(report, sc, seed)
-        bar.update()
+        _fig12(report, sc, seed, on_dataset=next_step)
         fig15 = _fig15(report, sc, seed)
-        bar.update()
+        next_step()
         fig18 = _fig18b(report, sc, seed)
-        bar.update()
+        next_step()
     report.figures = {"fig2": fig2, "fig13": fig13, "fig15": fig15, "fig18b": fig18}
     return report
 
@@ -159,11 +172,15 @@ def _table1_and_fig11(report: Report, sharegpt: Trace, alpaca: Trace) -> None:
                            ref.FIG11_MEANS[name][i], "tokens", "lengths"))
 
 
-def _run_fig2_and_fig13(report: Report, sharegpt: Trace, alpaca: Trace
+def _run_fig2_and_fig13(report: Report, sharegpt: Trace, alpaca: Trace,
+                        on_trace: Callable[[], None] = lambda: None
                         ) -> dict[str, dict[str, SimResult]]:
-    """The four managers on both traces (Fig. 2 and 13 share the runs), timed."""
-    results = {t.name: _timed(report, f"fig2+13 {t.name}", lambda t=t: run_managers(t))
-               for t in (sharegpt, alpaca)}
+    """The four managers on both traces (Fig. 2 and 13 share the runs), timed;
+    `on_trace` is called after each trace."""
+    results = {}
+    for t in (sharegpt, alpaca):
+        results[t.name] = _timed(report, f"fig2+13 {t.name}", lambda t=t: run_managers(t))
+        on_trace()
     runs = [r for by in results.values() for r in by.values()]
     report.speed = {"iterations": sum(r.num_steps for r in runs),
                     "seconds": round(sum(r.wall_seconds for r in runs), 2)}
@@ -214,7 +231,8 @@ def _fig13(report: Report, sharegpt: Trace, alpaca: Trace,
     return fig13
 
 
-def _fig12(report: Report, sc: Scale, seed: int) -> None:
+def _fig12(report: Report, sc: Scale, seed: int,
+           on_dataset: Callable[[], None] = lambda: None) -> None:
     for dataset in ("sharegpt", "alpaca"):
         rates = default_rates(dataset, sc.rate_points)
         data = _timed(report, f"fig12 {dataset}", lambda d=dataset, r=rates:
@@ -224,6 +242,7 @@ def _fig12(report: Report, sc: Scale, seed: int) -> None:
             report.rows.append(Comparison(
                 "Fig. 12", f"rate vLLM sustains / {base}, {dataset}",
                 round(knees["vLLM"] / knees[base], 2), f"{low}-{high}", "x", "knee"))
+        on_dataset()
 
 
 def _fig15(report: Report, sc: Scale, seed: int):

@@ -12,8 +12,10 @@ import argparse
 import sys
 import time
 
+from .._validation import PROG
 
-def main(argv: list[str] | None = None, prog: str = "pagedkit vllm") -> int:
+
+def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
     p = argparse.ArgumentParser(
         prog=prog, description="pagedkit beside the real vLLM (its CPU build; docs/vllm.md).")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
