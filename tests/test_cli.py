@@ -50,11 +50,11 @@ def test_bench_dispatcher(capsys):
     assert run(bench_cli, ["--help"]) == 0
     assert "engine" in capsys.readouterr().out
     assert run(bench_cli, []) == 2
-    assert ("usage: python -m pagedkit bench {engine, kernels, widgets, labs, calls, hash}"
+    assert (f"usage: python -m pagedkit bench {{{', '.join(BENCHMARKS)}}}"
             in capsys.readouterr().err)
     assert run(bench_cli, ["fast"]) == 2
-    assert ("invalid choice: 'fast' (choose from 'engine', 'kernels', 'widgets', 'labs', "
-            "'calls', 'hash')" in capsys.readouterr().err)
+    assert (f"invalid choice: 'fast' (choose from {', '.join(map(repr, BENCHMARKS))})"
+            in capsys.readouterr().err)
     assert run(cli, ["bench", "--help"]) == 0
     assert "usage: python -m pagedkit bench" in capsys.readouterr().out
 
