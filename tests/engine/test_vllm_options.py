@@ -445,3 +445,16 @@ def test_beam_search_leaves_the_engine_empty(llm):
     llm.beam_search(["Tom and Lily", "The little dog ran"], BeamSearchParams(2, 3),
                     concurrency_limit=1)
     assert llm.llm_engine.get_num_unfinished_requests() == 0
+
+
+def test_unfinished_requests_count_samples_as_vllm_does(llm):
+    """vLLM runs each of n samples as a request of its own: n > 1 counts n
+    until each sample ends."""
+    engine = llm.llm_engine
+    engine.add_request("one", "Tom and Lily", SamplingParams(temperature=0, max_tokens=2))
+    engine.add_request("three", "Tom and Lily", SamplingParams(n=3, top_k=1, max_tokens=3))
+    counts = [engine.get_num_unfinished_requests()]
+    while engine.has_unfinished_requests():
+        engine.step()
+        counts.append(engine.get_num_unfinished_requests())
+    assert counts == [4, 4, 3, 0]

@@ -289,8 +289,12 @@ class LLMEngine:
         return self.kv.reset_prefix_cache()
 
     def get_num_unfinished_requests(self) -> int:
-        """How many requests are waiting, running or swapped (vLLM's count)."""
-        return len(self.scheduler.requests)
+        """How many requests are waiting, running or swapped, counted as vLLM
+        counts them: a request of n > 1 samples is n requests (vLLM runs each
+        sample as a request of its own) until each of them ends."""
+        return sum(1 if g.params.n == 1 or g.params.use_beam_search
+                   else g.params.n - sum(s.finish_reason is not None for s in g.seqs)
+                   for g in self.scheduler.requests.values())
 
     def has_unfinished_requests(self) -> bool:
         """Anything still to run, or an aborted request not yet reported?"""

@@ -1,0 +1,70 @@
+"""The offline API on pagedkit and on vLLM, one script with only the import
+changed (`pagedkit.vllm.api_check`): tokens, texts after stop strings,
+finish and stop reasons, logprobs (within float tolerance), n > 1, chat
+prompts, beam search results, streaming step outputs.
+
+The two runs are recorded in tests/vllm/data/api_{pagedkit,vllm}.json, and
+docs/api.md's compatibility table is what `api_check.table` makes of them.
+Without vLLM: the table is checked against the records, and pagedkit's
+record against a fresh pagedkit run. With vLLM (marker ``vllm``): vLLM's
+record against a fresh vLLM run, so neither record can go stale unseen.
+
+To re-record after a change (vLLM's venv for the second)::
+
+    python -m pagedkit.vllm.api_check run pagedkit tests/vllm/data/api_pagedkit.json
+    python -m pagedkit.vllm.api_check run vllm tests/vllm/data/api_vllm.json
+    python -m pagedkit.vllm.api_check table tests/vllm/data/api_pagedkit.json \\
+        tests/vllm/data/api_vllm.json     # paste into docs/api.md
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pagedkit.vllm import api_check
+
+DATA = Path(__file__).parent / "data"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+BEGIN, END = "<!-- api_check table: begin -->", "<!-- api_check table: end -->"
+
+
+def recorded(system):
+    return json.loads((DATA / f"api_{system}.json").read_text())
+
+
+def test_the_docs_table_is_the_generators_from_the_records():
+    doc = DOC.read_text()
+    table = doc[doc.index(BEGIN) + len(BEGIN):doc.index(END)].strip()
+    assert table == api_check.table(recorded("pagedkit"), recorded("vllm"))
+
+
+def test_the_records_cover_every_case_and_agree():
+    ours, theirs = recorded("pagedkit"), recorded("vllm")
+    assert ours["system"] == "pagedkit" and theirs["system"] == "vllm"
+    assert set(ours["cases"]) == set(theirs["cases"]) == set(api_check.CASES)
+    assert all(api_check.compare(ours, theirs).values())
+
+
+def test_comparing_can_fail():
+    ours = recorded("pagedkit")
+    changed = json.loads(json.dumps(ours))
+    changed["cases"]["basic"][0]["outputs"][0]["text"] += "!"
+    lp = changed["cases"]["logprobs"][2]["logprobs"][0][0]
+    lp[1] += 2 * api_check.LOGPROB_TOL
+    same = api_check.compare(ours, changed)
+    assert not same["basic"] and not same["logprobs"] and same["chat"]
+    assert "| `basic` | DIFFERENT |" in api_check.table(ours, changed)
+
+
+def test_pagedkit_today_is_its_record():
+    fresh = api_check.run_cases("pagedkit")
+    same = api_check.compare(fresh, recorded("pagedkit"))
+    assert all(same.values()), [name for name, ok in same.items() if not ok]
+
+
+@pytest.mark.vllm
+def test_vllm_today_is_its_record():
+    fresh = api_check.run_cases("vllm")
+    same = api_check.compare(fresh, recorded("vllm"))
+    assert all(same.values()), [name for name, ok in same.items() if not ok]
