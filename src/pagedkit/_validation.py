@@ -125,3 +125,14 @@ def non_negative_float(text: str) -> float:
         return check_number("value", float(text), minimum=0)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}") from None
+
+
+# ------------------------------------------------------------------- words
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``"1 slot"``, ``"2 slots"``, ``"0 slots"``: a count and its noun, agreeing
+    (`nouns` for an irregular plural, ``plural(1, "copy", "copies")``).
+
+    >>> plural(1, "block"), plural(3, "block"), plural(2, "copy", "copies")
+    ('1 block', '3 blocks', '2 copies')
+    """
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"

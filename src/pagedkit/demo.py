@@ -12,7 +12,7 @@ import statistics
 import sys
 import time
 
-from ._validation import PROG, non_negative_float, positive_int
+from ._validation import PROG, non_negative_float, plural, positive_int
 
 PROMPTS = [
     "Once upon a time",
@@ -121,11 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     generated = sum(len(c.token_ids) for o in outputs for c in o.outputs)
     peak = max(s.memory["used_blocks"] for s in steps)
     usage = statistics.mean(s.memory["kv_usage"] for s in steps if s.memory["used_blocks"])
-    print(f"\n{len(PROMPTS)} requests, {generated} tokens in {len(steps)} steps, "
+    print(f"\n{len(PROMPTS)} requests, {plural(generated, 'token')} in "
+          f"{plural(len(steps), 'step')}, "
           f"{seconds:.2f} s ({generated / seconds:.1f} tokens/s)")
-    print(f"KV cache: {args.num_blocks} blocks x {args.block_size} slots; peak {peak} blocks "
+    print(f"KV cache: {plural(args.num_blocks, 'block')} x {plural(args.block_size, 'slot')}; "
+          f"peak {plural(peak, 'block')} "
           f"in use; KV usage {usage:.1%} (allocated slots holding a token); "
-          f"{sum(len(s.preempted) for s in steps)} preemptions")
+          f"{plural(sum(len(s.preempted) for s in steps), 'preemption')}")
     return 0
 
 

@@ -57,3 +57,25 @@ def test_every_solution_module_has_checks():
         assert module.CHECKS, f"{module.__name__} defines no CHECKS"
         missing = [n for n in module.CHECKS if not hasattr(load(path), n)]
         assert not missing, f"{path.name} lacks solutions for {missing}"
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_a_check_shows_without_an_emoji_font_and_compares_as_before(passed):
+    """Issue #26: ✅ and ❌ showed as empty boxes where no emoji font exists. In
+    a notebook the mark is a coloured text-style character (no emoji
+    presentation: nothing from the emoji blocks); nbval's sanitizer reads it
+    back as the emoji of the plain text, so committed outputs still compare."""
+    import configparser
+    import re
+
+    from pagedkit.exercises import CheckResult
+
+    result = CheckResult("blocks_for", passed, "a message")
+    markdown = result._repr_markdown_()
+    assert not [c for c in markdown if ord(c) >= 0x1F000 or c in "✅❌"], markdown
+    assert ("✔" if passed else "✘") in markdown
+    config = configparser.ConfigParser()
+    config.read(SOLUTIONS.parent / "nbval_sanitize.cfg")
+    for section in config.sections():
+        markdown = re.sub(config[section]["regex"], config[section]["replace"], markdown)
+    assert markdown == repr(result)

@@ -195,3 +195,40 @@ def test_trace_names_say_the_number_is_a_request_rate():
     assert trace_label("sharegpt@2") == "sharegpt at 2 req/s"
     assert trace_label("alpaca@30") == "alpaca at 30 req/s"
     assert trace_label("mine") == "mine"
+
+
+def test_a_block_map_title_counts_the_steps_once_with_an_engine():
+    """Issue #26: the title said "step 2/4 (after engine step 3)", two counters
+    for one step. An engine's recording numbers its steps too; the title keeps
+    the slider's."""
+    from pagedkit import LLM, SamplingParams
+
+    llm = LLM("tiny", num_blocks=32, block_size=4)
+    view = BlockMap(llm)
+    llm.generate(["Once upon a time"], SamplingParams(temperature=0, max_tokens=3))
+    assert any(frame.step is not None for frame in view.recorder)
+    for i in range(len(view.recorder)):
+        text = " ".join(_title_lines(view.figure(i).layout.title.text))
+        assert len(re.findall(r"\bstep\b", text)) == 1 and f"step {i}/" in text, text
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    (3, "3 tokens in 1 block, 1 slot unfilled"),
+    (4, "4 tokens in 1 block, 0 slots unfilled"),
+    (5, "5 tokens in 2 blocks, 3 slots unfilled"),
+    (1, "1 token in 1 block, 3 slots unfilled"),
+])
+def test_counts_and_nouns_agree(tokens, expected):
+    """Issue #26: "1 slots unfilled". Counts in titles and hovers go through
+    `plural`."""
+    from pagedkit._validation import plural
+
+    assert [plural(n, "slot") for n in (0, 1, 2)] == ["0 slots", "1 slot", "2 slots"]
+    kv = KVCacheManager(num_blocks=8, block_size=4)
+    view = PageTable(kv)
+    kv.allocate_slots("A", list(range(tokens)))
+    view.recorder.cut()
+    view.index = view.player.last
+    assert expected in " ".join(_title_lines(view.figure().layout.title.text))
+    hover = " ".join(view.figure().data[0].hovertext or [])
+    assert "1 tokens" not in hover and "1 slots" not in hover

@@ -53,7 +53,14 @@ class CheckResult:
         return f"{mark} {self.name}: {self.message}"
 
     def _repr_markdown_(self) -> str:
-        return repr(self)
+        """In a notebook: a coloured text-style mark (✔ U+2714, ✘ U+2718, in
+        common text fonts such as DejaVu Sans) for the emoji, which show as
+        empty boxes where no emoji font is installed (issue #26).
+        labs/nbval_sanitize.cfg reads this mark back as the emoji, so the
+        committed outputs compare either way."""
+        mark, colour = ("✔", "#1a7f37") if self.passed else ("✘", "#cf222e")
+        return (f'<span class="pagedkit-check" style="color: {colour}; font-weight: bold">'
+                f"{mark}</span> {self.name}: {self.message}")
 
 
 def not_written(name: str, fn: Callable, err: NotImplementedError) -> CheckResult:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import check_int, plural
 from .frames import CACHED, EMPTY_BLOCK, FREE, BlockState, Frame
 from .palette import color_index, owner_color_index, owner_key
 
@@ -123,15 +123,15 @@ def _hover(frame: Frame, block: int, s: BlockState) -> str:
     if s.status == FREE:
         return f"block {block}: free"
     if s.status == CACHED:
-        return (f"block {block}: cached prefix, {s.num_tokens}/{bs} tokens, no owner "
+        return (f"block {block}: cached prefix, {s.num_tokens}/{plural(bs, 'token')}, no owner "
                 "(reusable until evicted)")
     shared = f", shared ×{s.ref_count}" if s.ref_count > 1 else ""
-    return (f"block {block}: {s.num_tokens}/{bs} tokens, ref count {s.ref_count}{shared}, "
-            f"{_owners(frame, s.owners)}")
+    return (f"block {block}: {s.num_tokens}/{plural(bs, 'token')}, ref count {s.ref_count}"
+            f"{shared}, {_owners(frame, s.owners)}")
 
 
 def _cpu_hover(frame: Frame, cpu: int) -> str:
     s = frame.swapped[cpu]
     source = "" if s.from_block is None else f" from GPU block {s.from_block}"
     return (f"CPU block {cpu}: swapped out{source}, "
-            f"{s.num_tokens}/{frame.block_size} tokens, {_owners(frame, s.owners)}")
+            f"{s.num_tokens}/{plural(frame.block_size, 'token')}, {_owners(frame, s.owners)}")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import plural
 from .block_grid import CELL, Grid, block_map_data, grid_for
 from .controls import Player
 from .frames import CACHED, FREE, Frame
@@ -87,7 +88,7 @@ class BlockMap(View):
         m = f.memory
         extra = f", {m.swapped} swapped out" if m.swapped else ""
         extra += f", {len(f.copies)} copied on write" if f.copies else ""
-        return (f"{f.num_blocks} blocks, {self._step_label(i)}: {m.used} used, "
+        return (f"{plural(f.num_blocks, 'block')}, {self._step_label(i)}: {m.used} used, "
                 f"{m.shared} shared, {m.cached} cached{extra}")
 
     def text(self, index: int | None = None) -> str:
@@ -240,12 +241,11 @@ class BlockMap(View):
     def _title(self, f: Frame, index: int) -> str:
         m = f.memory
         usage = f"{m.tokens / (m.used * f.block_size):.0%}" if m.used else "–"
-        engine_step = f" (after engine step {f.step})" if f.step is not None else ""
         note = self._opening_note(index)
-        return wrap_title([f"<b>{self._step_label(index)}</b>{engine_step}", f"{m.used} used",
+        return wrap_title([f"<b>{self._step_label(index)}</b>", f"{m.used} used",
                            f"{m.shared} shared", f"{m.cached} cached", f"{m.free} free",
                            f"{m.swapped} on CPU" if m.swapped else "",
-                           f"slots filled {usage}", f"blocks of {f.block_size} tokens",
+                           f"slots filled {usage}", f"blocks of {plural(f.block_size, 'token')}",
                            f"<i>{note}</i>" if note else ""],
                           getattr(self, "_title_px", 700))
 

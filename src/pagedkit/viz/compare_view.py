@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import plural
 from .controls import Player
 from .frames import Frame
 from .palette import CELL_SCALE, FILL_SCALE, NUM_INDICES, OWNER_COLORS, owner_color_index, tint
@@ -55,7 +56,7 @@ class ContiguousVsPaged(View):
         w = self.figures(i)
         c, p = self.comparison.contiguous[i], self.comparison.paged[i]
         return (f"{self.comparison.policy} vs paged, {self._step_label(i)}: contiguous wastes "
-                f"{w['contiguous_wasted_share']:.0%} of {self.comparison.capacity} slots "
+                f"{w['contiguous_wasted_share']:.0%} of {plural(self.comparison.capacity, 'slot')} "
                 f"({c.waiting} waiting), paged {w['paged_wasted_share']:.0%} "
                 f"({p.requests.waiting} waiting)")
 
@@ -64,12 +65,12 @@ class ContiguousVsPaged(View):
         w = self.figures(i)
         return "\n".join([
             f"{type(self).__name__}({self.summary(i)})",
-            f"  contiguous: {w['contiguous_tokens']} tokens, "
+            f"  contiguous: {plural(w['contiguous_tokens'], 'token')}, "
             f"{w['contiguous_reserved_ahead']} reserved ahead, "
             f"{w['contiguous_never_used']} never used, "
             f"{w['contiguous_stranded']} stranded in holes",
-            f"  paged:      {w['paged_tokens']} tokens, {w['paged_unfilled']} unfilled in "
-            "last blocks",
+            f"  paged:      {plural(w['paged_tokens'], 'token')}, "
+            f"{w['paged_unfilled']} unfilled in last blocks",
         ])
 
     # ---------------------------------------------------------------- drawing
@@ -126,7 +127,7 @@ class ContiguousVsPaged(View):
             trace.x = np.array([hi for _, hi in span]) - starts if span else starts
             trace.y = np.full(len(regions), _CONTIGUOUS)
             trace.marker.color = color
-            trace.hovertext = [f"request {r.request}: {what} {hi - lo} slots "
+            trace.hovertext = [f"request {r.request}: {what} {plural(hi - lo, 'slot')} "
                                f"(region {r.start}..{r.start + r.size})"
                                for r, (lo, hi) in zip(regions, span, strict=True)]
         bs = p.block_size
@@ -141,12 +142,12 @@ class ContiguousVsPaged(View):
         tok.marker.color = tail.marker.color = pcolor
         tok.hovertext = tail.hovertext = [
             f"block {b} (request {_requests(p, p.blocks[b].owners)}): "
-            f"{p.blocks[b].num_tokens}/{bs} tokens" for b in used]
+            f"{p.blocks[b].num_tokens}/{plural(bs, 'token')}" for b in used]
         holes = fig.data[5]
         holes.base = np.array([s for s, _ in c.holes])
         holes.x = np.array([n for _, n in c.holes])
         holes.y = np.full(len(c.holes), _CONTIGUOUS)
-        holes.hovertext = [f"free hole of {n} slots at {s}" + self._hole_note(c, n)
+        holes.hovertext = [f"free hole of {plural(n, 'slot')} at {s}" + self._hole_note(c, n)
                            for s, n in c.holes]
         fig.layout.title.text = self._title(index)
 
@@ -167,7 +168,7 @@ class ContiguousVsPaged(View):
                 f"tokens, {w['contiguous_reserved_ahead']} reserved ahead, "
                 f"{w['contiguous_never_used']} never used, {w['contiguous_stranded']} stranded in "
                 f"holes → <b>{w['contiguous_wasted_share']:.0%} wasted</b>, {c.running} running, "
-                f"{c.waiting} waiting<br>paged: {w['paged_tokens']} tokens, "
+                f"{c.waiting} waiting<br>paged: {plural(w['paged_tokens'], 'token')}, "
                 f"{w['paged_unfilled']} unfilled in last blocks → "
                 f"<b>{w['paged_wasted_share']:.0%} wasted</b>, {p.requests.running} running, "
                 f"{p.requests.waiting} waiting")

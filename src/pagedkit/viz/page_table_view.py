@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import plural
 from .block_map import as_recorder
 from .controls import Player
 from .frames import Frame
@@ -199,11 +200,11 @@ class PageTable(View):
         note = " · swapped out: on the CPU" if data.where == "cpu" else ""
         if data.num_released:
             note += f" · logical blocks 0-{data.num_released - 1} released (sliding window)"
-        more = f" · first {_MAX_ROWS} of {len(data.rows)} blocks drawn" \
+        more = f" · first {_MAX_ROWS} of {plural(len(data.rows), 'block')} drawn" \
             if len(data.rows) > _MAX_ROWS else ""
         request = f" (request {data.request})" if data.request != data.seq else ""
         return (f"<b>{self._step_label(index)}</b> · sequence {data.seq}{request}: "
-                f"{data.num_tokens} tokens in {live} blocks, "
-                f"{filled - data.num_tokens} slots unfilled{note}{more}<br>"
+                f"{plural(data.num_tokens, 'token')} in {plural(live, 'block')}, "
+                f"{plural(filled - data.num_tokens, 'slot')} unfilled{note}{more}<br>"
                 f"page table {chain}")
 
