@@ -208,3 +208,32 @@ def test_a_live_vllm_draws_what_its_recording_drew():
     assert [view.text(i) for i in range(len(live))] == [recorded_view.text(i)
                                                         for i in range(len(live))]
     assert live.cache.state() == run.cache.state()
+
+
+def test_the_events_command_prints_each_batch_and_its_tree():
+    from pagedkit.vllm.__main__ import describe_batch
+
+    _, batches = recorded("shared_prefix_64_blocks")
+    rec = CacheRecording()
+    first = describe_batch(rec, 0, batches[0], tree=True)
+    assert first == "batch 0: BlockStored -> 2 cached blocks (2 copies)\n   0 ++"
+    assert describe_batch(rec, 1, batches[1]) == ("batch 1: BlockStored -> 3 cached blocks "
+                                                  "(3 copies)")
+    assert len(rec) == 3 and rec[2].seq == 1
+
+
+def test_a_live_widget_follows_new_batches(monkeypatch):
+    """The widget's figure (a plotly FigureWidget, built as a notebook shows it)
+    is redrawn with each new batch while the view follows the recording."""
+    pytest.importorskip("ipywidgets")
+    pytest.importorskip("anywidget")
+    rec = CacheRecording()
+    view = PrefixCacheMap(rec)
+    _ = view.widget
+    fig = view._figure_widget
+    assert list(fig.data[1].x) == []
+    rec.feed(batch(stored([1, 2], None)))
+    assert list(fig.data[1].x) == [0, 1] and "batch 1/1" in fig.layout.title.text
+    rec.feed(batch(BlockRemoved([2])))  # within the throttle's interval: drawn at the
+    view.player.flush()                   # end of the cell (a notebook flushes it then)
+    assert list(fig.data[1].x) == [0] and list(fig.data[3].x) == [1]

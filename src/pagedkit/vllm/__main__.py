@@ -3,7 +3,8 @@
 * ``compare`` — one workload on vLLM and on pagedkit: tokens per request,
   throughput, latency, KV blocks, preemptions, prefix-cache hits, events;
 * ``events`` — follow a running vLLM's KV-cache events (its ZeroMQ
-  publisher) and print the cached blocks they describe, batch by batch.
+  publisher) and print the cached blocks they describe, batch by batch
+  (``--tree``: and the prefix tree `cache_view.PrefixCacheMap` draws).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
     e.add_argument("endpoint", help="vLLM's KVEventsConfig endpoint, e.g. ipc:///tmp/kv")
     e.add_argument("--replay", help="its replay_endpoint: start from every buffered batch")
     e.add_argument("--seconds", type=float, default=60.0, help="stop after this long")
+    e.add_argument("--tree", action="store_true",
+                   help="after each batch, the cache as a prefix tree in characters")
     args = p.parse_args(argv)
     if args.command == "compare":
         return _compare(args, p)
@@ -72,23 +75,36 @@ def _compare(args, parser) -> int:
     return 0 if len(result.runs) < 2 or all(result.equal) else 1
 
 
+def describe_batch(recording, seq: int, batch, tree: bool = False) -> str:
+    """Feed `batch` to `recording` (a `cache_view.CacheRecording`); what
+    ``events`` prints for it: its events and the cache after it (and the tree)."""
+    from .cache_view import PrefixCacheMap
+
+    recording.feed(batch, seq)
+    cache = recording.cache
+    kinds = ", ".join(type(ev).__name__ for ev in batch.events)
+    line = f"batch {seq}: {kinds} -> {len(cache)} cached blocks ({cache.num_copies} copies)"
+    if not tree:
+        return line
+    rows = PrefixCacheMap(recording).text(len(recording) - 1).splitlines()[1:]
+    return "\n".join([line, *rows])
+
+
 def _events(args) -> int:
-    from .reader import CachedBlocks, ZmqEventStream
+    from .cache_view import CacheRecording
+    from .reader import ZmqEventStream
 
     stream = ZmqEventStream(args.endpoint, replay_endpoint=args.replay)
-    cache = CachedBlocks()
+    recording = CacheRecording()
     if args.replay:
         for seq, batch in stream.replay(0):
-            cache.apply_batch(batch)
+            recording.feed(batch, seq)
             stream.next_seq = seq + 1
     end = time.monotonic() + args.seconds
     try:
         while time.monotonic() < end:
             for seq, batch in stream.receive(200):
-                cache.apply_batch(batch)
-                kinds = ", ".join(type(ev).__name__ for ev in batch.events)
-                print(f"batch {seq}: {kinds} -> {len(cache)} cached blocks "
-                      f"({cache.num_copies} copies)", flush=True)
+                print(describe_batch(recording, seq, batch, args.tree), flush=True)
     except KeyboardInterrupt:
         pass
     finally:

@@ -39,7 +39,7 @@ from ..viz.view import View, title_layout, title_margin, wrap_title
 from .reader import CachedBlocks
 from .wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, decode_batch
 
-REMOVED_COLOR = "#D62728"
+REMOVED_COLOR = "#212121"  # not a row color: rows use the request palette, red included
 EDGE_COLOR = "#9E9E9E"
 
 
@@ -319,9 +319,9 @@ class PrefixCacheMap(View):
                                                   color=color if symbol != "square"
                                                   else "#555")))
         fig.update_layout(template="simple_white", width=760, height=460,
-                          margin=dict(l=50, r=15, t=title_margin(3), b=110),
+                          margin=dict(l=50, r=15, t=title_margin(3), b=125),
                           hovermode="closest", title=title_layout(),
-                          legend=dict(orientation="h", yanchor="top", y=-0.16, x=0,
+                          legend=dict(orientation="h", yanchor="top", y=-0.2, x=0,
                                       font=dict(size=11)),
                           xaxis=dict(title=dict(text="block of the prompt (0: its first "
                                                 "block_size tokens)", font=dict(size=11)),
