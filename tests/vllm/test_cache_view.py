@@ -20,7 +20,7 @@ from pagedkit.vllm.wire import (
 )
 
 DATA = Path(__file__).parent / "data"
-TRACES = sorted(p.stem for p in DATA.glob("*.json"))
+TRACES = sorted(p.stem for p in DATA.glob("shared_prefix_*.json"))  # the recorded traces
 
 
 def recorded(name):

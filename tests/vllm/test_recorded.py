@@ -20,7 +20,7 @@ from pagedkit.vllm.reader import replay
 from pagedkit.vllm.wire import decode_batch
 
 DATA = Path(__file__).parent / "data"
-TRACES = sorted(p.stem for p in DATA.glob("*.json"))
+TRACES = sorted(p.stem for p in DATA.glob("shared_prefix_*.json"))  # not api_*.json
 
 pytestmark = pytest.mark.skipif(
     "PYTHONHASHSEED" in os.environ,
