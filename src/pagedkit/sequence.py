@@ -163,6 +163,8 @@ class SequenceGroup:
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     num_preemptions: int = 0
     arrival_order: int = 0  # breaks ties of arrival_time: the id of its first sequence
+    #: with prompt_logprobs: None for the first prompt token, then one dict per token
+    prompt_logprobs: list | None = None
 
     @classmethod
     def new(cls, request_id: str, prompt: str | None, prompt_token_ids: list[int],
@@ -171,7 +173,8 @@ class SequenceGroup:
         now = time.monotonic() if arrival_time is None else arrival_time
         first = Sequence(prompt_token_ids, seq_id=seq_id)
         return cls(request_id, prompt, list(prompt_token_ids), params, [first],
-                   RequestMetrics(now), arrival_order=first.seq_id)
+                   RequestMetrics(now), arrival_order=first.seq_id,
+                   prompt_logprobs=None if params.prompt_logprobs is None else [None])
 
     def unfinished_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if s.status is not SequenceStatus.FINISHED]

@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pagedkit import (
     LLM,
@@ -227,6 +229,30 @@ def test_stop_strings_follow_vllms_rule(llm, include):
             ids, text, which = reference_stop(tokenizer, full, stops, include)
             assert (out.token_ids, out.text, out.stop_reason) == (ids, text, which), stops
             assert out.finish_reason == ("stop" if which else "length")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck),
+          derandomize=True)
+@given(data=st.data())
+def test_any_piece_of_the_text_stops_where_the_rule_says(llm, data):
+    """Property: stop strings cut from anywhere in the greedy text (one or
+    two, any length), with or without include_stop_str_in_output and
+    min_tokens, stop where the written-out rule says."""
+    tokenizer = llm.get_tokenizer()
+    prompt = data.draw(st.sampled_from(PROMPTS))
+    full = gen(llm, prompt, max_tokens=20, ignore_eos=True).outputs[0].token_ids
+    text = tokenizer.decode(full)
+    stops = []
+    for _ in range(data.draw(st.integers(1, 2))):
+        start = data.draw(st.integers(0, len(text) - 1))
+        stops.append(text[start:start + data.draw(st.integers(1, 6))])
+    include = data.draw(st.booleans())
+    min_tokens = data.draw(st.sampled_from([0, 0, 2, 5]))
+    out = gen(llm, prompt, max_tokens=20, ignore_eos=True, stop=stops, min_tokens=min_tokens,
+              include_stop_str_in_output=include).outputs[0]
+    ids, want, which = reference_stop(tokenizer, full, list(dict.fromkeys(stops)), include,
+                                      min_tokens)
+    assert (out.token_ids, out.text, out.stop_reason) == (ids, want, which)
 
 
 def test_stop_strings_wait_for_min_tokens(llm):
@@ -458,3 +484,69 @@ def test_unfinished_requests_count_samples_as_vllm_does(llm):
         engine.step()
         counts.append(engine.get_num_unfinished_requests())
     assert counts == [4, 4, 3, 0]
+
+
+# ------------------------------------------------------------ prompt logprobs
+def check_prompt_logprobs(model, tokenizer, ids, got, k):
+    """vLLM's format: None for the first token, then per prompt token a dict
+    with that token first (its tie-aware rank) and the top k ranked 1..k,
+    the raw log-softmax of the logits of the position before it."""
+    with torch.inference_mode():
+        ref = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
+    assert got[0] is None and len(got) == len(ids)
+    for pos in range(1, len(ids)):
+        position, row, token = got[pos], ref[pos - 1], ids[pos]
+        top = torch.topk(row, k).indices.tolist() if k else []
+        assert next(iter(position)) == token and set(position) == {token, *top}
+        for t, entry in position.items():
+            assert entry.logprob == pytest.approx(float(row[t]), abs=1e-4)
+            assert entry.decoded_token == tokenizer.decode([t])
+        if token not in top:
+            assert position[token].rank == int((row >= row[token]).sum())
+        for rank, t in enumerate(top, 1):
+            assert position[t].rank == rank
+
+
+@pytest.mark.parametrize("k", [0, 1, 5])
+def test_prompt_logprobs_are_the_raw_log_softmax(llm, hf, k):
+    model, tokenizer = hf
+    for prompt in PROMPTS:
+        out = gen(llm, prompt, max_tokens=2, prompt_logprobs=k)
+        check_prompt_logprobs(model, tokenizer, out.prompt_token_ids, out.prompt_logprobs, k)
+    assert gen(llm, PROMPTS[0], max_tokens=1).prompt_logprobs is None
+
+
+def test_prompt_logprobs_through_chunks_the_prefix_cache_and_a_batch(hf):
+    """A prompt computed in chunks, a prompt whose blocks are cached (vLLM
+    reads no cache for such a request: every token is computed), and a
+    batch mixing requests with and without: the same prompt logprobs."""
+    model, tokenizer = hf
+    llm = LLM("tiny", num_blocks=64, block_size=4, dtype="float32",
+              enable_chunked_prefill=True, max_num_batched_tokens=8)
+    prompt = "Once upon a time, there was a little girl named Lily. She liked to play"
+    ids = tokenizer(prompt)["input_ids"]
+    assert len(ids) > 8  # more than one chunk
+    gen(llm, prompt, max_tokens=1)  # caches the prompt's blocks
+    outs = llm.generate([prompt, "Tom and Lily", prompt],
+                        [SamplingParams(temperature=0, max_tokens=3, prompt_logprobs=2),
+                         SamplingParams(temperature=0, max_tokens=3),
+                         SamplingParams(temperature=0, max_tokens=3, n=2, seed=1,
+                                        prompt_logprobs=2)], use_tqdm=False)
+    assert outs[0].num_cached_tokens == 0 and outs[1].prompt_logprobs is None
+    for out in (outs[0], outs[2]):
+        check_prompt_logprobs(model, tokenizer, ids, out.prompt_logprobs, 2)
+    assert llm.llm_engine._prompt_logprob_groups == 0
+
+
+def test_prompt_logprobs_survive_a_preemption(hf):
+    """A request preempted by recomputation computes its prompt again: its
+    prompt logprobs are recorded once, and stay right."""
+    model, tokenizer = hf
+    llm = LLM("tiny", num_blocks=14, block_size=4, dtype="float32")
+    prompts = ["Once upon a time, there was a little girl", "Tom and Lily went to the park",
+               "The little dog ran to the big tree"]
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=20, ignore_eos=True,
+                                                prompt_logprobs=1), use_tqdm=False)
+    assert sum(o.num_preemptions for o in outs) > 0
+    for out in outs:
+        check_prompt_logprobs(model, tokenizer, out.prompt_token_ids, out.prompt_logprobs, 1)

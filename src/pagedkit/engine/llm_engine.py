@@ -41,7 +41,7 @@ from ..sequence import FinishReason, Sequence, SequenceGroup
 from .args import check_engine_args
 from .beam_search import best_beams
 from .outputs import CompletionOutput, PositionLogprobs, RequestOutput, ScheduledInfo, StepOutput
-from .sampling import StopRule, sample_step
+from .sampling import StopRule, record_prompt_logprobs, sample_step
 
 #: KV cache size on CPU when neither num_blocks nor kv_cache_memory is given.
 DEFAULT_CPU_KV_CACHE_BYTES = 256 * 2**20
@@ -124,6 +124,7 @@ class LLMEngine:
         self._peak_used_blocks = 0  # the most blocks in use at once, for memory_stats
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._seeded: dict[str, torch.Generator] = {}
+        self._prompt_logprob_groups = 0  # requests in flight that want prompt logprobs
         self.eos_token_ids = _eos_token_ids(model)
         self.stop_rule = StopRule(self.eos_token_ids, self.max_model_len, self.tokenizer)
 
@@ -185,6 +186,7 @@ class LLMEngine:
         for request_id, text, token_ids, params in checked:
             group = SequenceGroup.new(request_id, text, token_ids, params, arrival_time,
                                       seq_id=self.next_seq_id())
+            self._prompt_logprob_groups += params.prompt_logprobs is not None
             if params.seed is not None:
                 self._seeded[request_id] = torch.Generator(self.device).manual_seed(
                     params.seed)
@@ -232,11 +234,6 @@ class LLMEngine:
                 raise ValueError(f"request {request_id!r}: {name}={getattr(params, name)} asks "
                                  f"for {asked} logprobs, more than max_logprobs="
                                  f"{self.max_logprobs} (an engine argument, vLLM's default 20)")
-        if params.prompt_logprobs is not None:
-            raise NotImplementedError(
-                f"request {request_id!r}: prompt_logprobs={params.prompt_logprobs} is not "
-                "supported yet (docs/api.md, 'Compared with vLLM'); logprobs of the generated "
-                "tokens are")
         bad = [t for t in params.stop_token_ids if t >= self.runner.vocab_size]
         if bad:
             raise ValueError(f"request {request_id!r}: stop token id {bad[0]} is outside the "
@@ -306,7 +303,8 @@ class LLMEngine:
         start = time.perf_counter()
         plan = self.scheduler.schedule()
         self._peak_used_blocks = max(self._peak_used_blocks, self.kv.allocator.num_used_blocks)
-        logits = self.runner.execute(plan, self.kv)
+        logits = (self._execute_for_prompt_logprobs(plan) if self._prompt_logprob_groups
+                  else self.runner.execute(plan, self.kv))
         rows = _sampling_rows(plan)
         sampled = sample_step(rows, logits, self.stop_rule, self._generator_of,
                               self.next_seq_id) if rows else None
@@ -352,8 +350,24 @@ class LLMEngine:
         """A seeded request's own generator, else the engine's."""
         return self._seeded.get(group.request_id, self._generator)
 
+    def _execute_for_prompt_logprobs(self, plan: SchedulerOutput) -> torch.Tensor | None:
+        """`runner.execute` keeping every token's logits: the prompt tokens'
+        go to their requests' prompt logprobs, the sampling rows on as usual."""
+        logits = self.runner.execute(plan, self.kv, all_logits=True)
+        if logits is None:
+            return None
+        rows, end = [], 0
+        for s in plan.scheduled:
+            start, end = end, end + s.num_tokens
+            if s.group.prompt_logprobs is not None:
+                record_prompt_logprobs(s.group, logits[start:end], s.start)
+            if s.computes_last_token:
+                rows.append(end - 1)
+        return logits[rows]
+
     def _retire(self, group: SequenceGroup) -> RequestOutput:
         group.metrics.finish_time = time.monotonic()
+        self._prompt_logprob_groups -= group.params.prompt_logprobs is not None
         self._seeded.pop(group.request_id, None)
         return self.output(group)
 
@@ -374,8 +388,12 @@ class LLMEngine:
         completions = [self._completion(group, i, *snapshot) for i, snapshot in enumerate(seqs)]
         if group.params.n > 1 and len(seqs) == 1 and not group.params.use_beam_search:
             completions[0].index = group.seqs.index(seqs[0][0])  # its place among the n
+        prompt_logprobs = group.prompt_logprobs
+        if prompt_logprobs is not None:
+            prompt_logprobs = [None, *self._decoded(prompt_logprobs[1:], group.params)]
         return RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, completions,
-                             finished, metrics, group.num_cached_tokens, group.num_preemptions)
+                             finished, metrics, group.num_cached_tokens, group.num_preemptions,
+                             prompt_logprobs)
 
     def _completion(self, group: SequenceGroup, index: int, seq: Sequence, length: int,
                     reason: FinishReason | None) -> CompletionOutput:

@@ -159,15 +159,37 @@ def record_logprobs(seqs: list[Sequence], tokens: list[int], raw: torch.Tensor,
     among them takes that entry's rank); ``k = -1`` is the whole
     vocabulary. Adds the token's log-probability to `cumulative_logprob`."""
     logprobs = torch.log_softmax(raw.float(), dim=-1)
-    k = logprobs.numel() if k == -1 else k
-    top = torch.topk(logprobs, k) if k else None
-    top_items = list(zip(top.indices.tolist(), top.values.tolist(), strict=True)) if k else []
     for seq, token in zip(seqs, tokens, strict=True):
-        value = logprobs[token]
-        position = {token: Logprob(float(value), int((logprobs >= value).sum()))}
-        position.update({t: Logprob(lp, rank) for rank, (t, lp) in enumerate(top_items, 1)})
+        position = position_logprobs(logprobs, token, k)
         seq.logprobs = [*(seq.logprobs or ()), position]
-        seq.cumulative_logprob += float(value)
+        seq.cumulative_logprob += position[token].logprob
+
+
+def position_logprobs(logprobs: torch.Tensor, token: int, k: int) -> dict[int, Logprob]:
+    """One position in vLLM's format, from its log-probabilities: `token`
+    (the chosen or the prompt's) first, then the top `k` (-1: all)."""
+    k = logprobs.numel() if k == -1 else k
+    value = logprobs[token]
+    position = {token: Logprob(float(value), int((logprobs >= value).sum()))}
+    if k:
+        top = torch.topk(logprobs, k)
+        position.update({t: Logprob(lp, rank) for rank, (t, lp) in enumerate(
+            zip(top.indices.tolist(), top.values.tolist(), strict=True), 1)})
+    return position
+
+
+def record_prompt_logprobs(group: SequenceGroup, logits: torch.Tensor, start: int) -> None:
+    """``prompt_logprobs``: the logits of positions ``start, start + 1, ...``
+    of the group's prompt predict its tokens ``start + 1, ...``; each one
+    not recorded yet (a chunk computes a part, a recomputation repeats
+    some) is added in vLLM's format, from the raw logits."""
+    prompt, recorded = group.prompt_token_ids, group.prompt_logprobs
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    for i in range(logits.shape[0]):
+        target = start + i + 1  # the prompt token these logits predict
+        if target == len(recorded) and target < len(prompt):
+            recorded.append(position_logprobs(logprobs[i], prompt[target],
+                                              group.params.prompt_logprobs))
 
 
 def _beam_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits: torch.Tensor,

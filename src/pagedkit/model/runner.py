@@ -98,9 +98,11 @@ class ModelRunner:
         return peak
 
     @torch.inference_mode()
-    def execute(self, step: ScheduledStep, kv: KVCacheManager) -> torch.Tensor | None:
+    def execute(self, step: ScheduledStep, kv: KVCacheManager,
+                all_logits: bool = False) -> torch.Tensor | None:
         """Run one step; returns float32 logits for the sequences that sample,
-        in scheduled order (None if nothing was scheduled)."""
+        in scheduled order (None if nothing was scheduled); with `all_logits`,
+        those of every scheduled token (what prompt logprobs read)."""
         if step.swap_out:
             self._swap(step.swap_out, self.kv_caches, self.swap_caches)
         if step.swap_in:
@@ -120,7 +122,7 @@ class ModelRunner:
         if macs is None:
             macs = self._step_macs[num_tokens] = step_macs(self.model.config, num_tokens)
         # every row samples (decodes only): keep them all (0), without gathering them
-        keep = 0 if logits_indices.numel() == num_tokens else logits_indices
+        keep = 0 if all_logits or logits_indices.numel() == num_tokens else logits_indices
         with forward_context(meta), step_threads(macs, key=id(self.model), device=self.device):
             out = self.model(input_ids=input_ids[None], position_ids=positions[None],
                              use_cache=False, logits_to_keep=keep)

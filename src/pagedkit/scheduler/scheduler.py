@@ -342,7 +342,9 @@ class Scheduler:
         first = seqs[0]
         # a group of several shares only its prompt: its cached blocks lie within it
         shared = first.token_ids if len(seqs) == 1 else first.token_ids[:first.prompt_len]
-        cached = self.kv.cached_prefix(first.seq_id, shared)
+        # prompt logprobs need every prompt token computed: no cache hits (vLLM's rule)
+        cached = (self.kv.cached_prefix(first.seq_id, shared)
+                  if group.params.prompt_logprobs is None else [])
         prompt_len, block_size = first.prompt_len, self.kv.block_size
         shared_start = prompt_len - prompt_len % block_size  # the forks' start
         starts = [len(cached) * block_size] + [shared_start] * (len(seqs) - 1)

@@ -144,6 +144,19 @@ def logprobs(api, llm):
     return out
 
 
+@case("`prompt_logprobs` (k = 0, 1, 5)")
+def prompt_logprobs(api, llm):
+    out = []
+    for k in (None, 0, 1, 5):
+        params = api.SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=k)
+        for o in llm.generate(PROMPTS[1:], params, use_tqdm=False):
+            positions = o.prompt_logprobs
+            out.append({"k": k, "prompt_token_ids": list(o.prompt_token_ids),
+                        "prompt_logprobs": None if positions is None else
+                        [None, *logprob_record(positions[1:])]})
+    return out
+
+
 @case("`presence_penalty`, `frequency_penalty`, `repetition_penalty`")
 def penalties(api, llm):
     out = []
