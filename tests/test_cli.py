@@ -224,11 +224,11 @@ def test_bench_says_how_long_and_how_to_run_it_quick(capsys, monkeypatch):
     runs = []
     monkeypatch.setattr(engine_bench, "benchmark", lambda name, **k: runs.append(name)
                         or engine_bench.Report(name, "cpu", 1, 1.0, 1.0))
-    monkeypatch.setattr(engine_bench, "available_gib", lambda: 3.5)
+    monkeypatch.setattr(engine_bench, "available_gib", lambda: 1.2)
     assert run(cli, ["bench", "--systems", "pagedkit"]) == 0
     err = capsys.readouterr().err
     assert engine_bench.DEFAULT_RUN_NOTE in err and "--quick" in err
-    assert "3.5 GiB of memory is available here" in err
+    assert "1.2 GiB of memory is available here" in err
     assert runs == ["tiny", "larger"]
     assert run(cli, ["bench", "--quick", "--systems", "pagedkit"]) == 0
     assert "--quick" not in capsys.readouterr().err and runs[2:] == ["tiny"]

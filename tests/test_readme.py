@@ -42,7 +42,7 @@ def test_two_setup_commands_a_learners_and_a_developers():
     """The README's two commands: the labs (no test tooling), then the tests,
     which CI runs verbatim after installing from the project's own files."""
     lab, tests = _setup_commands()
-    assert lab.startswith("pip install -r requirements.txt && ")
+    assert lab == "pip install -r requirements.txt && python -m pagedkit lab"
     assert tests == "pip install -r requirements-dev.txt && python -m pytest"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in ci
@@ -61,3 +61,15 @@ def test_lab_and_development_requirements_apart():
         "optional-dependencies"]["test"]
     assert dev[0] == "-r" and "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text()
     assert {re.split(r"[<>=;\[ ]", name)[0].lower() for name in extra} == TEST_TOOLS <= set(dev)
+
+
+def test_no_page_still_serves_the_labs_from_labs():
+    """Issue #26: `jupyter lab labs/` served from labs/ (the docs the labs cite
+    could not open), refused root, and saved runs into the tracked notebooks.
+    Every page that tells a learner how to start says `python -m pagedkit lab`."""
+    pages = [README, ROOT / "labs" / "README.md", ROOT / "docs" / "teachers_guide.md",
+             ROOT / "labs" / "00_start_here.ipynb"]
+    for page in pages:
+        text = page.read_text()
+        assert "jupyter lab labs" not in text, page
+        assert "python -m pagedkit lab" in text, page

@@ -22,6 +22,9 @@ COMMANDS = {
               "transformers); see bench --help"),
     "simulate": ("pagedkit.sim.cli",
                  "the paper's memory and batching results from the simulator (no GPU)"),
+    "lab": ("pagedkit.lab",
+            "the labs in JupyterLab, from a clone: served from its root, your copies in "
+            "my-labs/"),
     "gpucheck": ("pagedkit.gpucheck",
                  "on a CUDA GPU: compiled kernels vs references, kernel benchmark, engine vs "
                  "transformers, one table"),

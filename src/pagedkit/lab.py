@@ -1,0 +1,143 @@
+"""``python -m pagedkit lab``: open the labs in JupyterLab, from a clone.
+
+What plain ``jupyter lab labs/`` got wrong for a newcomer (issue #26), and
+what this does instead:
+
+* served from ``labs/``, the ``docs/`` files the labs cite could not be
+  opened: JupyterLab is served from the clone's root, so ``docs/``,
+  ``src/pagedkit/`` and the labs are all one click away;
+* as root (a container, a cloud VM) JupyterLab refuses to start without
+  ``--allow-root``: it is added when this process runs as root, and said;
+* the learner's runs were saved into the tracked notebooks (whose committed
+  outputs the test suite compares): the learner works in copies, in
+  ``my-labs/`` beside ``labs/`` (ignored by git; links such as
+  ``../docs/vllm.md`` resolve the same from there). A copy is made once, when
+  missing; a lab that changed since is named, never overwritten;
+* a reopened notebook showed "Loading widget..." until re-run: the command
+  gives JupyterLab a default that saves widget state with a notebook
+  (``overrides.d/pagedkit.json`` in JupyterLab's settings folder, where
+  packages put their defaults; the learner's own settings still win).
+
+``--print`` shows the command instead of running it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ._validation import PROG
+
+#: The folder of the learner's copies, beside labs/ in the clone (in .gitignore).
+WORK = "my-labs"
+FIRST_LAB = "00_start_here.ipynb"
+#: JupyterLab defaults for the labs: widget state saved with the notebook.
+SETTINGS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
+
+
+def settings_dir() -> Path:
+    """JupyterLab's folder of packages' setting defaults in this environment."""
+    from jupyterlab.commands import get_app_dir
+
+    return Path(get_app_dir()) / "settings" / "overrides.d"
+
+
+def write_settings(folder: Path) -> Path | None:
+    """Put `SETTINGS` in `folder` as pagedkit.json; the path, or None where the
+    environment is not writable (JupyterLab then runs with its own defaults)."""
+    path = folder / "pagedkit.json"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(SETTINGS, indent=2) + "\n")
+    except OSError:
+        return None
+    return path
+
+
+def clone_root(package_file: str | Path | None = None) -> Path | None:
+    """The clone this pagedkit runs from (an editable install of ``src/``), or
+    None when it was installed without one (from a wheel, on Colab)."""
+    here = Path(package_file or Path(__file__).with_name("__init__.py")).resolve()
+    root = here.parents[2] if len(here.parents) > 2 else None
+    return root if root is not None and (root / "labs" / FIRST_LAB).is_file() else None
+
+
+def copy_labs(root: Path) -> tuple[list[str], list[str]]:
+    """Copy every lab (and the labs' README) missing from ``my-labs/``; return the
+    names copied and the names whose original changed since the copy was made."""
+    work = root / WORK
+    work.mkdir(exist_ok=True)
+    copied, changed = [], []
+    for original in [*sorted((root / "labs").glob("*.ipynb")), root / "labs" / "README.md"]:
+        copy = work / original.name
+        if not copy.exists():
+            shutil.copy2(original, copy)
+            copied.append(original.name)
+        elif original.stat().st_mtime > copy.stat().st_mtime and \
+                original.read_bytes() != copy.read_bytes():
+            changed.append(original.name)
+    return copied, changed
+
+
+def command(root: Path, lab: str, *, as_root: bool, extra: list[str]) -> list[str]:
+    """The jupyter lab command line: served from `root`, opening ``my-labs/<lab>``."""
+    argv = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}"]
+    if as_root:
+        argv.append("--allow-root")
+    return [*argv, *extra, str(root / WORK / lab)]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"{PROG} lab",
+        description="Open the labs in JupyterLab, served from the clone's root (docs/ "
+                    f"included). You work in copies in {WORK}/ (made once, ignored by git); "
+                    "labs/ keeps the originals.",
+        epilog="Any other option goes to jupyter lab, e.g. --no-browser or --port 8889.")
+    p.add_argument("lab", nargs="?", default=FIRST_LAB,
+                   help=f"the notebook to open, e.g. 03_paging.ipynb (default: {FIRST_LAB})")
+    p.add_argument("--print", action="store_true", dest="dry_run",
+                   help="print the jupyter command instead of running it")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    root = clone_root()
+    if root is None:
+        parser.error("the labs live in a clone of the repository, and this pagedkit was "
+                     "installed without one: git clone https://github.com/pagedkit/pagedkit, "
+                     "then in it pip install -r requirements.txt and run this again (or open "
+                     "a lab on Colab)")
+    if not (root / "labs" / args.lab).is_file():
+        names = ", ".join(p.name for p in sorted((root / "labs").glob("*.ipynb")))
+        parser.error(f"no lab {args.lab!r} in {root / 'labs'}; the labs: {names}")
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    argv_ = command(root, args.lab, as_root=as_root, extra=extra)
+    if args.dry_run:
+        print(" ".join(argv_))
+        return 0
+    copied, changed = copy_labs(root)
+    if copied:
+        print(f"lab: copied {len(copied)} of the labs into {root / WORK}/: you work there, "
+              "labs/ keeps the originals", file=sys.stderr)
+    for name in changed:
+        print(f"lab: labs/{name} changed since your copy in {WORK}/; yours is kept (delete it "
+              "to take the new one)", file=sys.stderr)
+    if write_settings(settings_dir()) is None:
+        print(f"lab: could not write {settings_dir()}: widgets in a reopened lab show again "
+              "once its cells run", file=sys.stderr)
+    if as_root:
+        print("lab: running as root, so with --allow-root (JupyterLab refuses root without "
+              "it)", file=sys.stderr)
+    return subprocess.call(argv_)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
