@@ -220,13 +220,19 @@ def _check(batch: EventBatch) -> None:
 
 
 def serve_live(engine: Any, work: Any, recording: CacheRecording, *,
-               settle_ms: int = 300) -> Any:
+               settle_ms: int = 300, on_step: Callable[[], Any] | None = None) -> Any:
     """Serve `work` on a `compare.VllmEngine` (vLLM in this process) and feed
     `recording` from vLLM's ZeroMQ publisher after every engine step, so a
-    view of it follows vLLM while it serves; then wait until no batch has
+    view of it follows vLLM while it serves (and call `on_step`, e.g. a
+    `pool_view.VllmPoolRecorder`'s ``cut``); then wait until no batch has
     come for `settle_ms` (vLLM publishes from a thread of its own). Returns
     the run (`compare.SystemRun`: tokens, hits per request, the events)."""
-    run = engine.run(work, progress=lambda _new_tokens: recording.follow(engine.stream))
+    def after_step(_new_tokens: int) -> None:
+        recording.follow(engine.stream)
+        if on_step is not None:
+            on_step()
+
+    run = engine.run(work, progress=after_step)
     while recording.follow(engine.stream, settle_ms):
         pass
     return run
