@@ -57,6 +57,8 @@ def test_lab_and_development_requirements_apart():
     dev = _requirement_names(ROOT / "requirements-dev.txt")
     assert "-e" in lab and "jupyterlab" in lab
     assert not TEST_TOOLS & set(lab), TEST_TOOLS & set(lab)
+    binder = _requirement_names(ROOT / "binder" / "requirements.txt")  # Binder: learners too
+    assert "jupyterlab" in binder and not TEST_TOOLS & set(binder), TEST_TOOLS & set(binder)
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]["test"]
     assert dev[0] == "-r" and "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text()
