@@ -550,3 +550,15 @@ def test_prompt_logprobs_survive_a_preemption(hf):
     assert sum(o.num_preemptions for o in outs) > 0
     for out in outs:
         check_prompt_logprobs(model, tokenizer, out.prompt_token_ids, out.prompt_logprobs, 1)
+
+
+def test_abort_takes_vllms_list_of_ids(llm):
+    engine = llm.llm_engine
+    for rid in ("x", "y"):
+        engine.add_request(rid, "Tom and Lily", SamplingParams(max_tokens=5))
+    assert engine.abort_request(["x", "y"]) is True
+    assert engine.get_num_unfinished_requests() == 0
+    assert engine.abort_request(["x"]) is False
+    step = engine.step()  # pagedkit reports the aborted with the next step
+    assert sorted(o.request_id for o in step) == ["x", "y"]
+    assert {o.outputs[0].finish_reason for o in step} == {"abort"}

@@ -261,11 +261,15 @@ class LLMEngine:
         """The requests in flight, by id (the scheduler's `requests`, read-only)."""
         return self.scheduler.requests
 
-    def abort_request(self, request_id: str, *, report: bool = True) -> bool:
+    def abort_request(self, request_id: str | SequenceLike[str], *,
+                      report: bool = True) -> bool:
         """Stop a request wherever it is and free its memory; its output
         (finish reason ``"abort"``) comes with the next step, unless
         `report` is false (`LLM.generate` ending its own requests after a
-        fault). False if it was not in the engine."""
+        fault). False if it was not in the engine. A list of ids (vLLM's
+        form) aborts each: True if every one was in the engine."""
+        if isinstance(request_id, (list, tuple)):
+            return all([self.abort_request(r, report=report) for r in request_id])
         group = self.scheduler.abort(str(request_id))
         if group is None:
             return False
