@@ -35,7 +35,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1  # -1: no limit
-    max_tokens: int = 16
+    max_tokens: int | None = 16  # None: up to the model's length (vLLM's)
     min_tokens: int = 0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
@@ -58,7 +58,8 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         check_int("n", self.n, minimum=1)
-        check_int("max_tokens", self.max_tokens, minimum=1)
+        if self.max_tokens is not None:
+            check_int("max_tokens", self.max_tokens, minimum=1)
         check_int("min_tokens", self.min_tokens, minimum=0, maximum=self.max_tokens)
         if not _is_number(self.temperature) or not self.temperature >= 0:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
@@ -75,6 +76,8 @@ class SamplingParams:
             check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         check_bool("ignore_eos", self.ignore_eos)
         check_bool("use_beam_search", self.use_beam_search)
+        if self.stop_token_ids is None:  # vLLM's default
+            object.__setattr__(self, "stop_token_ids", ())
         if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(
                 self.stop_token_ids, "__iter__"):
             raise TypeError(f"stop_token_ids must be a list of token ids, got "

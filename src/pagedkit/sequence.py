@@ -44,7 +44,8 @@ def stop_reason(seq: Sequence, params: SamplingParams, stop_ids: Set[int],
     generated = seq.num_output_tokens
     if seq.token_ids[-1] in stop_ids and generated >= params.min_tokens:
         return FinishReason.STOP
-    if generated >= params.max_tokens or len(seq.token_ids) >= max_model_len:
+    if len(seq.token_ids) >= max_model_len or (
+            params.max_tokens is not None and generated >= params.max_tokens):
         return FinishReason.LENGTH
     return None
 

@@ -562,3 +562,17 @@ def test_abort_takes_vllms_list_of_ids(llm):
     step = engine.step()  # pagedkit reports the aborted with the next step
     assert sorted(o.request_id for o in step) == ["x", "y"]
     assert {o.outputs[0].finish_reason for o in step} == {"abort"}
+
+
+def test_vllms_none_defaults_are_taken(llm):
+    """vLLM's SamplingParams takes max_tokens=None (up to the model's
+    length) and stop_token_ids=None (none)."""
+    params = SamplingParams(temperature=0, max_tokens=None, stop_token_ids=None, ignore_eos=True)
+    assert params.stop_token_ids == ()
+    engine = LLMEngine("tiny", num_blocks=8, block_size=4)  # 32 tokens at most
+    engine.add_request("long", [0, 87, 85], params)
+    done = []
+    while engine.has_unfinished_requests():
+        done += engine.step().finished
+    assert len(done[0].outputs[0].token_ids) == 32 - 3
+    assert done[0].outputs[0].finish_reason == "length"
