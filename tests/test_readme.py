@@ -24,7 +24,7 @@ def test_first_python_snippet_prints_the_peak_blocks(capsys):
 
 
 ROOT = README.parent
-TEST_TOOLS = {"pytest", "hypothesis", "nbval", "ruff", "playwright", "cbor2"}
+TEST_TOOLS = {"pytest", "hypothesis", "nbval", "ruff", "playwright", "cbor2", "nbgrader"}
 
 
 def _setup_commands() -> list[str]:

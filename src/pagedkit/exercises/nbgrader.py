@@ -1,0 +1,222 @@
+"""The labs under nbgrader: the instructor's version of each lab, and a course folder.
+
+``python -m pagedkit.exercises.nbgrader COURSE_DIR [--labs 00,02]`` writes an
+nbgrader course: ``nbgrader_config.py`` and ``source/labNN/<lab>.ipynb`` for
+each lab. Then, in COURSE_DIR, ``nbgrader generate_assignment labNN`` makes
+the students' copy and ``nbgrader autograde labNN`` grades their submissions
+with the labs' own checks (docs/teachers_guide.md, "Grading with nbgrader").
+
+The committed labs are the students' version. Each exercise is two cells
+carrying nbgrader's metadata: a *solution cell* (the function's stub, grade
+id ``labNN-name``) and a *check cell* (the lab's check, ``labNN-name-check``,
+locked, one point). `source_notebook` builds the instructor's version from
+it: every stub gets the reference solution of ``labs/solutions/`` between
+nbgrader's solution markers, and every check cell a hidden assertion that the
+check passed. So ``generate_assignment`` gives back the committed stubs
+(`CODE_STUB`), with no solution and no hidden test left, and under
+``autograde`` a check cell loses its point exactly when the lab's check fails
+(a check itself never raises: a student's notebook always runs through).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+#: The checkout's labs and their reference solutions.
+HOME = Path(__file__).resolve().parents[3]
+LABS = HOME / "labs"
+SOLUTIONS = LABS / "solutions"
+
+#: What a solution becomes in the students' copy: the committed stubs' body.
+CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError"
+SOLUTION = ("### BEGIN SOLUTION", "### END SOLUTION")
+HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
+#: The lines around lab 04's Triton exercise, whose answer is two lines of a kernel.
+KERNEL_REGION = ("# ---- YOUR CODE", "# ---- your code ends here")
+
+CONFIG = f'''# nbgrader's configuration for the pagedkit labs (pagedkit.exercises.nbgrader).
+c = get_config()  # noqa: F821
+c.CourseDirectory.root = {{root!r}}
+c.CourseDirectory.db_url = "sqlite:///" + {{db!r}}
+# The labs' own stub, so that the students' copy is the committed lab.
+c.ClearSolutions.code_stub = {{{{"python": {CODE_STUB!r}}}}}
+# A lab's cells run for seconds; a loaded machine can make that minutes.
+c.Execute.timeout = 600
+'''
+
+_CHECK = re.compile(r"(?:(\w+) = )?(lab\d\d)\.check_(\w+)\((\w+)\)")
+
+
+def text(cell: dict) -> str:
+    """A cell's source as one string (a notebook file may store a list of lines)."""
+    return "".join(cell["source"])
+
+
+def exercises(nb: dict) -> list[tuple[int, int, str, str]]:
+    """``(solution cell index, check cell index, check module, name)`` of every
+    exercise, from the nbgrader metadata; a ValueError names a broken pair."""
+    found = []
+    cells = nb["cells"]
+    for i, cell in enumerate(cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if not meta.get("solution"):
+            continue
+        check = cells[i + 1] if i + 1 < len(cells) else None
+        check_meta = check.get("metadata", {}).get("nbgrader", {}) if check else {}
+        if not check_meta.get("grade") or check_meta.get("grade_id") != meta["grade_id"] + "-check":
+            raise ValueError(f"solution cell {meta['grade_id']!r} is not followed by its "
+                             f"check cell")
+        match = _CHECK.search(text(check))
+        if match is None:
+            raise ValueError(f"check cell {check_meta['grade_id']!r} calls no labNN.check_*")
+        found.append((i, i + 1, match.group(2), match.group(3)))
+    return found
+
+
+def solution_source(module: str) -> str:
+    """The text of the reference solutions of check module `module` (``lab04``)."""
+    [path] = sorted(SOLUTIONS.glob(f"{module}_*.py"))
+    return path.read_text()
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    raise ValueError(f"no function {name!r} in the reference solutions")
+
+
+def _imports(source: str, tree: ast.Module) -> list[str]:
+    """The solution file's top-level imports (a solution body may use them)."""
+    lines = source.splitlines()
+    return [line for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+            for line in lines[node.lineno - 1:node.end_lineno]]
+
+
+def _body(source: str, fn: ast.FunctionDef) -> list[str]:
+    """A function's body without its docstring, dedented."""
+    first = fn.body[1] if (isinstance(fn.body[0], ast.Expr)
+                           and isinstance(fn.body[0].value, ast.Constant)) else fn.body[0]
+    lines = source.splitlines()[first.lineno - 1:fn.end_lineno]
+    return textwrap.dedent("\n".join(lines)).splitlines()
+
+
+def _helpers(source: str, tree: ast.Module, fn: ast.FunctionDef, exercises: set[str]) -> list[str]:
+    """The solution file's own functions that `fn` calls and the notebook does not
+    define as exercises (lab 03's ``slot_of``), as nested definitions."""
+    called = {node.id for node in ast.walk(fn) if isinstance(node, ast.Name)}
+    lines = source.splitlines()
+    found = []
+    for node in tree.body:
+        if (isinstance(node, ast.FunctionDef) and node.name in called
+                and node.name != fn.name and node.name not in exercises):
+            found += textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno])).splitlines()
+            found.append("")
+    return found
+
+
+def _region(lines: list[str], begin: str, end: str) -> tuple[int, int]:
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(begin))
+    stop = next(i for i in range(start, len(lines)) if lines[i].strip().startswith(end))
+    return start, stop
+
+
+def _marked(indent: str, body: list[str]) -> list[str]:
+    return ([indent + SOLUTION[0]] + [indent + line if line else "" for line in body]
+            + [indent + SOLUTION[1]])
+
+
+def fill(stub: str, module: str, name: str, exercises: set[str] = frozenset()) -> str:
+    """`stub` with the reference solution of `name` between solution markers;
+    `exercises` are the functions the notebook's learner writes (a solution
+    calls those, and brings along any other helper of its file)."""
+    source = solution_source(module)
+    tree = ast.parse(source)
+    lines = stub.splitlines()
+    if any(line.strip().startswith(KERNEL_REGION[0]) for line in lines):
+        start, stop = _region(lines, *KERNEL_REGION)
+        solved = source.splitlines()
+        s_start, s_stop = _region(solved, *KERNEL_REGION)
+        indent = re.match(r"\s*", lines[start]).group(0)
+        body = textwrap.dedent("\n".join(solved[s_start + 1:s_stop])).splitlines()
+        return "\n".join(lines[:start + 1] + _marked(indent, body) + lines[stop:])
+    fn = _function(tree, name)
+    stub_fn = _function(ast.parse(stub), name)
+    if [a.arg for a in stub_fn.args.args] != [a.arg for a in fn.args.args]:
+        raise ValueError(f"{name}: the stub's parameters differ from the solution's")
+    at = next(i for i, line in enumerate(lines) if line.strip() == "# YOUR CODE HERE")
+    if lines[at + 1].strip() != "raise NotImplementedError":
+        raise ValueError(f"{name}: the stub is not `# YOUR CODE HERE`, then "
+                         f"`raise NotImplementedError`")
+    indent = re.match(r"\s*", lines[at]).group(0)
+    body = _imports(source, tree) + _helpers(source, tree, fn, exercises) + _body(source, fn)
+    return "\n".join(lines[:at] + _marked(indent, body) + lines[at + 2:])
+
+
+def hidden_test(check: str) -> str:
+    """The assertion that makes a check cell fail when its check does."""
+    match = _CHECK.search(check)
+    variable, module, name, argument = match.groups()
+    expression = variable or f"{module}.check_{name}({argument})"
+    return (f"{HIDDEN[0]}\nassert {expression}, \"{name}: the lab's check did not pass\"\n"
+            f"{HIDDEN[1]}")
+
+
+def source_notebook(path: Path) -> dict:
+    """The instructor's version of the lab at `path`: solutions and hidden tests in."""
+    nb = json.loads(path.read_text())
+    cells = nb["cells"]
+    found = exercises(nb)
+    names = {name for *_, name in found}
+    for solution, check, module, name in found:
+        cells[solution]["source"] = fill(text(cells[solution]), module, name, names)
+        cells[check]["source"] = text(cells[check]) + "\n" + hidden_test(text(cells[check]))
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return nb
+
+
+def assignment_name(path: Path) -> str:
+    """``labNN`` (``lab04b``) for a lab notebook."""
+    return "lab" + path.name.split("_")[0]
+
+
+def write_course(root: Path, labs: list[Path]) -> list[Path]:
+    """An nbgrader course at `root`: its config and each lab's source version."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "nbgrader_config.py").write_text(
+        CONFIG.format(root=str(root.resolve()), db=str((root / "gradebook.db").resolve())))
+    written = []
+    for path in labs:
+        target = root / "source" / assignment_name(path) / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(source_notebook(path), indent=1, ensure_ascii=False) + "\n")
+        written.append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pagedkit.exercises.nbgrader",
+                                description="Write an nbgrader course of the pagedkit labs.")
+    p.add_argument("course", type=Path, help="the course folder to write")
+    p.add_argument("--labs", help="comma-separated lab numbers, e.g. 00,02 (default: all)")
+    args = p.parse_args(argv)
+    notebooks = {path.name.split("_")[0]: path for path in sorted(LABS.glob("*.ipynb"))}
+    names = list(notebooks) if args.labs is None else [n.strip() for n in args.labs.split(",")]
+    unknown = [n for n in names if n not in notebooks]
+    if unknown:
+        p.error(f"unknown lab(s) {unknown}; choose from {', '.join(notebooks)}")
+    for target in write_course(args.course, [notebooks[n] for n in names]):
+        print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
