@@ -2,6 +2,7 @@
 in a kernel): what the figures hold, the text forms, and the static fallbacks."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from pagedkit.viz import (
     display_mode,
     replay,
 )
+from pagedkit.viz.controls import SPEEDS
 
 
 def three_steps():
@@ -75,8 +77,27 @@ def test_play_is_linked_to_the_slider_and_buttons_step():
     assert view.index == 3
     controls.back.click()
     assert view.index == 2
+    view.player.last_draw_s = 0.0  # a machine that draws at once
     controls.speed.value = "4×"
     assert controls.play.interval == 100
+
+
+def test_play_goes_no_faster_than_the_views_draw():
+    """Issue #26: at 8x the slider (linked to Play in the browser) ran ahead of
+    the drawing: "step 27" shown while it said 36. Play's interval is the
+    speed's, or the last step's drawing time when that is longer."""
+    _, rec = three_steps()
+    view = BlockMap(rec)
+    view.index = 0
+    controls = view.player._controls or (view.widget and view.player._controls)
+    controls.speed.value = "8×"
+    view.player.subscribe(lambda i: time.sleep(0.3))  # a slow machine's drawing
+    controls.slider.value = 1  # a tick of Play, through the slider
+    assert view.player.last_draw_s >= 0.3
+    assert controls.play.interval >= 300 > SPEEDS["8×"]
+    view.player.last_draw_s = 0.01  # drawing got fast again: the speed asked for
+    controls.speed.value = "1×"
+    assert controls.play.interval == SPEEDS["1×"]
 
 
 def test_live_mode_follows_new_frames_through_a_throttle():

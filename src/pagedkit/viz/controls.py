@@ -4,7 +4,8 @@ The step index is plain Python state (`Player.index`); the ipywidgets —
 play/pause, step buttons, a speed choice, a slider to scrub history and a
 live toggle — are built only when a view is displayed. ``Play`` ticks in the
 browser alone (it is linked to the slider in JavaScript), so in a kernel,
-a test or a notebook run headless it never moves: set `index` instead.
+a test or a notebook run headless it never moves: set `index` instead. It
+ticks no faster than the views draw (`_Controls._pace`).
 
 Live mode follows the newest frame as the recorder cuts it, throttled by a
 `Throttle` so a fast engine does not flood the browser: frames arriving
@@ -62,6 +63,8 @@ class Player:
         self._listeners: list[IndexListener] = []
         self._controls: Any = None  # the widgets, once built
         self._syncing = False
+        #: seconds the views took to draw the last step they moved to (Play's pace)
+        self.last_draw_s = 0.0
         #: where a view chose to open (`open_at`), and the line that says why
         self.opened_at: int | None = None
         self.opening_note = ""
@@ -98,8 +101,10 @@ class Player:
             return
         self._index = value
         self._sync_controls()
+        start = time.perf_counter()
         for listener in list(self._listeners):
             listener(value)
+        self.last_draw_s = time.perf_counter() - start
 
     def open_at(self, index: int, note: str) -> None:
         """Show `index` as the opening step, stop following, and remember `note` (why),
@@ -214,8 +219,7 @@ class _Controls:
         self.back.on_click(lambda _: player.step(-1))
         self.forward.on_click(lambda _: player.step(1))
         self.slider.observe(self._slid, names="value")
-        self.speed.observe(lambda ch: setattr(self.play, "interval", SPEEDS[ch["new"]]),
-                           names="value")
+        self.speed.observe(lambda ch: self._pace(), names="value")
         self.live.observe(self._toggled, names="value")
         self.box = w.HBox([self.play, self.back, self.forward, self.slider, self.speed,
                            self.live])
@@ -223,6 +227,16 @@ class _Controls:
     def _slid(self, change: dict) -> None:
         if not self.player._syncing:
             self.player.index = change["new"]
+            self._pace()
+
+    def _pace(self) -> None:
+        """Play no faster than the views draw. Play ticks in the browser, linked to
+        the slider there; ticks faster than the kernel draws queue up, and the
+        slider ran ahead of the views (at 8x, "step 27" drawn while it said 36,
+        issue #26). So Play's interval is the speed's, or the time the last step
+        took to draw if that is longer: 8x means as fast as this machine draws."""
+        asked = SPEEDS[self.speed.value]
+        self.play.interval = max(asked, round(1000 * self.player.last_draw_s))
 
     def _toggled(self, change: dict) -> None:
         if self.player._syncing:
