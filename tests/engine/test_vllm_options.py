@@ -576,3 +576,22 @@ def test_vllms_none_defaults_are_taken(llm):
         done += engine.step().finished
     assert len(done[0].outputs[0].token_ids) == 32 - 3
     assert done[0].outputs[0].finish_reason == "length"
+
+
+def test_a_byte_token_shows_the_character_it_completes(llm):
+    """A token ending inside a multi-byte character shows "" alone, and the
+    whole character once it completes it, with the tokens before it as
+    context (vLLM's rule; checked beside vLLM in api_check's multibyte case)."""
+    from pagedkit.engine.llm_engine import decode_token
+
+    tokenizer = llm.get_tokenizer()
+    e1, e2 = tokenizer("é", add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode([e2]).endswith("\ufffd")
+    assert decode_token(tokenizer, e1, []) == "" and decode_token(tokenizer, e2, [e1]) == "é"
+    ni = tokenizer("日", add_special_tokens=False)["input_ids"]
+    assert len(ni) == 3 and decode_token(tokenizer, ni[2], [5, *ni[:2]]) == "日"
+    assert decode_token(tokenizer, ni[1], ni[:1]) == ""
+    out = gen(llm, "Tom said café", max_tokens=1, prompt_logprobs=0)
+    shown = "".join(p[t].decoded_token for p, t in
+                    zip(out.prompt_logprobs[1:], out.prompt_token_ids[1:], strict=True))
+    assert shown == "Tom said café"

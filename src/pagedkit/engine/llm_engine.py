@@ -434,13 +434,15 @@ class LLMEngine:
 
     def _decoded(self, positions: list[PositionLogprobs],
                  params: SamplingParams) -> list[PositionLogprobs]:
-        """Logprobs with each token's own text (vLLM decodes each alone,
-        special tokens included), once; none without detokenizing."""
+        """Logprobs with each token's own text (`decode_token`, with the
+        chosen tokens of up to 4 positions before as context), filled once;
+        none without detokenizing."""
         if self.tokenizer is not None and params.detokenize:
-            for position in positions:
+            for i, position in enumerate(positions):
+                context = [next(iter(p)) for p in positions[max(0, i - 4):i]]
                 for token, entry in position.items():
                     if entry.decoded_token is None:
-                        entry.decoded_token = self.tokenizer.decode([token])
+                        entry.decoded_token = decode_token(self.tokenizer, token, context)
         return positions
 
     # ------------------------------------------------------------------ looking
@@ -528,3 +530,31 @@ def _eos_token_ids(model: Any) -> set[int]:
     eos = model.generation_config.eos_token_id if model.generation_config else None
     eos = model.config.eos_token_id if eos is None else eos
     return set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+
+
+def decode_token(tokenizer: Any, token: int, context: list[int]) -> str:
+    """A token's text on its own (special tokens included), as vLLM shows
+    it in logprobs. A byte-level token that ends inside a multi-byte
+    character decodes to U+FFFD alone; then, as vLLM does, the tokens
+    before it (up to 4) are tried as context: the first that completes the
+    character gives the text this token adds — counting the text of the
+    context's own unfinished byte tokens, which showed nothing — and if
+    none does, the token shows as ``""``."""
+    text = tokenizer.decode([token])
+    if not text.endswith("\ufffd"):
+        return text
+    for size in range(1, min(len(context), 4) + 1):
+        before = context[-size:]
+        whole = tokenizer.decode([*before, token])
+        if whole.endswith("\ufffd"):
+            continue
+        clean = len(before)  # the context's tokens up to its trailing partial bytes
+        while clean and tokenizer.decode([before[clean - 1]]).endswith("\ufffd"):
+            clean -= 1
+        prefix = tokenizer.decode(before[:clean]) if clean else ""
+        same = 0
+        while same < min(len(prefix), len(whole)) and prefix[same] == whole[same]:
+            same += 1
+        return whole[same:]
+    return ""
+

@@ -157,6 +157,14 @@ def prompt_logprobs(api, llm):
     return out
 
 
+@case("`decoded_token` of tokens inside multi-byte characters")
+def multibyte(api, llm):
+    params = api.SamplingParams(temperature=0, max_tokens=6, logprobs=3, prompt_logprobs=3)
+    o = llm.generate(["Tom said: café, naïve — 日本"], params, use_tqdm=False)[0]
+    return [list(o.prompt_token_ids), [None, *logprob_record(o.prompt_logprobs[1:])],
+            list(o.outputs[0].token_ids), logprob_record(o.outputs[0].logprobs)]
+
+
 @case("`presence_penalty`, `frequency_penalty`, `repetition_penalty`")
 def penalties(api, llm):
     out = []
