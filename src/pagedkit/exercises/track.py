@@ -1,0 +1,925 @@
+"""The build track: the learner's own pieces serve pagedkit's engine.
+
+Across labs 03-07 the learner writes the pieces of a serving engine. This
+module plugs them into a real `LLM` *in place of pagedkit's own* — the same
+objects and calls the engine makes, no second engine — and runs the engine
+beside an untouched one, step by step, so that a wrong piece is caught at
+the first step whose state differs, by name.
+
+The seams (what pagedkit's engine asks, and which of your functions answers):
+
+==========================  ==================================  ==============================
+your function (lab)         answers the engine's question       pagedkit's own piece it replaces
+==========================  ==================================  ==============================
+``append_slots`` (03)       which free blocks a sequence's      `BlockTable.append` taking the
+                            new tokens go to                    free queue's head
+``paged_decode_attention``  one sequence's decode attention     the ``paged_decode_attention``
+(04)                        over its block table                op (`ops.use_decode_attention`)
+``admit`` (05)              which waiting requests a step       `Scheduler._schedule_waiting`
+                            admits, and how many tokens each
+``choose_victims`` (06)     whom to preempt when memory is      `Scheduler._schedule_running`'s
+                            short                               `policy.make_room`
+``copy_on_write`` (07)      the block a sequence writes its     `BlockAllocator.copy_on_write`
+                            last, shared block's copy to
+``chain_hashes`` (07)       the prefix-cache names a new        the names
+                            prompt is looked up by              `KVCacheManager.cached_prefix`
+                                                                computes
+==========================  ==================================  ==============================
+
+Each answer is *carried out* by pagedkit's own bookkeeping: the blocks your
+``append_slots`` picks are the ones the pool hands out, the requests your
+``admit`` lists are the ones admitted, your victims are the ones preempted.
+An answer the engine cannot carry out (a block that is not free, a request
+that does not fit) stops the run there, with the piece named (`TrackError`).
+
+`plug_in(llm, pieces)` plugs the pieces into one engine (`unplug` takes them
+out); `lockstep(pieces, requests, ...)` runs a plugged-in engine and a plain
+one on the same requests and compares, after every step, what each
+scheduled, admitted and preempted, every block table, the free queue, the
+prefix-cache names, the logits and the sampled tokens — and stops at the
+first difference, saying which piece and what differed.
+
+Where a lab's model of the engine is simpler than the engine, pagedkit
+decides and says so here: ``admit`` decides for the head of the waiting
+queue whose requests each hold one sequence never run, whose prefix-cache
+hits are all in use (lab 05's model: one seat, ``ceil(tokens / block_size)``
+blocks for the tokens to compute), and pagedkit for the rest of the queue
+once all of those are in; ``choose_victims`` sees each running
+request's need under the whole step budget; ``append_slots`` answers appends
+that write no shared block (a shared one is ``copy_on_write``'s, or
+pagedkit's when that is not plugged in). The plain engine beside holds the
+learner's engine to pagedkit's answer either way.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import inspect
+import os
+import textwrap
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import ops
+from . import CheckResult
+
+__all__ = ["PIECES", "SCENARIOS", "Divergence", "LockstepRun", "Pieces", "TrackError",
+           "bench_requests", "load", "lockstep", "pair_requests", "pieces_path", "plug_in",
+           "plugged", "save",
+           "transformers_tokens", "unplug"]
+
+#: The pieces a learner can plug in, in the order a step uses them.
+PIECES = ("admit", "choose_victims", "chain_hashes", "append_slots", "copy_on_write",
+          "paged_decode_attention")
+
+_LAB = {"append_slots": "03", "paged_decode_attention": "04", "admit": "05",
+        "choose_victims": "06", "copy_on_write": "07", "chain_hashes": "07"}
+
+
+class TrackError(RuntimeError):
+    """A plugged-in piece gave an answer the engine cannot carry out."""
+
+    def __init__(self, piece: str, message: str) -> None:
+        super().__init__(f"your {piece} (lab {_LAB[piece]}): {message}")
+        self.piece = piece
+
+
+@dataclass
+class Pieces:
+    """The learner's functions, any of them ``None`` (pagedkit's own piece runs)."""
+
+    append_slots: Callable | None = None
+    paged_decode_attention: Callable | None = None
+    admit: Callable | None = None
+    choose_victims: Callable | None = None
+    copy_on_write: Callable | None = None
+    chain_hashes: Callable | None = None
+
+    def plugged(self) -> list[str]:
+        return [name for name in PIECES if getattr(self, name) is not None]
+
+    @classmethod
+    def from_namespace(cls, namespace: dict[str, Any]) -> Pieces:
+        """The pieces a notebook (or a solutions module's ``vars()``) defines."""
+        return cls(**{name: namespace.get(name) for name in PIECES
+                      if callable(namespace.get(name))})
+
+
+# ------------------------------------------------------------------ plugging in
+@dataclass
+class _Plug:
+    """What one engine has plugged in, and what its pieces did this step."""
+
+    pieces: Pieces
+    acted: dict[Any, list[str]] = field(default_factory=dict)  # seq or request -> pieces
+    took: dict[Any, dict[int, str]] = field(default_factory=dict)  # seq -> block -> piece
+
+    def note(self, who: Any, piece: str) -> None:
+        pieces = self.acted.setdefault(who, [])
+        if piece not in pieces:
+            pieces.append(piece)
+
+
+_OVERRIDDEN = {"kv": ("allocate_slots", "cached_prefix"),
+               "scheduler": ("_schedule_waiting", "_schedule_running"),
+               "engine": ("step",)}
+
+
+def plug_in(llm: Any, pieces: Pieces) -> Any:
+    """Let `pieces` answer `llm`'s questions (see the table above); returns `llm`.
+
+    The functions are set on this engine's own objects (its KV-cache manager,
+    scheduler and step), so another engine in the same process keeps
+    pagedkit's pieces."""
+    if not isinstance(pieces, Pieces):
+        raise TypeError(f"plug_in needs a Pieces, got {type(pieces).__name__}")
+    for name in pieces.plugged():
+        if not callable(getattr(pieces, name)):
+            raise TypeError(f"{name} must be a function, got {getattr(pieces, name)!r}")
+    unplug(llm)
+    engine = llm.llm_engine
+    plug = _Plug(pieces)
+    engine._track = plug
+    kv, scheduler = engine.kv, engine.scheduler
+    if pieces.append_slots or pieces.copy_on_write:
+        kv.allocate_slots = _allocate_slots(kv, plug, type(kv).allocate_slots.__get__(kv))
+    if pieces.chain_hashes:
+        kv.cached_prefix = _cached_prefix(kv, plug, type(kv).cached_prefix.__get__(kv))
+    if pieces.admit:
+        scheduler._schedule_waiting = _schedule_waiting(scheduler, plug)
+    if pieces.choose_victims:
+        scheduler._schedule_running = _schedule_running(scheduler, plug)
+    if pieces.paged_decode_attention:
+        step = type(engine).step.__get__(engine)
+
+        def attention(*args):
+            return _call("paged_decode_attention", pieces.paged_decode_attention, *args)
+
+        def step_with_attention():
+            with ops.use_decode_attention(attention):
+                return step()
+        engine.step = step_with_attention
+    return llm
+
+
+def unplug(llm: Any) -> None:
+    """Give `llm` pagedkit's own pieces back."""
+    engine = llm.llm_engine
+    for owner in (engine.kv, engine.scheduler, engine):
+        for names in _OVERRIDDEN.values():
+            for name in names:
+                owner.__dict__.pop(name, None)
+    engine.__dict__.pop("_track", None)
+
+
+# ------------------------------------------------------------ lab 03 and lab 07
+def _free_list(pool) -> list[int]:
+    return pool.free_order()
+
+
+def _steer(pool, blocks: Sequence[int]) -> None:
+    """Make the pool hand out `blocks` next, in this order (each free): the
+    pool's own `allocate` then takes exactly the blocks the learner chose. A
+    cached block chosen is forgotten first (taking it evicts it anyway)."""
+    for block in blocks:
+        pool.forget(block)
+    for block in reversed(blocks):
+        pool._blank.move_to_end(block, last=False)
+
+
+def _check_chosen(piece: str, seq: Any, chosen: list[int], pool) -> None:
+    free = set(pool.free_order())
+    for block in chosen:
+        if isinstance(block, bool) or not isinstance(block, int):
+            raise TrackError(piece, f"sequence {seq} got {block!r}, not a block id")
+        if block not in free:
+            owner = "in use" if 0 <= block < pool.num_blocks else "outside the pool"
+            raise TrackError(piece, f"gave sequence {seq} block {block}, which is {owner} "
+                                    "(not in the free list)")
+    if len(set(chosen)) != len(chosen):
+        raise TrackError(piece, f"gave sequence {seq} the blocks {chosen}: one of them twice")
+
+
+def _call(piece: str, fn: Callable, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except TrackError:
+        raise
+    except NotImplementedError as err:
+        raise TrackError(piece, "not written yet: write it (and check it) first") from err
+    except Exception as err:
+        raise TrackError(piece, f"raised {type(err).__name__}: {err}") from err
+
+
+def _learner_cow(plug: _Plug, kv, seq, table: list[int]) -> tuple[list[int], list[int]]:
+    """Ask `copy_on_write` to make `table`'s last block writable; returns the
+    new table and the blocks taken (the copy's, if any)."""
+    pool = kv.allocator
+    refs = [pool.ref_count(b) for b in range(pool.num_blocks)]
+    free = _free_list(pool)
+    before_refs, before_free, last = list(refs), list(free), table[-1]
+    new_table = list(table)
+    got = _call("copy_on_write", plug.pieces.copy_on_write, refs, free, new_table)
+    plug.note(seq, "copy_on_write")
+    shared = before_refs[last] > 1
+    if got is None:
+        if shared:
+            raise TrackError("copy_on_write", f"returned None for sequence {seq}'s last block "
+                             f"{last}, which {before_refs[last]} sequences hold: its write would "
+                             "change theirs")
+        if (refs, free, new_table) != (before_refs, before_free, table):
+            raise TrackError("copy_on_write", "returned None but changed the pool")
+        return table, []
+    src, dst = tuple(got)
+    if not shared:
+        raise TrackError("copy_on_write", f"copied sequence {seq}'s last block {last} although "
+                                          "only this sequence holds it (ref count 1)")
+    _check_chosen("copy_on_write", seq, [dst], pool)
+    want_refs = list(before_refs)
+    want_refs[last] -= 1
+    want_refs[dst] = 1
+    if src != last or new_table != [*table[:-1], dst] or refs != want_refs \
+            or free != [b for b in before_free if b != dst]:
+        raise TrackError("copy_on_write", f"for sequence {seq} (table {table}, last block {last} "
+                         f"held by {before_refs[last]}): returned {got!r}, left table "
+                         f"{new_table}, ref_counts[{last}]={refs[last]}, ref_counts[{dst}]="
+                         f"{refs[dst]} and {len(free)} free blocks; the copy takes block {dst} "
+                         f"from the free list, holds ref count 1, and block {last} keeps "
+                         f"{before_refs[last] - 1}")
+    return new_table, [dst]
+
+
+def _learner_append(plug: _Plug, kv, seq, table: list[int], num_tokens: int, count: int,
+                    free: list[int]) -> list[int]:
+    """Ask `append_slots` for `count` tokens' blocks; returns the blocks taken."""
+    pool, size = kv.allocator, kv.block_size
+    grown, left = list(table), list(free)
+    slots = _call("append_slots", plug.pieces.append_slots, grown, num_tokens, count, size, left)
+    plug.note(seq, "append_slots")
+    if slots is None:
+        raise TrackError("append_slots", f"returned None for {count} new tokens of sequence "
+                                         f"{seq} (table {table}, {num_tokens} tokens) with "
+                                         f"{len(free)} blocks free: they fit")
+    if grown[:len(table)] != table:
+        raise TrackError("append_slots", f"changed sequence {seq}'s existing table {table} to "
+                                         f"{grown[:len(table)]}: appending only adds blocks")
+    taken = grown[len(table):]
+    _check_chosen("append_slots", seq, taken, pool)
+    if left != [b for b in free if b not in taken]:
+        raise TrackError("append_slots", f"took blocks {taken} for sequence {seq} but left the "
+                                         f"free list as {left}: what it appends to the table "
+                                         "comes off the free list")
+    want = [grown[p // size] * size + p % size for p in range(num_tokens, num_tokens + count)
+            if p // size < len(grown)]
+    if [int(s) for s in slots] != want or len(want) != count:
+        raise TrackError("append_slots", f"returned slots {list(slots)} for sequence {seq}'s "
+                                         f"tokens {num_tokens}..{num_tokens + count - 1}; its "
+                                         f"table {grown} puts them at {want}")
+    return taken
+
+
+def _probe_all_or_nothing(plug: _Plug, kv, seq, table: list[int], num_tokens: int,
+                          count: int, needed: int, free: list[int]) -> None:
+    """The same append with exactly the blocks it needs free must fit, and with
+    one block fewer must return None having changed nothing: the questions
+    the pool answers whenever memory runs short."""
+    fn, size = plug.pieces.append_slots, kv.block_size
+    probes = [(free[:needed], True)] + ([(free[:needed - 1], False)] if needed else [])
+    for given, fits in probes:
+        grown, left = list(table), list(given)
+        got = _call("append_slots", fn, grown, num_tokens, count, size, left)
+        if fits and got is None:
+            raise TrackError("append_slots", f"returned None for {count} tokens of sequence "
+                             f"{seq} (table {table}, {num_tokens} tokens) with {len(given)} "
+                             f"free blocks, exactly the {needed} it needs: count the room left "
+                             "in the last block")
+        if not fits and (got is not None or grown != table or left != given):
+            raise TrackError("append_slots", f"with {len(given)} free blocks for {count} tokens "
+                             f"of sequence {seq} that need {needed} (table {table}, {num_tokens} "
+                             f"tokens) returned {got!r} and left table {grown}, free list "
+                             f"{left}: an append that does not fit returns None and changes "
+                             "nothing")
+
+
+def _probe_cow_out_of_blocks(plug: _Plug, kv, seq, table: list[int]) -> None:
+    """With no block free, a write into a shared block cannot be made safe:
+    `copy_on_write` must raise and change nothing."""
+    pool = kv.allocator
+    refs = [pool.ref_count(b) for b in range(pool.num_blocks)]
+    before, free, mine = list(refs), [], list(table)
+    try:
+        got = plug.pieces.copy_on_write(refs, free, mine)
+    except NotImplementedError as err:
+        raise TrackError("copy_on_write", "not written yet: write it (and check it) "
+                                          "first") from err
+    except Exception:
+        if (refs, mine) != (before, table):
+            raise TrackError("copy_on_write", f"with no free block, for sequence {seq}'s shared "
+                             f"block {table[-1]}: raised, but changed ref counts or the table "
+                             "first: check before touching anything") from None
+        return
+    raise TrackError("copy_on_write", f"with no free block, for sequence {seq}'s shared last "
+                     f"block {table[-1]} (ref count {before[table[-1]]}) returned {got!r}: the "
+                     "write cannot be made safe, so raise (say MemoryError) and change nothing")
+
+
+def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
+    def allocate_slots(seq, token_ids, cached_blocks=(), *, name=True):
+        table = kv.tables().get(seq)
+        if seq in kv.swapped_tables() or (table is not None and cached_blocks) \
+                or not token_ids or (table is not None and table.num_released):
+            return original(seq, token_ids, cached_blocks, name=name)  # errors, sliding windows
+        pool, size = kv.allocator, kv.block_size
+        blocks = list(table.blocks) if table is not None else list(cached_blocks)
+        num_tokens = table.num_tokens if table is not None else len(cached_blocks) * size
+        taken: list[int] = []
+        shared = num_tokens % size != 0 and pool.ref_count(blocks[-1]) > 1
+        if num_tokens % size and plug.pieces.copy_on_write:
+            if shared:
+                _probe_cow_out_of_blocks(plug, kv, seq, blocks)
+            blocks, taken = _learner_cow(plug, kv, seq, blocks)
+            plug.took.setdefault(seq, {}).update(dict.fromkeys(taken, "copy_on_write"))
+        elif shared:
+            return original(seq, token_ids, cached_blocks, name=name)  # pagedkit's own copy
+        if plug.pieces.append_slots:
+            free = [b for b in _free_list(pool) if b not in taken and b not in cached_blocks]
+            needed = -(-(num_tokens + len(token_ids)) // size) - len(blocks)
+            _probe_all_or_nothing(plug, kv, seq, blocks, num_tokens, len(token_ids), needed,
+                                  free)
+            appended = _learner_append(plug, kv, seq, blocks, num_tokens, len(token_ids), free)
+            plug.took.setdefault(seq, {}).update(dict.fromkeys(appended, "append_slots"))
+            taken += appended
+            blocks = blocks + appended
+        _steer(pool, taken)
+        copies = original(seq, token_ids, cached_blocks, name=name)
+        got = kv.tables()[seq].blocks
+        if plug.pieces.append_slots and got != blocks:  # a fault of this module, not yours
+            raise AssertionError(f"track: sequence {seq}'s table is {got}, not {blocks}")
+        return copies
+    return allocate_slots
+
+
+# ------------------------------------------------------------------- lab 07
+def _cached_prefix(kv, plug: _Plug, original: Callable) -> Callable:
+    def cached_prefix(seq, token_ids):
+        pool, size = kv.allocator, kv.block_size
+        if seq in kv or not pool.enable_prefix_caching:
+            return []
+        usable = list(token_ids[:len(token_ids) - 1])  # the last token is always computed
+        full = len(usable) // size
+        names = _call("chain_hashes", plug.pieces.chain_hashes, usable, size)
+        plug.note(seq, "chain_hashes")
+        if names is None or len(names) != full:
+            count = "None" if names is None else f"{len(names)} names"
+            raise TrackError("chain_hashes", f"returned {count} for {len(usable)} tokens in "
+                                             f"blocks of {size}: one name per full block "
+                                             f"({full})")
+        hits, parent = [], None
+        for i, learner_name in enumerate(names):
+            key = pool.new_key(parent, usable[i * size:(i + 1) * size])
+            block = pool.find_cached(key) if key.hash == learner_name else None
+            if block is None:  # a name the cache does not hold: a miss, and the chain ends
+                break
+            hits.append(block)
+            parent = pool.block_key(block)
+        return hits
+    return cached_prefix
+
+
+# ------------------------------------------------------------------- lab 05
+def _to_compute(scheduler, group) -> int | None:
+    """The tokens a waiting request computes, if lab 05's model covers it (one
+    sequence, never run, its prefix-cache hits all in use, so admitting it
+    takes ``ceil(tokens / block_size)`` blocks and one seat); else None."""
+    seqs = group.unfinished_seqs()
+    if len(seqs) != 1 or group.params.num_sequences != 1 or seqs[0].num_output_tokens:
+        return None
+    kv = scheduler.kv
+    hits = type(kv).cached_prefix(kv, seqs[0].seq_id, seqs[0].token_ids)  # pagedkit's own
+    if any(kv.allocator.is_free(b) for b in hits):  # a free cached block leaves the free queue
+        return None
+    return seqs[0].num_tokens - len(hits) * kv.block_size
+
+
+def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
+    original = type(scheduler)._schedule_waiting.__get__(scheduler)
+
+    def schedule_waiting(out, budget):
+        queue, waiting, firsts = [], [], set()
+        size, caching = scheduler.kv.block_size, scheduler.kv.allocator.enable_prefix_caching
+        for group in scheduler.waiting:  # the head of the queue that lab 05's model covers
+            tokens = _to_compute(scheduler, group)
+            first = tuple(group.unfinished_seqs()[0].token_ids[:size])
+            if tokens is None or (caching and first in firsts):  # its hits would grow as
+                break                                             # the others come in
+            firsts.add(first)
+            queue.append(group)
+            waiting.append((group.request_id, tokens))
+        if not queue:
+            return original(out, budget)  # beyond lab 05's model: pagedkit admits
+        kv = scheduler.kv
+        free = kv.num_free_blocks
+        admitted = _call("admit", plug.pieces.admit, list(waiting), budget.tokens_left,
+                         budget.seqs_left, free, kv.block_size,
+                         scheduler.config.enable_chunked_prefill)
+        for g in queue:
+            plug.note(g.request_id, "admit")
+        admitted = list(admitted or [])
+        if not admitted and not scheduler.running:
+            head = scheduler._plan_admission(queue[0], budget)
+            if head is not None and head.blocks > free:  # it can never fit: pagedkit ends it
+                return original(out, budget)
+        by_id = {g.request_id: g for g in queue}
+        for item in admitted:
+            _admit_one(scheduler, by_id, item, out, budget)
+        if len(admitted) == len(queue) and scheduler.waiting:
+            original(out, budget)  # the rest of the queue is beyond lab 05's model
+    return schedule_waiting
+
+
+def _admit_one(scheduler, by_id: dict, item: Any, out, budget) -> None:
+    """Carry out one admission the learner's `admit` made, or say why it cannot be."""
+    kv = scheduler.kv
+    try:
+        rid, take = tuple(item)
+    except (TypeError, ValueError):
+        raise TrackError("admit", f"returned {item!r} in its list: each admission is a "
+                                  "(request_id, tokens) pair") from None
+    group = by_id.pop(rid, None)
+    if group is None:
+        raise TrackError("admit", f"admitted {rid!r}, which is not waiting (or was admitted "
+                                  "twice)")
+    plan = scheduler._plan_admission(group, budget)
+    if plan is None or plan.seqs[0].num_tokens != take:
+        allows = "no seat or token" if plan is None else f"{plan.seqs[0].num_tokens} tokens"
+        raise TrackError("admit", f"admitted {rid!r} with {take} tokens; after the requests "
+                                  f"before it this step has {allows} for it "
+                                  f"({budget.tokens_left} tokens and {budget.seqs_left} seats "
+                                  "left)")
+    if plan.blocks > kv.num_free_blocks:
+        raise TrackError("admit", f"admitted {rid!r} ({take} tokens, {plan.blocks} blocks) "
+                                  f"with {kv.num_free_blocks} blocks free")
+    scheduler.waiting.remove(group)
+    scheduler._admit(plan, out, budget)
+
+
+# ------------------------------------------------------------------- lab 06
+def _held(kv, group) -> int:
+    """Blocks preempting `group` frees: those no sequence outside it holds."""
+    counts: dict[int, int] = {}
+    for seq in group.unfinished_seqs():
+        for block in kv.gpu_table(seq.seq_id).live_blocks:
+            counts[block] = counts.get(block, 0) + 1
+    return sum(1 for b, n in counts.items() if kv.allocator.ref_count(b) == n)
+
+
+def _schedule_running(scheduler, plug: _Plug) -> Callable:
+    original = type(scheduler)._schedule_running.__get__(scheduler)
+
+    def schedule_running(out, budget):
+        groups = list(scheduler.running)
+        if not groups:
+            return None
+        running, served = [], copy.copy(budget)  # each group's need once the older are served
+        for g in groups:
+            plan = scheduler._plan(g, served)
+            seats = len(g.unfinished_seqs())
+            served.take(sum(p.num_tokens for p in plan.seqs) if plan else 0, seats)
+            running.append((g.request_id, plan.blocks if plan else 0, _held(scheduler.kv, g)))
+        try:
+            victims = plug.pieces.choose_victims(list(running), scheduler.kv.num_free_blocks)
+        except NotImplementedError as err:
+            raise TrackError("choose_victims", "not written yet: write it (and check it) "
+                                               "first") from err
+        except ValueError:  # "does not fit even alone": pagedkit ends that request
+            return original(out, budget)
+        except Exception as err:
+            raise TrackError("choose_victims", f"raised {type(err).__name__}: {err}") from err
+        for g in groups:
+            plug.note(g.request_id, "choose_victims")
+        victims = list(victims or [])
+        ids = {g.request_id for g in groups}
+        stray = [v for v in victims if v not in ids]
+        if stray or len(set(victims)) != len(victims):
+            raise TrackError("choose_victims", f"returned {victims}: each victim is one of the "
+                                               f"running requests {sorted(ids)}, once")
+        _run_with_victims(scheduler, deque(groups), victims, out, budget, running)
+    return schedule_running
+
+
+def _run_with_victims(scheduler, queue, victims, out, budget, running) -> None:
+    """pagedkit's running loop (`Scheduler._schedule_running`) with the
+    learner's victims: a victim gives way at its turn, or as soon as an older
+    group needs its memory, in the learner's order."""
+    scheduler.running = []
+    left = list(victims)
+    while queue:
+        group = queue.popleft()
+        if group.request_id in left:
+            left.remove(group.request_id)
+            scheduler._preempt(group, out)
+            continue
+        plan = scheduler._plan(group, budget)
+        if plan is None:  # no budget left for it: still running, next step
+            budget.take(0, len(group.unfinished_seqs()))
+            scheduler.running.append(group)
+            continue
+        while plan.blocks > scheduler.kv.num_free_blocks:
+            newer = [g for g in queue if g.request_id in left]
+            if not newer:
+                raise TrackError("choose_victims", f"chose {victims} from {running} with "
+                                 f"{scheduler.kv.num_free_blocks} blocks free, but "
+                                 f"{group.request_id!r} still does not fit once they are "
+                                 "gone: preempt until the request being served fits")
+            victim = next(g for v in left for g in newer if g.request_id == v)  # yours first
+            queue.remove(victim)
+            left.remove(victim.request_id)
+            scheduler._preempt(victim, out)
+        scheduler._allocate(plan, out, budget)
+        scheduler.running.append(group)
+
+
+# ------------------------------------------------------------------ lockstep
+@dataclass(frozen=True)
+class Divergence:
+    """The first step at which the learner's engine differs from pagedkit's."""
+
+    step: int
+    pieces: list[str]
+    what: str
+
+    def __str__(self) -> str:
+        who = " or ".join(f"your {p} (lab {_LAB[p]})" for p in self.pieces) or "the engine"
+        return f"step {self.step}: {self.what} — look at {who}"
+
+
+@dataclass
+class LockstepRun:
+    """The outcome of `lockstep`: `passed`, else the first `divergence`."""
+
+    plugged: list[str]
+    steps: int = 0
+    divergence: Divergence | None = None
+    outputs: dict[str, list[list[int]]] = field(default_factory=dict)  # request -> completions
+    num_preemptions: int = 0
+    num_cached_tokens: int = 0
+    peak_used_blocks: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.divergence is None
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def result(self) -> CheckResult:
+        """The outcome as a check's result (how a notebook shows it)."""
+        if not self.passed:
+            return CheckResult("lockstep", False, str(self.divergence))
+        return CheckResult("lockstep", True, (
+            f"your {', '.join(self.plugged) or 'nothing'} served {len(self.outputs)} requests in "
+            f"{self.steps} steps ({self.num_preemptions} preemptions, {self.num_cached_tokens} "
+            "prompt tokens from the prefix cache), state equal to pagedkit's after every step"))
+
+    def __repr__(self) -> str:
+        return repr(self.result)
+
+    def _repr_markdown_(self) -> str:
+        return self.result._repr_markdown_()
+
+
+def _snapshot(llm, out, logits, hits: dict) -> dict[str, Any]:
+    engine = llm.llm_engine
+    kv = engine.kv
+    return {
+        "preempted": list(out.preempted),
+        "running": sorted(s.seq_id for s in out.scheduled),
+        "rid": {s.seq_id: s.request_id for s in out.scheduled},
+        "hits": dict(sorted(hits.get(id(llm), {}).items())),
+        "scheduled": sorted((s.seq_id, s.num_tokens) for s in out.scheduled),
+        "tables": {seq: list(t.blocks) for seq, t in sorted(kv.tables().items())},
+        "swapped": {seq: list(t.blocks) for seq, t in sorted(kv.swapped_tables().items())},
+        "names": {seq: t.block_hashes for seq, t in sorted(kv.tables().items())},
+        "free": kv.allocator.free_order(),
+        "logits": logits,
+        "tokens": dict(sorted(out.new_tokens.items())),
+    }
+
+
+#: the state compared after each step, in the order a step makes it, with the
+#: pieces that make it
+_FIELDS = (
+    ("preempted", "the requests preempted", ("choose_victims",)),
+    ("hits", "the blocks found in the prefix cache at admission", ("chain_hashes",)),
+    ("running", "the sequences scheduled", ("admit", "choose_victims")),
+    ("scheduled", "the sequences scheduled (id, tokens)", ("admit", "choose_victims")),
+    ("tables", "the block tables", ("append_slots", "copy_on_write")),
+    ("swapped", "the swapped-out tables", ("choose_victims",)),
+    ("names", "the prefix-cache names of the full blocks", ("chain_hashes",)),
+    ("free", "the free list (in the order it is handed out)",
+     ("append_slots", "copy_on_write", "choose_victims")),
+    ("logits", "the logits", ("paged_decode_attention",)),
+    ("tokens", "the sampled tokens", ("paged_decode_attention",)),
+)
+
+
+def _first_difference(mine: dict, theirs: dict) -> tuple[str, tuple[str, ...], str] | None:
+    for key, label, pieces in _FIELDS:
+        a, b = mine[key], theirs[key]
+        if key == "hits":  # of the sequences both admitted: whom each admitted is "running"'s
+            a, b = ({s: h for s, h in x.items() if s in a and s in b} for x in (a, b))
+        if key == "logits":
+            if (a is None) != (b is None) or (a is not None and (
+                    a.shape != b.shape or not torch.allclose(a, b, atol=1e-3, rtol=1e-3))):
+                diff = "" if a is None or b is None or a.shape != b.shape else \
+                    f" by up to {(a - b).abs().max().item():.3g}"
+                return key, pieces, f"{label} differ{diff}"
+            continue
+        if a != b:
+            return key, pieces, f"{label}: {_diff_text(a, b)}"
+    return None
+
+
+def _diff_text(a: Any, b: Any) -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if a.get(k) != b.get(k):
+                return (f"for sequence {k}, {_short(a.get(k))} in your engine, "
+                        f"{_short(b.get(k))} in pagedkit's")
+    return f"{_short(a)} in your engine, {_short(b)} in pagedkit's"
+
+
+def _short(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _blame(plug: _Plug, field_pieces: tuple[str, ...], key: str, mine: dict,
+           theirs: dict) -> list[str]:
+    """The plugged-in pieces that made the differing state: of a table, the
+    piece that wrote its first differing entry (a replaced entry is a copy's,
+    a new one an append's); else those that acted on the sequence or request."""
+    plugged = [p for p in field_pieces if getattr(plug.pieces, p) is not None]
+    if key == "tables":
+        for seq in sorted(set(mine[key]) | set(theirs[key]), key=str):
+            a, b = mine[key].get(seq) or [], theirs[key].get(seq) or []
+            if a != b:
+                first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                             min(len(a), len(b)))
+                piece = plug.took.get(seq, {}).get(a[first]) if first < len(a) else None
+                if piece is not None:
+                    return [piece]
+                break
+    who: set = set()
+    if key in ("tables", "names", "swapped", "hits"):
+        who = {s for s in set(mine[key]) | set(theirs[key])
+               if mine[key].get(s) != theirs[key].get(s)}
+    elif key in ("preempted", "running", "scheduled"):  # entries (request or seq, ...)
+        rid = {**theirs["rid"], **mine["rid"]}
+        who = {rid.get(x[0], x[0]) if key != "running" else rid.get(x, x)
+               for x in set(mine[key]) ^ set(theirs[key])}
+    acted = [p for w in who for p in plug.acted.get(w, [])]
+    named = [p for p in plugged if p in acted]
+    return named or plugged or plug.pieces.plugged()
+
+
+def lockstep(pieces: Pieces, requests: Sequence[tuple[Any, Any]], *, model: Any = "tiny",
+             max_steps: int = 10_000, **engine_args: Any) -> LockstepRun:
+    """Run `requests` (``(prompt, SamplingParams)`` pairs) through an engine with
+    `pieces` plugged in and through pagedkit's own, step by step, and stop at
+    the first step whose state differs (see `_FIELDS`), or at an answer the
+    engine cannot carry out. Both engines are built with `engine_args`
+    (``num_blocks``, ``block_size``, ``preemption_mode``, ...)."""
+    from ..engine import LLM
+
+    mine, theirs = LLM(model, **engine_args), LLM(model, **engine_args)
+    plug_in(mine, pieces)
+    plug = mine.llm_engine._track
+    run = LockstepRun(plugged=pieces.plugged())
+    logits: dict[int, torch.Tensor | None] = {}
+    hits: dict[int, dict[int, int]] = {}
+    for llm in (mine, theirs):
+        _record_logits(llm, logits)
+        _record_hits(llm, hits)
+        for i, (prompt, params) in enumerate(requests):
+            llm.llm_engine.add_request(str(i), prompt, params, arrival_time=0.0)
+    finished: dict[str, list[int]] = {}
+    try:
+        while theirs.llm_engine.has_unfinished_requests() and run.steps < max_steps:
+            plug.acted.clear()
+            plug.took.clear()
+            hits.clear()
+            step = run.steps
+            run.steps += 1
+            try:
+                out_mine = mine.llm_engine.step()
+            except TrackError as err:
+                run.divergence = Divergence(step, [err.piece], str(err).split(": ", 1)[1])
+                return run
+            except Exception as err:  # e.g. your attention's result of the wrong shape
+                run.divergence = Divergence(step, plug.pieces.plugged(),
+                                            f"your engine raised {type(err).__name__}: {err}")
+                return run
+            got = _snapshot(mine, out_mine, logits.get(id(mine)), hits)
+            out_theirs = theirs.llm_engine.step()
+            want = _snapshot(theirs, out_theirs, logits.get(id(theirs)), hits)
+            diff = _first_difference(got, want)
+            if diff is not None:
+                key, field_pieces, what = diff
+                run.divergence = Divergence(
+                    step, _blame(plug, field_pieces, key, got, want), what)
+                return run
+            for output in out_theirs.finished:
+                finished[output.request_id] = [o.token_ids for o in output.outputs]
+                run.num_cached_tokens += output.num_cached_tokens or 0
+        run.outputs = {rid: finished[rid] for rid in sorted(finished, key=int)}
+        run.num_preemptions = theirs.llm_engine.scheduler.num_preemptions
+        run.peak_used_blocks = theirs.llm_engine._peak_used_blocks
+        return run
+    finally:
+        unplug(mine)
+
+
+# ------------------------------------------------- your pieces, lab to lab
+#: Where `save` keeps the learner's pieces between notebooks (each lab is a
+#: notebook of its own): ``$PAGEDKIT_TRACK`` or ``~/.pagedkit/my_engine.py``.
+def pieces_path() -> Path:
+    return Path(os.environ.get("PAGEDKIT_TRACK", Path.home() / ".pagedkit" / "my_engine.py"))
+
+
+_HEADER = ('"""Your engine\'s pieces, saved by pagedkit.exercises.track.save from the labs."""\n'
+           "import heapq\nimport math\n\nimport torch\n\n"
+           "from pagedkit.memory import ROOT_HASH, hash_block\n")
+
+
+def _sources(fn: Callable, found: dict[str, str]) -> None:
+    """`fn`'s source and that of the functions of its notebook it calls."""
+    found[fn.__name__] = textwrap.dedent(inspect.getsource(fn))
+    codes = [fn.__code__]
+    while codes:
+        code = codes.pop()
+        codes += [c for c in code.co_consts if inspect.iscode(c)]
+        for name in code.co_names:
+            helper = fn.__globals__.get(name)
+            if inspect.isfunction(helper) and helper.__module__ == fn.__module__ \
+                    and name not in found:
+                _sources(helper, found)
+
+
+def save(*functions: Callable) -> Path:
+    """Keep your pieces (and the functions of your notebook they call) for the
+    labs after this one: `load` gives them back. Saving a name again replaces it."""
+    found: dict[str, str] = {}
+    for fn in functions:
+        if not inspect.isfunction(fn):
+            raise TypeError(f"save needs your functions, got {fn!r}")
+        _sources(fn, found)
+    path = pieces_path()
+    kept = _saved_sources(path)
+    kept.update(found)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_HEADER + "".join(f"\n\n{src.rstrip()}\n" for src in kept.values()))
+    return path
+
+
+def _saved_sources(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    text = path.read_text()
+    return {node.name: ast.get_source_segment(text, node) for node in ast.parse(text).body
+            if isinstance(node, ast.FunctionDef)}
+
+
+def load() -> Pieces:
+    """The pieces saved so far (`save`), ready to plug in; none saved: no pieces."""
+    path = pieces_path()
+    if not path.exists():
+        return Pieces()
+    namespace: dict[str, Any] = {"__name__": "my_engine"}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return Pieces.from_namespace(namespace)
+
+
+# ---------------------------------------------------------------- workloads
+def bench_requests(num_requests: int = 10, *, seed: int = 0, block_size: int = 4,
+                   prefix_blocks: int = 3, samples: int = 2, vocab_size: int = 1024
+                   ) -> list[tuple[list[int], Any]]:
+    """The bench's ShareGPT-shaped workload (`pagedkit.bench.engine.sharegpt_workload`
+    at its CPU scale, 1/8 of ShareGPT's lengths: random token ids, greedy,
+    end-of-sequence ignored) with sharing added: every third request starts
+    with the same `prefix_blocks` full blocks (prefix caching), and the
+    last asks for `samples` samples (they fork and copy on write; greedy,
+    so each equals transformers' greedy output). ``(prompt, params)`` pairs."""
+    from ..bench.engine import CPU_SCALE, sharegpt_workload
+    from ..sampling_params import SamplingParams
+
+    work = sharegpt_workload(num_requests, vocab_size, scale=CPU_SCALE["sharegpt"],
+                             max_len=160, seed=seed)
+    prefix = list(range(7, 7 + prefix_blocks * block_size))
+    requests = []
+    for i, (prompt, out) in enumerate(zip(work.prompts, work.output_lens, strict=True)):
+        if i % 3 == 0:
+            prompt = prefix + prompt
+        n = samples if i == num_requests - 1 else 1
+        out = out if n == 1 else min(out, 24)  # the samples share the pool: all must fit it
+        requests.append((prompt, SamplingParams(temperature=0, n=n, max_tokens=out,
+                                                ignore_eos=True)))
+    return requests
+
+
+def pair_requests() -> list[tuple[list[int], Any]]:
+    """Two forked samples of a 15-token prompt and four 2-token prompts, in
+    blocks of 8 (`SCENARIOS["pair"]`): at the third step the pair needs a block
+    for each sample with none free, and each newer request holds one block,
+    so it takes two victims, not one. Greedy, end-of-sequence ignored."""
+    from ..sampling_params import SamplingParams
+
+    pair = SamplingParams(temperature=0, n=2, max_tokens=12, ignore_eos=True)
+    short = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    return [(list(range(40, 55)), pair)] + [([60 + i, 70 + i], short) for i in range(4)]
+
+
+#: Engine settings that put each plugged-in piece to work (for `bench_requests`,
+#: but "pair", for `pair_requests`): memory tight enough to preempt (by
+#: recomputation, or by swapping), a prefix cache, and for admission a small
+#: token budget and few seats, with and without chunked prefill, or few blocks.
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "recompute": dict(block_size=4, num_blocks=40, enable_prefix_caching=True,
+                      preemption_mode="recompute"),
+    "swap": dict(block_size=4, num_blocks=40, enable_prefix_caching=True,
+                 preemption_mode="swap", swap_space=0.01),
+    "chunked": dict(block_size=4, num_blocks=24, enable_prefix_caching=True,
+                    enable_chunked_prefill=True, max_num_batched_tokens=16, max_num_seqs=3),
+    "budget": dict(block_size=4, num_blocks=24, enable_prefix_caching=True,
+                   max_num_batched_tokens=64, max_num_seqs=3),
+    "admission": dict(block_size=4, num_blocks=22, enable_prefix_caching=False,
+                      max_num_seqs=8),
+    "memory": dict(block_size=4, num_blocks=24, enable_prefix_caching=True, max_num_seqs=8),
+    "pair": dict(block_size=8, num_blocks=7, enable_prefix_caching=False),  # pair_requests()
+    "memory_chunked": dict(block_size=4, num_blocks=24, enable_prefix_caching=True,
+                           enable_chunked_prefill=True, max_num_batched_tokens=16,
+                           max_num_seqs=6),
+}
+
+
+def transformers_tokens(requests: Sequence[tuple[list[int], Any]], model: Any = None
+                        ) -> dict[str, list[list[int]]]:
+    """What transformers' greedy `generate` gives for each request (its `n`
+    completions all alike), keyed as `lockstep`'s outputs are: the oracle the
+    build track's tokens are held to."""
+    from ..models import load_tiny
+
+    model = load_tiny()[0] if model is None else model
+    expected = {}
+    with torch.inference_mode():
+        for i, (prompt, params) in enumerate(requests):
+            if not params.greedy:
+                raise ValueError(f"request {i} samples (temperature {params.temperature}): "
+                                 "only greedy requests have one right answer")
+            ids = torch.tensor([prompt])
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=params.max_tokens, min_new_tokens=params.max_tokens,
+                                 eos_token_id=None, pad_token_id=0)
+            expected[str(i)] = [out[0, len(prompt):].tolist()] * params.n
+    return expected
+
+
+def _record_hits(llm, store: dict) -> None:
+    """Note the cached blocks each admission starts from (first sequence -> count)."""
+    scheduler = llm.llm_engine.scheduler
+    admit = type(scheduler)._admit.__get__(scheduler)
+
+    def admit_and_note(plan, *args, **kwargs):
+        first = plan.group.unfinished_seqs()[0].seq_id
+        store.setdefault(id(llm), {})[first] = len(plan.cached)
+        return admit(plan, *args, **kwargs)
+    scheduler._admit = admit_and_note
+
+
+def _record_logits(llm, store: dict) -> None:
+    runner = llm.llm_engine.runner
+    execute = type(runner).execute.__get__(runner)
+
+    def execute_and_keep(*args, **kwargs):
+        logits = execute(*args, **kwargs)
+        store[id(llm)] = None if logits is None else logits.detach().clone()
+        return logits
+    runner.execute = execute_and_keep
+
+
+@contextlib.contextmanager
+def plugged(llm: Any, pieces: Pieces) -> Iterator[Any]:
+    """``with plugged(llm, pieces): llm.generate(...)`` — pagedkit's pieces come back after."""
+    plug_in(llm, pieces)
+    try:
+        yield llm
+    finally:
+        unplug(llm)

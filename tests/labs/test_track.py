@@ -1,0 +1,191 @@
+"""The build track (`pagedkit.exercises.track`): the reference solutions of
+labs 03-07, plugged into the engine together, serve the bench workload —
+preemption by recomputation and by swapping, prefix caching, forked samples
+with copy-on-write — with tokens equal to transformers' `generate` and state
+equal to pagedkit's own after every step; and every plausible wrong answer
+to a plugged-in piece (tests/labs/wrong_answers.py) is stopped at a named
+step, naming that piece."""
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from pagedkit import LLM, SamplingParams, ops
+from pagedkit.exercises import track
+
+from .wrong_answers import WRONG
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "labs" / "solutions"
+TRACK_LABS = ("lab03_paging", "lab04_paged_attention", "lab05_continuous_batching",
+              "lab06_preemption", "lab07_sharing")
+
+
+def _load(stem: str):
+    spec = importlib.util.spec_from_file_location(f"track_{stem}", SOLUTIONS / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def reference():
+    namespace = {}
+    for stem in TRACK_LABS:
+        namespace.update(vars(_load(stem)))
+    pieces = track.Pieces.from_namespace(namespace)
+    assert pieces.plugged() == list(track.PIECES)
+    return pieces
+
+
+@pytest.fixture(scope="module")
+def requests():
+    return track.bench_requests()
+
+
+@pytest.fixture(scope="module")
+def expected(requests):
+    return track.transformers_tokens(requests)
+
+
+@pytest.mark.parametrize("scenario", ["recompute", "swap"])
+def test_the_whole_track_serves_the_bench_workload_like_transformers(reference, requests,
+                                                                     expected, scenario):
+    run = track.lockstep(reference, requests, **track.SCENARIOS[scenario])
+    assert run.passed, repr(run)
+    assert run.outputs == expected
+    assert run.num_preemptions > 0          # memory ran short and someone gave way
+    assert run.num_cached_tokens > 0        # prompts shared blocks through the prefix cache
+    assert len(run.outputs[str(len(requests) - 1)]) == 2   # forked samples (copy-on-write)
+    assert "✅ lockstep" in repr(run)
+
+
+@pytest.mark.parametrize("scenario", ["chunked", "budget", "admission", "memory",
+                                      "memory_chunked"])
+def test_the_whole_track_matches_pagedkit_step_by_step(reference, requests, expected,
+                                                       scenario):
+    run = track.lockstep(reference, requests, **track.SCENARIOS[scenario])
+    assert run.passed, repr(run)
+    assert run.outputs == expected
+
+
+def _plugged_wrong_answers():
+    for (lab, name), fns in WRONG.items():
+        if name in track.PIECES:
+            for fn in fns:
+                yield pytest.param(name, fn, id=f"{lab}.{name}.{fn.__name__}")
+
+
+#: the scenarios tried in turn until one stops a wrong answer: those that stop most first
+ORDER = ("recompute", "admission", "memory", "chunked", "memory_chunked", "budget", "pair",
+         "swap")
+
+
+def test_two_victims_for_one_pair(reference):
+    requests = track.pair_requests()
+    run = track.lockstep(reference, requests, **track.SCENARIOS["pair"])
+    assert run.passed, repr(run)
+    assert run.outputs == track.transformers_tokens(requests)
+    assert run.num_preemptions > 0
+
+
+@pytest.mark.parametrize("name, wrong", list(_plugged_wrong_answers()))
+def test_a_wrong_piece_is_stopped_at_a_named_step(reference, requests, name, wrong):
+    pieces = dataclasses.replace(reference, **{name: wrong})
+    for scenario in ORDER:
+        work = track.pair_requests() if scenario == "pair" else requests
+        run = track.lockstep(pieces, work, **track.SCENARIOS[scenario])
+        if not run.passed:
+            break
+    assert not run.passed, f"{wrong.__name__} served every scenario like pagedkit"
+    assert run.divergence.pieces == [name], repr(run)   # the wrong piece, and only it
+    assert repr(run).startswith(f"❌ lockstep: step {run.divergence.step}: ")
+    assert f"your {name} (lab " in repr(run)
+
+
+def test_plug_in_touches_only_its_own_engine(reference):
+    mine, theirs = LLM("tiny", num_blocks=32, block_size=4), LLM("tiny", num_blocks=32,
+                                                                block_size=4)
+    track.plug_in(mine, reference)
+    params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    assert "allocate_slots" in vars(mine.llm_engine.kv)
+    assert "allocate_slots" not in vars(theirs.llm_engine.kv)
+    got = mine.generate(["Once upon a time"], params, use_tqdm=False)[0].outputs[0].token_ids
+    want = theirs.generate(["Once upon a time"], params, use_tqdm=False)[0].outputs[0].token_ids
+    assert got == want
+    assert not ops.OVERRIDES                        # the attention override is per step
+    track.unplug(mine)
+    for name in ("allocate_slots", "cached_prefix"):
+        assert name not in vars(mine.llm_engine.kv)
+    for name in ("_schedule_waiting", "_schedule_running"):
+        assert name not in vars(mine.llm_engine.scheduler)
+    assert "step" not in vars(mine.llm_engine)
+
+
+def test_plugged_context_gives_pagedkits_pieces_back(reference):
+    llm = LLM("tiny", num_blocks=32, block_size=4)
+    with track.plugged(llm, reference):
+        assert "_schedule_waiting" in vars(llm.llm_engine.scheduler)
+    assert "_schedule_waiting" not in vars(llm.llm_engine.scheduler)
+
+
+def test_misuse_is_refused():
+    llm = LLM("tiny", num_blocks=16, block_size=4)
+    with pytest.raises(TypeError, match="needs a Pieces"):
+        track.plug_in(llm, {"admit": print})
+    with pytest.raises(TypeError, match="admit must be a function"):
+        track.plug_in(llm, track.Pieces(admit=3))
+    assert "_schedule_waiting" not in vars(llm.llm_engine.scheduler)
+
+
+def test_a_piece_that_raises_is_named_not_raised(reference, requests):
+    def broken(*args):
+        raise KeyError("oops")
+
+    run = track.lockstep(dataclasses.replace(reference, append_slots=broken), requests[:2],
+                         **track.SCENARIOS["recompute"])
+    assert not run.passed and run.divergence.step == 0
+    assert run.divergence.pieces == ["append_slots"]
+    assert "raised KeyError" in repr(run)
+
+
+def test_pagedkits_own_pieces_alone_pass(requests):
+    run = track.lockstep(track.Pieces(), requests[:3], **track.SCENARIOS["memory"])
+    assert run.passed and run.plugged == []
+
+
+def test_saved_pieces_come_back_in_a_later_lab(tmp_path, monkeypatch, reference):
+    monkeypatch.setenv("PAGEDKIT_TRACK", str(tmp_path / "my_engine.py"))
+    assert track.load().plugged() == []
+    # a notebook's functions: saving append_slots brings the helpers it calls along
+    source = (SOLUTIONS / "lab03_paging.py").read_text()
+    notebook = tmp_path / "notebook.py"
+    notebook.write_text(source)
+    spec = importlib.util.spec_from_file_location("notebook", notebook)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    track.save(module.append_slots)
+    saved = (tmp_path / "my_engine.py").read_text()
+    assert "def blocks_needed" in saved and "def slot_of" in saved   # its helpers
+    assert "def token_at" not in saved                              # not called by it
+    track.save(reference.admit)
+    pieces = track.load()
+    assert pieces.plugged() == ["admit", "append_slots"]
+    assert pieces.append_slots([], 0, 3, 4, [5, 1]) == [20, 21, 22]
+    with pytest.raises(TypeError, match="save needs your functions"):
+        track.save(print)
+
+
+def test_a_stub_is_not_written_yet(requests):
+    def append_slots(block_table, num_tokens, num_new_tokens, block_size, free_blocks):
+        raise NotImplementedError
+
+    def paged_decode_attention(query, k_cache, v_cache, block_table, context_len):
+        raise NotImplementedError
+
+    for pieces in (track.Pieces(append_slots=append_slots),
+                   track.Pieces(paged_decode_attention=paged_decode_attention)):
+        run = track.lockstep(pieces, requests[:2], **track.SCENARIOS["recompute"])
+        assert not run.passed and "not written yet" in repr(run), repr(run)
+        assert run.divergence.pieces == pieces.plugged()
