@@ -972,3 +972,79 @@ def _more_wrong_kernels():
 
 
 WRONG[("lab04", "paged_kernel")] += _more_wrong_kernels()
+
+
+# ---------------------------------------------- lab 04c, the Triton puzzles (#28)
+def _puzzle_variant(kernel: str, name: str, *edits: tuple[str, str]):
+    """The reference puzzle kernel `kernel` with each ``(old, new)`` line edit
+    made, as a kernel of its own in a module file (Triton reads its source)."""
+    import inspect
+    import sys
+    import tempfile
+    import textwrap
+
+    solutions = _solution("lab04c_triton_puzzles")
+    source = textwrap.dedent(inspect.getsource(getattr(solutions, kernel).fn))
+    for old, new in edits:
+        assert old in source, (kernel, old)
+        source = source.replace(old, new)
+    source = source.replace(f"def {kernel}(", f"def {name}(")
+    path = Path(tempfile.mkdtemp(prefix="wrong_puzzles_")) / f"{name}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def _wrong_puzzles():
+    if importlib.util.find_spec("triton") is None:  # pragma: no cover - no Triton, no puzzles
+        return {}
+    v = _puzzle_variant
+    return {
+        "store_kv_kernel": [
+            v("store_kv_kernel", "store_sizes_for_strides",
+              ("dst = block * stride_block + offset * stride_slot + head * stride_head + d",
+               "dst = ((block * BLOCK_SIZE + offset) * tl.num_programs(1) + head) * HEAD_DIM "
+               "+ d")),
+            v("store_kv_kernel", "store_block_and_offset_swapped",
+              ("block = slot // BLOCK_SIZE", "block = slot % BLOCK_SIZE"),
+              ("offset = slot % BLOCK_SIZE", "offset = slot // BLOCK_SIZE")),
+            v("store_kv_kernel", "store_value_from_key",
+              ("tl.store(v_cache_ptr + dst, tl.load(value_ptr + src))",
+               "tl.store(v_cache_ptr + dst, tl.load(key_ptr + src))")),
+        ],
+        "gather_kernel": [
+            v("gather_kernel", "gather_unmasked_table_load",
+              ("tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0)",
+               "tl.load(block_table_ptr + n // BLOCK_SIZE)")),
+            v("gather_kernel", "gather_stores_every_lane",
+              ("tl.store(out_ptr + dst, x, mask=mask[:, None])", "tl.store(out_ptr + dst, x)")),
+            v("gather_kernel", "gather_logical_block_as_physical",
+              ("block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0)"
+               ".to(tl.int64)", "block = (n // BLOCK_SIZE).to(tl.int64)")),
+        ],
+        "decode_kernel": [
+            v("decode_kernel", "decode_acc_not_rescaled",
+              ("acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)",
+               "acc = acc + tl.sum(p[:, None] * v.to(tl.float32), 0)")),
+            v("decode_kernel", "decode_kv_head_is_query_head",
+              ("kv_head = head // GROUP", "kv_head = head")),
+            v("decode_kernel", "decode_lse_without_the_max",
+              ("tl.store(lse_ptr + head + tl.arange(0, 1), row_max + tl.log(row_sum))",
+               "tl.store(lse_ptr + head + tl.arange(0, 1), tl.log(row_sum))")),
+        ],
+        "merge_kernel": [
+            v("merge_kernel", "merge_without_the_max",
+              ("w = tl.exp(lse - safe)", "w = tl.exp(lse)")),
+            v("merge_kernel", "merge_no_empty_guard",
+              ("safe = tl.where(top == float(\"-inf\"), 0.0, top)", "safe = top")),
+            v("merge_kernel", "merge_average",
+              ("w = tl.exp(lse - safe)", "w = tl.where(lse > float(\"-inf\"), 1.0, 0.0)")),
+        ],
+    }
+
+
+for _kernel_name, _kernels in _wrong_puzzles().items():
+    WRONG[("lab04c", _kernel_name)] = _kernels

@@ -1,0 +1,307 @@
+"""Lab 04c (optional): four graded Triton puzzles, run in Triton's interpreter.
+
+The puzzles climb from moving data to the full algorithm:
+
+1. ``store_kv``  — write new tokens' K/V into their slots (what the engine
+   does before attention, every layer, every step);
+2. ``gather``    — read a sequence's K/V back through its block table;
+3. ``decode``    — paged decode attention with an online softmax, one program
+   per query head (grouped-query heads included), writing the output and
+   the log-sum-exp;
+4. ``merge``     — the split-KV merge: partial results over disjoint key
+   ranges, each with its log-sum-exp, into the result over all keys.
+
+``check(name, kernel)`` runs a kernel on the puzzle's cases in a fresh
+process (`_puzzle_runner`; Triton reads ``TRITON_INTERPRET`` when first
+imported) with padded strides, shuffled blocks, slots that must stay
+untouched, a block table that ends where unreadable memory begins (an
+unmasked load of it crashes the process, and the check says so), and
+compares with a float64 (or exact) reference. A failure gives the first
+rung of the puzzle's hint ladder; ``hint(name, level)`` climbs it.
+
+``serve(decode_kernel, store_kv_kernel)`` then lets the learner's kernels
+serve ``LLM("tiny")`` — the decode kernel in place of the engine's decode
+attention (`ops.use_decode_attention`), the store kernel in place of its
+``store_kv`` (`ops.override`) — and compares the tokens with pagedkit's own
+and with transformers' `generate`.
+
+The reference kernels live in ``labs/solutions/lab04c_triton_puzzles.py``,
+out of the student's copy, like every lab's solutions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable
+
+from . import CheckResult, not_written, require_function
+
+__all__ = ["CHECKS", "HINTS", "PUZZLES", "check", "check_decode_kernel", "check_gather_kernel",
+           "check_merge_kernel", "check_store_kv_kernel", "hint", "serve"]
+
+BLOCK_N = 16  # tokens per tile in puzzles 2 and 3
+
+#: each puzzle's cases, as the runner takes them
+PUZZLES: dict[str, tuple] = {
+    # (num_tokens, block_size, heads, head_dim, num_blocks, seed)
+    "store_kv": ((5, 4, 2, 16, 4, 0), (12, 1, 1, 16, 20, 1), (9, 16, 2, 16, 3, 2),
+                 (16, 3, 2, 16, 8, 3)),
+    # (num_tokens, block_size, heads, head_dim, seed)
+    "gather": ((5, 4, 2, 16, 0), (37, 16, 2, 16, 1), (1, 8, 1, 16, 2), (33, 3, 2, 16, 3),
+               (16, 16, 1, 16, 4), (9, 1, 2, 16, 5)),
+    # (context_len, block_size, q_heads, kv_heads, head_dim, seed)
+    "decode": ((5, 4, 2, 2, 16, 0), (37, 16, 4, 2, 16, 1), (1, 8, 2, 1, 16, 2),
+               (70, 4, 4, 4, 16, 3), (33, 3, 4, 1, 16, 4), (16, 16, 2, 2, 16, 5)),
+    # (heads, splits, empty splits, score shift, head_dim, seed)
+    "merge": ((2, 2, (), 0.0, 16, 0), (2, 3, (), 0.0, 16, 1), (1, 4, (1,), 0.0, 16, 2),
+              (2, 3, (0,), 0.0, 16, 3), (2, 5, (), 900.0, 16, 4), (1, 2, (0, 1), 0.0, 16, 5),
+              (2, 1, (), -500.0, 16, 6)),
+}
+
+_DESCRIBE = {
+    "store_kv": lambda c: (f"{c[0]} new tokens into a cache of {c[4]} blocks of {c[1]} "
+                           f"({c[2]} KV heads, head_dim {c[3]}; every 4th token's slot is -1)"),
+    "gather": lambda c: (f"{c[0]} tokens in shuffled blocks of {c[1]} ({c[2]} KV heads, "
+                         f"head_dim {c[3]}, tiles of {BLOCK_N})"),
+    "decode": lambda c: (f"{c[0]} tokens in shuffled blocks of {c[1]} ({c[2]} query heads over "
+                         f"{c[3]} KV heads, head_dim {c[4]}, tiles of {BLOCK_N})"),
+    "merge": lambda c: (f"{c[1]} splits for {c[0]} heads"
+                        + (f", splits {list(c[2])} empty" if c[2] else "")
+                        + (f", scores around {c[3]:g}" if c[3] else "")),
+}
+
+#: The hint ladders: each rung gives away a little more.
+HINTS: dict[str, tuple[str, ...]] = {
+    "store_kv": (
+        "A slot is block * BLOCK_SIZE + offset: the program's token goes to block "
+        "slot // BLOCK_SIZE, position slot % BLOCK_SIZE inside it.",
+        "Use the strides, never the sizes: the input's row of (token, head) starts at token * "
+        "stride_in_token + head * stride_in_head, the cache's at block * stride_block + "
+        "offset * stride_slot + head * stride_head (both are padded here).",
+        "Load the slot, `.to(tl.int64)` it, and wrap the stores in `if slot >= 0:` — a padding "
+        "token's slot is -1 and must write nothing; `d = tl.arange(0, HEAD_DIM)` addresses the "
+        "vector.",
+    ),
+    "gather": (
+        "Token n of the sequence sits in physical block block_table[n // BLOCK_SIZE], at "
+        "position n % BLOCK_SIZE inside it.",
+        "Lanes of the last tile past num_tokens must read and write nothing: build `mask = n < "
+        "num_tokens` and pass it to every tl.load and tl.store (the table ends where "
+        "unreadable memory begins here).",
+        "`block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0).to(tl.int64)`; "
+        "the rows are `block * stride_block + (n % BLOCK_SIZE) * stride_slot + head * "
+        "stride_head`, a [BLOCK_N, HEAD_DIM] tile with `row[:, None] + d[None, :]`.",
+    ),
+    "decode": (
+        "Keep three running values per head — the largest score seen (row_max), the sum of "
+        "exp(score - row_max) (row_sum) and the weighted sum of V rows (acc) — and fold one "
+        "tile of BLOCK_N tokens in at a time (lab 04's online_softmax_update).",
+        "When a tile raises the maximum, rescale what you summed by alpha = exp(old_max - "
+        "new_max) before adding the tile's p = exp(scores - new_max). Masked lanes (past "
+        "context_len) get score -inf, so their p is 0. Query head h reads KV head h // GROUP.",
+        "At the end out = acc / row_sum and lse = row_max + log(row_sum). Start from row_max = "
+        "tl.full([1], float('-inf'), tl.float32), row_sum = tl.zeros([1], tl.float32), acc = "
+        "tl.zeros([HEAD_DIM], tl.float32); load the lookup as in puzzle 2, with kv_head.",
+    ),
+    "merge": (
+        "Split s holds the fraction exp(lse_s) / sum_t exp(lse_t) of the softmax mass: the "
+        "merged output weighs each part_out[s] by it.",
+        "Subtract the largest lse before exp (exp(900) overflows float32); splits past "
+        "num_splits load as lse -inf (mask, other=-inf) and so weigh 0.",
+        "If every split is empty the largest lse is -inf and -inf - -inf is NaN: use 0 in its "
+        "place (`tl.where(top == float('-inf'), 0.0, top)`), write zeros, and lse = that + "
+        "log(total weight), which is -inf.",
+    ),
+}
+
+
+
+def hint(name: str, level: int = 1) -> str:
+    """Rung `level` (1 = the gentlest) of puzzle `name`'s hint ladder."""
+    if name not in HINTS:
+        raise ValueError(f"no puzzle named {name!r}; one of {sorted(HINTS)}")
+    ladder = HINTS[name]
+    if not 1 <= level <= len(ladder):
+        raise ValueError(f"puzzle {name!r} has hints 1 to {len(ladder)}, not {level}")
+    return f"Hint {level}/{len(ladder)} for {name}: {ladder[level - 1]}"
+
+
+def _source(name: str, kernel) -> tuple[str, str] | CheckResult:
+    fn = getattr(kernel, "fn", None)
+    if fn is None:  # not a Triton kernel: a stub, or a plain Python function
+        require_function(name, kernel)
+        try:
+            kernel()
+        except NotImplementedError as err:
+            return not_written(name, kernel, err)
+        except Exception:
+            pass
+        return CheckResult(name, False, "give the check your kernel itself: the function "
+                                        "decorated with @triton.jit")
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as err:
+        return CheckResult(name, False, f"cannot read your kernel's source ({err}); define it "
+                                        "in a notebook cell or a .py file")
+    body = source.split(":", 1)[-1]
+    if "..." in body.split('"""')[-1]:
+        return CheckResult(name, False, "not written yet: replace the `...` with your code")
+    return source, fn.__name__
+
+
+def _run(spec: dict, timeout: float) -> tuple[list[dict], int, str]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    env = {k: v for k, v in os.environ.items() if k != "PAGEDKIT_KERNELS"}
+    env.update(TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
+    try:
+        done = subprocess.run([sys.executable, "-m", "pagedkit.exercises._puzzle_runner",
+                               f.name], capture_output=True, text=True, env=env,
+                              timeout=timeout)
+    finally:
+        os.unlink(f.name)
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return results, done.returncode, done.stderr
+
+
+def _no_triton(name: str) -> CheckResult | None:
+    if importlib.util.find_spec("triton") is None:
+        return CheckResult(name, False, "Triton is not installed here (it has no macOS "
+                                        "wheels): the puzzles need Linux or Colab")
+    return None
+
+
+def check(name: str, kernel, *, timeout: float = 600.0) -> CheckResult:
+    """Run puzzle `name`'s cases on `kernel` (a ``@triton.jit`` function) in
+    Triton's interpreter, in a fresh process; the first failing case, with
+    the first hint, or a pass."""
+    if name not in PUZZLES:
+        raise ValueError(f"no puzzle named {name!r}; one of {sorted(PUZZLES)}")
+    source = _source(name, kernel)
+    if isinstance(source, CheckResult):
+        return source
+    missing = _no_triton(name)
+    if missing:
+        return missing
+    spec = {"puzzle": name, "source": source[0], "name": source[1],
+            "cases": PUZZLES[name], "block_n": BLOCK_N}
+    try:
+        results, code, stderr = _run(spec, timeout)
+    except subprocess.TimeoutExpired:
+        return CheckResult(name, False, f"your kernel ran for over {timeout:.0f} s in the "
+                                        "interpreter: does a loop never end?")
+    more = f"  ({hint(name)}  Stuck? lab04c.hint({name!r}, 2).)"
+    if code in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
+        case = PUZZLES[name][min(len(results), len(PUZZLES[name]) - 1)]
+        return CheckResult(name, False, f"on {_DESCRIBE[name](case)} your kernel read memory "
+                                        "outside its tensors (the process died of a "
+                                        "segmentation fault): a load without a mask past the "
+                                        f"block table's end, or a 32-bit offset?{more}")
+    if not results:
+        return CheckResult(name, False, "the interpreter process failed: "
+                                        + (stderr.strip()[-600:] or "no output"))
+    for case, result in zip(PUZZLES[name], results, strict=False):
+        problem = _problem(result)
+        if problem:
+            return CheckResult(name, False, f"on {_DESCRIBE[name](case)}: {problem}.{more}")
+    if len(results) < len(PUZZLES[name]):
+        return CheckResult(name, False, "the interpreter stopped early: "
+                                        + (stderr.strip()[-600:] or "no output"))
+    return CheckResult(name, True, f"all {len(results)} cases match the reference (Triton's "
+                                   "interpreter; padded strides, shuffled blocks)")
+
+
+def _problem(result: dict) -> str:
+    if "error" in result:
+        return f"raised {result['error']}"
+    if result.get("nan"):
+        return ("returned NaN: every slot outside the sequence is NaN here, so your kernel read "
+                "one (or divided 0 by 0)")
+    if result.get("tail_written"):
+        return "wrote rows past num_tokens: mask the stores of lanes past the sequence"
+    if result["max_diff"] > 1e-4:
+        return f"is off by up to {result['max_diff']:.3g} from the reference"
+    if result.get("lse_diff", 0.0) > 1e-4:
+        return f"writes an lse off by up to {result['lse_diff']:.3g}"
+    return ""
+
+
+def check_store_kv_kernel(kernel, **kw) -> CheckResult:
+    """Puzzle 1: `store_kv_kernel` (see `PUZZLES`, `HINTS`)."""
+    return check("store_kv", kernel, **kw)
+
+
+def check_gather_kernel(kernel, **kw) -> CheckResult:
+    """Puzzle 2: `gather_kernel`."""
+    return check("gather", kernel, **kw)
+
+
+def check_decode_kernel(kernel, **kw) -> CheckResult:
+    """Puzzle 3: `decode_kernel`."""
+    return check("decode", kernel, **kw)
+
+
+def check_merge_kernel(kernel, **kw) -> CheckResult:
+    """Puzzle 4: `merge_kernel`."""
+    return check("merge", kernel, **kw)
+
+
+#: the checks by the name of the kernel each takes (as labs/solutions/ defines it)
+CHECKS: dict[str, Callable] = {
+    "store_kv_kernel": check_store_kv_kernel,
+    "gather_kernel": check_gather_kernel,
+    "decode_kernel": check_decode_kernel,
+    "merge_kernel": check_merge_kernel,
+}
+
+
+def serve(decode_kernel, store_kv_kernel=None, *, prompts=("Once upon a time",
+          "There once was a shy mouse named Sam."), max_tokens: int = 6, block_size: int = 4,
+          timeout: float = 600.0) -> CheckResult:
+    """Your puzzle-3 kernel (and puzzle-1 kernel, if given) serve ``LLM("tiny")``:
+    greedy generation of `prompts` in a fresh interpreter process, compared
+    token for token with pagedkit's own run and with transformers' `generate`."""
+    name = "serve"
+    decode = _source("decode", decode_kernel)
+    if isinstance(decode, CheckResult):
+        return decode
+    store = _source("store_kv", store_kv_kernel) if store_kv_kernel is not None else None
+    if isinstance(store, CheckResult):
+        return store
+    missing = _no_triton(name)
+    if missing:
+        return missing
+    spec = {"puzzle": "serve", "decode": decode[0], "decode_name": decode[1],
+            "store": store[0] if store else None, "store_name": store[1] if store else None,
+            "prompts": list(prompts), "max_tokens": max_tokens, "block_size": block_size,
+            "block_n": BLOCK_N}
+    try:
+        results, code, stderr = _run(spec, timeout)
+    except subprocess.TimeoutExpired:
+        return CheckResult(name, False, f"serving took over {timeout:.0f} s")
+    if not results:
+        return CheckResult(name, False, f"the interpreter process failed (exit {code}): "
+                                        + (stderr.strip()[-600:] or "no output"))
+    result = results[0]
+    if "error" in result:
+        return CheckResult(name, False, f"serving raised {result['error']}")
+    kernels = "your decode kernel" + (" and your store kernel" if store else "")
+    calls = result["calls"]
+    if result["mine"] != result["transformers"]:
+        return CheckResult(name, False, f"with {kernels} the engine generated {result['mine']}; "
+                                        f"transformers generates {result['transformers']} "
+                                        f"(pagedkit's own: {result['own']})")
+    if not calls["decode"] or (store and not calls["store"]):
+        return CheckResult(name, False, f"{kernels} never ran ({calls})")
+    return CheckResult(name, True, f"{kernels} served LLM('tiny'): {len(prompts)} prompts x "
+                                   f"{max_tokens} greedy tokens equal transformers' generate "
+                                   f"({calls['decode']} decode-attention calls"
+                                   + (f", {calls['store']} K/V stores" if store else "") + ")")
