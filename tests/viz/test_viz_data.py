@@ -93,8 +93,12 @@ def test_block_map_data_colors_fills_badges_and_flashes():
     admit(kv, "C", "r2", [9, 9, 9, 9])
     kv.free("C")  # its full block stays cached
     step(kv, 0)
-    d = block_map_data(rec[-1], rec.first_seen)
-    assert d.color[0] == d.color[1] == d.color[2] != d.color[3]  # A and B serve r1
+    d = block_map_data(rec[-1], rec.first_seen, rec.shades)
+    # A and B serve r1: one hue, B (r1's second sequence) in its second shade (issue #26)
+    assert d.color[0] == d.color[1] == d.color[2] - 1 != d.color[3]
+    assert rec.shades == {"A": 0, "B": 1}  # C was freed before any frame held it
+    same = block_map_data(rec[-1], rec.first_seen)  # without shades: all in the base
+    assert same.color[0] == same.color[2]
     assert d.color[3] == CACHED_INDEX and d.color[4] == FREE_INDEX
     assert np.allclose(d.fill[:5], [1.0, 0.5, 0.75, 1.0, 0.0])
     assert list(d.badge_blocks) == [0] and d.badge_text == ["×2"]
@@ -239,3 +243,28 @@ def test_replay_rejects_what_can_never_run():
                block_size=4)
     with pytest.raises(TypeError, match="prompt_len"):
         replay([object()], num_blocks=8, block_size=4)
+
+
+def test_each_sequence_of_a_request_has_its_shade_of_one_hue():
+    """Issue #26: all beams of a request were drawn in one color. A request keeps
+    one hue; its sequences take its shades in the order they appear (4, then
+    round again), every shade distinct and none the free, cached or unknown
+    color; a request seen later never changes an earlier one's colors."""
+    from pagedkit.viz.palette import (
+        FILL_SCALE,
+        NUM_INDICES,
+        OWNER_COLORS,
+        SHADES,
+        owner_color_index,
+    )
+
+    first_seen = {"r1": 0, "r2": 1}
+    r1 = [owner_color_index("r1", first_seen, rank) for rank in range(len(SHADES) + 1)]
+    assert r1[:len(SHADES)] == list(range(2, 2 + len(SHADES))) and r1[-1] == r1[0]
+    r2 = owner_color_index("r2", first_seen)
+    assert r2 == 2 + len(SHADES) and owner_color_index("r3", first_seen) == UNKNOWN_INDEX
+    colors = [c for _, c in FILL_SCALE]
+    assert len(colors) == NUM_INDICES
+    shades = colors[2:2 + len(SHADES)]
+    assert shades[0] == OWNER_COLORS[0] and len(set(shades)) == len(SHADES)
+    assert not set(shades) & {colors[FREE_INDEX], colors[CACHED_INDEX], colors[UNKNOWN_INDEX]}

@@ -72,8 +72,10 @@ class BlockMapData:
     cpu_hover: list[str]
 
 
-def block_map_data(frame: Frame, first_seen: Mapping[Hashable, int]) -> BlockMapData:
-    """Lay out `frame` for drawing; `first_seen` fixes each request's color."""
+def block_map_data(frame: Frame, first_seen: Mapping[Hashable, int],
+                   shades: Mapping[Hashable, int] | None = None) -> BlockMapData:
+    """Lay out `frame` for drawing; `first_seen` fixes each request's color,
+    `shades` each sequence's shade of it (`Recorder.shades`)."""
     bs = frame.block_size
     n = frame.num_blocks
     color = np.empty(n, dtype=np.int16)
@@ -84,15 +86,14 @@ def block_map_data(frame: Frame, first_seen: Mapping[Hashable, int]) -> BlockMap
         if state is EMPTY_BLOCK:  # most of an idle pool: skip the general path
             color[b], fill[b], hover[b] = 0, 0.0, f"block {b}: free"
             continue
-        color[b] = color_index(frame, state, first_seen)
+        color[b] = color_index(frame, state, first_seen, shades)
         fill[b] = state.num_tokens / bs if state.status != FREE else 0.0
         hover[b] = _hover(frame, b, state)
         if state.ref_count > 1:
             badges.append(b)
     cow = sorted({b for pair in frame.copies for b in pair})
     cpu = sorted(frame.swapped)
-    cpu_color = np.array([owner_color_index(owner_key(frame, frame.swapped[c].owners[0]),
-                                            first_seen) if frame.swapped[c].owners else 0
+    cpu_color = np.array([_owner_index(frame, frame.swapped[c].owners, first_seen, shades)
                           for c in cpu], dtype=np.int16)
     return BlockMapData(
         color=color,
@@ -116,6 +117,15 @@ def _owners(frame: Frame, owners: tuple) -> str:
     if list(requests) == list(owners):
         return f"owned by {names}"
     return f"owned by {names} (request {', '.join(map(str, requests))})"
+
+
+def _owner_index(frame: Frame, owners: tuple, first_seen: Mapping[Hashable, int],
+                 shades: Mapping[Hashable, int] | None) -> int:
+    """The color index of a swapped block's oldest owner (0 without one)."""
+    if not owners:
+        return 0
+    return owner_color_index(owner_key(frame, owners[0]), first_seen,
+                             (shades or {}).get(owners[0], 0))
 
 
 def _hover(frame: Frame, block: int, s: BlockState) -> str:

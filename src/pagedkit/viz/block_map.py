@@ -26,6 +26,7 @@ from .palette import (
     FREE_COLOR,
     NUM_INDICES,
     OWNER_COLORS,
+    shades_of,
     tint,
 )
 from .recorder import Recorder
@@ -169,7 +170,7 @@ class BlockMap(View):
         for name, color, symbol in (
                 ("free", FREE_COLOR, "square"), ("cached (free, reusable)", CACHED_COLOR,
                                                  "square"),
-                ("tokens, colored by request", OWNER_COLORS[0], "square"),
+                ("tokens, by request & seq.", OWNER_COLORS[0], "square"),
                 ("reserved, not yet filled", tint(OWNER_COLORS[0]), "square"),
                 ("shared (ref count)", "white", "circle"),
                 ("copy-on-write", COW_COLOR, "square-open")):
@@ -209,7 +210,7 @@ class BlockMap(View):
 
     def _draw(self, fig: Any, index: int) -> None:
         frame = self.recorder[index]
-        d = block_map_data(frame, self.recorder.first_seen)
+        d = block_map_data(frame, self.recorder.first_seen, shades_of(self.recorder))
         grid = self.grid
         cells, tokens, cpu, badges, cow_lines, cow = fig.data[:6]
         cells.marker.color = d.color
@@ -254,7 +255,7 @@ class BlockMap(View):
 _TITLE_LINES = 3
 #: the number of legend entries; fixed-width entries make its rows predictable
 _LEGEND_ITEMS = 7
-_LEGEND_ENTRY_PX = 160  # room for "tokens, colored by request" at 11 px
+_LEGEND_ENTRY_PX = 160  # room for "reserved, not yet filled" at 11 px
 _LEGEND_ROW_PX = 21
 
 

@@ -28,6 +28,7 @@ from .palette import (
     NUM_INDICES,
     color_index,
     owner_color_index,
+    shades_of,
 )
 from .view import View, title_layout, title_margin
 
@@ -140,7 +141,8 @@ class PageTable(View):
         first_seen = self.recorder.first_seen
         n = frame.num_blocks
         pool, links, cells, tokens, labels, physical = fig.data[:6]
-        pool.z = [np.array([color_index(frame, b, first_seen) for b in frame.blocks])]
+        shades = shades_of(self.recorder)
+        pool.z = [np.array([color_index(frame, b, first_seen, shades) for b in frame.blocks])]
         data = self.data(index)
         rows = data.rows[:_MAX_ROWS] if data else ()
         k = max(len(rows), 1)
@@ -148,7 +150,8 @@ class PageTable(View):
         centers = (np.arange(len(rows)) + 0.5) * slot - 0.5
         width = np.full(len(rows), slot * 0.9)
         fill = np.array([r.num_tokens / frame.block_size for r in rows])
-        owner = owner_color_index(frame.request(data.seq), first_seen) if data else 0
+        owner = owner_color_index(frame.request(data.seq), first_seen,
+                                  shades.get(data.seq, 0)) if data else 0
         color = np.array([FREE_INDEX if r.released else owner for r in rows], dtype=int)
         cells.x, cells.base, cells.y, cells.width = centers, np.full(len(rows), 1.5), \
             np.full(len(rows), 0.7), width

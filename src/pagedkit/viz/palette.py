@@ -1,10 +1,13 @@
 """Colors: one per request, the same in every view and at every step.
 
-A block is colored by the request of its oldest owner, so the samples of one
-request (forked sequences sharing a prompt) share a color and a learner sees
-sharing as one color spread over several page tables. Colors are handed out
-in the order requests were first seen in the recording, so scrubbing back
-and forth never repaints a request.
+A block is colored by the request of its oldest owner, in that owner's shade:
+the sequences of one request (parallel samples, beams) share a hue and each has
+a shade of it (base, darker, lighter, darkest), so a learner sees one request's
+prompt blocks in its first sequence's shade spread over several page tables,
+and where each sample or beam went its own way (all beams in one color hid
+that, issue #26). Colors are handed out in the order requests were first seen
+in the recording, shades in the order a request's sequences were, so scrubbing
+back and forth never repaints a block.
 
 Views draw with numeric color indices into one discrete colorscale: plotly
 checks a numeric array far faster than thousands of color strings, which is
@@ -27,10 +30,21 @@ UNKNOWN_COLOR = "#5F5F5F"  # in use before the recorder listened
 COW_COLOR = "#FFB000"
 SWAP_COLOR = "#4D4D4D"
 
-#: Color indices: free, cached, then one per owner color, then unknown owner.
+#: Shades of a request's color, one per sequence (the fifth takes the first's again).
+SHADES = (("base", 0.0), ("darker", -0.3), ("lighter", 0.4), ("darkest", -0.5))
+
+#: Color indices: free, cached, then each owner color in each shade, then unknown owner.
 FREE_INDEX, CACHED_INDEX = 0, 1
-UNKNOWN_INDEX = 2 + len(OWNER_COLORS)
+UNKNOWN_INDEX = 2 + len(OWNER_COLORS) * len(SHADES)
 NUM_INDICES = UNKNOWN_INDEX + 1
+
+
+def shade(color: str, amount: float) -> str:
+    """`color` moved toward white (`amount` > 0) or black (< 0) by that share."""
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    end = 255 if amount > 0 else 0
+    mix = [round(c + (end - c) * abs(amount)) for c in (r, g, b)]
+    return "#{:02X}{:02X}{:02X}".format(*mix)
 
 
 def tint(color: str, strength: float = 0.28) -> str:
@@ -47,8 +61,9 @@ def colorscale(colors: list[str]) -> list[list[float | str]]:
 
 
 #: What a block's filled part is drawn in, and what its empty part is drawn in.
-FILL_SCALE = colorscale([FREE_COLOR, CACHED_COLOR, *OWNER_COLORS, UNKNOWN_COLOR])
-CELL_SCALE = colorscale([FREE_COLOR, tint(CACHED_COLOR), *map(tint, OWNER_COLORS),
+SHADED_COLORS = [shade(c, amount) for c in OWNER_COLORS for _, amount in SHADES]
+FILL_SCALE = colorscale([FREE_COLOR, CACHED_COLOR, *SHADED_COLORS, UNKNOWN_COLOR])
+CELL_SCALE = colorscale([FREE_COLOR, tint(CACHED_COLOR), *map(tint, SHADED_COLORS),
                          tint(UNKNOWN_COLOR)])
 
 
@@ -57,16 +72,32 @@ def owner_key(frame: Frame, seq: Hashable) -> Hashable:
     return frame.request(seq)
 
 
-def color_index(frame: Frame, block: BlockState, first_seen: Mapping[Hashable, int]) -> int:
+def shades_of(recorder: object) -> Mapping[Hashable, int]:
+    """A recording's shade per sequence (`Recorder.shades`); a recording that
+    keeps none (vLLM's pool, `pagedkit.vllm.pool_view`) draws every sequence in
+    its request's base color."""
+    return getattr(recorder, "shades", {})
+
+
+def color_index(frame: Frame, block: BlockState, first_seen: Mapping[Hashable, int],
+                shades: Mapping[Hashable, int] | None = None) -> int:
+    """A block's color index: its oldest owner's request color in that owner's
+    shade (`shades`: sequence -> its rank in its request, `Recorder.shades`)."""
     if block.status == FREE:
         return FREE_INDEX
     if block.status == CACHED:
         return CACHED_INDEX
     if not block.owners:
         return UNKNOWN_INDEX
-    return owner_color_index(owner_key(frame, block.owners[0]), first_seen)
+    owner = block.owners[0]
+    return owner_color_index(owner_key(frame, owner), first_seen,
+                             (shades or {}).get(owner, 0))
 
 
-def owner_color_index(key: Hashable, first_seen: Mapping[Hashable, int]) -> int:
+def owner_color_index(key: Hashable, first_seen: Mapping[Hashable, int],
+                      rank: int = 0) -> int:
+    """The index of request `key`'s color, in the shade of its `rank`-th sequence."""
     order = first_seen.get(key)
-    return UNKNOWN_INDEX if order is None else 2 + order % len(OWNER_COLORS)
+    if order is None:
+        return UNKNOWN_INDEX
+    return 2 + (order % len(OWNER_COLORS)) * len(SHADES) + rank % len(SHADES)

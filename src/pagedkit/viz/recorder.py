@@ -90,6 +90,9 @@ class Recorder:
         #: Requests (or sequences without one) in the order first seen holding
         #: blocks at a cut: what keeps a request's color stable.
         self.first_seen: dict[Hashable, int] = {}
+        #: sequence -> how many sequences of its request were seen before it (its shade)
+        self.shades: dict[Hashable, int] = {}
+        self._seen_per_request: dict[Hashable, int] = {}
         #: One more than the highest CPU swap block ever used (sizes the swap area).
         self.cpu_blocks_seen = 0
         # The last reading of every block; the first cut reads them all.
@@ -186,6 +189,9 @@ class Recorder:
             key = request_of.get(seq, seq)
             if key not in self.first_seen:
                 self.first_seen[key] = len(self.first_seen)
+            if seq not in self.shades:
+                self.shades[seq] = self._seen_per_request.get(key, 0)
+                self._seen_per_request[key] = self.shades[seq] + 1
         stats = kv.stats()
         frame = Frame(
             index=len(self.frames),
