@@ -26,6 +26,10 @@ from pagedkit.exercises import nbgrader as ng
 from .wrong_answers import WRONG
 
 LABS = sorted(ng.LABS.glob("*.ipynb"))
+#: Labs whose exercises do not carry nbgrader's metadata yet, and why. Lab 04c
+#: (#28) came after the split: its Triton puzzles' stubs are a comment and `...`
+#: in a kernel body, a form `pagedkit.exercises.nbgrader.fill` has no rule for.
+NOT_GRADED_YET = {"04c_triton_puzzles"}
 
 
 def _cells(path):
@@ -38,6 +42,9 @@ def test_every_exercise_is_a_solution_cell_then_its_check_cell(path):
     found = ng.exercises(nb)
     stubs = [i for i, c in enumerate(nb["cells"])
              if c["cell_type"] == "code" and "YOUR CODE" in ng.text(c)]
+    if path.stem in NOT_GRADED_YET:
+        assert not found and stubs, "graded now: take it off NOT_GRADED_YET"
+        return
     assert [solution for solution, *_ in found] == stubs, "a stub without nbgrader metadata"
     ids = [nb["cells"][i]["metadata"]["nbgrader"]["grade_id"] for s, c, *_ in found for i in (s, c)]
     assert len(ids) == len(set(ids)), f"grade ids repeat: {ids}"
