@@ -170,7 +170,7 @@ class BlockMap(View):
         for name, color, symbol in (
                 ("free", FREE_COLOR, "square"), ("cached (free, reusable)", CACHED_COLOR,
                                                  "square"),
-                ("tokens, by request & seq.", OWNER_COLORS[0], "square"),
+                ("tokens, by request and seq.", OWNER_COLORS[0], "square"),
                 ("reserved, not yet filled", tint(OWNER_COLORS[0]), "square"),
                 ("shared (ref count)", "white", "circle"),
                 ("copy-on-write", COW_COLOR, "square-open")):
