@@ -595,3 +595,18 @@ def test_a_byte_token_shows_the_character_it_completes(llm):
     shown = "".join(p[t].decoded_token for p, t in
                     zip(out.prompt_logprobs[1:], out.prompt_token_ids[1:], strict=True))
     assert shown == "Tom said café"
+
+
+def test_the_models_generation_config_sets_the_defaults():
+    """vLLM's LLM samples with what the model's generation config sets when
+    given no sampling parameters (the tiny model's sets none)."""
+    model, tokenizer = load_tiny(torch.float32)
+    assert LLM("tiny", num_blocks=16).get_default_sampling_params() == SamplingParams()
+    model.generation_config.repetition_penalty = 1.3
+    model.generation_config.max_new_tokens = 5
+    model.generation_config.top_k = 7
+    llm = LLM(model, tokenizer, num_blocks=16)
+    assert llm.get_default_sampling_params() == SamplingParams(repetition_penalty=1.3,
+                                                               max_tokens=5, top_k=7)
+    out = llm.generate(["Tom and Lily"], use_tqdm=False)[0].outputs[0]
+    assert len(out.token_ids) == 5 or out.finish_reason == "stop"

@@ -46,6 +46,13 @@ class LLM:
     def get_tokenizer(self):
         return self.llm_engine.tokenizer
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        """What `generate` and `chat` use without sampling parameters, as in
+        vLLM: `SamplingParams()` with what the model's generation config
+        sets (temperature, top_k, top_p, min_p, the penalties,
+        max_new_tokens as max_tokens)."""
+        return SamplingParams(**self.llm_engine.generation_defaults)
+
     def chat(self, messages: Any, sampling_params: Any = None, use_tqdm: bool = True, *,
              chat_template: str | None = None, add_generation_prompt: bool = True,
              continue_final_message: bool = False,
@@ -120,7 +127,8 @@ class LLM:
         its unfinished requests and frees their blocks before the error
         propagates, so nothing it queued keeps running in later calls."""
         prompts = _prompt_list(prompts)
-        params = _params_list(sampling_params, len(prompts))
+        params = _params_list(sampling_params if sampling_params is not None
+                              else self.get_default_sampling_params(), len(prompts))
         check_bool("use_tqdm", use_tqdm)
         if on_step is not None and not callable(on_step):
             raise TypeError(f"on_step must be a function of a StepOutput, got {on_step!r}")

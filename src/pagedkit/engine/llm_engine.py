@@ -126,6 +126,8 @@ class LLMEngine:
         self._seeded: dict[str, torch.Generator] = {}
         self._prompt_logprob_groups = 0  # requests in flight that want prompt logprobs
         self.eos_token_ids = _eos_token_ids(model)
+        #: the sampling options the model's generation config sets (vLLM's defaults)
+        self.generation_defaults = _generation_defaults(model)
         self.stop_rule = StopRule(self.eos_token_ids, self.max_model_len, self.tokenizer)
 
     @classmethod
@@ -523,6 +525,27 @@ def _num_swap_blocks(bytes_per_block: int, num_blocks: int, swap_space: float | 
         raise ValueError(f"swap_space of {swap_space} GiB holds no block of "
                          f"{bytes_per_block} bytes")
     return num_swap_blocks
+
+
+#: generation-config fields vLLM takes as a model's default sampling parameters
+GENERATION_DEFAULTS = {"repetition_penalty": "repetition_penalty",
+                       "presence_penalty": "presence_penalty",
+                       "frequency_penalty": "frequency_penalty", "temperature": "temperature",
+                       "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+                       "max_new_tokens": "max_tokens"}
+
+
+def _generation_defaults(model: Any) -> dict[str, Any]:
+    """What the model's generation config sets of `GENERATION_DEFAULTS`
+    (the fields that differ from transformers' own defaults), under
+    SamplingParams' names: vLLM's `LLM` samples with these when given no
+    sampling parameters."""
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return {}
+    diff = config.to_diff_dict()
+    return {ours: diff[theirs] for theirs, ours in GENERATION_DEFAULTS.items()
+            if diff.get(theirs) is not None}
 
 
 def _eos_token_ids(model: Any) -> set[int]:
