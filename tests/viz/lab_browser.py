@@ -54,7 +54,8 @@ def _free_port() -> int:
 class JupyterLab:
     """A JupyterLab server over `root` (a directory of copied notebooks)."""
 
-    def __init__(self, root: Path, work: Path, *, code: Path = ROOT / "src") -> None:
+    def __init__(self, root: Path, work: Path, *, code: Path = ROOT / "src",
+                 extra: tuple[str, ...] = ()) -> None:
         self.root = root
         env = dict(os.environ)
         for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "JUPYTERLAB_SETTINGS_DIR",
@@ -87,7 +88,7 @@ class JupyterLab:
              "--ip=127.0.0.1", f"--port={port}", "--IdentityProvider.token=",
              "--ServerApp.password=", "--LabApp.expose_app_in_browser=True",
              "--LabApp.news_url=", "--LabApp.check_for_updates_class="
-             "jupyterlab.NeverCheckForUpdate", f"--ServerApp.root_dir={root}"],
+             "jupyterlab.NeverCheckForUpdate", f"--ServerApp.root_dir={root}", *extra],
             env=env, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
         while True:
