@@ -22,7 +22,7 @@ parent links describe.
   ``(i+1)*block_size - 1``), a row is one chain, a child starts below its
   parent when the parent already has a child on its row (a branch: two
   prompts that share the blocks to its left). Cells stored by the batch shown
-  wear an amber frame; cells removed by it are red crosses; a badge ``×2``
+  wear an amber frame; cells removed by it are dark crosses; a badge ``×2``
   marks a content two physical blocks hold. A cell keeps its place for the
   whole recording (a name always stands for the same tokens).
 """

@@ -4,7 +4,7 @@
 parameters and the same weights on both engines — vLLM's CPU build, in this
 process, and pagedkit's `LLMEngine` — with blocks of 32 tokens (the smallest
 vLLM accepts on CPU) and the same number of KV blocks, prefix caching on in
-both, chunked prefill on in both (vLLM V1 always chunks) with the same token
+both, chunked prefill on in both (vLLM V1 chunks by default) with the same token
 budget, and preemption by recomputation (V1's only mode). It reports, per
 request, whether the two produced the same tokens, and for each engine the
 throughput, each request's time to first token and latency, the KV blocks in
