@@ -4,11 +4,19 @@ package from src/, as pytest itself does (pyproject's ``pythonpath``), whatever
 else is installed or on PYTHONPATH."""
 
 import os
+import tempfile
 from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parent / "src")
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [SRC, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != SRC)])
+
+# The build track keeps a learner's pieces in ~/.pagedkit/my_engine.py (or
+# $PAGEDKIT_TRACK), and labs 03-08 save theirs there as they run: under the tests
+# they save the stubs. The tests and their notebook kernels use a file of their
+# own, so running the tests never overwrites a learner's work.
+TRACK_DIR = Path(tempfile.mkdtemp(prefix="pagedkit-track-"))
+os.environ["PAGEDKIT_TRACK"] = str(TRACK_DIR / "my_engine.py")
 
 # Lab 10 runs beside vLLM, and its committed outputs are vLLM's: nbval runs it
 # where vLLM is importable (CI's vLLM step, PAGEDKIT_REQUIRE_VLLM=1, where a

@@ -8,6 +8,7 @@ step, naming that piece."""
 
 import dataclasses
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,12 @@ def test_a_stub_is_not_written_yet(requests):
         run = track.lockstep(pieces, requests[:2], **track.SCENARIOS["recompute"])
         assert not run.passed and "not written yet" in repr(run), repr(run)
         assert run.divergence.pieces == pieces.plugged()
+
+
+
+def test_the_tests_never_overwrite_a_learners_saved_pieces():
+    # labs 03-08 save their (stub) pieces as they run under nbval: conftest.py
+    # points the track at a file of the tests' own, never the learner's
+    path = track.pieces_path()
+    assert path == Path(os.environ["PAGEDKIT_TRACK"])
+    assert Path.home() / ".pagedkit" not in path.parents
