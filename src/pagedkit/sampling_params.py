@@ -61,12 +61,14 @@ class SamplingParams:
         if self.max_tokens is not None:
             check_int("max_tokens", self.max_tokens, minimum=1)
         check_int("min_tokens", self.min_tokens, minimum=0, maximum=self.max_tokens)
-        if not _is_number(self.temperature) or not self.temperature >= 0:
-            raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if not _is_finite(self.temperature) or not self.temperature >= 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got "
+                             f"{self.temperature!r}")
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not _is_number(self.length_penalty) or math.isnan(self.length_penalty):
-            raise ValueError(f"length_penalty must be a number, got {self.length_penalty!r}")
+        if not _is_finite(self.length_penalty):
+            raise ValueError(f"length_penalty must be a finite number, got "
+                             f"{self.length_penalty!r}")
         check_int("top_k", self.top_k)
         if self.top_k < -1:
             raise ValueError(f"top_k must be 0 or -1 (no limit) or >= 1, got {self.top_k}")
@@ -107,8 +109,7 @@ class SamplingParams:
             value = getattr(self, name)
             if not _is_number(value) or not low <= value <= high:
                 raise ValueError(f"{name} must be a number in [{low}, {high}], got {value!r}")
-        if (not _is_number(self.repetition_penalty) or not math.isfinite(self.repetition_penalty)
-                or not self.repetition_penalty > 0):
+        if not _is_finite(self.repetition_penalty) or not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be a finite number > 0, got "
                              f"{self.repetition_penalty!r}")
         for name in ("include_stop_str_in_output", "detokenize", "skip_special_tokens"):
@@ -143,6 +144,10 @@ class SamplingParams:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_finite(value: object) -> bool:
+    return _is_number(value) and math.isfinite(value)
 
 
 def _stop_strings(stop: object) -> tuple[str, ...]:

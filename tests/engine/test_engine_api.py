@@ -48,7 +48,7 @@ def test_duplicate_request_id(engine):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"n": 0}, "n must be >= 1, got 0"),
-    ({"temperature": -0.5}, "temperature must be a number >= 0, got -0.5"),
+    ({"temperature": -0.5}, "temperature must be a finite number >= 0, got -0.5"),
     ({"top_p": 0.0}, r"top_p must be in \(0, 1\], got 0.0"),
     ({"top_p": 1.5}, r"top_p must be in \(0, 1\], got 1.5"),
     ({"top_k": -3}, "top_k must be 0 or -1 .* got -3"),
@@ -262,9 +262,9 @@ def test_stop_token_ids_are_checked():
         SamplingParams(stop_token_ids=5)
     with pytest.raises(ValueError, match=r"stop_token_ids\[1\] must be >= 0, got -1"):
         SamplingParams(stop_token_ids=[3, -1])
-    with pytest.raises(ValueError, match="temperature must be a number >= 0, got nan"):
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got nan"):
         SamplingParams(temperature=float("nan"))
-    with pytest.raises(ValueError, match="temperature must be a number >= 0, got True"):
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got True"):
         SamplingParams(temperature=True)
 
 

@@ -68,3 +68,11 @@ def test_vllm_today_is_its_record():
     fresh = api_check.run_cases("vllm")
     same = api_check.compare(fresh, recorded("vllm"))
     assert all(same.values()), [name for name, ok in same.items() if not ok]
+
+
+def test_a_case_missing_from_both_records_is_not_equal():
+    ours = recorded("pagedkit")
+    both = json.loads(json.dumps(ours))
+    del both["cases"]["chat"]
+    same = api_check.compare(both, both)
+    assert not same["chat"] and same["basic"]

@@ -97,7 +97,7 @@ class LLM:
         if concurrency_limit is not None:
             check_int("concurrency_limit", concurrency_limit, minimum=1)
         prompts = _prompt_list(prompts)
-        ids = [self.llm_engine.check_request("beam-search", p)[1] for p in prompts]
+        ids = [self.llm_engine.check_prompt(p, who="a beam search prompt")[1] for p in prompts]
         limit = concurrency_limit or len(ids)
         return [out for start in range(0, len(ids), limit)
                 for out in offline_beam_search(self, ids[start:start + limit], params, use_tqdm)]

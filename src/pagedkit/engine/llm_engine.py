@@ -21,6 +21,7 @@ request that got a token (partial until it finishes), so vLLM's loop
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Mapping
@@ -37,11 +38,11 @@ from ..model.runner import ModelRunner
 from ..model.support import check_supported
 from ..sampling_params import MAX_SEED, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from ..sequence import FinishReason, Sequence, SequenceGroup
+from ..sequence import FinishReason, RequestMetrics, Sequence, SequenceGroup
 from .args import check_engine_args
 from .beam_search import best_beams
 from .outputs import CompletionOutput, PositionLogprobs, RequestOutput, ScheduledInfo, StepOutput
-from .sampling import StopRule, record_prompt_logprobs, sample_step
+from .sampling import StopRule, output_text, record_prompt_logprobs, sample_step
 
 #: KV cache size on CPU when neither num_blocks nor kv_cache_memory is given.
 DEFAULT_CPU_KV_CACHE_BYTES = 256 * 2**20
@@ -205,45 +206,62 @@ class LLMEngine:
         request_id = str(request_id)
         if request_id in self.scheduler.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine")
+        return self.check_prompt(prompt, params, f"request {request_id!r}")
+
+    def check_prompt(self, prompt: str | SequenceLike[int], params: SamplingParams | None = None,
+                     who: str = "the prompt") -> tuple[str | None, list[int], SamplingParams]:
+        """`check_request` without a request id (`LLM.beam_search`'s prompts):
+        the prompt fits the engine, the params fit the model. `who` starts
+        the error messages."""
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
         text, token_ids = self._tokenize(check_prompt(prompt))
-        n = len(token_ids)
+        self._check_prompt_length(who, len(token_ids))
+        self._check_params(who, params)
+        return text, token_ids, params
+
+    def _check_prompt_length(self, who: str, n: int) -> None:
         if n == 0:
-            raise ValueError(f"request {request_id!r}: the prompt is empty")
+            raise ValueError(f"{who}: the prompt is empty")
         capacity = self.kv.allocator.num_blocks * self.kv.block_size
         if n + 1 > capacity:
-            raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but the whole KV "
+            raise ValueError(f"{who}: the prompt has {n} tokens but the whole KV "
                              f"cache holds {capacity} ({self.kv.allocator.num_blocks} blocks x "
                              f"{self.kv.block_size}); give the engine more blocks")
         if n >= self.max_model_len:
-            raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
+            raise ValueError(f"{who}: the prompt has {n} tokens but "
                              f"max_model_len is {self.max_model_len} (room is needed for at "
                              "least one generated token)")
         budget = self.scheduler_config.max_num_batched_tokens
         if n > budget and not self.scheduler_config.enable_chunked_prefill:
-            raise ValueError(f"request {request_id!r}: the prompt has {n} tokens but "
+            raise ValueError(f"{who}: the prompt has {n} tokens but "
                              f"max_num_batched_tokens is {budget}; raise it or set "
                              "enable_chunked_prefill=True")
+
+    def _check_params(self, who: str, params: SamplingParams) -> None:
+        vocab = self.runner.vocab_size
         if params.stop and self.tokenizer is None:
-            raise ValueError(f"request {request_id!r}: stop strings are matched in the output "
+            raise ValueError(f"{who}: stop strings are matched in the output "
                              "text, and this engine has no tokenizer: use stop_token_ids")
         for name in ("logprobs", "prompt_logprobs"):
             asked = getattr(params, name)
-            asked = self.runner.vocab_size if asked == -1 else asked
+            asked = vocab if asked == -1 else asked
             if asked is not None and self.max_logprobs != -1 and asked > self.max_logprobs:
-                raise ValueError(f"request {request_id!r}: {name}={getattr(params, name)} asks "
+                raise ValueError(f"{who}: {name}={getattr(params, name)} asks "
                                  f"for {asked} logprobs, more than max_logprobs="
                                  f"{self.max_logprobs} (an engine argument, vLLM's default 20)")
-        bad = [t for t in params.stop_token_ids if t >= self.runner.vocab_size]
+            if asked is not None and asked > vocab:
+                raise ValueError(f"{who}: {name}={asked} asks for more logprobs than the "
+                                 f"vocabulary has tokens ({vocab}); use at most {vocab}, or -1 "
+                                 "for all of them")
+        bad = [t for t in params.stop_token_ids if t >= vocab]
         if bad:
-            raise ValueError(f"request {request_id!r}: stop token id {bad[0]} is outside the "
-                             f"vocabulary [0, {self.runner.vocab_size})")
+            raise ValueError(f"{who}: stop token id {bad[0]} is outside the "
+                             f"vocabulary [0, {vocab})")
         if params.num_sequences > self.scheduler_config.max_num_seqs:
-            raise ValueError(f"request {request_id!r} runs {params.num_sequences} sequences but "
+            raise ValueError(f"{who} runs {params.num_sequences} sequences but "
                              f"max_num_seqs is {self.scheduler_config.max_num_seqs}")
-        return text, token_ids, params
 
     def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -326,7 +344,8 @@ class LLMEngine:
         # what vLLM's step() returns, read from this moment's tokens when first asked for
         new = out.new_tokens
         pending = [(g, self.output(g) if g.params.use_beam_search else
-                    [(s, len(s.token_ids), s.finish_reason) for s in g.seqs if s.seq_id in new])
+                    ([(s, len(s.token_ids), s.finish_reason) for s in g.seqs if s.seq_id in new],
+                     self._metrics_now(g)))
                    for g, _ in rows]
         done = out.finished
         out.build_outputs = lambda: self._step_outputs(pending, done)
@@ -340,16 +359,18 @@ class LLMEngine:
         completion that got a token, as vLLM streams them; then the aborted."""
         final = {o.request_id: o for o in finished}
         outs = []
-        for group, seqs in pending:
+        for group, then in pending:
             done = final.pop(group.request_id, None)
-            if isinstance(seqs, RequestOutput):  # a beam search's, built at its step
-                outs.append(done or seqs)
-            elif group.params.n == 1:
-                outs.append(done or self._output_of(group, seqs, finished=False))
+            if isinstance(then, RequestOutput):  # a beam search's, built at its step
+                outs.append(done or then)
+                continue
+            seqs, counts = then
+            if group.params.n == 1:
+                outs.append(done or self._output_of(group, seqs, finished=False, counts=counts))
             else:
                 last = len(seqs) - 1  # vLLM: finished with the last completion to end
-                outs += [self._output_of(group, [s], finished=done is not None and j == last)
-                         for j, s in enumerate(seqs)]
+                outs += [self._output_of(group, [s], finished=done is not None and j == last,
+                                         counts=counts) for j, s in enumerate(seqs)]
         return outs + list(final.values())
 
     def _generator_of(self, group: SequenceGroup) -> torch.Generator:
@@ -383,14 +404,23 @@ class LLMEngine:
         return self._output_of(group, [(s, len(s.token_ids), s.finish_reason) for s in seqs],
                                finished=group.is_finished)
 
+    @staticmethod
+    def _metrics_now(group: SequenceGroup) -> tuple[RequestMetrics, int]:
+        """The request's metrics (a copy, with vLLM's counts filled in) and
+        its prompt tokens served by the prefix cache, as of now."""
+        metrics = dataclasses.replace(
+            group.metrics, num_preemptions=group.num_preemptions,
+            num_generation_tokens=sum(len(s.token_ids) - s.prompt_len for s in group.seqs))
+        return metrics, group.num_cached_tokens
+
     def _output_of(self, group: SequenceGroup, seqs: list[tuple[Sequence, int, Any]], *,
-                   finished: bool) -> RequestOutput:
+                   finished: bool, counts: tuple[RequestMetrics, int] | None = None
+                   ) -> RequestOutput:
         """A RequestOutput of `seqs`, each as ``(sequence, its length then,
-        its finish reason then)``: a step's output stays what it was when
-        read later."""
-        metrics = group.metrics
-        metrics.num_generation_tokens = sum(len(s.token_ids) - s.prompt_len for s in group.seqs)
-        metrics.num_preemptions = group.num_preemptions
+        its finish reason then)``, with `counts` (`_metrics_now`) taken then
+        too (now if not given): a step's output stays what it was when read
+        later."""
+        metrics, num_cached_tokens = counts or self._metrics_now(group)
         completions = [self._completion(group, i, *snapshot) for i, snapshot in enumerate(seqs)]
         if group.params.n > 1 and len(seqs) == 1 and not group.params.use_beam_search:
             completions[0].index = group.seqs.index(seqs[0][0])  # its place among the n
@@ -398,7 +428,7 @@ class LLMEngine:
         if prompt_logprobs is not None:
             prompt_logprobs = [None, *self._decoded(prompt_logprobs[1:], group.params)]
         return RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, completions,
-                             finished, metrics, group.num_cached_tokens, group.num_preemptions,
+                             finished, metrics, num_cached_tokens, metrics.num_preemptions,
                              prompt_logprobs)
 
     def _completion(self, group: SequenceGroup, index: int, seq: Sequence, length: int,
@@ -420,7 +450,9 @@ class LLMEngine:
               reason: FinishReason | None) -> str:
         """The completion's text, by vLLM's rules: empty without detokenizing;
         cut at a stop string; without the stop token that ended it (unless
-        ``include_stop_str_in_output``); while unfinished, short of the last
+        ``include_stop_str_in_output``); held back to before a character
+        its tokens have not completed yet (`output_text`); while unfinished,
+        short of the last
         ``len(longest stop string) - 1`` characters, which may yet turn out
         to start a stop string."""
         if self.tokenizer is None or not params.detokenize:
@@ -429,7 +461,7 @@ class LLMEngine:
             return seq.text
         if reason is FinishReason.STOP and ids and not params.include_stop_str_in_output:
             ids = ids[:-1]
-        text = self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens)
+        text = output_text(self.tokenizer, ids, params)
         held = (max(map(len, params.stop)) - 1
                 if reason is None and params.stop and not params.include_stop_str_in_output else 0)
         return text[:-held] if held else text

@@ -54,6 +54,21 @@ def beam_score(beam: BeamSearchSequence, eos_token_id: int | None,
     return beam.cum_logprob / max(length, 1) ** length_penalty
 
 
+def _grow(group: list[BeamSearchSequence], outs, eos: int | None, ignore_eos: bool,
+          completed: list[BeamSearchSequence]) -> list[BeamSearchSequence]:
+    """Every beam of one prompt grown by each of its candidates (the next
+    outputs of `outs`, one per beam): an end-of-sequence candidate goes to
+    `completed`, the others come back."""
+    grown = []
+    for beam in group:
+        position = next(outs).outputs[0].logprobs[0]
+        for token, lp in position.items():
+            new = BeamSearchSequence([*beam.tokens, token], [*beam.logprobs, position],
+                                     beam.cum_logprob + lp.logprob)
+            (completed if token == eos and not ignore_eos else grown).append(new)
+    return grown
+
+
 def beam_search(llm: Any, prompts: list[list[int]], params: BeamSearchParams,
                 use_tqdm: bool = False) -> list[BeamSearchOutput]:
     """Search `prompts` (token ids) with `llm` (an `LLM`); see the module."""
@@ -71,19 +86,9 @@ def beam_search(llm: Any, prompts: list[list[int]], params: BeamSearchParams,
         beams = [b for group in live for b in group]
         if not beams:
             break
-        outs = llm.generate([b.tokens for b in beams], step_params, use_tqdm=False)
-        step = iter(zip(beams, outs, strict=True))
+        outs = iter(llm.generate([b.tokens for b in beams], step_params, use_tqdm=False))
         for i, group in enumerate(live):
-            grown = []
-            for beam, out in (next(step) for _ in group):
-                position = out.outputs[0].logprobs[0]
-                for token, lp in position.items():
-                    new = BeamSearchSequence([*beam.tokens, token], [*beam.logprobs, position],
-                                             beam.cum_logprob + lp.logprob)
-                    if token == eos and not params.ignore_eos:
-                        completed[i].append(new)
-                    else:
-                        grown.append(new)
+            grown = _grow(group, outs, eos, params.ignore_eos, completed[i])
             live[i] = sorted(grown, key=key, reverse=True)[:params.beam_width]
     outputs = []
     for done, group in zip(completed, live, strict=True):

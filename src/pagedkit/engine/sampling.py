@@ -48,10 +48,17 @@ class StopRule:
     tokenizer: Any = None
 
     def stop_ids(self, group: SequenceGroup) -> set[int]:
+        """The tokens that end a sequence of `group`."""
         params = group.params
         if params.ignore_eos:
             return set(params.stop_token_ids)
         return self.eos_token_ids.union(params.stop_token_ids)
+
+    def early_ids(self, group: SequenceGroup) -> set[int]:
+        """The tokens a sequence cannot pick before ``min_tokens``: its stop
+        tokens and end-of-sequence, even with ``ignore_eos`` (vLLM masks
+        its ``all_stop_token_ids``, which always hold end-of-sequence)."""
+        return self.eos_token_ids.union(group.params.stop_token_ids)
 
 
 def sample_step(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
@@ -60,31 +67,63 @@ def sample_step(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
                 new_seq_id: Callable[[], int]) -> Sampled:
     """Sample every group of `rows` — ``(group, [(sequence, its row of
     logits)])``, in scheduled order (unseeded requests draw from the engine's
-    generator in that order) — and return what was decided."""
-    raw = logits  # what logprobs report (vLLM's raw_logprobs)
-    logits = adjust_logits(rows, logits, rule)
-    greedy = (greedy_tokens(logits)
-              if any(g.params.greedy and not g.params.use_beam_search for g, _ in rows) else [])
-    sampled = Sampled()
-    now = time.monotonic()
-    for group, group_rows in rows:
-        if group.metrics.first_token_time is None:
-            group.metrics.first_token_time = now
-        group.metrics.last_token_time = now
-        if group.params.use_beam_search:
-            _beam_group(group, group_rows, logits, rule, new_seq_id, sampled)
-        else:
-            _sample_group(group, group_rows, logits, raw, greedy, generator(group), new_seq_id,
-                          sampled)
-            _check_stops(group, rule, sampled)
-    return sampled
+    generator in that order) — and return what was decided.
+
+    All or nothing: if anything raises part-way (a KeyboardInterrupt too),
+    every group and generator is put back as it was (`_restore`), so the
+    step can run again and sample what it would have sampled."""
+    saved = ([(g, list(g.seqs), len(g.finished_beams),
+               [(s, len(s.token_ids), [getattr(s, f) for f in _SAMPLED]) for s in g.seqs])
+              for g, _ in rows],
+             [(gen, gen.get_state()) for gen in
+              {generator(g) for g, _ in rows if not g.params.greedy}])
+    try:
+        raw = logits  # what logprobs report (vLLM's raw_logprobs)
+        logits = adjust_logits(rows, logits, rule)
+        greedy = (greedy_tokens(logits)
+                  if any(g.params.greedy and not g.params.use_beam_search for g, _ in rows) else [])
+        sampled = Sampled()
+        now = time.monotonic()
+        for group, group_rows in rows:
+            if group.metrics.first_token_time is None:
+                group.metrics.first_token_time = now
+            group.metrics.last_token_time = now
+            if group.params.use_beam_search:
+                _beam_group(group, group_rows, logits, rule, new_seq_id, sampled)
+            else:
+                _sample_group(group, group_rows, logits, raw, greedy, generator(group), new_seq_id,
+                              sampled)
+                _check_stops(group, rule, sampled)
+        return sampled
+    except BaseException:
+        _restore(*saved)
+        raise
+
+
+#: what sampling writes on a sequence besides its tokens
+_SAMPLED = ("cumulative_logprob", "logprobs", "text", "decoded", "stop_reason", "finish_reason")
+
+
+def _restore(groups: list, generators: list) -> None:
+    """Put the groups (their sequences, tokens, finished beams) and the
+    generators back as `sample_step` found them."""
+    for group, seqs, num_finished_beams, states in groups:
+        group.seqs = seqs
+        del group.finished_beams[num_finished_beams:]
+        for seq, length, values in states:
+            del seq.token_ids[length:]
+            for name, value in zip(_SAMPLED, values, strict=True):
+                setattr(seq, name, value)
+    for gen, state in generators:
+        gen.set_state(state)
 
 
 def adjust_logits(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
                   logits: torch.Tensor, rule: StopRule) -> torch.Tensor:
     """The logits tokens are picked from, in a copy, for the rows that need
     one (vLLM's order): ``min_tokens`` first — a sequence that has generated
-    fewer cannot pick a stop token, so its row's stop tokens get -inf — then
+    fewer cannot pick a stop token or end-of-sequence (`StopRule.early_ids`),
+    so those get -inf in its row — then
     the repetition, frequency and presence penalties (`penalize`). The rows
     of beam searches are left as they are: `beam_step` masks their
     log-probabilities itself. Without such rows the logits come back as
@@ -94,7 +133,7 @@ def adjust_logits(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
         params = group.params
         if params.use_beam_search:
             continue
-        stop_ids = sorted(rule.stop_ids(group)) if params.min_tokens else ()
+        stop_ids = sorted(rule.early_ids(group)) if params.min_tokens else ()
         early += [(row, seq, params, stop_ids) for seq, row in group_rows
                   if params.penalized or (stop_ids and seq.num_output_tokens < params.min_tokens)]
     if not early:
@@ -243,8 +282,7 @@ def stop_string(seq: Sequence, params: SamplingParams, tokenizer: Any) -> Finish
     `stop_reason` is the string. The text so far is kept on the sequence,
     so each step decodes only once."""
     before = seq.decoded
-    text = tokenizer.decode(seq.token_ids[seq.prompt_len:],
-                            skip_special_tokens=params.skip_special_tokens)
+    text = output_text(tokenizer, seq.token_ids[seq.prompt_len:], params)
     seq.decoded = text
     if seq.num_output_tokens <= params.min_tokens:
         return None
@@ -260,6 +298,14 @@ def stop_string(seq: Sequence, params: SamplingParams, tokenizer: Any) -> Finish
     seq.text = text[:end] if params.include_stop_str_in_output else text[:start]
     seq.stop_reason = stop
     return FinishReason.STOP
+
+
+def output_text(tokenizer: Any, ids: list[int], params: SamplingParams) -> str:
+    """The text of output tokens as vLLM's detokenizer shows it: a text that
+    ends in U+FFFD (the tokens so far end inside a multi-byte character,
+    which byte-level tokenizers split) is held back to before it, until a
+    later token completes the character."""
+    return tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens).rstrip("\ufffd")
 
 
 def _common_prefix_len(a: str, b: str) -> int:

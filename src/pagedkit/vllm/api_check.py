@@ -252,8 +252,10 @@ def _close(a: Any, b: Any, tol: float) -> bool:
 
 
 def compare(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, bool]:
-    """Per case: do the two records agree (floats within `LOGPROB_TOL`)?"""
-    return {name: _close(ours["cases"].get(name), theirs["cases"].get(name), LOGPROB_TOL)
+    """Per case: do the two records agree (floats within `LOGPROB_TOL`)? A
+    case either record lacks does not."""
+    return {name: name in ours["cases"] and name in theirs["cases"]
+            and _close(ours["cases"][name], theirs["cases"][name], LOGPROB_TOL)
             for name in CASES}
 
 
