@@ -146,3 +146,18 @@ def test_jupyterlab_runs_the_command_and_serves_docs(tmp_path):
         argv = [a for a in lab.command(root, lab.FIRST_LAB, as_root=False, extra=extra)]
         refused = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
         assert refused.returncode != 0 and "--allow-root" in refused.stdout + refused.stderr
+
+
+def test_the_widget_state_default_is_said_and_can_be_left_off(tmp_path, monkeypatch, capsys):
+    written = []
+    monkeypatch.setattr(lab, "settings_dir", lambda: tmp_path / "overrides.d")
+    monkeypatch.setattr(lab, "copy_labs", lambda root: ([], []))
+    monkeypatch.setattr(lab.subprocess, "call", lambda argv: written.append(argv) or 0)
+    assert lab.main(["--no-browser"]) == 0
+    assert str(tmp_path / "overrides.d" / "pagedkit.json") in capsys.readouterr().err
+    assert (tmp_path / "overrides.d" / "pagedkit.json").exists()
+    (tmp_path / "overrides.d" / "pagedkit.json").unlink()
+    assert lab.main(["--no-widget-state", "--no-browser"]) == 0
+    assert not (tmp_path / "overrides.d" / "pagedkit.json").exists()
+    assert "widget state" not in capsys.readouterr().err
+    assert all("--no-widget-state" not in argv for argv in written)  # not passed to jupyter

@@ -103,6 +103,10 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"the notebook to open, e.g. 03_paging.ipynb (default: {FIRST_LAB})")
     p.add_argument("--print", action="store_true", dest="dry_run",
                    help="print the jupyter command instead of running it")
+    p.add_argument("--no-widget-state", action="store_false", dest="widget_state",
+                   help="do not set JupyterLab (in this environment) to save widget state "
+                        "with a notebook; without it, a reopened lab shows its widgets only "
+                        "once its cells run again")
     return p
 
 
@@ -130,9 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in changed:
         print(f"lab: labs/{name} changed since your copy in {WORK}/; yours is kept (delete it "
               "to take the new one)", file=sys.stderr)
-    if write_settings(settings_dir()) is None:
-        print(f"lab: could not write {settings_dir()}: widgets in a reopened lab show again "
-              "once its cells run", file=sys.stderr)
+    if args.widget_state:
+        written = write_settings(settings_dir())
+        if written is None:
+            print(f"lab: could not write {settings_dir()}: widgets in a reopened lab show "
+                  "again once its cells run", file=sys.stderr)
+        else:
+            print(f"lab: JupyterLab in this environment saves widget state with a notebook "
+                  f"({written}; delete it, or run with --no-widget-state, to stop)",
+                  file=sys.stderr)
     if as_root:
         print("lab: running as root, so with --allow-root (JupyterLab refuses root without "
               "it)", file=sys.stderr)

@@ -143,3 +143,14 @@ def test_nbgrader_round_trip(tmp_path, lab="02", wrong_name="first_fit"):
     assert points == exercises
     assert scores == {"reference": points, "unsolved": 0, "wrong": points - 1}
     shutil.rmtree(course)
+
+
+def test_grading_turns_the_build_track_off_and_a_course_needs_the_labs(tmp_path, monkeypatch):
+    ng.write_course(tmp_path / "course", [])
+    config = (tmp_path / "course" / "nbgrader_config.py").read_text()
+    assert 'os.environ["PAGEDKIT_TRACK"] = ""' in config
+    compile(config, "nbgrader_config.py", "exec")
+    monkeypatch.setattr(ng, "LABS", tmp_path / "nowhere")
+    with pytest.raises(SystemExit):
+        ng.main([str(tmp_path / "other")])
+    assert not (tmp_path / "other").exists()

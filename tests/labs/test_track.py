@@ -78,11 +78,6 @@ def _plugged_wrong_answers():
                 yield pytest.param(name, fn, id=f"{lab}.{name}.{fn.__name__}")
 
 
-#: the scenarios tried in turn until one stops a wrong answer: those that stop most first
-ORDER = ("recompute", "admission", "memory", "chunked", "memory_chunked", "budget", "pair",
-         "swap")
-
-
 def test_two_victims_for_one_pair(reference):
     requests = track.pair_requests()
     run = track.lockstep(reference, requests, **track.SCENARIOS["pair"])
@@ -92,13 +87,10 @@ def test_two_victims_for_one_pair(reference):
 
 
 @pytest.mark.parametrize("name, wrong", list(_plugged_wrong_answers()))
-def test_a_wrong_piece_is_stopped_at_a_named_step(reference, requests, name, wrong):
+def test_a_wrong_piece_is_stopped_at_a_named_step(reference, name, wrong):
+    # track.check is what the labs' build-track cells run
     pieces = dataclasses.replace(reference, **{name: wrong})
-    for scenario in ORDER:
-        work = track.pair_requests() if scenario == "pair" else requests
-        run = track.lockstep(pieces, work, **track.SCENARIOS[scenario])
-        if not run.passed:
-            break
+    run = track.check(pieces, log=lambda line: None)
     assert not run.passed, f"{wrong.__name__} served every scenario like pagedkit"
     assert run.divergence.pieces == [name], repr(run)   # the wrong piece, and only it
     assert repr(run).startswith(f"❌ lockstep: step {run.divergence.step}: ")
@@ -199,3 +191,86 @@ def test_the_tests_never_overwrite_a_learners_saved_pieces():
     path = track.pieces_path()
     assert path == Path(os.environ["PAGEDKIT_TRACK"])
     assert Path.home() / ".pagedkit" not in path.parents
+
+
+def test_check_runs_every_scenario_for_pieces_that_agree(reference):
+    lines = []
+    run = track.check(reference, log=lines.append)
+    assert run.passed, repr(run)
+    assert [line.split(":")[0].strip() for line in lines] == list(track.CHECK_ORDER)
+    assert set(track.CHECK_ORDER) == set(track.SCENARIOS)
+    with pytest.raises(ValueError, match="unknown scenario 'fast'"):
+        track.check(reference, scenarios=["fast"])
+
+
+NOTEBOOK = '''
+import torch.nn.functional as F
+from pagedkit.kernels import reference
+from pagedkit.memory import hash_block as name_block
+SCALE = 2
+LIMIT = [1]
+
+
+def uses_globals(x):
+    return F.relu(torch.tensor([x])).item() * SCALE, reference.__name__, name_block.__name__
+
+
+def uses_a_list(x):
+    return LIMIT[0] + x
+
+
+def append_slots(block_table, num_tokens, num_new_tokens, block_size, free_blocks):
+    """not written yet"""
+    # YOUR CODE HERE
+    raise NotImplementedError
+'''
+
+
+def _notebook(tmp_path):
+    path = tmp_path / "notebook.py"
+    path.write_text("import torch\n" + NOTEBOOK)
+    spec = importlib.util.spec_from_file_location("notebook", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_saved_pieces_keep_the_imports_and_constants_they_use(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAGEDKIT_TRACK", str(tmp_path / "my_engine.py"))
+    notebook = _notebook(tmp_path)
+    track.save(notebook.uses_globals)
+    track.save(notebook.uses_globals)  # saved twice: each line once
+    saved = (tmp_path / "my_engine.py").read_text()
+    for line in ("import torch.nn.functional as F",
+                 "import pagedkit.kernels.reference as reference",
+                 "import hash_block as name_block", "SCALE = 2", "import torch\n"):
+        assert saved.count(line) == 1, saved
+    namespace = {}
+    exec(compile(saved, "my_engine.py", "exec"), namespace)
+    assert namespace["uses_globals"](3) == (6.0, "pagedkit.kernels.reference", "hash_block")
+    with pytest.raises(TypeError, match=r"uses the notebook's 'LIMIT' \(list\)"):
+        track.save(notebook.uses_a_list)
+
+
+def test_a_stub_is_not_saved_and_a_piece_can_be_forgotten(tmp_path, monkeypatch, reference):
+    monkeypatch.setenv("PAGEDKIT_TRACK", str(tmp_path / "my_engine.py"))
+    said = []
+    track.save(_notebook(tmp_path).append_slots, log=said.append)
+    assert said == ["append_slots is not written yet: not saved (pagedkit's own runs in its "
+                    "place)"]
+    assert track.load().plugged() == []
+    track.save(reference.admit, reference.append_slots)
+    assert track.load().plugged() == ["admit", "append_slots"]
+    track.forget("append_slots")
+    assert track.load().plugged() == ["admit"]
+    with pytest.raises(ValueError, match="no saved piece named 'nope'; saved: admit"):
+        track.forget("nope")
+
+
+def test_an_empty_track_path_turns_the_track_off(monkeypatch, reference):
+    monkeypatch.setenv("PAGEDKIT_TRACK", "")
+    said = []
+    assert track.save(reference.admit, log=said.append) is None
+    assert said == ["the build track is off here (PAGEDKIT_TRACK is empty): nothing saved"]
+    assert track.load().plugged() == []
+    assert track.check(track.load(), log=said.append) is None

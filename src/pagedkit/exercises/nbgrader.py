@@ -48,6 +48,11 @@ c.CourseDirectory.db_url = "sqlite:///" + {{db!r}}
 c.ClearSolutions.code_stub = {{{{"python": {CODE_STUB!r}}}}}
 # A lab's cells run for seconds; a loaded machine can make that minutes.
 c.Execute.timeout = 600
+# The build-track cells of labs 03-08 save and load a learner's pieces
+# (pagedkit.exercises.track): off while grading, so that no student's code runs
+# in another's notebook and the grader's own saved pieces stay as they are.
+import os  # noqa: E402
+os.environ["PAGEDKIT_TRACK"] = ""
 '''
 
 _CHECK = re.compile(r"(?:(\w+) = )?(lab\d\d)\.check_(\w+)\((\w+)\)")
@@ -209,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labs", help="comma-separated lab numbers, e.g. 00,02 (default: all)")
     args = p.parse_args(argv)
     notebooks = {path.name.split("_")[0]: path for path in sorted(LABS.glob("*.ipynb"))}
+    if not notebooks:
+        p.error(f"no labs in {LABS}: the course is built from a clone of the repository (git "
+                "clone https://github.com/pagedkit/pagedkit, then pip install -e . in it)")
     names = list(notebooks) if args.labs is None else [n.strip() for n in args.labs.split(",")]
     unknown = [n for n in names if n not in notebooks]
     if unknown:

@@ -751,8 +751,11 @@ def lockstep(pieces: Pieces, requests: Sequence[tuple[Any, Any]], *, model: Any 
 # ------------------------------------------------- your pieces, lab to lab
 #: Where `save` keeps the learner's pieces between notebooks (each lab is a
 #: notebook of its own): ``$PAGEDKIT_TRACK`` or ``~/.pagedkit/my_engine.py``.
-def pieces_path() -> Path:
-    return Path(os.environ.get("PAGEDKIT_TRACK", Path.home() / ".pagedkit" / "my_engine.py"))
+#: ``PAGEDKIT_TRACK=""`` turns the track off (nbgrader's grading does): nothing
+#: is saved, nothing is loaded.
+def pieces_path() -> Path | None:
+    path = os.environ.get("PAGEDKIT_TRACK", str(Path.home() / ".pagedkit" / "my_engine.py"))
+    return Path(path) if path else None
 
 
 _HEADER = ('"""Your engine\'s pieces, saved by pagedkit.exercises.track.save from the labs."""\n'
@@ -760,48 +763,120 @@ _HEADER = ('"""Your engine\'s pieces, saved by pagedkit.exercises.track.save fro
            "from pagedkit.memory import ROOT_HASH, hash_block\n")
 
 
-def _sources(fn: Callable, found: dict[str, str]) -> None:
-    """`fn`'s source and that of the functions of its notebook it calls."""
+def _sources(fn: Callable, found: dict[str, str], imports: dict[str, str]) -> None:
+    """`fn`'s source, that of the functions of its notebook it calls, and
+    the imports and constants of the notebook they use (`_global_line`)."""
     found[fn.__name__] = textwrap.dedent(inspect.getsource(fn))
     codes = [fn.__code__]
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if inspect.iscode(c)]
         for name in code.co_names:
-            helper = fn.__globals__.get(name)
-            if inspect.isfunction(helper) and helper.__module__ == fn.__module__ \
-                    and name not in found:
-                _sources(helper, found)
+            if (name not in fn.__globals__ or name in found or name in imports
+                    or name.startswith("__")):  # an attribute like x.__name__
+                continue
+            value = fn.__globals__[name]
+            if inspect.isfunction(value) and value.__module__ == fn.__module__:
+                _sources(value, found, imports)
+            else:
+                imports[name] = _global_line(name, value, fn)
 
 
-def save(*functions: Callable) -> Path:
-    """Keep your pieces (and the functions of your notebook they call) for the
-    labs after this one: `load` gives them back. Saving a name again replaces it."""
+def _global_line(name: str, value: Any, fn: Callable) -> str:
+    """The line that gives a saved piece the notebook global `name`: an
+    import for a module or an importable function or class, an assignment
+    for a plain constant; anything else is refused by name."""
+    if inspect.ismodule(value):
+        return (f"import {value.__name__}" if value.__name__ == name
+                else f"import {value.__name__} as {name}")
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if module and qualname and module != fn.__module__ and "." not in qualname:
+        return f"from {module} import {qualname}" + ("" if qualname == name else f" as {name}")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return f"{name} = {value!r}"
+    raise TypeError(f"{fn.__name__} uses the notebook's {name!r} ({type(value).__name__}), "
+                    "which save cannot keep for the next labs: pass it as an argument, or "
+                    "build it inside the function")
+
+
+def _is_stub(fn: Callable) -> bool:
+    """Is `fn` still the exercise's stub (its body ``raise NotImplementedError``)?"""
+    body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    return (len(body) == 1 and isinstance(body[0], ast.Raise)
+            and "NotImplementedError" in ast.unparse(body[0]))
+
+
+def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | None:
+    """Keep your pieces (with the functions, imports and constants of your
+    notebook they use) for the labs after this one: `load` gives them back.
+    Saving a name again replaces it; a stub (not written yet) is not saved,
+    so pagedkit's own piece keeps running in its place; `forget` drops one."""
     found: dict[str, str] = {}
+    imports: dict[str, str] = {}
+    if pieces_path() is None:
+        log("the build track is off here (PAGEDKIT_TRACK is empty): nothing saved")
+        return None
     for fn in functions:
         if not inspect.isfunction(fn):
             raise TypeError(f"save needs your functions, got {fn!r}")
-        _sources(fn, found)
-    path = pieces_path()
-    kept = _saved_sources(path)
+        if _is_stub(fn):
+            log(f"{fn.__name__} is not written yet: not saved (pagedkit's own runs in its place)")
+            continue
+        _sources(fn, found, imports)
+    kept = _saved_sources(pieces_path())
     kept.update(found)
+    kept.update({f"line: {line}": line for line in imports.values()})
+    return _write(kept)
+
+
+def forget(*names: str) -> Path:
+    """Drop saved pieces by name (pagedkit's own runs in their place again)."""
+    if pieces_path() is None:
+        raise ValueError("the build track is off here (PAGEDKIT_TRACK is empty)")
+    kept = _saved_sources(pieces_path())
+    unknown = [n for n in names if n not in kept]
+    if unknown:
+        saved = [k for k in kept if not k.startswith("line: ")]
+        raise ValueError(f"no saved piece named {unknown[0]!r}; saved: "
+                         f"{', '.join(saved) or 'none'}")
+    return _write({k: v for k, v in kept.items() if k not in names})
+
+
+def _write(kept: dict[str, str]) -> Path:
+    """The saved pieces file: the header, the imports and constants, the functions."""
+    path = pieces_path()
+    lines = sorted(v for k, v in kept.items()
+                   if k.startswith("line: ") and v not in _HEADER.splitlines())
+    functions = [v for k, v in kept.items() if not k.startswith("line: ")]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_HEADER + "".join(f"\n\n{src.rstrip()}\n" for src in kept.values()))
+    path.write_text(_HEADER + "".join(f"{line}\n" for line in lines)
+                    + "".join(f"\n\n{src.rstrip()}\n" for src in functions))
     return path
 
 
 def _saved_sources(path: Path) -> dict[str, str]:
+    """The saved functions by name, and the imports and constants after the
+    header as ``"line: ..."``."""
     if not path.exists():
         return {}
     text = path.read_text()
-    return {node.name: ast.get_source_segment(text, node) for node in ast.parse(text).body
-            if isinstance(node, ast.FunctionDef)}
+    kept = {}
+    for node in ast.parse(text).body:
+        segment = ast.get_source_segment(text, node)
+        if isinstance(node, ast.FunctionDef):
+            kept[node.name] = segment
+        elif isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign)):
+            kept[f"line: {segment}"] = segment
+    return kept
 
 
 def load() -> Pieces:
-    """The pieces saved so far (`save`), ready to plug in; none saved: no pieces."""
+    """The pieces saved so far (`save`), ready to plug in; none saved (or the
+    track off): no pieces."""
     path = pieces_path()
-    if not path.exists():
+    if path is None or not path.exists():
         return Pieces()
     namespace: dict[str, Any] = {"__name__": "my_engine"}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
@@ -868,6 +943,41 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                            enable_chunked_prefill=True, max_num_batched_tokens=16,
                            max_num_seqs=6),
 }
+
+
+#: The scenarios `check` runs, in this order (those that stop most wrong
+#: pieces first): every wrong piece in the course's tests is stopped by one
+#: of them (tests/labs/test_track.py runs `check` itself).
+CHECK_ORDER = ("recompute", "admission", "memory", "chunked", "memory_chunked", "budget",
+               "pair", "swap")
+
+
+def check(pieces: Pieces, *, scenarios: Sequence[str] = CHECK_ORDER,
+          log: Callable[[str], None] = print) -> LockstepRun | None:
+    """Your `pieces` beside pagedkit's own in each of `scenarios` (the bench
+    workload, `bench_requests()`; "pair" runs `pair_requests()`), stopping
+    at the first run that differs: that run is returned, naming the step and
+    the piece. If every scenario passes, the last run is returned. One
+    scenario alone can miss a wrong piece (a rule that matters only when
+    seats, budget or blocks run short): the labs' build-track cells run
+    them all. None, said, when no piece of yours is saved."""
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenario {unknown[0]!r}; the scenarios are "
+                         f"{', '.join(SCENARIOS)}")
+    if not pieces.plugged():
+        log("none of your pieces is saved yet (track.save in labs 03-07): nothing to check")
+        return None
+    requests = bench_requests()
+    run = None
+    for name in scenarios:
+        run = lockstep(pieces, pair_requests() if name == "pair" else requests,
+                       **SCENARIOS[name])
+        log(f"{name:>15}: {'same as pagedkit' if run.passed else 'DIFFERS'} "
+            f"({run.steps} steps)")
+        if not run.passed:
+            break
+    return run
 
 
 def transformers_tokens(requests: Sequence[tuple[list[int], Any]], model: Any = None
