@@ -445,64 +445,33 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     so big that its blocks start past 2^31 elements (block ids multiplied in
     32 bits wrap around), and is compared with float64 attention on the
     un-paged K/V."""
-    import importlib.util
-    import inspect
-    import json
-    import os
     import signal
     import subprocess
-    import sys
-    import tempfile
-    import textwrap
+
+    from ._interpreter import kernel_source, no_triton, run_in_interpreter
 
     name = "paged_kernel"
-    fn = getattr(kernel, "fn", None)
-    if fn is None:  # not a Triton kernel: a stub, or a plain Python function
-        require_function(name, kernel)
-        try:
-            kernel()
-        except NotImplementedError as err:
-            return not_written(name, kernel, err)
-        except Exception:
-            pass
-    if importlib.util.find_spec("triton") is None:
-        return CheckResult(name, False, "Triton is not installed here (it has no macOS "
-                                        "wheels): this exercise needs Linux or Colab")
-    if fn is None:
-        return CheckResult(name, False, "give the check your kernel itself: the function "
-                                        "decorated with @triton.jit")
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as err:
-        return CheckResult(name, False, f"cannot read your kernel's source ({err}); define it "
-                                        "in a notebook cell or a .py file")
-    if "..." in source.split("# ---- your code ends here", 1)[0].split("YOUR CODE", 1)[-1]:
-        return CheckResult(name, False, "not written yet: replace the `...` in the block-table "
-                                        "lines with your code")
-    spec = {"source": source, "name": fn.__name__, "cases": KERNEL_CASES,
+    source = kernel_source(name, kernel, _kernel_unwritten)
+    if isinstance(source, CheckResult):
+        return source
+    missing = no_triton(name, "this exercise needs")
+    if missing:
+        return missing
+    spec = {"source": source[0], "name": source[1], "cases": KERNEL_CASES,
             "block_n": KERNEL_BLOCK_N}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
-    env = {k: v for k, v in os.environ.items() if k != "PAGEDKIT_KERNELS"}
-    env.update(TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
     try:
-        done = subprocess.run([sys.executable, "-m", "pagedkit.exercises._kernel_runner",
-                               f.name], capture_output=True, text=True, env=env,
-                              timeout=timeout)
+        results, code, stderr = run_in_interpreter("pagedkit.exercises._kernel_runner", spec,
+                                                   timeout)  # one result line per case run
     except subprocess.TimeoutExpired:
         return CheckResult(name, False, f"your kernel ran for over {timeout:.0f} s in the "
                                         "interpreter: does a loop never end?")
-    finally:
-        os.unlink(f.name)
-    results = [json.loads(line) for line in done.stdout.splitlines()
-               if line.startswith("{")]                 # one line per case run
     hint = ("token n sits in physical block block_table[n // BLOCK_SIZE], at offset "
             "n % BLOCK_SIZE; its row starts at block * stride_block + offset * stride_token + "
             "head * stride_head (use the strides: the cache's blocks and heads are padded)")
     far_hint = ("block * stride_block is past 2^31 here, as in any big cache: 32-bit "
                 "arithmetic wraps around to a negative offset. Cast the block ids to tl.int64 "
                 "before multiplying")
-    if done.returncode in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
+    if code in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
         struck = KERNEL_CASES[min(len(results), len(KERNEL_CASES) - 1)]
         if struck[5]:
             return CheckResult(name, False, f"{_kernel_call(struck)} read memory outside its "
@@ -514,9 +483,9 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
                                         "table ends where unreadable memory begins): load it "
                                         "with mask=n_mask, so that lanes past the context read "
                                         "nothing")
-    if done.returncode != 0 or not results:
+    if code != 0 or not results:
         return CheckResult(name, False, "the interpreter process failed: "
-                                        + (done.stderr.strip()[-600:] or "no output"))
+                                        + (stderr.strip()[-600:] or "no output"))
     skipped = []
     for case, result in zip(KERNEL_CASES, results, strict=False):
         call = _kernel_call(case)
@@ -543,6 +512,13 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     return CheckResult(name, True, f"all {len(KERNEL_CASES) - len(skipped)} cases match "
                                    "attention on the un-paged K/V (Triton's interpreter; block "
                                    f"sizes 1 to 16, padded blocks and heads{far})")
+
+
+def _kernel_unwritten(source: str) -> str | None:
+    """Lab 04's kernel is written once the block-table lines hold no `...`."""
+    if "..." in source.split("# ---- your code ends here", 1)[0].split("YOUR CODE", 1)[-1]:
+        return "not written yet: replace the `...` in the block-table lines with your code"
+    return None
 
 
 def _kernel_call(case: tuple) -> str:

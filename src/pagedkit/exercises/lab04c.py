@@ -31,18 +31,12 @@ out of the student's copy, like every lab's solutions.
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import json
-import os
 import signal
 import subprocess
-import sys
-import tempfile
-import textwrap
 from collections.abc import Callable
 
-from . import CheckResult, not_written, require_function
+from . import CheckResult
+from ._interpreter import kernel_source, no_triton, run_in_interpreter
 
 __all__ = ["CHECKS", "HINTS", "PUZZLES", "check", "check_decode_kernel", "check_gather_kernel",
            "check_merge_kernel", "check_store_kv_kernel", "hint", "serve"]
@@ -135,47 +129,13 @@ def hint(name: str, level: int = 1) -> str:
 
 
 def _source(name: str, kernel) -> tuple[str, str] | CheckResult:
-    fn = getattr(kernel, "fn", None)
-    if fn is None:  # not a Triton kernel: a stub, or a plain Python function
-        require_function(name, kernel)
-        try:
-            kernel()
-        except NotImplementedError as err:
-            return not_written(name, kernel, err)
-        except Exception:
-            pass
-        return CheckResult(name, False, "give the check your kernel itself: the function "
-                                        "decorated with @triton.jit")
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as err:
-        return CheckResult(name, False, f"cannot read your kernel's source ({err}); define it "
-                                        "in a notebook cell or a .py file")
+    return kernel_source(name, kernel, _unwritten)
+
+
+def _unwritten(source: str) -> str | None:
     body = source.split(":", 1)[-1]
     if "..." in body.split('"""')[-1]:
-        return CheckResult(name, False, "not written yet: replace the `...` with your code")
-    return source, fn.__name__
-
-
-def _run(spec: dict, timeout: float) -> tuple[list[dict], int, str]:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(spec, f)
-    env = {k: v for k, v in os.environ.items() if k != "PAGEDKIT_KERNELS"}
-    env.update(TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    try:
-        done = subprocess.run([sys.executable, "-m", "pagedkit.exercises._puzzle_runner",
-                               f.name], capture_output=True, text=True, env=env,
-                              timeout=timeout)
-    finally:
-        os.unlink(f.name)
-    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return results, done.returncode, done.stderr
-
-
-def _no_triton(name: str) -> CheckResult | None:
-    if importlib.util.find_spec("triton") is None:
-        return CheckResult(name, False, "Triton is not installed here (it has no macOS "
-                                        "wheels): the puzzles need Linux or Colab")
+        return "not written yet: replace the `...` with your code"
     return None
 
 
@@ -188,13 +148,14 @@ def check(name: str, kernel, *, timeout: float = 600.0) -> CheckResult:
     source = _source(name, kernel)
     if isinstance(source, CheckResult):
         return source
-    missing = _no_triton(name)
+    missing = no_triton(name, "the puzzles need")
     if missing:
         return missing
     spec = {"puzzle": name, "source": source[0], "name": source[1],
             "cases": PUZZLES[name], "block_n": BLOCK_N}
     try:
-        results, code, stderr = _run(spec, timeout)
+        results, code, stderr = run_in_interpreter("pagedkit.exercises._puzzle_runner", spec,
+                                                   timeout)
     except subprocess.TimeoutExpired:
         return CheckResult(name, False, f"your kernel ran for over {timeout:.0f} s in the "
                                         "interpreter: does a loop never end?")
@@ -276,7 +237,7 @@ def serve(decode_kernel, store_kv_kernel=None, *, prompts=("Once upon a time",
     store = _source("store_kv", store_kv_kernel) if store_kv_kernel is not None else None
     if isinstance(store, CheckResult):
         return store
-    missing = _no_triton(name)
+    missing = no_triton(name, "the puzzles need")
     if missing:
         return missing
     spec = {"puzzle": "serve", "decode": decode[0], "decode_name": decode[1],
@@ -284,7 +245,8 @@ def serve(decode_kernel, store_kv_kernel=None, *, prompts=("Once upon a time",
             "prompts": list(prompts), "max_tokens": max_tokens, "block_size": block_size,
             "block_n": BLOCK_N}
     try:
-        results, code, stderr = _run(spec, timeout)
+        results, code, stderr = run_in_interpreter("pagedkit.exercises._puzzle_runner", spec,
+                                                   timeout)
     except subprocess.TimeoutExpired:
         return CheckResult(name, False, f"serving took over {timeout:.0f} s")
     if not results:
