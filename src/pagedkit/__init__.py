@@ -23,7 +23,9 @@ _LAZY = {
     "TokensPrompt": "pagedkit.inputs",
 }
 
-__all__ = [*_LAZY, "__version__"]
+from .i18n import get_language, set_language  # noqa: E402  (no torch: cheap)
+
+__all__ = [*_LAZY, "__version__", "get_language", "set_language"]
 
 
 def __getattr__(name: str):

@@ -1,0 +1,63 @@
+"""What pagedkit says to a learner, in the learner's language.
+
+``pagedkit.set_language("zh-CN")`` (one call at the top of a notebook) makes
+the package's messages — exercise checks and hints, widget titles and
+legends, the simulator's report — come out in Simplified Chinese; English is
+the default and the source. The route is the standard one: messages are
+marked ``_("...")`` where they are made (at call time, so switching the
+language takes effect at once), Babel extracts them into
+``locale/pagedkit.pot``, translators fill ``locale/<lang>/LC_MESSAGES/pagedkit.po``
+and Babel compiles the ``.mo`` file that Python's `gettext` reads.
+"""
+
+from __future__ import annotations
+
+import gettext
+from pathlib import Path
+
+LANGUAGES = ("en", "zh-CN")
+"""The languages pagedkit speaks: English (the source) and Simplified Chinese."""
+
+LOCALE_DIR = Path(__file__).parent / "locale"
+DOMAIN = "pagedkit"
+
+_state = {"language": "en", "translations": gettext.NullTranslations()}
+
+
+def _gettext_name(language: str) -> str:
+    """``zh-CN`` (the tag the labs use) as gettext names it: ``zh_CN``."""
+    return language.replace("-", "_")
+
+
+def set_language(language: str) -> None:
+    """Speak `language` from now on: one of `LANGUAGES` ("en" or "zh-CN").
+
+    Raises ValueError for any other value and FileNotFoundError when the
+    compiled catalog of a known language is missing (an installation without
+    its ``.mo`` file); in both cases the current language stays.
+    """
+    if language not in LANGUAGES:
+        raise ValueError(
+            f"language {language!r} is not one pagedkit speaks; choose one of "
+            f"{', '.join(map(repr, LANGUAGES))}")
+    if language == "en":
+        translations: gettext.NullTranslations = gettext.NullTranslations()
+    else:
+        translations = gettext.translation(
+            DOMAIN, localedir=LOCALE_DIR, languages=[_gettext_name(language)])
+    _state.update(language=language, translations=translations)
+
+
+def get_language() -> str:
+    """The language pagedkit speaks now ("en" unless `set_language` changed it)."""
+    return _state["language"]
+
+
+def _(message: str) -> str:
+    """`message` in the current language (itself in English or when untranslated)."""
+    return _state["translations"].gettext(message)
+
+
+def ngettext(singular: str, plural: str, n: int) -> str:
+    """The singular or plural form for `n`, in the current language."""
+    return _state["translations"].ngettext(singular, plural, n)
