@@ -16,10 +16,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NOT_WRITTEN", "Case", "CheckResult", "call_learner", "check_function",
-           "not_written", "require_function"]
+from ..i18n import N_, _
 
-NOT_WRITTEN = "not written yet: replace the `...` / NotImplementedError with your code"
+__all__ = ["NOT_WRITTEN", "Case", "CheckResult", "call_learner", "check_function",
+           "hint_text", "not_written", "require_function"]
+
+NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
+"""English, as every message is written; `_(NOT_WRITTEN)` is what the learner reads."""
 
 
 @dataclass(frozen=True)
@@ -72,16 +75,17 @@ def not_written(name: str, fn: Callable, err: NotImplementedError) -> CheckResul
     code = getattr(fn, "__code__", None)
     if tb is not None and code is not None and tb.tb_frame.f_code is not code:
         culprit = tb.tb_frame.f_code.co_name
-        return CheckResult(name, False, f"your function calls `{culprit}`, which is not written "
-                                        f"yet: write it first, or call pagedkit's own version")
-    return CheckResult(name, False, NOT_WRITTEN)
+        return CheckResult(name, False, _("your function calls `{culprit}`, which is not "
+                                          "written yet: write it first, or call pagedkit's "
+                                          "own version").format(culprit=culprit))
+    return CheckResult(name, False, _(NOT_WRITTEN))
 
 
 def require_function(name: str, fn: object) -> None:
     """Misuse, not a wrong answer: the check needs the function itself."""
     if not callable(fn):
-        raise TypeError(f"{name}: give the check your function itself (no parentheses), "
-                        f"got {type(fn).__name__}")
+        raise TypeError(_("{name}: give the check your function itself (no parentheses), "
+                          "got {type}").format(name=name, type=type(fn).__name__))
 
 
 def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str = "",
@@ -94,8 +98,8 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str = "",
     except NotImplementedError as err:
         return None, not_written(name, fn, err)
     except Exception as err:  # the learner's bug, reported instead of raised
-        hint = f"  Hint: {hint}" if hint else ""
-        return None, CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}{hint}")
+        return None, CheckResult(name, False, _("{call} raised {error}: {message}").format(
+            call=call, error=type(err).__name__, message=err) + hint_text(hint))
 
 
 def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
@@ -116,9 +120,15 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
         if failed is not None:
             return failed
         if got is None and case.expected is not None:
-            return CheckResult(name, False, f"{call} returned None — did you forget `return`?")
+            return CheckResult(name, False, _("{call} returned None — did you forget `return`?")
+                               .format(call=call))
         if not equal(got, case.expected):
-            hint = f"  Hint: {case.hint}" if case.hint else ""
-            return CheckResult(name, False,
-                               f"{call} returned {got!r}, expected {case.expected!r}.{hint}")
-    return CheckResult(name, True, f"all {len(cases)} cases pass")
+            return CheckResult(name, False, _("{call} returned {got!r}, expected {expected!r}.")
+                               .format(call=call, got=got, expected=case.expected)
+                               + hint_text(case.hint))
+    return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
+
+
+def hint_text(hint: str) -> str:
+    """``"  Hint: ..."`` to follow a verdict, in the current language ('' for no hint)."""
+    return _("  Hint: {hint}").format(hint=hint) if hint else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..i18n import _
 from . import Case, CheckResult, check_function
 
 __all__ = ["CHECKS", "check_blocks_for"]
@@ -17,14 +18,15 @@ __all__ = ["CHECKS", "check_blocks_for"]
 def check_blocks_for(fn: Callable[[int, int], int]) -> CheckResult:
     """`blocks_for(num_tokens, block_size)`: blocks of `block_size` slots that hold
     `num_tokens` tokens (a partly filled last block counts as a whole one)."""
-    round_up = "a partly filled block still takes a whole block: round up, not down"
+    round_up = _("a partly filled block still takes a whole block: round up, not down")
     cases = [
-        Case((4, 4), 1, "4 tokens exactly fill one block of 4"),
-        Case((5, 4), 2, f"the 5th token needs a second block; {round_up}"),
+        Case((4, 4), 1, _("4 tokens exactly fill one block of 4")),
+        Case((5, 4), 2, _("the 5th token needs a second block; {round_up}")
+                         .format(round_up=round_up)),
         Case((1, 16), 1, round_up),
-        Case((0, 16), 0, "no tokens need no blocks"),
-        Case((35, 4), 9, "8 full blocks hold 32 tokens; 3 more need a 9th"),
-        Case((2048, 16), 128, "2048 / 16 divides exactly"),
+        Case((0, 16), 0, _("no tokens need no blocks")),
+        Case((35, 4), 9, _("8 full blocks hold 32 tokens; 3 more need a 9th")),
+        Case((2048, 16), 128, _("2048 / 16 divides exactly")),
         Case((2049, 16), 129, round_up),
     ]
     return check_function("blocks_for", fn, cases)

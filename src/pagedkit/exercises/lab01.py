@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..i18n import _
 from . import Case, CheckResult, check_function
 
 __all__ = ["CHECKS", "check_cached_kv_reads", "check_kv_bytes_per_token", "check_max_batch"]
@@ -25,20 +26,23 @@ def check_cached_kv_reads(fn: Callable[[int, int], int]) -> CheckResult:
     """`cached_kv_reads(prompt_len, new_tokens)`: token positions whose K/V the
     decode steps read (per layer and KV head) while a cached generation writes
     `new_tokens` tokens after a prompt; the prefill pass is not counted."""
-    steps = ("the prefill pass yields the first new token; only the new_tokens - 1 later "
-             "tokens are fed back, one decode step each")
-    grows = ("the step that feeds the token at position p attends over positions 0..p, its "
-             "own included: every step reads one position more than the last")
+    steps = (_("the prefill pass yields the first new token; only the new_tokens - 1 later "
+             "tokens are fed back, one decode step each"))
+    grows = (_("the step that feeds the token at position p attends over positions 0..p, its "
+             "own included: every step reads one position more than the last"))
     cases = [
-        Case((5, 1), 0, f"one new token comes from the prefill alone: no decode step. {steps}"),
-        Case((5, 2), 6, "one decode step feeds the first new token (position 5) and reads "
-                        "positions 0..5: 6"),
-        Case((5, 3), 13, f"two decode steps read 6, then 7 positions. {grows}"),
-        Case((10, 100), 5_940, f"99 decode steps reading 11, 12, ..., 109 positions. {grows}"),
-        Case((157, 128), 28_067, f"lab 01's run: 127 decode steps, the first reads 158 "
-                                 f"positions. {steps}"),
-        Case((1, 4), 9, "a 1-token prompt: 3 decode steps read 2, 3 and 4 positions"),
-        Case((3, 0), 0, "generating nothing runs nothing"),
+        Case((5, 1), 0, _("one new token comes from the prefill alone: no decode step. {steps}")
+                         .format(steps=steps)),
+        Case((5, 2), 6, _("one decode step feeds the first new token (position 5) and reads "
+                        "positions 0..5: 6")),
+        Case((5, 3), 13, _("two decode steps read 6, then 7 positions. {grows}")
+                          .format(grows=grows)),
+        Case((10, 100), 5_940, _("99 decode steps reading 11, 12, ..., 109 positions. {grows}")
+                                .format(grows=grows)),
+        Case((157, 128), 28_067, _("lab 01's run: 127 decode steps, the first reads 158 "
+                                   "positions. {steps}").format(steps=steps)),
+        Case((1, 4), 9, _("a 1-token prompt: 3 decode steps read 2, 3 and 4 positions")),
+        Case((3, 0), 0, _("generating nothing runs nothing")),
     ]
     return check_function("cached_kv_reads", fn, cases)
 
@@ -47,24 +51,28 @@ def check_max_batch(fn: Callable[[int, int, int, int, int], int]) -> CheckResult
     """`max_batch(gpu_bytes, num_params, param_bytes, kv_bytes_per_token, seq_len)`:
     how many sequences of `seq_len` tokens have room for their whole KV cache in
     what the weights leave of the GPU's memory."""
-    weights = "the weights come first: num_params x param_bytes bytes, the rest holds K/V"
-    floor = "a sequence whose cache does not fit whole does not fit: round down"
+    weights = _("the weights come first: num_params x param_bytes bytes, the rest holds K/V")
+    floor = _("a sequence whose cache does not fit whole does not fit: round down")
     cases = [
         Case((40 * GIB, 13 * 10**9, 2, 819_200, 2048), 10,
-             f"OPT-13B on a 40 GiB GPU: {weights}; 16.9e9 bytes / (2048 x 800 KiB) = 10.1"),
+             _("OPT-13B on a 40 GiB GPU: {weights}; 16.9e9 bytes / (2048 x 800 KiB) = 10.1")
+              .format(weights=weights)),
         Case((40 * GIB, 13 * 10**9, 2, 819_200, 500), 41,
-             f"the same GPU, sequences of 500 tokens: 41.4, so 41. {floor}"),
+             _("the same GPU, sequences of 500 tokens: 41.4, so 41. {floor}").format(floor=floor)),
         Case((80 * GIB, 13 * 10**9, 2, 819_200, 2048), 35,
-             "twice the GPU memory, but the weights stay 26 GB: 35 sequences, not 2 x 10"),
+             _("twice the GPU memory, but the weights stay 26 GB: 35 sequences, not 2 x 10")),
         Case((24 * GIB, 8 * 10**9, 2, 131_072, 8192), 9,
-             f"Llama-3-8B (GQA, 128 KiB a token) at 8K context on 24 GiB: 9.1. {floor}"),
+             _("Llama-3-8B (GQA, 128 KiB a token) at 8K context on 24 GiB: 9.1. {floor}")
+              .format(floor=floor)),
         Case((24 * GIB, 8 * 10**9, 1, 131_072, 8192), 16,
-             "the same with 1-byte (int8) weights: the weights take half, and only the "
-             "weights: the KV cache keeps its own dtype"),
+             _("the same with 1-byte (int8) weights: the weights take half, and only the "
+             "weights: the KV cache keeps its own dtype")),
         Case((16 * GIB, 13 * 10**9, 2, 819_200, 2048), 0,
-             "26 GB of weights do not fit in 16 GiB: no sequence fits (not a negative number)"),
-        Case((1000, 100, 2, 10, 40), 2, f"{weights}: 800 bytes left, 400 per sequence"),
-        Case((1000, 100, 2, 10, 41), 1, f"410 bytes a sequence: 800 / 410 = 1.95. {floor}"),
+             _("26 GB of weights do not fit in 16 GiB: no sequence fits (not a negative number)")),
+        Case((1000, 100, 2, 10, 40), 2, _("{weights}: 800 bytes left, 400 per sequence")
+                                         .format(weights=weights)),
+        Case((1000, 100, 2, 10, 41), 1, _("410 bytes a sequence: 800 / 410 = 1.95. {floor}")
+                                         .format(floor=floor)),
     ]
     return check_function("max_batch", fn, cases)
 
@@ -91,32 +99,32 @@ def _configs() -> list[tuple[str, Any, int, int, str]]:
 
     from ..models import TINY_DIR
 
-    no_kv = ("this config has no `num_key_value_heads`: every attention head keeps its own "
-             "K and V (use getattr(config, 'num_key_value_heads', None) and fall back)")
+    no_kv = (_("this config has no `num_key_value_heads`: every attention head keeps its own "
+             "K and V (use getattr(config, 'num_key_value_heads', None) and fall back)"))
     return [
         ("tiny", AutoConfig.from_pretrained(TINY_DIR), 4, 4096,
-         "the tiny model: 4 layers, 2 KV heads (4 query heads share them), head_dim 64"),
+         _("the tiny model: 4 layers, 2 KV heads (4 query heads share them), head_dim 64")),
         ("OPT-13B",
          OPTConfig(num_hidden_layers=40, num_attention_heads=40, hidden_size=5120),
-         2, 819_200, f"OPT-13B, the paper's 800 KiB per token; {no_kv}"),
+         2, 819_200, _("OPT-13B, the paper's 800 KiB per token; {no_kv}").format(no_kv=no_kv)),
         ("Llama-3-8B",
          LlamaConfig(num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                      hidden_size=4096),
-         2, 131_072, "Llama-3-8B uses grouped-query attention: count `num_key_value_heads` "
-                     "(8), not `num_attention_heads` (32)"),
+         2, 131_072, _("Llama-3-8B uses grouped-query attention: count `num_key_value_heads` "
+                     "(8), not `num_attention_heads` (32)")),
         ("Qwen2.5-0.5B",
          Qwen2Config(num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                      hidden_size=896),
-         2, 12_288, "Qwen2.5-0.5B: no `head_dim` in its config, so head_dim = hidden_size "
-                    "// num_attention_heads = 64"),
+         2, 12_288, _("Qwen2.5-0.5B: no `head_dim` in its config, so head_dim = hidden_size "
+                    "// num_attention_heads = 64")),
         ("Qwen3-0.6B-like",
          LlamaConfig(num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
                      hidden_size=1024, head_dim=128),
-         2, 114_688, "a config whose `head_dim` (128) is NOT hidden_size // heads (64): "
-                     "when a config states head_dim, use it"),
+         2, 114_688, _("a config whose `head_dim` (128) is NOT hidden_size // heads (64): "
+                     "when a config states head_dim, use it")),
         ("GPT-2", GPT2Config(n_layer=12, n_head=12, n_embd=768), 2, 36_864,
-         f"GPT-2 names its sizes n_layer/n_head/n_embd, but transformers maps the standard "
-         f"names onto them; {no_kv}"),
+         _("GPT-2 names its sizes n_layer/n_head/n_embd, but transformers maps the standard "
+           "names onto them; {no_kv}").format(no_kv=no_kv)),
     ]
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from ..i18n import _
 from ..memory import ContiguousAllocator, Reservation
 from . import Case, CheckResult, check_function
 
@@ -30,23 +31,23 @@ def check_reservation_size(fn: Callable[[str, int, int, int], int]) -> CheckResu
     under policy ``"max"``, ``"pow2"`` or ``"oracle"``, for a request whose prompt
     holds `prompt_len` tokens and which will generate `output_len` more (paper
     §6.1). ``max`` and ``pow2`` never reserve more than `max_len`."""
-    pow2 = ("pow2 knows the prompt and rounds only the output up to a power of two: "
-            "prompt 10 + output 25 -> 10 + 32")
+    pow2 = (_("pow2 knows the prompt and rounds only the output up to a power of two: "
+            "prompt 10 + output 25 -> 10 + 32"))
     hints = {
-        ("max", 10, 10, 2048): "max reserves the longest a request might grow: max_len",
-        ("oracle", 10, 25, 2048): "the oracle knows the output's length: prompt + output",
+        ("max", 10, 10, 2048): _("max reserves the longest a request might grow: max_len"),
+        ("oracle", 10, 25, 2048): _("the oracle knows the output's length: prompt + output"),
         ("pow2", 10, 25, 2048): pow2,
         ("pow2", 100, 33, 2048): pow2,
-        ("pow2", 7, 32, 2048): "32 is already a power of two: no rounding needed",
-        ("pow2", 3, 1, 2048): "1 = 2**0 is a power of two",
-        ("pow2", 5, 0, 2048): "no output to come: reserve the prompt alone",
-        ("pow2", 161, 338, 2048): "the prompt is not rounded: 161 + 512, not 512",
-        ("pow2", 500, 1025, 2048): "500 + 2048 is over max_len: no policy reserves more "
-                                   "than max_len",
-        ("pow2", 30, 40, 100): "30 + 64 = 94 fits under max_len 100",
-        ("pow2", 40, 40, 100): "40 + 64 = 104: cap it at max_len",
-        ("max", 1, 0, 100): "max reserves max_len even for a 1-token request",
-        ("oracle", 60, 40, 100): "the oracle reserves exactly prompt + output",
+        ("pow2", 7, 32, 2048): _("32 is already a power of two: no rounding needed"),
+        ("pow2", 3, 1, 2048): _("1 = 2**0 is a power of two"),
+        ("pow2", 5, 0, 2048): _("no output to come: reserve the prompt alone"),
+        ("pow2", 161, 338, 2048): _("the prompt is not rounded: 161 + 512, not 512"),
+        ("pow2", 500, 1025, 2048): _("500 + 2048 is over max_len: no policy reserves more "
+                                   "than max_len"),
+        ("pow2", 30, 40, 100): _("30 + 64 = 94 fits under max_len 100"),
+        ("pow2", 40, 40, 100): _("40 + 64 = 104: cap it at max_len"),
+        ("max", 1, 0, 100): _("max reserves max_len even for a 1-token request"),
+        ("oracle", 60, 40, 100): _("the oracle reserves exactly prompt + output"),
     }
     cases = [Case(args, ContiguousAllocator(args[3], args[0], args[3])
                   .reservation_size(args[1], args[2]), hint) for args, hint in hints.items()]
@@ -58,24 +59,24 @@ def check_first_fit(fn: Callable[[list[tuple[int, int]], int, int], int | None])
     slots in a row start, given the live `regions` as ``(start, size)`` pairs in
     any order inside ``[0, capacity)``; ``None`` when no hole is big enough."""
     cases = [
-        Case(([], 100, 10), 0, "an empty address space: the region starts at 0"),
-        Case(([(0, 10)], 100, 10), 10, "the first free slot is right after the region [0, 10)"),
-        Case(([(10, 10)], 100, 10), 0, "the hole [0, 10) before the first region fits exactly"),
+        Case(([], 100, 10), 0, _("an empty address space: the region starts at 0")),
+        Case(([(0, 10)], 100, 10), 10, _("the first free slot is right after the region [0, 10)")),
+        Case(([(10, 10)], 100, 10), 0, _("the hole [0, 10) before the first region fits exactly")),
         Case(([(0, 10), (30, 10)], 100, 20), 10,
-             "the hole [10, 30) is exactly 20 slots: a hole fits when its size >= size"),
+             _("the hole [10, 30) is exactly 20 slots: a hole fits when its size >= size")),
         Case(([(30, 10), (0, 10)], 100, 25), 40,
-             "regions come in any order: sort them by start. [10, 30) is too small, so the "
-             "first hole that fits starts at 40"),
-        Case(([(0, 90)], 100, 10), 90, "the hole at the end, [90, 100), counts too"),
+             _("regions come in any order: sort them by start. [10, 30) is too small, so the "
+             "first hole that fits starts at 40")),
+        Case(([(0, 90)], 100, 10), 90, _("the hole at the end, [90, 100), counts too")),
         Case(([(0, 50), (60, 40)], 100, 20), None,
-             "10 slots are free but in no run of 20: return None (external fragmentation)"),
-        Case(([(0, 45), (55, 45)], 100, 10), 45, "the hole [45, 55) fits 10 exactly"),
-        Case(([], 100, 101), None, "a region larger than the whole address space never fits"),
+             _("10 slots are free but in no run of 20: return None (external fragmentation)")),
+        Case(([(0, 45), (55, 45)], 100, 10), 45, _("the hole [45, 55) fits 10 exactly")),
+        Case(([], 100, 101), None, _("a region larger than the whole address space never fits")),
         Case(([(70, 10), (20, 10), (50, 10)], 100, 20), 0,
-             "the first fit is the lowest address: [0, 20) fits before any region"),
+             _("the first fit is the lowest address: [0, 20) fits before any region")),
         Case(([(20, 10), (35, 10)], 100, 5), 0,
-             "first fit takes the lowest hole that fits, [0, 20), not the tightest one ([30, 35) "
-             "fits 5 exactly: that would be best fit)"),
+             _("first fit takes the lowest hole that fits, [0, 20), not the tightest one ([30, 35) "
+             "fits 5 exactly: that would be best fit)")),
     ]
     return check_function("first_fit", fn, cases)
 
@@ -105,30 +106,30 @@ def _scenarios() -> list[Case]:
             ("allocate", "D", 4, 2), ("free", "B")]
     return [
         _scenario(100, "max", 32, [("allocate", "A", 5, 10)], 32,
-                  "one request under 'max': 5 prompt tokens stored (token states), 10 output "
+                  _("one request under 'max': 5 prompt tokens stored (token states), 10 output "
                   "tokens still to come (reservation = need - used), 32 - 15 = 17 slots it "
-                  "will never use (internal fragmentation = size - need)"),
+                  "will never use (internal fragmentation = size - need)")),
         _scenario(100, "max", 32, [("allocate", "A", 5, 10), ("append", "A", 7)], 32,
-                  "after 7 decoding steps, 12 slots hold tokens and 3 are still reserved"),
+                  _("after 7 decoding steps, 12 slots hold tokens and 3 are still reserved")),
         _scenario(64, "oracle", 64, [("allocate", "A", 10, 6), ("allocate", "B", 4, 4),
                                      ("append", "A", 3)], 40,
-                  "oracle reservations are exact: no internal fragmentation. Sum each part "
-                  "over all regions"),
+                  _("oracle reservations are exact: no internal fragmentation. Sum each part "
+                  "over all regions")),
         _scenario(64, "pow2", 64, four, 32,
-                  "B's region was freed, leaving a hole of 10 ([20, 30)) between A and C, and "
+                  _("B's region was freed, leaving a hole of 10 ([20, 30)) between A and C, and "
                   "19 slots are free after D ([45, 64)): 29 free in all, but the next request "
                   "needs 32 and fits in neither run, so every free slot is external "
-                  "fragmentation"),
+                  "fragmentation")),
         _scenario(64, "pow2", 64, four, 16,
-                  "the same memory, but the next request needs 16: it does not fit in B's "
+                  _("the same memory, but the next request needs 16: it does not fit in B's "
                   "hole of 10, but it fits in the 19 free slots after D, so no free slot is "
-                  "lost (external fragmentation 0: the largest run decides)"),
-        _scenario(64, "pow2", 64, [], 8, "no regions at all: nothing used, nothing wasted"),
+                  "lost (external fragmentation 0: the largest run decides)")),
+        _scenario(64, "pow2", 64, [], 8, _("no regions at all: nothing used, nothing wasted")),
         _scenario(100, "oracle", 100,
                   [("allocate", "A", 6, 4), ("allocate", "B", 5, 5), ("allocate", "C", 8, 2),
                    ("allocate", "D", 9, 1), ("free", "B")], 70,
-                  "70 slots are free (holes of 10 and 60) but the next request needs 70: "
-                  "the largest hole decides, not the total"),
+                  _("70 slots are free (holes of 10 and 60) but the next request needs 70: "
+                  "the largest hole decides, not the total")),
     ]
 
 

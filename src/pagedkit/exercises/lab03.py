@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..i18n import N_, _
 from . import Case, CheckResult, call_learner, check_function, require_function
 
 __all__ = ["CHECKS", "check_append_slots", "check_blocks_needed", "check_token_at"]
@@ -21,27 +22,28 @@ def check_token_at(fn: Callable[[list[int], int, int, int], int | None]) -> Chec
     sequence's token whose K/V sit in physical `slot`, or ``None`` if that slot
     holds none of its `num_tokens` tokens — what a debugger of the paged cache
     (or the kernel's bounds check) must answer, the block table read backwards."""
-    find = ("slot // block_size is a *physical* block: find where it sits in the table — that "
-            "index is the logical block — then position = logical x block_size + offset")
-    tail = ("the last block's slots past num_tokens hold no token yet: check the position "
-            "against num_tokens")
+    find = (_("slot // block_size is a *physical* block: find where it sits in the table — that "
+            "index is the logical block — then position = logical x block_size + offset"))
+    tail = (_("the last block's slots past num_tokens hold no token yet: check the position "
+            "against num_tokens"))
     table, big = [7, 2, 5], [3, 0, 5]
     cases = [
-        Case((table, 4, 10, 28), 0, f"slot 28 = block 7, offset 0; block 7 is logical block 0. "
-                                    f"{find}"),
-        Case((table, 4, 10, 31), 3, "slot 31 = block 7, offset 3"),
-        Case((table, 4, 10, 9), 5, f"slot 9 = block 2, offset 1; block 2 is logical block 1, so "
-                                   f"position 4 + 1. {find}"),
-        Case((table, 4, 10, 21), 9, "slot 21 = block 5 (logical 2), offset 1: position 9"),
-        Case((table, 4, 10, 22), None, f"slot 22 would be position 10, but the sequence holds 10 "
-                                       f"tokens (0..9). {tail}"),
-        Case((table, 4, 10, 12), None, "slot 12 is in block 3, which is not in this sequence's "
-                                       "table: none of its tokens"),
-        Case((big, 16, 40, 88), None, f"block 5 is logical 2, offset 8: position 40, one past the "
-                                      f"last of 40 tokens. {tail}"),
-        Case((big, 16, 40, 84), 36, "block 5 is logical 2, offset 4: position 36"),
-        Case((big, 16, 40, 4), 20, f"block 0 is logical block 1 (not 0!), offset 4. {find}"),
-        Case(([1, 0], 1, 2, 0), 1, "block_size 1: slot 0 is block 0, logical block 1"),
+        Case((table, 4, 10, 28), 0, _("slot 28 = block 7, offset 0; block 7 is logical block "
+                                      "0. {find}").format(find=find)),
+        Case((table, 4, 10, 31), 3, _("slot 31 = block 7, offset 3")),
+        Case((table, 4, 10, 9), 5, _("slot 9 = block 2, offset 1; block 2 is logical block 1, "
+                                     "so position 4 + 1. {find}").format(find=find)),
+        Case((table, 4, 10, 21), 9, _("slot 21 = block 5 (logical 2), offset 1: position 9")),
+        Case((table, 4, 10, 22), None, _("slot 22 would be position 10, but the sequence holds "
+                                         "10 tokens (0..9). {tail}").format(tail=tail)),
+        Case((table, 4, 10, 12), None, _("slot 12 is in block 3, which is not in this sequence's "
+                                       "table: none of its tokens")),
+        Case((big, 16, 40, 88), None, _("block 5 is logical 2, offset 8: position 40, one past "
+                                        "the last of 40 tokens. {tail}").format(tail=tail)),
+        Case((big, 16, 40, 84), 36, _("block 5 is logical 2, offset 4: position 36")),
+        Case((big, 16, 40, 4), 20, _("block 0 is logical block 1 (not 0!), offset 4. {find}")
+                                    .format(find=find)),
+        Case(([1, 0], 1, 2, 0), 1, _("block_size 1: slot 0 is block 0, logical block 1")),
     ]
     return check_function("token_at", fn, cases)
 
@@ -49,16 +51,16 @@ def check_token_at(fn: Callable[[list[int], int, int, int], int | None]) -> Chec
 def check_blocks_needed(fn: Callable[[int, int, int], int]) -> CheckResult:
     """`blocks_needed(num_tokens, num_new_tokens, block_size)`: fresh blocks a
     sequence holding `num_tokens` tokens takes to append `num_new_tokens` more."""
-    room = "the last block may still have free slots: fill them before taking a new block"
+    room = _("the last block may still have free slots: fill them before taking a new block")
     cases = [
-        Case((0, 1, 4), 1, "an empty sequence has no blocks: its first token takes one"),
-        Case((0, 4, 4), 1, "4 tokens fill exactly one block of 4"),
-        Case((0, 5, 4), 2, "5 tokens need 2 blocks of 4 (round up)"),
-        Case((5, 3, 4), 0, room + ": 5 tokens in blocks of 4 leave 3 free slots"),
-        Case((5, 4, 4), 1, room + ": 3 fit in the last block, the 4th needs a new one"),
-        Case((4, 1, 4), 1, "a full last block has no room: the next token starts a new block"),
-        Case((7, 0, 16), 0, "appending nothing takes nothing"),
-        Case((100, 60, 16), 3, "blocks for 160 tokens (10) minus blocks held for 100 (7)"),
+        Case((0, 1, 4), 1, _("an empty sequence has no blocks: its first token takes one")),
+        Case((0, 4, 4), 1, _("4 tokens fill exactly one block of 4")),
+        Case((0, 5, 4), 2, _("5 tokens need 2 blocks of 4 (round up)")),
+        Case((5, 3, 4), 0, room + _(": 5 tokens in blocks of 4 leave 3 free slots")),
+        Case((5, 4, 4), 1, room + _(": 3 fit in the last block, the 4th needs a new one")),
+        Case((4, 1, 4), 1, _("a full last block has no room: the next token starts a new block")),
+        Case((7, 0, 16), 0, _("appending nothing takes nothing")),
+        Case((100, 60, 16), 3, _("blocks for 160 tokens (10) minus blocks held for 100 (7)")),
     ]
     return check_function("blocks_needed", fn, cases)
 
@@ -67,23 +69,23 @@ def check_blocks_needed(fn: Callable[[int, int, int], int]) -> CheckResult:
 #   -> (returned slots, table after, free list after, hint)
 _APPEND_CASES = [
     (([], 0, 3, 4, [5, 1, 7]), [20, 21, 22], [5], [1, 7],
-     "an empty table takes the head of the free list (block 5) for its first token; "
-     "3 tokens fit in it: slots 5 x 4 + 0, 1, 2"),
+     N_("an empty table takes the head of the free list (block 5) for its first token; "
+     "3 tokens fit in it: slots 5 x 4 + 0, 1, 2")),
     (([5], 3, 1, 4, [1, 7]), [23], [5], [1, 7],
-     "the last block (5) holds 3 of 4 tokens: the new token takes its free slot, no new block"),
+     N_("the last block (5) holds 3 of 4 tokens: the new token takes its free slot, no new block")),
     (([5], 4, 1, 4, [1, 7]), [4], [5, 1], [7],
-     "block 5 is full: take the next free block (1) from the FRONT of the free list"),
+     N_("block 5 is full: take the next free block (1) from the FRONT of the free list")),
     (([5], 3, 6, 4, [1, 7]), [23, 4, 5, 6, 7, 28], [5, 1, 7], [],
-     "fill block 5's last slot, then block 1 (4 tokens), then block 7"),
+     N_("fill block 5's last slot, then block 1 (4 tokens), then block 7")),
     (([5], 3, 5, 4, [1]), [23, 4, 5, 6, 7], [5, 1], [],
-     "block 5's free slot takes the first new token, so 5 tokens need only 1 fresh block, and "
-     "1 is free: count the room in the last block before deciding there is not enough"),
+     N_("block 5's free slot takes the first new token, so 5 tokens need only 1 fresh block, and "
+     "1 is free: count the room in the last block before deciding there is not enough")),
     (([5], 4, 9, 4, [1, 7]), None, [5], [1, 7],
-     "9 more tokens need 3 blocks but only 2 are free: return None and change NOTHING "
-     "(all or nothing: check before you pop any block)"),
-    (([5, 1], 6, 0, 4, [7]), [], [5, 1], [7], "appending no tokens returns no slots"),
+     N_("9 more tokens need 3 blocks but only 2 are free: return None and change NOTHING "
+     "(all or nothing: check before you pop any block)")),
+    (([5, 1], 6, 0, 4, [7]), [], [5, 1], [7], N_("appending no tokens returns no slots")),
     (([2], 16, 17, 16, [0, 9, 3]), [*range(0, 16), 144], [2, 0, 9], [3],
-     "16 tokens fill block 2; the next 16 fill block 0, the 17th starts block 9"),
+     N_("16 tokens fill block 2; the next 16 fill block 0, the 17th starts block 9")),
 ]
 
 
@@ -102,6 +104,7 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
     name = "append_slots"
     require_function(name, fn)
     for args, slots, table_after, free_after, hint in _APPEND_CASES:
+        hint = _(hint)
         table, free = list(args[0]), list(args[4])
         call = _call_text(args)
         got, failed = call_learner(name, fn, call, table, args[1], args[2], args[3], free,
@@ -110,16 +113,20 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
             return failed
         got = list(got) if isinstance(got, (tuple, range)) else got
         if got is None and slots is not None:
-            return CheckResult(name, False, f"{call} returned None — did you forget `return`?"
-                                            f"  Hint: {hint}")
+            return CheckResult(name, False, _("{call} returned None — did you forget `return`? "
+                                              " Hint: {hint}").format(call=call, hint=hint))
         if got != slots:
-            return CheckResult(name, False, f"{call} returned {got!r}, expected {slots!r}.  "
-                                            f"Hint: {hint}")
+            return CheckResult(name, False, _("{call} returned {got!r}, expected {slots!r}.  "
+                                              "Hint: {hint}")
+                                             .format(call=call, got=got, slots=slots, hint=hint))
         if table != table_after or free != free_after:
             return CheckResult(name, False,
-                               f"after {call} the block table is {table} and the free list "
-                               f"{free}; expected {table_after} and {free_after}.  Hint: {hint}")
-    return CheckResult(name, True, f"all {len(_APPEND_CASES)} cases pass")
+                               _("after {call} the block table is {table} and the free list "
+                                 "{free}; expected {table_after} and {free_after}.  Hint: "
+                                 "{hint}")
+                                .format(call=call, table=table, free=free, table_after=table_after,
+                                        free_after=free_after, hint=hint))
+    return CheckResult(name, True, _("all {n} cases pass").format(n=len(_APPEND_CASES)))
 
 
 CHECKS = {

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..i18n import _
 from ..memory import KVCacheManager
 from ..model.runner import pack_step
 from ..model.sampler import filter_logits
@@ -50,20 +51,20 @@ def check_top_p_filter(fn: Callable) -> CheckResult:
     """`top_p_filter(logits, top_p)` must match `filter_logits` at temperature 1."""
     g = torch.Generator().manual_seed(8)
     rows = [
-        ([2.0, 1.0, 0.5, -1.0], 0.9, "sort by probability; keep tokens until the kept mass "
-                                     "reaches top_p"),
-        ([2.0, 1.0, 0.5, -1.0], 1.0, "top_p = 1 keeps every token"),
-        ([0.5, 3.0, -1.0, 2.0, 0.0], 0.5, "the most likely token is not first: sort first, then "
-                                          "map the cut back to the original positions"),
-        ([0.5, 3.0, -1.0, 2.0, 0.0], 0.01, "a tiny top_p still keeps the most likely token"),
-        ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], 0.6, "a token is dropped once the mass of the tokens "
-                                              "*before* it already reaches top_p"),
+        ([2.0, 1.0, 0.5, -1.0], 0.9, _("sort by probability; keep tokens until the kept mass "
+                                     "reaches top_p")),
+        ([2.0, 1.0, 0.5, -1.0], 1.0, _("top_p = 1 keeps every token")),
+        ([0.5, 3.0, -1.0, 2.0, 0.0], 0.5, _("the most likely token is not first: sort first, then "
+                                          "map the cut back to the original positions")),
+        ([0.5, 3.0, -1.0, 2.0, 0.0], 0.01, _("a tiny top_p still keeps the most likely token")),
+        ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], 0.6, _("a token is dropped once the mass of the tokens "
+                                              "*before* it already reaches top_p")),
         ([math.log(2), math.log(8), 0.0, math.log(4), 0.0], 0.75,
-         "probabilities 1/2, 1/4, 1/8, 1/16, 1/16 (in sorted order): the mass before the third "
-         "is exactly 0.75 = top_p, which *reaches* top_p, so it is dropped (>=, not >)"),
-        (torch.randn(50, generator=g).tolist(), 0.8, "50 logits: use softmax probabilities"),
-        (torch.randn(50, generator=g).mul(4).tolist(), 0.95, "keep the dropped logits at -inf, "
-                                                             "the kept ones unchanged"),
+         _("probabilities 1/2, 1/4, 1/8, 1/16, 1/16 (in sorted order): the mass before the third "
+         "is exactly 0.75 = top_p, which *reaches* top_p, so it is dropped (>=, not >)")),
+        (torch.randn(50, generator=g).tolist(), 0.8, _("50 logits: use softmax probabilities")),
+        (torch.randn(50, generator=g).mul(4).tolist(), 0.95, _("keep the dropped logits at -inf, "
+                                                             "the kept ones unchanged")),
     ]
     cases = [Case((_logits(v), p), filter_logits(_logits(v), SamplingParams(top_p=p)).as_subclass(
         _Logits), hint) for v, p, hint in rows]
@@ -73,8 +74,8 @@ def check_top_p_filter(fn: Callable) -> CheckResult:
     logits = _logits([1.0, 2.0, 3.0])
     fn(logits, 0.5)
     if not torch.equal(logits, torch.tensor([1.0, 2.0, 3.0])):
-        return CheckResult("top_p_filter", False, "your function changed the logits it was "
-                                                  "given; return a new tensor (e.g. clone first)")
+        return CheckResult("top_p_filter", False, _("your function changed the logits it was "
+                                                  "given; return a new tensor (e.g. clone first)"))
     return result
 
 
@@ -91,11 +92,11 @@ def engine_packing(seqs: list[tuple[int, int]], block_size: int
     what the engine's `pack_step` makes of the same step: positions,
     slot_mapping, cu_seqlens and context_lens (it needs no model for that).
     """
-    kv = KVCacheManager(num_blocks=sum(-(-n // block_size) for n, _ in seqs),
+    kv = KVCacheManager(num_blocks=sum(-(-n // block_size) for n, _start in seqs),
                         block_size=block_size)
     sequences = [Sequence(list(range(100, 100 + n)), seq_id=f"s{i}")
-                 for i, (n, _) in enumerate(seqs)]
-    for first in range(0, max(n for n, _ in seqs), block_size):
+                 for i, (n, _start) in enumerate(seqs)]
+    for first in range(0, max(n for n, _start in seqs), block_size):
         for seq in sequences:
             chunk = seq.token_ids[first:first + block_size]
             if chunk:
@@ -105,7 +106,7 @@ def engine_packing(seqs: list[tuple[int, int]], block_size: int
     for seq, (n, start) in zip(sequences, seqs, strict=True):
         step.scheduled.append(ScheduledSeq(None, seq, n - start, start))
         learner.append((kv.block_ids(seq.seq_id), start, n - start))
-    _, positions, meta, _ = pack_step(step, kv)
+    _step, positions, meta, _kv = pack_step(step, kv)
     return learner, (positions.tolist(), meta.slot_mapping.tolist(), meta.cu_seqlens_q.tolist(),
                      meta.context_lens.tolist())
 
@@ -113,26 +114,26 @@ def engine_packing(seqs: list[tuple[int, int]], block_size: int
 def check_pack_step(fn: Callable) -> CheckResult:
     """`pack_step(scheduled, block_size)` must pack like the engine's `pack_step`."""
     specs = [
-        ([(6, 0)], 4, "one prompt of 6 tokens from position 0: token i sits in block "
-                      "table[i // block_size] at offset i % block_size"),
-        ([(10, 9), (3, 2)], 4, "two decodes: each has one new token, at position start"),
-        ([(11, 10), (4, 3), (7, 0)], 4, "two decodes then a prompt: cu_seqlens starts at 0 and "
-                                        "adds each sequence's new tokens"),
-        ([(11, 8)], 4, "a prefix-cache hit: the first 8 tokens are cached, only positions 8..10 "
-                       "are new; context_lens counts all 11"),
-        ([(8, 7), (12, 4)], 4, "a chunk of a longer prompt (chunked prefill): positions 4..11 "
-                               "only"),
-        ([(5, 2), (2, 1)], 1, "block_size 1: every token has its own block"),
-        ([(40, 39), (17, 16), (25, 0)], 16, "block_size 16, a busy step"),
+        ([(6, 0)], 4, _("one prompt of 6 tokens from position 0: token i sits in block "
+                      "table[i // block_size] at offset i % block_size")),
+        ([(10, 9), (3, 2)], 4, _("two decodes: each has one new token, at position start")),
+        ([(11, 10), (4, 3), (7, 0)], 4, _("two decodes then a prompt: cu_seqlens starts at 0 and "
+                                        "adds each sequence's new tokens")),
+        ([(11, 8)], 4, _("a prefix-cache hit: the first 8 tokens are cached, only positions 8..10 "
+                       "are new; context_lens counts all 11")),
+        ([(8, 7), (12, 4)], 4, _("a chunk of a longer prompt (chunked prefill): positions 4..11 "
+                               "only")),
+        ([(5, 2), (2, 1)], 1, _("block_size 1: every token has its own block")),
+        ([(40, 39), (17, 16), (25, 0)], 16, _("block_size 16, a busy step")),
     ]
     name = "pack_step"
     require_function(name, fn)
     fields = {
-        "positions": "only the new tokens' positions: start .. start + num_tokens - 1",
-        "slot_mapping": "slot = table[pos // block_size] * block_size + pos % block_size",
-        "cu_seqlens": "starts at 0 and adds each sequence's num_tokens (one more entry than "
-                      "sequences)",
-        "context_lens": "every token in the cache once this step is done: start + num_tokens",
+        "positions": _("only the new tokens' positions: start .. start + num_tokens - 1"),
+        "slot_mapping": _("slot = table[pos // block_size] * block_size + pos % block_size"),
+        "cu_seqlens": _("starts at 0 and adds each sequence's num_tokens (one more entry than "
+                      "sequences)"),
+        "context_lens": _("every token in the cache once this step is done: start + num_tokens"),
     }
     for seqs, block_size, hint in specs:
         learner, expected = engine_packing(seqs, block_size)
@@ -141,13 +142,17 @@ def check_pack_step(fn: Callable) -> CheckResult:
         if failed is not None:
             return failed
         if not isinstance(got, (tuple, list)) or len(got) != 4:
-            return CheckResult(name, False, f"{call} returned {got!r}; expected four lists: "
-                                            f"{', '.join(fields)}")
+            return CheckResult(name, False, _("{call} returned {got!r}; expected four lists: "
+                                              "{items}")
+                                             .format(call=call, got=got, items=', '.join(fields)))
         for (field, field_hint), g, want in zip(fields.items(), got, expected, strict=True):
             if [int(x) for x in g] != want:
-                return CheckResult(name, False, f"{call}: {field} is {list(g)}, expected {want}."
-                                                f"  Hint: {field_hint}. ({hint})")
-    return CheckResult(name, True, f"all {len(specs)} cases pass")
+                return CheckResult(name, False, _("{call}: {field} is {got}, expected {want}. "
+                                                  " Hint: {field_hint}. ({hint})")
+                                                 .format(call=call, field=field, got=list(g),
+                                                         want=want, field_hint=field_hint,
+                                                         hint=hint))
+    return CheckResult(name, True, _("all {n} cases pass").format(n=len(specs)))
 
 
 CHECKS = {

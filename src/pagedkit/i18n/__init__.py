@@ -58,6 +58,12 @@ def _(message: str) -> str:
     return _state["translations"].gettext(message)
 
 
+def N_(message: str) -> str:
+    """Mark `message` for translation without translating it (yet): for a
+    message made once at import time, which `_` translates where it is shown."""
+    return message
+
+
 def ngettext(singular: str, plural: str, n: int) -> str:
     """The singular or plural form for `n`, in the current language."""
     return _state["translations"].ngettext(singular, plural, n)

@@ -1,0 +1,180 @@
+"""pagedkit's messages in two languages (issue #29, docs/i18n.md).
+
+The catalog is checked against the source as Babel reads it now: every message
+marked ``_()`` / ``N_()`` / ``ngettext()`` has a Chinese translation, none fuzzy,
+none left over from a message that is gone; the committed ``.mo`` is what Babel
+compiles from the ``.po``; each translation has its message's placeholders (so
+``.format`` never raises). Then real calls: a check's verdict and hint, in
+Chinese after ``set_language("zh-CN")`` and in English again, byte for byte,
+after ``set_language("en")``.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import string
+from pathlib import Path
+
+import pytest
+from babel.messages.extract import extract_from_dir
+from babel.messages.mofile import write_mo
+from babel.messages.pofile import read_po
+
+import pagedkit
+from pagedkit import i18n
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "src" / "pagedkit"
+PO = i18n.LOCALE_DIR / "zh_CN" / "LC_MESSAGES" / "pagedkit.po"
+MO = PO.with_suffix(".mo")
+CHINESE = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.fixture(autouse=True)
+def english_after():
+    """Every test leaves pagedkit speaking English, as it found it."""
+    assert pagedkit.get_language() == "en"
+    yield
+    i18n.set_language("en")
+
+
+def _method_map() -> list[tuple[str, str]]:
+    """babel.cfg's sections, as `pybabel extract -F babel.cfg` reads them."""
+    from babel.messages.frontend import parse_mapping_cfg
+    with open(ROOT / "babel.cfg") as f:
+        method_map, _options = parse_mapping_cfg(f)
+    return method_map
+
+
+def _extracted() -> dict[str, tuple]:
+    """msgid -> the whole message id (a tuple for plurals), from the source now."""
+    found = {}
+    for _file, _line, message, _comments, _context in extract_from_dir(
+            str(PACKAGE), method_map=_method_map()):
+        key = message if isinstance(message, str) else message[0]
+        found[key] = message
+    return found
+
+
+def _catalog():
+    with open(PO, "rb") as f:
+        return read_po(f)
+
+
+def _fields(text: str) -> list[tuple[str, str, str]]:
+    """The ``{name!conversion:spec}`` fields of a format string, sorted."""
+    return sorted((name, conv or "", spec or "")
+                  for _lit, name, spec, conv in string.Formatter().parse(text)
+                  if name is not None)
+
+
+def test_catalog_is_complete():
+    """Every message in the source has a Chinese translation; no fuzzy, no obsolete."""
+    extracted = _extracted()
+    assert len(extracted) > 100, "Babel found almost no messages: is babel.cfg right?"
+    catalog = _catalog()
+    in_po = {m.id if isinstance(m.id, str) else m.id[0]: m for m in catalog if m.id}
+    missing = sorted(set(extracted) - set(in_po))
+    assert not missing, (f"{len(missing)} messages are not in {PO.name}, first {missing[:3]}: "
+                         f"run the update in docs/i18n.md and translate them")
+    obsolete = sorted(set(in_po) - set(extracted))
+    assert not obsolete and not catalog.obsolete, (
+        f"messages no longer in the source: {(obsolete or list(catalog.obsolete))[:3]}")
+    for key, message in in_po.items():
+        strings = message.string if isinstance(message.string, tuple) else (message.string,)
+        assert all(s.strip() for s in strings), f"untranslated: {key!r}"
+        assert not message.fuzzy, f"fuzzy (check, then drop the flag): {key!r}"
+        assert isinstance(message.id, tuple) == isinstance(extracted[key], tuple), key
+
+
+def test_mo_is_what_babel_compiles_from_the_po():
+    compiled = io.BytesIO()
+    write_mo(compiled, _catalog())
+    assert MO.read_bytes() == compiled.getvalue(), (
+        "the committed .mo is stale: pybabel compile (docs/i18n.md)")
+
+
+def test_translations_keep_the_placeholders():
+    """Same fields, conversions and specs: ``.format(**fields)`` works in both."""
+    for message in _catalog():
+        if not message.id:
+            continue
+        ids = message.id if isinstance(message.id, tuple) else (message.id,)
+        strings = message.string if isinstance(message.string, tuple) else (message.string,)
+        for text in strings:
+            assert _fields(text) == _fields(ids[-1]), (ids[0], text)
+
+
+def test_messages_are_translated_at_call_time():
+    """No ``_()`` / ``ngettext()`` outside a function: made at import time, a
+    message would stay in the language of the moment the module was imported."""
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        inside = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                inside.update(id(n) for n in ast.walk(node))
+        wrong += [f"{path.relative_to(PACKAGE)}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("_", "ngettext") and id(node) not in inside]
+    assert not wrong, f"translated at import time: {wrong}"
+
+
+def _wrong_blocks_for(num_tokens: int, block_size: int) -> int:
+    return num_tokens // block_size  # rounds down: the hint ladder's favourite
+
+
+def test_a_check_speaks_chinese_then_english_again():
+    from pagedkit.exercises import lab00, lab03
+
+    def not_written(*args):
+        raise NotImplementedError
+
+    english = [repr(lab00.check_blocks_for(_wrong_blocks_for)),
+               lab03.check_append_slots(lambda *a: [])._repr_markdown_(),
+               repr(lab03.check_append_slots(not_written))]
+    assert "Hint: the 5th token needs a second block" in english[0]
+
+    pagedkit.set_language("zh-CN")
+    assert pagedkit.get_language() == "zh-CN"
+    chinese = [repr(lab00.check_blocks_for(_wrong_blocks_for)),
+               lab03.check_append_slots(lambda *a: [])._repr_markdown_(),
+               repr(lab03.check_append_slots(not_written))]
+    assert chinese[0] == ("❌ blocks_for: _wrong_blocks_for(5, 4) 返回了 1，应为 2。  提示："
+                          "第 5 个 token 需要第二个页块；只填了一部分的页块也要占一整个页块："
+                          "向上取整，而不是向下")
+    for text in chinese:
+        assert CHINESE.search(text), text
+        assert "Hint" not in text and "returned" not in text, text
+    assert "页表" in chinese[1] or "页块" in chinese[1]
+    assert chinese[2].endswith("尚未编写：把 `...` / NotImplementedError 换成你的代码")
+
+    pagedkit.set_language("en")
+    again = [repr(lab00.check_blocks_for(_wrong_blocks_for)),
+             lab03.check_append_slots(lambda *a: [])._repr_markdown_(),
+             repr(lab03.check_append_slots(not_written))]
+    assert again == english
+
+
+@pytest.mark.parametrize("language", ["fr", "zh", "zh_CN", "ZH-CN", "", None, "english"])
+def test_an_unknown_language_is_refused_and_nothing_changes(language):
+    from pagedkit.exercises import lab00
+    pagedkit.set_language("zh-CN")
+    before = repr(lab00.check_blocks_for(_wrong_blocks_for))
+    with pytest.raises(ValueError, match="is not one pagedkit speaks"):
+        pagedkit.set_language(language)
+    assert pagedkit.get_language() == "zh-CN"
+    assert repr(lab00.check_blocks_for(_wrong_blocks_for)) == before
+
+
+def test_a_missing_catalog_is_refused_and_nothing_changes(monkeypatch, tmp_path):
+    from pagedkit.exercises import lab00
+    english = repr(lab00.check_blocks_for(_wrong_blocks_for))
+    monkeypatch.setattr(i18n, "LOCALE_DIR", tmp_path)  # an installation without the .mo
+    with pytest.raises(FileNotFoundError):
+        pagedkit.set_language("zh-CN")
+    assert pagedkit.get_language() == "en"
+    assert repr(lab00.check_blocks_for(_wrong_blocks_for)) == english
