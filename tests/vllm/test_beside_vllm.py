@@ -120,3 +120,23 @@ def test_bench_runs_vllm_beside_pagedkit():
     result = report.result("vllm")
     assert result is not None and result.outputs_differing == 0
     assert report.as_dict()["results"][1]["tokens_per_s"] > 0
+
+
+def test_profile_splits_vllms_step_as_pagedkits_and_leaves_vllm_as_it_was():
+    from vllm.model_executor.layers.attention.attention import Attention
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+
+    from pagedkit.bench.engine import PROFILE_PARTS, benchmark, format_report
+
+    methods = (Attention.forward, UnquantizedLinearMethod.apply)
+    report = benchmark("tiny", num_requests=3, systems=("pagedkit", "vllm"), profile=True,
+                       log=lambda _: None)
+    assert (Attention.forward, UnquantizedLinearMethod.apply) == methods
+    for profile in (report.profile, report.vllm_profile):
+        parts = profile["seconds"]
+        assert set(parts) == set(PROFILE_PARTS)
+        assert all(parts[p] > 0 for p in ("scheduling", "linear layers", "attention",
+                                          "model other", "sampling"))
+        assert abs(sum(parts.values()) - profile["total_s"]) < 1e-6
+    text = format_report(report)
+    assert "vllm profile" in text and text.count("linear layers") == 1

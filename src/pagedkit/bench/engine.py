@@ -112,6 +112,7 @@ class Report:
     results: list[Result] = field(default_factory=list)
     environment: dict = field(default_factory=dict)
     profile: dict | None = None  # seconds per part of pagedkit's steps (--profile)
+    vllm_profile: dict | None = None  # the same split of vLLM's (--profile with vllm)
     workload: str = "sharegpt"
 
     def result(self, system: str) -> Result | None:
@@ -460,12 +461,16 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
             "share": {part: seconds[part] / result.seconds for part in PROFILE_PARTS}}
 
 
-def format_profile(profile: dict) -> str:
-    lines = [f"pagedkit profile: {profile['total_s']:.2f} s "
-             f"({profile['tokens_per_s']:.1f} output tok/s with timers on)"]
+def format_profile(profile: dict, other: dict | None = None, names=("pagedkit", "vllm")) -> str:
+    """Seconds and shares per part of `profile`, and of `other` beside it."""
+    profiles = [p for p in (profile, other) if p is not None]
+    lines = [f"{name} profile: {p['total_s']:.2f} s ({p['tokens_per_s']:.1f} output tok/s "
+             "with timers on)" for name, p in zip(names, profiles, strict=False)]
+    if other is not None:
+        lines.append(f"  {'':<15}" + "".join(f"{name:>18}" for name in names))
     for part in PROFILE_PARTS:
-        lines.append(f"  {part:<15}{profile['seconds'][part]:>8.2f} s"
-                     f"{profile['share'][part]:>8.1%}")
+        lines.append(f"  {part:<15}" + "".join(
+            f"{p['seconds'][part]:>8.2f} s{p['share'][part]:>8.1%}" for p in profiles))
     return "\n".join(lines)
 
 
@@ -541,6 +546,11 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
             log(f"  {name}: {result.tokens_per_s:.1f} output tok/s ({result.seconds:.1f} s)")
             runs[name].append((result, tokens))
     if "vllm" in models:
+        if profile:
+            from .vllm_profile import profile_vllm
+
+            log("profiling vllm ...")
+            report.vllm_profile = profile_vllm(models["vllm"], work)
         models.pop("vllm").close()
     reference = None
     for name in systems:
@@ -584,7 +594,7 @@ def format_report(report: Report) -> str:
     if line:
         lines.append(line)
     if report.profile is not None:
-        lines.append(format_profile(report.profile))
+        lines.append(format_profile(report.profile, report.vllm_profile))
     return "\n".join(lines)
 
 
@@ -651,7 +661,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=positive_int, default=1, metavar="N",
                    help="run the systems this many times, interleaved; report medians")
     p.add_argument("--profile", action="store_true",
-                   help="also print where pagedkit's step time goes")
+                   help="also print where pagedkit's step time goes (and vLLM's beside it when "
+                   "vllm is among --systems)")
     p.add_argument("--threads", type=positive_int, metavar="N",
                    help="torch CPU threads (default: torch's choice)")
     p.add_argument("--workload", choices=WORKLOADS, default="sharegpt",
