@@ -159,6 +159,21 @@ def test_a_check_speaks_chinese_then_english_again():
     assert again == english
 
 
+def test_hints_made_at_import_time_are_translated_where_shown():
+    """Lab 05's table of cases is built once, at import, with English hints
+    (``N_``); the verdict translates the hint it shows."""
+    from pagedkit.exercises import lab05
+    english = repr(lab05.check_finish_steps(lambda lens, seats, policy: list(lens)))
+    assert english.endswith("Hint: a static batch starts only when every request of the "
+                            "previous batch has finished: its longest request sets the pace")
+    pagedkit.set_language("zh-CN")
+    chinese = repr(lab05.check_finish_steps(lambda lens, seats, policy: list(lens)))
+    assert chinese.endswith("提示：静态批处理要等上一批的每个请求都结束后才开始下一批："
+                            "批中最长的请求决定节奏"), chinese
+    pagedkit.set_language("en")
+    assert repr(lab05.check_finish_steps(lambda lens, seats, policy: list(lens))) == english
+
+
 @pytest.mark.parametrize("language", ["fr", "zh", "zh_CN", "ZH-CN", "", None, "english"])
 def test_an_unknown_language_is_refused_and_nothing_changes(language):
     from pagedkit.exercises import lab00

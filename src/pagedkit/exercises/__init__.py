@@ -130,5 +130,6 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
 
 
 def hint_text(hint: str) -> str:
-    """``"  Hint: ..."`` to follow a verdict, in the current language ('' for no hint)."""
-    return _("  Hint: {hint}").format(hint=hint) if hint else ""
+    """``"  Hint: ..."`` to follow a verdict, in the current language ('' for no
+    hint). A hint made at import time, marked ``N_()``, is translated here."""
+    return _("  Hint: {hint}").format(hint=_(hint)) if hint else ""

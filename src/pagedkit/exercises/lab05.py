@@ -10,26 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..i18n import N_
 from . import Case, CheckResult, check_function
 
 __all__ = ["CHECKS", "check_admit", "check_finish_steps"]
 
-_STATIC = ("a static batch starts only when every request of the previous batch has "
-           "finished: its longest request sets the pace")
-_CONTINUOUS = ("with continuous batching a request takes a seat at the first step after one "
-               "frees up (the oldest waiting request first); nobody waits for a whole batch")
+_STATIC = (N_("a static batch starts only when every request of the previous batch has "
+           "finished: its longest request sets the pace"))
+_CONTINUOUS = (N_("with continuous batching a request takes a seat at the first step after one "
+               "frees up (the oldest waiting request first); nobody waits for a whole batch"))
 
 FINISH_CASES = [
-    Case(([3, 1, 2], 3, "static"), [3, 1, 2], "one batch holds everyone: each finishes after "
-         "as many steps as it has tokens"),
+    Case(([3, 1, 2], 3, "static"), [3, 1, 2], N_("one batch holds everyone: each finishes after "
+         "as many steps as it has tokens")),
     Case(([5, 1, 1, 1], 2, "static"), [5, 1, 6, 6], _STATIC),
     Case(([5, 1, 1, 1], 2, "continuous"), [5, 1, 2, 3], _CONTINUOUS),
-    Case(([2, 2, 2], 1, "static"), [2, 4, 6], "one seat: requests run one after another"),
-    Case(([2, 2, 2], 1, "continuous"), [2, 4, 6], "one seat: requests run one after another"),
+    Case(([2, 2, 2], 1, "static"), [2, 4, 6], N_("one seat: requests run one after another")),
+    Case(([2, 2, 2], 1, "continuous"), [2, 4, 6], N_("one seat: requests run one after another")),
     Case(([1, 8, 3, 2, 2, 6], 2, "static"), [1, 8, 11, 10, 13, 17], _STATIC),
     Case(([1, 8, 3, 2, 2, 6], 2, "continuous"), [1, 8, 4, 6, 8, 14], _CONTINUOUS),
-    Case(([4, 4], 8, "continuous"), [4, 4], "more seats than requests: all start at once"),
-    Case(([], 4, "static"), [], "no requests, no steps"),
+    Case(([4, 4], 8, "continuous"), [4, 4], N_("more seats than requests: all start at once")),
+    Case(([], 4, "static"), [], N_("no requests, no steps")),
 ]
 
 
@@ -42,41 +43,48 @@ def check_finish_steps(finish_steps: Callable) -> CheckResult:
                           equal=lambda got, want: list(got) == want)
 
 
-_FCFS = ("first come, first served: when the head of the queue does not fit, the step admits "
-         "no one behind it either (else a long prompt could wait forever)")
-_BLOCKS = "a prompt of n tokens needs ceil(n / block_size) blocks"
+_FCFS = (N_("first come, first served: when the head of the queue does not fit, the step admits "
+         "no one behind it either (else a long prompt could wait forever)"))
+_BLOCKS = N_("a prompt of n tokens needs ceil(n / block_size) blocks")
 
 ADMIT_CASES = [
     Case(([("a", 5), ("b", 7), ("c", 2)], 12, 8, 10, 4), [("a", 5), ("b", 7)],
-         "each prompt takes its tokens from the step's budget; c finds none left"),
+         N_("each prompt takes its tokens from the step's budget; c finds none left")),
     Case(([("a", 10), ("b", 2)], 8, 8, 10, 4), [], _FCFS),
     Case(([("a", 5), ("b", 9), ("c", 1)], 100, 8, 4, 4), [("a", 5)],
-         f"{_BLOCKS}: a takes 2 of the 4 free blocks and b needs 3; {_FCFS}"),
+         N_("a prompt of n tokens needs ceil(n / block_size) blocks: a takes 2 of the 4 free "
+            "blocks and b needs 3; first come, first served: when the head of the queue does "
+            "not fit, the step admits no one behind it either (else a long prompt could wait "
+            "forever)")),
     Case(([("a", 1), ("b", 1), ("c", 1)], 100, 2, 10, 4), [("a", 1), ("b", 1)],
-         "each admitted request takes one of the seats left"),
-    Case(([("a", 8)], 8, 1, 2, 4), [("a", 8)], f"exactly enough is enough; {_BLOCKS}"),
-    Case(([], 16, 4, 4, 4), [], "nobody waiting, nobody admitted"),
-    Case(([("a", 3)], 0, 4, 4, 4), [], "no tokens left in the budget: nobody is admitted"),
+         N_("each admitted request takes one of the seats left")),
+    Case(([("a", 8)], 8, 1, 2, 4), [("a", 8)], N_("exactly enough is enough; a prompt of n "
+                                                  "tokens needs ceil(n / block_size) blocks")),
+    Case(([], 16, 4, 4, 4), [], N_("nobody waiting, nobody admitted")),
+    Case(([("a", 3)], 0, 4, 4, 4), [], N_("no tokens left in the budget: nobody is admitted")),
     Case(([("a", 2), ("b", 3)], 16, 0, 10, 4), [],
-         "no seat left (the running requests hold every one): nobody is admitted — check the "
-         "seats before admitting, not only after"),
+         N_("no seat left (the running requests hold every one): nobody is admitted — check the "
+         "seats before admitting, not only after")),
     Case(([("a", 10), ("b", 3)], 6, 8, 10, 4), [("a", 6)],
-         "with chunked prefill the head takes what the budget allows (6 of its 10 tokens); "
-         "then the budget is spent", {"chunked": True}),
+         N_("with chunked prefill the head takes what the budget allows (6 of its 10 tokens); "
+         "then the budget is spent"), {"chunked": True}),
     Case(([("a", 3), ("b", 10)], 8, 8, 10, 4), [("a", 3), ("b", 5)],
-         "chunked: a takes 3, b takes the 5 tokens left (its first chunk)", {"chunked": True}),
+         N_("chunked: a takes 3, b takes the 5 tokens left (its first chunk)"), {"chunked": True}),
     Case(([("a", 10)], 10, 8, 2, 4), [],
-         "chunked: the chunk is sized by the token budget; if its blocks do not fit, the request "
-         "waits (10 tokens need 3 blocks, 2 are free)", {"chunked": True}),
+         N_("chunked: the chunk is sized by the token budget; if its blocks do not fit, the "
+            "request "
+         "waits (10 tokens need 3 blocks, 2 are free)"), {"chunked": True}),
     Case(([("a", 40), ("b", 2)], 8, 8, 2, 4), [("a", 8)],
-         "chunked: the first chunk (8 tokens) needs 2 blocks, not the 10 the whole 40-token "
-         "prompt will need later: blocks are taken for the tokens scheduled now",
+         N_("chunked: the first chunk (8 tokens) needs 2 blocks, not the 10 the whole 40-token "
+         "prompt will need later: blocks are taken for the tokens scheduled now"),
          {"chunked": True}),
     Case(([("a", 10), ("b", 3)], 6, 8, 10, 4), [],
-         "without chunked prefill a prompt longer than the budget left waits whole; " + _FCFS),
+         N_("without chunked prefill a prompt longer than the budget left waits whole; first "
+            "come, first served: when the head of the queue does not fit, the step admits no one "
+            "behind it either (else a long prompt could wait forever)")),
     Case(([("a", 2), ("b", 2), ("c", 2)], 16, 2, 10, 4), [("a", 2), ("b", 2)],
-         "chunked prefill splits tokens, not seats: each admitted request still takes one of "
-         "the seats left", {"chunked": True}),
+         N_("chunked prefill splits tokens, not seats: each admitted request still takes one of "
+         "the seats left"), {"chunked": True}),
 ]
 
 

@@ -9,25 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..i18n import N_
 from . import Case, CheckResult, check_function
 
 __all__ = ["CHECKS", "check_choose_victims", "check_preemption_mode",
            "check_tokens_to_recompute"]
 
-_LAST = ("a prompt never matches its own last token in the prefix cache (the model must compute "
+_LAST = (N_("a prompt never matches its own last token in the prefix cache (the model must compute "
          "at least one token to get logits), so at most (num_tokens - 1) // block_size blocks "
-         "are reused")
+         "are reused"))
 
 RECOMPUTE_CASES = [
-    Case((25, 4, 0), 25, "with nothing cached, every token is computed again: the prompt, the "
-         "generated tokens and the last sampled one, whose K/V were never computed"),
-    Case((25, 4, 3), 13, "3 cached blocks of 4 tokens save 12 tokens"),
-    Case((1, 16, 0), 1, "a single token is computed once"),
-    Case((25, 4, 6), 1, "6 full blocks hold 24 tokens; only the 25th is left to compute"),
+    Case((25, 4, 0), 25, N_("with nothing cached, every token is computed again: the prompt, the "
+         "generated tokens and the last sampled one, whose K/V were never computed")),
+    Case((25, 4, 3), 13, N_("3 cached blocks of 4 tokens save 12 tokens")),
+    Case((1, 16, 0), 1, N_("a single token is computed once")),
+    Case((25, 4, 6), 1, N_("6 full blocks hold 24 tokens; only the 25th is left to compute")),
     Case((24, 4, 6), 4, _LAST),
     Case((16, 16, 1), 16, _LAST),
-    Case((17, 16, 1), 1, "one full block of 16 is cached; the 17th token is computed"),
-    Case((40, 8, 2), 24, "2 cached blocks of 8 save 16 of the 40 tokens"),
+    Case((17, 16, 1), 1, N_("one full block of 16 is cached; the 17th token is computed")),
+    Case((40, 8, 2), 24, N_("2 cached blocks of 8 save 16 of the 40 tokens")),
 ]
 
 
@@ -37,29 +38,33 @@ def check_tokens_to_recompute(tokens_to_recompute: Callable) -> CheckResult:
     return check_function("tokens_to_recompute", tokens_to_recompute, RECOMPUTE_CASES)
 
 
-_DISTINCT = ("blocks shared inside the group travel once: count distinct block ids "
-             "(KVCacheManager.swap_out does)")
-_BOTH_WAYS = ("a swapped group's blocks cross the link twice: out now, back in later")
+_DISTINCT = (N_("blocks shared inside the group travel once: count distinct block ids "
+             "(KVCacheManager.swap_out does)"))
+_BOTH_WAYS = (N_("a swapped group's blocks cross the link twice: out now, back in later"))
 
 MODE_CASES = [
     # tables, num_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s, prefill_tokens_per_s
     Case(([[0, 1, 2]], [10], 8, 1000, 1e6, 1000), "swap",
-         "swap: 2 x 3 blocks x 1000 B / 1e6 B/s = 6 ms; recompute: 10 tokens / 1000 tok/s = 10 ms"),
+         N_("swap: 2 x 3 blocks x 1000 B / 1e6 B/s = 6 ms; recompute: 10 tokens / 1000 tok/s = "
+            "10 ms")),
     Case(([[0, 1, 2]], [10], 8, 1000, 1e6, 10_000), "recompute",
-         "recompute: 10 tokens / 10,000 tok/s = 1 ms beats swapping's 6 ms"),
+         N_("recompute: 10 tokens / 10,000 tok/s = 1 ms beats swapping's 6 ms")),
     Case(([[0, 1, 2]], [10], 2, 1000, 1e6, 1000), "recompute",
-         "3 blocks do not fit in 2 free CPU blocks: swapping is impossible"),
+         N_("3 blocks do not fit in 2 free CPU blocks: swapping is impossible")),
     Case(([[0, 1, 2], [0, 1, 3], [0, 1, 4]], [10, 10, 10], 5, 1000, 1e6, 1000), "swap",
-         f"{_DISTINCT}: 5 blocks fit in 5 free CPU blocks"),
+         N_("blocks shared inside the group travel once: count distinct block ids "
+            "(KVCacheManager.swap_out does): 5 blocks fit in 5 free CPU blocks")),
     Case(([[0, 1, 2], [0, 1, 3], [0, 1, 4]], [10, 10, 10], 4, 1000, 1e6, 1000), "recompute",
-         f"{_DISTINCT}: 5 blocks do not fit in 4"),
+         N_("blocks shared inside the group travel once: count distinct block ids "
+            "(KVCacheManager.swap_out does): 5 blocks do not fit in 4")),
     Case(([[5, 6, 7, 8]], [7], 10, 1000, 1e6, 1000), "recompute",
-         f"{_BOTH_WAYS}: 2 x 4 ms = 8 ms > 7 ms of recompute"),
+         N_("a swapped group's blocks cross the link twice: out now, back in later: 2 x 4 ms = "
+            "8 ms > 7 ms of recompute")),
     Case(([[0, 1], [0, 2]], [6, 6], 8, 2000, 1e6, 1000), "recompute",
-         "the group recomputes every sequence's tokens (12 tokens = 12 ms) but swaps 3 distinct "
-         "blocks (2 x 3 x 2000 B / 1e6 B/s = 12 ms): swap only if strictly cheaper"),
+         N_("the group recomputes every sequence's tokens (12 tokens = 12 ms) but swaps 3 distinct "
+         "blocks (2 x 3 x 2000 B / 1e6 B/s = 12 ms): swap only if strictly cheaper")),
     Case(([[0, 1], [0, 2]], [7, 6], 8, 2000, 1e6, 1000), "swap",
-         "13 tokens to recompute (13 ms) against 12 ms of swapping"),
+         N_("13 tokens to recompute (13 ms) against 12 ms of swapping")),
 ]
 
 
@@ -69,33 +74,41 @@ def check_preemption_mode(preemption_mode: Callable) -> CheckResult:
     return check_function("preemption_mode", preemption_mode, MODE_CASES)
 
 
-_NEWEST = ("the newest running request is preempted first (it has waited least; first come, "
-           "first served), whatever it holds or needs")
-_ITSELF = ("when no request newer than the one being served is left, and older ones hold the "
-           "memory, it steps aside itself")
+_NEWEST = (N_("the newest running request is preempted first (it has waited least; first come, "
+           "first served), whatever it holds or needs"))
+_ITSELF = (N_("when no request newer than the one being served is left, and older ones hold the "
+           "memory, it steps aside itself"))
 
 VICTIM_CASES = [
-    Case(([("A", 1, 5), ("B", 1, 3), ("C", 1, 2)], 3), [], "3 free blocks cover the 3 needed"),
+    Case(([("A", 1, 5), ("B", 1, 3), ("C", 1, 2)], 3), [], N_("3 free blocks cover the 3 needed")),
     Case(([("A", 1, 5), ("B", 1, 3), ("C", 1, 2)], 2), ["C"], _ITSELF),
     Case(([("A", 2, 5), ("B", 1, 3), ("C", 1, 2)], 1), ["C"],
-         f"{_NEWEST}; C's 2 blocks then cover A and B"),
+         N_("the newest running request is preempted first (it has waited least; first come, "
+            "first served), whatever it holds or needs; C's 2 blocks then cover A and B")),
     Case(([("A", 1, 8), ("B", 1, 1)], 0), ["B"],
-         f"{_NEWEST} — even if an older one holds far more blocks"),
+         N_("the newest running request is preempted first (it has waited least; first come, "
+            "first served), whatever it holds or needs — even if an older one holds far more "
+            "blocks")),
     Case(([("A", 1, 1), ("B", 1, 8)], 0), ["B"], _NEWEST),
     Case(([("A", 1, 4), ("B", 2, 4), ("C", 1, 1), ("D", 1, 1)], 0), ["D", "C", "B"],
-         f"D frees a block for A; for B, C goes, and then: {_ITSELF}"),
+         N_("D frees a block for A; for B, C goes, and then: when no request newer than the one "
+            "being served is left, and older ones hold the memory, it steps aside itself")),
     Case(([("A", 0, 3), ("B", 1, 2), ("C", 0, 1)], 0), ["C"],
-         "B needs a block: C is newest, so C goes, although C itself needed none this step"),
-    Case(([], 4), [], "nobody running, nobody preempted"),
+         N_("B needs a block: C is newest, so C goes, although C itself needed none this step")),
+    Case(([], 4), [], N_("nobody running, nobody preempted")),
     Case(([("A", 3, 4), ("B", 1, 1), ("C", 1, 1), ("D", 1, 1)], 1), ["D", "C", "B"],
-         "A needs 3 blocks and 1 is free: D's block is not enough, so keep preempting (C "
-         f"too) until A fits; then for B: {_ITSELF}"),
+         N_("A needs 3 blocks and 1 is free: D's block is not enough, so keep preempting (C "
+            "too) until A fits; then for B: when no request newer than the one being served is "
+            "left, and older ones hold the memory, it steps aside itself")),
     Case(([("A", 1, 4), ("B", 1, 2), ("C", 0, 1)], 0), ["C", "B"],
-         f"{_NEWEST}: C goes for A though C needs nothing this step; then for B: {_ITSELF}"),
+         N_("the newest running request is preempted first (it has waited least; first come, "
+            "first served), whatever it holds or needs: C goes for A though C needs nothing "
+            "this step; then for B: when no request newer than the one being served is left, "
+            "and older ones hold the memory, it steps aside itself")),
     Case(([("A", 1, 4), ("B", 1, 3), ("C", 0, 2)], 2), [],
-         "exactly enough is enough: A and B take the 2 free blocks, C needs none this step (its "
+         N_("exactly enough is enough: A and B take the 2 free blocks, C needs none this step (its "
          "last block has room), so nobody is preempted — preempt only while a request needs "
-         "MORE blocks than are free"),
+         "MORE blocks than are free")),
 ]
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..i18n import _
 from ..model.kv_cache import KVCacheSpec
 from . import Case, CheckResult, check_function
 
@@ -30,18 +31,18 @@ def check_tokens_that_fit(fn: Callable) -> CheckResult:
     """`tokens_that_fit(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes,
     block_size)`: token slots in the whole blocks a budget holds."""
     specs = [
-        ((20 * GIB, 32, 32, 128, 2, 16), "Llama-2-7B in fp16: 2 x 32 x 32 x 128 x 2 bytes = "
-                                         "512 KiB per token"),
-        ((20 * GIB, 32, 32, 128, 1, 16), "the same model with an FP8 (1-byte) KV cache"),
-        ((20 * GIB, 32, 8, 128, 2, 16), "Llama-3-8B: grouped-query attention stores 8 KV heads, "
-                                        "not 32"),
-        ((10**9, 40, 40, 128, 2, 16), "OPT-13B-like in fp16 with 1 GB: count whole blocks only "
-                                      "(round down), then multiply by block_size"),
-        ((10**9, 40, 40, 128, 2, 32), "the same with blocks of 32: a partial block is no use"),
-        ((2 * 10**9, 40, 40, 128, 2, 16), "the same model with 2 GB: 152.6 blocks' worth of "
+        ((20 * GIB, 32, 32, 128, 2, 16), _("Llama-2-7B in fp16: 2 x 32 x 32 x 128 x 2 bytes = "
+                                         "512 KiB per token")),
+        ((20 * GIB, 32, 32, 128, 1, 16), _("the same model with an FP8 (1-byte) KV cache")),
+        ((20 * GIB, 32, 8, 128, 2, 16), _("Llama-3-8B: grouped-query attention stores 8 KV heads, "
+                                        "not 32")),
+        ((10**9, 40, 40, 128, 2, 16), _("OPT-13B-like in fp16 with 1 GB: count whole blocks only "
+                                      "(round down), then multiply by block_size")),
+        ((10**9, 40, 40, 128, 2, 32), _("the same with blocks of 32: a partial block is no use")),
+        ((2 * 10**9, 40, 40, 128, 2, 16), _("the same model with 2 GB: 152.6 blocks' worth of "
                                           "bytes hold 152 whole blocks (round down, never to "
-                                          "the nearest)"),
-        ((8 * 2**20, 4, 2, 64, 4, 16), "pagedkit's tiny model in float32 with 8 MiB"),
+                                          "the nearest)")),
+        ((8 * 2**20, 4, 2, 64, 4, 16), _("pagedkit's tiny model in float32 with 8 MiB")),
     ]
     cases = [Case(args, _fit(*args), hint) for args, hint in specs]
     return check_function("tokens_that_fit", fn, cases)
@@ -70,22 +71,25 @@ def check_best_num_drafts(fn: Callable) -> CheckResult:
     draft tokens k (0..max_drafts) that gives speculative decoding the most
     tokens per unit of time, where a target-model step costs 1 and each draft
     token `draft_cost` (independent acceptances; the smallest k on a tie)."""
-    chain = ("draft i counts only if drafts 1..i were all accepted, and the target model adds "
-             "one token of its own: E(a, k) = 1 + a + a^2 + ... + a^k tokens per step")
-    cost = "a step with k drafts costs 1 + k x draft_cost: maximize E(a, k) / (1 + k x draft_cost)"
+    chain = (_("draft i counts only if drafts 1..i were all accepted, and the target model adds "
+             "one token of its own: E(a, k) = 1 + a + a^2 + ... + a^k tokens per step"))
+    cost = _("a step with k drafts costs 1 + k x draft_cost: maximize E(a, k) / (1 + k x "
+             "draft_cost)")
     specs = [
-        ((0.8, 0.05, 10), f"more drafts are not always better: {cost}"),
-        ((0.8, 0.2, 10), f"dearer drafts, fewer of them. {chain}"),
-        ((0.6, 0.1, 10), f"{chain}: E is not 1 + k x a (acceptances must chain)"),
-        ((0.95, 0.1, 20), f"a good draft model: {chain}"),
-        ((0.3, 0.05, 10), f"a poor draft model: {chain}"),
-        ((0.9, 0.3, 10), f"{chain}; and the target's own token counts"),
-        ((0.5, 0.5, 8), "k = 0 and k = 1 give exactly 1 token per unit of time: on a tie take the "
-                        "smallest k (drafting costs work for nothing)"),
-        ((0.0, 0.1, 5), "nothing is ever accepted: drafting only costs time"),
-        ((1.0, 0.1, 6), "every draft accepted: E = k + 1 (mind a division by zero), so the most "
-                        "drafts allowed win"),
-        ((0.7, 0.0, 5), "free drafts: as many as allowed"),
+        ((0.8, 0.05, 10), _("more drafts are not always better: {cost}").format(cost=cost)),
+        ((0.8, 0.2, 10), _("dearer drafts, fewer of them. {chain}").format(chain=chain)),
+        ((0.6, 0.1, 10), _("{chain}: E is not 1 + k x a (acceptances must chain)")
+                          .format(chain=chain)),
+        ((0.95, 0.1, 20), _("a good draft model: {chain}").format(chain=chain)),
+        ((0.3, 0.05, 10), _("a poor draft model: {chain}").format(chain=chain)),
+        ((0.9, 0.3, 10), _("{chain}; and the target's own token counts").format(chain=chain)),
+        ((0.5, 0.5, 8), _("k = 0 and k = 1 give exactly 1 token per unit of time: on a tie take "
+                          "the "
+                        "smallest k (drafting costs work for nothing)")),
+        ((0.0, 0.1, 5), _("nothing is ever accepted: drafting only costs time")),
+        ((1.0, 0.1, 6), _("every draft accepted: E = k + 1 (mind a division by zero), so the most "
+                        "drafts allowed win")),
+        ((0.7, 0.0, 5), _("free drafts: as many as allowed")),
     ]
     cases = [Case(args, _best_num_drafts(*args), hint) for args, hint in specs]
     return check_function("best_num_drafts", fn, cases,
