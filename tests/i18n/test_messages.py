@@ -123,6 +123,18 @@ def test_messages_are_translated_at_call_time():
     assert not wrong, f"translated at import time: {wrong}"
 
 
+def test_no_message_inside_an_f_string():
+    """Babel reads an f-string as one token: a ``_()`` inside one is never extracted."""
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.JoinedStr):
+                wrong += [f"{path.relative_to(PACKAGE)}:{node.lineno}" for call in ast.walk(node)
+                          if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                          and call.func.id in ("_", "ngettext", "counted")]
+    assert not wrong, wrong
+
+
 def _wrong_blocks_for(num_tokens: int, block_size: int) -> int:
     return num_tokens // block_size  # rounds down: the hint ladder's favourite
 
@@ -193,3 +205,32 @@ def test_a_missing_catalog_is_refused_and_nothing_changes(monkeypatch, tmp_path)
         pagedkit.set_language("zh-CN")
     assert pagedkit.get_language() == "en"
     assert repr(lab00.check_blocks_for(_wrong_blocks_for)) == english
+
+
+def _block_map_texts():
+    from pagedkit.memory import KVCacheManager
+    from pagedkit.viz import BlockMap
+    kv = KVCacheManager(num_blocks=16, block_size=4)
+    view = BlockMap(kv)
+    kv.allocate_slots("A", [1, 2, 3, 4, 5])
+    kv.fork("A", "B")
+    view.recorder.cut()
+    view.index = 1
+    fig = view.figure()
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    return [repr(view), view.text(), fig.layout.title.text, *legend,
+            *fig.data[0].hovertext[:3]]
+
+
+def test_a_widget_speaks_chinese_then_english_again():
+    english = _block_map_texts()
+    assert "reserved, not yet filled" in english and "shared (ref count)" in english
+    pagedkit.set_language("zh-CN")
+    chinese = _block_map_texts()
+    assert "已预留，尚未填" in chinese and "共享（引用计数）" in chinese, chinese
+    assert "页块大小 4 个 token" in chinese[2] and "第 1/1 步" in chinese[2], chinese[2]
+    assert any("引用计数 2" in h for h in chinese), chinese
+    for text in chinese[2:]:
+        assert CHINESE.search(text), text
+    pagedkit.set_language("en")
+    assert _block_map_texts() == english

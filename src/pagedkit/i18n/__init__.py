@@ -67,3 +67,14 @@ def N_(message: str) -> str:
 def ngettext(singular: str, plural: str, n: int) -> str:
     """The singular or plural form for `n`, in the current language."""
     return _state["translations"].ngettext(singular, plural, n)
+
+
+def counted(count: int, noun: str) -> str:
+    """``"1 token"``, ``"3 blocks"``: a count of one of the things pagedkit counts
+    ("token", "slot", "block"), in the current language (as `plural` in English)."""
+    forms = {"token": ngettext("{n} token", "{n} tokens", count),
+             "slot": ngettext("{n} slot", "{n} slots", count),
+             "block": ngettext("{n} block", "{n} blocks", count)}
+    if noun not in forms:
+        raise ValueError(f"counted: no message for {noun!r}; one of {', '.join(forms)}")
+    return forms[noun].format(n=count)

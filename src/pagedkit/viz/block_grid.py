@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import check_int, plural
+from .._validation import check_int
+from ..i18n import _, counted
 from .frames import CACHED, EMPTY_BLOCK, FREE, BlockState, Frame
 from .palette import color_index, owner_color_index, owner_key
 
@@ -84,7 +85,7 @@ def block_map_data(frame: Frame, first_seen: Mapping[Hashable, int],
     badges: list[int] = []
     for b, state in enumerate(frame.blocks):
         if state is EMPTY_BLOCK:  # most of an idle pool: skip the general path
-            color[b], fill[b], hover[b] = 0, 0.0, f"block {b}: free"
+            color[b], fill[b], hover[b] = 0, 0.0, _("block {b}: free").format(b=b)
             continue
         color[b] = color_index(frame, state, first_seen, shades)
         fill[b] = state.num_tokens / bs if state.status != FREE else 0.0
@@ -111,12 +112,13 @@ def block_map_data(frame: Frame, first_seen: Mapping[Hashable, int],
 
 def _owners(frame: Frame, owners: tuple) -> str:
     if not owners:
-        return "owner unknown"
+        return _("owner unknown")
     requests = dict.fromkeys(frame.request(s) for s in owners)
     names = ", ".join(map(str, owners))
     if list(requests) == list(owners):
-        return f"owned by {names}"
-    return f"owned by {names} (request {', '.join(map(str, requests))})"
+        return _("owned by {names}").format(names=names)
+    return (_("owned by {names} (request {items})")
+             .format(names=names, items=', '.join(map(str, requests))))
 
 
 def _owner_index(frame: Frame, owners: tuple, first_seen: Mapping[Hashable, int],
@@ -131,17 +133,21 @@ def _owner_index(frame: Frame, owners: tuple, first_seen: Mapping[Hashable, int]
 def _hover(frame: Frame, block: int, s: BlockState) -> str:
     bs = frame.block_size
     if s.status == FREE:
-        return f"block {block}: free"
+        return _("block {block}: free").format(block=block)
     if s.status == CACHED:
-        return (f"block {block}: cached prefix, {s.num_tokens}/{plural(bs, 'token')}, no owner "
-                "(reusable until evicted)")
-    shared = f", shared ×{s.ref_count}" if s.ref_count > 1 else ""
-    return (f"block {block}: {s.num_tokens}/{plural(bs, 'token')}, ref count {s.ref_count}"
-            f"{shared}, {_owners(frame, s.owners)}")
+        return (_("block {block}: cached prefix, {num_tokens}/{tokens}, no owner (reusable "
+                  "until evicted)")
+                  .format(block=block, num_tokens=s.num_tokens, tokens=counted(bs, 'token')))
+    shared = _(", shared ×{ref_count}").format(ref_count=s.ref_count) if s.ref_count > 1 else ""
+    return (_("block {block}: {num_tokens}/{tokens}, ref count {ref_count}{shared}, {owners}")
+              .format(block=block, num_tokens=s.num_tokens, tokens=counted(bs, 'token'),
+                      ref_count=s.ref_count, shared=shared, owners=_owners(frame, s.owners)))
 
 
 def _cpu_hover(frame: Frame, cpu: int) -> str:
     s = frame.swapped[cpu]
-    source = "" if s.from_block is None else f" from GPU block {s.from_block}"
-    return (f"CPU block {cpu}: swapped out{source}, "
-            f"{s.num_tokens}/{plural(frame.block_size, 'token')}, {_owners(frame, s.owners)}")
+    source = "" if s.from_block is None else (_(" from GPU block {from_block}")
+                                               .format(from_block=s.from_block))
+    return (_("CPU block {cpu}: swapped out{source}, {num_tokens}/{tokens}, {owners}")
+              .format(cpu=cpu, source=source, num_tokens=s.num_tokens,
+                      tokens=counted(frame.block_size, 'token'), owners=_owners(frame, s.owners)))

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import plural
+from ..i18n import _, counted
 from .block_grid import CELL, Grid, block_map_data, grid_for
 from .controls import Player
 from .frames import CACHED, FREE, Frame
@@ -87,10 +87,11 @@ class BlockMap(View):
         i = self._at(index)
         f = self.recorder[i]
         m = f.memory
-        extra = f", {m.swapped} swapped out" if m.swapped else ""
-        extra += f", {len(f.copies)} copied on write" if f.copies else ""
-        return (f"{plural(f.num_blocks, 'block')}, {self._step_label(i)}: {m.used} used, "
-                f"{m.shared} shared, {m.cached} cached{extra}")
+        extra = _(", {swapped} swapped out").format(swapped=m.swapped) if m.swapped else ""
+        extra += _(", {n} copied on write").format(n=len(f.copies)) if f.copies else ""
+        return (_("{blocks}, {step_label}: {used} used, {shared} shared, {cached} cached{extra}")
+                  .format(blocks=counted(f.num_blocks, 'block'), step_label=self._step_label(i),
+                          used=m.used, shared=m.shared, cached=m.cached, extra=extra))
 
     def text(self, index: int | None = None) -> str:
         """The summary, and for pools up to 1,024 blocks the map in letters:
@@ -163,22 +164,22 @@ class BlockMap(View):
         fig.add_scatter(name="copy-on-write", x=[], y=[], mode="lines",
                         line=dict(color=COW_COLOR, width=2, dash="dot"),
                         hoverinfo="skip", showlegend=False)
-        fig.add_scatter(name="copy-on-write blocks", x=[], y=[], mode="markers",
+        fig.add_scatter(name=_("copy-on-write blocks"), x=[], y=[], mode="markers",
                         marker=dict(symbol="square-open", size=cell_px * 1.05, color=COW_COLOR,
                                     line=dict(width=3, color=COW_COLOR)),
                         hoverinfo="skip", showlegend=False)
         for name, color, symbol in (
-                ("free", FREE_COLOR, "square"), ("cached (free, reusable)", CACHED_COLOR,
+                (_("free"), FREE_COLOR, "square"), (_("cached (free, reusable)"), CACHED_COLOR,
                                                  "square"),
-                ("tokens, by request and seq.", OWNER_COLORS[0], "square"),
-                ("reserved, not yet filled", tint(OWNER_COLORS[0]), "square"),
-                ("shared (ref count)", "white", "circle"),
-                ("copy-on-write", COW_COLOR, "square-open")):
+                (_("tokens, by request and seq."), OWNER_COLORS[0], "square"),
+                (_("reserved, not yet filled"), tint(OWNER_COLORS[0]), "square"),
+                (_("shared (ref count)"), "white", "circle"),
+                (_("copy-on-write"), COW_COLOR, "square-open")):
             fig.add_scatter(name=name, x=[None], y=[None], mode="markers",
                             marker=dict(symbol=symbol, size=11, color=color,
                                         line=dict(width=1, color="#555")))
         # drawn like the CPU cells themselves: the owner's color, hatched
-        fig.add_bar(name="swapped out to CPU", x=[None], y=[None], width=CELL,
+        fig.add_bar(name=_("swapped out to CPU"), x=[None], y=[None], width=CELL,
                     marker=dict(color=OWNER_COLORS[0], line=dict(width=1, color="#555"),
                                 pattern=dict(shape="/", fgcolor="white", fgopacity=0.6)))
         legend_rows = _legend_rows(_LEGEND_ITEMS, plot_w)
@@ -243,10 +244,12 @@ class BlockMap(View):
         m = f.memory
         usage = f"{m.tokens / (m.used * f.block_size):.0%}" if m.used else "–"
         note = self._opening_note(index)
-        return wrap_title([f"<b>{self._step_label(index)}</b>", f"{m.used} used",
-                           f"{m.shared} shared", f"{m.cached} cached", f"{m.free} free",
-                           f"{m.swapped} on CPU" if m.swapped else "",
-                           f"slots filled {usage}", f"blocks of {plural(f.block_size, 'token')}",
+        return wrap_title([f"<b>{self._step_label(index)}</b>",
+                           _("{n} used").format(n=m.used), _("{n} shared").format(n=m.shared),
+                           _("{n} cached").format(n=m.cached), _("{n} free").format(n=m.free),
+                           _("{swapped} on CPU").format(swapped=m.swapped) if m.swapped else "",
+                           _("slots filled {usage}").format(usage=usage),
+                           _("blocks of {tokens}").format(tokens=counted(f.block_size, "token")),
                            f"<i>{note}</i>" if note else ""],
                           getattr(self, "_title_px", 700))
 

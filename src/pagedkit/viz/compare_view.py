@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import plural
+from ..i18n import _, counted
 from .controls import Player
 from .frames import Frame
 from .palette import CELL_SCALE, FILL_SCALE, NUM_INDICES, OWNER_COLORS, owner_color_index, tint
@@ -55,22 +55,25 @@ class ContiguousVsPaged(View):
         i = self._at(index)
         w = self.figures(i)
         c, p = self.comparison.contiguous[i], self.comparison.paged[i]
-        return (f"{self.comparison.policy} vs paged, {self._step_label(i)}: contiguous wastes "
-                f"{w['contiguous_wasted_share']:.0%} of {plural(self.comparison.capacity, 'slot')} "
-                f"({c.waiting} waiting), paged {w['paged_wasted_share']:.0%} "
-                f"({p.requests.waiting} waiting)")
+        return (_("{policy} vs paged, {step_label}: contiguous wastes {w:.0%} of {slots} "
+                  "({waiting} waiting), paged {w2:.0%} ({waiting2} waiting)")
+                  .format(policy=self.comparison.policy, step_label=self._step_label(i),
+                          w=w['contiguous_wasted_share'],
+                          slots=counted(self.comparison.capacity, 'slot'), waiting=c.waiting,
+                          w2=w['paged_wasted_share'], waiting2=p.requests.waiting))
 
     def text(self, index: int | None = None) -> str:
         i = self._at(index)
         w = self.figures(i)
         return "\n".join([
             f"{type(self).__name__}({self.summary(i)})",
-            f"  contiguous: {plural(w['contiguous_tokens'], 'token')}, "
-            f"{w['contiguous_reserved_ahead']} reserved ahead, "
-            f"{w['contiguous_never_used']} never used, "
-            f"{w['contiguous_stranded']} stranded in holes",
-            f"  paged:      {plural(w['paged_tokens'], 'token')}, "
-            f"{w['paged_unfilled']} unfilled in last blocks",
+            (_("  contiguous: {tokens}, {w} reserved ahead, {w2} never used, {w3} stranded in "
+              "holes")
+              .format(tokens=counted(w['contiguous_tokens'], 'token'),
+                      w=w['contiguous_reserved_ahead'], w2=w['contiguous_never_used'],
+                      w3=w['contiguous_stranded'])),
+            (_("  paged:      {tokens}, {w} unfilled in last blocks")
+              .format(tokens=counted(w['paged_tokens'], 'token'), w=w['paged_unfilled'])),
         ])
 
     # ---------------------------------------------------------------- drawing
@@ -78,23 +81,24 @@ class ContiguousVsPaged(View):
         cap = self.comparison.capacity
         scale = dict(cmin=0, cmax=NUM_INDICES - 1)
         for name, colors, pattern in (
-                ("tokens", FILL_SCALE, ""), ("reserved for later tokens", CELL_SCALE, ""),
-                ("never used (internal fragmentation)", CELL_SCALE, "x"),
-                ("tokens (paged)", FILL_SCALE, ""), ("unfilled tail of a block", CELL_SCALE, "")):
+                ("tokens", FILL_SCALE, ""), (_("reserved for later tokens"), CELL_SCALE, ""),
+                (_("never used (internal fragmentation)"), CELL_SCALE, "x"),
+                (_("tokens (paged)"), FILL_SCALE, ""),
+                (_("unfilled tail of a block"), CELL_SCALE, "")):
             fig.add_bar(name=name, orientation="h", x=[], y=[], base=[], width=_HEIGHT,
                         marker=dict(color=[], colorscale=colors, line=dict(width=0.5,
                                                                           color="white"),
                                     pattern=dict(shape=pattern, fgcolor="#666"), **scale),
                         hovertemplate="%{hovertext}<extra></extra>", showlegend=False)
-        fig.add_bar(name="free hole", orientation="h", x=[], y=[], base=[], width=_HEIGHT,
+        fig.add_bar(name=_("free hole"), orientation="h", x=[], y=[], base=[], width=_HEIGHT,
                     marker=dict(color="white", line=dict(width=1, color="#BBB")),
                     hovertemplate="%{hovertext}<extra></extra>", showlegend=False)
         for name, color, symbol in (
-                ("tokens, colored by request", OWNER_COLORS[0], "square"),
-                ("reserved, not (yet) filled", tint(OWNER_COLORS[0]), "square"),
-                ("never used (internal fragmentation)", "#999", "square-x-open"),
-                ("free hole: stranded if the next request fits in none "
-                 "(external fragmentation)", "white", "square")):
+                (_("tokens, colored by request"), OWNER_COLORS[0], "square"),
+                (_("reserved, not (yet) filled"), tint(OWNER_COLORS[0]), "square"),
+                (_("never used (internal fragmentation)"), "#999", "square-x-open"),
+                (_("free hole: stranded if the next request fits in none "
+                 "(external fragmentation)"), "white", "square")):
             fig.add_scatter(name=name, x=[None], y=[None], mode="markers",
                             marker=dict(symbol=symbol, size=11, color=color,
                                         line=dict(width=1, color="#555")))
@@ -103,7 +107,7 @@ class ContiguousVsPaged(View):
             barmode="overlay", template="simple_white", width=840, height=370,
             margin=dict(l=95, r=15, t=title_margin(2), b=90), title=title_layout(size=12),
             legend=dict(orientation="h", y=-0.3, x=0, font=dict(size=11)),
-            xaxis=dict(range=[0, cap], title_text="KV slots (token positions)",
+            xaxis=dict(range=[0, cap], title_text=_("KV slots (token positions)"),
                        showgrid=False, fixedrange=True),
             yaxis=dict(range=[-0.5, 1.5], tickvals=[_PAGED, _CONTIGUOUS],
                        ticktext=["paged", f"contiguous<br>({self.comparison.policy})"],
@@ -117,18 +121,20 @@ class ContiguousVsPaged(View):
         color = np.array([owner_color_index(r.request, first_seen) for r in c.regions])
         regions = c.regions
         spans = {
-            "tokens": [(r.start, r.start + r.used) for r in regions],
-            "reserved ahead": [(r.start + r.used, r.start + r.need) for r in regions],
-            "never used": [(r.start + r.need, r.start + r.size) for r in regions],
+            _("tokens"): [(r.start, r.start + r.used) for r in regions],
+            _("reserved ahead"): [(r.start + r.used, r.start + r.need) for r in regions],
+            _("never used"): [(r.start + r.need, r.start + r.size) for r in regions],
         }
         for trace, (what, span) in zip(fig.data[:3], spans.items(), strict=True):
-            starts = np.array([lo for lo, _ in span])
+            starts = np.array([lo for lo, _hi in span])
             trace.base = starts
-            trace.x = np.array([hi for _, hi in span]) - starts if span else starts
+            trace.x = np.array([hi for _lo, hi in span]) - starts if span else starts
             trace.y = np.full(len(regions), _CONTIGUOUS)
             trace.marker.color = color
-            trace.hovertext = [f"request {r.request}: {what} {plural(hi - lo, 'slot')} "
-                               f"(region {r.start}..{r.start + r.size})"
+            trace.hovertext = [(_("request {request}: {what} {slots} (region {start}..{value})")
+                                 .format(request=r.request, what=what,
+                                         slots=counted(hi - lo, 'slot'), start=r.start,
+                                         value=r.start + r.size))
                                for r, (lo, hi) in zip(regions, span, strict=True)]
         bs = p.block_size
         used = [b for b, s in enumerate(p.blocks) if s.status == "used"]
@@ -141,14 +147,16 @@ class ContiguousVsPaged(View):
         tail.base, tail.x, tail.y = starts + fills, bs - fills, np.full(len(used), _PAGED)
         tok.marker.color = tail.marker.color = pcolor
         tok.hovertext = tail.hovertext = [
-            f"block {b} (request {_requests(p, p.blocks[b].owners)}): "
-            f"{p.blocks[b].num_tokens}/{plural(bs, 'token')}" for b in used]
+            (_("block {b} (request {requests}): {num_tokens}/{tokens}")
+              .format(b=b, requests=_requests(p, p.blocks[b].owners),
+                      num_tokens=p.blocks[b].num_tokens, tokens=counted(bs, 'token')))
+            for b in used]
         holes = fig.data[5]
-        holes.base = np.array([s for s, _ in c.holes])
-        holes.x = np.array([n for _, n in c.holes])
+        holes.base = np.array([s for s, _n in c.holes])
+        holes.x = np.array([n for _s, n in c.holes])
         holes.y = np.full(len(c.holes), _CONTIGUOUS)
-        holes.hovertext = [f"free hole of {plural(n, 'slot')} at {s}" + self._hole_note(c, n)
-                           for s, n in c.holes]
+        holes.hovertext = [_("free hole of {slots} at {s}").format(slots=counted(n, "slot"), s=s)
+                           + self._hole_note(c, n) for s, n in c.holes]
         fig.layout.title.text = self._title(index)
 
     @staticmethod
@@ -157,21 +165,25 @@ class ContiguousVsPaged(View):
         if c.next_size is None:
             return ""
         if size < c.next_size:
-            return f" (too small for the next request's {c.next_size}-slot region)" + (
-                ": stranded" if c.external_fragmentation else "")
-        return f" (the next request's {c.next_size}-slot region fits)"
+            return (_(" (too small for the next request's {next_size}-slot region)")
+                     .format(next_size=c.next_size)) + (
+                _(": stranded") if c.external_fragmentation else "")
+        return _(" (the next request's {next_size}-slot region fits)").format(next_size=c.next_size)
 
     def _title(self, index: int) -> str:
         w = self.figures(index)
         c, p = self.comparison.contiguous[index], self.comparison.paged[index]
-        return (f"<b>{self._step_label(index)}</b> · contiguous: {w['contiguous_tokens']} "
-                f"tokens, {w['contiguous_reserved_ahead']} reserved ahead, "
-                f"{w['contiguous_never_used']} never used, {w['contiguous_stranded']} stranded in "
-                f"holes → <b>{w['contiguous_wasted_share']:.0%} wasted</b>, {c.running} running, "
-                f"{c.waiting} waiting<br>paged: {plural(w['paged_tokens'], 'token')}, "
-                f"{w['paged_unfilled']} unfilled in last blocks → "
-                f"<b>{w['paged_wasted_share']:.0%} wasted</b>, {p.requests.running} running, "
-                f"{p.requests.waiting} waiting")
+        return (_("<b>{step_label}</b> · contiguous: {w} tokens, {w2} reserved ahead, {w3} "
+                  "never used, {w4} stranded in holes → <b>{w5:.0%} wasted</b>, {running} "
+                  "running, {waiting} waiting<br>paged: {tokens}, {w6} unfilled in last blocks "
+                  "→ <b>{w7:.0%} wasted</b>, {running2} running, {waiting2} waiting")
+                  .format(step_label=self._step_label(index), w=w['contiguous_tokens'],
+                          w2=w['contiguous_reserved_ahead'], w3=w['contiguous_never_used'],
+                          w4=w['contiguous_stranded'], w5=w['contiguous_wasted_share'],
+                          running=c.running, waiting=c.waiting,
+                          tokens=counted(w['paged_tokens'], 'token'), w6=w['paged_unfilled'],
+                          w7=w['paged_wasted_share'], running2=p.requests.running,
+                          waiting2=p.requests.waiting))
 
 
 def _requests(frame: Frame, owners: tuple) -> str:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sized
 from typing import Any
 
+from ..i18n import _
 from .frontend import after_cell
 
 IndexListener = Callable[[int], None]
@@ -200,21 +201,21 @@ class _Controls:
         self.player = player
         last = max(player.last, 0)
         self.play = w.Play(value=player.index, min=0, max=last, interval=SPEEDS["1×"],
-                           description="play", show_repeat=False,
+                           description=_("play"), show_repeat=False,
                            layout=w.Layout(width="auto"))
-        self.slider = w.IntSlider(value=player.index, min=0, max=last, description="step",
+        self.slider = w.IntSlider(value=player.index, min=0, max=last, description=_("step"),
                                   style={"description_width": "30px"},
                                   continuous_update=True, layout=w.Layout(width="260px"))
         w.jslink((self.play, "value"), (self.slider, "value"))
-        self.back = w.Button(description="◀", tooltip="previous step",
+        self.back = w.Button(description="◀", tooltip=_("previous step"),
                              layout=w.Layout(width="40px"))
-        self.forward = w.Button(description="▶", tooltip="next step",
+        self.forward = w.Button(description="▶", tooltip=_("next step"),
                                 layout=w.Layout(width="40px"))
-        self.speed = w.Dropdown(options=list(SPEEDS), value="1×", description="speed",
+        self.speed = w.Dropdown(options=list(SPEEDS), value="1×", description=_("speed"),
                                 layout=w.Layout(width="140px"),
                                 style={"description_width": "40px"})
-        self.live = w.ToggleButton(value=player.follow, description="live",
-                                   tooltip="follow the newest step while the engine runs",
+        self.live = w.ToggleButton(value=player.follow, description=_("live"),
+                                   tooltip=_("follow the newest step while the engine runs"),
                                    layout=w.Layout(width="70px"))
         self.back.on_click(lambda _: player.step(-1))
         self.forward.on_click(lambda _: player.step(1))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from ..i18n import _
 from ..memory.block_table import NULL_BLOCK
 from .frames import Frame
 
@@ -58,8 +59,10 @@ class PageTableData:
         """The page table in one line, e.g. ``A: 3 -> 7 -> 9``."""
         prefix = "cpu " if self.where == "cpu" else ""
         live = [f"{prefix}{r.physical}" for r in self.rows if not r.released]
-        released = [f"released ×{self.num_released}"] if self.num_released else []
-        return f"{self.seq}: {' -> '.join(released + live) or '(no blocks)'}"
+        released = ([_("released ×{n}").format(n=self.num_released)]
+                    if self.num_released else [])
+        chain = " -> ".join(released + live) or _("(no blocks)")
+        return f"{self.seq}: {chain}"
 
 
 def page_table(frame: Frame, seq: Hashable) -> PageTableData:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import plural
+from ..i18n import _, counted
 from .block_map import as_recorder
 from .controls import Player
 from .frames import Frame
@@ -76,16 +76,16 @@ class PageTable(View):
         data = self.data(i)
         seq = self.shown_seq(i)
         if data is None:
-            who = "no sequence" if seq is None else f"{seq!r}: no blocks"
+            who = _("no sequence") if seq is None else _("{seq!r}: no blocks").format(seq=seq)
             return f"{who} at {self._step_label(i)}"
-        where = ", swapped out" if data.where == "cpu" else ""
+        where = _(", swapped out") if data.where == "cpu" else ""
         return f"{data.chain()} at {self._step_label(i)}{where}"
 
     # ---------------------------------------------------------------- widgets
     def _extra_controls(self) -> list[Any]:
         import ipywidgets as w
 
-        self._chooser = w.Dropdown(description="sequence", options=self._options(self.index),
+        self._chooser = w.Dropdown(description=_("sequence"), options=self._options(self.index),
                                    value=_OLDEST if self._seq is None else self._seq,
                                    layout=w.Layout(width="260px"))
         self._chooser.observe(self._chose, names="value")
@@ -99,7 +99,7 @@ class PageTable(View):
         frame = self.recorder[index]
         options = [("oldest", _OLDEST)] + [(str(s), s) for s in frame.sequences[:200]]
         if self._seq is not None and self._seq not in frame.sequences:
-            options.append((f"{self._seq} (no blocks now)", self._seq))
+            options.append((_("{seq} (no blocks now)").format(seq=self._seq), self._seq))
         return options
 
     # ---------------------------------------------------------------- drawing
@@ -109,7 +109,7 @@ class PageTable(View):
         fig.add_heatmap(name="pool", z=[np.zeros(n)], x=np.arange(n), y=[0.0],
                         colorscale=FILL_SCALE, zmin=0, zmax=NUM_INDICES - 1, showscale=False,
                         xgap=1 if n <= 256 else 0,
-                        hovertemplate="physical block %{x}<extra></extra>")
+                        hovertemplate=_("physical block %{x}<extra></extra>"))
         fig.add_scatter(name="links", x=[], y=[], mode="lines", hoverinfo="skip",
                         line=dict(width=1.5, color="#444"))
         fig.add_bar(name="logical cells", x=[], y=[], base=[], width=[],
@@ -156,12 +156,16 @@ class PageTable(View):
         cells.x, cells.base, cells.y, cells.width = centers, np.full(len(rows), 1.5), \
             np.full(len(rows), 0.7), width
         cells.marker.color = color
-        cells.hovertext = [f"logical block {r.logical}: released (the sliding window has "
-                           "passed it; its physical block went back to the pool)"
+        cells.hovertext = [(_("logical block {logical}: released (the sliding window has passed "
+                             "it; its physical block went back to the pool)")
+                             .format(logical=r.logical))
                            if r.released else
-                           f"logical block {r.logical} → physical block {r.physical}: "
-                           f"{r.num_tokens}/{frame.block_size} tokens"
-                           + (f", shared ×{r.ref_count}" if r.ref_count > 1 else "")
+                           (_("logical block {logical} → physical block {physical}: "
+                             "{num_tokens}/{block_size} tokens")
+                             .format(logical=r.logical, physical=r.physical,
+                                     num_tokens=r.num_tokens, block_size=frame.block_size))
+                           + (_(", shared ×{ref_count}").format(ref_count=r.ref_count)
+                              if r.ref_count > 1 else "")
                            for r in rows]
         tokens.x, tokens.base, tokens.y, tokens.width = centers, np.full(len(rows), 1.5), \
             0.7 * fill, width
@@ -172,7 +176,7 @@ class PageTable(View):
         on_gpu = data is not None and data.where == "gpu"
         linked = [(c, r.physical) for c, r in zip(centers, rows, strict=True)
                   if on_gpu and not r.released]
-        phys = np.array([p for _, p in linked])
+        phys = np.array([p for _c, p in linked])
         lx: list[float | None] = []
         ly: list[float | None] = []
         for c, p in linked:
@@ -200,14 +204,19 @@ class PageTable(View):
             chain = chain[:77] + "..."
         live = len(data.rows) - data.num_released
         filled = live * data.block_size
-        note = " · swapped out: on the CPU" if data.where == "cpu" else ""
+        note = _(" · swapped out: on the CPU") if data.where == "cpu" else ""
         if data.num_released:
-            note += f" · logical blocks 0-{data.num_released - 1} released (sliding window)"
-        more = f" · first {_MAX_ROWS} of {plural(len(data.rows), 'block')} drawn" \
+            note += (_(" · logical blocks 0-{last} released (sliding window)")
+                      .format(last=data.num_released - 1))
+        more = (_(" · first {n} of {blocks} drawn")
+                 .format(n=_MAX_ROWS, blocks=counted(len(data.rows), 'block'))) \
             if len(data.rows) > _MAX_ROWS else ""
-        request = f" (request {data.request})" if data.request != data.seq else ""
-        return (f"<b>{self._step_label(index)}</b> · sequence {data.seq}{request}: "
-                f"{plural(data.num_tokens, 'token')} in {plural(live, 'block')}, "
-                f"{plural(filled - data.num_tokens, 'slot')} unfilled{note}{more}<br>"
-                f"page table {chain}")
+        request = (_(" (request {request})").format(request=data.request)
+                   if data.request != data.seq else "")
+        return (_("<b>{step_label}</b> · sequence {seq}{request}: {tokens} in {blocks}, "
+                  "{slots} unfilled{note}{more}<br>page table {chain}")
+                  .format(step_label=self._step_label(index), seq=data.seq, request=request,
+                          tokens=counted(data.num_tokens, 'token'), blocks=counted(live, 'block'),
+                          slots=counted(filled - data.num_tokens, 'slot'), note=note, more=more,
+                          chain=chain))
 

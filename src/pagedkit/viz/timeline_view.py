@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..i18n import _, ngettext
 from .block_map import as_recorder
 from .controls import Player
 from .palette import CACHED_COLOR, FREE_COLOR, OWNER_COLORS, SWAP_COLOR
@@ -36,28 +37,33 @@ class Timeline(View):
         f = self.recorder[i]
         m, r = f.memory, f.requests
         total = sum(x.preemptions for x in self.recorder.frames[:i + 1])
-        return (f"{len(self.recorder)} frames, at {self._step_label(i)}: "
-                f"{m.used} used / {m.free} free / {m.cached} cached blocks, "
-                f"{r.running} running / {r.waiting} waiting / {r.swapped} swapped, "
-                f"{total} {'request' if total == 1 else 'requests'} preempted so far")
+        return (ngettext("{n} frames, at {step_label}: {used} used / {free} free / {cached} "
+                         "cached blocks, {running} running / {waiting} waiting / {swapped} "
+                         "swapped, {total} request preempted so far",
+                         "{n} frames, at {step_label}: {used} used / {free} free / {cached} "
+                         "cached blocks, {running} running / {waiting} waiting / {swapped} "
+                         "swapped, {total} requests preempted so far", total)
+                .format(n=len(self.recorder), step_label=self._step_label(i), used=m.used,
+                        free=m.free, cached=m.cached, running=r.running, waiting=r.waiting,
+                        swapped=r.swapped, total=total))
 
     def _build(self, fig: Any) -> None:
         from plotly.subplots import make_subplots
 
         make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                      subplot_titles=("GPU blocks", "requests"), figure=fig)
-        for name, color in (("used", OWNER_COLORS[0]), ("cached", CACHED_COLOR),
-                            ("free", FREE_COLOR)):
-            fig.add_scatter(name=f"{name} blocks", x=[], y=[], mode="lines", stackgroup="mem",
+                      subplot_titles=(_("GPU blocks"), _("requests")), figure=fig)
+        for name, color in ((_("used blocks"), OWNER_COLORS[0]),
+                            (_("cached blocks"), CACHED_COLOR), (_("free blocks"), FREE_COLOR)):
+            fig.add_scatter(name=name, x=[], y=[], mode="lines", stackgroup="mem",
                             line=dict(width=0.5, color=color), fillcolor=color,
                             legendgroup="mem", row=1, col=1)
-        fig.add_scatter(name="CPU blocks (swapped)", x=[], y=[], mode="lines",
+        fig.add_scatter(name=_("CPU blocks (swapped)"), x=[], y=[], mode="lines",
                         line=dict(color=SWAP_COLOR, dash="dash"), row=1, col=1)
-        for name, color in (("running", OWNER_COLORS[2]), ("waiting", OWNER_COLORS[1]),
-                            ("swapped", SWAP_COLOR)):
+        for name, color in ((_("running"), OWNER_COLORS[2]), (_("waiting"), OWNER_COLORS[1]),
+                            (_("swapped"), SWAP_COLOR)):
             fig.add_scatter(name=name, x=[], y=[], mode="lines", line=dict(color=color),
                             row=2, col=1)
-        fig.add_bar(name="requests preempted", x=[], y=[], marker=dict(color=PREEMPT_COLOR),
+        fig.add_bar(name=_("requests preempted"), x=[], y=[], marker=dict(color=PREEMPT_COLOR),
                     row=2, col=1)
         for row in (1, 2):
             fig.add_scatter(name="now", x=[], y=[], mode="lines", showlegend=row == 1,
@@ -67,7 +73,7 @@ class Timeline(View):
                           margin=dict(l=60, r=20, t=title_margin(2, below=28), b=40),
                           hovermode="x unified", title=title_layout(),
                           legend=dict(font=dict(size=11)))
-        fig.update_xaxes(title_text="step", row=2, col=1)
+        fig.update_xaxes(title_text=_("step"), row=2, col=1)
 
     def _draw(self, fig: Any, index: int) -> None:
         series = fig.data
@@ -92,7 +98,10 @@ class Timeline(View):
         f = self.recorder[index]
         m, r = f.memory, f.requests
         total = sum(x.preemptions for x in self.recorder.frames[:index + 1])
-        cpu = f" · {m.swapped} on CPU" if m.swapped else ""
-        return (f"<b>{self._step_label(index)}</b> · blocks: {m.used} used"
-                f" · {m.cached} cached · {m.free} free{cpu}<br>requests: {r.running} running"
-                f" · {r.waiting} waiting · {r.swapped} swapped · {total} preempted so far")
+        cpu = _(" · {swapped} on CPU").format(swapped=m.swapped) if m.swapped else ""
+        return (_("<b>{step_label}</b> · blocks: {used} used · {cached} cached · {free} "
+                  "free{cpu}<br>requests: {running} running · {waiting} waiting · {swapped} "
+                  "swapped · {total} preempted so far")
+                  .format(step_label=self._step_label(index), used=m.used, cached=m.cached,
+                          free=m.free, cpu=cpu, running=r.running, waiting=r.waiting,
+                          swapped=r.swapped, total=total))

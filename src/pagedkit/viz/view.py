@@ -19,6 +19,7 @@ import json
 import time
 from typing import Any
 
+from ..i18n import _
 from .controls import Played, Player
 from .frontend import display_mode, enable_colab_widgets
 
@@ -63,7 +64,7 @@ class View(Played):
         return index
 
     def _step_label(self, index: int) -> str:
-        return f"step {index}/{self.player.last}"
+        return _("step {index}/{last}").format(index=index, last=self.player.last)
 
     def _opening_note(self, index: int) -> str:
         """Why the view opened on `index`, while it still shows it (else "")."""
@@ -144,11 +145,13 @@ def wrap_title(parts: list[str], width_px: float, size: int = 13,
     """`parts` joined by `sep` into lines that fit `width_px` (plotly never wraps a title:
     a long one is cut at the figure's edge). A part is never split."""
     import re
+    import unicodedata
 
     fits = max(int(width_px / (0.6 * size)), 20)  # characters per line at this size
 
-    def visible(text: str) -> int:
-        return len(re.sub(r"<[^>]+>", "", text))
+    def visible(text: str) -> int:  # a wide (Chinese) character takes two narrow ones' room
+        return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1
+                   for ch in re.sub(r"<[^>]+>", "", text))
 
     lines: list[str] = []
     for part in filter(None, parts):
@@ -178,8 +181,9 @@ def open_on_busiest(player: Player, recorder: Any) -> None:
     busiest = max(range(len(used)), key=lambda i: (used[i], i))
     if used[busiest] == 0:
         return
-    player.open_at(busiest, f"opened on the busiest step ({used[busiest]} blocks in use); "
-                            f"step {player.last}, the end, holds none: ◀ ▶ play or drag")
+    player.open_at(busiest, (_("opened on the busiest step ({used} blocks in use); step {last}, "
+                              "the end, holds none: ◀ ▶ play or drag")
+                              .format(used=used[busiest], last=player.last)))
 
 
 _figure_ids = itertools.count()
