@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -9,6 +11,57 @@ from ._validation import check_bool, check_int, check_number
 
 #: Seeds a torch.Generator takes: 0 <= seed < 2**64.
 MAX_SEED = 2**64 - 1
+
+_INSTEAD_LOGITS = "change the logits yourself on LLMEngine's model, or use vLLM"
+#: vLLM 0.32's sampling options that pagedkit does not implement: name ->
+#: (the values that change nothing here, vLLM's default first; why the
+#: others are refused, and what to do instead). `SamplingParams` takes them
+#: at those values, so a vLLM script that spells out a default still runs.
+VLLM_ONLY_OPTIONS: dict[str, tuple[tuple, str]] = {
+    "logit_bias": ((None,), f"pagedkit adds no per-token bias; {_INSTEAD_LOGITS}"),
+    "allowed_token_ids": ((None,), f"pagedkit samples from the whole vocabulary; "
+                                   f"{_INSTEAD_LOGITS}"),
+    "bad_words": (([], None), "pagedkit bans no words; stop strings or stop_token_ids end "
+                              "a completion instead"),
+    "structured_outputs": ((None,), "pagedkit has no guided (structured) decoding; use vLLM"),
+    "watermarking": ((None,), "pagedkit adds no watermark"),
+    "thinking_token_budget": ((None,), "pagedkit has no reasoning-token budget; use max_tokens"),
+    "repetition_detection": ((None,), "pagedkit stops on max_tokens, stop strings and stop "
+                                      "ids only; repetition_penalty discourages repeats"),
+    "logprob_token_ids": ((None,), "logprobs reports each position's top tokens only"),
+    "prompt_logprob_token_ids": ((None,), "prompt_logprobs reports each position's top "
+                                          "tokens only"),
+    "prompt_logprob_start": ((None,), "prompt_logprobs covers the whole prompt"),
+    "flat_logprobs": ((False,), "logprobs come as one dict per position (vLLM's default)"),
+    "output_kind": ((0,), "outputs are cumulative, vLLM's default: each carries the whole "
+                          "completion so far; 0 is RequestOutputKind.CUMULATIVE"),
+    "stream_interval": ((None, 1), "LLMEngine.step() returns every request's output after "
+                                   "each step"),
+    "output_text_buffer_length": ((0,), "texts are held back only inside a character"),
+    "spaces_between_special_tokens": ((True,), "special tokens are decoded by the "
+                                               "tokenizer's default"),
+    "skip_clone": ((False, True), "vLLM's own copy optimisation, True or False"),
+    "skip_reading_prefix_cache": ((False, None), "a request reads the prefix cache whenever "
+                                                 "the engine has one (enable_prefix_caching)"),
+    "extra_args": ((None,), "pagedkit has no extensions to pass them to"),
+    "routed_experts_prompt_start": ((0,), "pagedkit serves no mixture-of-experts routing "
+                                          "records"),
+    "trace_decode_token_ids": ((None,), "pagedkit records no decode traces"),
+}
+
+
+def check_vllm_only_options(options: dict) -> None:
+    """Refuse, by name, a vLLM sampling option pagedkit does not implement
+    (`VLLM_ONLY_OPTIONS`) unless its value changes nothing; a name neither
+    has is left to Python's own TypeError."""
+    for name, value in options.items():
+        if name not in VLLM_ONLY_OPTIONS:
+            continue
+        accepted, why = VLLM_ONLY_OPTIONS[name]
+        if not any(_same(value, a) for a in accepted):
+            raise TypeError(f"SamplingParams: {name}={value!r} is vLLM's, not pagedkit's "
+                            f"({why}); pagedkit takes {name}={accepted[0]!r} (docs/api.md, "
+                            "'Sampling options vLLM has and pagedkit does not')")
 
 
 @dataclass(frozen=True)
@@ -184,3 +237,28 @@ class BeamSearchParams:
         check_number("length_penalty", self.length_penalty)
         for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
             check_bool(name, getattr(self, name))
+
+
+def _same(value: object, accepted: object) -> bool:
+    """`value` is `accepted`, not merely equal (True == 1 == 1.0); a member
+    of one of vLLM's enums counts as its value."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(accepted, int) and not isinstance(accepted, bool):
+        return isinstance(value, int) and not isinstance(value, bool) and value == accepted
+    return type(value) is type(accepted) and value == accepted
+
+
+def _init_taking_vllm_options(init):
+    """`SamplingParams`' dataclass ``__init__``, taking vLLM's other options
+    by name (`check_vllm_only_options`) before the fields."""
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        vllm_only = {k: kwargs.pop(k) for k in list(kwargs) if k in VLLM_ONLY_OPTIONS}
+        check_vllm_only_options(vllm_only)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+SamplingParams.__init__ = _init_taking_vllm_options(SamplingParams.__init__)

@@ -22,6 +22,7 @@ from pagedkit import (
 )
 from pagedkit.engine.offline_beam import beam_score
 from pagedkit.models import load_tiny
+from pagedkit.sampling_params import VLLM_ONLY_OPTIONS
 
 PROMPTS = ["Once upon a time", "The little dog ran", "Tom and Lily"]
 
@@ -610,3 +611,30 @@ def test_the_models_generation_config_sets_the_defaults():
                                                                max_tokens=5, top_k=7)
     out = llm.generate(["Tom and Lily"], use_tqdm=False)[0].outputs[0]
     assert len(out.token_ids) == 5 or out.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("name", sorted(VLLM_ONLY_OPTIONS))
+def test_vllm_only_options_pass_at_no_op_values_and_are_refused_by_name(name):
+    accepted, why = VLLM_ONLY_OPTIONS[name]
+    for value in accepted:  # vLLM's default first: spelling it out changes nothing
+        assert SamplingParams(**{name: value}) == SamplingParams()
+    for value in _other_values(accepted):
+        with pytest.raises(TypeError) as err:
+            SamplingParams(**{name: value})
+        message = str(err.value)
+        assert f"{name}={value!r}" in message and why in message
+        assert f"pagedkit takes {name}={accepted[0]!r}" in message
+
+
+def _other_values(accepted):
+    """Values a user might pass that are not among `accepted`: a non-default
+    of each kind a vLLM option takes (True for 1 and 1 for True included)."""
+    candidates = [True, False, 1, 2, 0.5, "x", ["x"], [1, 2], {1: 2.0}, {"k": 1}]
+    return [v for v in candidates if not any(
+        type(v) is type(a) and v == a for a in accepted)
+        and not (isinstance(v, int) and not isinstance(v, bool) and v in accepted)]
+
+
+def test_a_name_neither_has_is_pythons_own_error():
+    with pytest.raises(TypeError, match="unexpected keyword argument 'best_of'"):
+        SamplingParams(best_of=2)

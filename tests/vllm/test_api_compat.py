@@ -76,3 +76,22 @@ def test_a_case_missing_from_both_records_is_not_equal():
     del both["cases"]["chat"]
     same = api_check.compare(both, both)
     assert not same["chat"] and same["basic"]
+
+
+@pytest.mark.vllm
+def test_every_vllm_sampling_option_pagedkit_lacks_is_refused_by_name():
+    """vLLM 0.32's public SamplingParams fields are pagedkit's own or in its
+    list of refused options, each taken at vLLM's default."""
+    import msgspec
+    from vllm import SamplingParams as VllmParams
+
+    from pagedkit.sampling_params import VLLM_ONLY_OPTIONS, SamplingParams
+
+    defaults = VllmParams()
+    ours = set(SamplingParams.__dataclass_fields__)
+    theirs = [f.name for f in msgspec.structs.fields(VllmParams) if not f.name.startswith("_")]
+    missing = [n for n in theirs if n not in ours and n not in VLLM_ONLY_OPTIONS]
+    assert not missing, f"vLLM options neither taken nor refused by name: {missing}"
+    assert set(VLLM_ONLY_OPTIONS) <= set(theirs), "an option listed that vLLM does not have"
+    for name in VLLM_ONLY_OPTIONS:
+        SamplingParams(**{name: getattr(defaults, name)})  # vLLM's default passes
