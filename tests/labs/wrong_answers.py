@@ -1048,3 +1048,156 @@ def _wrong_puzzles():
 
 for _kernel_name, _kernels in _wrong_puzzles().items():
     WRONG[("lab04c", _kernel_name)] = _kernels
+
+
+# ------------------------- boundary states the checks once skipped (#27, round 2)
+# Each passed the check of its day and is stopped by the walk over boundary
+# states (pagedkit.exercises._boundaries): a full or empty pool, a sole owner,
+# a block exactly filled, several seats freeing in one step, a tie.
+def finish_refills_one_seat_a_step(lens, seats, policy):
+    if policy == "static":
+        return _solution("lab05_continuous_batching").finish_steps(lens, seats, policy)
+    left, out = list(lens), [0] * len(lens)
+    queue, seated = list(range(len(lens))), []
+    seated, queue = queue[:seats], queue[seats:]
+    step = 0
+    while queue or seated:
+        if queue and len(seated) < seats:       # if, not while: one free seat filled a step
+            seated.append(queue.pop(0))
+        step += 1
+        for i in seated:
+            left[i] -= 1
+            if left[i] == 0:
+                out[i] = step
+        seated = [i for i in seated if left[i]]
+    return out
+
+
+def admit_chunked_passes_a_blocked_head(waiting, tokens, seats, blocks, bs, chunked=False):
+    admitted = []
+    for rid, n in waiting:
+        if tokens <= 0 or seats <= 0:
+            break
+        take = min(n, tokens) if chunked else n
+        need = _ceil(take, bs)
+        if take > tokens:
+            break
+        if need > blocks:
+            if chunked:
+                continue                        # a chunk that does not fit lets the next try
+            break
+        admitted.append((rid, take))
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+    return admitted
+
+
+def cow_refuses_a_sole_owner_when_the_pool_is_full(refs, free, table):
+    if not free:                                # checks the pool before the ref count
+        raise MemoryError("no free block")
+    last = table[-1]
+    if refs[last] == 1:
+        return None
+    new = free.pop(0)
+    refs[new], refs[last], table[-1] = 1, refs[last] - 1, new
+    return (last, new)
+
+
+def sharing_keeps_a_partial_block_that_is_not_there(prompt_len, output_lens, bs):
+    alone = sum(_ceil(prompt_len + o, bs) for o in output_lens)
+    full = prompt_len // bs
+    writers = [o for o in output_lens if o]
+    shared = full + sum(_ceil(prompt_len + o, bs) - full for o in writers)
+    if len(writers) < len(output_lens):         # forgets: only if the prompt ends mid-block
+        shared += 1
+    return alone, shared
+
+
+def fit_tokens_rounded_then_blocks(mem, layers, heads, dim, dtype, bs):
+    tokens = round(mem / (2 * layers * heads * dim * dtype))  # to the nearest token first
+    return tokens // bs * bs
+
+
+def fit_float_division(mem, layers, heads, dim, dtype, bs):
+    return int(mem / (2 * layers * heads * dim * dtype * bs)) * bs  # rounds past 2^53
+
+
+def drafts_all_when_always_accepted(a, c, kmax):
+    if a == 1:                                  # every draft accepted: draft as many as allowed
+        return kmax
+    return _argmax([_tokens(a, k) / (1 + k * c) for k in range(kmax + 1)])
+
+
+def drafts_all_when_free(a, c, kmax):
+    if c == 0:                                  # free drafts: as many as allowed, even if useless
+        return kmax
+    return _argmax([_tokens(a, k) / (1 + k * c) for k in range(kmax + 1)])
+
+
+def mode_shares_only_what_all_share(tables, tokens, cpu, block_bytes, link, prefill):
+    common = set.intersection(*map(set, tables))  # blocks every sequence holds count once
+    blocks = sum(len(t) for t in tables) - (len(tables) - 1) * len(common)
+    if blocks > cpu:
+        return "recompute"
+    return "swap" if 2 * blocks * block_bytes / link < sum(tokens) / prefill else "recompute"
+
+
+def victims_zero_need_not_served(running, free):
+    queue, victims, served = list(running), [], 0
+    while queue:
+        rid, needed, _ = queue.pop(0)
+        if needed == 0:
+            continue                            # needs nothing: not counted as served
+        while needed > free and queue:
+            victim, _, held = queue.pop()
+            victims.append(victim)
+            free += held
+        if needed <= free:
+            free -= needed
+            served += 1
+        elif served:
+            victims.append(rid)
+        else:
+            raise ValueError(f"{rid} does not fit even alone")
+    return victims
+
+
+def attention_softmax_without_the_max(query, k_cache, v_cache, table, n):
+    k, v = _gather(k_cache, table, n), _gather(v_cache, table, n)
+    group = query.shape[0] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = torch.einsum("hd,thd->ht", query, k) * query.shape[-1] ** -0.5
+    weights = torch.exp(scores)                 # overflows to inf once a score passes ~88
+    weights = weights / weights.sum(-1, keepdim=True)
+    return torch.einsum("ht,thd->hd", weights, v)
+
+
+def attention_scale_written_in(query, k_cache, v_cache, table, n):
+    k, v = _gather(k_cache, table, n), _gather(v_cache, table, n)
+    group = query.shape[0] // k.shape[1]
+    return _attend(query, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                   8 ** -0.5)                   # the lab's head_dim, written in
+
+
+def _unsigned_kernels():
+    if importlib.util.find_spec("triton") is None:  # pragma: no cover - no Triton, no exercise
+        return []
+    return [
+        _kernel_variant("kernel_block_ids_unsigned_32_bits", (  # fits 2^31, wraps past 2^32
+            "            block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=n_mask, "
+            "other=0).to(tl.uint32)\n"
+            "            row = block * stride_block + (n % BLOCK_SIZE) * stride_token + "
+            "head * stride_head\n")),
+    ]
+
+
+WRONG[("lab04", "paged_kernel")] += _unsigned_kernels()
+WRONG[("lab04", "paged_decode_attention")] += [attention_softmax_without_the_max,
+                                               attention_scale_written_in]
+WRONG[("lab05", "finish_steps")].append(finish_refills_one_seat_a_step)
+WRONG[("lab05", "admit")].append(admit_chunked_passes_a_blocked_head)
+WRONG[("lab06", "preemption_mode")].append(mode_shares_only_what_all_share)
+WRONG[("lab06", "choose_victims")].append(victims_zero_need_not_served)
+WRONG[("lab07", "copy_on_write")].append(cow_refuses_a_sole_owner_when_the_pool_is_full)
+WRONG[("lab07", "sharing_blocks")].append(sharing_keeps_a_partial_block_that_is_not_there)
+WRONG[("lab09", "tokens_that_fit")] += [fit_tokens_rounded_then_blocks, fit_float_division]
+WRONG[("lab09", "best_num_drafts")] += [drafts_all_when_always_accepted, drafts_all_when_free]

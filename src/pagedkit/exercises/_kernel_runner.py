@@ -50,32 +50,37 @@ def guarded_table(blocks):
     return torch.from_numpy(table)
 
 
-FAR = 2**31  # elements: a cache offset past this does not fit 32 bits
-
-
 def sparse_cache(num_blocks: int, block_size: int, num_heads: int, head_dim: int,
                  block_stride: int, head_stride: int):
     """K and V caches, each ``[num_blocks, block_size, num_heads, head_dim]`` in
-    fp16 with the given strides, as views of one mapping of ``num_blocks *
-    block_stride`` elements that is anonymous and unreserved: only the pages
-    written take memory (the rest read as zeros). K and V are interleaved, each
-    token's row holding K's heads and then V's, so both have the same strides."""
+    fp16 with the given strides, as views of one shared mapping of a sparse
+    temporary file of ``num_blocks * block_stride`` elements: only the pages
+    written take memory or disk, and a file's shared mapping is not charged to
+    the process's committed memory, so it maps under a strict overcommit policy
+    too (an anonymous mapping of that size did not, and the case was skipped).
+    K and V are interleaved, each token's row holding K's heads and then V's,
+    so both have the same strides."""
     import mmap
+    import tempfile
 
     import torch
 
     row_stride = 2 * num_heads * head_stride
     if block_size * row_stride > block_stride or head_dim > head_stride:
         raise ValueError("sparse_cache: the strides overlap")
-    map_noreserve = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value (Python < 3.13)
-    buf = mmap.mmap(-1, 2 * num_blocks * block_stride,
-                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | map_noreserve)
+    size = 2 * num_blocks * block_stride
+    with tempfile.TemporaryFile(prefix="pagedkit_far_cache_") as f:
+        f.truncate(size)                         # a hole: no block of the file is written
+        buf = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED)
     _GUARDED.append(buf)
     flat = torch.frombuffer(buf, dtype=torch.float16)
     shape = (num_blocks, block_size, num_heads, head_dim)
     strides = (block_stride, row_stride, head_stride, 1)
     return (flat.as_strided(shape, strides, 0),
             flat.as_strided(shape, strides, num_heads * head_stride))
+
+
+FAR_BLOCKS = 2**32  # elements: the far case's blocks start past this (past 2^31 and 2^32)
 
 
 def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int, seed: int,
@@ -85,8 +90,9 @@ def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int,
     is the product of the sizes after it), every slot outside the sequence NaN, a
     block table that ends at an unreadable page (`guarded_table`), and a query
     per head. With `far`, the cache is fp16 and so big that every block of the
-    sequence starts past 2^31 elements (`sparse_cache`): block * stride_block
-    overflows 32 bits, and only an offset computed in 64 bits finds the tokens."""
+    sequence starts past 2^32 elements (`sparse_cache`): block * stride_block
+    overflows 32 bits, signed or not, and only an offset computed in 64 bits
+    finds the tokens."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -97,7 +103,7 @@ def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int,
     if far:
         key, value = key.half(), value.half()
         block_stride = 2**26 + 1                      # a block every 64 Mi elements
-        first = -(-FAR // block_stride)              # the first block that starts past 2^31
+        first = -(-FAR_BLOCKS // block_stride)       # the first block past 2^32 elements
         num_blocks = first + used + 2
         k_cache, v_cache = sparse_cache(num_blocks, block_size, num_heads, head_dim,
                                         block_stride, head_dim + 3)

@@ -175,28 +175,69 @@ DECODE_CASES = (  # (context_len, block_size, num_q_heads, num_kv_heads)
 )
 
 
+def decode_grid() -> list[tuple]:
+    """``(context_len, block_size, num_q_heads, num_kv_heads, head_dim, score_scale)``:
+    one token, a block minus one, exactly one and two blocks, one past, in blocks of
+    1, 3 and 16; query groups of 1, 3 and 4 (three query heads on one KV head is
+    not a power of two), head_dim 8 and 12; then scores large enough that
+    exp(score) overflows float32 unless the maximum is subtracted first."""
+    cases = []
+    for bs in (1, 3, 16):
+        for n in sorted({1, bs - 1, bs, bs + 1, 2 * bs} - {0}):
+            for hq, hkv in ((1, 1), (3, 1), (8, 2)):
+                cases.append((n, bs, hq, hkv, 8 if hq != 3 else 12, 1.0))
+    cases += [(9, 4, 4, 2, 8, 60.0), (16, 16, 2, 1, 12, 60.0)]
+    return cases
+
+
+def _decode_label(n: int, bs: int, hq: int, hkv: int, d: int, big: float) -> str:
+    parts = []
+    if n % bs == 0:
+        parts.append(f"the context fills exactly {n // bs} block(s)")
+    elif n < bs:
+        parts.append("the context is shorter than one block")
+    if hq != hkv:
+        parts.append(f"{hq // hkv} query heads share each KV head")
+    if d & (d - 1):
+        parts.append(f"head_dim {d} is not a power of two")
+    if big > 1:
+        parts.append("the scores reach the hundreds: exp(score) overflows float32 (inf / inf "
+                     "= NaN) unless you subtract the largest score first, or use "
+                     "torch.softmax")
+    return "; ".join(parts)
+
+
 def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResult:
     """`paged_decode_attention(query, k_cache, v_cache, block_table, context_len)`:
     one sequence's new token (query ``[num_q_heads, head_dim]``) attending to
     its `context_len` cached tokens; returns ``[num_q_heads, head_dim]``.
-    Checked against SDPA on the un-paged K/V."""
+    Checked against SDPA on the un-paged K/V: the lab's cases, then the
+    boundaries of `decode_grid`."""
     name = "paged_decode_attention"
+    cases = [(n, bs, hq, hkv, 8, 1.0) for n, bs, hq, hkv in DECODE_CASES] + decode_grid()
 
     def body() -> CheckResult:
-        for seed, (n, bs, hq, hkv) in enumerate(DECODE_CASES):
-            ex = paged_example(n, bs, num_kv_heads=hkv, head_dim=8, seed=100 + seed)
-            query = torch.randn(hq, 8, generator=torch.Generator().manual_seed(seed))
-            call = (f"paged_decode_attention(query [{hq} heads x 8], {ex.describe()})")
+        for seed, (n, bs, hq, hkv, d, big) in enumerate(cases):
+            ex = paged_example(n, bs, num_kv_heads=hkv, head_dim=d, seed=100 + seed)
+            query = torch.randn(hq, d, generator=torch.Generator().manual_seed(seed)) * big
+            label = _decode_label(n, bs, hq, hkv, d, big)
+            call = f"paged_decode_attention(query [{hq} heads x {d}], {ex.describe()})"
             got, failed = _call(name, paged_decode_attention, call, query.clone(),
                                 ex.k_cache.clone(), ex.v_cache.clone(), ex.block_table.clone(), n)
             if failed is not None:
                 return failed
             want = _sdpa(query, ex.key, ex.value)
-            problem = _first_problem(name, got, want, call)
+            if big > 1 and isinstance(got, torch.Tensor) and got.shape == want.shape \
+                    and not torch.isfinite(got).all():
+                return CheckResult(name, False, f"{call} returned inf or NaN where every "
+                                                f"expected value is finite: {label}")
+            problem = _first_problem(name, got, want, call, atol=1e-5 if big == 1 else 1e-4)
             if problem is not None:
-                return CheckResult(name, False, problem.message + _decode_hint(got, query, ex))
-        return CheckResult(name, True, f"all {len(DECODE_CASES)} cases match SDPA on the "
-                                       "un-paged K/V (GQA groups of 1, 2 and 4)")
+                where = f" (this case: {label})." if label else ""
+                return CheckResult(name, False, problem.message + where
+                                   + _decode_hint(got, query, ex))
+        return CheckResult(name, True, f"all {len(cases)} cases match SDPA on the un-paged K/V "
+                                       "(GQA groups of 1 to 4, head_dim 8 and 12, huge scores)")
     return _run(name, paged_decode_attention, body)
 
 
@@ -428,7 +469,10 @@ KERNEL_CASES = (  # (context_len, block_size, num_heads, head_dim, seed, far)
     (5, 4, 2, 16, 0, False), (37, 16, 2, 16, 1, False), (1, 8, 1, 16, 2, False),
     (70, 4, 2, 16, 3, False), (33, 3, 2, 16, 4, False), (16, 16, 1, 16, 5, False),
     (9, 1, 2, 16, 6, False),
-    (20, 8, 2, 16, 7, True),  # far: every block of the sequence starts past 2^31 elements
+    (40, 32, 2, 16, 8, False),  # a block longer than a tile: a tile reads part of one block
+    (32, 16, 3, 16, 9, False),  # three heads; the context is exactly two tiles and two blocks
+    (11, 5, 3, 16, 10, False),  # a block size that divides neither a tile nor a power of two
+    (20, 8, 2, 16, 7, True),  # far: every block of the sequence starts past 2^32 elements
 )
 KERNEL_BLOCK_N = 16  # tokens per tile: tiles span several blocks, or part of one
 
@@ -441,10 +485,10 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     `_kernel_runner`) on shuffled blocks of 1 to 16 tokens, in a cache whose
     blocks and heads are padded (so a block's stride is not block_size x a
     token's, nor a head's head_dim), with a block table that ends where
-    unreadable memory begins (an unmasked table load faults), once in a cache
-    so big that its blocks start past 2^31 elements (block ids multiplied in
-    32 bits wrap around), and is compared with float64 attention on the
-    un-paged K/V."""
+    unreadable memory begins (an unmasked table load faults), blocks longer
+    than a tile, three heads, once in a cache so big that its blocks start
+    past 2^32 elements (block ids multiplied in 32 bits, signed or unsigned,
+    wrap around), and is compared with float64 attention on the un-paged K/V."""
     import signal
     import subprocess
 
@@ -468,9 +512,9 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     hint = ("token n sits in physical block block_table[n // BLOCK_SIZE], at offset "
             "n % BLOCK_SIZE; its row starts at block * stride_block + offset * stride_token + "
             "head * stride_head (use the strides: the cache's blocks and heads are padded)")
-    far_hint = ("block * stride_block is past 2^31 here, as in any big cache: 32-bit "
-                "arithmetic wraps around to a negative offset. Cast the block ids to tl.int64 "
-                "before multiplying")
+    far_hint = ("block * stride_block is past 2^32 here, as in any big cache: 32-bit "
+                "arithmetic (int32 or uint32) wraps around to a wrong offset. Cast the block ids "
+                "to tl.int64 before multiplying")
     if code in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
         struck = KERNEL_CASES[min(len(results), len(KERNEL_CASES) - 1)]
         if struck[5]:
@@ -507,11 +551,11 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     if len(results) < len(KERNEL_CASES):
         first = results[0] if results else {}
         return CheckResult(name, False, f"your kernel could not be run: {first.get('error')}")
-    far = (" (the cache past 2^31 elements could not be mapped here, so 64-bit offsets went "
-           f"unchecked: {skipped[0]})" if skipped else ", a cache past 2^31 elements")
+    far = (" (the cache past 2^32 elements could not be mapped here, so 64-bit offsets went "
+           f"unchecked: {skipped[0]})" if skipped else ", a cache past 2^32 elements")
     return CheckResult(name, True, f"all {len(KERNEL_CASES) - len(skipped)} cases match "
                                    "attention on the un-paged K/V (Triton's interpreter; block "
-                                   f"sizes 1 to 16, padded blocks and heads{far})")
+                                   f"sizes 1 to 32, padded blocks and heads{far})")
 
 
 def _kernel_unwritten(source: str) -> str | None:
@@ -523,7 +567,7 @@ def _kernel_unwritten(source: str) -> str | None:
 
 def _kernel_call(case: tuple) -> str:
     n, bs, heads, d, _seed, far = case
-    where = ", in a cache so big that its blocks start past 2^31 elements" if far else ""
+    where = ", in a cache so big that its blocks start past 2^32 elements" if far else ""
     return (f"your kernel on {n} tokens in shuffled blocks of {bs} ({heads} head"
             f"{'s' if heads > 1 else ''}, head_dim {d}, tiles of {KERNEL_BLOCK_N}{where})")
 

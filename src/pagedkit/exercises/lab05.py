@@ -8,10 +8,14 @@ served, under a token budget, a sequence cap and the free blocks).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from functools import cache
+from itertools import product
 
 from ..i18n import N_
 from . import Case, CheckResult, check_function
+from ._boundaries import Keywords, around, grid_cases
 
 __all__ = ["CHECKS", "check_admit", "check_finish_steps"]
 
@@ -34,13 +38,59 @@ FINISH_CASES = [
 ]
 
 
+def _finish_by_stepping(output_lens: list[int], seats: int, policy: str) -> list[int]:
+    """The oracle: run the steps one by one. Before each step the seats are
+    filled from the queue, oldest first — every free seat at every step
+    (continuous), or only once the whole batch has finished (static)."""
+    left, finish = list(output_lens), [0] * len(output_lens)
+    queue, seated, step = deque(range(len(output_lens))), [], 0
+    while queue or seated:
+        if policy == "continuous" or not seated:
+            while queue and len(seated) < seats:
+                seated.append(queue.popleft())
+        step += 1
+        for i in seated:
+            left[i] -= 1
+            if left[i] == 0:
+                finish[i] = step
+        seated = [i for i in seated if left[i]]
+    return finish
+
+
+def _finish_hint(output_lens: list[int], seats: int, policy: str) -> str:
+    rule = _STATIC if policy == "static" else _CONTINUOUS
+    freed = _finish_by_stepping(output_lens, seats, policy)
+    if policy == "continuous" and len(freed) != len(set(freed)):
+        rule += ("; when several seats free up in the same step, all of them are filled before "
+                 "the next step (not one a step)")
+    return rule
+
+
+# Every queue of up to five requests of 1 to 3 tokens, on 1 to 3 seats or more seats
+#: than requests: seats freeing together, a last batch not full, ties in length.
+@cache
+def finish_grid() -> list[Case]:
+    return grid_cases(((list(lens), seats, policy)
+                       for k in range(6) for lens in product((1, 2, 3), repeat=k)
+                       for seats in (1, 2, 3, 6) for policy in ("static", "continuous")),
+                      _finish_by_stepping, _finish_hint)
+
+
 def check_finish_steps(finish_steps: Callable) -> CheckResult:
     """`finish_steps(output_lens, max_num_seqs, policy)` -> for each request,
     the number of steps run when it produced its last token ("static" or
     "continuous"), with `max_num_seqs` seats (sequences per step); everyone
-    arrives before the first step, in order."""
-    return check_function("finish_steps", finish_steps, FINISH_CASES,
-                          equal=lambda got, want: list(got) == want)
+    arrives before the first step, in order. The lab's cases first, then
+    every small queue (`finish_grid`)."""
+    return check_function("finish_steps", finish_steps, FINISH_CASES + finish_grid(),
+                          equal=lambda got, want: _as_list(got) == want)
+
+
+def _as_list(got) -> list | None:
+    try:
+        return list(got)
+    except TypeError:
+        return None
 
 
 _FCFS = (N_("first come, first served: when the head of the queue does not fit, the step admits "
@@ -88,11 +138,72 @@ ADMIT_CASES = [
 ]
 
 
+def _admit_walk(waiting, tokens, seats, blocks, block_size, chunked=False):
+    """The oracle: ``(admitted, why the walk stopped)``, the head of the queue
+    tried against each limit in turn."""
+    admitted = []
+    for rid, prompt_len in waiting:
+        if seats == 0:
+            return admitted, "no seat is left"
+        if tokens == 0:
+            return admitted, "the step's token budget is spent"
+        take = min(prompt_len, tokens) if chunked else prompt_len
+        if take > tokens:
+            return admitted, (f"{rid!r} needs all {prompt_len} of its tokens at once (no "
+                              f"chunked prefill) and {tokens} are left in the budget")
+        need = -(-take // block_size)
+        if need > blocks:
+            return admitted, (f"{rid!r}'s {take} tokens need ceil({take} / {block_size}) = "
+                              f"{need} blocks and {blocks} {'is' if blocks == 1 else 'are'} "
+                              "free")
+        admitted.append((rid, take))
+        tokens, seats, blocks = tokens - take, seats - 1, blocks - need
+    return admitted, "every waiting request fits"
+
+
+def _admit_oracle(*args, **kwargs):
+    return _admit_walk(*args, **kwargs)[0]
+
+
+def _admit_hint(*args, **kwargs) -> str:
+    admitted, why = _admit_walk(*args, **kwargs)
+    after = f"after {len(admitted)} admitted, " if admitted else ""
+    return f"{after}{why}; " + _FCFS
+
+
+def _admit_grid():
+    """Queues of up to three prompts of lengths around the block size (bs - 1, bs,
+    bs + 1, 2 bs), budgets and free blocks from none to exactly enough to more, no
+    seat to plenty, blocks of 1, 3 and 4, with and without chunked prefill."""
+    for bs in (1, 3, 4):
+        lengths = sorted({n for n in around(bs, 2 * bs, low=1)})
+        for k in range(4):
+            for lens in product(lengths, repeat=k):
+                waiting = [(chr(97 + i), n) for i, n in enumerate(lens)]
+                for tokens, seats, blocks, chunked in product(
+                        (0, 1, bs, 2 * bs + 1, 64), (0, 1, 2, 8), (0, 1, 2, 3, 64),
+                        (False, True)):
+                    yield Keywords(waiting, tokens, seats, blocks, bs, chunked=chunked)
+
+
+@cache
+def admit_grid() -> list[Case]:
+    return grid_cases(_admit_grid(), _admit_oracle, _admit_hint)
+
+
 def check_admit(admit: Callable) -> CheckResult:
     """`admit(waiting, tokens_left, seats_left, free_blocks, block_size, chunked=False)`
-    -> ``[(request_id, tokens scheduled), ...]`` in admission order."""
-    return check_function("admit", admit, ADMIT_CASES,
-                          equal=lambda got, want: [tuple(x) for x in got] == want)
+    -> ``[(request_id, tokens scheduled), ...]`` in admission order. The lab's
+    cases first, then every small queue and limit around the boundaries
+    (`admit_grid`)."""
+    return check_function("admit", admit, ADMIT_CASES + admit_grid(), equal=_same_admissions)
+
+
+def _same_admissions(got, want) -> bool:
+    try:
+        return [tuple(x) for x in got] == want
+    except TypeError:
+        return False
 
 
 CHECKS = {

@@ -7,10 +7,15 @@ compute again, whether to swap or recompute a group, and whom to preempt.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from fractions import Fraction
+from functools import cache
+from itertools import product
 
 from ..i18n import N_
 from . import Case, CheckResult, check_function
+from ._boundaries import around, grid_cases
 
 __all__ = ["CHECKS", "check_choose_victims", "check_preemption_mode",
            "check_tokens_to_recompute"]
@@ -32,10 +37,43 @@ RECOMPUTE_CASES = [
 ]
 
 
+def _recompute_block_by_block(num_tokens: int, block_size: int, cached_blocks: int) -> int:
+    """The oracle: walk the cached blocks in order; each saves its tokens while it
+    is full and does not hold the last token."""
+    saved = 0
+    for j in range(cached_blocks):
+        if (j + 1) * block_size > num_tokens - 1:
+            break
+        saved += block_size
+    return num_tokens - saved
+
+
+def _recompute_hint(num_tokens: int, block_size: int, cached_blocks: int) -> str:
+    full = num_tokens // block_size
+    if num_tokens % block_size == 0 and cached_blocks >= full:
+        return (f"{num_tokens} tokens fill exactly {full} block(s) of {block_size}, and the last "
+                f"one holds the last token: {_LAST}")
+    if num_tokens <= block_size:
+        return f"{num_tokens} token(s) fit in the first block: {_LAST}"
+    return f"each of the {cached_blocks} cached full block(s) saves {block_size} tokens; {_LAST}"
+
+
+@cache
+def recompute_grid() -> list[Case]:
+    """Token counts around every multiple of the block size (one, a block exactly,
+    one past, a block minus one), with no cached block to every full one cached."""
+    return grid_cases(((n, bs, cached) for bs in (1, 2, 3, 4, 16)
+                       for n in around(1, bs, 2 * bs, 3 * bs, low=1)
+                       for cached in range(n // bs + 1)),
+                      _recompute_block_by_block, _recompute_hint)
+
+
 def check_tokens_to_recompute(tokens_to_recompute: Callable) -> CheckResult:
     """`tokens_to_recompute(num_tokens, block_size, cached_blocks)` -> tokens the
-    re-admission prefill of a sequence preempted by recomputation computes."""
-    return check_function("tokens_to_recompute", tokens_to_recompute, RECOMPUTE_CASES)
+    re-admission prefill of a sequence preempted by recomputation computes.
+    The lab's cases, then every count around a block boundary (`recompute_grid`)."""
+    return check_function("tokens_to_recompute", tokens_to_recompute,
+                          RECOMPUTE_CASES + recompute_grid())
 
 
 _DISTINCT = (N_("blocks shared inside the group travel once: count distinct block ids "
@@ -68,10 +106,56 @@ MODE_CASES = [
 ]
 
 
+def _mode_costs(tables, num_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
+                prefill_tokens_per_s):
+    """(distinct blocks, swap seconds out and back, recompute seconds), exactly."""
+    distinct = len(set().union(*map(set, tables)))
+    swap = Fraction(2 * distinct * block_bytes) / Fraction(link_bytes_per_s)
+    recompute = Fraction(sum(num_tokens)) / Fraction(prefill_tokens_per_s)
+    return distinct, swap, recompute
+
+
+def _mode_oracle(*args) -> str:
+    distinct, swap, recompute = _mode_costs(*args)
+    if swap == recompute and distinct <= args[2]:
+        raise ValueError("an exact tie: left to the lab's own case, whose float arithmetic is "
+                         "exact")
+    return "swap" if distinct <= args[2] and swap < recompute else "recompute"
+
+
+def _mode_hint(tables, num_tokens, free_cpu_blocks, *rest) -> str:
+    distinct, swap, recompute = _mode_costs(tables, num_tokens, free_cpu_blocks, *rest)
+    room = (f"{distinct} distinct block(s) {'fit' if distinct <= free_cpu_blocks else 'do not fit'}"
+            f" in {free_cpu_blocks} free CPU block(s)")
+    return (f"{room} ({_DISTINCT}); swapping out and back takes {float(swap) * 1e3:g} ms, "
+            f"recomputing the group's {sum(num_tokens)} tokens {float(recompute) * 1e3:g} ms")
+
+
+_GROUPS = ([[0]], [[0, 1, 2]], [[0, 1], [0, 2]], [[0, 1], [0, 1]], [[4, 5], [6]],
+           [[0, 1, 2], [0, 1, 3], [0, 1, 4]],
+           [[0, 1, 2], [0, 1, 3], [0, 4]])  # beams forked at different steps
+
+
+@cache
+def mode_grid() -> list[Case]:
+    """Groups of one to three sequences, sharing blocks or not, with the CPU room
+    around their distinct blocks (one short, exactly, one spare) and token counts
+    on both sides of the swap cost (2 ms a block out and back, 1 ms a token)."""
+    def inputs():
+        for tables in _GROUPS:
+            distinct = len({b for t in tables for b in t})
+            for each in (1, 3, 4, 7):
+                tokens = [each + i for i in range(len(tables))]
+                for cpu in around(distinct, low=0):
+                    yield tables, tokens, cpu, 1000, 1e6, 1000
+    return grid_cases(inputs(), _mode_oracle, _mode_hint)
+
+
 def check_preemption_mode(preemption_mode: Callable) -> CheckResult:
     """`preemption_mode(tables, num_tokens, free_cpu_blocks, block_bytes,
-    link_bytes_per_s, prefill_tokens_per_s)` -> ``"swap"`` or ``"recompute"``."""
-    return check_function("preemption_mode", preemption_mode, MODE_CASES)
+    link_bytes_per_s, prefill_tokens_per_s)` -> ``"swap"`` or ``"recompute"``.
+    The lab's cases, then groups around the CPU room and the cost (`mode_grid`)."""
+    return check_function("preemption_mode", preemption_mode, MODE_CASES + mode_grid())
 
 
 _NEWEST = (N_("the newest running request is preempted first (it has waited least; first come, "
@@ -112,12 +196,65 @@ VICTIM_CASES = [
 ]
 
 
+def _victims_walk(running, free_blocks) -> tuple[list, list[str]]:
+    """The oracle: ``(victims, what happened)``. The unserved requests wait in a
+    deque, oldest at the left; each is served in turn, the newest unserved one
+    leaving while it does not fit; with none left, it leaves itself."""
+    unserved, victims, story, served = deque(running), [], [], 0
+    while unserved:
+        rid, need, _held = unserved.popleft()
+        while need > free_blocks and unserved:
+            victim, _, held = unserved.pop()
+            victims.append(victim)
+            free_blocks += held
+            story.append(f"{rid} needs {need}: preempt {victim} (newest, frees {held})")
+        if need <= free_blocks:
+            free_blocks -= need
+            served += 1
+            story.append(f"{rid} takes {need}, {free_blocks} left")
+        elif served:
+            victims.append(rid)
+            story.append(f"{rid} needs {need}, {free_blocks} free, nobody newer left: {rid} "
+                         "steps aside")
+        else:
+            raise ValueError(f"{rid} does not fit even alone")
+    return victims, story
+
+
+def _victims_hint(running, free_blocks) -> str:
+    story = _victims_walk(running, free_blocks)[1]
+    return "; ".join(story) + f" ({_NEWEST})" if story else "nobody running, nobody preempted"
+
+
+@cache
+def victims_grid() -> list[Case]:
+    """Every line of up to four running requests needing 0 to 2 blocks and holding
+    1 or 2, with 0 to 3 free blocks: exact fits, requests that need nothing,
+    victims that free too little, a request stepping aside."""
+    def inputs():
+        kinds = list(product((0, 1, 2), (1, 2)))
+        for k in range(5):
+            for line in product(kinds, repeat=k):
+                running = [(chr(65 + i), need, held) for i, (need, held) in enumerate(line)]
+                for free in range(4):
+                    yield running, free
+    return grid_cases(inputs(), lambda r, f: _victims_walk(r, f)[0], _victims_hint)
+
+
 def check_choose_victims(choose_victims: Callable) -> CheckResult:
     """`choose_victims(running, free_blocks)` with running ``[(request_id,
     blocks_needed, blocks_held), ...]`` oldest first -> the preempted request
-    ids in the order they are preempted."""
-    return check_function("choose_victims", choose_victims, VICTIM_CASES,
-                          equal=lambda got, want: list(got) == want)
+    ids in the order they are preempted. The lab's cases, then every small line
+    of running requests (`victims_grid`)."""
+    return check_function("choose_victims", choose_victims, VICTIM_CASES + victims_grid(),
+                          equal=_same_list)
+
+
+def _same_list(got, want) -> bool:
+    try:
+        return list(got) == want
+    except TypeError:
+        return False
 
 
 CHECKS = {

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from functools import cache
+from itertools import product
 
 from ..i18n import N_, _
 from ..memory import BlockAllocator, BlockTable, KVCacheManager
-from . import Case, CheckResult, call_learner, check_function, require_function
+from . import Case, CheckResult, call_learner, check_function, not_written, require_function
+from ._boundaries import around, grid_cases
 
 __all__ = ["CHECKS", "check_chain_hashes", "check_copy_on_write", "check_sharing_blocks"]
 
@@ -47,7 +50,29 @@ def check_chain_hashes(fn: Callable) -> CheckResult:
              _("block_size 3: 13 tokens make 4 full blocks")),
         Case(([4, 2], 1), _table_hashes([4, 2], 1), _("block_size 1: every token is a block")),
     ]
-    return check_function("chain_hashes", fn, cases)
+    return check_function("chain_hashes", fn, cases + hashes_grid())
+
+
+def _hashes_hint(token_ids: list[int], block_size: int) -> str:
+    full, rest = divmod(len(token_ids), block_size)
+    if not token_ids:
+        return "no tokens, no block, no name"
+    tail = (f" and {rest} token(s) that do not make a block (no name yet)" if rest else
+            ", the last one filled exactly: it is full, so it is named too")
+    return (f"{len(token_ids)} tokens in blocks of {block_size}: {full} full block(s){tail}; "
+            "each name chains its parent's (ROOT_HASH for the first)")
+
+
+@cache
+def hashes_grid() -> list[Case]:
+    """Prompts of no token, one, and one short of, exactly and one past one to three
+    blocks, in blocks of 1 to 5 tokens; token ids repeat across blocks (so only the
+    chain tells equal blocks apart) and run up to a large vocabulary's ids."""
+    def tokens(n: int) -> list[int]:
+        return [(7 * i) % 5 if i % 3 else 151_000 + i for i in range(n)]
+    return grid_cases(((tokens(n), bs) for bs in range(1, 6)
+                       for n in around(0, bs, 2 * bs, 3 * bs, low=0)),
+                      _table_hashes, _hashes_hint)
 
 
 # ----------------------------------------------------------- copy_on_write
@@ -75,15 +100,98 @@ _COW_CASES = [
 ]
 
 
+#: What `copy_on_write` must do when the last block is shared and no block is free.
+RAISES = "raise"
+
+
+def _cow_by_the_rules(ref_counts: list[int], free_blocks: list[int], table: list[int]):
+    """The oracle: ``(returned, (ref_counts, free_blocks, table) after)``, on copies."""
+    refs, free, table = list(ref_counts), list(free_blocks), list(table)
+    last = table[-1]
+    if refs[last] == 1:
+        return None, (refs, free, table)
+    if not free:
+        return RAISES, (refs, free, table)
+    new = free.pop(0)
+    refs[new], refs[last], table[-1] = 1, refs[last] - 1, new
+    return (last, new), (refs, free, table)
+
+
+def _cow_hint(ref_counts, free_blocks, table) -> str:
+    last = table[-1]
+    shared = ref_counts[last] > 1
+    owner = (f"the last block ({last}) has ref count {ref_counts[last]}: "
+             + ("shared, so the write needs a copy" if shared else
+                "this sequence is its sole owner, so it writes in place (return None, change "
+                "nothing)"))
+    earlier = [b for b in table[:-1] if ref_counts[b] > 1]
+    if earlier:
+        owner += f"; block(s) {earlier} earlier in the table are shared but only read"
+    if not free_blocks:
+        pool = ("no block is free: raise (say MemoryError) and change nothing" if shared else
+                "no block is free, and none is needed: a full pool does not stop a sole "
+                "owner's write")
+    else:
+        pool = (f"free blocks {free_blocks}: take the first ({free_blocks[0]}), not the last"
+                if shared else f"free blocks {free_blocks} stay free")
+    return f"{owner}; {pool}"
+
+
+def _cow_grid():
+    """Tables of one to three blocks whose last block is held once, twice or three
+    times, earlier blocks shared or not, with no, one, two or three free blocks
+    (listed out of id order, so the head of the queue is not the smallest id)."""
+    for table, last_refs, earlier_refs, free in product(
+            ([2], [0, 2], [3, 0, 2]), (1, 2, 3), (1, 2), ([], [4], [5, 1], [1, 5, 4])):
+        refs = [1] * 6
+        for b in table[:-1]:
+            refs[b] = earlier_refs
+        refs[table[-1]] = last_refs
+        for b in free:
+            refs[b] = 0
+        yield refs, free, table
+
+
+def _cow_cases() -> list[tuple]:
+    cases = [(refs, free, table, want, state, _(hint))
+             for refs, free, table, want, state, hint in _COW_CASES]
+    cases.append(([2, 2], [], [0, 1], RAISES, ([2, 2], [], [0, 1]),
+                  "block 1 is shared and no block is free, so the write cannot be made safe: "
+                  "raise an error (say MemoryError) and change nothing"))
+    seen = {repr(c[:3]) for c in cases}
+    for refs, free, table in _cow_grid():
+        if repr((refs, free, table)) not in seen:
+            want, state = _cow_by_the_rules(refs, free, table)
+            cases.append((refs, free, table, want, state, _cow_hint(refs, free, table)))
+    return cases
+
+
 def check_copy_on_write(fn: Callable) -> CheckResult:
-    """`copy_on_write(ref_counts, free_blocks, table)` updates a tiny pool in place."""
+    """`copy_on_write(ref_counts, free_blocks, table)` updates a tiny pool in place:
+    the lab's cases, then every small pool around the boundaries (`_cow_grid`):
+    sole owner or shared, full pool or not."""
     name = "copy_on_write"
     require_function(name, fn)
-    for ref_counts, free_blocks, table, want, (want_refs, want_free, want_table), hint in \
-            _COW_CASES:
-        hint = _(hint)
+    cases = _cow_cases()
+    for ref_counts, free_blocks, table, want, (want_refs, want_free, want_table), hint in cases:
         args = (copy.deepcopy(ref_counts), copy.deepcopy(free_blocks), copy.deepcopy(table))
         call = f"copy_on_write({ref_counts}, {free_blocks}, {table})"
+        if want is RAISES:
+            try:
+                got = fn(*args)
+            except NotImplementedError as err:
+                return not_written(name, fn, err)
+            except Exception:
+                if args != (ref_counts, free_blocks, table):
+                    return CheckResult(name, False, _("{call} raised, but changed the pool first: "
+                                                      "ref_counts={ref_counts}, table={table}.  "
+                                                      "Hint: check for a free block before "
+                                                      "touching anything")
+                                       .format(call=call, ref_counts=args[0], table=args[2]))
+                continue
+            return CheckResult(name, False, _("{call} returned {got!r}, expected it to raise an "
+                                              "error and change nothing.  Hint: {hint}")
+                               .format(call=call, got=got, hint=hint))
         got, failed = call_learner(name, fn, call, *args, hint=hint)
         if failed is not None:
             return failed
@@ -92,8 +200,7 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
             return CheckResult(name, False, _("{call} returned {got!r}, expected {want!r}.  "
                                               "Hint: {hint}")
                                              .format(call=call, got=got, want=want, hint=hint))
-        state = (args[0], args[1], args[2])
-        if state != (want_refs, want_free, want_table):
+        if args != (want_refs, want_free, want_table):
             return CheckResult(
                 name, False,
                 _("after {call}: ref_counts={got_refs}, free_blocks={got_free}, "
@@ -102,25 +209,7 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
                 .format(call=call, got_refs=args[0], got_free=args[1], got_table=args[2],
                         want_refs=want_refs, want_free=want_free, want_table=want_table,
                         hint=hint))
-    # out of blocks: must refuse, and leave everything as it was
-    ref_counts, free_blocks, table = [2, 2], [], [0, 1]
-    call = "copy_on_write([2, 2], [], [0, 1])"
-    try:
-        got = fn(ref_counts, free_blocks, table)
-    except NotImplementedError:
-        return CheckResult(name, False, _("not written yet"))
-    except Exception:
-        if (ref_counts, free_blocks, table) != ([2, 2], [], [0, 1]):
-            return CheckResult(name, False, _("{call} raised, but changed the pool first: "
-                                              "ref_counts={ref_counts}, table={table}.  Hint: "
-                                              "check for a free block before touching anything")
-                                             .format(call=call, ref_counts=ref_counts, table=table))
-        return CheckResult(name, True, _("all {n} cases pass")
-                                   .format(n=len(_COW_CASES) + 1))
-    return CheckResult(name, False, _("{call} returned {got!r}: block 1 is shared and no block "
-                                      "is free, so the write cannot be made safe.  Hint: raise "
-                                      "an error (say MemoryError) and change nothing")
-                                     .format(call=call, got=got))
+    return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
 
 
 # ---------------------------------------------------------- sharing_blocks
@@ -155,9 +244,30 @@ def check_sharing_blocks(fn: Callable) -> CheckResult:
                                 "block; every sample that wrote got its own copy")),
     ]
     cases = [Case(args, _blocks_by_pagedkit(*args), hint) for args, hint in specs]
-    return check_function("sharing_blocks", fn, cases,
+    return check_function("sharing_blocks", fn, cases + sharing_grid(),
                           equal=lambda got, want: tuple(got) == want
                           if isinstance(got, (tuple, list)) else False)
+
+
+def _sharing_hint(prompt_len: int, output_lens: list[int], block_size: int) -> str:
+    full, rest = divmod(prompt_len, block_size)
+    writers = sum(1 for o in output_lens if o)
+    prompt = (f"the prompt fills exactly {full} block(s): no partial block to copy" if not rest
+              else f"the prompt's last block holds {rest} of {block_size} tokens")
+    return (f"{prompt}; {writers} of {len(output_lens)} sample(s) wrote, each into blocks of its "
+            "own past the shared full ones; the original partial block stays while a sample "
+            "that has not written reads it (the last writer to copy leaves it to them, or "
+            "writes into it itself when nobody else holds it)")
+
+
+@cache
+def sharing_grid() -> list[Case]:
+    """One to three samples of no token, one, a block, or one past it, after a prompt
+    one short of, exactly and one past one and two blocks, in blocks of 1, 2 and 4."""
+    return grid_cases(((p, list(outs), bs) for bs in (1, 2, 4)
+                       for p in around(bs, 2 * bs, low=1)
+                       for k in (1, 2, 3) for outs in product((0, 1, bs, bs + 1), repeat=k)),
+                      _blocks_by_pagedkit, _sharing_hint)
 
 
 CHECKS = {

@@ -9,12 +9,15 @@ learner's arithmetic is held against what `LLMEngine` sizes its cache with.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
+from itertools import product
 
 import torch
 
 from ..i18n import _
 from ..model.kv_cache import KVCacheSpec
 from . import Case, CheckResult, check_function
+from ._boundaries import grid_cases
 
 __all__ = ["CHECKS", "check_best_num_drafts", "check_tokens_that_fit", "expected_tokens_per_step"]
 
@@ -45,7 +48,43 @@ def check_tokens_that_fit(fn: Callable) -> CheckResult:
         ((8 * 2**20, 4, 2, 64, 4, 16), _("pagedkit's tiny model in float32 with 8 MiB")),
     ]
     cases = [Case(args, _fit(*args), hint) for args, hint in specs]
-    return check_function("tokens_that_fit", fn, cases)
+    return check_function("tokens_that_fit", fn, cases + fit_grid())
+
+
+def _fit_hint(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, block_size) -> str:
+    per_block = 2 * num_layers * num_kv_heads * head_dim * dtype_bytes * block_size
+    blocks, spare = divmod(memory_bytes, per_block)
+    if spare == 0:
+        where = "exactly"
+    elif spare == per_block - 1:
+        where = "and one byte short of another: still not a block"
+    else:
+        where = f"and {spare} byte(s) more, not a whole block"
+    big = (" — the budget is past 2^53 bytes, where a float division rounds: divide whole "
+           "numbers with //" if memory_bytes > 2**53 else "")
+    return (f"a block of {block_size} tokens takes 2 (K and V) x {num_layers} layers x "
+            f"{num_kv_heads} KV heads x {head_dim} x {dtype_bytes} B = {per_block} B; the budget "
+            f"holds {blocks} whole block(s) {where}{big}")
+
+
+@cache
+def fit_grid() -> list[Case]:
+    """Budgets of one byte, one short of, exactly and one past one, two and a
+    thousand blocks, and budgets past 2^53 bytes (where a float division rounds),
+    for blocks of 1, 3 and 16 tokens of a few cache shapes (one head of 1 byte,
+    a tiny model's, Llama-3-8B's)."""
+    shapes = ((1, 1, 1, 1), (4, 2, 64, 4), (32, 8, 128, 2), (3, 5, 96, 1))
+    def inputs():
+        for (layers, heads, dim, dtype), bs in product(shapes, (1, 3, 16)):
+            per_block = 2 * layers * heads * dim * dtype * bs
+            budgets = {1}
+            for k in (1, 2, 1000):
+                budgets |= {k * per_block - 1, k * per_block, k * per_block + 1}
+            k = 2**60 // per_block
+            budgets |= {k * per_block - 1, k * per_block}
+            for memory in sorted(b for b in budgets if b >= 1):
+                yield memory, layers, heads, dim, dtype, bs
+    return grid_cases(inputs(), _fit, _fit_hint)
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
@@ -92,8 +131,45 @@ def check_best_num_drafts(fn: Callable) -> CheckResult:
         ((0.7, 0.0, 5), _("free drafts: as many as allowed")),
     ]
     cases = [Case(args, _best_num_drafts(*args), hint) for args, hint in specs]
-    return check_function("best_num_drafts", fn, cases,
+    return check_function("best_num_drafts", fn, cases + drafts_grid(),
                           equal=lambda got, want: _as_int(got) == want)
+
+
+def _drafts_oracle(alpha: float, draft_cost: float, max_drafts: int) -> int:
+    """`_best_num_drafts`, refusing (ValueError) a near-tie that float arithmetic
+    could break either way; exact ties (nothing or everything accepted) stay."""
+    rate = [_expected_tokens(alpha, k) / (1 + k * draft_cost) for k in range(max_drafts + 1)]
+    best = _best_num_drafts(alpha, draft_cost, max_drafts)
+    close = [k for k, r in enumerate(rate)
+             if k != best and abs(r - rate[best]) <= 1e-9 * rate[best]]
+    if close and alpha not in (0.0, 1.0):
+        raise ValueError("a near-tie")
+    return best
+
+
+def _drafts_hint(alpha: float, draft_cost: float, max_drafts: int) -> str:
+    rate = [_expected_tokens(alpha, k) / (1 + k * draft_cost) for k in range(max_drafts + 1)]
+    shown = ", ".join(f"k={k}: {r:.4g}" for k, r in enumerate(rate[:6]))
+    more = ", ..." if len(rate) > 6 else ""
+    edge = ""
+    if alpha == 1.0:
+        edge = ("every draft is accepted, yet each still costs time: it pays only while it "
+                "is cheap; ")
+    elif alpha == 0.0:
+        edge = "no draft is ever accepted: "
+    if draft_cost == 0.0:
+        edge += "free drafts help only if some are accepted; "
+    return (f"{edge}tokens per unit of time E(a, k) / (1 + k x {draft_cost}) = {shown}{more} "
+            f"(k from 0 to {max_drafts}, the smallest k on a tie)")
+
+
+@cache
+def drafts_grid() -> list[Case]:
+    """Acceptance from never to always, drafts free to dearer than a target step,
+    up to 0, 1, 3 and 8 drafts allowed."""
+    return grid_cases(product((0.0, 0.1, 0.3, 0.5, 0.8, 0.95, 1.0),
+                              (0.0, 0.05, 0.2, 0.5, 1.0, 2.0), (0, 1, 3, 8)),
+                      _drafts_oracle, _drafts_hint)
 
 
 def _as_int(value) -> int | None:
