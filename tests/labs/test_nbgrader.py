@@ -11,6 +11,7 @@ its exercise's point."""
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import json
 import os
@@ -26,10 +27,10 @@ from pagedkit.exercises import nbgrader as ng
 from .wrong_answers import WRONG
 
 LABS = sorted(ng.LABS.glob("*.ipynb"))
-#: Labs whose exercises do not carry nbgrader's metadata yet, and why. Lab 04c
-#: (#28) came after the split: its Triton puzzles' stubs are a comment and `...`
-#: in a kernel body, a form `pagedkit.exercises.nbgrader.fill` has no rule for.
-NOT_GRADED_YET = {"04c_triton_puzzles"}
+#: Labs whose exercises do not carry nbgrader's metadata yet, and why (none: lab
+#: 04c's puzzles, a comment and `...` in a kernel body, are filled by
+#: `pagedkit.exercises.nbgrader.fill`'s puzzle rule since #27).
+NOT_GRADED_YET: set[str] = set()
 
 
 def _cells(path):
@@ -60,8 +61,8 @@ def test_every_exercise_is_a_solution_cell_then_its_check_cell(path):
 def test_every_check_of_the_package_has_its_exercise_in_a_lab():
     found = {(module, name) for path in LABS
              for *_, module, name in ng.exercises(json.loads(path.read_text()))}
-    expected = {(f"lab0{i}", name) for i in range(10)
-                for name in importlib.import_module(f"pagedkit.exercises.lab0{i}").CHECKS}
+    expected = {(lab, name) for lab in [*(f"lab0{i}" for i in range(10)), "lab04c"]
+                for name in importlib.import_module(f"pagedkit.exercises.{lab}").CHECKS}
     assert found == expected
 
 
@@ -77,8 +78,8 @@ def test_the_instructor_version_holds_solutions_that_pass_their_checks(path):
         assert not re.search(r"= \.\.\.$", region, re.M)     # lab 04's kernel stub
         ast.parse(code)
         assert ng.HIDDEN[0] in ng.text(source["cells"][check])
-        if name == "paged_kernel":      # a Triton kernel: its check runs ~10 s; the round
-            continue                    # trip below and test_exercises run the solution
+        if name == "paged_kernel" or module == "lab04c":  # Triton kernels: each check runs
+            continue            # ~10 s; test_exercises and test_lab04c_puzzles_filled run them
         exec(compile(code, f"<{path.stem}:{name}>", "exec"), namespace)
         check_fn = importlib.import_module(f"pagedkit.exercises.{module}").CHECKS[name]
         result = check_fn(namespace[name])
@@ -154,3 +155,36 @@ def test_grading_turns_the_build_track_off_and_a_course_needs_the_labs(tmp_path,
     with pytest.raises(SystemExit):
         ng.main([str(tmp_path / "other")])
     assert not (tmp_path / "other").exists()
+
+
+def test_lab04c_puzzles_filled_are_the_reference_kernels():
+    """Lab 04c (#27): each puzzle's stub keeps its given first lines and gets the
+    rest of the reference kernel between the solution markers; the kernel so
+    filled passes its check (run in Triton's interpreter, one process each)."""
+    pytest.importorskip("triton")
+    [path] = [p for p in LABS if p.stem == "04c_triton_puzzles"]
+    committed = json.loads(path.read_text())
+    source = ng.source_notebook(path)
+    found = ng.exercises(source)
+    assert [name for *_, name in found] == ["store_kv_kernel", "gather_kernel", "decode_kernel",
+                                            "merge_kernel"]
+    for solution, _check, module, name in found:
+        code = ng.text(source["cells"][solution])
+        stub = ng.text(committed["cells"][solution])
+        given = stub.split("# YOUR CODE:")[0]
+        assert code.startswith(given) and ng.SOLUTION[0] in code and "\n    ...\n" not in code
+        if name != "gather_kernel":     # one kernel through its check: each takes ~10 s
+            continue
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:   # Triton reads a kernel from its file
+            file = os.path.join(folder, f"filled_{name}.py")
+            with open(file, "w") as f:
+                f.write("import triton\nimport triton.language as tl\njit = triton.jit\n\n"
+                        + code + "\n")
+            spec = importlib.util.spec_from_file_location(f"filled_{name}", file)
+            filled = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(filled)
+            result = importlib.import_module(f"pagedkit.exercises.{module}").CHECKS[name](
+                getattr(filled, name))
+        assert result.passed, result.message

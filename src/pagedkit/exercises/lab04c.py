@@ -134,8 +134,8 @@ def _source(name: str, kernel) -> tuple[str, str] | CheckResult:
 
 def _unwritten(source: str) -> str | None:
     body = source.split(":", 1)[-1]
-    if "..." in body.split('"""')[-1]:
-        return "not written yet: replace the `...` with your code"
+    if "..." in body.split('"""')[-1] or "raise NotImplementedError" in body:
+        return "not written yet: replace the `...` with your code"  # (nbgrader's release: raise)
     return None
 
 

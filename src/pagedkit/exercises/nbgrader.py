@@ -39,6 +39,8 @@ SOLUTION = ("### BEGIN SOLUTION", "### END SOLUTION")
 HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 #: The lines around lab 04's Triton exercise, whose answer is two lines of a kernel.
 KERNEL_REGION = ("# ---- YOUR CODE", "# ---- your code ends here")
+#: Lab 04c's puzzle stubs: this comment, then `...`, after the kernel's given first lines.
+PUZZLE_STUB = "# YOUR CODE:"
 
 CONFIG = f'''# nbgrader's configuration for the pagedkit labs (pagedkit.exercises.nbgrader).
 c = get_config()  # noqa: F821
@@ -55,7 +57,7 @@ import os  # noqa: E402
 os.environ["PAGEDKIT_TRACK"] = ""
 '''
 
-_CHECK = re.compile(r"(?:(\w+) = )?(lab\d\d)\.check_(\w+)\((\w+)\)")
+_CHECK = re.compile(r"(?:(\w+) = )?(lab\d\d[a-z]?)\.check_(\w+)\((\w+)\)")
 
 
 def text(cell: dict) -> str:
@@ -155,6 +157,16 @@ def fill(stub: str, module: str, name: str, exercises: set[str] = frozenset()) -
     stub_fn = _function(ast.parse(stub), name)
     if [a.arg for a in stub_fn.args.args] != [a.arg for a in fn.args.args]:
         raise ValueError(f"{name}: the stub's parameters differ from the solution's")
+    puzzle = [i for i, line in enumerate(lines) if line.strip().startswith(PUZZLE_STUB)
+              and i + 1 < len(lines) and lines[i + 1].strip() == "..."]
+    if puzzle:          # lab 04c: a kernel whose first lines are given, the rest is `...`
+        at = puzzle[0]
+        def code(line: str) -> str:
+            return line.split("#", 1)[0].strip()
+        given = {code(line) for line in lines[stub_fn.body[0].lineno - 1:at]}
+        body = [line for line in _body(source, fn) if not code(line) or code(line) not in given]
+        indent = re.match(r"\s*", lines[at]).group(0)
+        return "\n".join(lines[:at + 1] + _marked(indent, body) + lines[at + 2:])
     at = next(i for i, line in enumerate(lines) if line.strip() == "# YOUR CODE HERE")
     if lines[at + 1].strip() != "raise NotImplementedError":
         raise ValueError(f"{name}: the stub is not `# YOUR CODE HERE`, then "
