@@ -90,6 +90,38 @@ def test_print_shows_the_command(capsys):
     assert ("--allow-root" in out) == (os.geteuid() == 0)
 
 
+@pytest.mark.parametrize("given, lab_name, jupyter", [
+    (["--no-browser", "--port", "8889"], lab.FIRST_LAB, ["--no-browser", "--port=8889"]),
+    (["--port", "8889", "03_paging.ipynb"], "03_paging.ipynb", ["--port=8889"]),
+    (["--no-browser", "03_paging.ipynb"], "03_paging.ipynb", ["--no-browser"]),
+    (["03_paging.ipynb", "--ip", "0.0.0.0", "--port=9"], "03_paging.ipynb",
+     ["--ip=0.0.0.0", "--port=9"]),
+])
+def test_jupyters_options_take_their_values_as_written(capsys, given, lab_name, jupyter):
+    """`--port 8889` (the help's own example) is jupyter's port, not a lab named 8889."""
+    assert cli(["lab", "--print", *given]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[-1].endswith(f"my-labs/{lab_name}")
+    assert [w for w in out if w.startswith("--") and "root" not in w] == jupyter
+
+
+def test_ctrl_c_waits_for_jupyterlab_instead_of_a_traceback(monkeypatch):
+    class Jupyter:  # Ctrl-C reaches it too; it takes a moment to shut down
+        waits = 0
+
+        def __init__(self, argv):
+            pass
+
+        def wait(self):
+            Jupyter.waits += 1
+            if Jupyter.waits == 1:
+                raise KeyboardInterrupt
+            return 130
+
+    monkeypatch.setattr(lab.subprocess, "Popen", Jupyter)
+    assert lab.run_until_it_exits(["jupyter"]) == 130 and Jupyter.waits == 2
+
+
 def _run(argv):
     try:
         return cli(argv)
@@ -152,7 +184,7 @@ def test_the_widget_state_default_is_said_and_can_be_left_off(tmp_path, monkeypa
     written = []
     monkeypatch.setattr(lab, "settings_dir", lambda: tmp_path / "overrides.d")
     monkeypatch.setattr(lab, "copy_labs", lambda root: ([], []))
-    monkeypatch.setattr(lab.subprocess, "call", lambda argv: written.append(argv) or 0)
+    monkeypatch.setattr(lab, "run_until_it_exits", lambda argv: written.append(argv) or 0)
     assert lab.main(["--no-browser"]) == 0
     assert str(tmp_path / "overrides.d" / "pagedkit.json") in capsys.readouterr().err
     assert (tmp_path / "overrides.d" / "pagedkit.json").exists()

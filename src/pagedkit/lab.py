@@ -110,10 +110,40 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def join_option_values(argv: list[str], is_lab) -> list[str]:
+    """jupyter's ``--port 8889`` as ``--port=8889``: a word after an option
+    is that option's value unless it names a lab (`is_lab`), so argparse does
+    not take the 8889 for the notebook to open."""
+    out: list[str] = []
+    for word in argv:
+        prev = out[-1] if out else ""
+        if (prev.startswith("--") and "=" not in prev and not word.startswith("-")
+                and not is_lab(word)):
+            out[-1] = f"{prev}={word}"
+        else:
+            out.append(word)
+    return out
+
+
+def run_until_it_exits(argv: list[str]) -> int:
+    """Run `argv` and return its exit code. Ctrl-C reaches JupyterLab too (one
+    process group): it asks, or shuts down cleanly, and this waits for it
+    instead of killing it with a traceback."""
+    proc = subprocess.Popen(argv)
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
     root = clone_root()
+    argv = sys.argv[1:] if argv is None else argv
+    if root is not None:
+        argv = join_option_values(argv, lambda word: (root / "labs" / word).is_file())
+    args, extra = parser.parse_known_args(argv)
     if root is None:
         parser.error("the labs live in a clone of the repository, and this pagedkit was "
                      "installed without one: git clone https://github.com/pagedkit/pagedkit, "
@@ -146,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if as_root:
         print("lab: running as root, so with --allow-root (JupyterLab refuses root without "
               "it)", file=sys.stderr)
-    return subprocess.call(argv_)
+    return run_until_it_exits(argv_)
 
 
 if __name__ == "__main__":
