@@ -12,39 +12,46 @@ import sys
 from . import __version__
 from ._validation import PROG
 from .bench.__main__ import BENCHMARKS
+from .i18n import N_, _, language_from_environment
 
 #: command -> (module whose ``main(argv)`` runs it, one line of help)
 COMMANDS = {
     "demo": ("pagedkit.demo",
-             "the embedded model serving a batch: outputs, throughput, KV cache use"),
+             N_("the embedded model serving a batch: outputs, throughput, KV cache use")),
     "bench": ("pagedkit.bench.__main__",
-              f"benchmarks: {', '.join(BENCHMARKS)} (the default: pagedkit against "
-              "transformers); see bench --help"),
+              N_("benchmarks: {names} (the default: pagedkit against transformers); see bench "
+                 "--help")),
     "simulate": ("pagedkit.sim.cli",
-                 "the paper's memory and batching results from the simulator (no GPU)"),
+                 N_("the paper's memory and batching results from the simulator (no GPU)")),
     "lab": ("pagedkit.lab",
-            "the labs in JupyterLab, from a clone: served from its root, your copies in "
-            "my-labs/"),
+            N_("the labs in JupyterLab, from a clone: served from its root, your copies in "
+               "my-labs/")),
     "gpucheck": ("pagedkit.gpucheck",
-                 "on a CUDA GPU: compiled kernels vs references, kernel benchmark, engine vs "
-                 "transformers, one table"),
+                 N_("on a CUDA GPU: compiled kernels vs references, kernel benchmark, engine vs "
+                    "transformers, one table")),
     "vllm": ("pagedkit.vllm.__main__",
-             "beside the real vLLM (its CPU build): 'vllm compare' runs one workload on both, "
-             "'vllm events' follows a vLLM's cache events"),
+             N_("beside the real vLLM (its CPU build): 'vllm compare' runs one workload on "
+                "both, 'vllm events' follows a vLLM's cache events")),
 }
+"""(The help line is English, marked for translation; `_parser` shows it in the
+language of the moment, the benchmarks' names put in.)"""
 
 
 def _parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<10} {text}" for name, (_, text) in COMMANDS.items())
+    names = ", ".join(BENCHMARKS)
+    lines = "\n".join(f"  {name:<10} " + _(text).format(names=names)
+                      for name, (_module, text) in COMMANDS.items())
     p = argparse.ArgumentParser(
-        prog=PROG, description=f"pagedkit {__version__}: a teaching lab for "
-        "PagedAttention.", epilog=f"commands:\n{lines}\n\nEach command has its own options: "
-        f"{PROG} COMMAND --help", formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog=PROG, description=_("pagedkit {version}: a teaching lab for PagedAttention.")
+        .format(version=__version__),
+        epilog=_("commands:\n{lines}\n\nEach command has its own options: {prog} COMMAND "
+                 "--help").format(lines=lines, prog=PROG),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"pagedkit {__version__}")
     p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
-                   help=f"one of: {', '.join(COMMANDS)}")
+                   help=_("one of: {commands}").format(commands=", ".join(COMMANDS)))
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
-                   help="the command's own options")
+                   help=_("the command's own options"))
     return p
 
 
@@ -52,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run a command and return its exit status; usage errors, ``--help`` and
     ``--version`` exit through argparse (status 2, 0, 0)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    language_from_environment()
     parser = _parser()
     if not argv:  # a first try: show what there is to run
         parser.print_help(sys.stderr)

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from ._validation import PROG
+from .i18n import _
 
 #: The folder of the learner's copies, beside labs/ in the clone (in .gitignore).
 WORK = "my-labs"
@@ -95,18 +96,19 @@ def command(root: Path, lab: str, *, as_root: bool, extra: list[str]) -> list[st
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"{PROG} lab",
-        description="Open the labs in JupyterLab, served from the clone's root (docs/ "
-                    f"included). You work in copies in {WORK}/ (made once, ignored by git); "
-                    "labs/ keeps the originals.",
-        epilog="Any other option goes to jupyter lab, e.g. --no-browser or --port 8889.")
+        description=_("Open the labs in JupyterLab, served from the clone's root (docs/ "
+                      "included). You work in copies in {WORK}/ (made once, ignored by git); "
+                      "labs/ keeps the originals.").format(WORK=WORK),
+        epilog=_("Any other option goes to jupyter lab, e.g. --no-browser or --port 8889."))
     p.add_argument("lab", nargs="?", default=FIRST_LAB,
-                   help=f"the notebook to open, e.g. 03_paging.ipynb (default: {FIRST_LAB})")
+                   help=(_("the notebook to open, e.g. 03_paging.ipynb (default: {FIRST_LAB})")
+                          .format(FIRST_LAB=FIRST_LAB)))
     p.add_argument("--print", action="store_true", dest="dry_run",
-                   help="print the jupyter command instead of running it")
+                   help=_("print the jupyter command instead of running it"))
     p.add_argument("--no-widget-state", action="store_false", dest="widget_state",
-                   help="do not set JupyterLab (in this environment) to save widget state "
+                   help=_("do not set JupyterLab (in this environment) to save widget state "
                         "with a notebook; without it, a reopened lab shows its widgets only "
-                        "once its cells run again")
+                        "once its cells run again"))
     return p
 
 
@@ -145,13 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         argv = join_option_values(argv, lambda word: (root / "labs" / word).is_file())
     args, extra = parser.parse_known_args(argv)
     if root is None:
-        parser.error("the labs live in a clone of the repository, and this pagedkit was "
+        parser.error(_("the labs live in a clone of the repository, and this pagedkit was "
                      "installed without one: git clone https://github.com/pagedkit/pagedkit, "
                      "then in it pip install -r requirements.txt and run this again (or open "
-                     "a lab on Colab)")
+                     "a lab on Colab)"))
     if not (root / "labs" / args.lab).is_file():
         names = ", ".join(p.name for p in sorted((root / "labs").glob("*.ipynb")))
-        parser.error(f"no lab {args.lab!r} in {root / 'labs'}; the labs: {names}")
+        parser.error(_("no lab {lab!r} in {folder}; the labs: {names}")
+                       .format(lab=args.lab, folder=root / 'labs', names=names))
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     argv_ = command(root, args.lab, as_root=as_root, extra=extra)
     if args.dry_run:
@@ -159,23 +162,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     copied, changed = copy_labs(root)
     if copied:
-        print(f"lab: copied {len(copied)} of the labs into {root / WORK}/: you work there, "
-              "labs/ keeps the originals", file=sys.stderr)
+        print(_("lab: copied {n} of the labs into {folder}/: you work there, labs/ keeps the "
+                "originals").format(n=len(copied), folder=root / WORK), file=sys.stderr)
     for name in changed:
-        print(f"lab: labs/{name} changed since your copy in {WORK}/; yours is kept (delete it "
-              "to take the new one)", file=sys.stderr)
+        print(_("lab: labs/{name} changed since your copy in {WORK}/; yours is kept (delete it "
+                "to take the new one)").format(name=name, WORK=WORK), file=sys.stderr)
     if args.widget_state:
         written = write_settings(settings_dir())
         if written is None:
-            print(f"lab: could not write {settings_dir()}: widgets in a reopened lab show "
-                  "again once its cells run", file=sys.stderr)
+            print(_("lab: could not write {settings_dir}: widgets in a reopened lab show again "
+                    "once its cells run").format(settings_dir=settings_dir()), file=sys.stderr)
         else:
-            print(f"lab: JupyterLab in this environment saves widget state with a notebook "
-                  f"({written}; delete it, or run with --no-widget-state, to stop)",
+            print((_("lab: JupyterLab in this environment saves widget state with a notebook "
+                    "({written}; delete it, or run with --no-widget-state, to stop)")
+                    .format(written=written)),
                   file=sys.stderr)
     if as_root:
-        print("lab: running as root, so with --allow-root (JupyterLab refuses root without "
-              "it)", file=sys.stderr)
+        print(_("lab: running as root, so with --allow-root (JupyterLab refuses root without "
+              "it)"), file=sys.stderr)
     return run_until_it_exits(argv_)
 
 

@@ -97,8 +97,11 @@ def test_mo_is_what_babel_compiles_from_the_po():
 
 
 def test_translations_keep_the_placeholders():
-    """Same fields, conversions and specs: ``.format(**fields)`` works in both."""
-    for message in _catalog():
+    """Same fields, conversions and specs: ``.format(**fields)`` works in both; and
+    Babel's own checks (what ``pybabel compile`` reports as errors) find nothing."""
+    catalog = _catalog()
+    assert [(m.id, [str(e) for e in errors]) for m, errors in catalog.check()] == []
+    for message in catalog:
         if not message.id:
             continue
         ids = message.id if isinstance(message.id, tuple) else (message.id,)
@@ -234,3 +237,53 @@ def test_a_widget_speaks_chinese_then_english_again():
         assert CHINESE.search(text), text
     pagedkit.set_language("en")
     assert _block_map_texts() == english
+
+
+def _simulator_texts():
+    from pagedkit.sim import plots
+    from pagedkit.sim.experiments import fig2_memory_breakdown, paper_trace
+    from pagedkit.sim.report import Comparison, Report, format_table
+    fig = plots.plot_fig2(fig2_memory_breakdown(paper_trace("sharegpt", duration=5, seed=0)))
+    report = Report("quick", rows=[Comparison("Fig. 2", "token states, vLLM", 96.3, 96.3, "%",
+                                              "paged")],
+                    seconds={"fig2": 1.5}, speed={"iterations": 1200, "seconds": 1.5,
+                                                  "iterations_per_second": 800})
+    return [fig.layout.title.text, fig.layout.yaxis.title.text, *[t.name for t in fig.data],
+            format_table(report)]
+
+
+def test_the_simulator_speaks_chinese_then_english_again():
+    english = _simulator_texts()
+    assert english[0] == "Fig. 2: KV cache usage by memory manager"
+    pagedkit.set_language("zh-CN")
+    chinese = _simulator_texts()
+    assert chinese[0] == "图 2：各内存管理器的 KV Cache 使用情况"
+    assert "内部碎片" in chinese and "外部碎片" in chinese, chinese
+    assert "分页只浪费每个序列最后一个页块的空尾部" in chinese[-1], chinese[-1]
+    assert chinese[-1].startswith("图"), chinese[-1]
+    pagedkit.set_language("en")
+    assert _simulator_texts() == english
+
+
+def test_the_command_line_help_speaks_chinese_when_asked(monkeypatch, capsys):
+    from pagedkit.__main__ import main
+
+    def help_text() -> str:
+        with pytest.raises(SystemExit):
+            main(["--help"])
+        return capsys.readouterr().out
+
+    monkeypatch.delenv("PAGEDKIT_LANGUAGE", raising=False)
+    english = help_text()
+    assert "Each command has its own options" in english
+    monkeypatch.setenv("PAGEDKIT_LANGUAGE", "zh-CN")
+    chinese = help_text()
+    assert "每个命令都有自己的选项" in chinese and "usage:" in chinese  # argparse's own stay
+    assert "内置模型服务一批请求" in chinese
+    monkeypatch.setenv("PAGEDKIT_LANGUAGE", "klingon")
+    with pytest.raises(ValueError, match="PAGEDKIT_LANGUAGE='klingon'"):
+        main(["--help"])
+    assert pagedkit.get_language() == "zh-CN"
+    i18n.set_language("en")
+    monkeypatch.delenv("PAGEDKIT_LANGUAGE")
+    assert help_text() == english

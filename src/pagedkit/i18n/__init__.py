@@ -13,6 +13,7 @@ and Babel compiles the ``.mo`` file that Python's `gettext` reads.
 from __future__ import annotations
 
 import gettext
+import os
 from pathlib import Path
 
 LANGUAGES = ("en", "zh-CN")
@@ -46,6 +47,20 @@ def set_language(language: str) -> None:
         translations = gettext.translation(
             DOMAIN, localedir=LOCALE_DIR, languages=[_gettext_name(language)])
     _state.update(language=language, translations=translations)
+
+
+def language_from_environment(variable: str = "PAGEDKIT_LANGUAGE") -> None:
+    """Speak the language named by the environment variable `variable`, if set
+    (``PAGEDKIT_LANGUAGE=zh-CN pagedkit --help``): for the command line, which
+    has no notebook cell to call `set_language` from. Unset or empty: no change."""
+    value = os.environ.get(variable, "")
+    if not value:
+        return
+    try:
+        set_language(value)
+    except ValueError:
+        raise ValueError(f"{variable}={value!r} is not a language pagedkit speaks; set it to "
+                         f"one of {', '.join(map(repr, LANGUAGES))}, or unset it") from None
 
 
 def get_language() -> str:

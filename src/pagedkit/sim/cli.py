@@ -13,6 +13,7 @@ import json
 import sys
 
 from .._validation import PROG, positive_float, positive_int
+from ..i18n import N_, _
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
 from .managers import PAPER_MANAGERS, ManagerSpec
@@ -24,10 +25,10 @@ from .trace import DATASETS, load_trace, synthetic_trace
 #: the default; the quick one with /usr/bin/time at load 6); the full one's traces
 #: are an hour each.
 SCALE_TIMES = {
-    "default": "took 4-5 minutes on a busy 2-core machine; --scale quick runs the same "
-               "experiments smaller in about 10 s (noisier numbers)",
-    "full": "runs the paper's hour-long traces: many times the default's 4-5 minutes; "
-            "--scale quick takes about 10 s",
+    "default": N_("took 4-5 minutes on a busy 2-core machine; --scale quick runs the same "
+               "experiments smaller in about 10 s (noisier numbers)"),
+    "full": N_("runs the paper's hour-long traces: many times the default's 4-5 minutes; "
+            "--scale quick takes about 10 s"),
 }
 
 
@@ -42,52 +43,52 @@ def _manager(text: str) -> ManagerSpec:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"{PROG} simulate",
-        description="Trace-driven simulation of KV-cache memory managers (no GPU).")
+        description=_("Trace-driven simulation of KV-cache memory managers (no GPU)."))
     p.add_argument("--scale", choices=sorted(SCALES), default="default",
-                   help="how much to simulate for the paper comparison: quick (about 10 s), "
+                   help=_("how much to simulate for the paper comparison: quick (about 10 s), "
                         "default (4-5 minutes on a busy 2-core machine) or full (the paper's "
-                        "hour-long traces, much longer)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+                        "hour-long traces, much longer)"))
+    p.add_argument("--json", action="store_true", help=_("print JSON instead of a table"))
+    p.add_argument("--markdown", action="store_true", help=_("print the table as Markdown"))
     p.add_argument("--seed", type=int, default=0,
-                   help="seed of the synthetic traces and of sampling (default: 0)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+                   help=_("seed of the synthetic traces and of sampling (default: 0)"))
+    p.add_argument("--no-progress", action="store_true", help=_("hide progress bars"))
     p.add_argument("--benchmark", action="store_true",
-                   help="time an hour of ShareGPT-like traffic at 2 req/s through each manager")
+                   help=_("time an hour of ShareGPT-like traffic at 2 req/s through each manager"))
     p.add_argument("--benchmark-scheduler", action="store_true",
-                   help="time the same hour through the engine's own Scheduler and "
-                        "KVCacheManager, without a model (what unifying them would cost)")
-    one = p.add_argument_group("one trace instead of the paper comparison")
+                   help=_("time the same hour through the engine's own Scheduler and "
+                        "KVCacheManager, without a model (what unifying them would cost)"))
+    one = p.add_argument_group(_("one trace instead of the paper comparison"))
     one.add_argument("--dataset", choices=sorted(DATASETS),
-                     help="a synthetic trace shaped like this dataset")
-    one.add_argument("--trace", metavar="FILE", help="a JSON or CSV file of request lengths")
+                     help=_("a synthetic trace shaped like this dataset"))
+    one.add_argument("--trace", metavar="FILE", help=_("a JSON or CSV file of request lengths"))
     one.add_argument("--rate", type=positive_float,
-                     help="requests/s (Poisson arrivals); needed with --dataset, and with "
-                          "--trace when the file has no arrival times")
+                     help=_("requests/s (Poisson arrivals); needed with --dataset, and with "
+                          "--trace when the file has no arrival times"))
     size = one.add_mutually_exclusive_group()
     size.add_argument("--requests", type=positive_int, metavar="N",
-                      help="number of requests (with --trace: the file's first N)")
+                      help=_("number of requests (with --trace: the file's first N)"))
     size.add_argument("--duration", type=positive_float, metavar="SECONDS",
-                      help="seconds of arrivals (--dataset only)")
+                      help=_("seconds of arrivals (--dataset only)"))
     one.add_argument("--manager", action="append", metavar="KIND", type=_manager,
-                     help="max, pow2, oracle, paged or paged:BLOCK_SIZE (repeatable; "
-                          "default: the paper's four)")
+                     help=_("max, pow2, oracle, paged or paged:BLOCK_SIZE (repeatable; "
+                          "default: the paper's four)"))
     one.add_argument("--model", choices=sorted(PRESETS), default="opt-13b",
-                     help="the model and GPUs whose KV capacity and step times are simulated "
-                          "(default: opt-13b)")
+                     help=_("the model and GPUs whose KV capacity and step times are simulated "
+                          "(default: opt-13b)"))
     one.add_argument("--preemption", choices=PREEMPTION_MODES, default="recompute",
-                     help="how the paged manager frees memory when it runs out (default: "
-                          "recompute)")
+                     help=_("how the paged manager frees memory when it runs out (default: "
+                          "recompute)"))
     one.add_argument("--prefill", choices=PREFILL_MODES, default="separate",
-                     help="separate (default, as the Simulator's: the paper's vLLM ran newly "
+                     help=_("separate (default, as the Simulator's: the paper's vLLM ran newly "
                           "admitted prompts in an iteration of their own, and every paper "
                           "experiment here does) or mixed (Orca's: new prompts join the "
-                          "decoding batch)")
+                          "decoding batch)"))
     one.add_argument("--batching", choices=BATCHING_MODES, default="iteration",
-                     help="iteration (default: Orca's and vLLM's, requests join and leave the "
+                     help=_("iteration (default: Orca's and vLLM's, requests join and leave the "
                           "batch every iteration) or static (request-level, as "
                           "FasterTransformer: a batch forms only when none runs and runs to "
-                          "its last request)")
+                          "its last request)"))
     return p
 
 
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             _print_rows(rows)
         return 0
     if args.scale in SCALE_TIMES and not args.json:
-        print(f"simulate: the paper comparison at --scale {args.scale} {SCALE_TIMES[args.scale]}",
+        print((_("simulate: the paper comparison at --scale {scale} {how_long}")
+                .format(scale=args.scale, how_long=_(SCALE_TIMES[args.scale]))),
               file=sys.stderr, flush=True)
     report = compare(args.scale, seed=args.seed, progress=not (args.no_progress or args.json))
     if args.json:
@@ -124,29 +126,30 @@ def _refuse_one_trace_options(parser: argparse.ArgumentParser, args: argparse.Na
              ("rate", "requests", "duration", "manager", "model", "preemption", "prefill",
               "batching") if getattr(args, name) != parser.get_default(name)]
     if given:
-        parser.error(f"{', '.join(given)} choose(s) how one trace runs: give --dataset or "
-                     "--trace too (the paper comparison and the benchmarks use fixed settings)")
+        parser.error(_("{items} choose(s) how one trace runs: give --dataset or --trace too "
+                       "(the paper comparison and the benchmarks use fixed settings)")
+                       .format(items=', '.join(given)))
 
 
 def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.dataset and args.trace:
-        parser.error("give --dataset or --trace, not both")
+        parser.error(_("give --dataset or --trace, not both"))
     if args.trace:
         if args.duration is not None:
-            parser.error("--duration draws a synthetic trace (--dataset); with --trace, "
-                         "--requests N takes the file's first N requests")
+            parser.error(_("--duration draws a synthetic trace (--dataset); with --trace, "
+                         "--requests N takes the file's first N requests"))
         try:
             trace = load_trace(args.trace, rate=args.rate, seed=args.seed)
         except (OSError, ValueError) as e:
             parser.error(f"--trace: {e}")
         if args.requests is not None:
             if args.requests > len(trace):
-                parser.error(f"--requests {args.requests}: {args.trace} holds only "
-                             f"{len(trace)} requests")
+                parser.error(_("--requests {requests}: {trace} holds only {n} requests")
+                               .format(requests=args.requests, trace=args.trace, n=len(trace)))
             trace = trace.head(args.requests)
     else:
         if args.rate is None:
-            parser.error("--dataset needs --rate (requests/s)")
+            parser.error(_("--dataset needs --rate (requests/s)"))
         if args.requests is None and args.duration is None:
             args.requests = 1000
         trace = synthetic_trace(args.dataset, rate=args.rate, num_requests=args.requests,

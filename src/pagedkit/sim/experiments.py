@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from .._validation import check_int, check_number
+from ..i18n import _
 from .latency import OPT_13B, OPT_66B, OPT_175B, ModelPreset
 from .managers import ORCA_ORACLE, PAGED, PAPER_MANAGERS, ManagerSpec
 from .metrics import SimResult
@@ -109,7 +110,7 @@ def fig2_memory_breakdown(trace: Trace | None = None, *,
     results = results or run_managers(trace, managers, **options)
     rows = tuple({"manager": label, **{k: 100 * v for k, v in r.breakdown().as_dict().items()}}
                  for label, r in results.items())
-    return FigureData("Fig. 2", "KV cache usage by memory manager", rows,
+    return FigureData("Fig. 2", _("KV cache usage by memory manager"), rows,
                       {"trace": trace.name, "requests": len(trace), **PAPER_OPTIONS, **options})
 
 
@@ -129,7 +130,7 @@ def fig13_batch_sizes(traces: Sequence[Trace] | None = None, *,
     rows = tuple({"trace": name, "manager": label, "mean_batch_size": r.mean_batch_size(),
                   "mean_scheduled": r.mean_scheduled(), "preemptions": r.num_preemptions}
                  for name, by_manager in results.items() for label, r in by_manager.items())
-    return FigureData("Fig. 13", "Average number of batched requests", rows,
+    return FigureData("Fig. 13", _("Average number of batched requests"), rows,
                       {"traces": [t.name for t in traces], **PAPER_OPTIONS, **options})
 
 
@@ -172,7 +173,8 @@ def fig12_latency_vs_rate(dataset: str = "sharegpt", rates: Sequence[float] | No
                          "requests": len(trace)})
             if latency > cutoff:
                 overloaded.add(m.label)
-    return FigureData("Fig. 12", f"Normalized latency vs request rate ({dataset})", tuple(rows),
+    return FigureData("Fig. 12", (_("Normalized latency vs request rate ({dataset})")
+                                   .format(dataset=dataset)), tuple(rows),
                       {"dataset": dataset, "duration": duration, "cutoff": cutoff,
                        **PAPER_OPTIONS, **options})
 
@@ -216,7 +218,7 @@ def fig15_sharing_savings(trace: Trace | None = None, *,
         rows.append({"scenario": kind, "size": getattr(sharing, size), "label": sharing.label,
                      "saving": 100 * r.sharing_saving(), "mean_batch_size": r.mean_batch_size(),
                      "aborted": len(r.aborted)})
-    return FigureData("Fig. 15", "Memory saved by sharing KV blocks", tuple(rows),
+    return FigureData("Fig. 15", _("Memory saved by sharing KV blocks"), tuple(rows),
                       {"trace": trace.name, "requests": len(trace), "block_size": block_size,
                        **PAPER_OPTIONS, **options})
 
@@ -239,7 +241,7 @@ def fig18b_block_size_sweep(block_sizes: Sequence[int] = BLOCK_SIZES,
                          "mean_batch_size": r.mean_batch_size(),
                          "token_states": 100 * r.breakdown().token_states,
                          "preemptions": r.num_preemptions})
-    return FigureData("Fig. 18b", "Normalized latency vs block size", tuple(rows),
+    return FigureData("Fig. 18b", _("Normalized latency vs block size"), tuple(rows),
                       {"traces": [t.name for t in traces], **PAPER_OPTIONS, **options})
 
 
@@ -394,7 +396,7 @@ def results_shape(scenarios: Iterable[Scenario] = SHAPE_SCENARIOS, *,
                          "gpus": sc.model.num_gpus,
                          "decoding": sc.sharing.label if sc.sharing else "one sample",
                          "manager": m.label, "requests": len(trace), **c})
-    return FigureData("§6.2-6.3", "Requests per second each manager serves, saturated",
+    return FigureData("§6.2-6.3", _("Requests per second each manager serves, saturated"),
                       tuple(rows), {"managers": [m.label for m in managers],
                                     "turnovers": turnovers, **PAPER_OPTIONS, **options})
 
@@ -416,7 +418,7 @@ def batching_and_memory(trace: Trace, contiguous: ManagerSpec | str = "max",
         for batching in ("static", "iteration"):
             c = capacity(trace, spec, batching=batching, **options)
             rows.append({"batching": batching, "memory": memory, "manager": spec.label, **c})
-    return FigureData("2x2", "Batching x memory: requests per second, saturated", tuple(rows),
+    return FigureData("2x2", _("Batching x memory: requests per second, saturated"), tuple(rows),
                       {"trace": trace.name, "requests": len(trace), **PAPER_OPTIONS, **options})
 
 

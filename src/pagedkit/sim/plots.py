@@ -10,18 +10,28 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..i18n import N_, _
 from . import paper as ref
 from .experiments import FigureData
 
-_PARTS = (("token_states", "Token states", "#2b8a3e"), ("reservation", "Reservation", "#f08c00"),
-          ("internal_fragmentation", "Internal fragmentation", "#c92a2a"),
-          ("external_fragmentation", "External fragmentation", "#5f3dc4"))
+_PARTS = (("token_states", N_("Token states"), "#2b8a3e"),
+          ("reservation", N_("Reservation"), "#f08c00"),
+          ("internal_fragmentation", N_("Internal fragmentation"), "#c92a2a"),
+          ("external_fragmentation", N_("External fragmentation"), "#5f3dc4"))
 _PAPER_MARKER = {"symbol": "diamond-open", "size": 12, "color": "black", "line": {"width": 2}}
-_PAPER_NAME = "paper (Kwon et al.)"
+_PAPER_NAME = N_("paper (Kwon et al.)")
 _BAR_WIDTH = 0.7
 # The paper's values sit on the right edge of each bar, clear of the value
 # labels, which are centred in the bars.
 _PAPER_OFFSET = _BAR_WIDTH / 2
+
+
+def _heading(data: FigureData) -> str:
+    """``Fig. 2: KV cache usage by memory manager``: the paper's figure and our title."""
+    figure = data.figure
+    if figure.startswith("Fig. "):
+        figure = _("Fig. {number}").format(number=figure.removeprefix("Fig. "))
+    return _("{figure}: {title}").format(figure=figure, title=data.title)
 
 
 def _dataset(trace_name: str) -> str:
@@ -32,7 +42,7 @@ def trace_label(trace_name: str) -> str:
     """A synthetic trace's name as a reader reads it: ``sharegpt@2`` is the ShareGPT
     shape at 2 requests per second (`pagedkit.sim.trace` names them ``shape@rate``)."""
     shape, at, rate = trace_name.partition("@")
-    return f"{shape} at {rate} req/s" if at else trace_name
+    return _("{shape} at {rate} req/s").format(shape=shape, rate=rate) if at else trace_name
 
 
 def _categories(fig: go.Figure, labels: list[str], **axis) -> None:
@@ -48,22 +58,26 @@ def plot_fig2(data: FigureData, paper: bool = True) -> go.Figure:
     x = list(range(len(managers)))
     fig = go.Figure()
     for key, name, color in _PARTS:
+        name = _(name)
         values = data.column(key)
         fig.add_bar(x=x, y=values, name=name, marker_color=color, width=_BAR_WIDTH,
-                    customdata=managers, hovertemplate=f"%{{customdata}}: {name.lower()} "
-                    "%{y:.1f}%<extra></extra>",
+                    customdata=managers, hovertemplate=(_("%{{customdata}}: {lower} "
+                                                         "%{{y:.1f}}%<extra></extra>")
+                                                         .format(lower=name.lower())),
                     text=[f"{v:.1f}%" if v >= 3 else "" for v in values],
                     textposition="inside", insidetextanchor="middle")
     if paper:
         known = [(i, m) for i, m in enumerate(managers) if m in ref.FIG2_BREAKDOWN]
-        fig.add_scatter(x=[i + _PAPER_OFFSET for i, _ in known],
-                        y=[ref.FIG2_BREAKDOWN[m]["token_states"] for _, m in known],
-                        customdata=[m for _, m in known], mode="markers",
-                        marker=_PAPER_MARKER, name=f"{_PAPER_NAME}: token states",
-                        hovertemplate="%{customdata}: the paper's token states "
-                        "%{y:.1f}%<extra></extra>")
-    fig.update_layout(barmode="stack", title=f"{data.figure}: {data.title}",
-                      yaxis_title="share of KV memory<br>used or wasted (%)", yaxis_range=[0, 100])
+        fig.add_scatter(x=[i + _PAPER_OFFSET for i, _m in known],
+                        y=[ref.FIG2_BREAKDOWN[m]["token_states"] for _i, m in known],
+                        customdata=[m for _i, m in known], mode="markers",
+                        marker=_PAPER_MARKER,
+                        name=_("{paper}: token states").format(paper=_(_PAPER_NAME)),
+                        hovertemplate=_("%{customdata}: the paper's token states "
+                        "%{y:.1f}%<extra></extra>"))
+    fig.update_layout(barmode="stack", title=_heading(data),
+                      yaxis_title=_("share of KV memory<br>used or wasted (%)"),
+                      yaxis_range=[0, 100])
     _categories(fig, managers)
     return fig
 
@@ -74,21 +88,21 @@ def plot_fig13(data: FigureData, paper: bool = True) -> go.Figure:
     x = [[trace_label(t) for t in traces], data.column("manager")]
     ours = data.column("mean_batch_size")
     fig = go.Figure()
-    fig.add_bar(x=x, y=ours, name="simulated", text=[f"{v:.1f}" for v in ours],
+    fig.add_bar(x=x, y=ours, name=_("simulated"), text=[f"{v:.1f}" for v in ours],
                 textposition="outside")
     if paper:
         values = [ref.FIG13_BATCH.get(_dataset(t), {}).get(m)
                   for t, m in zip(traces, x[1], strict=True)]
-        fig.add_bar(x=x, y=values, name="paper", marker_color="lightgray",
+        fig.add_bar(x=x, y=values, name=_("paper"), marker_color="lightgray",
                     text=[f"{v:.1f}" if v is not None else "" for v in values],
                     textposition="outside")
     else:
         values = []
     top = max([v for v in (*ours, *values) if v is not None] + [1.0])
     # two short lines: one long one was taller than the plot
-    fig.update_layout(barmode="group", title=f"{data.figure}: {data.title}", height=450,
-                      yaxis_title="requests in the running<br>batch (time average)",
-                      yaxis_range=[0, top * 1.12], legend_title_text="mean batch")
+    fig.update_layout(barmode="group", title=_heading(data), height=450,
+                      yaxis_title=_("requests in the running<br>batch (time average)"),
+                      yaxis_range=[0, top * 1.12], legend_title_text=_("mean batch"))
     return fig
 
 
@@ -99,8 +113,8 @@ def plot_fig12(data: FigureData) -> go.Figure:
         rows = data.select(manager=manager)
         fig.add_scatter(x=[r["rate"] for r in rows], y=[r["normalized_latency"] for r in rows],
                         mode="lines+markers", name=manager)
-    fig.update_layout(title=f"{data.figure}: {data.title}", xaxis_title="request rate (req/s)",
-                      yaxis_title="normalized latency (s/token)",
+    fig.update_layout(title=_heading(data), xaxis_title=_("request rate (req/s)"),
+                      yaxis_title=_("normalized latency (s/token)"),
                       yaxis_range=[0, data.settings.get("cutoff", 1.0)])
     return fig
 
@@ -113,23 +127,24 @@ def plot_fig15(data: FigureData, paper: bool = True) -> go.Figure:
     fig = go.Figure()
     for kind in dict.fromkeys(data.column("scenario")):
         mine = [(i, r) for i, r in enumerate(rows) if r["scenario"] == kind]
-        fig.add_bar(x=[i for i, _ in mine], y=[r["saving"] for _, r in mine], name=kind,
-                    width=_BAR_WIDTH, customdata=[r["label"] for _, r in mine],
-                    hovertemplate="%{customdata}: %{y:.1f}% saved<extra></extra>",
-                    text=[f"{r['saving']:.1f}%" for _, r in mine], textposition="outside")
+        fig.add_bar(x=[i for i, _r in mine], y=[r["saving"] for _i, r in mine], name=kind,
+                    width=_BAR_WIDTH, customdata=[r["label"] for _i, r in mine],
+                    hovertemplate=_("%{{customdata}}: {value} saved<extra></extra>")
+                    .format(value="%{y:.1f}%"),
+                    text=[f"{r['saving']:.1f}%" for _i, r in mine], textposition="outside")
     if paper:
         known = [(i, r) for i, r in enumerate(rows)
                  if r["size"] in ref.FIG15_SAVING.get(r["scenario"], {})]
         if known:
-            fig.add_scatter(x=[i + _PAPER_OFFSET for i, _ in known],
-                            y=[ref.FIG15_SAVING[r["scenario"]][r["size"]] for _, r in known],
-                            customdata=[r["label"] for _, r in known], mode="markers",
-                            marker=_PAPER_MARKER, name=_PAPER_NAME,
-                            hovertemplate="%{customdata}: the paper's %{y:.1f}%"
-                            "<extra></extra>")
+            fig.add_scatter(x=[i + _PAPER_OFFSET for i, _m in known],
+                            y=[ref.FIG15_SAVING[r["scenario"]][r["size"]] for _i, r in known],
+                            customdata=[r["label"] for _i, r in known], mode="markers",
+                            marker=_PAPER_MARKER, name=_(_PAPER_NAME),
+                            hovertemplate=_("%{customdata}: the paper's %{y:.1f}%"
+                            "<extra></extra>"))
     top = max([r["saving"] for r in rows] + [0.0])
-    fig.update_layout(title=f"{data.figure}: {data.title}", barmode="overlay",
-                      yaxis_title="KV blocks saved by sharing (%)",
+    fig.update_layout(title=_heading(data), barmode="overlay",
+                      yaxis_title=_("KV blocks saved by sharing (%)"),
                       yaxis_range=[0, max(10.0, top * 1.15)])
     _categories(fig, labels, tickangle=30)
     return fig
@@ -143,8 +158,8 @@ def plot_fig18b(data: FigureData) -> go.Figure:
         fig.add_scatter(x=[r["block_size"] for r in rows],
                         y=[r["normalized_latency"] for r in rows], mode="lines+markers",
                         name=trace_label(trace))
-    fig.update_layout(title=f"{data.figure}: {data.title}", xaxis_title="block size (tokens)",
-                      xaxis_type="log", yaxis_title="normalized latency (s/token)")
+    fig.update_layout(title=_heading(data), xaxis_title=_("block size (tokens)"),
+                      xaxis_type="log", yaxis_title=_("normalized latency (s/token)"))
     fig.update_xaxes(tickvals=sorted(set(data.column("block_size"))))
     return fig
 
@@ -159,9 +174,10 @@ def plot_shape(data: FigureData, baseline: str = "Orca (Oracle)",
     fig = go.Figure()
     fig.add_bar(x=list(range(len(scenarios))), y=gains, width=_BAR_WIDTH, customdata=scenarios,
                 text=[f"{g:.2f}x" for g in gains], textposition="outside",
-                hovertemplate="%{customdata}: %{y:.2f}x<extra></extra>", name="gain")
+                hovertemplate=_("%{customdata}: %{y:.2f}x<extra></extra>"), name="gain")
     fig.add_hline(y=1, line_dash="dash", line_color="gray")
-    fig.update_layout(title=f"{system} over {baseline}: requests per second, saturated",
+    fig.update_layout(title=(_("{system} over {baseline}: requests per second, saturated")
+                              .format(system=system, baseline=baseline)),
                       yaxis_title=f"{system} / {baseline}", showlegend=False,
                       yaxis_range=[0, max([*gains, 1.0]) * 1.2], height=450)
     _categories(fig, scenarios, tickangle=20)
@@ -173,14 +189,15 @@ def plot_2x2(data: FigureData) -> go.Figure:
     per batching, grouped by memory (`experiments.batching_and_memory`)."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("requests per second",
-                                                        "mean running batch (requests)"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(_("requests per second"),
+                                                        _("mean running batch (requests)")))
+    level = {"static": _("static-level batching"), "iteration": _("iteration-level batching")}
     for batching, color in (("static", "#adb5bd"), ("iteration", "#1c7ed6")):
         rows = data.select(batching=batching)
         x = [f"{r['memory']}<br>({r['manager']})" for r in rows]
         for col, key, fmt in ((1, "requests_per_s", ".2f"), (2, "mean_batch_size", ".1f")):
             values = [r[key] for r in rows]
-            fig.add_bar(x=x, y=values, name=f"{batching}-level batching", marker_color=color,
+            fig.add_bar(x=x, y=values, name=level[batching], marker_color=color,
                         legendgroup=batching, showlegend=col == 1, row=1, col=col,
                         text=[format(v, fmt) for v in values], textposition="outside")
     fig.update_layout(barmode="group", title=f"{data.title} ({data.settings.get('trace', '')})",

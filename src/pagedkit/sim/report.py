@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from ..i18n import N_, _
 from . import paper as ref
 from .experiments import (
     SHARING_RATE,
@@ -66,32 +67,33 @@ SCALES = {
 }
 
 NOTES = {
-    "lengths": "synthetic log-normal lengths with the paper's means (Fig. 11), not the real "
-               "datasets: how long requests live sets every share",
-    "max": "mechanism: 15,728 // 2,048 = 7 regions of 2,048 slots fit; 1,392 slots are always "
-           "stranded while requests wait",
-    "placement": "how much memory is stranded between regions depends on where they are "
-                 "placed: we use first-fit; the paper's Orca uses buddy allocation (§6.1)",
-    "policy": "the reservation policy's own waste, set apart from where regions are placed: "
-              "the same policy on lengths like the paper's wastes the same share",
-    "paged": "paging wastes only the empty tail of each sequence's last block",
-    "speed": "batch size also depends on iteration time: our roofline model (not measured GPU "
-             "time) runs steps at its own speed, and a faster step drains the queue sooner",
-    "scheduled": "not Fig. 13's quantity: Fig. 13 counts the running batch (§6.2: requests "
+    "lengths": N_("synthetic log-normal lengths with the paper's means (Fig. 11), not the real "
+               "datasets: how long requests live sets every share"),
+    "max": N_("mechanism: 15,728 // 2,048 = 7 regions of 2,048 slots fit; 1,392 slots are always "
+           "stranded while requests wait"),
+    "placement": N_("how much memory is stranded between regions depends on where they are "
+                 "placed: we use first-fit; the paper's Orca uses buddy allocation (§6.1)"),
+    "policy": N_("the reservation policy's own waste, set apart from where regions are placed: "
+              "the same policy on lengths like the paper's wastes the same share"),
+    "paged": N_("paging wastes only the empty tail of each sequence's last block"),
+    "speed": N_("batch size also depends on iteration time: our roofline model (not measured GPU "
+             "time) runs steps at its own speed, and a faster step drains the queue sooner"),
+    "scheduled": N_("not Fig. 13's quantity: Fig. 13 counts the running batch (§6.2: requests "
                  "processed at the same time); with prompts run apart, as in the paper's vLLM, "
-                 "a prompt iteration computes only the newcomers while that batch waits",
-    "knee": "one latency bound (4x the best low-load latency) on our latency model; the paper's "
-            "range spans three models and two traces",
-    "beam": "beams pick their parents uniformly at random (a neutral model of which candidates "
-            "win); how long real beams share their history depends on the model",
-    "parallel": "only the prompt's full blocks are shared (a 19-token prompt fills one block of "
-                "16); each sample's output length is drawn from the trace's",
-    "blocks": "small blocks are slow by our assumed per-block gather cost (4 tokens); large ones "
+                 "a prompt iteration computes only the newcomers while that batch waits"),
+    "knee": N_("one latency bound (4x the best low-load latency) on our latency model; the paper's "
+            "range spans three models and two traces"),
+    "beam": N_("beams pick their parents uniformly at random (a neutral model of which candidates "
+            "win); how long real beams share their history depends on the model"),
+    "parallel": N_("only the prompt's full blocks are shared (a 19-token prompt fills one block of "
+                "16); each sample's output length is drawn from the trace's"),
+    "blocks": N_("small blocks are slow by our assumed per-block gather cost (4 tokens); large "
+                 "ones "
               "waste the tails of short sequences, which costs time only once memory limits the "
-              "batch",
-    "prefix": "not in the paper's figures: every prompt starts with the same few-shot prefix "
-              "(§6.4's 80 and 341 tokens), whose full blocks the prefix cache shares",
-    "exact": "derived from Table 1's sizes: 12 GiB / (2 x 40 layers x 5,120 x 2 bytes)",
+              "batch"),
+    "prefix": N_("not in the paper's figures: every prompt starts with the same few-shot prefix "
+              "(§6.4's 80 and 341 tokens), whose full blocks the prefix cache shares"),
+    "exact": N_("derived from Table 1's sizes: 12 GiB / (2 x 40 layers x 5,120 x 2 bytes)"),
 }
 
 
@@ -134,7 +136,7 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
     report = Report(sc.name)
     from tqdm.auto import tqdm
 
-    with tqdm(total=len(COMPARE_STEPS), desc="paper experiments", unit="step",
+    with tqdm(total=len(COMPARE_STEPS), desc=_("paper experiments"), unit="step",
               disable=not progress) as bar:
         def next_step(done: bool = True) -> None:
             """Count a finished step and name the one that runs now (the slow
@@ -163,13 +165,14 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
 
 def _table1_and_fig11(report: Report, sharegpt: Trace, alpaca: Trace) -> None:
     add = report.rows.append
-    add(Comparison("Table 1", "OPT-13B KV cache slots", OPT_13B.kv_slots,
-                   ref.TABLE1_KV_SLOTS["OPT-13B"], "slots", "exact"))
+    add(Comparison("Table 1", _("OPT-13B KV cache slots"), OPT_13B.kv_slots,
+                   ref.TABLE1_KV_SLOTS["OPT-13B"], N_("slots"), "exact"))
     for name, trace in (("sharegpt", sharegpt), ("alpaca", alpaca)):
         for i, what in enumerate(("prompt", "output")):
             mean = trace.mean_prompt_len() if i == 0 else trace.mean_output_len()
-            add(Comparison("Fig. 11", f"{name}-like mean {what} length", round(mean, 2),
-                           ref.FIG11_MEANS[name][i], "tokens", "lengths"))
+            add(Comparison("Fig. 11", (_("{name}-like mean {what} length")
+                                        .format(name=name, what=what)), round(mean, 2),
+                           ref.FIG11_MEANS[name][i], N_("tokens"), "lengths"))
 
 
 def _run_fig2_and_fig13(report: Report, sharegpt: Trace, alpaca: Trace,
@@ -198,16 +201,17 @@ def _fig2(report: Report, sharegpt: Trace, results: dict[str, SimResult]):
     for manager, paper in ref.FIG2_BREAKDOWN.items():
         note = "max" if manager == "Orca (Max)" else "paged" if manager == "vLLM" else \
             "placement"
-        add(Comparison("Fig. 2", f"token states, {manager}",
+        add(Comparison("Fig. 2", _("token states, {manager}").format(manager=manager),
                        round(fig2.value("token_states", manager=manager), 1),
                        paper["token_states"], "%", note))
         if manager != "vLLM":
-            add(Comparison("Fig. 2", f"external fragmentation, {manager}",
+            add(Comparison("Fig. 2", _("external fragmentation, {manager}").format(manager=manager),
                            round(fig2.value("external_fragmentation", manager=manager), 1),
                            paper["external_fragmentation"], "%", note))
     for manager in ("Orca (Max)", "Orca (Pow2)"):
         ours = {k: fig2.value(k, manager=manager) for k in RESERVED_PARTS}
-        add(Comparison("Fig. 2", f"internal fragmentation, % of reserved slots, {manager}",
+        add(Comparison("Fig. 2", _("internal fragmentation, {percent} of reserved slots, "
+                                   "{manager}").format(percent="%", manager=manager),
                        round(_internal_share(ours), 1),
                        round(_internal_share(ref.FIG2_BREAKDOWN[manager]), 1), "%", "policy"))
     return fig2
@@ -219,15 +223,17 @@ def _fig13(report: Report, sharegpt: Trace, alpaca: Trace,
     fig13 = fig13_batch_sizes([sharegpt, alpaca], results=results)
     for trace in (sharegpt, alpaca):
         for manager, paper in ref.FIG13_BATCH[trace.name.split("@")[0]].items():
-            add(Comparison("Fig. 13", f"batched requests, {trace.name}, {manager}",
+            add(Comparison("Fig. 13", (_("batched requests, {name}, {manager}")
+                                        .format(name=trace.name, manager=manager)),
                            round(fig13.value("mean_batch_size", trace=trace.name,
                                              manager=manager), 2),
-                           paper, "requests", {"Orca (Max)": "max", "vLLM": "speed"}.get(
+                           paper, N_("requests"), {"Orca (Max)": "max", "vLLM": "speed"}.get(
                                manager, "placement")))
     for trace in (sharegpt, alpaca):
-        add(Comparison("Fig. 13", f"requests an iteration computes, {trace.name}, vLLM",
+        add(Comparison("Fig. 13", (_("requests an iteration computes, {name}, vLLM")
+                                    .format(name=trace.name)),
                        round(fig13.value("mean_scheduled", trace=trace.name, manager="vLLM"),
-                             2), "not reported", "requests", "scheduled"))
+                             2), _("not reported"), N_("requests"), "scheduled"))
     return fig13
 
 
@@ -240,7 +246,8 @@ def _fig12(report: Report, sc: Scale, seed: int,
         knees = sustainable_rates(data)
         for base, (low, high) in ref.FIG12_RATE_GAIN.items():
             report.rows.append(Comparison(
-                "Fig. 12", f"rate vLLM sustains / {base}, {dataset}",
+                "Fig. 12", (_("rate vLLM sustains / {base}, {dataset}")
+                             .format(base=base, dataset=dataset)),
                 round(knees["vLLM"] / knees[base], 2), f"{low}-{high}", "x", "knee"))
         on_dataset()
 
@@ -253,12 +260,14 @@ def _fig15(report: Report, sc: Scale, seed: int):
         sharing_trace, scenarios=SHARING_SCENARIOS))
     for kind, by_size in ref.FIG15_SAVING.items():
         for size, paper in by_size.items():
-            add(Comparison("Fig. 15", f"memory saved, {kind} {size}",
+            add(Comparison("Fig. 15", _("memory saved, {kind} {size}")
+                           .format(kind=kind, size=size),
                            round(fig15.value("saving", scenario=kind, size=size), 2), paper,
                            "%", kind))
     for row in fig15.select(scenario="prefix"):
-        add(Comparison("§6.4", f"memory saved, {row['label']}", round(row["saving"], 2),
-                       "not reported", "%", "prefix"))
+        add(Comparison("§6.4", _("memory saved, {label}").format(label=row["label"]),
+                       round(row["saving"], 2),
+                       _("not reported"), "%", "prefix"))
     return fig15
 
 
@@ -270,8 +279,9 @@ def _fig18b(report: Report, sc: Scale, seed: int):
         best = best_block_sizes(fig18, trace.name)
         low, high = ref.FIG18B_BEST_BLOCK_SIZES[trace.name.split("@")[0]]
         report.rows.append(Comparison(
-            "Fig. 18b", f"block sizes within 5% of the best, {trace.name}",
-            " ".join(map(str, best)), f"{low}-{high}", "tokens", "blocks"))
+            "Fig. 18b", _("block sizes within {share} of the best, {name}")
+            .format(share="5%", name=trace.name),
+            " ".join(map(str, best)), f"{low}-{high}", N_("tokens"), "blocks"))
     return fig18
 
 
@@ -355,8 +365,8 @@ def scheduler_benchmark(duration: float = 3600.0, seed: int = 0) -> dict:
 def format_table(report: Report, markdown: bool = False) -> str:
     """The comparison as a text (or Markdown) table with numbered notes."""
     keys = list(dict.fromkeys(r.note for r in report.rows if r.note))
-    header = ("figure", "quantity", "ours", "paper", "unit", "note")
-    body = [(r.figure, r.quantity, _fmt(r.ours), _fmt(r.paper), r.unit,
+    header = (_("figure"), _("quantity"), _("ours"), _("paper"), _("unit"), _("note"))
+    body = [(r.figure, r.quantity, _fmt(r.ours), _fmt(r.paper), _(r.unit),
              str(keys.index(r.note) + 1) if r.note else "") for r in report.rows]
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -367,12 +377,13 @@ def format_table(report: Report, markdown: bool = False) -> str:
                  for row in [header, *body]]
         lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
-    lines += [f"{i}. {NOTES[k]}" for i, k in enumerate(keys, 1)]
+    lines += [f"{i}. " + _(NOTES[k]) for i, k in enumerate(keys, 1)]
     speed = report.speed
     lines.append("")
-    lines.append(f"scale {report.scale}: {speed['iterations']:,} iterations simulated in "
-                 f"{speed['seconds']} s ({speed['iterations_per_second']:,}/s) for Fig. 2 and "
-                 f"13; wall time per experiment: "
+    lines.append(_("scale {scale}: {iterations:,} iterations simulated in {seconds} s "
+                   "({per_second:,}/s) for Fig. 2 and 13; wall time per experiment: ")
+                 .format(scale=report.scale, iterations=speed["iterations"],
+                         seconds=speed["seconds"], per_second=speed["iterations_per_second"])
                  + ", ".join(f"{k} {v} s" for k, v in report.seconds.items()))
     return "\n".join(lines)
 
