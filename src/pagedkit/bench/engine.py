@@ -409,27 +409,12 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
     """
     from .. import ops
     from ..engine import LLM
+    from .timers import PartTimers
 
     llm = LLM(model, block_size=block_size)
     engine = llm.llm_engine
-    seconds = dict.fromkeys(("step", "forward", *PROFILE_PARTS), 0.0)
-    restore: list[tuple[object, str, object]] = []
-
-    def wrap(owner, attr: str, part: str) -> None:
-        original = getattr(owner, attr, None)
-        if original is None:
-            raise AttributeError(f"the profile times {type(owner).__name__}.{attr}, which no "
-                                 "longer exists: update pagedkit.bench.engine.profile_pagedkit")
-
-        def timed(*args, **kwargs):
-            t = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                seconds[part] += time.perf_counter() - t
-
-        restore.append((owner, attr, original))
-        setattr(owner, attr, timed)
+    timers = PartTimers()
+    wrap = timers.wrap
 
     import torch.nn.functional as F
 
@@ -447,11 +432,8 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
     try:
         result, _ = run_pagedkit(model, work, block_size, llm=llm)
     finally:
-        for owner, attr, original in reversed(restore):
-            if attr in vars(owner) and owner is engine.runner.model:
-                delattr(owner, attr)  # back to the class's forward
-            else:
-                setattr(owner, attr, original)
+        timers.restore()
+    seconds = timers.seconds
     seconds["model other"] = seconds["forward"] - seconds["attention"] - seconds["linear layers"]
     seconds["bookkeeping"] = (seconds["step"] - seconds["scheduling"] - seconds["packing"]
                               - seconds["forward"] - seconds["sampling"])

@@ -24,41 +24,8 @@ The timers cost a little themselves; the split, not the total, is the point.
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
-
 from .engine import PROFILE_PARTS, Workload, run_vllm
-
-
-class PartTimers:
-    """Seconds per part, from timers wrapped around methods; `restore` undoes them."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-        self._wrapped: list[tuple[object, str, object, bool]] = []
-
-    def wrap(self, owner: object, attr: str, part: str) -> None:
-        original = getattr(owner, attr)
-        own = attr in vars(owner)  # an instance attribute (vs. the class's method)
-        seconds = self.seconds
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                seconds[part] += time.perf_counter() - start
-
-        self._wrapped.append((owner, attr, original, own))
-        setattr(owner, attr, timed)
-
-    def restore(self) -> None:
-        for owner, attr, original, own in reversed(self._wrapped):
-            if own or isinstance(owner, type):
-                setattr(owner, attr, original)
-            else:
-                delattr(owner, attr)  # back to the class's method
-        self._wrapped.clear()
+from .timers import PartTimers
 
 
 def profile_vllm(engine, work: Workload) -> dict:
