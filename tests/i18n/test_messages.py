@@ -138,6 +138,24 @@ def test_no_message_inside_an_f_string():
     assert not wrong, wrong
 
 
+def test_no_function_that_translates_names_a_variable_underscore():
+    """``for x, _ in ...`` in a function that calls ``_()`` makes ``_`` local
+    there: the call raises UnboundLocalError (in English too)."""
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            body = [n for stmt in fn.body for n in ast.walk(stmt)]
+            calls = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                        and n.func.id == "_" for n in body)
+            stores = [n.lineno for n in body if isinstance(n, ast.Name) and n.id == "_"
+                      and isinstance(n.ctx, ast.Store)]
+            if calls and stores:
+                wrong.append(f"{path.relative_to(PACKAGE)}:{fn.name} assigns _ at {stores}")
+    assert not wrong, wrong
+
+
 def _wrong_blocks_for(num_tokens: int, block_size: int) -> int:
     return num_tokens // block_size  # rounds down: the hint ladder's favourite
 

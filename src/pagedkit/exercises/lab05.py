@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import cache
 from itertools import product
 
-from ..i18n import N_
+from ..i18n import N_, _, ngettext
 from . import Case, CheckResult, check_function
 from ._boundaries import Keywords, around, grid_cases
 
@@ -58,11 +58,11 @@ def _finish_by_stepping(output_lens: list[int], seats: int, policy: str) -> list
 
 
 def _finish_hint(output_lens: list[int], seats: int, policy: str) -> str:
-    rule = _STATIC if policy == "static" else _CONTINUOUS
+    rule = _(_STATIC) if policy == "static" else _(_CONTINUOUS)
     freed = _finish_by_stepping(output_lens, seats, policy)
     if policy == "continuous" and len(freed) != len(set(freed)):
-        rule += ("; when several seats free up in the same step, all of them are filled before "
-                 "the next step (not one a step)")
+        rule += (_("; when several seats free up in the same step, all of them are filled before "
+                 "the next step (not one a step)"))
     return rule
 
 
@@ -144,21 +144,26 @@ def _admit_walk(waiting, tokens, seats, blocks, block_size, chunked=False):
     admitted = []
     for rid, prompt_len in waiting:
         if seats == 0:
-            return admitted, "no seat is left"
+            return admitted, _("no seat is left")
         if tokens == 0:
-            return admitted, "the step's token budget is spent"
+            return admitted, _("the step's token budget is spent")
         take = min(prompt_len, tokens) if chunked else prompt_len
         if take > tokens:
-            return admitted, (f"{rid!r} needs all {prompt_len} of its tokens at once (no "
-                              f"chunked prefill) and {tokens} are left in the budget")
+            return admitted, (_("{rid!r} needs all {prompt_len} of its tokens at once (no "
+                                "chunked prefill) and {tokens} are left in the budget")
+                                .format(rid=rid, prompt_len=prompt_len, tokens=tokens))
         need = -(-take // block_size)
         if need > blocks:
-            return admitted, (f"{rid!r}'s {take} tokens need ceil({take} / {block_size}) = "
-                              f"{need} blocks and {blocks} {'is' if blocks == 1 else 'are'} "
-                              "free")
+            return admitted, (ngettext("{rid!r}'s {take} tokens need ceil({take} / "
+                                       "{block_size}) = {need} blocks and {blocks} is free",
+                                       "{rid!r}'s {take} tokens need ceil({take} / "
+                                       "{block_size}) = {need} blocks and {blocks} are free",
+                                       blocks)
+                              .format(rid=rid, take=take, block_size=block_size, need=need,
+                                      blocks=blocks))
         admitted.append((rid, take))
         tokens, seats, blocks = tokens - take, seats - 1, blocks - need
-    return admitted, "every waiting request fits"
+    return admitted, _("every waiting request fits")
 
 
 def _admit_oracle(*args, **kwargs):
@@ -167,8 +172,8 @@ def _admit_oracle(*args, **kwargs):
 
 def _admit_hint(*args, **kwargs) -> str:
     admitted, why = _admit_walk(*args, **kwargs)
-    after = f"after {len(admitted)} admitted, " if admitted else ""
-    return f"{after}{why}; " + _FCFS
+    after = _("after {n} admitted, ").format(n=len(admitted)) if admitted else ""
+    return f"{after}{why}; " + _(_FCFS)
 
 
 def _admit_grid():

@@ -13,7 +13,7 @@ from fractions import Fraction
 from functools import cache
 from itertools import product
 
-from ..i18n import N_
+from ..i18n import N_, _
 from . import Case, CheckResult, check_function
 from ._boundaries import around, grid_cases
 
@@ -51,11 +51,14 @@ def _recompute_block_by_block(num_tokens: int, block_size: int, cached_blocks: i
 def _recompute_hint(num_tokens: int, block_size: int, cached_blocks: int) -> str:
     full = num_tokens // block_size
     if num_tokens % block_size == 0 and cached_blocks >= full:
-        return (f"{num_tokens} tokens fill exactly {full} block(s) of {block_size}, and the last "
-                f"one holds the last token: {_LAST}")
+        return (_("{num_tokens} tokens fill exactly {full} block(s) of {block_size}, and the "
+                  "last one holds the last token: {last}")
+                  .format(num_tokens=num_tokens, full=full, block_size=block_size, last=_(_LAST)))
     if num_tokens <= block_size:
-        return f"{num_tokens} token(s) fit in the first block: {_LAST}"
-    return f"each of the {cached_blocks} cached full block(s) saves {block_size} tokens; {_LAST}"
+        return (_("{num_tokens} token(s) fit in the first block: {last}")
+                 .format(num_tokens=num_tokens, last=_(_LAST)))
+    return _("each of the {cached_blocks} cached full block(s) saves {block_size} tokens; "
+             "{last}").format(cached_blocks=cached_blocks, block_size=block_size, last=_(_LAST))
 
 
 @cache
@@ -125,10 +128,14 @@ def _mode_oracle(*args) -> str:
 
 def _mode_hint(tables, num_tokens, free_cpu_blocks, *rest) -> str:
     distinct, swap, recompute = _mode_costs(tables, num_tokens, free_cpu_blocks, *rest)
-    room = (f"{distinct} distinct block(s) {'fit' if distinct <= free_cpu_blocks else 'do not fit'}"
-            f" in {free_cpu_blocks} free CPU block(s)")
-    return (f"{room} ({_DISTINCT}); swapping out and back takes {float(swap) * 1e3:g} ms, "
-            f"recomputing the group's {sum(num_tokens)} tokens {float(recompute) * 1e3:g} ms")
+    room = (_("{distinct} distinct block(s) fit in {free} free CPU block(s)")
+            if distinct <= free_cpu_blocks else
+            _("{distinct} distinct block(s) do not fit in {free} free CPU block(s)")
+            ).format(distinct=distinct, free=free_cpu_blocks)
+    return (_("{room} ({why}); swapping out and back takes {swap_ms:g} ms, recomputing the "
+              "group's {tokens} tokens {recompute_ms:g} ms")
+            .format(room=room, why=_(_DISTINCT), swap_ms=float(swap) * 1e3,
+                    tokens=sum(num_tokens), recompute_ms=float(recompute) * 1e3))
 
 
 _GROUPS = ([[0]], [[0, 1, 2]], [[0, 1], [0, 2]], [[0, 1], [0, 1]], [[4, 5], [6]],
@@ -204,18 +211,20 @@ def _victims_walk(running, free_blocks) -> tuple[list, list[str]]:
     while unserved:
         rid, need, _held = unserved.popleft()
         while need > free_blocks and unserved:
-            victim, _, held = unserved.pop()
+            victim, _needed, held = unserved.pop()
             victims.append(victim)
             free_blocks += held
-            story.append(f"{rid} needs {need}: preempt {victim} (newest, frees {held})")
+            story.append(_("{rid} needs {need}: preempt {victim} (newest, frees {held})")
+                           .format(rid=rid, need=need, victim=victim, held=held))
         if need <= free_blocks:
             free_blocks -= need
             served += 1
-            story.append(f"{rid} takes {need}, {free_blocks} left")
+            story.append(_("{rid} takes {need}, {free_blocks} left")
+                           .format(rid=rid, need=need, free_blocks=free_blocks))
         elif served:
             victims.append(rid)
-            story.append(f"{rid} needs {need}, {free_blocks} free, nobody newer left: {rid} "
-                         "steps aside")
+            story.append(_("{rid} needs {need}, {free_blocks} free, nobody newer left: {rid} "
+                           "steps aside").format(rid=rid, need=need, free_blocks=free_blocks))
         else:
             raise ValueError(f"{rid} does not fit even alone")
     return victims, story
@@ -223,7 +232,7 @@ def _victims_walk(running, free_blocks) -> tuple[list, list[str]]:
 
 def _victims_hint(running, free_blocks) -> str:
     story = _victims_walk(running, free_blocks)[1]
-    return "; ".join(story) + f" ({_NEWEST})" if story else "nobody running, nobody preempted"
+    return "; ".join(story) + " (" + _(_NEWEST) + ")" if story else _("nobody running, nobody preempted")
 
 
 @cache

@@ -56,11 +56,12 @@ def check_chain_hashes(fn: Callable) -> CheckResult:
 def _hashes_hint(token_ids: list[int], block_size: int) -> str:
     full, rest = divmod(len(token_ids), block_size)
     if not token_ids:
-        return "no tokens, no block, no name"
-    tail = (f" and {rest} token(s) that do not make a block (no name yet)" if rest else
-            ", the last one filled exactly: it is full, so it is named too")
-    return (f"{len(token_ids)} tokens in blocks of {block_size}: {full} full block(s){tail}; "
-            "each name chains its parent's (ROOT_HASH for the first)")
+        return _("no tokens, no block, no name")
+    tail = (_(" and {rest} token(s) that do not make a block (no name yet)").format(rest=rest)
+            if rest else _(", the last one filled exactly: it is full, so it is named too"))
+    return (_("{n} tokens in blocks of {block_size}: {full} full block(s){tail}; each name "
+              "chains its parent's (ROOT_HASH for the first)")
+              .format(n=len(token_ids), block_size=block_size, full=full, tail=tail))
 
 
 @cache
@@ -120,20 +121,24 @@ def _cow_by_the_rules(ref_counts: list[int], free_blocks: list[int], table: list
 def _cow_hint(ref_counts, free_blocks, table) -> str:
     last = table[-1]
     shared = ref_counts[last] > 1
-    owner = (f"the last block ({last}) has ref count {ref_counts[last]}: "
-             + ("shared, so the write needs a copy" if shared else
-                "this sequence is its sole owner, so it writes in place (return None, change "
-                "nothing)"))
+    owner = ((_("the last block ({last}) has ref count {ref_counts}: ")
+               .format(last=last, ref_counts=ref_counts[last]))
+             + (_("shared, so the write needs a copy") if shared else
+                _("this sequence is its sole owner, so it writes in place (return None, change "
+                "nothing)")))
     earlier = [b for b in table[:-1] if ref_counts[b] > 1]
     if earlier:
-        owner += f"; block(s) {earlier} earlier in the table are shared but only read"
+        owner += (_("; block(s) {earlier} earlier in the table are shared but only read")
+                   .format(earlier=earlier))
     if not free_blocks:
-        pool = ("no block is free: raise (say MemoryError) and change nothing" if shared else
-                "no block is free, and none is needed: a full pool does not stop a sole "
-                "owner's write")
+        pool = (_("no block is free: raise (say MemoryError) and change nothing") if shared else
+                _("no block is free, and none is needed: a full pool does not stop a sole "
+                "owner's write"))
     else:
-        pool = (f"free blocks {free_blocks}: take the first ({free_blocks[0]}), not the last"
-                if shared else f"free blocks {free_blocks} stay free")
+        pool = ((_("free blocks {free_blocks}: take the first ({free_blocks2}), not the last")
+                  .format(free_blocks=free_blocks, free_blocks2=free_blocks[0]))
+                if shared else (_("free blocks {free_blocks} stay free")
+                                 .format(free_blocks=free_blocks)))
     return f"{owner}; {pool}"
 
 
@@ -156,8 +161,8 @@ def _cow_cases() -> list[tuple]:
     cases = [(refs, free, table, want, state, _(hint))
              for refs, free, table, want, state, hint in _COW_CASES]
     cases.append(([2, 2], [], [0, 1], RAISES, ([2, 2], [], [0, 1]),
-                  "block 1 is shared and no block is free, so the write cannot be made safe: "
-                  "raise an error (say MemoryError) and change nothing"))
+                  _("block 1 is shared and no block is free, so the write cannot be made safe: "
+                  "raise an error (say MemoryError) and change nothing")))
     seen = {repr(c[:3]) for c in cases}
     for refs, free, table in _cow_grid():
         if repr((refs, free, table)) not in seen:
@@ -194,8 +199,9 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
                                                   "no block is free, so the write cannot be made "
                                                   "safe.  Hint: raise an error (say MemoryError) "
                                                   "and change nothing").format(call=call, got=got))
-            return CheckResult(name, False, f"{call} returned {got!r}, expected it to raise an "
-                                            f"error and change nothing.  Hint: {hint}")
+            return CheckResult(name, False, (_("{call} returned {got!r}, expected it to raise "
+                                              "an error and change nothing.  Hint: {hint}")
+                                              .format(call=call, got=got, hint=hint)))
         got, failed = call_learner(name, fn, call, *args, hint=hint)
         if failed is not None:
             return failed
@@ -256,12 +262,15 @@ def check_sharing_blocks(fn: Callable) -> CheckResult:
 def _sharing_hint(prompt_len: int, output_lens: list[int], block_size: int) -> str:
     full, rest = divmod(prompt_len, block_size)
     writers = sum(1 for o in output_lens if o)
-    prompt = (f"the prompt fills exactly {full} block(s): no partial block to copy" if not rest
-              else f"the prompt's last block holds {rest} of {block_size} tokens")
-    return (f"{prompt}; {writers} of {len(output_lens)} sample(s) wrote, each into blocks of its "
-            "own past the shared full ones; the original partial block stays while a sample "
-            "that has not written reads it (the last writer to copy leaves it to them, or "
-            "writes into it itself when nobody else holds it)")
+    prompt = ((_("the prompt fills exactly {full} block(s): no partial block to copy")
+                .format(full=full)) if not rest
+              else (_("the prompt's last block holds {rest} of {block_size} tokens")
+                     .format(rest=rest, block_size=block_size)))
+    return (_("{prompt}; {writers} of {n} sample(s) wrote, each into blocks of its own past "
+              "the shared full ones; the original partial block stays while a sample that has "
+              "not written reads it (the last writer to copy leaves it to them, or writes into "
+              "it itself when nobody else holds it)")
+              .format(prompt=prompt, writers=writers, n=len(output_lens)))
 
 
 @cache

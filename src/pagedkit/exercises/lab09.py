@@ -57,14 +57,17 @@ def _fit_hint(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, blo
     if spare == 0:
         where = "exactly"
     elif spare == per_block - 1:
-        where = "and one byte short of another: still not a block"
+        where = _("and one byte short of another: still not a block")
     else:
-        where = f"and {spare} byte(s) more, not a whole block"
-    big = (" — the budget is past 2^53 bytes, where a float division rounds: divide whole "
-           "numbers with //" if memory_bytes > 2**53 else "")
-    return (f"a block of {block_size} tokens takes 2 (K and V) x {num_layers} layers x "
-            f"{num_kv_heads} KV heads x {head_dim} x {dtype_bytes} B = {per_block} B; the budget "
-            f"holds {blocks} whole block(s) {where}{big}")
+        where = _("and {spare} byte(s) more, not a whole block").format(spare=spare)
+    big = (_(" — the budget is past 2^53 bytes, where a float division rounds: divide whole "
+           "numbers with //") if memory_bytes > 2**53 else "")
+    return (_("a block of {block_size} tokens takes 2 (K and V) x {num_layers} layers x "
+              "{num_kv_heads} KV heads x {head_dim} x {dtype_bytes} B = {per_block} B; the "
+              "budget holds {blocks} whole block(s) {where}{big}")
+              .format(block_size=block_size, num_layers=num_layers, num_kv_heads=num_kv_heads,
+                      head_dim=head_dim, dtype_bytes=dtype_bytes, per_block=per_block,
+                      blocks=blocks, where=where, big=big))
 
 
 @cache
@@ -153,14 +156,16 @@ def _drafts_hint(alpha: float, draft_cost: float, max_drafts: int) -> str:
     more = ", ..." if len(rate) > 6 else ""
     edge = ""
     if alpha == 1.0:
-        edge = ("every draft is accepted, yet each still costs time: it pays only while it "
-                "is cheap; ")
+        edge = (_("every draft is accepted, yet each still costs time: it pays only while it "
+                "is cheap; "))
     elif alpha == 0.0:
-        edge = "no draft is ever accepted: "
+        edge = _("no draft is ever accepted: ")
     if draft_cost == 0.0:
-        edge += "free drafts help only if some are accepted; "
-    return (f"{edge}tokens per unit of time E(a, k) / (1 + k x {draft_cost}) = {shown}{more} "
-            f"(k from 0 to {max_drafts}, the smallest k on a tie)")
+        edge += _("free drafts help only if some are accepted; ")
+    return (_("{edge}tokens per unit of time E(a, k) / (1 + k x {draft_cost}) = {shown}{more} "
+              "(k from 0 to {max_drafts}, the smallest k on a tie)")
+              .format(edge=edge, draft_cost=draft_cost, shown=shown, more=more,
+                      max_drafts=max_drafts))
 
 
 @cache
