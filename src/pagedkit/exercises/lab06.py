@@ -232,7 +232,9 @@ def _victims_walk(running, free_blocks) -> tuple[list, list[str]]:
 
 def _victims_hint(running, free_blocks) -> str:
     story = _victims_walk(running, free_blocks)[1]
-    return "; ".join(story) + " (" + _(_NEWEST) + ")" if story else _("nobody running, nobody preempted")
+    if not story:
+        return _("nobody running, nobody preempted")
+    return "; ".join(story) + " (" + _(_NEWEST) + ")"
 
 
 @cache
