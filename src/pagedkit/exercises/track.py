@@ -70,10 +70,11 @@ import torch
 from .. import ops
 from . import CheckResult
 
-__all__ = ["PIECES", "SCENARIOS", "Divergence", "LockstepRun", "Pieces", "TrackError",
+__all__ = ["PIECES", "SCENARIOS", "BrokenEngineError", "Divergence", "LockstepRun", "Pieces",
+           "TrackError",
            "bench_requests", "load", "lockstep", "pair_requests", "pieces_path", "plug_in",
            "plugged", "save",
-           "transformers_tokens", "unplug"]
+           "transformers_tokens", "unplug", "vllm_missing", "vllm_tokens"]
 
 #: The pieces a learner can plug in, in the order a step uses them.
 PIECES = ("admit", "choose_victims", "chain_hashes", "append_slots", "copy_on_write",
@@ -129,7 +130,7 @@ class _Plug:
 
 _OVERRIDDEN = {"kv": ("allocate_slots", "cached_prefix"),
                "scheduler": ("_schedule_waiting", "_schedule_running"),
-               "engine": ("step",)}
+               "engine": ("step", "add_request", "add_requests", "abort_request")}
 
 
 def plug_in(llm: Any, pieces: Pieces) -> Any:
@@ -145,6 +146,8 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
             raise TypeError(f"{name} must be a function, got {getattr(pieces, name)!r}")
     unplug(llm)
     engine = llm.llm_engine
+    if engine.__dict__.get("_track_broken"):
+        raise BrokenEngineError(engine.__dict__["_track_broken"])
     plug = _Plug(pieces)
     engine._track = plug
     kv, scheduler = engine.kv, engine.scheduler
@@ -156,27 +159,107 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
         scheduler._schedule_waiting = _schedule_waiting(scheduler, plug)
     if pieces.choose_victims:
         scheduler._schedule_running = _schedule_running(scheduler, plug)
+    step = type(engine).step.__get__(engine)
+    attention = None
+    probed = [False]  # the large-score probe, once a step
     if pieces.paged_decode_attention:
-        step = type(engine).step.__get__(engine)
-
         def attention(*args):
-            return _call("paged_decode_attention", pieces.paged_decode_attention, *args)
+            out = _call("paged_decode_attention", pieces.paged_decode_attention, *args)
+            if not probed[0]:
+                probed[0] = True
+                _probe_large_scores(pieces.paged_decode_attention, *args)
+            return out
 
-        def step_with_attention():
-            with ops.use_decode_attention(attention):
+    def plugged_step():
+        probed[0] = False
+        try:
+            with (ops.use_decode_attention(attention) if attention else
+                  contextlib.nullcontext()):
                 return step()
-        engine.step = step_with_attention
+        except Exception as err:  # a step stopped part-way: its state is not a step's
+            _break(engine, _broken_text(engine, err))
+            raise
+    engine.step = plugged_step
     return llm
 
 
+#: The large-score probe scales a real query by this: the scores reach the
+#: hundreds, where exp() overflows float32 unless the maximum is subtracted.
+LARGE_SCORES = 64.0
+
+
+def _probe_large_scores(fn: Callable, query, k_cache, v_cache, block_table, context_len) -> None:
+    """The engine's own call again with the query scaled by `LARGE_SCORES`,
+    held to pagedkit's attention: the tiny model's scores are small, so a
+    softmax that overflows on large ones would otherwise serve it unnoticed
+    (as `lab04.check_paged_decode_attention`'s large-score cases)."""
+    from ..kernels import reference
+
+    big = query * LARGE_SCORES
+    got = _call("paged_decode_attention", fn, big, k_cache, v_cache, block_table, context_len)
+    want = reference.paged_decode_attention(
+        big[None], k_cache, v_cache, block_table[None],
+        torch.tensor([int(context_len)], dtype=torch.int32))[0]
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return  # the engine's own call already names a result of the wrong shape
+    if not torch.isfinite(got).all() or not torch.allclose(got.float(), want.float(),
+                                                           rtol=1e-3, atol=1e-3):
+        diff = (got.float() - want.float()).abs().nan_to_num(float("inf")).max().item()
+        raise TrackError("paged_decode_attention", f"with the query scaled by "
+                         f"{LARGE_SCORES:g} (scores in the hundreds, over a context of "
+                         f"{int(context_len)} tokens) returned "
+                         f"{'inf or NaN' if not torch.isfinite(got).all() else 'values'} "
+                         f"off by up to {diff:.3g} from pagedkit's attention: exp(score) "
+                         "overflows float32 past ~88 unless the largest score is subtracted "
+                         "first (or use torch.softmax)")
+
+
+def _broken_text(engine: Any, err: Exception) -> str:
+    where = (f"your {err.piece} (lab {_LAB[err.piece]})" if isinstance(err, TrackError) else
+             f"{type(err).__name__} ({err})")
+    return (f"this engine stopped part-way through a step, in {where}: some of its requests "
+            "may be neither running nor waiting and its block tables as the piece left them, "
+            "not as a step leaves them, so it serves nothing more. Fix the piece, then make a "
+            "new engine (LLM(...)) to plug it into")
+
+
+class BrokenEngineError(RuntimeError):
+    """An engine a plugged-in piece stopped part-way through a step."""
+
+
+def _refuse(text: str) -> Callable:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise BrokenEngineError(text)
+    return refused
+
+
+def _break(engine: Any, text: str) -> None:
+    """From now on `engine` refuses every step and request (`BrokenEngineError`);
+    aborting does nothing (`LLM.generate` aborts its requests when a step
+    raises: on this state that would be one more half-done change)."""
+    engine.__dict__["_track_broken"] = text
+    for name in _REFUSED:
+        setattr(engine, name, _refuse(text))
+    engine.abort_request = lambda *args, **kwargs: 0
+
+
 def unplug(llm: Any) -> None:
-    """Give `llm` pagedkit's own pieces back."""
+    """Give `llm` pagedkit's own pieces back — or, if a plugged-in piece stopped
+    a step part-way (`plug_in`), leave it refusing every step and request with
+    `BrokenEngineError`, which says why: never a run on half a step's state."""
     engine = llm.llm_engine
     for owner in (engine.kv, engine.scheduler, engine):
         for names in _OVERRIDDEN.values():
             for name in names:
                 owner.__dict__.pop(name, None)
     engine.__dict__.pop("_track", None)
+    broken = engine.__dict__.get("_track_broken")
+    if broken:
+        _break(engine, broken)
+
+
+#: What a broken engine refuses (LLM.generate and its kin go through these).
+_REFUSED = ("step", "add_request", "add_requests")
 
 
 # ------------------------------------------------------------ lab 03 and lab 07
@@ -498,8 +581,18 @@ def _schedule_running(scheduler, plug: _Plug) -> Callable:
         except NotImplementedError as err:
             raise TrackError("choose_victims", "not written yet: write it (and check it) "
                                                "first") from err
-        except ValueError:  # "does not fit even alone": pagedkit ends that request
-            return original(out, budget)
+        except ValueError as err:  # "does not fit even alone": pagedkit ends that request,
+            from .lab06 import _victims_walk  # if lab 06's rule says so too
+
+            free = scheduler.kv.num_free_blocks
+            try:
+                _victims_walk(list(running), free)
+            except ValueError:
+                return original(out, budget)
+            raise TrackError("choose_victims", f"raised ValueError ({err}) for {running} with "
+                             f"{free} blocks free, yet no request there fails to fit alone: "
+                             "preempt the newest until the one being served fits, and when "
+                             "none newer is left it steps aside itself") from err
         except Exception as err:
             raise TrackError("choose_victims", f"raised {type(err).__name__}: {err}") from err
         for g in groups:
@@ -1000,6 +1093,53 @@ def transformers_tokens(requests: Sequence[tuple[list[int], Any]], model: Any = 
                                  eos_token_id=None, pad_token_id=0)
             expected[str(i)] = [out[0, len(prompt):].tolist()] * params.n
     return expected
+
+
+def vllm_missing() -> str | None:
+    """Why vLLM cannot serve here (None: it can). Its CPU build installs into a
+    venv of its own (docs/vllm.md)."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed here (docs/vllm.md installs its CPU build)"
+    try:
+        importlib.import_module("vllm")
+    except Exception as err:  # e.g. a torchvision built for another torch
+        return f"vLLM cannot be imported here: {type(err).__name__}: {err}"
+    return None
+
+
+def vllm_tokens(requests: Sequence[tuple[list[int], Any]]) -> dict[str, list[list[int]]]:
+    """What the real vLLM (its CPU build, in this process) serves for each greedy
+    request on the same tiny model, keyed as `lockstep`'s outputs are; a
+    request's `n` samples are `n` requests to vLLM (greedy: all alike). Raises
+    RuntimeError saying why when vLLM is not here (`vllm_missing`)."""
+    why = vllm_missing()
+    if why:
+        raise RuntimeError(why)
+    from ..vllm.compare import VllmEngine, Workload, tiny_model_dir
+
+    prompts, lengths, owner = [], [], []
+    for i, (prompt, params) in enumerate(requests):
+        if not params.greedy or not params.ignore_eos:
+            raise ValueError(f"request {i}: only greedy requests that ignore end-of-sequence "
+                             "have one answer to compare")
+        for _ in range(params.n):
+            prompts.append(list(prompt))
+            lengths.append(params.max_tokens)
+            owner.append(str(i))
+    blocks = sum(-(-(len(p) + n) // 32) for p, n in zip(prompts, lengths, strict=True))
+    engine = VllmEngine(tiny_model_dir(), num_blocks=blocks + 8)
+    try:
+        run = engine.run(Workload(prompts, lengths, temperature=0.0, ignore_eos=True,
+                                  name="build track"))
+    finally:
+        engine.close()
+    out: dict[str, list[list[int]]] = {}
+    for rid, tokens in zip(owner, run.tokens, strict=True):
+        out.setdefault(rid, []).append(list(tokens))
+    return out
 
 
 def _record_hits(llm, store: dict) -> None:
