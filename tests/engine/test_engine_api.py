@@ -308,3 +308,28 @@ def test_a_sequence_stops_at_the_fitted_max_model_len(reference):
     out = llm.generate([list(range(1, 11))], SamplingParams(max_tokens=100, ignore_eos=True),
                        use_tqdm=False)[0]
     assert len(out.outputs[0].token_ids) == 22 and out.outputs[0].finish_reason == "length"
+
+
+def test_an_overlong_text_prompt_gets_pagedkits_error_alone():
+    """transformers' tokenizer warns that a text longer than its model's
+    length "will result in indexing errors"; pagedkit checks the length
+    itself, so its own error is the only thing said."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    llm = LLM("tiny")
+    tokenizer = llm.get_tokenizer()
+    tokenizer.deprecation_warnings.clear()  # it warns once per tokenizer
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logger = hf_logging.get_logger("transformers.tokenization_utils_base")
+    logger.addHandler(handler)
+    try:
+        limit = llm.llm_engine.max_model_len
+        with pytest.raises(ValueError, match=f"max_model_len is {limit}"):
+            llm.generate("hello " * (limit + 10), use_tqdm=False)
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in said if "indexing errors" in m]

@@ -268,7 +268,9 @@ class LLMEngine:
             if self.tokenizer is None:
                 raise ValueError("this engine has no tokenizer: pass prompts as lists of token "
                                  "ids, or give LLM a tokenizer")
-            return prompt, list(self.tokenizer(prompt)["input_ids"])
+            # verbose=False: an over-long prompt gets pagedkit's own error (naming
+            # max_model_len) instead of transformers' warning about indexing errors first
+            return prompt, list(self.tokenizer(prompt, verbose=False)["input_ids"])
         vocab = self.runner.vocab_size
         ids = [check_int("prompt token id", t, minimum=0) for t in prompt]
         bad = [t for t in ids if t >= vocab]
