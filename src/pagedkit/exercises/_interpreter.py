@@ -15,6 +15,7 @@ import tempfile
 import textwrap
 from collections.abc import Callable
 
+from ..i18n import _
 from . import CheckResult, not_written, require_function
 
 
@@ -33,13 +34,13 @@ def kernel_source(name: str, kernel: Callable, unwritten: Callable[[str], str | 
             return not_written(name, kernel, err)
         except Exception:
             pass
-        return CheckResult(name, False, "give the check your kernel itself: the function "
-                                        "decorated with @triton.jit")
+        return CheckResult(name, False, _("give the check your kernel itself: the function "
+                                        "decorated with @triton.jit"))
     try:
         source = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as err:
-        return CheckResult(name, False, f"cannot read your kernel's source ({err}); define it "
-                                        "in a notebook cell or a .py file")
+        return CheckResult(name, False, _("cannot read your kernel's source ({err}); define it "
+                                          "in a notebook cell or a .py file").format(err=err))
     message = unwritten(source)
     if message:
         return CheckResult(name, False, message)
@@ -49,8 +50,8 @@ def kernel_source(name: str, kernel: Callable, unwritten: Callable[[str], str | 
 def no_triton(name: str, needs: str) -> CheckResult | None:
     """The result for a machine without Triton (macOS has no wheels), else None."""
     if importlib.util.find_spec("triton") is None:
-        return CheckResult(name, False, "Triton is not installed here (it has no macOS "
-                                        f"wheels): {needs} Linux or Colab")
+        return CheckResult(name, False, _("Triton is not installed here (it has no macOS "
+                                          "wheels): {needs} Linux or Colab").format(needs=needs))
     return None
 
 

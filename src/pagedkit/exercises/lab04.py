@@ -19,6 +19,7 @@ from itertools import pairwise
 import torch
 import torch.nn.functional as F
 
+from ..i18n import N_, _, ngettext
 from . import CheckResult, not_written, require_function
 
 __all__ = [
@@ -88,24 +89,28 @@ def _first_problem(name: str, got, want: torch.Tensor, call: str, *, exact: bool
                    atol: float = 1e-5) -> CheckResult | None:
     """None if `got` matches `want`; else a failing result saying how it differs."""
     if got is None:
-        return CheckResult(name, False, f"{call} returned None — did you forget `return`?")
+        return CheckResult(name, False, (_("{call} returned None — did you forget `return`?")
+                                          .format(call=call)))
     if not isinstance(got, torch.Tensor):
-        return CheckResult(name, False, f"{call} returned {_shape(got)}; expected a tensor of "
-                                        f"shape {list(want.shape)}")
+        return CheckResult(name, False, (_("{call} returned {shape}; expected a tensor of shape "
+                                          "{list}")
+                                          .format(call=call, shape=_shape(got),
+                                                  list=list(want.shape))))
     if got.shape != want.shape:
-        return CheckResult(name, False, f"{call} returned shape {list(got.shape)}, expected "
-                                        f"{list(want.shape)}")
+        return CheckResult(name, False, (_("{call} returned shape {list}, expected {list2}")
+                                          .format(call=call, list=list(got.shape),
+                                                  list2=list(want.shape))))
     if torch.isnan(got).any():
-        return CheckResult(name, False, f"{call} returned NaN. Every slot that does not hold one "
-                                        "of the sequence's tokens is NaN in these checks: you "
-                                        "read a slot past the context (or a padding entry of "
-                                        "the block table)")
+        return CheckResult(name, False, _("{call} returned NaN. Every slot that does not hold "
+                                          "one of the sequence's tokens is NaN in these "
+                                          "checks: you read a slot past the context (or a "
+                                          "padding entry of the block table)").format(call=call))
     same = torch.equal(got, want) if exact else torch.allclose(got.to(want.dtype), want,
                                                                atol=atol, rtol=atol)
     if not same:
         diff = (got.to(want.dtype) - want).abs().max().item()
-        return CheckResult(name, False, f"{call} is off by up to {diff:.3g} from the expected "
-                                        "values")
+        return CheckResult(name, False, _("{call} is off by up to {diff:.3g} from the expected "
+                                          "values").format(call=call, diff=diff))
     return None
 
 
@@ -127,7 +132,9 @@ def _call(name: str, fn: Callable, call: str, *args,
         raise
     except Exception as err:  # the learner's bug, reported instead of raised
         extra = hint(err) if hint else ""
-        return None, CheckResult(name, False, f"{call} raised {type(err).__name__}: {err}{extra}")
+        return None, CheckResult(name, False, (_("{call} raised {name}: {err}{extra}")
+                                                .format(call=call, name=type(err).__name__, err=err,
+                                                        extra=extra)))
 
 
 # ------------------------------------------------------------------ gather_kv
@@ -152,20 +159,20 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
                     return failed
                 problem = _first_problem(name, got, want, call, exact=True)
                 if problem is not None:
-                    hint = ("  Hint: token i lives in block block_table[i // block_size] at "
+                    hint = (_("  Hint: token i lives in block block_table[i // block_size] at "
                             "offset i % block_size; after gathering whole blocks, keep only "
-                            "the first num_tokens rows")
+                            "the first num_tokens rows"))
                     return CheckResult(name, False, problem.message + hint)
-        return CheckResult(name, True, f"all {len(GATHER_CASES)} cases pass (shuffled blocks, "
-                                       "padded tables, block sizes 1 to 16)")
+        return CheckResult(name, True, _("all {n} cases pass (shuffled blocks, padded tables, "
+                                         "block sizes 1 to 16)").format(n=len(GATHER_CASES)))
     return _run(name, gather_kv, body)
 
 
 def _padding_hint(err: Exception) -> str:
     if isinstance(err, IndexError):
-        return ("  Hint: the table is padded past the sequence's last block with ids outside "
+        return (_("  Hint: the table is padded past the sequence's last block with ids outside "
                 "the cache; read only the ceil(num_tokens / block_size) blocks that hold its "
-                "tokens")
+                "tokens"))
     return ""
 
 
@@ -193,17 +200,17 @@ def decode_grid() -> list[tuple]:
 def _decode_label(n: int, bs: int, hq: int, hkv: int, d: int, big: float) -> str:
     parts = []
     if n % bs == 0:
-        parts.append(f"the context fills exactly {n // bs} block(s)")
+        parts.append(_("the context fills exactly {value} block(s)").format(value=n // bs))
     elif n < bs:
-        parts.append("the context is shorter than one block")
+        parts.append(_("the context is shorter than one block"))
     if hq != hkv:
-        parts.append(f"{hq // hkv} query heads share each KV head")
+        parts.append(_("{value} query heads share each KV head").format(value=hq // hkv))
     if d & (d - 1):
-        parts.append(f"head_dim {d} is not a power of two")
+        parts.append(_("head_dim {d} is not a power of two").format(d=d))
     if big > 1:
-        parts.append("the scores reach the hundreds: exp(score) overflows float32 (inf / inf "
+        parts.append(_("the scores reach the hundreds: exp(score) overflows float32 (inf / inf "
                      "= NaN) unless you subtract the largest score first, or use "
-                     "torch.softmax")
+                     "torch.softmax"))
     return "; ".join(parts)
 
 
@@ -229,15 +236,17 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
             want = _sdpa(query, ex.key, ex.value)
             if big > 1 and isinstance(got, torch.Tensor) and got.shape == want.shape \
                     and not torch.isfinite(got).all():
-                return CheckResult(name, False, f"{call} returned inf or NaN where every "
-                                                f"expected value is finite: {label}")
+                return CheckResult(name, False, (_("{call} returned inf or NaN where every "
+                                                  "expected value is finite: {label}")
+                                                  .format(call=call, label=label)))
             problem = _first_problem(name, got, want, call, atol=1e-5 if big == 1 else 1e-4)
             if problem is not None:
-                where = f" (this case: {label})." if label else ""
+                where = _(" (this case: {label}).").format(label=label) if label else ""
                 return CheckResult(name, False, problem.message + where
                                    + _decode_hint(got, query, ex))
-        return CheckResult(name, True, f"all {len(cases)} cases match SDPA on the un-paged K/V "
-                                       "(GQA groups of 1 to 4, head_dim 8 and 12, huge scores)")
+        return CheckResult(name, True, (_("all {n} cases match SDPA on the un-paged K/V (GQA "
+                                         "groups of 1 to 4, head_dim 8 and 12, huge scores)")
+                                         .format(n=len(cases))))
     return _run(name, paged_decode_attention, body)
 
 
@@ -252,17 +261,17 @@ def _decode_hint(got, query: torch.Tensor, ex: PagedExample) -> str:
         v = ex.value.repeat(1, group, 1).transpose(0, 1)
         wrong = F.scaled_dot_product_attention(query[:, None], k, v)[:, 0]
         if torch.allclose(got.to(wrong.dtype), wrong, atol=1e-5):
-            return ("  Hint: query head h reads KV head h // (num_q_heads // num_kv_heads): "
+            return (_("  Hint: query head h reads KV head h // (num_q_heads // num_kv_heads): "
                     "consecutive query heads share a KV head. `repeat` tiles the heads "
-                    "(0,1,0,1); `repeat_interleave` gives (0,0,1,1)")
+                    "(0,1,0,1); `repeat_interleave` gives (0,0,1,1)"))
     k = ex.key.repeat_interleave(group, dim=1).transpose(0, 1)
     v = ex.value.repeat_interleave(group, dim=1).transpose(0, 1)
     unscaled = F.scaled_dot_product_attention(query[:, None], k, v, scale=1.0)[:, 0]
     if torch.allclose(got.to(unscaled.dtype), unscaled, atol=1e-5):
-        return "  Hint: scale the scores by 1 / sqrt(head_dim) before the softmax"
-    return ("  Hint: gather the K and V of the first context_len tokens (your gather_kv, or "
+        return _("  Hint: scale the scores by 1 / sqrt(head_dim) before the softmax")
+    return (_("  Hint: gather the K and V of the first context_len tokens (your gather_kv, or "
             "pagedkit.kernels.reference.gather_kv), then softmax(q . k / sqrt(head_dim)) over "
-            "the tokens, weighted sum of v")
+            "the tokens, weighted sum of v"))
 
 
 # ------------------------------------------------------- online_softmax_update
@@ -272,15 +281,15 @@ def _tiles(n: int, size: int) -> list[slice]:
 
 _NEG = float("-inf")
 SOFTMAX_CASES = (  # (description, scores, tile size); -inf marks a masked position
-    ("rising scores", torch.linspace(-3.0, 3.0, 10), 3),
-    ("falling scores", torch.linspace(3.0, -3.0, 10), 4),
-    ("one token per tile", torch.tensor([0.5, 2.0, -1.0, 4.0, 1.0]), 1),
-    ("one tile", torch.tensor([1.0, -2.0, 0.25]), 8),
-    ("huge scores (exp would overflow)", torch.tensor([900.0, 1000.0, 950.0, 1001.0, 20.0]), 2),
-    ("masked positions inside a tile", torch.tensor([1.0, _NEG, 2.0, _NEG, -1.0, 0.5]), 3),
-    ("a fully masked FIRST tile", torch.tensor([_NEG, _NEG, 0.5, 3.0, -2.0]), 2),
-    ("a fully masked tile in the middle", torch.tensor([2.0, 1.0, _NEG, _NEG, 4.0, 0.0]), 2),
-    ("masked tiles only at the end", torch.tensor([0.3, -0.7, 1.2, _NEG, _NEG, _NEG]), 3),
+    (N_("rising scores"), torch.linspace(-3.0, 3.0, 10), 3),
+    (N_("falling scores"), torch.linspace(3.0, -3.0, 10), 4),
+    (N_("one token per tile"), torch.tensor([0.5, 2.0, -1.0, 4.0, 1.0]), 1),
+    (N_("one tile"), torch.tensor([1.0, -2.0, 0.25]), 8),
+    (N_("huge scores (exp would overflow)"), torch.tensor([900.0, 1000.0, 950.0, 1001.0, 20.0]), 2),
+    (N_("masked positions inside a tile"), torch.tensor([1.0, _NEG, 2.0, _NEG, -1.0, 0.5]), 3),
+    (N_("a fully masked FIRST tile"), torch.tensor([_NEG, _NEG, 0.5, 3.0, -2.0]), 2),
+    (N_("a fully masked tile in the middle"), torch.tensor([2.0, 1.0, _NEG, _NEG, 4.0, 0.0]), 2),
+    (N_("masked tiles only at the end"), torch.tensor([0.3, -0.7, 1.2, _NEG, _NEG, _NEG]), 3),
 )
 
 
@@ -304,55 +313,70 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
 
     def body() -> CheckResult:
         for i, (label, scores, size) in enumerate(SOFTMAX_CASES):
+            label = _(label)
             scores = scores.double()
             v = torch.randn(len(scores), 4, generator=torch.Generator().manual_seed(i)).double()
             m, s, acc = torch.tensor(float("-inf"), dtype=torch.float64), \
                 torch.tensor(0.0, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
             for t, tile in enumerate(_tiles(len(scores), size)):
-                call = (f"online_softmax_update(...) on tile {t} ({label}: scores "
-                        f"{[round(x, 2) for x in scores.tolist()]}, tiles of {size})")
+                call = (_("online_softmax_update(...) on tile {t} ({label}: scores {value}, "
+                          "tiles of {size})")
+                          .format(t=t, label=label, value=[round(x, 2) for x in scores.tolist()],
+                                  size=size))
                 got, failed = _call(name, online_softmax_update, call, m.clone(), s.clone(),
                                     acc.clone(), scores[tile].clone(), v[tile].clone())
                 if failed is not None:
                     return failed
                 if got is None:
-                    return CheckResult(name, False, f"{call} returned None — did you forget "
-                                                    "`return`?")
+                    return CheckResult(name, False, _("{call} returned None — did you forget "
+                                                      "`return`?").format(call=call))
                 if not isinstance(got, tuple | list) or len(got) != 3:
-                    return CheckResult(name, False, f"{call} returned {type(got).__name__}; "
-                                       "return the three new values (row_max, row_sum, acc)")
+                    return CheckResult(name, False, (_("{call} returned {name}; return the "
+                                                      "three new values (row_max, row_sum, acc)")
+                                                      .format(call=call, name=type(got).__name__)))
                 want_m, want_s, want_acc = _softmax_state(scores[:tile.stop], v[:tile.stop])
                 gm, gs, gacc = (torch.as_tensor(x, dtype=torch.float64) for x in got)
                 if any(torch.isnan(x).any() for x in (gm, gs, gacc)):
-                    return CheckResult(name, False, f"{call} returned NaN.  Hint: while every "
-                                       "score seen is -inf, row_max stays -inf and "
-                                       "exp(row_max - new_max) is exp(-inf - (-inf)) = NaN; "
-                                       "subtract a finite stand-in (say 0) when the new "
-                                       "maximum is still -inf")
+                    return CheckResult(name, False, _("{call} returned NaN.  Hint: while every "
+                                                      "score seen is -inf, row_max stays -inf "
+                                                      "and exp(row_max - new_max) is exp(-inf "
+                                                      "- (-inf)) = NaN; subtract a finite "
+                                                      "stand-in (say 0) when the new maximum "
+                                                      "is still -inf").format(call=call))
                 if not (gm == want_m or torch.allclose(gm, want_m)):
-                    return CheckResult(name, False, f"{call}: row_max is {gm.item():.4g}, "
-                                       f"expected {want_m.item():.4g}, the largest score seen so "
-                                       "far")
+                    return CheckResult(name, False, (_("{call}: row_max is {item:.4g}, expected "
+                                                      "{item2:.4g}, the largest score seen so "
+                                                      "far")
+                                                      .format(call=call, item=gm.item(),
+                                                              item2=want_m.item())))
                 if not torch.allclose(gs, want_s, rtol=1e-6, atol=1e-9):
-                    hint = ("when the maximum grows, multiply what was summed so far by "
-                            "exp(old_max - new_max)" if t else
-                            "row_sum is the sum of exp(score - row_max) over the scores seen")
-                    return CheckResult(name, False, f"{call}: row_sum is {gs.item():.6g}, "
-                                       f"expected {want_s.item():.6g}.  Hint: {hint}")
+                    hint = (_("when the maximum grows, multiply what was summed so far by "
+                            "exp(old_max - new_max)") if t else
+                            _("row_sum is the sum of exp(score - row_max) over the scores seen"))
+                    return CheckResult(name, False, (_("{call}: row_sum is {item:.6g}, expected "
+                                                      "{item2:.6g}.  Hint: {hint}")
+                                                      .format(call=call, item=gs.item(),
+                                                              item2=want_s.item(), hint=hint)))
                 if gacc.shape != want_acc.shape or not torch.allclose(gacc, want_acc, rtol=1e-6,
                                                                       atol=1e-9):
-                    return CheckResult(name, False, f"{call}: acc is "
-                                       f"{[round(x, 4) for x in gacc.flatten().tolist()]}, "
-                                       f"expected {[round(x, 4) for x in want_acc.tolist()]}. "
-                                       " Hint: acc is the sum of exp(score - row_max) * v, not "
-                                       "yet divided by row_sum; rescale it like row_sum")
+                    return CheckResult(name, False, (_("{call}: acc is {value}, expected "
+                                                      "{value2}.  Hint: acc is the sum of "
+                                                      "exp(score - row_max) * v, not yet "
+                                                      "divided by row_sum; rescale it like "
+                                                      "row_sum")
+                                                      .format(call=call,
+                                                              value=[round(x, 4) for x in
+                                                                     gacc.flatten().tolist()],
+                                                              value2=[round(x, 4) for x in
+                                                                      want_acc.tolist()])))
                 m, s, acc = gm, gs, gacc
             out, want = acc / s, torch.softmax(scores, 0) @ v
             if not torch.allclose(out, want, rtol=1e-6, atol=1e-9):
-                return CheckResult(name, False, f"{label}: acc / row_sum after the last tile is "
-                                                "not softmax(scores) @ v")
-        return CheckResult(name, True, f"all {len(SOFTMAX_CASES)} cases pass, tile by tile "
-                                       "(huge scores and fully masked tiles included)")
+                return CheckResult(name, False, _("{label}: acc / row_sum after the last tile "
+                                                  "is not softmax(scores) @ v").format(label=label))
+        return CheckResult(name, True, (_("all {n} cases pass, tile by tile (huge scores and "
+                                         "fully masked tiles included)")
+                                         .format(n=len(SOFTMAX_CASES))))
     return _run(name, online_softmax_update, body)
 
 
@@ -365,21 +389,21 @@ def _state(scores: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 MERGE_CASES = (  # (description, scores, split boundaries, merge order)
-    ("two splits", torch.linspace(-2.0, 2.0, 9), (0, 5, 9), "left"),
-    ("four splits, merged left to right", torch.tensor([3.0, 1.0, -2.0, 0.0, 5.0, 4.0, -1.0,
+    (N_("two splits"), torch.linspace(-2.0, 2.0, 9), (0, 5, 9), "left"),
+    (N_("four splits, merged left to right"), torch.tensor([3.0, 1.0, -2.0, 0.0, 5.0, 4.0, -1.0,
                                                         2.0]), (0, 2, 4, 6, 8), "left"),
-    ("four splits, merged as a tree ((0, 1), (2, 3))",
+    (N_("four splits, merged as a tree ((0, 1), (2, 3))"),
      torch.tensor([3.0, 1.0, -2.0, 0.0, 5.0, 4.0, -1.0, 2.0]), (0, 2, 4, 6, 8), "tree"),
-    ("the same two splits, b merged into a", torch.tensor([0.3, -1.0, 2.0, 0.7, 1.5]),
+    (N_("the same two splits, b merged into a"), torch.tensor([0.3, -1.0, 2.0, 0.7, 1.5]),
      (0, 3, 5), "right"),
-    ("an empty split last (it started past the context)", torch.tensor([1.0, 2.0, 0.5]),
+    (N_("an empty split last (it started past the context)"), torch.tensor([1.0, 2.0, 0.5]),
      (0, 3, 3), "left"),
-    ("an empty split first", torch.tensor([1.0, 2.0, 0.5]), (0, 0, 3), "left"),
-    ("two empty splits merged together, then a full one", torch.tensor([0.5, -0.5]),
+    (N_("an empty split first"), torch.tensor([1.0, 2.0, 0.5]), (0, 0, 3), "left"),
+    (N_("two empty splits merged together, then a full one"), torch.tensor([0.5, -0.5]),
      (0, 0, 0, 2), "left"),
-    ("huge scores (exp would overflow)", torch.tensor([800.0, 1000.0, 990.0, 1002.0]),
+    (N_("huge scores (exp would overflow)"), torch.tensor([800.0, 1000.0, 990.0, 1002.0]),
      (0, 2, 4), "left"),
-    ("uneven splits: 1 token and 6", torch.tensor([4.0, -1.0, 0.0, 1.0, 2.0, 0.5, -3.0]),
+    (N_("uneven splits: 1 token and 6"), torch.tensor([4.0, -1.0, 0.0, 1.0, 2.0, 0.5, -3.0]),
      (0, 1, 7), "left"),
 )
 
@@ -412,6 +436,7 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
 
     def body() -> CheckResult:
         for i, (label, scores, bounds, order) in enumerate(MERGE_CASES):
+            label = _(label)
             scores = scores.double()
             v = torch.randn(len(scores), 4, generator=torch.Generator().manual_seed(i)).double()
             states = [_state(scores[a:b], v[a:b]) for a, b in pairwise(bounds)]
@@ -419,35 +444,48 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
 
             def emit(x, y, label=label, scores=scores, v=v, keys_of=keys_of):
                 (oa, la), (ob, lb) = x, y
-                call = (f"merge_states(out_a, lse_a={la.item():.4g}, out_b, "
-                        f"lse_b={lb.item():.4g})  # {label}")
+                call = (_("merge_states(out_a, lse_a={item:.4g}, out_b, lse_b={item2:.4g})  # "
+                          "{label}").format(item=la.item(), item2=lb.item(), label=label))
                 got, failed = _call(name, merge_states, call, oa.clone(), la.clone(), ob.clone(),
                                     lb.clone())
                 if failed is not None:
                     raise _Failed(failed)
                 if not isinstance(got, tuple | list) or len(got) != 2:
-                    raise _Failed(CheckResult(name, False, f"{call} returned {_shape(got)}; "
-                                              "return two values: (out, lse)"))
+                    raise _Failed(CheckResult(name, False, (_("{call} returned {shape}; return "
+                                                             "two values: (out, lse)")
+                                                             .format(call=call,
+                                                                     shape=_shape(got)))))
                 out, lse = (torch.as_tensor(x, dtype=torch.float64) for x in got)
                 a0, a1 = keys_of[id(x)]
                 b0, b1 = keys_of[id(y)]
                 lo, hi = min(a0, b0), max(a1, b1)
                 want_out, want_lse = _state(scores[lo:hi], v[lo:hi])
                 if torch.isnan(out).any() or torch.isnan(lse).any():
-                    raise _Failed(CheckResult(name, False, f"{call} returned NaN.  Hint: "
-                                  "subtract the larger lse before exp (exp(1000) overflows); "
-                                  "and when both sides are empty (both lse -inf) there is "
-                                  "nothing to weigh: return (zeros, -inf), as an empty split is"))
+                    raise _Failed(CheckResult(name, False, _("{call} returned NaN.  Hint: "
+                                                             "subtract the larger lse before "
+                                                             "exp (exp(1000) overflows); and "
+                                                             "when both sides are empty (both "
+                                                             "lse -inf) there is nothing to "
+                                                             "weigh: return (zeros, -inf), as "
+                                                             "an empty split is")
+                                                          .format(call=call)))
                 if not (lse == want_lse or torch.allclose(lse, want_lse, atol=1e-9)):
-                    raise _Failed(CheckResult(name, False, f"{call}: lse is {lse.item():.6g}, "
-                                  f"expected {want_lse.item():.6g}.  Hint: the merged lse is "
-                                  "the log of the total softmax mass exp(lse_a) + exp(lse_b), "
-                                  "computed stably; later merges weigh this result by it"))
+                    raise _Failed(CheckResult(name, False, (_("{call}: lse is {item:.6g}, "
+                                                             "expected {item2:.6g}.  Hint: the "
+                                                             "merged lse is the log of the "
+                                                             "total softmax mass exp(lse_a) + "
+                                                             "exp(lse_b), computed stably; "
+                                                             "later merges weigh this result "
+                                                             "by it")
+                                                             .format(call=call, item=lse.item(),
+                                                                     item2=want_lse.item()))))
                 if out.shape != want_out.shape or not torch.allclose(out, want_out, atol=1e-9):
-                    raise _Failed(CheckResult(name, False, f"{call}: out is off from the "
-                                  "attention over both sides' keys.  Hint: side a holds "
-                                  "exp(lse_a) of the total mass exp(lse); weight out_a by "
-                                  "exp(lse_a - lse)"))
+                    raise _Failed(CheckResult(name, False, (_("{call}: out is off from the "
+                                                             "attention over both sides' keys. "
+                                                             " Hint: side a holds exp(lse_a) "
+                                                             "of the total mass exp(lse); "
+                                                             "weight out_a by exp(lse_a - lse)")
+                                                             .format(call=call))))
                 merged = (out, lse)
                 keys_of[id(merged)] = (lo, hi)
                 return merged
@@ -456,8 +494,8 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
                 _merge_order(states, order, emit)
             except _Failed as failed:
                 return failed.result
-        return CheckResult(name, True, f"all {len(MERGE_CASES)} cases pass (chained and tree "
-                                       "merges, empty splits, huge scores)")
+        return CheckResult(name, True, _("all {n} cases pass (chained and tree merges, empty "
+                                         "splits, huge scores)").format(n=len(MERGE_CASES)))
     return _run(name, merge_states, body)
 
 
@@ -498,7 +536,7 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     source = kernel_source(name, kernel, _kernel_unwritten)
     if isinstance(source, CheckResult):
         return source
-    missing = no_triton(name, "this exercise needs")
+    missing = no_triton(name, _("this exercise needs"))
     if missing:
         return missing
     spec = {"source": source[0], "name": source[1], "cases": KERNEL_CASES,
@@ -507,29 +545,32 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
         results, code, stderr = run_in_interpreter("pagedkit.exercises._kernel_runner", spec,
                                                    timeout)  # one result line per case run
     except subprocess.TimeoutExpired:
-        return CheckResult(name, False, f"your kernel ran for over {timeout:.0f} s in the "
-                                        "interpreter: does a loop never end?")
-    hint = ("token n sits in physical block block_table[n // BLOCK_SIZE], at offset "
+        return CheckResult(name, False, (_("your kernel ran for over {timeout:.0f} s in the "
+                                          "interpreter: does a loop never end?")
+                                          .format(timeout=timeout)))
+    hint = (_("token n sits in physical block block_table[n // BLOCK_SIZE], at offset "
             "n % BLOCK_SIZE; its row starts at block * stride_block + offset * stride_token + "
-            "head * stride_head (use the strides: the cache's blocks and heads are padded)")
-    far_hint = ("block * stride_block is past 2^32 here, as in any big cache: 32-bit "
+            "head * stride_head (use the strides: the cache's blocks and heads are padded)"))
+    far_hint = (_("block * stride_block is past 2^32 here, as in any big cache: 32-bit "
                 "arithmetic (int32 or uint32) wraps around to a wrong offset. Cast the block ids "
-                "to tl.int64 before multiplying")
+                "to tl.int64 before multiplying"))
     if code in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
         struck = KERNEL_CASES[min(len(results), len(KERNEL_CASES) - 1)]
         if struck[5]:
-            return CheckResult(name, False, f"{_kernel_call(struck)} read memory outside its "
-                                            "tensors: the interpreter process died of a "
-                                            f"segmentation fault.  Hint: {far_hint}")
-        return CheckResult(name, False, "your kernel read memory outside its tensors: the "
+            return CheckResult(name, False, (_("{kernel_call} read memory outside its tensors: "
+                                              "the interpreter process died of a segmentation "
+                                              "fault.  Hint: {far_hint}")
+                                              .format(kernel_call=_kernel_call(struck),
+                                                      far_hint=far_hint)))
+        return CheckResult(name, False, _("your kernel read memory outside its tensors: the "
                                         "interpreter process died of a segmentation fault. Most "
                                         "likely it read the block table past its end (here the "
                                         "table ends where unreadable memory begins): load it "
                                         "with mask=n_mask, so that lanes past the context read "
-                                        "nothing")
+                                        "nothing"))
     if code != 0 or not results:
-        return CheckResult(name, False, "the interpreter process failed: "
-                                        + (stderr.strip()[-600:] or "no output"))
+        return CheckResult(name, False, _("the interpreter process failed: ")
+                                        + (stderr.strip()[-600:] or _("no output")))
     skipped = []
     for case, result in zip(KERNEL_CASES, results, strict=False):
         call = _kernel_call(case)
@@ -540,37 +581,45 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
         if "error" in result:
             return CheckResult(name, False, f"{call} raised {result['error']}")
         if result["nan"]:
-            return CheckResult(name, False, f"{call} returned NaN: every slot outside the "
-                                            "sequence is NaN here (a padding element of a "
-                                            f"block or a head too), so you read one.  Hint: "
-                                            f"{case_hint}")
+            return CheckResult(name, False, _("{call} returned NaN: every slot outside the "
+                                              "sequence is NaN here (a padding element of a "
+                                              "block or a head too), so you read one.  Hint: "
+                                              "{case_hint}").format(call=call, case_hint=case_hint))
         if result["max_diff"] > 1e-4:
-            return CheckResult(name, False, f"{call} is off by up to {result['max_diff']:.3g} "
-                                            f"from attention on the un-paged K/V.  Hint: "
-                                            f"{case_hint}")
+            return CheckResult(name, False, (_("{call} is off by up to {result:.3g} from "
+                                              "attention on the un-paged K/V.  Hint: "
+                                              "{case_hint}")
+                                              .format(call=call, result=result['max_diff'],
+                                                      case_hint=case_hint)))
     if len(results) < len(KERNEL_CASES):
         first = results[0] if results else {}
-        return CheckResult(name, False, f"your kernel could not be run: {first.get('error')}")
-    far = (" (the cache past 2^32 elements could not be mapped here, so 64-bit offsets went "
-           f"unchecked: {skipped[0]})" if skipped else ", a cache past 2^32 elements")
-    return CheckResult(name, True, f"all {len(KERNEL_CASES) - len(skipped)} cases match "
-                                   "attention on the un-paged K/V (Triton's interpreter; block "
-                                   f"sizes 1 to 32, padded blocks and heads{far})")
+        return CheckResult(name, False, (_("your kernel could not be run: {error}")
+                                          .format(error=first.get('error'))))
+    far = (_(" (the cache past 2^32 elements could not be mapped here, so 64-bit offsets went "
+             "unchecked: {skipped})").format(skipped=skipped[0])
+           if skipped else _(", a cache past 2^32 elements"))
+    return CheckResult(name, True, (_("all {value} cases match attention on the un-paged K/V "
+                                     "(Triton's interpreter; block sizes 1 to 32, padded "
+                                     "blocks and heads{far})")
+                                     .format(value=len(KERNEL_CASES) - len(skipped), far=far)))
 
 
 def _kernel_unwritten(source: str) -> str | None:
     """Lab 04's kernel is written once the block-table lines hold no `...`."""
     region = source.split("# ---- your code ends here", 1)[0].split("YOUR CODE", 1)[-1]
     if "..." in region or "raise NotImplementedError" in region:  # (nbgrader's release stub)
-        return "not written yet: replace the `...` in the block-table lines with your code"
+        return _("not written yet: replace the `...` in the block-table lines with your code")
     return None
 
 
 def _kernel_call(case: tuple) -> str:
     n, bs, heads, d, _seed, far = case
-    where = ", in a cache so big that its blocks start past 2^32 elements" if far else ""
-    return (f"your kernel on {n} tokens in shuffled blocks of {bs} ({heads} head"
-            f"{'s' if heads > 1 else ''}, head_dim {d}, tiles of {KERNEL_BLOCK_N}{where})")
+    where = _(", in a cache so big that its blocks start past 2^32 elements") if far else ""
+    return ngettext("your kernel on {n} tokens in shuffled blocks of {bs} ({heads} head, "
+                    "head_dim {d}, tiles of {tile}{where})",
+                    "your kernel on {n} tokens in shuffled blocks of {bs} ({heads} heads, "
+                    "head_dim {d}, tiles of {tile}{where})", heads
+                    ).format(n=n, bs=bs, heads=heads, d=d, tile=KERNEL_BLOCK_N, where=where)
 
 
 CHECKS = {

@@ -35,6 +35,7 @@ import signal
 import subprocess
 from collections.abc import Callable
 
+from ..i18n import N_, _
 from . import CheckResult
 from ._interpreter import kernel_source, no_triton, run_in_interpreter
 
@@ -61,58 +62,61 @@ PUZZLES: dict[str, tuple] = {
 }
 
 _DESCRIBE = {
-    "store_kv": lambda c: (f"{c[0]} new tokens into a cache of {c[4]} blocks of {c[1]} "
-                           f"({c[2]} KV heads, head_dim {c[3]}; every 4th token's slot is -1)"),
-    "gather": lambda c: (f"{c[0]} tokens in shuffled blocks of {c[1]} ({c[2]} KV heads, "
-                         f"head_dim {c[3]}, tiles of {BLOCK_N})"),
-    "decode": lambda c: (f"{c[0]} tokens in shuffled blocks of {c[1]} ({c[2]} query heads over "
-                         f"{c[3]} KV heads, head_dim {c[4]}, tiles of {BLOCK_N})"),
-    "merge": lambda c: (f"{c[1]} splits for {c[0]} heads"
-                        + (f", splits {list(c[2])} empty" if c[2] else "")
-                        + (f", scores around {c[3]:g}" if c[3] else "")),
+    "store_kv": lambda c: _("{n} new tokens into a cache of {blocks} blocks of {bs} ({kv} KV "
+                            "heads, head_dim {d}; every 4th token's slot is -1)")
+                          .format(n=c[0], blocks=c[4], bs=c[1], kv=c[2], d=c[3]),
+    "gather": lambda c: _("{n} tokens in shuffled blocks of {bs} ({kv} KV heads, head_dim "
+                          "{d}, tiles of {tile})")
+                        .format(n=c[0], bs=c[1], kv=c[2], d=c[3], tile=BLOCK_N),
+    "decode": lambda c: _("{n} tokens in shuffled blocks of {bs} ({q} query heads over {kv} "
+                          "KV heads, head_dim {d}, tiles of {tile})")
+                        .format(n=c[0], bs=c[1], q=c[2], kv=c[3], d=c[4], tile=BLOCK_N),
+    "merge": lambda c: (_("{splits} splits for {heads} heads").format(splits=c[1], heads=c[0])
+                        + (_(", splits {empty} empty").format(empty=list(c[2])) if c[2] else "")
+                        + (_(", scores around {score:g}").format(score=c[3]) if c[3] else "")),
 }
 
 #: The hint ladders: each rung gives away a little more.
 HINTS: dict[str, tuple[str, ...]] = {
     "store_kv": (
-        "A slot is block * BLOCK_SIZE + offset: the program's token goes to block "
-        "slot // BLOCK_SIZE, position slot % BLOCK_SIZE inside it.",
-        "Use the strides, never the sizes: the input's row of (token, head) starts at token * "
+        N_("A slot is block * BLOCK_SIZE + offset: the program's token goes to block "
+        "slot // BLOCK_SIZE, position slot % BLOCK_SIZE inside it."),
+        N_("Use the strides, never the sizes: the input's row of (token, head) starts at token * "
         "stride_in_token + head * stride_in_head, the cache's at block * stride_block + "
-        "offset * stride_slot + head * stride_head (both are padded here).",
-        "Load the slot, `.to(tl.int64)` it, and wrap the stores in `if slot >= 0:` — a padding "
+        "offset * stride_slot + head * stride_head (both are padded here)."),
+        N_("Load the slot, `.to(tl.int64)` it, and wrap the stores in `if slot >= 0:` — a padding "
         "token's slot is -1 and must write nothing; `d = tl.arange(0, HEAD_DIM)` addresses the "
-        "vector.",
+        "vector."),
     ),
     "gather": (
-        "Token n of the sequence sits in physical block block_table[n // BLOCK_SIZE], at "
-        "position n % BLOCK_SIZE inside it.",
-        "Lanes of the last tile past num_tokens must read and write nothing: build `mask = n < "
+        N_("Token n of the sequence sits in physical block block_table[n // BLOCK_SIZE], at "
+        "position n % BLOCK_SIZE inside it."),
+        N_("Lanes of the last tile past num_tokens must read and write nothing: build `mask = n < "
         "num_tokens` and pass it to every tl.load and tl.store (the table ends where "
-        "unreadable memory begins here).",
-        "`block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0).to(tl.int64)`; "
+        "unreadable memory begins here)."),
+        N_("`block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0).to(tl.int64)`; "
         "the rows are `block * stride_block + (n % BLOCK_SIZE) * stride_slot + head * "
-        "stride_head`, a [BLOCK_N, HEAD_DIM] tile with `row[:, None] + d[None, :]`.",
+        "stride_head`, a [BLOCK_N, HEAD_DIM] tile with `row[:, None] + d[None, :]`."),
     ),
     "decode": (
-        "Keep three running values per head — the largest score seen (row_max), the sum of "
+        N_("Keep three running values per head — the largest score seen (row_max), the sum of "
         "exp(score - row_max) (row_sum) and the weighted sum of V rows (acc) — and fold one "
-        "tile of BLOCK_N tokens in at a time (lab 04's online_softmax_update).",
-        "When a tile raises the maximum, rescale what you summed by alpha = exp(old_max - "
+        "tile of BLOCK_N tokens in at a time (lab 04's online_softmax_update)."),
+        N_("When a tile raises the maximum, rescale what you summed by alpha = exp(old_max - "
         "new_max) before adding the tile's p = exp(scores - new_max). Masked lanes (past "
-        "context_len) get score -inf, so their p is 0. Query head h reads KV head h // GROUP.",
-        "At the end out = acc / row_sum and lse = row_max + log(row_sum). Start from row_max = "
+        "context_len) get score -inf, so their p is 0. Query head h reads KV head h // GROUP."),
+        N_("At the end out = acc / row_sum and lse = row_max + log(row_sum). Start from row_max = "
         "tl.full([1], float('-inf'), tl.float32), row_sum = tl.zeros([1], tl.float32), acc = "
-        "tl.zeros([HEAD_DIM], tl.float32); load the lookup as in puzzle 2, with kv_head.",
+        "tl.zeros([HEAD_DIM], tl.float32); load the lookup as in puzzle 2, with kv_head."),
     ),
     "merge": (
-        "Split s holds the fraction exp(lse_s) / sum_t exp(lse_t) of the softmax mass: the "
-        "merged output weighs each part_out[s] by it.",
-        "Subtract the largest lse before exp (exp(900) overflows float32); splits past "
-        "num_splits load as lse -inf (mask, other=-inf) and so weigh 0.",
-        "If every split is empty the largest lse is -inf and -inf - -inf is NaN: use 0 in its "
+        N_("Split s holds the fraction exp(lse_s) / sum_t exp(lse_t) of the softmax mass: the "
+        "merged output weighs each part_out[s] by it."),
+        N_("Subtract the largest lse before exp (exp(900) overflows float32); splits past "
+        "num_splits load as lse -inf (mask, other=-inf) and so weigh 0."),
+        N_("If every split is empty the largest lse is -inf and -inf - -inf is NaN: use 0 in its "
         "place (`tl.where(top == float('-inf'), 0.0, top)`), write zeros, and lse = that + "
-        "log(total weight), which is -inf.",
+        "log(total weight), which is -inf."),
     ),
 }
 
@@ -125,7 +129,8 @@ def hint(name: str, level: int = 1) -> str:
     ladder = HINTS[name]
     if not 1 <= level <= len(ladder):
         raise ValueError(f"puzzle {name!r} has hints 1 to {len(ladder)}, not {level}")
-    return f"Hint {level}/{len(ladder)} for {name}: {ladder[level - 1]}"
+    return (_("Hint {level}/{n} for {name}: {ladder}")
+             .format(level=level, n=len(ladder), name=name, ladder=_(ladder[level - 1])))
 
 
 def _source(name: str, kernel) -> tuple[str, str] | CheckResult:
@@ -135,7 +140,7 @@ def _source(name: str, kernel) -> tuple[str, str] | CheckResult:
 def _unwritten(source: str) -> str | None:
     body = source.split(":", 1)[-1]
     if "..." in body.split('"""')[-1] or "raise NotImplementedError" in body:
-        return "not written yet: replace the `...` with your code"  # (nbgrader's release: raise)
+        return _("not written yet: replace the `...` with your code")  # (nbgrader's release: raise)
     return None
 
 
@@ -148,7 +153,7 @@ def check(name: str, kernel, *, timeout: float = 600.0) -> CheckResult:
     source = _source(name, kernel)
     if isinstance(source, CheckResult):
         return source
-    missing = no_triton(name, "the puzzles need")
+    missing = no_triton(name, _("the puzzles need"))
     if missing:
         return missing
     spec = {"puzzle": name, "source": source[0], "name": source[1],
@@ -157,41 +162,46 @@ def check(name: str, kernel, *, timeout: float = 600.0) -> CheckResult:
         results, code, stderr = run_in_interpreter("pagedkit.exercises._puzzle_runner", spec,
                                                    timeout)
     except subprocess.TimeoutExpired:
-        return CheckResult(name, False, f"your kernel ran for over {timeout:.0f} s in the "
-                                        "interpreter: does a loop never end?")
-    more = f"  ({hint(name)}  Stuck? lab04c.hint({name!r}, 2).)"
+        return CheckResult(name, False, (_("your kernel ran for over {timeout:.0f} s in the "
+                                          "interpreter: does a loop never end?")
+                                          .format(timeout=timeout)))
+    more = _("  ({hint}  Stuck? lab04c.hint({name!r}, 2).)").format(hint=hint(name), name=name)
     if code in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
         case = PUZZLES[name][min(len(results), len(PUZZLES[name]) - 1)]
-        return CheckResult(name, False, f"on {_DESCRIBE[name](case)} your kernel read memory "
-                                        "outside its tensors (the process died of a "
-                                        "segmentation fault): a load without a mask past the "
-                                        f"block table's end, or a 32-bit offset?{more}")
+        return CheckResult(name, False, (_("on {value} your kernel read memory outside its "
+                                          "tensors (the process died of a segmentation fault): "
+                                          "a load without a mask past the block table's end, "
+                                          "or a 32-bit offset?{more}")
+                                          .format(value=_DESCRIBE[name](case), more=more)))
     if not results:
-        return CheckResult(name, False, "the interpreter process failed: "
-                                        + (stderr.strip()[-600:] or "no output"))
+        return CheckResult(name, False, _("the interpreter process failed: ")
+                                        + (stderr.strip()[-600:] or _("no output")))
     for case, result in zip(PUZZLES[name], results, strict=False):
         problem = _problem(result)
         if problem:
-            return CheckResult(name, False, f"on {_DESCRIBE[name](case)}: {problem}.{more}")
+            return CheckResult(name, False, (_("on {value}: {problem}.{more}")
+                                              .format(value=_DESCRIBE[name](case), problem=problem,
+                                                      more=more)))
     if len(results) < len(PUZZLES[name]):
-        return CheckResult(name, False, "the interpreter stopped early: "
-                                        + (stderr.strip()[-600:] or "no output"))
-    return CheckResult(name, True, f"all {len(results)} cases match the reference (Triton's "
-                                   "interpreter; padded strides, shuffled blocks)")
+        return CheckResult(name, False, _("the interpreter stopped early: ")
+                                        + (stderr.strip()[-600:] or _("no output")))
+    return CheckResult(name, True, _("all {n} cases match the reference (Triton's interpreter; "
+                                     "padded strides, shuffled blocks)").format(n=len(results)))
 
 
 def _problem(result: dict) -> str:
     if "error" in result:
         return f"raised {result['error']}"
     if result.get("nan"):
-        return ("returned NaN: every slot outside the sequence is NaN here, so your kernel read "
-                "one (or divided 0 by 0)")
+        return (_("returned NaN: every slot outside the sequence is NaN here, so your kernel read "
+                "one (or divided 0 by 0)"))
     if result.get("tail_written"):
-        return "wrote rows past num_tokens: mask the stores of lanes past the sequence"
+        return _("wrote rows past num_tokens: mask the stores of lanes past the sequence")
     if result["max_diff"] > 1e-4:
-        return f"is off by up to {result['max_diff']:.3g} from the reference"
+        return (_("is off by up to {result:.3g} from the reference")
+                 .format(result=result['max_diff']))
     if result.get("lse_diff", 0.0) > 1e-4:
-        return f"writes an lse off by up to {result['lse_diff']:.3g}"
+        return _("writes an lse off by up to {result:.3g}").format(result=result['lse_diff'])
     return ""
 
 
@@ -237,7 +247,7 @@ def serve(decode_kernel, store_kv_kernel=None, *, prompts=("Once upon a time",
     store = _source("store_kv", store_kv_kernel) if store_kv_kernel is not None else None
     if isinstance(store, CheckResult):
         return store
-    missing = no_triton(name, "the puzzles need")
+    missing = no_triton(name, _("the puzzles need"))
     if missing:
         return missing
     spec = {"puzzle": "serve", "decode": decode[0], "decode_name": decode[1],
@@ -248,22 +258,31 @@ def serve(decode_kernel, store_kv_kernel=None, *, prompts=("Once upon a time",
         results, code, stderr = run_in_interpreter("pagedkit.exercises._puzzle_runner", spec,
                                                    timeout)
     except subprocess.TimeoutExpired:
-        return CheckResult(name, False, f"serving took over {timeout:.0f} s")
+        return CheckResult(name, False, (_("serving took over {timeout:.0f} s")
+                                          .format(timeout=timeout)))
     if not results:
-        return CheckResult(name, False, f"the interpreter process failed (exit {code}): "
-                                        + (stderr.strip()[-600:] or "no output"))
+        return CheckResult(name, False, (_("the interpreter process failed (exit {code}): ")
+                                          .format(code=code))
+                                        + (stderr.strip()[-600:] or _("no output")))
     result = results[0]
     if "error" in result:
-        return CheckResult(name, False, f"serving raised {result['error']}")
-    kernels = "your decode kernel" + (" and your store kernel" if store else "")
+        return CheckResult(name, False, _("serving raised {result}").format(result=result['error']))
+    kernels = _("your decode kernel") + (_(" and your store kernel") if store else "")
     calls = result["calls"]
     if result["mine"] != result["transformers"]:
-        return CheckResult(name, False, f"with {kernels} the engine generated {result['mine']}; "
-                                        f"transformers generates {result['transformers']} "
-                                        f"(pagedkit's own: {result['own']})")
+        return CheckResult(name, False, (_("with {kernels} the engine generated {result}; "
+                                          "transformers generates {result2} (pagedkit's own: "
+                                          "{result3})")
+                                          .format(kernels=kernels, result=result['mine'],
+                                                  result2=result['transformers'],
+                                                  result3=result['own'])))
     if not calls["decode"] or (store and not calls["store"]):
-        return CheckResult(name, False, f"{kernels} never ran ({calls})")
-    return CheckResult(name, True, f"{kernels} served LLM('tiny'): {len(prompts)} prompts x "
-                                   f"{max_tokens} greedy tokens equal transformers' generate "
-                                   f"({calls['decode']} decode-attention calls"
-                                   + (f", {calls['store']} K/V stores" if store else "") + ")")
+        return CheckResult(name, False, (_("{kernels} never ran ({calls})")
+                                          .format(kernels=kernels, calls=calls)))
+    return CheckResult(name, True, (_("{kernels} served LLM('tiny'): {n} prompts x {max_tokens} "
+                                     "greedy tokens equal transformers' generate ({calls} "
+                                     "decode-attention calls")
+                                     .format(kernels=kernels, n=len(prompts), max_tokens=max_tokens,
+                                             calls=calls['decode']))
+                                   + (_(", {calls} K/V stores").format(calls=calls["store"])
+                                      if store else "") + ")")

@@ -68,6 +68,7 @@ from typing import Any
 import torch
 
 from .. import ops
+from ..i18n import N_, _
 from . import CheckResult
 
 __all__ = ["PIECES", "SCENARIOS", "BrokenEngineError", "Divergence", "LockstepRun", "Pieces",
@@ -88,7 +89,8 @@ class TrackError(RuntimeError):
     """A plugged-in piece gave an answer the engine cannot carry out."""
 
     def __init__(self, piece: str, message: str) -> None:
-        super().__init__(f"your {piece} (lab {_LAB[piece]}): {message}")
+        super().__init__(_("your {piece} (lab {LAB}): {message}")
+                           .format(piece=piece, LAB=_LAB[piece], message=message))
         self.piece = piece
 
 
@@ -205,22 +207,22 @@ def _probe_large_scores(fn: Callable, query, k_cache, v_cache, block_table, cont
     if not torch.isfinite(got).all() or not torch.allclose(got.float(), want.float(),
                                                            rtol=1e-3, atol=1e-3):
         diff = (got.float() - want.float()).abs().nan_to_num(float("inf")).max().item()
-        raise TrackError("paged_decode_attention", f"with the query scaled by "
-                         f"{LARGE_SCORES:g} (scores in the hundreds, over a context of "
-                         f"{int(context_len)} tokens) returned "
-                         f"{'inf or NaN' if not torch.isfinite(got).all() else 'values'} "
-                         f"off by up to {diff:.3g} from pagedkit's attention: exp(score) "
-                         "overflows float32 past ~88 unless the largest score is subtracted "
-                         "first (or use torch.softmax)")
+        what = _("inf or NaN") if not torch.isfinite(got).all() else _("values")
+        raise TrackError("paged_decode_attention", _(
+            "with the query scaled by {scale:g} (scores in the hundreds, over a context of "
+            "{n} tokens) returned {what} off by up to {diff:.3g} from pagedkit's attention: "
+            "exp(score) overflows float32 past ~88 unless the largest score is subtracted "
+            "first (or use torch.softmax)").format(scale=LARGE_SCORES, n=int(context_len),
+                                                   what=what, diff=diff))
 
 
 def _broken_text(engine: Any, err: Exception) -> str:
-    where = (f"your {err.piece} (lab {_LAB[err.piece]})" if isinstance(err, TrackError) else
-             f"{type(err).__name__} ({err})")
-    return (f"this engine stopped part-way through a step, in {where}: some of its requests "
-            "may be neither running nor waiting and its block tables as the piece left them, "
-            "not as a step leaves them, so it serves nothing more. Fix the piece, then make a "
-            "new engine (LLM(...)) to plug it into")
+    where = (_("your {piece} (lab {lab})").format(piece=err.piece, lab=_LAB[err.piece])
+             if isinstance(err, TrackError) else f"{type(err).__name__} ({err})")
+    return _("this engine stopped part-way through a step, in {where}: some of its requests "
+             "may be neither running nor waiting and its block tables as the piece left them, "
+             "not as a step leaves them, so it serves nothing more. Fix the piece, then make a "
+             "new engine (LLM(...)) to plug it into").format(where=where)
 
 
 class BrokenEngineError(RuntimeError):
@@ -281,13 +283,16 @@ def _check_chosen(piece: str, seq: Any, chosen: list[int], pool) -> None:
     free = set(pool.free_order())
     for block in chosen:
         if isinstance(block, bool) or not isinstance(block, int):
-            raise TrackError(piece, f"sequence {seq} got {block!r}, not a block id")
+            raise TrackError(piece, (_("sequence {seq} got {block!r}, not a block id")
+                                      .format(seq=seq, block=block)))
         if block not in free:
-            owner = "in use" if 0 <= block < pool.num_blocks else "outside the pool"
-            raise TrackError(piece, f"gave sequence {seq} block {block}, which is {owner} "
-                                    "(not in the free list)")
+            owner = _("in use") if 0 <= block < pool.num_blocks else _("outside the pool")
+            raise TrackError(piece, (_("gave sequence {seq} block {block}, which is {owner} "
+                                      "(not in the free list)")
+                                      .format(seq=seq, block=block, owner=owner)))
     if len(set(chosen)) != len(chosen):
-        raise TrackError(piece, f"gave sequence {seq} the blocks {chosen}: one of them twice")
+        raise TrackError(piece, (_("gave sequence {seq} the blocks {chosen}: one of them twice")
+                                  .format(seq=seq, chosen=chosen)))
 
 
 def _call(piece: str, fn: Callable, *args: Any) -> Any:
@@ -296,9 +301,10 @@ def _call(piece: str, fn: Callable, *args: Any) -> Any:
     except TrackError:
         raise
     except NotImplementedError as err:
-        raise TrackError(piece, "not written yet: write it (and check it) first") from err
+        raise TrackError(piece, _("not written yet: write it (and check it) first")) from err
     except Exception as err:
-        raise TrackError(piece, f"raised {type(err).__name__}: {err}") from err
+        raise TrackError(piece, _("raised {name}: {err}")
+                         .format(name=type(err).__name__, err=err)) from err
 
 
 def _learner_cow(plug: _Plug, kv, seq, table: list[int]) -> tuple[list[int], list[int]]:
@@ -314,28 +320,37 @@ def _learner_cow(plug: _Plug, kv, seq, table: list[int]) -> tuple[list[int], lis
     shared = before_refs[last] > 1
     if got is None:
         if shared:
-            raise TrackError("copy_on_write", f"returned None for sequence {seq}'s last block "
-                             f"{last}, which {before_refs[last]} sequences hold: its write would "
-                             "change theirs")
+            raise TrackError("copy_on_write", (_("returned None for sequence {seq}'s last block "
+                                                "{last}, which {before_refs} sequences hold: "
+                                                "its write would change theirs")
+                                                .format(seq=seq, last=last,
+                                                        before_refs=before_refs[last])))
         if (refs, free, new_table) != (before_refs, before_free, table):
-            raise TrackError("copy_on_write", "returned None but changed the pool")
+            raise TrackError("copy_on_write", _("returned None but changed the pool"))
         return table, []
     src, dst = tuple(got)
     if not shared:
-        raise TrackError("copy_on_write", f"copied sequence {seq}'s last block {last} although "
-                                          "only this sequence holds it (ref count 1)")
+        raise TrackError("copy_on_write", (_("copied sequence {seq}'s last block {last} "
+                                            "although only this sequence holds it (ref count 1)")
+                                            .format(seq=seq, last=last)))
     _check_chosen("copy_on_write", seq, [dst], pool)
     want_refs = list(before_refs)
     want_refs[last] -= 1
     want_refs[dst] = 1
     if src != last or new_table != [*table[:-1], dst] or refs != want_refs \
             or free != [b for b in before_free if b != dst]:
-        raise TrackError("copy_on_write", f"for sequence {seq} (table {table}, last block {last} "
-                         f"held by {before_refs[last]}): returned {got!r}, left table "
-                         f"{new_table}, ref_counts[{last}]={refs[last]}, ref_counts[{dst}]="
-                         f"{refs[dst]} and {len(free)} free blocks; the copy takes block {dst} "
-                         f"from the free list, holds ref count 1, and block {last} keeps "
-                         f"{before_refs[last] - 1}")
+        raise TrackError("copy_on_write", (_("for sequence {seq} (table {table}, last block "
+                                            "{last} held by {before_refs}): returned {got!r}, "
+                                            "left table {new_table}, "
+                                            "ref_counts[{last}]={refs}, "
+                                            "ref_counts[{dst}]={refs2} and {n} free blocks; "
+                                            "the copy takes block {dst} from the free list, "
+                                            "holds ref count 1, and block {last} keeps {value}")
+                                            .format(seq=seq, table=table, last=last,
+                                                    before_refs=before_refs[last], got=got,
+                                                    new_table=new_table, refs=refs[last], dst=dst,
+                                                    refs2=refs[dst], n=len(free),
+                                                    value=before_refs[last] - 1)))
     return new_table, [dst]
 
 
@@ -347,24 +362,31 @@ def _learner_append(plug: _Plug, kv, seq, table: list[int], num_tokens: int, cou
     slots = _call("append_slots", plug.pieces.append_slots, grown, num_tokens, count, size, left)
     plug.note(seq, "append_slots")
     if slots is None:
-        raise TrackError("append_slots", f"returned None for {count} new tokens of sequence "
-                                         f"{seq} (table {table}, {num_tokens} tokens) with "
-                                         f"{len(free)} blocks free: they fit")
+        raise TrackError("append_slots", (_("returned None for {count} new tokens of sequence "
+                                           "{seq} (table {table}, {num_tokens} tokens) with "
+                                           "{n} blocks free: they fit")
+                                           .format(count=count, seq=seq, table=table,
+                                                   num_tokens=num_tokens, n=len(free))))
     if grown[:len(table)] != table:
-        raise TrackError("append_slots", f"changed sequence {seq}'s existing table {table} to "
-                                         f"{grown[:len(table)]}: appending only adds blocks")
+        raise TrackError("append_slots", (_("changed sequence {seq}'s existing table {table} to "
+                                           "{grown}: appending only adds blocks")
+                                           .format(seq=seq, table=table, grown=grown[:len(table)])))
     taken = grown[len(table):]
     _check_chosen("append_slots", seq, taken, pool)
     if left != [b for b in free if b not in taken]:
-        raise TrackError("append_slots", f"took blocks {taken} for sequence {seq} but left the "
-                                         f"free list as {left}: what it appends to the table "
-                                         "comes off the free list")
+        raise TrackError("append_slots", (_("took blocks {taken} for sequence {seq} but left "
+                                           "the free list as {left}: what it appends to the "
+                                           "table comes off the free list")
+                                           .format(taken=taken, seq=seq, left=left)))
     want = [grown[p // size] * size + p % size for p in range(num_tokens, num_tokens + count)
             if p // size < len(grown)]
     if [int(s) for s in slots] != want or len(want) != count:
-        raise TrackError("append_slots", f"returned slots {list(slots)} for sequence {seq}'s "
-                                         f"tokens {num_tokens}..{num_tokens + count - 1}; its "
-                                         f"table {grown} puts them at {want}")
+        raise TrackError("append_slots", (_("returned slots {list} for sequence {seq}'s tokens "
+                                           "{num_tokens}..{value}; its table {grown} puts them "
+                                           "at {want}")
+                                           .format(list=list(slots), seq=seq, num_tokens=num_tokens,
+                                                   value=num_tokens + count - 1, grown=grown,
+                                                   want=want)))
     return taken
 
 
@@ -379,16 +401,24 @@ def _probe_all_or_nothing(plug: _Plug, kv, seq, table: list[int], num_tokens: in
         grown, left = list(table), list(given)
         got = _call("append_slots", fn, grown, num_tokens, count, size, left)
         if fits and got is None:
-            raise TrackError("append_slots", f"returned None for {count} tokens of sequence "
-                             f"{seq} (table {table}, {num_tokens} tokens) with {len(given)} "
-                             f"free blocks, exactly the {needed} it needs: count the room left "
-                             "in the last block")
+            raise TrackError("append_slots", (_("returned None for {count} tokens of sequence "
+                                               "{seq} (table {table}, {num_tokens} tokens) "
+                                               "with {n} free blocks, exactly the {needed} it "
+                                               "needs: count the room left in the last block")
+                                               .format(count=count, seq=seq, table=table,
+                                                       num_tokens=num_tokens, n=len(given),
+                                                       needed=needed)))
         if not fits and (got is not None or grown != table or left != given):
-            raise TrackError("append_slots", f"with {len(given)} free blocks for {count} tokens "
-                             f"of sequence {seq} that need {needed} (table {table}, {num_tokens} "
-                             f"tokens) returned {got!r} and left table {grown}, free list "
-                             f"{left}: an append that does not fit returns None and changes "
-                             "nothing")
+            raise TrackError("append_slots", (_("with {n} free blocks for {count} tokens of "
+                                               "sequence {seq} that need {needed} (table "
+                                               "{table}, {num_tokens} tokens) returned {got!r} "
+                                               "and left table {grown}, free list {left}: an "
+                                               "append that does not fit returns None and "
+                                               "changes nothing")
+                                               .format(n=len(given), count=count, seq=seq,
+                                                       needed=needed, table=table,
+                                                       num_tokens=num_tokens, got=got, grown=grown,
+                                                       left=left)))
 
 
 def _probe_cow_out_of_blocks(plug: _Plug, kv, seq, table: list[int]) -> None:
@@ -400,17 +430,22 @@ def _probe_cow_out_of_blocks(plug: _Plug, kv, seq, table: list[int]) -> None:
     try:
         got = plug.pieces.copy_on_write(refs, free, mine)
     except NotImplementedError as err:
-        raise TrackError("copy_on_write", "not written yet: write it (and check it) "
-                                          "first") from err
+        raise TrackError("copy_on_write", _("not written yet: write it (and check it) "
+                                          "first")) from err
     except Exception:
         if (refs, mine) != (before, table):
-            raise TrackError("copy_on_write", f"with no free block, for sequence {seq}'s shared "
-                             f"block {table[-1]}: raised, but changed ref counts or the table "
-                             "first: check before touching anything") from None
+            raise TrackError("copy_on_write", (_("with no free block, for sequence {seq}'s "
+                                                "shared block {table}: raised, but changed ref "
+                                                "counts or the table first: check before "
+                                                "touching anything")
+                                                .format(seq=seq, table=table[-1]))) from None
         return
-    raise TrackError("copy_on_write", f"with no free block, for sequence {seq}'s shared last "
-                     f"block {table[-1]} (ref count {before[table[-1]]}) returned {got!r}: the "
-                     "write cannot be made safe, so raise (say MemoryError) and change nothing")
+    raise TrackError("copy_on_write", (_("with no free block, for sequence {seq}'s shared last "
+                                        "block {table} (ref count {before}) returned {got!r}: "
+                                        "the write cannot be made safe, so raise (say "
+                                        "MemoryError) and change nothing")
+                                        .format(seq=seq, table=table[-1], before=before[table[-1]],
+                                                got=got)))
 
 
 def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
@@ -461,9 +496,10 @@ def _cached_prefix(kv, plug: _Plug, original: Callable) -> Callable:
         plug.note(seq, "chain_hashes")
         if names is None or len(names) != full:
             count = "None" if names is None else f"{len(names)} names"
-            raise TrackError("chain_hashes", f"returned {count} for {len(usable)} tokens in "
-                                             f"blocks of {size}: one name per full block "
-                                             f"({full})")
+            raise TrackError("chain_hashes", (_("returned {count} for {n} tokens in blocks of "
+                                               "{size}: one name per full block ({full})")
+                                               .format(count=count, n=len(usable), size=size,
+                                                       full=full)))
         hits, parent = [], None
         for i, learner_name in enumerate(names):
             key = pool.new_key(parent, usable[i * size:(i + 1) * size])
@@ -533,22 +569,27 @@ def _admit_one(scheduler, by_id: dict, item: Any, out, budget) -> None:
     try:
         rid, take = tuple(item)
     except (TypeError, ValueError):
-        raise TrackError("admit", f"returned {item!r} in its list: each admission is a "
-                                  "(request_id, tokens) pair") from None
+        raise TrackError("admit", _("returned {item!r} in its list: each admission is a "
+                                    "(request_id, tokens) pair").format(item=item)) from None
     group = by_id.pop(rid, None)
     if group is None:
-        raise TrackError("admit", f"admitted {rid!r}, which is not waiting (or was admitted "
-                                  "twice)")
+        raise TrackError("admit", _("admitted {rid!r}, which is not waiting (or was admitted "
+                                    "twice)").format(rid=rid))
     plan = scheduler._plan_admission(group, budget)
     if plan is None or plan.seqs[0].num_tokens != take:
-        allows = "no seat or token" if plan is None else f"{plan.seqs[0].num_tokens} tokens"
-        raise TrackError("admit", f"admitted {rid!r} with {take} tokens; after the requests "
-                                  f"before it this step has {allows} for it "
-                                  f"({budget.tokens_left} tokens and {budget.seqs_left} seats "
-                                  "left)")
+        allows = (_("no seat or token") if plan is None
+                  else _("{n} tokens").format(n=plan.seqs[0].num_tokens))
+        raise TrackError("admit", (_("admitted {rid!r} with {take} tokens; after the requests "
+                                    "before it this step has {allows} for it ({tokens_left} "
+                                    "tokens and {seqs_left} seats left)")
+                                    .format(rid=rid, take=take, allows=allows,
+                                            tokens_left=budget.tokens_left,
+                                            seqs_left=budget.seqs_left)))
     if plan.blocks > kv.num_free_blocks:
-        raise TrackError("admit", f"admitted {rid!r} ({take} tokens, {plan.blocks} blocks) "
-                                  f"with {kv.num_free_blocks} blocks free")
+        raise TrackError("admit", (_("admitted {rid!r} ({take} tokens, {blocks} blocks) with "
+                                    "{num_free_blocks} blocks free")
+                                    .format(rid=rid, take=take, blocks=plan.blocks,
+                                            num_free_blocks=kv.num_free_blocks)))
     scheduler.waiting.remove(group)
     scheduler._admit(plan, out, budget)
 
@@ -579,8 +620,8 @@ def _schedule_running(scheduler, plug: _Plug) -> Callable:
         try:
             victims = plug.pieces.choose_victims(list(running), scheduler.kv.num_free_blocks)
         except NotImplementedError as err:
-            raise TrackError("choose_victims", "not written yet: write it (and check it) "
-                                               "first") from err
+            raise TrackError("choose_victims", _("not written yet: write it (and check it) "
+                                                 "first")) from err
         except ValueError as err:  # "does not fit even alone": pagedkit ends that request,
             from .lab06 import _victims_walk  # if lab 06's rule says so too
 
@@ -589,20 +630,24 @@ def _schedule_running(scheduler, plug: _Plug) -> Callable:
                 _victims_walk(list(running), free)
             except ValueError:
                 return original(out, budget)
-            raise TrackError("choose_victims", f"raised ValueError ({err}) for {running} with "
-                             f"{free} blocks free, yet no request there fails to fit alone: "
-                             "preempt the newest until the one being served fits, and when "
-                             "none newer is left it steps aside itself") from err
+            raise TrackError("choose_victims", _("raised ValueError ({err}) for {running} with "
+                                                 "{free} blocks free, yet no request there fails "
+                                                 "to fit alone: preempt the newest until the one "
+                                                 "being served fits, and when none newer is left "
+                                                 "it steps aside itself")
+                             .format(err=err, running=running, free=free)) from err
         except Exception as err:
-            raise TrackError("choose_victims", f"raised {type(err).__name__}: {err}") from err
+            raise TrackError("choose_victims", _("raised {name}: {err}")
+                             .format(name=type(err).__name__, err=err)) from err
         for g in groups:
             plug.note(g.request_id, "choose_victims")
         victims = list(victims or [])
         ids = {g.request_id for g in groups}
         stray = [v for v in victims if v not in ids]
         if stray or len(set(victims)) != len(victims):
-            raise TrackError("choose_victims", f"returned {victims}: each victim is one of the "
-                                               f"running requests {sorted(ids)}, once")
+            raise TrackError("choose_victims", (_("returned {victims}: each victim is one of "
+                                                 "the running requests {sorted}, once")
+                                                 .format(victims=victims, sorted=sorted(ids))))
         _run_with_victims(scheduler, deque(groups), victims, out, budget, running)
     return schedule_running
 
@@ -627,10 +672,14 @@ def _run_with_victims(scheduler, queue, victims, out, budget, running) -> None:
         while plan.blocks > scheduler.kv.num_free_blocks:
             newer = [g for g in queue if g.request_id in left]
             if not newer:
-                raise TrackError("choose_victims", f"chose {victims} from {running} with "
-                                 f"{scheduler.kv.num_free_blocks} blocks free, but "
-                                 f"{group.request_id!r} still does not fit once they are "
-                                 "gone: preempt until the request being served fits")
+                raise TrackError("choose_victims", (_("chose {victims} from {running} with "
+                                                     "{num_free_blocks} blocks free, but "
+                                                     "{request_id!r} still does not fit once "
+                                                     "they are gone: preempt until the request "
+                                                     "being served fits")
+                                                     .format(victims=victims, running=running,
+                                                             num_free_blocks=scheduler.kv.num_free_blocks,
+                                                             request_id=group.request_id)))
             victim = next(g for v in left for g in newer if g.request_id == v)  # yours first
             queue.remove(victim)
             left.remove(victim.request_id)
@@ -649,8 +698,10 @@ class Divergence:
     what: str
 
     def __str__(self) -> str:
-        who = " or ".join(f"your {p} (lab {_LAB[p]})" for p in self.pieces) or "the engine"
-        return f"step {self.step}: {self.what} — look at {who}"
+        who = _(" or ").join(_("your {piece} (lab {lab})").format(piece=p, lab=_LAB[p])
+                             for p in self.pieces) or _("the engine")
+        return (_("step {step}: {what} — look at {who}")
+                 .format(step=self.step, what=self.what, who=who))
 
 
 @dataclass
@@ -678,9 +729,12 @@ class LockstepRun:
         if not self.passed:
             return CheckResult("lockstep", False, str(self.divergence))
         return CheckResult("lockstep", True, (
-            f"your {', '.join(self.plugged) or 'nothing'} served {len(self.outputs)} requests in "
-            f"{self.steps} steps ({self.num_preemptions} preemptions, {self.num_cached_tokens} "
-            "prompt tokens from the prefix cache), state equal to pagedkit's after every step"))
+            _("your {value} served {n} requests in {steps} steps ({num_preemptions} "
+              "preemptions, {num_cached_tokens} prompt tokens from the prefix cache), state "
+              "equal to pagedkit's after every step")
+              .format(value=", ".join(self.plugged) or _("nothing"), n=len(self.outputs),
+                      steps=self.steps, num_preemptions=self.num_preemptions,
+                      num_cached_tokens=self.num_cached_tokens)))
 
     def __repr__(self) -> str:
         return repr(self.result)
@@ -710,22 +764,23 @@ def _snapshot(llm, out, logits, hits: dict) -> dict[str, Any]:
 #: the state compared after each step, in the order a step makes it, with the
 #: pieces that make it
 _FIELDS = (
-    ("preempted", "the requests preempted", ("choose_victims",)),
-    ("hits", "the blocks found in the prefix cache at admission", ("chain_hashes",)),
-    ("running", "the sequences scheduled", ("admit", "choose_victims")),
-    ("scheduled", "the sequences scheduled (id, tokens)", ("admit", "choose_victims")),
-    ("tables", "the block tables", ("append_slots", "copy_on_write")),
-    ("swapped", "the swapped-out tables", ("choose_victims",)),
-    ("names", "the prefix-cache names of the full blocks", ("chain_hashes",)),
-    ("free", "the free list (in the order it is handed out)",
+    ("preempted", N_("the requests preempted"), ("choose_victims",)),
+    ("hits", N_("the blocks found in the prefix cache at admission"), ("chain_hashes",)),
+    ("running", N_("the sequences scheduled"), ("admit", "choose_victims")),
+    ("scheduled", N_("the sequences scheduled (id, tokens)"), ("admit", "choose_victims")),
+    ("tables", N_("the block tables"), ("append_slots", "copy_on_write")),
+    ("swapped", N_("the swapped-out tables"), ("choose_victims",)),
+    ("names", N_("the prefix-cache names of the full blocks"), ("chain_hashes",)),
+    ("free", N_("the free list (in the order it is handed out)"),
      ("append_slots", "copy_on_write", "choose_victims")),
-    ("logits", "the logits", ("paged_decode_attention",)),
-    ("tokens", "the sampled tokens", ("paged_decode_attention",)),
+    ("logits", N_("the logits"), ("paged_decode_attention",)),
+    ("tokens", N_("the sampled tokens"), ("paged_decode_attention",)),
 )
 
 
 def _first_difference(mine: dict, theirs: dict) -> tuple[str, tuple[str, ...], str] | None:
     for key, label, pieces in _FIELDS:
+        label = _(label)
         a, b = mine[key], theirs[key]
         if key == "hits":  # of the sequences both admitted: whom each admitted is "running"'s
             a, b = ({s: h for s, h in x.items() if s in a and s in b} for x in (a, b))
@@ -733,7 +788,7 @@ def _first_difference(mine: dict, theirs: dict) -> tuple[str, tuple[str, ...], s
             if (a is None) != (b is None) or (a is not None and (
                     a.shape != b.shape or not torch.allclose(a, b, atol=1e-3, rtol=1e-3))):
                 diff = "" if a is None or b is None or a.shape != b.shape else \
-                    f" by up to {(a - b).abs().max().item():.3g}"
+                    _(" by up to {item:.3g}").format(item=(a - b).abs().max().item())
                 return key, pieces, f"{label} differ{diff}"
             continue
         if a != b:
@@ -745,9 +800,10 @@ def _diff_text(a: Any, b: Any) -> str:
     if isinstance(a, dict) and isinstance(b, dict):
         for k in sorted(set(a) | set(b), key=str):
             if a.get(k) != b.get(k):
-                return (f"for sequence {k}, {_short(a.get(k))} in your engine, "
-                        f"{_short(b.get(k))} in pagedkit's")
-    return f"{_short(a)} in your engine, {_short(b)} in pagedkit's"
+                return (_("for sequence {k}, {short} in your engine, {short2} in pagedkit's")
+                          .format(k=k, short=_short(a.get(k)), short2=_short(b.get(k))))
+    return (_("{short} in your engine, {short2} in pagedkit's")
+             .format(short=_short(a), short2=_short(b)))
 
 
 def _short(x: Any) -> str:
@@ -819,7 +875,8 @@ def lockstep(pieces: Pieces, requests: Sequence[tuple[Any, Any]], *, model: Any 
                 return run
             except Exception as err:  # e.g. your attention's result of the wrong shape
                 run.divergence = Divergence(step, plug.pieces.plugged(),
-                                            f"your engine raised {type(err).__name__}: {err}")
+                                            (_("your engine raised {name}: {err}")
+                                              .format(name=type(err).__name__, err=err)))
                 return run
             got = _snapshot(mine, out_mine, logits.get(id(mine)), hits)
             out_theirs = theirs.llm_engine.step()
@@ -909,13 +966,14 @@ def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | Non
     found: dict[str, str] = {}
     imports: dict[str, str] = {}
     if pieces_path() is None:
-        log("the build track is off here (PAGEDKIT_TRACK is empty): nothing saved")
+        log(_("the build track is off here (PAGEDKIT_TRACK is empty): nothing saved"))
         return None
     for fn in functions:
         if not inspect.isfunction(fn):
             raise TypeError(f"save needs your functions, got {fn!r}")
         if _is_stub(fn):
-            log(f"{fn.__name__} is not written yet: not saved (pagedkit's own runs in its place)")
+            log(_("{name} is not written yet: not saved (pagedkit's own runs in its place)")
+                  .format(name=fn.__name__))
             continue
         _sources(fn, found, imports)
     kept = _saved_sources(pieces_path())
@@ -1059,15 +1117,16 @@ def check(pieces: Pieces, *, scenarios: Sequence[str] = CHECK_ORDER,
         raise ValueError(f"unknown scenario {unknown[0]!r}; the scenarios are "
                          f"{', '.join(SCENARIOS)}")
     if not pieces.plugged():
-        log("none of your pieces is saved yet (track.save in labs 03-07): nothing to check")
+        log(_("none of your pieces is saved yet (track.save in labs 03-07): nothing to check"))
         return None
     requests = bench_requests()
     run = None
     for name in scenarios:
         run = lockstep(pieces, pair_requests() if name == "pair" else requests,
                        **SCENARIOS[name])
-        log(f"{name:>15}: {'same as pagedkit' if run.passed else 'DIFFERS'} "
-            f"({run.steps} steps)")
+        verdict = _("same as pagedkit") if run.passed else _("DIFFERS")
+        log(f"{name:>15}: " + _("{verdict} ({steps} steps)").format(verdict=verdict,
+                                                                   steps=run.steps))
         if not run.passed:
             break
     return run
@@ -1125,7 +1184,7 @@ def vllm_tokens(requests: Sequence[tuple[list[int], Any]]) -> dict[str, list[lis
         if not params.greedy or not params.ignore_eos:
             raise ValueError(f"request {i}: only greedy requests that ignore end-of-sequence "
                              "have one answer to compare")
-        for _ in range(params.n):
+        for _sample in range(params.n):
             prompts.append(list(prompt))
             lengths.append(params.max_tokens)
             owner.append(str(i))
