@@ -21,9 +21,10 @@ os.environ["PAGEDKIT_TRACK"] = str(TRACK_DIR / "my_engine.py")
 # Lab 10 runs beside vLLM, and its committed outputs are vLLM's: nbval runs it
 # where vLLM is importable (CI's vLLM step, PAGEDKIT_REQUIRE_VLLM=1, where a
 # broken install then fails it). Elsewhere tests/labs/test_lab10_without_vllm.py
-# runs it and checks that every vLLM cell says vLLM is not installed.
+# runs it and checks that every vLLM cell says vLLM is not installed. The same
+# holds for its Chinese edition, labs/zh-CN/10_meet_vllm.ipynb.
 if os.environ.get("PAGEDKIT_REQUIRE_VLLM") != "1":
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
-        collect_ignore = ["labs/10_meet_vllm.ipynb"]
+        collect_ignore = ["labs/10_meet_vllm.ipynb", "labs/zh-CN/10_meet_vllm.ipynb"]
