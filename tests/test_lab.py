@@ -83,6 +83,65 @@ def test_usage_errors(capsys, monkeypatch):
     assert "the labs live in a clone of the repository" in capsys.readouterr().err
 
 
+def _clone_zh(tmp_path: Path) -> Path:
+    """A clone with the Chinese edition too: labs/zh-CN/ (its first lab, its README)."""
+    root = _clone(tmp_path)
+    (root / "labs" / "zh-CN").mkdir()
+    shutil.copy(ROOT / "labs" / "zh-CN" / lab.FIRST_LAB, root / "labs" / "zh-CN" / lab.FIRST_LAB)
+    (root / "labs" / "zh-CN" / "README.md").write_text("# 实验\n")
+    return root
+
+
+def test_the_chinese_edition_is_copied_beside_the_english_one(tmp_path):
+    root = _clone_zh(tmp_path)
+    assert lab.copy_labs(root, "zh-CN") == ([lab.FIRST_LAB, "README.md"], [])
+    assert (root / lab.WORK / "zh-CN" / lab.FIRST_LAB).read_bytes() == \
+        (root / "labs" / "zh-CN" / lab.FIRST_LAB).read_bytes()
+    assert not (root / lab.WORK / lab.FIRST_LAB).exists()  # the English ones: not asked for
+    assert lab.copy_labs(root) == ([lab.FIRST_LAB, "03_paging.ipynb", "README.md"], [])
+    assert lab.copy_labs(root, "zh-CN") == ([], [])
+    argv = lab.command(root, lab.FIRST_LAB, as_root=False, extra=[], language="zh-CN")
+    assert argv[-1] == str((root / lab.WORK / "zh-CN" / lab.FIRST_LAB).resolve())
+    # its links to ../../docs/ resolve from the copy as from labs/zh-CN/
+    assert (root / lab.WORK / "zh-CN" / ".." / ".." / "docs" / "kernels.md").is_file()
+
+
+def test_the_real_chinese_labs_are_all_there_to_open():
+    zh = sorted(p.name for p in (ROOT / "labs" / "zh-CN").glob("*.ipynb"))
+    assert lab.FIRST_LAB in zh
+    assert set(zh) <= {p.name for p in (ROOT / "labs").glob("*.ipynb")}
+
+
+def test_lang_is_validated_and_names_the_editions(capsys, monkeypatch):
+    assert _run(["lab", "--lang", "fr", "--print"]) == 2
+    err = capsys.readouterr().err
+    assert "--lang 'fr': the labs come in en and zh-CN" in err
+    assert _run(["lab", "99_nope.ipynb", "--lang", "zh-CN", "--print"]) == 2
+    err = capsys.readouterr().err
+    assert "no lab '99_nope.ipynb' in" in err and "zh-CN" in err and lab.FIRST_LAB in err
+    assert _run(["lab", "--lang", "zh-CN", "--print", "--no-browser"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[-1] == str(ROOT / lab.WORK / "zh-CN" / lab.FIRST_LAB)
+
+
+def test_chinese_menus_where_the_language_pack_is_installed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(lab, "settings_dir", lambda: tmp_path / "overrides.d")
+    monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": ([], []))
+    monkeypatch.setattr(lab, "run_until_it_exits", lambda argv: 0)
+    settings = tmp_path / "overrides.d" / "pagedkit.json"
+    monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: None)
+    assert lab.main(["--lang", "zh-CN", "--no-browser"]) == 0
+    assert "pip install jupyterlab-language-pack-zh-CN" in capsys.readouterr().err
+    assert json.loads(settings.read_text()) == lab.SETTINGS
+    monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: object())
+    assert lab.main(["--lang", "zh-CN", "--no-browser"]) == 0
+    assert "menus in Chinese" in capsys.readouterr().err
+    assert json.loads(settings.read_text()) == {
+        **lab.SETTINGS, "@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}
+    assert lab.main(["--no-browser"]) == 0  # the English edition: JupyterLab's own default
+    assert json.loads(settings.read_text()) == lab.SETTINGS
+
+
 def test_print_shows_the_command(capsys):
     assert cli(["lab", "--print", "--no-browser"]) == 0
     out = capsys.readouterr().out.split()
@@ -183,7 +242,7 @@ def test_jupyterlab_runs_the_command_and_serves_docs(tmp_path):
 def test_the_widget_state_default_is_said_and_can_be_left_off(tmp_path, monkeypatch, capsys):
     written = []
     monkeypatch.setattr(lab, "settings_dir", lambda: tmp_path / "overrides.d")
-    monkeypatch.setattr(lab, "copy_labs", lambda root: ([], []))
+    monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": ([], []))
     monkeypatch.setattr(lab, "run_until_it_exits", lambda argv: written.append(argv) or 0)
     assert lab.main(["--no-browser"]) == 0
     assert str(tmp_path / "overrides.d" / "pagedkit.json") in capsys.readouterr().err

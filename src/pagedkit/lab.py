@@ -18,12 +18,17 @@ what this does instead:
   (``overrides.d/pagedkit.json`` in JupyterLab's settings folder, where
   packages put their defaults; the learner's own settings still win).
 
-``--print`` shows the command instead of running it.
+``--lang zh-CN`` opens the Simplified Chinese edition instead (``labs/zh-CN/``,
+copied to ``my-labs/zh-CN/``, so its links to ``../../docs/`` resolve the same);
+where JupyterLab's Chinese language pack is installed, JupyterLab's own
+interface is set to Chinese too (the same settings default). ``--print`` shows
+the command instead of running it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -39,6 +44,25 @@ WORK = "my-labs"
 FIRST_LAB = "00_start_here.ipynb"
 #: JupyterLab defaults for the labs: widget state saved with the notebook.
 SETTINGS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
+#: the editions of the labs: language -> their folder under labs/ (and under my-labs/)
+EDITIONS = {"en": ".", "zh-CN": "zh-CN"}
+#: JupyterLab's language pack for an edition (PyPI name, module, JupyterLab's locale)
+LANGUAGE_PACKS = {"zh-CN": ("jupyterlab-language-pack-zh-CN", "jupyterlab_language_pack_zh_CN",
+                            "zh_CN")}
+
+
+def edition(root: Path, language: str) -> Path:
+    """The folder of the labs in `language` ("en": labs/, "zh-CN": labs/zh-CN/)."""
+    return (root / "labs" / EDITIONS[language]).resolve()
+
+
+def ui_settings(language: str) -> dict:
+    """JupyterLab's interface language for `language`, where its language pack is
+    installed ({} otherwise: JupyterLab keeps its own default)."""
+    pack = LANGUAGE_PACKS.get(language)
+    if pack is None or importlib.util.find_spec(pack[1]) is None:
+        return {}
+    return {"@jupyterlab/translation-extension:plugin": {"locale": pack[2]}}
 
 
 def settings_dir() -> Path:
@@ -48,13 +72,13 @@ def settings_dir() -> Path:
     return Path(get_app_dir()) / "settings" / "overrides.d"
 
 
-def write_settings(folder: Path) -> Path | None:
-    """Put `SETTINGS` in `folder` as pagedkit.json; the path, or None where the
-    environment is not writable (JupyterLab then runs with its own defaults)."""
+def write_settings(folder: Path, extra: dict | None = None) -> Path | None:
+    """Put `SETTINGS` (and `extra`) in `folder` as pagedkit.json; the path, or None where
+    the environment is not writable (JupyterLab then runs with its own defaults)."""
     path = folder / "pagedkit.json"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(SETTINGS, indent=2) + "\n")
+        path.write_text(json.dumps({**SETTINGS, **(extra or {})}, indent=2) + "\n")
     except OSError:
         return None
     return path
@@ -68,13 +92,15 @@ def clone_root(package_file: str | Path | None = None) -> Path | None:
     return root if root is not None and (root / "labs" / FIRST_LAB).is_file() else None
 
 
-def copy_labs(root: Path) -> tuple[list[str], list[str]]:
-    """Copy every lab (and the labs' README) missing from ``my-labs/``; return the
-    names copied and the names whose original changed since the copy was made."""
-    work = root / WORK
-    work.mkdir(exist_ok=True)
+def copy_labs(root: Path, language: str = "en") -> tuple[list[str], list[str]]:
+    """Copy every lab of an edition (and its README) missing from ``my-labs/`` (the
+    Chinese ones: ``my-labs/zh-CN/``); return the names copied and the names whose
+    original changed since the copy was made."""
+    labs = edition(root, language)
+    work = root / WORK / EDITIONS[language]
+    work.mkdir(parents=True, exist_ok=True)
     copied, changed = [], []
-    for original in [*sorted((root / "labs").glob("*.ipynb")), root / "labs" / "README.md"]:
+    for original in [*sorted(labs.glob("*.ipynb")), labs / "README.md"]:
         copy = work / original.name
         if not copy.exists():
             shutil.copy2(original, copy)
@@ -85,12 +111,14 @@ def copy_labs(root: Path) -> tuple[list[str], list[str]]:
     return copied, changed
 
 
-def command(root: Path, lab: str, *, as_root: bool, extra: list[str]) -> list[str]:
-    """The jupyter lab command line: served from `root`, opening ``my-labs/<lab>``."""
+def command(root: Path, lab: str, *, as_root: bool, extra: list[str],
+            language: str = "en") -> list[str]:
+    """The jupyter lab command line: served from `root`, opening ``my-labs/<lab>``
+    (``my-labs/zh-CN/<lab>`` for the Chinese edition)."""
     argv = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={root}"]
     if as_root:
         argv.append("--allow-root")
-    return [*argv, *extra, str(root / WORK / lab)]
+    return [*argv, *extra, str((root / WORK / EDITIONS[language] / lab).resolve())]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,6 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("lab", nargs="?", default=FIRST_LAB,
                    help=(_("the notebook to open, e.g. 03_paging.ipynb (default: {FIRST_LAB})")
                           .format(FIRST_LAB=FIRST_LAB)))
+    p.add_argument("--lang", default="en", metavar="LANG",
+                   help="the edition: en (default) or zh-CN, the Simplified Chinese labs "
+                        "(labs/zh-CN/, copied to my-labs/zh-CN/)")
     p.add_argument("--print", action="store_true", dest="dry_run",
                    help=_("print the jupyter command instead of running it"))
     p.add_argument("--no-widget-state", action="store_false", dest="widget_state",
@@ -151,24 +182,35 @@ def main(argv: list[str] | None = None) -> int:
                      "installed without one: git clone https://github.com/pagedkit/pagedkit, "
                      "then in it pip install -r requirements.txt and run this again (or open "
                      "a lab on Colab)"))
-    if not (root / "labs" / args.lab).is_file():
-        names = ", ".join(p.name for p in sorted((root / "labs").glob("*.ipynb")))
+    if args.lang not in EDITIONS:
+        parser.error(f"--lang {args.lang!r}: the labs come in {' and '.join(EDITIONS)} "
+                     f"(e.g. --lang zh-CN for the Simplified Chinese edition)")
+    labs = edition(root, args.lang)
+    if not (labs / args.lab).is_file():
+        names = ", ".join(p.name for p in sorted(labs.glob("*.ipynb")))
         parser.error(_("no lab {lab!r} in {folder}; the labs: {names}")
-                       .format(lab=args.lab, folder=root / 'labs', names=names))
+                       .format(lab=args.lab, folder=labs, names=names))
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
-    argv_ = command(root, args.lab, as_root=as_root, extra=extra)
+    argv_ = command(root, args.lab, as_root=as_root, extra=extra, language=args.lang)
     if args.dry_run:
         print(" ".join(argv_))
         return 0
-    copied, changed = copy_labs(root)
+    copied, changed = copy_labs(root, args.lang)
+    sub = "" if args.lang == "en" else f"{EDITIONS[args.lang]}/"  # labs/zh-CN/, my-labs/zh-CN/
     if copied:
         print(_("lab: copied {n} of the labs into {folder}/: you work there, labs/ keeps the "
-                "originals").format(n=len(copied), folder=root / WORK), file=sys.stderr)
+                "originals").format(n=len(copied), folder=root / WORK / sub), file=sys.stderr)
     for name in changed:
         print(_("lab: labs/{name} changed since your copy in {WORK}/; yours is kept (delete it "
-                "to take the new one)").format(name=name, WORK=WORK), file=sys.stderr)
+                "to take the new one)").format(name=sub + name, WORK=WORK + "/" + sub[:-1]
+                                               if sub else WORK), file=sys.stderr)
+    ui = ui_settings(args.lang)
+    if args.lang in LANGUAGE_PACKS and not ui:
+        print(f"lab: JupyterLab's own menus stay English: pip install "
+              f"{LANGUAGE_PACKS[args.lang][0]} for them in Chinese (then Settings > Language)",
+              file=sys.stderr)
     if args.widget_state:
-        written = write_settings(settings_dir())
+        written = write_settings(settings_dir(), ui)
         if written is None:
             print(_("lab: could not write {settings_dir}: widgets in a reopened lab show again "
                     "once its cells run").format(settings_dir=settings_dir()), file=sys.stderr)
@@ -177,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
                     "({written}; delete it, or run with --no-widget-state, to stop)")
                     .format(written=written)),
                   file=sys.stderr)
+            if ui:
+                print("lab: and shows its own menus in Chinese (the same file; Settings > "
+                      "Language changes it)", file=sys.stderr)
+    elif ui:
+        print("lab: JupyterLab's menus in Chinese: Settings > Language (--no-widget-state "
+              "leaves JupyterLab's defaults as they are)", file=sys.stderr)
     if as_root:
         print(_("lab: running as root, so with --allow-root (JupyterLab refuses root without "
               "it)"), file=sys.stderr)
