@@ -258,6 +258,23 @@ def _comparable(cell: dict) -> tuple:
     return cell["cell_type"], cell.get("id"), source_of(cell), meta
 
 
+def _difference(want: dict, have: dict) -> str:
+    """Where a committed cell first departs from the generated one, in a few words."""
+    for name, w, h in zip(("type", "id", "source", "metadata"), _comparable(want),
+                          _comparable(have), strict=True):
+        if w == h:
+            continue
+        if name != "source":
+            return f"its {name} is {h!r}, the generator's {w!r}"
+        wl, hl = w.splitlines(), h.splitlines()
+        pairs = enumerate(zip(wl, hl, strict=False))
+        n = next((i for i, (a, b) in pairs if a != b), min(len(wl), len(hl)))
+        got = hl[n] if n < len(hl) else "(no line)"
+        made = wl[n] if n < len(wl) else "(no line)"
+        return f"line {n + 1} is {got[:60]!r}, the generator's {made[:60]!r}"
+    return "?"
+
+
 def generated_problems(root: Path, stem: str) -> list[str]:
     """How the committed labs/zh-CN/<stem>.ipynb differs from what `generate` makes
     now (cells, ids, sources, cell metadata; outputs are the run's, not compared)."""
@@ -271,9 +288,8 @@ def generated_problems(root: Path, stem: str) -> list[str]:
     have = read_notebook(out)
     for i, (w, h) in enumerate(zip(want["cells"], have["cells"], strict=False)):
         if _comparable(w) != _comparable(h):
-            return [f"{rel}: cell {i} (id {h.get('id')}, {first_words(source_of(h))!r}) is not "
-                    f"what the generator makes now (id {w.get('id')}, "
-                    f"{first_words(source_of(w))!r}): {fix}"]
+            return [f"{rel}: cell {i} (id {h.get('id')}) is not what the generator makes now "
+                    f"({_difference(w, h)}): {fix}"]
     if len(want["cells"]) != len(have["cells"]):
         return [f"{rel} has {len(have['cells'])} cells, the generator makes "
                 f"{len(want['cells'])}: {fix}"]
