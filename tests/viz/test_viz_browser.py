@@ -19,6 +19,7 @@ test-artifacts/viz/. Waits are on page conditions, never on sleeps.
 """
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -268,3 +269,36 @@ def test_block_map_steps_plays_and_survives_a_reload(browser_page):
     page.current().locator(".js-plotly-plot").first.screenshot(path=ARTIFACTS / "block_map_end.png")
     warnings = plotly_warnings(page.since(mark))
     assert not warnings, (len(warnings), warnings[:5])
+
+
+# ------------------------------------------------- the Chinese edition (issue #29)
+#: two Chinese labs with a widget and an exercise check (labs/zh-CN/, python -m pagedkit.i18n)
+ZH_LABS = {"00_start_here": "页块图", "03_paging": "页表"}
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.mark.parametrize("name", list(ZH_LABS))
+def test_a_chinese_lab_shows_its_text_widgets_and_checks_in_chinese(browser_page, name):
+    """The generated Chinese lab runs in the browser like its English original, and what
+    the learner reads is Chinese: the markdown, the widget's title and legend (pagedkit's
+    messages after set_language("zh-CN")), and an exercise check's verdict."""
+    page = browser_page
+    (ARTIFACTS / "zh-CN").mkdir(parents=True, exist_ok=True)
+    figures = _run_lab(page, f"zh-CN/{name}")  # every figure drawn, no error, no warning
+    panel = page.current()
+    markdown = " ".join(panel.locator(".jp-MarkdownOutput").all_inner_texts())
+    assert ZH_LABS[name] in markdown, markdown[:500]
+    titles = [f["title"] for f in figures]
+    assert any(CJK.search(t) for t in titles), titles
+    legends = panel.locator(".js-plotly-plot .legendtext").all_inner_texts()
+    assert any(CJK.search(t) for t in legends), legends
+    outputs = panel.locator(".jp-OutputArea-output")
+    checks = [i for i in range(outputs.count()) if "尚未编写" in outputs.nth(i).inner_text()]
+    assert checks, "no exercise check said 尚未编写 (not written yet) in Chinese"
+    check = outputs.nth(checks[0])
+    check.scroll_into_view_if_needed()
+    check.screenshot(path=ARTIFACTS / "zh-CN" / f"{name}-check.png")
+    plot = panel.locator(".js-plotly-plot").first
+    plot.scroll_into_view_if_needed()
+    page.page.screenshot(path=ARTIFACTS / "zh-CN" / f"{name}-page.png")
+    page.close_notebook()
