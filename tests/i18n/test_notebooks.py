@@ -182,7 +182,7 @@ def test_an_edited_generated_cell_fails(clone):
     nbformat.write(nb, path)
     found = nbs.problems(clone)
     assert len(found) == 1 and "cell 3 (id cow" in found[0] and "build" in found[0]
-    assert "is '手改的一句。', the generator's '(no line)'" in found[0]
+    assert "'手改的一句。', the generator's '(no line)'" in found[0]
     nbs.build(clone, STEM, execute=False)
     assert nbs.problems(clone) == []
     nb.cells.pop()  # a cell missing

@@ -271,7 +271,11 @@ def _difference(want: dict, have: dict) -> str:
         n = next((i for i, (a, b) in pairs if a != b), min(len(wl), len(hl)))
         got = hl[n] if n < len(hl) else "(no line)"
         made = wl[n] if n < len(wl) else "(no line)"
-        return f"line {n + 1} is {got[:60]!r}, the generator's {made[:60]!r}"
+        col = next((i for i, (a, b) in enumerate(zip(got, made, strict=False)) if a != b),
+                   min(len(got), len(made)))
+        start = max(0, col - 20)  # from a little before the first character that differs
+        return (f"line {n + 1}, from column {start + 1}: {got[start:start + 50]!r}, "
+                f"the generator's {made[start:start + 50]!r}")
     return "?"
 
 
