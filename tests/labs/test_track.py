@@ -20,7 +20,7 @@ from .wrong_answers import WRONG
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "labs" / "solutions"
 TRACK_LABS = ("lab03_paging", "lab04_paged_attention", "lab05_continuous_batching",
-              "lab06_preemption", "lab07_sharing")
+              "lab06_preemption", "lab07_sharing", "lab08_full_engine")
 
 
 def _load(stem: str):
@@ -274,3 +274,23 @@ def test_an_empty_track_path_turns_the_track_off(monkeypatch, reference):
     assert said == ["the build track is off here (PAGEDKIT_TRACK is empty): nothing saved"]
     assert track.load().plugged() == []
     assert track.check(track.load(), log=said.append) is None
+
+
+def test_top_p_filter_serves_sampled_requests_like_pagedkit(reference):
+    """Lab 08's seam (#28): the sampled requests (seeded, top-p below 1) draw the
+    same tokens through the learner's top_p_filter as through pagedkit's."""
+    calls = []
+
+    def counted(logits, top_p):
+        calls.append(top_p)
+        return reference.top_p_filter(logits, top_p)
+
+    pieces = dataclasses.replace(reference, top_p_filter=counted)
+    run = track.lockstep(pieces, track.sampled_requests(), **track.SCENARIOS["sampling"])
+    assert run.passed, repr(run)
+    assert len(calls) > 10 and _TIE in calls       # real rows, and the tie probe each step
+    from pagedkit.model import sampler
+    assert sampler.filter_logits.__module__ == "pagedkit.model.sampler"   # put back
+
+
+_TIE = 0.75

@@ -12,6 +12,8 @@ from pagedkit.exercises import track
 
 PROMPTS = [[5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 11], [20, 21, 22]]
 PARAMS = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+#: top_p_filter is asked only for rows that sample under a top-p cut.
+SAMPLED = SamplingParams(temperature=1.0, top_p=0.9, seed=3, max_tokens=6, ignore_eos=True)
 #: Prefix caching on (chain_hashes is asked), blocks of 4 (prompts end mid-block:
 #: copy_on_write is asked at each decode), a pool small enough to fill.
 ENGINE = {"num_blocks": 8, "block_size": 4, "enable_prefix_caching": True}
@@ -28,8 +30,8 @@ def failing_at(seam):
     return piece
 
 
-def generate(llm):
-    outs = llm.generate(PROMPTS, PARAMS, use_tqdm=False)
+def generate(llm, params=PARAMS):
+    outs = llm.generate(PROMPTS, params, use_tqdm=False)
     return [o.outputs[0].token_ids for o in outs]
 
 
@@ -42,9 +44,10 @@ def expected():
 def test_a_piece_failing_mid_step_leaves_the_engine_refusing_not_wrong(seam, expected):
     llm = LLM("tiny", **ENGINE)
     piece = failing_at(seam)
+    params = SAMPLED if seam == "top_p_filter" else PARAMS
     with track.plugged(llm, track.Pieces(**{seam: piece})):
         with pytest.raises(track.TrackError, match=f"your {seam} ") as raised:
-            generate(llm)
+            generate(llm, params)
         assert raised.value.piece == seam and piece.calls, "the seam was never reached"
         with pytest.raises(track.BrokenEngineError, match=f"in your {seam} .*new engine"):
             generate(llm)

@@ -24,6 +24,8 @@ your function (lab)         answers the engine's question       pagedkit's own p
 ``chain_hashes`` (07)       the prefix-cache names a new        the names
                             prompt is looked up by              `KVCacheManager.cached_prefix`
                                                                 computes
+``top_p_filter`` (08)       which tokens a sampled row keeps    the top-p cut of
+                            under its top-p cut                 `model.sampler.filter_logits`
 ==========================  ==================================  ==============================
 
 Each answer is *carried out* by pagedkit's own bookkeeping: the blocks your
@@ -56,7 +58,9 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import dataclasses
 import inspect
+import math
 import os
 import textwrap
 from collections import deque
@@ -74,15 +78,16 @@ from . import CheckResult
 __all__ = ["PIECES", "SCENARIOS", "BrokenEngineError", "Divergence", "LockstepRun", "Pieces",
            "TrackError",
            "bench_requests", "load", "lockstep", "pair_requests", "pieces_path", "plug_in",
-           "plugged", "save",
+           "plugged", "sampled_requests", "save",
            "transformers_tokens", "unplug", "vllm_missing", "vllm_tokens"]
 
 #: The pieces a learner can plug in, in the order a step uses them.
 PIECES = ("admit", "choose_victims", "chain_hashes", "append_slots", "copy_on_write",
-          "paged_decode_attention")
+          "paged_decode_attention", "top_p_filter")
 
 _LAB = {"append_slots": "03", "paged_decode_attention": "04", "admit": "05",
-        "choose_victims": "06", "copy_on_write": "07", "chain_hashes": "07"}
+        "choose_victims": "06", "copy_on_write": "07", "chain_hashes": "07",
+        "top_p_filter": "08"}
 
 
 class TrackError(RuntimeError):
@@ -104,6 +109,7 @@ class Pieces:
     choose_victims: Callable | None = None
     copy_on_write: Callable | None = None
     chain_hashes: Callable | None = None
+    top_p_filter: Callable | None = None
 
     def plugged(self) -> list[str]:
         return [name for name in PIECES if getattr(self, name) is not None]
@@ -176,13 +182,77 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
         probed[0] = False
         try:
             with (ops.use_decode_attention(attention) if attention else
-                  contextlib.nullcontext()):
+                  contextlib.nullcontext()), _yours_filter(pieces.top_p_filter):
                 return step()
         except Exception as err:  # a step stopped part-way: its state is not a step's
             _break(engine, _broken_text(engine, err))
             raise
     engine.step = plugged_step
     return llm
+
+
+# ------------------------------------------------------------------- lab 08
+@contextlib.contextmanager
+def _yours_filter(fn: Callable | None) -> Iterator[None]:
+    """For one step, the sampler's top-p cut is `fn`'s (`top_p_filter(logits,
+    top_p)`, lab 08): pagedkit's `filter_logits` still applies temperature,
+    min-p and top-k, then hands the row to `fn` and holds its answer to its
+    own (the same tokens kept, the kept logits unchanged, the row it was given
+    left as it was); once a step `fn` is also asked the lab's tie, where the
+    mass before a token reaches top_p exactly. Patched in `pagedkit.model.
+    sampler` for the step only (as `ops.use_decode_attention` is)."""
+    if fn is None:
+        yield
+        return
+    from ..model import sampler
+
+    pagedkit_filter = sampler.filter_logits
+    probed = [False]
+
+    def filter_logits(logits, params):
+        want = pagedkit_filter(logits, params)
+        if params.top_p >= 1.0:
+            return want
+        if not probed[0]:
+            probed[0] = True
+            _ask_top_p(fn, _TIE_ROW, _TIE_TOP_P, pagedkit_filter, "the lab's tie (the mass "
+                       "before the third token is exactly top_p: it is dropped, >= not >)")
+        before = pagedkit_filter(logits, dataclasses.replace(params, top_p=1.0))
+        return _ask_top_p(fn, before, params.top_p, pagedkit_filter, "a row the engine samples")
+
+    sampler.filter_logits = filter_logits
+    try:
+        yield
+    finally:
+        sampler.filter_logits = pagedkit_filter
+
+
+_TIE_ROW = [math.log(2), math.log(8), 0.0, math.log(4), 0.0]
+_TIE_TOP_P = 0.75
+
+
+def _ask_top_p(fn: Callable, row, top_p: float, pagedkit_filter: Callable, what: str):
+    """`fn`'s top-p cut of `row` at `top_p`, held to pagedkit's."""
+    from ..sampling_params import SamplingParams
+
+    row = torch.as_tensor(row, dtype=torch.float32)
+    given, kept = row.clone(), row.clone()
+    want = pagedkit_filter(row, SamplingParams(temperature=1.0, top_p=top_p))
+    got = _call("top_p_filter", fn, given, top_p)
+    if not torch.equal(given, kept):
+        raise TrackError("top_p_filter", f"changed the logits it was given ({what}): return a "
+                                         "new tensor (clone first)")
+    dropped = torch.isinf(want)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape \
+            or not torch.equal(torch.isinf(got) & (got < 0), dropped) \
+            or not torch.allclose(got[~dropped], want[~dropped]):
+        def ids(x):
+            return (torch.nonzero(~(torch.isinf(x) & (x < 0))).flatten().tolist()
+                    if isinstance(x, torch.Tensor) and x.shape == want.shape else x)
+        raise TrackError("top_p_filter", f"at top_p={top_p:g} on {what} ({row.numel()} logits) "
+                                         f"kept {_short(ids(got))}; pagedkit keeps "
+                                         f"{_short(ids(want))} with their logits unchanged")
+    return got
 
 
 #: The large-score probe scales a real query by this: the scores reach the
@@ -1061,6 +1131,16 @@ def bench_requests(num_requests: int = 10, *, seed: int = 0, block_size: int = 4
     return requests
 
 
+def sampled_requests() -> list[tuple[list[int], Any]]:
+    """Requests that sample with a top-p cut (seeded, so both engines draw alike):
+    what puts lab 08's `top_p_filter` to work (`SCENARIOS["sampling"]`)."""
+    from ..sampling_params import SamplingParams
+
+    return [([11 + i, 30 + 2 * i, 50 + 3 * i, 7], SamplingParams(
+        temperature=t, top_p=p, max_tokens=10, seed=100 + i, ignore_eos=True))
+        for i, (t, p) in enumerate([(1.0, 0.9), (0.8, 0.5), (1.3, 0.95), (1.0, 0.3)])]
+
+
 def pair_requests() -> list[tuple[list[int], Any]]:
     """Two forked samples of a 15-token prompt and four 2-token prompts, in
     blocks of 8 (`SCENARIOS["pair"]`): at the third step the pair needs a block
@@ -1093,20 +1173,22 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "memory_chunked": dict(block_size=4, num_blocks=24, enable_prefix_caching=True,
                            enable_chunked_prefill=True, max_num_batched_tokens=16,
                            max_num_seqs=6),
+    "sampling": dict(block_size=4, num_blocks=32),  # sampled_requests(): top_p_filter's
 }
 
 
 #: The scenarios `check` runs, in this order (those that stop most wrong
 #: pieces first): every wrong piece in the course's tests is stopped by one
 #: of them (tests/labs/test_track.py runs `check` itself).
-CHECK_ORDER = ("recompute", "admission", "memory", "chunked", "memory_chunked", "budget",
-               "pair", "swap")
+CHECK_ORDER = ("sampling", "recompute", "admission", "memory", "chunked", "memory_chunked",
+               "budget", "pair", "swap")
 
 
 def check(pieces: Pieces, *, scenarios: Sequence[str] = CHECK_ORDER,
           log: Callable[[str], None] = print) -> LockstepRun | None:
     """Your `pieces` beside pagedkit's own in each of `scenarios` (the bench
-    workload, `bench_requests()`; "pair" runs `pair_requests()`), stopping
+    workload, `bench_requests()`; "pair" runs `pair_requests()`, "sampling"
+    `sampled_requests()`, only when a `top_p_filter` is plugged in), stopping
     at the first run that differs: that run is returned, naming the step and
     the piece. If every scenario passes, the last run is returned. One
     scenario alone can miss a wrong piece (a rule that matters only when
@@ -1122,8 +1204,10 @@ def check(pieces: Pieces, *, scenarios: Sequence[str] = CHECK_ORDER,
     requests = bench_requests()
     run = None
     for name in scenarios:
-        run = lockstep(pieces, pair_requests() if name == "pair" else requests,
-                       **SCENARIOS[name])
+        if name == "sampling" and not pieces.top_p_filter:
+            continue  # only lab 08's top_p_filter sees these requests' sampling
+        special = {"pair": pair_requests, "sampling": sampled_requests}.get(name)
+        run = lockstep(pieces, special() if special else requests, **SCENARIOS[name])
         verdict = _("same as pagedkit") if run.passed else _("DIFFERS")
         log(f"{name:>15}: " + _("{verdict} ({steps} steps)").format(verdict=verdict,
                                                                    steps=run.steps))
