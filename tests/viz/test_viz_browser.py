@@ -290,11 +290,13 @@ def test_a_chinese_lab_shows_its_text_widgets_and_checks_in_chinese(browser_page
     assert ZH_LABS[name] in markdown, markdown[:500]
     titles = [f["title"] for f in figures]
     assert any(CJK.search(t) for t in titles), titles
-    legends = panel.locator(".js-plotly-plot .legendtext").all_inner_texts()
+    legends = panel.locator(".js-plotly-plot .legendtext").all_text_contents()
     assert any(CJK.search(t) for t in legends), legends
     outputs = panel.locator(".jp-OutputArea-output")
-    checks = [i for i in range(outputs.count()) if "尚未编写" in outputs.nth(i).inner_text()]
-    assert checks, "no exercise check said 尚未编写 (not written yet) in Chinese"
+    texts = outputs.all_text_contents()
+    checks = [i for i, t in enumerate(texts) if ("❌" in t or "✘" in t) and "尚未编写" in t]
+    assert checks, ("no exercise check said ❌ ... 尚未编写 (not written yet) in Chinese",
+                    [t for t in texts if "❌" in t or "✘" in t][:3])
     check = outputs.nth(checks[0])
     check.scroll_into_view_if_needed()
     check.screenshot(path=ARTIFACTS / "zh-CN" / f"{name}-check.png")
