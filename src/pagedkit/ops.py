@@ -30,12 +30,13 @@ Copying blocks is one batched torch operation already; ``batched`` and
 version (one ``index_copy_`` per cache), the reference's boolean-mask
 indexing being the readable one.
 
-An engine step calls these ops for every layer with the same metadata;
-`StepOps` calls them by name with what the step's layers share: the value
-checks run for the first layer only, and the batched path keeps its buckets
-in a ``step_cache``. A function can stand in for an op: `override` (and
-`use_decode_attention`, built on it) puts one in `OVERRIDES`, which the ops
-consult first.
+Every layer of an engine step calls these ops by name
+(`pagedkit.model.attention.paged_attention`), with the step's metadata and a
+``step_cache`` its layers share, where the batched path keeps its buckets.
+Which function runs comes from two explicit tables: `OVERRIDES`, functions
+plugged in for an op (`override`, and `use_decode_attention` built on it),
+consulted first; then `IMPLEMENTATIONS`, each torch backend's functions (the
+Triton kernels' are imported on first use).
 
 Choose with the environment variable ``PAGEDKIT_KERNELS=auto|batched|torch|triton``
 or, from Python, ``set_backend("triton")`` (``set_backend(None)`` goes back
@@ -59,9 +60,10 @@ The interpreter computes ``tl.dot`` on bfloat16 wrongly (Triton issue
 or float16 there, or the torch paths.
 
 Every operation checks its arguments first and raises an error naming the
-shapes. ``check=False`` skips the checks that read tensor *values* (block
-ids, slots and lengths in range), which on a GPU cost a host sync per call;
-the engine, whose inputs come from its own bookkeeping, skips them on CUDA.
+shapes. ``check=False`` skips the checks: the caller vouches for its
+arguments. An engine step does, in every layer: it checks the metadata its
+layers share once, when the step starts (`pagedkit.kernels.checks.check_step`),
+and each layer's own tensors were checked when the model was loaded.
 
 Importing this module never imports Triton, so it works where Triton is not
 installed. The references are re-exported here under ``*_reference``, the
@@ -94,12 +96,12 @@ from pagedkit.kernels.reference import (
 from pagedkit.kernels.reference import store_kv as store_kv_reference
 
 __all__ = [
+    "IMPLEMENTATIONS",
     "MIN_FORCED_TRITON_CAPABILITY",
     "MIN_TRITON_CAPABILITY",
     "OVERRIDES",
     "Backend",
     "KernelFallbackWarning",
-    "StepOps",
     "backend",
     "copy_blocks",
     "copy_blocks_reference",
@@ -115,6 +117,7 @@ __all__ = [
     "store_kv_batched",
     "store_kv_reference",
     "use_backend",
+    "use_decode_attention",
 ]
 
 ENV_VAR = "PAGEDKIT_KERNELS"
@@ -284,15 +287,19 @@ def _triton_op(name: str) -> Callable:
     return getattr(module, name)
 
 
-def _implementation(name: str, choice: Backend) -> Callable:
-    """Operation `name` as `choice` implements it (batched has no copy_blocks:
-    the reference's is one batched op already)."""
-    if choice == "triton":
-        return _triton_op(name)
-    if choice == "batched" and name != "copy_blocks":
-        return getattr(batched, name)
-    return getattr(reference, name)
-
+#: Each torch backend's function for each operation (the Triton kernels' are
+#: imported on first use: `_triton_op`). The batched path has no copy_blocks
+#: of its own: the reference's is one batched op already.
+IMPLEMENTATIONS: dict[str, dict[str, Callable]] = {
+    "batched": {"store_kv": batched.store_kv,
+                "paged_decode_attention": batched.paged_decode_attention,
+                "paged_prefill_attention": batched.paged_prefill_attention,
+                "copy_blocks": reference.copy_blocks},
+    "torch": {"store_kv": reference.store_kv,
+              "paged_decode_attention": reference.paged_decode_attention,
+              "paged_prefill_attention": reference.paged_prefill_attention,
+              "copy_blocks": reference.copy_blocks},
+}
 
 #: Functions plugged in for an operation, by its name here, in place of the
 #: backend's; `override` puts one in for a block (`use_decode_attention` does,
@@ -320,12 +327,27 @@ def override(name: str, fn: Callable) -> Iterator[None]:
             OVERRIDES[name] = previous
 
 
+def _run(name: str, device: torch.device, args: tuple, options: dict,
+         step_cache: dict | None = None):
+    """Run operation `name` on `args` and `options`: the function plugged in
+    for it (`OVERRIDES`) if there is one, else the backend's for `device`.
+    The batched attention also gets `step_cache`, where it keeps its buckets."""
+    if name in OVERRIDES:
+        return OVERRIDES[name](*args, **options)
+    choice = backend(device)
+    if choice == "triton":
+        return _triton_op(name)(*args, **options)
+    if step_cache is not None and choice == "batched":
+        return IMPLEMENTATIONS["batched"][name](*args, **options, step_cache=step_cache)
+    return IMPLEMENTATIONS[choice][name](*args, **options)
+
+
 def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
              v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
     """Write new tokens' K/V ``[num_tokens, num_kv_heads, head_dim]`` into their
     slots of the paged cache; a negative slot skips the token."""
-    op = OVERRIDES.get("store_kv") or _implementation("store_kv", backend(k_cache.device))
-    op(key, value, k_cache, v_cache, slot_mapping, check=check)
+    _run("store_kv", k_cache.device, (key, value, k_cache, v_cache, slot_mapping),
+         {"check": check})
 
 
 def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -337,12 +359,13 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     """One query token per sequence attending to its paged K/V; see
     `pagedkit.kernels.reference.paged_decode_attention` for the contract
     (`sliding_window`, `softcap`, `sinks`: `pagedkit.kernels.reference.attention`).
-    `step_cache`: a dict the calls of one engine step share (`StepOps`), in
-    which the batched path keeps what depends only on the tables and lengths."""
-    return _attend("paged_decode_attention",
-                   (query, k_cache, v_cache, block_tables, context_lens, scale),
-                   dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
-                        num_splits=num_splits, check=check), step_cache)
+    `step_cache`: a dict the layers of one engine step share (the step's
+    `AttentionMetadata` holds it), in which the batched path keeps what
+    depends only on the tables and lengths."""
+    return _run("paged_decode_attention", k_cache.device,
+                (query, k_cache, v_cache, block_tables, context_lens, scale),
+                dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
+                     num_splits=num_splits, check=check), step_cache)
 
 
 def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -354,105 +377,16 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     """Packed query chunks attending causally to their paged K/V (cached prefix
     plus the chunk); see `pagedkit.kernels.reference.paged_prefill_attention`.
     `step_cache`: as in `paged_decode_attention`."""
-    return _attend("paged_prefill_attention",
-                   (query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale),
-                   dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
-                        check=check), step_cache)
-
-
-def _attend(name: str, args: tuple, options: dict, step_cache: dict | None) -> torch.Tensor:
-    """Run attention op `name`: a plugged-in function if there is one (called
-    with the op's own arguments), else the backend's for the cache's device;
-    the batched path also gets the step's shared `step_cache`."""
-    if name in OVERRIDES:
-        return OVERRIDES[name](*args, **options)
-    choice = backend(args[1].device)  # the K cache's
-    if choice == "batched":
-        return getattr(batched, name)(*args, **options, step_cache=step_cache)
-    return _implementation(name, choice)(*args, **options)
+    return _run("paged_prefill_attention", k_cache.device,
+                (query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale),
+                dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
+                     check=check), step_cache)
 
 
 def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool = True) -> None:
     """Copy blocks ``cache[src] -> cache[dst]`` in place for each (src, dst) row
     of `block_pairs` (copy-on-write)."""
-    op = OVERRIDES.get("copy_blocks") or _implementation("copy_blocks", backend(cache.device))
-    op(cache, block_pairs, check=check)
-
-
-class StepOps:
-    """`store_kv` and paged attention for every layer of one engine step.
-
-    Every layer of a step writes through the same slots and reads through the
-    same block tables and lengths. A layer calls `store_kv` and `attention`
-    with its own tensors; they call this module's public ops by name (so a
-    function put in their place, lab 08's call recorder, sees every layer)
-    with the step's metadata, and with two things shared by the step's layers:
-
-    * the value checks of the metadata (slots and block ids inside the cache,
-      lengths that fit the tables) run for the first layer only, and again
-      for a layer whose cache has another shape or which has another sliding
-      window (the only things a layer adds that they read);
-    * ``step_cache``, where the batched path keeps its buckets (per block
-      size and sliding window: a model may mix windowed and full layers, as
-      Gemma 2 does).
-
-    Each layer still gets the structure checks of its own tensors (shapes,
-    dtypes, devices, options). The metadata is the step's packed batch
-    (`pagedkit.model.attention.AttentionMetadata`): each new token's slot,
-    then the sequences' block tables and context lengths, the first
-    `num_decodes` of them decodes (one query row each), the rest prefill
-    chunks bounded by `cu_seqlens_q`. ``check=False`` skips the value checks
-    (a host sync each on a GPU).
-    """
-
-    def __init__(self, slot_mapping: torch.Tensor, block_tables: torch.Tensor,
-                 context_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, num_decodes: int, *,
-                 check: bool = True) -> None:
-        d, num_seqs = num_decodes, context_lens.shape[0]
-        self.slot_mapping = slot_mapping
-        self.num_decodes = d
-        self.check = check
-        # the decodes' (block_tables, context_lens) and the chunks' (block_tables,
-        # cu_seqlens_q, context_lens); None where the step has none
-        self.decodes = (block_tables[:d], context_lens[:d]) if d else None
-        self.chunks = (block_tables[d:], cu_seqlens_q[d:] - d, context_lens[d:]) \
-            if d < num_seqs or not d else None
-        self.step_cache: dict = {}
-        self._checked: set[tuple] = set()  # the value checks done this step
-
-    def _check_values(self, *key) -> bool:
-        """Whether the call `key` names runs the value checks: only the first."""
-        first = self.check and key not in self._checked
-        self._checked.add(key)
-        return first
-
-    def store_kv(self, key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor) -> None:
-        """`store_kv` of this layer's new K/V ``[num_tokens, num_kv_heads, head_dim]``."""
-        store_kv(key, value, k_cache, v_cache, self.slot_mapping,
-                 check=self._check_values("store_kv", k_cache.shape))
-
-    def attention(self, query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                  scale: float | None = None, *, sliding_window: int | None = None,
-                  softcap: float | None = None, sinks: torch.Tensor | None = None
-                  ) -> torch.Tensor:
-        """This layer's attention for every query row of the step ``[num_tokens,
-        num_q_heads, head_dim]``: the decodes' rows from `paged_decode_attention`,
-        the rest from `paged_prefill_attention`."""
-        d = self.num_decodes
-        options = dict(sliding_window=sliding_window, softcap=softcap, sinks=sinks,
-                       step_cache=self.step_cache)
-        outs = []
-        if self.decodes is not None:
-            outs.append(paged_decode_attention(
-                query[:d], k_cache, v_cache, *self.decodes, scale, **options,
-                check=self._check_values("decode", k_cache.shape, d, sliding_window)))
-        if self.chunks is not None:
-            outs.append(paged_prefill_attention(
-                query[d:], k_cache, v_cache, *self.chunks, scale, **options,
-                check=self._check_values("prefill", k_cache.shape, query.shape[0],
-                                         sliding_window)))
-        return outs[0] if len(outs) == 1 else torch.cat(outs)
+    _run("copy_blocks", cache.device, (cache, block_pairs), {"check": check})
 
 
 @contextlib.contextmanager

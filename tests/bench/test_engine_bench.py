@@ -98,8 +98,7 @@ def test_profile_leaves_the_engine_code_as_it_was():
     from pagedkit import ops
 
     def code():
-        return (ops.paged_decode_attention, ops.store_kv, ops.StepOps.store_kv,
-                ops.StepOps.attention)
+        return ops.paged_decode_attention, ops.paged_prefill_attention, ops.store_kv
 
     before = code()
     import torch.nn.functional as F

@@ -251,7 +251,7 @@ def test_one_sequence_reads_only_its_slots_that_hold_a_token(context, options, d
         t[0, :first] = -1
         return t
 
-    bucket, = batched.bucket_decode(tables(1), case.context_lens, bs, window)
+    bucket, = batched.make_buckets(tables(1), [0, 1], case.context_lens.tolist(), bs, window)
     first_block = 0 if window is None else max(0, context - window) // bs
     # it reads only its slots that hold a token: nothing to zero, and a plain
     # decode needs no mask at all
@@ -283,7 +283,8 @@ def test_buckets_gather_into_the_same_buffers_for_every_layer():
     other = make_case([5, 17, 40, 3], 8, num_kv_heads=1, head_dim=32, seed=1)
     assert torch.equal(case.block_tables, other.block_tables)  # same seed: same blocks
     query = torch.randn(4, 4, 16)
-    buckets = batched.bucket_decode(case.block_tables, case.context_lens, 8)
+    buckets = batched.make_buckets(case.block_tables, list(range(5)), case.context_lens.tolist(),
+                                   8)
     assert any(b.num_seqs > 1 for b in buckets)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no buffer is resized
@@ -342,7 +343,8 @@ def test_one_bucket_and_many_give_the_same_rows():
     case = make_case(lens, 16, num_kv_heads=2, head_dim=64, seed=5)
     query = torch.randn(len(lens), 4, 64)
     args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
-    assert len(batched.bucket_decode(case.block_tables, case.context_lens, 16)) == 1
+    assert len(batched.make_buckets(case.block_tables, list(range(len(lens) + 1)),
+                                    case.context_lens.tolist(), 16)) == 1
     expected = torch.stack([truth(query[s:s + 1], k, v, 64 ** -0.5, k.shape[0] - 1)[0]
                             for s, (k, v) in enumerate(zip(case.keys, case.values,
                                                            strict=True))])
@@ -351,7 +353,7 @@ def test_one_bucket_and_many_give_the_same_rows():
 
 def test_each_call_buckets_the_contents_it_is_given_and_checks_them():
     """A direct call keeps nothing between calls (an engine step buckets once for
-    all its layers through `ops.StepOps`'s step_cache instead): a table changed in place
+    all its layers through the step's `step_cache` instead): a table changed in place
     (same tensor, new contents) is read anew, and a bad block id is refused."""
     case = make_case([5, 20, 9], 4, num_kv_heads=1, head_dim=16, seed=2, spare_blocks=0)
     query = torch.randn(3, 2, 16)

@@ -81,7 +81,8 @@ def test_no_tokens_and_only_skipped_tokens_write_nothing():
 
 def test_ops_store_kv_runs_the_batched_store_on_cpu(monkeypatch):
     calls = []
-    monkeypatch.setattr(batched, "store_kv", lambda *a, **k: calls.append(a) or None)
+    monkeypatch.setitem(ops.IMPLEMENTATIONS["batched"], "store_kv",
+                        lambda *a, **k: calls.append(a) or None)
     monkeypatch.delenv("PAGEDKIT_KERNELS", raising=False)
     k_cache = torch.zeros(2, 4, 1, 8)
     key = torch.ones(1, 1, 8)

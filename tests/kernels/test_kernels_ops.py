@@ -42,10 +42,10 @@ def test_each_torch_path_is_selectable_and_runs(monkeypatch, name, implementatio
     assert ops.backend("cpu") == name
     assert ops.backend("cpu").reason == f"forced by PAGEDKIT_KERNELS={name}"
     for op in ("paged_decode_attention", "paged_prefill_attention", "store_kv"):
-        chosen = ops._implementation(op, ops.backend("cpu"))
+        chosen = ops.IMPLEMENTATIONS[ops.backend("cpu")][op]
         assert chosen.__module__ == f"pagedkit.kernels.{implementation}"
     # one batched torch op already: the reference's, on both paths
-    chosen = ops._implementation("copy_blocks", ops.backend("cpu"))
+    chosen = ops.IMPLEMENTATIONS[ops.backend("cpu")]["copy_blocks"]
     assert chosen.__module__ == "pagedkit.kernels.reference"
 
 

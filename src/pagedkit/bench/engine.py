@@ -424,10 +424,9 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
     wrap(engine.runner.model, "forward", "forward")
     from ..engine import llm_engine
     wrap(llm_engine, "sample_step", "sampling")  # the engine's step calls it by this name
-    # a step's attention runs through ops.StepOps (timing the module-level ops
-    # instead would swap them, and StepOps then calls a swapped op per layer)
-    for op in ("store_kv", "attention"):
-        wrap(ops.StepOps, op, "attention")
+    # every layer calls these by their names in pagedkit.ops
+    for op in ("store_kv", "paged_decode_attention", "paged_prefill_attention"):
+        wrap(ops, op, "attention")
     wrap(F, "linear", "linear layers")
     try:
         result, _ = run_pagedkit(model, work, block_size, llm=llm)

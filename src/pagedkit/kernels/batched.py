@@ -38,10 +38,11 @@ accumulate) and the result is cast back to the query's dtype. The options
 **Bucket once, attend per layer.** Where each sequence's blocks are, which
 slots hold tokens and which key each query sees depend only on the block
 tables, the lengths, the block size and the sliding window, never on a
-layer's K/V. `bucket_decode` / `bucket_prefill` lay that out (a list of
-`Bucket`), and `attend` runs one layer through it. The public ops below do
-both; given a `step_cache` dict (an engine step passes one for all its
-layers, `pagedkit.ops.StepOps`) they bucket once and reuse it.
+layer's K/V. `make_buckets` lays that out (a list of `Bucket`; a decode is
+the case of one query per sequence), and `attend` runs one layer through
+it. The public ops below do both; given a `step_cache` dict (an engine
+step passes one for all its layers: its `AttentionMetadata.step_cache`)
+they bucket once and reuse it.
 
 Signatures equal `reference.paged_decode_attention`,
 `reference.paged_prefill_attention` and `reference.store_kv` (plus
@@ -131,32 +132,17 @@ def length_buckets(q_lens: list[int], read_lens: list[int],
     return [sorted(members) for members in merged]
 
 
-def bucket_decode(block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int,
-                  sliding_window: int | None = None) -> list[Bucket]:
-    """The buckets of `paged_decode_attention` over these tables and lengths:
-    one query row per sequence, row s for sequence s. Unchecked: check first
-    (`checks.check_decode`)."""
-    ctx = context_lens.tolist()
-    return _buckets(block_tables, list(range(len(ctx) + 1)), ctx, block_size, sliding_window)
-
-
-def bucket_prefill(block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                   context_lens: torch.Tensor, block_size: int,
-                   sliding_window: int | None = None) -> list[Bucket]:
-    """The buckets of `paged_prefill_attention` over these tables, query
-    boundaries and lengths. Unchecked: check first (`checks.check_prefill`)."""
-    return _buckets(block_tables, cu_seqlens_q.tolist(), context_lens.tolist(), block_size,
-                    sliding_window)
-
-
-def _buckets(block_tables: torch.Tensor, cu: list[int], ctx: list[int], block_size: int,
-             sliding_window: int | None) -> list[Bucket]:
-    """Group the sequences into buckets (`length_buckets`, by chunk length and
-    blocks read) and lay out each bucket's gather and mask. Sequences with an
-    empty chunk have no rows to compute and join no bucket. The lengths come
-    as host ints: the rest is a little Python arithmetic and a handful of
-    tensor ops per bucket."""
-    q_lens = [b - a for a, b in itertools.pairwise(cu)]
+def make_buckets(block_tables: torch.Tensor, cu_seqlens_q: list[int], context_lens: list[int],
+                 block_size: int, sliding_window: int | None = None) -> list[Bucket]:
+    """The buckets of one call over these tables, query boundaries and
+    lengths (host ints: ``cu_seqlens_q.tolist()``; a decode's are ``0, 1,
+    ..., n``, one query each). Sequences go into buckets by chunk length and
+    blocks read (`length_buckets`); each bucket's gather and mask are laid
+    out by `_bucket`. Sequences with an empty chunk have no rows to compute
+    and join no bucket. Unchecked: check first (`checks.check_decode`,
+    `checks.check_prefill`)."""
+    q_lens = [b - a for a, b in itertools.pairwise(cu_seqlens_q)]
+    ctx = context_lens
     first_blocks = [0] * len(ctx)  # the first block a sequence's queries see
     if sliding_window is not None:
         first_blocks = [max(0, c - q - sliding_window + 1) // block_size
@@ -169,7 +155,7 @@ def _buckets(block_tables: torch.Tensor, cu: list[int], ctx: list[int], block_si
     buckets = []
     for members in groups:
         seqs = _Seqs(*([values[s] for s in members]
-                       for values in (q_lens, ctx, first_blocks, num_reads, cu)))
+                       for values in (q_lens, ctx, first_blocks, num_reads, cu_seqlens_q)))
         tables = block_tables if in_order else block_tables.index_select(
             0, torch.tensor(members, device=block_tables.device))
         buckets.append(_bucket(tables, seqs, block_size, sliding_window, in_order))
@@ -178,7 +164,7 @@ def _buckets(block_tables: torch.Tensor, cu: list[int], ctx: list[int], block_si
 
 @dataclass
 class _Seqs:
-    """A bucket's members, one list entry each, as `_buckets` computes them."""
+    """A bucket's members, one list entry each, as `make_buckets` computes them."""
 
     q_lens: list[int]
     context_lens: list[int]
@@ -375,7 +361,8 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
     per cache viewed as ``[num_slots, num_kv_heads, head_dim]``; a negative
     slot skips the token (found with one host sync). The contract of
     `reference.store_kv`."""
-    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=check)
+    if check:
+        checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping)
     slots = slot_mapping.long()
     if slots.numel() and int(slots.min()) < 0:
         tokens = (slots >= 0).nonzero().squeeze(1)
@@ -396,13 +383,14 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     a dict shared by the calls of one engine step (whose layers read the same
     tables), which keeps the buckets per block size and window; None: this
     call's own."""
-    checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
-                        values=check, sliding_window=sliding_window, softcap=softcap,
-                        sinks=sinks)
+    if check:
+        checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
+                            sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     key = ("decode", k_cache.shape[1], sliding_window)
     buckets = None if step_cache is None else step_cache.get(key)
     if buckets is None:
-        buckets = bucket_decode(block_tables, context_lens, k_cache.shape[1], sliding_window)
+        buckets = make_buckets(block_tables, list(range(context_lens.shape[0] + 1)),
+                               context_lens.tolist(), k_cache.shape[1], sliding_window)
         if step_cache is not None:
             step_cache[key] = buckets
     return attend(query, k_cache, v_cache, buckets, scale, softcap=softcap, sinks=sinks)
@@ -418,14 +406,14 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     the chunk), all sequences at once; the contract of
     `reference.paged_prefill_attention`. `step_cache`: as in
     `paged_decode_attention`."""
-    checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
-                         values=check, sliding_window=sliding_window, softcap=softcap,
-                         sinks=sinks)
+    if check:
+        checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                             sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     key = ("prefill", k_cache.shape[1], sliding_window)
     buckets = None if step_cache is None else step_cache.get(key)
     if buckets is None:
-        buckets = bucket_prefill(block_tables, cu_seqlens_q, context_lens, k_cache.shape[1],
-                                 sliding_window)
+        buckets = make_buckets(block_tables, cu_seqlens_q.tolist(), context_lens.tolist(),
+                               k_cache.shape[1], sliding_window)
         if step_cache is not None:
             step_cache[key] = buckets
     return attend(query, k_cache, v_cache, buckets, scale, softcap=softcap, sinks=sinks)

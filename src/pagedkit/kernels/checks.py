@@ -11,8 +11,12 @@ Two kinds of check:
   metadata and is free;
 * *values* (context lengths against the block table, block ids against the
   cache) must look at the data: one small reduction and one host sync.
-  The Triton entry points take ``check=False`` to skip these, which the
-  benchmark uses so that it times the kernel alone.
+
+Every entry point takes ``check=False`` to skip both: its caller vouches
+for the arguments. The benchmark does, to time a kernel alone, and so does
+every layer of an engine step, whose shared metadata `check_step` checks
+once, at the step's start (each layer's own tensors were checked when the
+model was loaded, by `pagedkit.model.support`'s probe).
 """
 
 from __future__ import annotations
@@ -116,7 +120,7 @@ def check_options(query: torch.Tensor, sliding_window: int | None, softcap: floa
 
 # --------------------------------------------------------------------- entry points
 def check_store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
-                   v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, values: bool) -> None:
+                   v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     check_cache_pair(k_cache, v_cache)
     check_tokens("key", key, k_cache, gqa=False)
     check_tokens("value", value, k_cache, gqa=False)
@@ -124,19 +128,23 @@ def check_store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor
         raise ValueError(f"value shape {_shape(value)} differs from key shape {_shape(key)}")
     check_index_tensor("slot_mapping", slot_mapping, (key.shape[0],), k_cache.device,
                        "one physical slot per new token")
-    if values and slot_mapping.numel():
-        num_slots = k_cache.shape[0] * k_cache.shape[1]
-        top = int(slot_mapping.max())
-        if top >= num_slots:
-            i = int(slot_mapping.argmax())
-            raise ValueError(f"slot_mapping[{i}] = {top} is past the cache's last slot "
-                             f"{num_slots - 1} (k_cache shape {_shape(k_cache)} holds "
-                             f"{num_slots} slots)")
+    check_slots(slot_mapping, k_cache)
+
+
+def check_slots(slot_mapping: torch.Tensor, k_cache: torch.Tensor) -> None:
+    """No slot past the cache's last (a negative one skips its token)."""
+    num_slots = k_cache.shape[0] * k_cache.shape[1]
+    top = int(slot_mapping.max()) if slot_mapping.numel() else -1
+    if top >= num_slots:
+        i = int(slot_mapping.argmax())
+        raise ValueError(f"slot_mapping[{i}] = {top} is past the cache's last slot "
+                         f"{num_slots - 1} (k_cache shape {_shape(k_cache)} holds "
+                         f"{num_slots} slots)")
 
 
 def check_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                  block_tables: torch.Tensor, context_lens: torch.Tensor,
-                 num_splits: int | None, *, values: bool, sliding_window: int | None = None,
+                 num_splits: int | None, *, sliding_window: int | None = None,
                  softcap: float | None = None, sinks: torch.Tensor | None = None) -> None:
     check_cache_pair(k_cache, v_cache)
     check_tokens("query", query, k_cache, gqa=True)
@@ -149,14 +157,14 @@ def check_decode(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
                                    or num_splits < 1):
         raise ValueError(f"num_splits must be None or an integer >= 1, got {num_splits!r}")
-    if values and num_seqs:
+    if num_seqs:
         check_blocks_cover(block_tables, context_lens, k_cache, minimum=1,
                            sliding_window=sliding_window)
 
 
 def check_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                   block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                  context_lens: torch.Tensor, *, values: bool, sliding_window: int | None = None,
+                  context_lens: torch.Tensor, *, sliding_window: int | None = None,
                   softcap: float | None = None, sinks: torch.Tensor | None = None) -> None:
     check_cache_pair(k_cache, v_cache)
     check_tokens("query", query, k_cache, gqa=True)
@@ -169,16 +177,22 @@ def check_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                        "in context_lens")
     check_index_tensor("block_tables", block_tables, (num_seqs, None), k_cache.device,
                        "one row of physical block ids per sequence")
-    if not values:
-        return
+    q_lens = check_query_starts(cu_seqlens_q, context_lens, query.shape[0])
+    if num_seqs:
+        check_blocks_cover(block_tables, context_lens, k_cache, minimum=0,
+                           sliding_window=sliding_window, q_lens=q_lens)
+
+
+def check_query_starts(cu_seqlens_q: torch.Tensor, context_lens: torch.Tensor,
+                       num_tokens: int) -> torch.Tensor:
+    """`cu_seqlens_q` runs from 0 to the `num_tokens` query rows without going
+    back, and no chunk is longer than its context; returns the chunk lengths."""
     cu = cu_seqlens_q.long()
     q_lens = cu[1:] - cu[:-1]
     first, last = (int(v) for v in cu[[0, -1]].tolist())
-    if first != 0 or last != query.shape[0]:
-        raise ValueError(f"cu_seqlens_q must start at 0 and end at the {query.shape[0]} query "
-                         f"tokens (query shape {_shape(query)}), got {cu_seqlens_q.tolist()}")
-    if num_seqs == 0:
-        return
+    if first != 0 or last != num_tokens:
+        raise ValueError(f"cu_seqlens_q must start at 0 and end at the {num_tokens} query "
+                         f"tokens (the query's rows), got {cu_seqlens_q.tolist()}")
     if bool((q_lens < 0).any()):
         s = int((q_lens < 0).nonzero()[0])
         raise ValueError(f"cu_seqlens_q must not decrease, but cu_seqlens_q[{s + 1}] = "
@@ -190,8 +204,34 @@ def check_prefill(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
             f"sequence {s} has {int(q_lens[s])} query tokens but context_lens[{s}] = "
             f"{int(context_lens[s])}: context_lens counts the cached tokens including this chunk, "
             "so it is at least the chunk's length")
-    check_blocks_cover(block_tables, context_lens, k_cache, minimum=0,
-                       sliding_window=sliding_window, q_lens=q_lens)
+    return q_lens
+
+
+def check_step(slot_mapping: torch.Tensor, block_tables: torch.Tensor,
+               context_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, num_decodes: int,
+               k_cache: torch.Tensor, *, values: bool = True) -> None:
+    """The metadata an engine step's layers share, checked once for all of
+    them (`pagedkit.model.attention.forward_context`), against a cache of the
+    step (every layer's has the same blocks). Without `values` (a host sync
+    each on a GPU), only the index tensors' structure: the engine's own
+    bookkeeping made them. Decodes read no query boundaries: those are
+    checked for the prompt chunks only."""
+    device = k_cache.device
+    check_index_tensor("context_lens", context_lens, (None,), device,
+                       "cached tokens per sequence, this step's included")
+    num_seqs = context_lens.shape[0]
+    check_index_tensor("slot_mapping", slot_mapping, (None,), device,
+                       "one physical slot per new token")
+    check_index_tensor("cu_seqlens_q", cu_seqlens_q, (num_seqs + 1,), device,
+                       "0, then the running total of query tokens per sequence")
+    check_index_tensor("block_tables", block_tables, (num_seqs, None), device,
+                       "one row of physical block ids per sequence")
+    if not values or not num_seqs:
+        return
+    check_slots(slot_mapping, k_cache)
+    if num_decodes < num_seqs:
+        check_query_starts(cu_seqlens_q, context_lens, slot_mapping.shape[0])
+    check_blocks_cover(block_tables, context_lens, k_cache, minimum=1)
 
 
 def check_blocks_cover(block_tables: torch.Tensor, context_lens: torch.Tensor,
@@ -241,7 +281,7 @@ def check_blocks_cover(block_tables: torch.Tensor, context_lens: torch.Tensor,
                 f"sequence {s} uses its first {needed} entries")
 
 
-def check_copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, values: bool) -> None:
+def check_copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor) -> None:
     if cache.dim() < 2:
         raise ValueError(f"cache must be [num_blocks, ...], got shape {_shape(cache)}")
     if not cache.is_contiguous():
@@ -249,7 +289,7 @@ def check_copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, values:
                          f"{list(cache.stride())}")
     check_index_tensor("block_pairs", block_pairs, (None, 2), cache.device,
                        "one (src, dst) pair of block ids per row")
-    if not values or block_pairs.shape[0] == 0:
+    if block_pairs.shape[0] == 0:
         return
     num_blocks = cache.shape[0]
     pairs = block_pairs.long()

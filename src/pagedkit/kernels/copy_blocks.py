@@ -39,10 +39,11 @@ def _copy_blocks_kernel(cache_ptr, pairs_ptr, block_numel, CHUNK: tl.constexpr):
 def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool = True) -> None:
     """Triton version of `reference.copy_blocks` (same arguments).
 
-    ``check=False`` skips the checks that read the pairs (ids in range, no
-    block both read and written), which cost a host sync.
+    ``check=False`` skips the argument checks (ids in range, no block both
+    read and written: `pagedkit.kernels.checks`): the caller vouches for them.
     """
-    checks.check_copy_blocks(cache, block_pairs, values=check)
+    if check:
+        checks.check_copy_blocks(cache, block_pairs)
     num_pairs = block_pairs.shape[0]
     if num_pairs == 0:
         return

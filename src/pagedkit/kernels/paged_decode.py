@@ -276,12 +276,12 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     `num_splits`: how many ranges to cut the longest possible context
     (``block_tables.shape[1] * block_size``, or the window if shorter) into;
     None picks one from the GPU's size, 1 is the single-pass kernel.
-    ``check=False`` skips the checks that read tensor values, which cost a
-    host sync.
+    ``check=False`` skips the argument checks (`pagedkit.kernels.checks`):
+    the caller vouches for them.
     """
-    checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
-                        values=check, sliding_window=sliding_window, softcap=softcap,
-                        sinks=sinks)
+    if check:
+        checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
+                            sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     check_attention_dtype(query, "paged_decode_attention")
     num_seqs, num_q_heads, head_dim = query.shape
     out = torch.empty((num_seqs, num_q_heads, head_dim), dtype=query.dtype, device=query.device)

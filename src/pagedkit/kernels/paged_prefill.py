@@ -173,12 +173,13 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
                             check: bool = True) -> torch.Tensor:
     """Triton version of `reference.paged_prefill_attention` (same arguments).
 
-    ``check=False`` skips the checks that read tensor values; the longest
-    chunk is still read back to size the grid (one host sync).
+    ``check=False`` skips the argument checks (`pagedkit.kernels.checks`):
+    the caller vouches for them. The longest chunk is read back to size the
+    grid either way (one host sync).
     """
-    checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
-                         values=check, sliding_window=sliding_window, softcap=softcap,
-                         sinks=sinks)
+    if check:
+        checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                             sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     check_attention_dtype(query, "paged_prefill_attention")
     total_tokens, num_q_heads, head_dim = query.shape
     out = torch.empty((total_tokens, num_q_heads, head_dim), dtype=query.dtype,

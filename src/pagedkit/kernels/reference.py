@@ -33,7 +33,8 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
     ``[num_tokens]`` ints, ``block * block_size + offset``; a negative slot
     means "skip this token" (e.g. padding).
     """
-    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=check)
+    if check:
+        checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping)
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].long()
     # A cache viewed as [num_slots, heads, head_dim]: slot = block * block_size + offset.
@@ -139,9 +140,9 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     `num_splits` only matters to the Triton kernel (split-KV); it is checked
     and then ignored here.
     """
-    checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
-                        values=check, sliding_window=sliding_window, softcap=softcap,
-                        sinks=sinks)
+    if check:
+        checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
+                            sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     out = torch.empty_like(query)
     for s, ctx in enumerate(context_lens.tolist()):
@@ -167,9 +168,9 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
     chunked prefill) is simply read from the cache; a sequence with q_len 1
     is a decode step.
     """
-    checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
-                         values=check, sliding_window=sliding_window, softcap=softcap,
-                         sinks=sinks)
+    if check:
+        checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
+                             sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     out = torch.empty_like(query)
     bounds = cu_seqlens_q.tolist()
@@ -188,6 +189,7 @@ def copy_blocks(cache: torch.Tensor, block_pairs: torch.Tensor, *, check: bool =
 
     Call it once per cache tensor (K and V of every layer).
     """
-    checks.check_copy_blocks(cache, block_pairs, values=check)
+    if check:
+        checks.check_copy_blocks(cache, block_pairs)
     pairs = block_pairs.long()
     cache[pairs[:, 1]] = cache[pairs[:, 0]]

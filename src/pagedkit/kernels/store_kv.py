@@ -47,10 +47,11 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
              v_cache: torch.Tensor, slot_mapping: torch.Tensor, *, check: bool = True) -> None:
     """Triton version of `reference.store_kv` (same arguments).
 
-    ``check=False`` skips the checks that read tensor values (slots against
-    the cache size), which cost a host sync.
+    ``check=False`` skips the argument checks (`pagedkit.kernels.checks`):
+    the caller vouches for them.
     """
-    checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping, values=check)
+    if check:
+        checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping)
     num_tokens, num_kv_heads, head_dim = key.shape
     if num_tokens == 0:
         return

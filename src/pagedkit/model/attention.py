@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from .. import ops
+from ..kernels import checks
 
 ATTENTION_NAME = "pagedkit"
 
@@ -52,7 +53,9 @@ class AttentionMetadata:
     cu_seqlens_q: torch.Tensor  # [num_seqs + 1] int32: query rows of each sequence
     num_decodes: int  # the first num_decodes sequences contribute one token each
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (K, V)
-    check: bool = True  # let the ops check values (a host sync per call on a GPU)
+    check: bool = True  # check the values above once, at the step's start (a host sync on a GPU)
+    #: what the step's layers share: the batched path keeps its buckets here
+    step_cache: dict = field(default_factory=dict)
 
 
 #: The keyword arguments the paged path implements.
@@ -111,8 +114,7 @@ class Recording:
     mask_functions: dict[int, Any] = field(default_factory=dict)
 
 
-_current: ContextVar[tuple[AttentionMetadata, ops.StepOps] | None] = ContextVar(
-    "pagedkit_attention", default=None)
+_current: ContextVar[AttentionMetadata | None] = ContextVar("pagedkit_attention", default=None)
 _recording: ContextVar[Recording | None] = ContextVar("pagedkit_recording", default=None)
 
 
@@ -134,11 +136,15 @@ def recording() -> Iterator[Recording]:
 @contextmanager
 def forward_context(metadata: AttentionMetadata) -> Iterator[None]:
     """Make `metadata` visible to every attention layer during one forward,
-    with the step's `ops.StepOps`: what depends only on the metadata (the
-    backend, the value checks, the batched plan) is done once, not per layer."""
-    step = ops.StepOps(metadata.slot_mapping, metadata.block_tables, metadata.context_lens,
-                       metadata.cu_seqlens_q, metadata.num_decodes, check=metadata.check)
-    token = _current.set((metadata, step))
+    checked once for all of them (`checks.check_step`: its index tensors, and
+    with ``metadata.check`` their values: slots and block ids inside the
+    cache, tables that cover the lengths); the layers' calls then skip
+    their own checks."""
+    if metadata.kv_caches:
+        checks.check_step(metadata.slot_mapping, metadata.block_tables, metadata.context_lens,
+                          metadata.cu_seqlens_q, metadata.num_decodes,
+                          metadata.kv_caches[0][0], values=metadata.check)
+    token = _current.set(metadata)
     try:
         yield
     finally:
@@ -154,13 +160,19 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     `query` is ``[1, q_heads, tokens, head_dim]`` and `key`/`value`
     ``[1, kv_heads, tokens, head_dim]`` (not yet repeated for grouped-query
     attention). Store the new K/V into their slots, then attend through the
-    block tables. Returns ``[1, tokens, q_heads, head_dim]``.
+    block tables: the decodes' rows (the first ``num_decodes`` sequences, one
+    row each) through `ops.paged_decode_attention`, the prompt chunks' through
+    `ops.paged_prefill_attention`. Returns ``[1, tokens, q_heads, head_dim]``.
+
+    The ops are called by their names in `pagedkit.ops` (a function put in
+    place of one, lab 08's call recorder, sees every layer), without their
+    argument checks: `forward_context` checked the step's metadata, and the
+    support probe, which records its calls, checks each layer's in full.
     """
-    current = _current.get()
-    if current is None:  # not an engine step: transformers' own attention
+    meta = _current.get()
+    if meta is None:  # not an engine step: transformers' own attention
         return _transformers_attention(module, query, key, value, attention_mask,
                                        scaling=scaling, dropout=dropout, **kwargs)
-    meta, step = current
     rec = _recording.get()
     if rec is not None:
         rec.calls.append(AttentionCall(type(module).__name__, getattr(module, "layer_idx", None),
@@ -177,9 +189,23 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
             f"([1, heads, tokens, head_dim]), but the paged cache holds K and V alike as "
             f"{k_cache.shape[2]} KV heads of {k_cache.shape[3]}, sized from the config "
             "(e.g. multi-head latent attention, or heads the config does not state)")
+    check = rec is not None
     # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim], the ops' layout
-    step.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache)
-    out = step.attention(query[0].transpose(0, 1), k_cache, v_cache, scaling, **options)
+    query = query[0].transpose(0, 1)
+    ops.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache,
+                 meta.slot_mapping, check=check)
+    d, num_seqs = meta.num_decodes, meta.context_lens.shape[0]
+    outs = []
+    if d:
+        outs.append(ops.paged_decode_attention(
+            query[:d], k_cache, v_cache, meta.block_tables[:d], meta.context_lens[:d],
+            scaling, **options, check=check, step_cache=meta.step_cache))
+    if d < num_seqs or not d:
+        outs.append(ops.paged_prefill_attention(
+            query[d:], k_cache, v_cache, meta.block_tables[d:], meta.cu_seqlens_q[d:] - d,
+            meta.context_lens[d:], scaling, **options, check=check,
+            step_cache=meta.step_cache))
+    out = outs[0] if len(outs) == 1 else torch.cat(outs)
     return out.unsqueeze(0), None
 
 
