@@ -13,6 +13,7 @@ import enum
 import time
 from collections.abc import Hashable, Set
 from dataclasses import dataclass, field
+from typing import Any
 
 from .sampling_params import SamplingParams
 
@@ -166,6 +167,9 @@ class SequenceGroup:
     arrival_order: int = 0  # breaks ties of arrival_time: the id of its first sequence
     #: with prompt_logprobs: None for the first prompt token, then one dict per token
     prompt_logprobs: list | None = None
+    #: the random generator its samples are drawn from: its own if seeded, else
+    #: its engine's (a torch.Generator; None where nothing samples, as in the simulator)
+    generator: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def new(cls, request_id: str, prompt: str | None, prompt_token_ids: list[int],

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from pagedkit.memory import (
@@ -194,7 +196,7 @@ def test_stats_kv_usage():
     s = pool.stats()
     assert (s.used_blocks, s.slots_allocated, s.tokens_stored) == (2, 8, 6)
     assert s.kv_usage == pytest.approx(0.75)
-    assert s.as_dict()["kv_usage"] == pytest.approx(0.75)
+    assert dataclasses.asdict(s)["kv_usage"] == pytest.approx(0.75)
 
 
 def test_events_describe_each_change():

@@ -124,7 +124,6 @@ class LLMEngine:
         self._aborted: list[RequestOutput] = []  # reported by the next step
         self._peak_used_blocks = 0  # the most blocks in use at once, for memory_stats
         self._generator = torch.Generator(self.device).manual_seed(seed)
-        self._seeded: dict[str, torch.Generator] = {}
         self._prompt_logprob_groups = 0  # requests in flight that want prompt logprobs
         self.eos_token_ids = _eos_token_ids(model)
         #: the sampling options the model's generation config sets (vLLM's defaults)
@@ -190,9 +189,8 @@ class LLMEngine:
             group = SequenceGroup.new(request_id, text, token_ids, params, arrival_time,
                                       seq_id=self.next_seq_id())
             self._prompt_logprob_groups += params.prompt_logprobs is not None
-            if params.seed is not None:
-                self._seeded[request_id] = torch.Generator(self.device).manual_seed(
-                    params.seed)
+            group.generator = (self._generator if params.seed is None else
+                               torch.Generator(self.device).manual_seed(params.seed))
             self.scheduler.add(group)
 
     def next_seq_id(self) -> int:
@@ -332,8 +330,7 @@ class LLMEngine:
         logits = (self._execute_for_prompt_logprobs(plan) if self._prompt_logprob_groups
                   else self.runner.execute(plan, self.kv))
         rows = _sampling_rows(plan)
-        sampled = sample_step(rows, logits, self.stop_rule, self._generator_of,
-                              self.next_seq_id) if rows else None
+        sampled = sample_step(rows, logits, self.stop_rule, self.next_seq_id) if rows else None
         finished = self.scheduler.update(plan, sampled)
         out = StepOutput(step=plan.step, finished=self._aborted)
         self._aborted = []
@@ -375,10 +372,6 @@ class LLMEngine:
                                          counts=counts) for j, s in enumerate(seqs)]
         return outs + list(final.values())
 
-    def _generator_of(self, group: SequenceGroup) -> torch.Generator:
-        """A seeded request's own generator, else the engine's."""
-        return self._seeded.get(group.request_id, self._generator)
-
     def _execute_for_prompt_logprobs(self, plan: SchedulerOutput) -> torch.Tensor | None:
         """`runner.execute` keeping every token's logits: the prompt tokens'
         go to their requests' prompt logprobs, the sampling rows on as usual."""
@@ -397,7 +390,6 @@ class LLMEngine:
     def _retire(self, group: SequenceGroup) -> RequestOutput:
         group.metrics.finish_time = time.monotonic()
         self._prompt_logprob_groups -= group.params.prompt_logprobs is not None
-        self._seeded.pop(group.request_id, None)
         return self.output(group)
 
     def output(self, group: SequenceGroup) -> RequestOutput:
@@ -488,7 +480,7 @@ class LLMEngine:
         ``kv_usage`` describes the blocks in use now (1.0 when none are);
         ``peak_used_blocks`` is the most in use at once since the engine was
         built, the figure to read after a run."""
-        stats = self.kv.stats().as_dict()
+        stats = dataclasses.asdict(self.kv.stats())
         stats.update(num_running=len(self.scheduler.running),
                      num_waiting=len(self.scheduler.waiting),
                      num_swapped=len(self.scheduler.swapped),

@@ -62,12 +62,11 @@ class StopRule:
 
 
 def sample_step(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
-                logits: torch.Tensor, rule: StopRule,
-                generator: Callable[[SequenceGroup], torch.Generator],
-                new_seq_id: Callable[[], int]) -> Sampled:
+                logits: torch.Tensor, rule: StopRule, new_seq_id: Callable[[], int]) -> Sampled:
     """Sample every group of `rows` — ``(group, [(sequence, its row of
-    logits)])``, in scheduled order (unseeded requests draw from the engine's
-    generator in that order) — and return what was decided.
+    logits)])``, in scheduled order — each from its ``group.generator``
+    (unseeded requests share the engine's, drawing in that order), and
+    return what was decided.
 
     All or nothing: if anything raises part-way (a KeyboardInterrupt too),
     every group and generator is put back as it was (`_restore`), so the
@@ -76,7 +75,7 @@ def sample_step(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
                [(s, len(s.token_ids), [getattr(s, f) for f in _SAMPLED]) for s in g.seqs])
               for g, _ in rows],
              [(gen, gen.get_state()) for gen in
-              {generator(g) for g, _ in rows if not g.params.greedy}])
+              {g.generator for g, _ in rows if not g.params.greedy}])
     try:
         raw = logits  # what logprobs report (vLLM's raw_logprobs)
         logits = adjust_logits(rows, logits, rule)
@@ -91,8 +90,7 @@ def sample_step(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
             if group.params.use_beam_search:
                 _beam_group(group, group_rows, logits, rule, new_seq_id, sampled)
             else:
-                _sample_group(group, group_rows, logits, raw, greedy, generator(group), new_seq_id,
-                              sampled)
+                _sample_group(group, group_rows, logits, raw, greedy, new_seq_id, sampled)
                 _check_stops(group, rule, sampled)
         return sampled
     except BaseException:
@@ -170,8 +168,8 @@ def penalize(logits: torch.Tensor, seq: Sequence, params: SamplingParams) -> tor
 
 
 def _sample_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits: torch.Tensor,
-                  raw: torch.Tensor, greedy: list[int], generator: torch.Generator,
-                  new_seq_id: Callable[[], int], sampled: Sampled) -> None:
+                  raw: torch.Tensor, greedy: list[int], new_seq_id: Callable[[], int],
+                  sampled: Sampled) -> None:
     """Greedy or random tokens for a request's rows; its first token forks n
     samples. `raw` is the step's logits before any adjustment, which
     ``logprobs`` report."""
@@ -179,7 +177,7 @@ def _sample_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits
     for seq, row in rows:
         count = params.n if len(group.seqs) < params.n else 1  # first token: fork n
         tokens = ([greedy[row]] * count if params.greedy
-                  else sample(logits[row], params, count, generator))
+                  else sample(logits[row], params, count, group.generator))
         children = [seq.fork(new_seq_id()) for _ in tokens[1:]]  # before seq has its token
         for child, token in zip([seq, *children], tokens, strict=True):
             child.token_ids.append(token)

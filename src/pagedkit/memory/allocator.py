@@ -36,7 +36,7 @@ from __future__ import annotations
 import numbers
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .._validation import check_bool, check_int
@@ -64,9 +64,6 @@ class MemoryStats:
     tokens_stored: int  # token slots holding a token, in used blocks
     slots_allocated: int  # used_blocks * block_size
     kv_usage: float
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 class BlockAllocator:
