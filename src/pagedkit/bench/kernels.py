@@ -32,8 +32,8 @@ is for reading kernels, not for timing them).
 
 Each GPU timing is the median over repetitions, with the L2 cache flushed
 before each, so that small caches are not served from L2. The Triton
-kernels run with ``check=False``: their argument checks that read values
-need a host sync, which would be timed too.
+kernels run with ``check=False``, without their argument checks: those
+that read values need a host sync, which would be timed too.
 """
 
 from __future__ import annotations
