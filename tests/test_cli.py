@@ -271,3 +271,21 @@ def test_demo_checks_its_options_before_loading_the_model(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("demo: loading 'tiny'")
     assert "--num-blocks 2 is too small" in err
+
+
+@pytest.mark.parametrize("command", sorted(set(COMMANDS) - {"lab"}))
+def test_ctrl_c_is_a_word_and_status_130_not_a_traceback(command, capsys, monkeypatch):
+    """`lab` waits for JupyterLab instead (tests/test_lab.py)."""
+    import importlib
+
+    def interrupted(argv, **options):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(COMMANDS[command][0]), "main", interrupted)
+    assert cli([command]) == 130
+    assert capsys.readouterr().err.strip() == f"python -m pagedkit {command}: interrupted"
+
+
+def test_every_scale_of_the_comparison_says_what_it_costs_and_means():
+    assert set(sim_cli.SCALE_TIMES) == {"quick", "default", "full"}
+    assert "rough" in sim_cli.SCALE_TIMES["quick"]

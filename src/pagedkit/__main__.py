@@ -67,7 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)  # --help, --version, a usage error: SystemExit, as argparse
     run = importlib.import_module(COMMANDS[args.command][0]).main
     options = {"default": "engine"} if args.command == "bench" else {}
-    return run(args.args, **options)
+    try:
+        return run(args.args, **options)
+    except KeyboardInterrupt:  # Ctrl-C: a word, not a traceback, and the shell's status
+        print(_("{prog} {command}: interrupted").format(prog=PROG, command=args.command),
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
