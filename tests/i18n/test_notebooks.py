@@ -127,6 +127,13 @@ def test_links_rewritten_for_the_deeper_folder():
         assert nbs.rewrite_target(same) == same
     assert nbs.rewrite_links("[a](../x.md) [b]: ../y.md\n[c]: ../z.md") == \
         "[a](../../x.md) [b]: ../y.md\n[c]: ../../z.md"
+    binder = "https://mybinder.org/v2/gh/pagedkit/pagedkit/main?urlpath=lab/tree/labs"
+    assert nbs.rewrite_links(f"(`{binder}`) [x]({binder}/03_paging.ipynb)") == \
+        f"(`{binder}/zh-CN`) [x]({binder}/zh-CN/03_paging.ipynb)"
+    assert nbs.rewrite_links("运行 `pip install -r requirements.txt && python -m pagedkit lab`，"
+                             "`python -m pagedkit lab --help`") == \
+        ("运行 `pip install -r requirements.txt && python -m pagedkit lab --lang zh-CN`，"
+         "`python -m pagedkit lab --help`")
 
 
 def test_a_changed_english_cell_fails_until_revised(clone, capsys):

@@ -9,7 +9,9 @@ English text it was translated from, and the Chinese markdown ("zh").
 * every cell of the English notebook, ids and metadata (nbgrader's) included;
   code cells as they are (shared, never translated);
 * each markdown cell's source replaced by its "zh", with relative links
-  rewritten for the folder one level deeper (`rewrite_links`);
+  rewritten for the folder one level deeper, and the lab's own Colab and Binder
+  addresses and ``python -m pagedkit lab`` pointed at the Chinese edition
+  (`rewrite_links`);
 * one code cell more, right after the Colab set-up cell (which must run first:
   on Colab it installs pagedkit): ``pagedkit.set_language("zh-CN")``, so the
   package's messages come out in Chinese.
@@ -77,6 +79,9 @@ _REFERENCE = re.compile(r"(^[ ]{0,3}\[[^\]]+\]:[ \t]*<?)(\S+?)(>?(?:\s|$))", re.
 #: the English lab's own Colab/Binder addresses -> its Chinese sibling's
 _HOSTED = re.compile(r"(github/pagedkit/pagedkit/blob/main/labs/|lab/tree/labs/)"
                      r"(\d\d[\w-]*\.ipynb)")
+#: Binder's folder of the labs, and the command that opens them, as the text quotes them
+_HOSTED_FOLDER = re.compile(r"(urlpath=lab/tree/labs)(?=[`)\s\"'>]|$)")
+_LAB_COMMAND = re.compile(r"(python -m pagedkit lab)(?=`)")
 
 
 def rewrite_target(target: str) -> str:
@@ -94,12 +99,15 @@ def rewrite_target(target: str) -> str:
 
 def rewrite_links(markdown: str) -> str:
     """`markdown` with every relative link rewritten by `rewrite_target`, and the
-    lab's Colab and Binder addresses pointing at its Chinese version."""
+    lab's Colab and Binder addresses (a lab's, or Binder's folder of the labs) and the
+    command ``python -m pagedkit lab`` (as inline code) opening the Chinese edition."""
     markdown = _INLINE.sub(lambda m: m.group(1) + rewrite_target(m.group(2)), markdown)
     markdown = _HTML.sub(lambda m: m.group(1) + rewrite_target(m.group(2)), markdown)
     markdown = _REFERENCE.sub(
         lambda m: m.group(1) + rewrite_target(m.group(2)) + m.group(3), markdown)
-    return _HOSTED.sub(lambda m: f"{m.group(1)}{LANGUAGE}/{m.group(2)}", markdown)
+    markdown = _HOSTED.sub(lambda m: f"{m.group(1)}{LANGUAGE}/{m.group(2)}", markdown)
+    markdown = _HOSTED_FOLDER.sub(lambda m: f"{m.group(1)}/{LANGUAGE}", markdown)
+    return _LAB_COMMAND.sub(lambda m: f"{m.group(1)} --lang {LANGUAGE}", markdown)
 
 
 # --- catalogs --------------------------------------------------------------
