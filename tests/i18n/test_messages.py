@@ -12,6 +12,7 @@ after ``set_language("en")``.
 from __future__ import annotations
 
 import ast
+import gettext
 import io
 import re
 import string
@@ -90,10 +91,41 @@ def test_catalog_is_complete():
 
 
 def test_mo_is_what_babel_compiles_from_the_po():
+    """Message for message, as gettext reads them (not byte for byte: Babel
+    writes its own version into the header, so bytes would differ across Babel
+    releases while every translation is the same)."""
     compiled = io.BytesIO()
     write_mo(compiled, _catalog())
-    assert MO.read_bytes() == compiled.getvalue(), (
-        "the committed .mo is stale: pybabel compile (docs/i18n.md)")
+    compiled.seek(0)
+
+    def messages(mo) -> dict:
+        return {k: v for k, v in gettext.GNUTranslations(mo)._catalog.items() if k != ""}
+
+    with MO.open("rb") as committed:
+        assert messages(committed) == messages(compiled), (
+            "the committed .mo is stale: pybabel compile (docs/i18n.md)")
+
+
+@pytest.mark.parametrize("first, then", [("zh-CN", "en"), ("en", "zh-CN")])
+def test_a_cached_grid_shows_its_hints_in_the_language_of_the_moment(first, then):
+    """The boundary grids are built once (cached); a case's hint is made when
+    a verdict shows it, so it follows `set_language` like every message."""
+    from pagedkit.exercises import hint_text, lab05, lab06, lab07, lab09
+
+    grids = (lab05.admit_grid, lab05.finish_grid, lab06.victims_grid, lab07.hashes_grid,
+             lab09.fit_grid)
+    try:
+        for grid in grids:
+            grid.cache_clear()
+            pagedkit.set_language(first)
+            built = grid()
+            pagedkit.set_language(then)
+            shown = [hint_text(case.hint) for case in built[:50] if case.hint]
+            assert shown, grid.__name__
+            assert all(bool(CHINESE.search(h)) == (then == "zh-CN") for h in shown), (
+                grid.__name__, shown[0])
+    finally:
+        pagedkit.set_language("en")
 
 
 def test_translations_keep_the_placeholders():

@@ -18,7 +18,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 #: The tests that need the interpreted kernels (a file, or one test of a file).
 KERNEL_TEST_FILES = ["test_kernels_triton.py",
-                     "test_step_ops.py::test_the_triton_kernels_through_a_step"]
+                     "test_step_path.py::test_the_triton_kernels_through_a_step"]
 
 
 def test_triton_kernel_tests_pass_in_a_fresh_process(kernels_not_loaded):

@@ -31,7 +31,7 @@ class Case:
 
     args: tuple
     expected: Any
-    hint: str = ""
+    hint: str | Callable[[], str] = ""  # a callable is asked when the hint is shown
     kwargs: dict = field(default_factory=dict)
 
     def call_text(self, name: str) -> str:
@@ -88,7 +88,7 @@ def require_function(name: str, fn: object) -> None:
                           "got {type}").format(name=name, type=type(fn).__name__))
 
 
-def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str = "",
+def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str | Callable = "",
                  **kwargs: Any) -> tuple[Any, CheckResult | None]:
     """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
     it raised — "not written yet" for the stub's NotImplementedError, else the
@@ -129,7 +129,10 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
 
 
-def hint_text(hint: str) -> str:
+def hint_text(hint: str | Callable[[], str]) -> str:
     """``"  Hint: ..."`` to follow a verdict, in the current language ('' for no
-    hint). A hint made at import time, marked ``N_()``, is translated here."""
+    hint). A hint made at import time, marked ``N_()``, is translated here; a
+    callable (a cached grid's case) makes its hint now, in today's language."""
+    if callable(hint):
+        hint = hint()
     return _("  Hint: {hint}").format(hint=_(hint)) if hint else ""

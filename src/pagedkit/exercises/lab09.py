@@ -55,7 +55,7 @@ def _fit_hint(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, blo
     per_block = 2 * num_layers * num_kv_heads * head_dim * dtype_bytes * block_size
     blocks, spare = divmod(memory_bytes, per_block)
     if spare == 0:
-        where = "exactly"
+        where = _("exactly")
     elif spare == per_block - 1:
         where = _("and one byte short of another: still not a block")
     else:
