@@ -289,3 +289,10 @@ def test_ctrl_c_is_a_word_and_status_130_not_a_traceback(command, capsys, monkey
 def test_every_scale_of_the_comparison_says_what_it_costs_and_means():
     assert set(sim_cli.SCALE_TIMES) == {"quick", "default", "full"}
     assert "rough" in sim_cli.SCALE_TIMES["quick"]
+
+
+def test_a_bad_language_in_the_environment_is_said_not_a_traceback(capsys, monkeypatch):
+    monkeypatch.setenv("PAGEDKIT_LANGUAGE", "fr")
+    assert cli(["--version"]) == 2
+    assert "PAGEDKIT_LANGUAGE='fr' is not a language pagedkit speaks" in capsys.readouterr().err
+    assert pagedkit.get_language() == "en"

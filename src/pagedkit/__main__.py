@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run a command and return its exit status; usage errors, ``--help`` and
     ``--version`` exit through argparse (status 2, 0, 0)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    language_from_environment()
+    try:
+        language_from_environment()
+    except ValueError as err:  # a bad PAGEDKIT_LANGUAGE: said, not a traceback
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return 2
     parser = _parser()
     if not argv:  # a first try: show what there is to run
         parser.print_help(sys.stderr)

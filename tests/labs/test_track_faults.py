@@ -66,3 +66,16 @@ def test_an_engine_whose_pieces_never_failed_serves_on(expected):
         assert generate(llm) == expected
     assert generate(llm) == expected
     assert "_track_broken" not in vars(llm.llm_engine)
+
+
+def test_an_interrupt_inside_a_piece_leaves_the_engine_refusing():
+    """The notebook's stop button (KeyboardInterrupt) while a learner's piece
+    runs stops the step part-way too: the engine refuses to serve on."""
+    llm = LLM("tiny", **ENGINE)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    with track.plugged(llm, track.Pieces(admit=interrupted)), pytest.raises(KeyboardInterrupt):
+        generate(llm)
+    with pytest.raises(track.BrokenEngineError, match="KeyboardInterrupt"):
+        generate(llm)

@@ -184,8 +184,8 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
             with (ops.use_decode_attention(attention) if attention else
                   contextlib.nullcontext()), _yours_filter(pieces.top_p_filter):
                 return step()
-        except Exception as err:  # a step stopped part-way: its state is not a step's
-            _break(engine, _broken_text(engine, err))
+        except BaseException as err:  # a step stopped part-way (an error, or the notebook's
+            _break(engine, _broken_text(engine, err))  # stop button): not a step's state
             raise
     engine.step = plugged_step
     return llm
@@ -286,7 +286,7 @@ def _probe_large_scores(fn: Callable, query, k_cache, v_cache, block_table, cont
                                                    what=what, diff=diff))
 
 
-def _broken_text(engine: Any, err: Exception) -> str:
+def _broken_text(engine: Any, err: BaseException) -> str:
     where = (_("your {piece} (lab {lab})").format(piece=err.piece, lab=_LAB[err.piece])
              if isinstance(err, TrackError) else f"{type(err).__name__} ({err})")
     return _("this engine stopped part-way through a step, in {where}: some of its requests "
