@@ -79,3 +79,25 @@ def test_a_check_shows_without_an_emoji_font_and_compares_as_before(passed):
     for section in config.sections():
         markdown = re.sub(config[section]["regex"], config[section]["replace"], markdown)
     assert markdown == repr(result)
+
+
+@pytest.mark.parametrize("source, stub", [
+    ("    x = ...\n", True),
+    ("    ...\n", True),
+    ("    raise NotImplementedError\n", True),
+    ("    x = tl.load(p)  # one program per token ... and head\n", False),
+    ("    # TODO ... later\n    x = 1\n", False),
+    ("    x = tl.load(p)\n", False),
+])
+def test_a_kernel_is_a_stub_by_its_code_not_its_comments(source, stub):
+    """Labs 04 and 04c call a kernel "not written yet" while its code holds a
+    `...` or nbgrader's `raise NotImplementedError`; a comment that says "..."
+    does not make a written kernel a stub."""
+    from pagedkit.exercises import lab04, lab04c
+    from pagedkit.exercises._interpreter import still_a_stub
+
+    assert still_a_stub(source) is stub
+    kernel = f'def k(x):\n    """A kernel... of yours."""\n{source}'
+    assert (lab04c._unwritten(kernel) is not None) is stub
+    assert (lab04._kernel_unwritten(f"# YOUR CODE\n{source}# ---- your code ends here\n")
+            is not None) is stub

@@ -71,3 +71,11 @@ def run_in_interpreter(runner: str, spec: dict, timeout: float
         os.unlink(f.name)
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return results, done.returncode, done.stderr
+
+
+def still_a_stub(source: str) -> bool:
+    """Does `source` still hold a stub — a ``...`` or a ``raise
+    NotImplementedError`` (nbgrader's release) — in its code? Comments do
+    not count: ``# one program per token ... and head`` is a written line."""
+    code = (line.split("#", 1)[0] for line in source.splitlines())
+    return any("..." in line or "raise NotImplementedError" in line for line in code)

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from ..i18n import N_, _
 from . import CheckResult
-from ._interpreter import kernel_source, no_triton, run_in_interpreter
+from ._interpreter import kernel_source, no_triton, run_in_interpreter, still_a_stub
 
 __all__ = ["CHECKS", "HINTS", "PUZZLES", "check", "check_decode_kernel", "check_gather_kernel",
            "check_merge_kernel", "check_store_kv_kernel", "hint", "serve"]
@@ -139,7 +139,7 @@ def _source(name: str, kernel) -> tuple[str, str] | CheckResult:
 
 def _unwritten(source: str) -> str | None:
     body = source.split(":", 1)[-1]
-    if "..." in body.split('"""')[-1] or "raise NotImplementedError" in body:
+    if still_a_stub(body.split('"""')[-1]):
         return _("not written yet: replace the `...` with your code")  # (nbgrader's release: raise)
     return None
 
