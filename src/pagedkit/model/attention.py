@@ -189,7 +189,8 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
             f"([1, heads, tokens, head_dim]), but the paged cache holds K and V alike as "
             f"{k_cache.shape[2]} KV heads of {k_cache.shape[3]}, sized from the config "
             "(e.g. multi-head latent attention, or heads the config does not state)")
-    check = rec is not None
+    check = rec is not None  # the support probe (recording) checks each op in full; a
+    #                          step's metadata was checked once, in forward_context
     # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim], the ops' layout
     query = query[0].transpose(0, 1)
     ops.store_kv(key[0].transpose(0, 1), value[0].transpose(0, 1), k_cache, v_cache,
@@ -200,7 +201,8 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
         outs.append(ops.paged_decode_attention(
             query[:d], k_cache, v_cache, meta.block_tables[:d], meta.context_lens[:d],
             scaling, **options, check=check, step_cache=meta.step_cache))
-    if d < num_seqs or not d:
+    if d < num_seqs or not d:  # prompt chunks (with no sequence at all, prefill returns
+        #                        the empty result in the right shape)
         outs.append(ops.paged_prefill_attention(
             query[d:], k_cache, v_cache, meta.block_tables[d:], meta.cu_seqlens_q[d:] - d,
             meta.context_lens[d:], scaling, **options, check=check,
