@@ -1,0 +1,42 @@
+"""The Chinese labs' committed outputs are the Chinese run's own.
+
+`python -m pagedkit.i18n check` compares a generated notebook's *sources*
+with what the generator makes; nbval compares its outputs with a fresh run,
+but only where both run. This catches the case between: a Chinese notebook
+whose committed check verdicts and hints are English (built on older code,
+or outputs kept from the English run), which nbval then fails in CI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ZH_LABS = sorted((ROOT / "labs" / "zh-CN").glob("[0-9][0-9]*.ipynb"))
+#: What an exercise check or hint prints in English, each with a Chinese msgstr (a
+#: code cell's own print, shared by both editions, may say "not written yet" alone).
+ENGLISH_MARKERS = ("not written yet: replace", "  Hint: ", "Hint 1/", "cases pass", "cases match")
+
+
+def _output_texts(path: Path):
+    for cell in json.loads(path.read_text())["cells"]:
+        for out in cell.get("outputs", []):
+            texts = [out.get("text", "")]
+            texts += [out.get("data", {}).get(kind, "") for kind in ("text/plain",
+                                                                      "text/markdown")]
+            for text in texts:
+                yield cell["id"], "".join(text) if isinstance(text, list) else text
+
+
+@pytest.mark.parametrize("path", ZH_LABS, ids=lambda p: p.name)
+def test_chinese_labs_hold_no_english_check_output(path):
+    found = [(cell, marker) for cell, text in _output_texts(path)
+             for marker in ENGLISH_MARKERS if marker in text]
+    assert not found, (f"{path.name}: English check output in cells {found}: rebuild it "
+                       f"(python -m pagedkit.i18n build labs/{path.name})")
+
+
+def test_there_are_chinese_labs():
+    assert len(ZH_LABS) >= 13
