@@ -115,7 +115,7 @@ def test_the_real_chinese_labs_are_all_there_to_open():
 def test_lang_is_validated_and_names_the_editions(capsys, monkeypatch):
     assert _run(["lab", "--lang", "fr", "--print"]) == 2
     err = capsys.readouterr().err
-    assert "--lang 'fr': the labs come in en and zh-CN" in err
+    assert "--lang 'fr': the labs come in en, zh-CN" in err
     assert _run(["lab", "99_nope.ipynb", "--lang", "zh-CN", "--print"]) == 2
     err = capsys.readouterr().err
     assert "no lab '99_nope.ipynb' in" in err and "zh-CN" in err and lab.FIRST_LAB in err

@@ -132,8 +132,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=(_("the notebook to open, e.g. 03_paging.ipynb (default: {FIRST_LAB})")
                           .format(FIRST_LAB=FIRST_LAB)))
     p.add_argument("--lang", default="en", metavar="LANG",
-                   help="the edition: en (default) or zh-CN, the Simplified Chinese labs "
-                        "(labs/zh-CN/, copied to my-labs/zh-CN/)")
+                   help=_("the edition: en (default) or zh-CN, the Simplified Chinese labs "
+                          "(labs/zh-CN/, copied to my-labs/zh-CN/)"))
     p.add_argument("--print", action="store_true", dest="dry_run",
                    help=_("print the jupyter command instead of running it"))
     p.add_argument("--no-widget-state", action="store_false", dest="widget_state",
@@ -183,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                      "then in it pip install -r requirements.txt and run this again (or open "
                      "a lab on Colab)"))
     if args.lang not in EDITIONS:
-        parser.error(f"--lang {args.lang!r}: the labs come in {' and '.join(EDITIONS)} "
-                     f"(e.g. --lang zh-CN for the Simplified Chinese edition)")
+        parser.error(_("--lang {lang!r}: the labs come in {editions} (e.g. --lang zh-CN for "
+                       "the Simplified Chinese edition)")
+                     .format(lang=args.lang, editions=", ".join(EDITIONS)))
     labs = edition(root, args.lang)
     if not (labs / args.lab).is_file():
         names = ", ".join(p.name for p in sorted(labs.glob("*.ipynb")))
