@@ -9,8 +9,6 @@ install cannot pass as skipped. The other tests here run everywhere.
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import os
 
 import pytest
@@ -24,13 +22,9 @@ os.environ.setdefault("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "0")
 @functools.cache
 def vllm_import_error() -> str | None:
     """Why vLLM cannot be imported here (None: it can)."""
-    if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed"
-    try:
-        importlib.import_module("vllm")
-    except Exception as err:  # e.g. a torchvision built for another torch
-        return f"import vllm fails: {type(err).__name__}: {err}"
-    return None
+    from pagedkit.vllm.compare import vllm_missing
+
+    return vllm_missing()
 
 
 def pytest_runtest_setup(item):

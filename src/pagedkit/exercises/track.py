@@ -73,6 +73,7 @@ import torch
 
 from .. import ops
 from ..i18n import N_, _
+from ..vllm.compare import vllm_missing  # lab 08 asks it (track.vllm_missing)
 from . import CheckResult
 
 __all__ = ["PIECES", "SCENARIOS", "BrokenEngineError", "Divergence", "LockstepRun", "Pieces",
@@ -1236,21 +1237,6 @@ def transformers_tokens(requests: Sequence[tuple[list[int], Any]], model: Any = 
                                  eos_token_id=None, pad_token_id=0)
             expected[str(i)] = [out[0, len(prompt):].tolist()] * params.n
     return expected
-
-
-def vllm_missing() -> str | None:
-    """Why vLLM cannot serve here (None: it can). Its CPU build installs into a
-    venv of its own (docs/vllm.md)."""
-    import importlib
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed here (docs/vllm.md installs its CPU build)"
-    try:
-        importlib.import_module("vllm")
-    except Exception as err:  # e.g. a torchvision built for another torch
-        return f"vLLM cannot be imported here: {type(err).__name__}: {err}"
-    return None
 
 
 def vllm_tokens(requests: Sequence[tuple[list[int], Any]]) -> dict[str, list[list[int]]]:

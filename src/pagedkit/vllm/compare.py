@@ -40,8 +40,20 @@ SYSTEMS = ("vllm", "pagedkit")
 
 
 def vllm_available() -> bool:
-    """Is vLLM importable here (without importing it)?"""
+    """Is vLLM installed here (without importing it)?"""
     return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_missing() -> str | None:
+    """Why vLLM cannot serve here (None: it can), importing it to be sure. Its
+    CPU build installs into a venv of its own (docs/vllm.md)."""
+    if not vllm_available():
+        return "vLLM is not installed here (docs/vllm.md installs its CPU build)"
+    try:
+        importlib.import_module("vllm")
+    except Exception as err:  # e.g. a torchvision built for another torch
+        return f"vLLM cannot be imported here: {type(err).__name__}: {err}"
+    return None
 
 
 @dataclass
