@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import enum
 import math
 import numbers
 from typing import Any
@@ -46,6 +47,17 @@ def check_number(name: str, value: object, *, minimum: float | None = None,
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
     return value
+
+
+def is_value(value: object, accepted: object) -> bool:
+    """`value` is `accepted`, not merely equal (True == 1 == 1.0): the value
+    a vLLM option may take in pagedkit (`engine.args`, `sampling_params`); a
+    member of one of vLLM's enums counts as its value."""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(accepted, int) and not isinstance(accepted, bool):
+        return isinstance(value, int) and not isinstance(value, bool) and value == accepted
+    return type(value) is type(accepted) and value == accepted
 
 
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import math
 from dataclasses import dataclass, field
 
-from ._validation import check_bool, check_int, check_number
+from ._validation import check_bool, check_int, check_number, is_value
 
 #: Seeds a torch.Generator takes: 0 <= seed < 2**64.
 MAX_SEED = 2**64 - 1
@@ -58,7 +57,7 @@ def check_vllm_only_options(options: dict) -> None:
         if name not in VLLM_ONLY_OPTIONS:
             continue
         accepted, why = VLLM_ONLY_OPTIONS[name]
-        if not any(_same(value, a) for a in accepted):
+        if not any(is_value(value, a) for a in accepted):
             raise TypeError(f"SamplingParams: {name}={value!r} is vLLM's, not pagedkit's "
                             f"({why}); pagedkit takes {name}={accepted[0]!r} (docs/api.md, "
                             "'Sampling options vLLM has and pagedkit does not')")
@@ -237,16 +236,6 @@ class BeamSearchParams:
         check_number("length_penalty", self.length_penalty)
         for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
             check_bool(name, getattr(self, name))
-
-
-def _same(value: object, accepted: object) -> bool:
-    """`value` is `accepted`, not merely equal (True == 1 == 1.0); a member
-    of one of vLLM's enums counts as its value."""
-    if isinstance(value, enum.Enum):
-        value = value.value
-    if isinstance(accepted, int) and not isinstance(accepted, bool):
-        return isinstance(value, int) and not isinstance(value, bool) and value == accepted
-    return type(value) is type(accepted) and value == accepted
 
 
 def _init_taking_vllm_options(init):

@@ -15,6 +15,8 @@ import difflib
 import inspect
 from typing import Any
 
+from .._validation import is_value
+
 _ONE_DEVICE = "pagedkit runs one model on one device"
 _NO_GRAPHS = "pagedkit always runs eagerly (it captures no CUDA graphs)"
 
@@ -63,7 +65,7 @@ def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:
         elif accepted is None:
             if not isinstance(value, bool):
                 raise TypeError(f"{caller}: {name} must be True or False, got {value!r}")
-        elif not any(type(value) is type(a) and value == a for a in accepted):
+        elif not any(is_value(value, a) for a in accepted):
             shown = " or ".join(map(repr, accepted))
             raise ValueError(f"{caller}: {name}={value!r} is not supported ({why}); pagedkit "
                              f"takes {name}={shown} only (docs/api.md, 'Engine arguments')")
