@@ -434,6 +434,11 @@ ENGINE_CASES = [
     ("generate(negative token id)", generate([[1, -1]]), ValueError, "-1"),
     ("generate(empty prompt)", generate([[1, 2], []]), ValueError, "empty"),
     ("generate(too long)", generate([[5] * 3000]), ValueError, "3000 tokens"),
+    # named by its place in the caller's list, not by LLM's internal request id
+    ("generate(second too long)", generate(["a", [5] * 3000]), ValueError,
+     "prompts[1]: the prompt has 3000 tokens"),
+    ("generate(one too long)", generate([5] * 3000), ValueError,
+     "generate(): the prompt has 3000 tokens"),
     ("generate(longer than the cache)", generate([[5] * 200]), ValueError, "200 tokens"),
     ("generate(sampling_params=5)", generate(["a"], 5), TypeError, "5"),
     ("generate(sampling_params=[ok, 5])", generate(["a", "b"], [GREEDY, 5]), TypeError,

@@ -134,7 +134,10 @@ class LLM:
             raise TypeError(f"on_step must be a function of a StepOutput, got {on_step!r}")
         engine = self.llm_engine
         ids = [f"{next(self._ids)}" for _ in prompts]
-        engine.add_requests(list(zip(ids, prompts, params, strict=True)))  # all or none
+        # all or none; an error names a prompt by its place in the caller's list
+        names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
+                 else ["generate()"])
+        engine.add_requests(list(zip(ids, prompts, params, strict=True)), names=names)
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}
         try:

@@ -171,17 +171,22 @@ class LLMEngine:
         self.add_requests([(request_id, prompt, params)], arrival_time=arrival_time)
 
     def add_requests(self, requests: SequenceLike[tuple[str, Any, SamplingParams | None]], *,
-                     arrival_time: float | None = None) -> None:
+                     arrival_time: float | None = None,
+                     names: SequenceLike[str] | None = None) -> None:
         """Queue ``(request_id, prompt, params)`` triples, all or none: every one
-        is checked (and tokenized, once) before any is queued."""
+        is checked (and tokenized, once) before any is queued. `names` says how
+        an error calls each request (`LLM.generate`: its place in the caller's
+        list, ``prompts[3]``; the ids are its own counter's, which the caller
+        never saw); by default ``request '<id>'``."""
         if arrival_time is not None:
             check_number("arrival_time", arrival_time)
         requests = list(requests)
         odd = next((r for r in requests if not isinstance(r, (tuple, list)) or len(r) != 3), None)
         if odd is not None:
             raise TypeError(f"add_requests takes (request_id, prompt, params) triples, got {odd!r}")
-        checked = [(str(rid), *self.check_request(rid, prompt, params))
-                   for rid, prompt, params in requests]
+        names = names or [f"request {str(rid)!r}" for rid, *_ in requests]
+        checked = [(str(rid), *self.check_request(rid, prompt, params, who))
+                   for (rid, prompt, params), who in zip(requests, names, strict=True)]
         ids = [rid for rid, *_ in checked]
         if len(set(ids)) != len(ids):
             raise ValueError(f"request ids repeat within one call: {ids}")
@@ -197,14 +202,15 @@ class LLMEngine:
         return next(self._seq_ids)
 
     def check_request(self, request_id: str, prompt: str | SequenceLike[int],
-                      params: SamplingParams | None = None
+                      params: SamplingParams | None = None, who: str | None = None
                       ) -> tuple[str | None, list[int], SamplingParams]:
         """Everything `add_request` checks, without queueing: returns the prompt's
-        text (if any), its token ids and the sampling params."""
+        text (if any), its token ids and the sampling params. `who` starts the
+        error messages (by default ``request '<id>'``)."""
         request_id = str(request_id)
         if request_id in self.scheduler.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine")
-        return self.check_prompt(prompt, params, f"request {request_id!r}")
+        return self.check_prompt(prompt, params, who or f"request {request_id!r}")
 
     def check_prompt(self, prompt: str | SequenceLike[int], params: SamplingParams | None = None,
                      who: str = "the prompt") -> tuple[str | None, list[int], SamplingParams]:
