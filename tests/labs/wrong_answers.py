@@ -43,6 +43,10 @@ def blocks_round(n, bs):
     return round(n / bs)
 
 
+def blocks_float_ceil(n, bs):
+    return float(-(-n // bs))                 # right numbers, but 2.0 blocks is not a count
+
+
 # ---------------------------------------------------------------- lab 01
 def reads_no_growth(p, n):
     return (n - 1) * p if n else 0            # every step reads just the prompt
@@ -780,7 +784,7 @@ def drafts_closed_form_divides_by_zero(a, c, kmax):
 
 
 WRONG = {
-    ("lab00", "blocks_for"): [blocks_floor, blocks_plus_one, blocks_round],
+    ("lab00", "blocks_for"): [blocks_floor, blocks_plus_one, blocks_round, blocks_float_ceil],
     ("lab01", "cached_kv_reads"): [reads_no_growth, reads_every_new_token,
                                    reads_without_own_token, reads_with_prefill],
     ("lab01", "max_batch"): [batch_ignoring_weights, batch_params_as_bytes, batch_rounded_up,

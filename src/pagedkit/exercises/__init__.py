@@ -12,6 +12,7 @@ suite runs every check against them, so checks and solutions cannot drift.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,10 +124,21 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
             return CheckResult(name, False, _("{call} returned None — did you forget `return`?")
                                .format(call=call))
         if not equal(got, case.expected):
+            if _numbers_equal(got, case.expected):  # refused by type alone: say so, not the hint
+                return CheckResult(name, False, _(
+                    "{call} returned {got!r} ({got_type}), expected {expected!r} ({want_type}): "
+                    "the value is right, its type is not.").format(
+                        call=call, got=got, got_type=type(got).__name__,
+                        expected=case.expected, want_type=type(case.expected).__name__))
             return CheckResult(name, False, _("{call} returned {got!r}, expected {expected!r}.")
                                .format(call=call, got=got, expected=case.expected)
                                + hint_text(case.hint))
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
+
+
+def _numbers_equal(a: Any, b: Any) -> bool:
+    """Two numbers of equal value (``2.0`` and ``2``), whatever their types."""
+    return isinstance(a, numbers.Number) and isinstance(b, numbers.Number) and a == b
 
 
 def hint_text(hint: str | Callable[[], str]) -> str:
