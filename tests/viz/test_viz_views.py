@@ -341,3 +341,25 @@ def test_contiguous_vs_paged_fits_a_notebook_output_area():
     trace = [TraceRequest("A", 0, 4, 4)]
     view = ContiguousVsPaged(replay(trace, num_blocks=4, block_size=4))
     assert view.figure().layout.width <= 840
+
+
+def test_views_speak_one_language():
+    """In Chinese, a page table's summary and the comparison's axis are Chinese through and
+    through (they read "没有序列 at 第 0/0 步" and "paged" / "contiguous" before)."""
+    from pagedkit.i18n import get_language, set_language
+
+    _, rec = three_steps()
+    trace = [TraceRequest("a", 0, 5, 3), TraceRequest("b", 0, 9, 3)]
+    before = get_language()
+    set_language("zh-CN")
+    try:
+        view = PageTable(rec, seq="A")
+        view.index = 1
+        summary, none = view.summary(), PageTable(rec).summary(0)
+        axis = ContiguousVsPaged(replay(trace, num_blocks=12, block_size=4,
+                                       policy="pow2")).figure().layout.yaxis.ticktext
+    finally:
+        set_language(before)
+    assert summary == "第 1/3 步：A: 0 -> 1 -> 2"
+    assert " at " not in none and none.startswith("第 0/3 步：")
+    assert list(axis) == ["分页式", "连续<br>（pow2）"]

@@ -81,7 +81,7 @@ class ContiguousVsPaged(View):
         cap = self.comparison.capacity
         scale = dict(cmin=0, cmax=NUM_INDICES - 1)
         for name, colors, pattern in (
-                ("tokens", FILL_SCALE, ""), (_("reserved for later tokens"), CELL_SCALE, ""),
+                (_("tokens"), FILL_SCALE, ""), (_("reserved for later tokens"), CELL_SCALE, ""),
                 (_("never used (internal fragmentation)"), CELL_SCALE, "x"),
                 (_("tokens (paged)"), FILL_SCALE, ""),
                 (_("unfilled tail of a block"), CELL_SCALE, "")):
@@ -110,7 +110,8 @@ class ContiguousVsPaged(View):
             xaxis=dict(range=[0, cap], title_text=_("KV slots (token positions)"),
                        showgrid=False, fixedrange=True),
             yaxis=dict(range=[-0.5, 1.5], tickvals=[_PAGED, _CONTIGUOUS],
-                       ticktext=["paged", f"contiguous<br>({self.comparison.policy})"],
+                       ticktext=[_("paged"), _("contiguous<br>({policy})").format(
+                           policy=self.comparison.policy)],
                        showgrid=False, fixedrange=True),
         )
 

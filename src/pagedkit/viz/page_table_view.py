@@ -77,9 +77,9 @@ class PageTable(View):
         seq = self.shown_seq(i)
         if data is None:
             who = _("no sequence") if seq is None else _("{seq!r}: no blocks").format(seq=seq)
-            return f"{who} at {self._step_label(i)}"
+            return _("{what} at {step}").format(what=who, step=self._step_label(i))
         where = _(", swapped out") if data.where == "cpu" else ""
-        return f"{data.chain()} at {self._step_label(i)}{where}"
+        return _("{what} at {step}").format(what=data.chain(), step=self._step_label(i)) + where
 
     # ---------------------------------------------------------------- widgets
     def _extra_controls(self) -> list[Any]:
