@@ -433,13 +433,17 @@ ENGINE_CASES = [
     ("generate(token id past vocab)", generate([[1, 2], [1, 10**6]]), ValueError, "1000000"),
     ("generate(negative token id)", generate([[1, -1]]), ValueError, "-1"),
     ("generate(empty prompt)", generate([[1, 2], []]), ValueError, "empty"),
-    ("generate(too long)", generate([[5] * 3000]), ValueError, "3000 tokens"),
+    ("generate(too long)", generate([[5] * 3000]), ValueError,
+     "3000 tokens but max_model_len is 2048 (room is needed for at least one generated "
+     "token); shorten it to 2047 tokens or fewer, or use a model with a longer context"),
     # named by its place in the caller's list, not by LLM's internal request id
     ("generate(second too long)", generate(["a", [5] * 3000]), ValueError,
      "prompts[1]: the prompt has 3000 tokens"),
     ("generate(one too long)", generate([5] * 3000), ValueError,
      "generate(): the prompt has 3000 tokens"),
-    ("generate(longer than the cache)", generate([[5] * 200]), ValueError, "200 tokens"),
+    ("generate(longer than the cache)", generate([[5] * 200]), ValueError,
+     "200 tokens but the whole KV cache holds 128 (32 blocks x 4); give the engine "
+     "num_blocks=51 or more"),
     ("generate(sampling_params=5)", generate(["a"], 5), TypeError, "5"),
     ("generate(sampling_params=[ok, 5])", generate(["a", "b"], [GREEDY, 5]), TypeError,
      "sampling_params[1]"),
@@ -454,7 +458,16 @@ ENGINE_CASES = [
     ("generate(n past max_num_seqs)", generate(["a"], SamplingParams(n=300)), ValueError,
      "300 sequences"),
     ("generate(logprobs past max_logprobs)", generate(["a"], SamplingParams(logprobs=21)),
-     ValueError, "max_logprobs=20"),
+     ValueError, "max_logprobs=20 (an engine argument, vLLM's default 20): build the engine "
+     "with LLM(..., max_logprobs=21), or ask for fewer"),
+    ("generate(logprobs past the vocabulary)", generate(["a"], SamplingParams(logprobs=5000)),
+     ValueError, "logprobs=5000 asks for more logprobs than the vocabulary has tokens (1024)"),
+    # n samples (or beams) share the prompt's 5 full blocks and need one each: 35 of 32
+    ("generate(n past the cache)", generate([[5] * 20], SamplingParams(n=30)), ValueError,
+     "n=30 sequences share the prompt's 5 full blocks"),
+    ("generate(beams past the cache)", generate([[5] * 20], SamplingParams(
+        use_beam_search=True, beam_width=30, temperature=0)), ValueError,
+     "lower beam_width to 27 or less, or give the engine num_blocks=35 or more"),
     ("generate(logprobs=-1 past max_logprobs)", generate(["a"], SamplingParams(logprobs=-1)),
      ValueError, "1024 logprobs"),
     ("generate(prompt_logprobs past max_logprobs)",

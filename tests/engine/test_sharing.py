@@ -1,6 +1,8 @@
 """Sharing KV blocks between the sequences of one request (paper §4.4):
 beam search equals transformers' own, and parallel samples share the prompt."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -153,3 +155,47 @@ def test_reset_prefix_cache_is_refused_while_requests_hold_blocks():
     while engine.has_unfinished_requests():
         engine.step()
     assert llm.reset_prefix_cache() is True and engine.memory_stats()["cached_blocks"] == 0
+
+
+@pytest.mark.parametrize("prompt_len", [5, 8])  # ends mid-block; ends on a block boundary
+@pytest.mark.parametrize("kind", ["n", "beam_width"])
+def test_a_group_whose_sequences_cannot_all_get_a_block_is_refused(prompt_len, kind):
+    """n samples (or beams) share the prompt's full blocks and each needs a
+    block of its own for its second token: ``prompt_len // block_size + n``
+    blocks. The largest n the cache holds is served exactly as in a roomy
+    cache; one more is refused at add time, naming n, the blocks and what to
+    do, with nothing queued (newcomer finding: it was served as n one-token
+    completions ending with "length", silently)."""
+    from pagedkit.models import load_tiny
+
+    model, tokenizer = load_tiny()
+    prompt = list(range(3, 3 + prompt_len))
+    num_blocks, block_size = 6, 4
+    largest = num_blocks - prompt_len // block_size
+
+    def params(width):
+        if kind == "n":
+            return SamplingParams(n=width, temperature=1.0, seed=7, max_tokens=3,
+                                  ignore_eos=True)
+        return SamplingParams(use_beam_search=True, beam_width=width, temperature=0,
+                              max_tokens=3, ignore_eos=True)
+
+    small = LLM(model, tokenizer, block_size=block_size, num_blocks=num_blocks)
+    roomy = LLM(model, tokenizer, block_size=block_size, num_blocks=64)
+    got = small.generate(prompt, params(largest), use_tqdm=False)[0]
+    want = roomy.generate(prompt, params(largest), use_tqdm=False)[0]
+    assert [c.token_ids for c in got.outputs] == [c.token_ids for c in want.outputs]
+    assert all(len(c.token_ids) == 3 for c in got.outputs)
+    need = prompt_len // block_size + largest + 1
+    with pytest.raises(ValueError, match=(
+            rf"generate\(\): {kind}={largest + 1} sequences share the prompt's "
+            rf"{prompt_len // block_size} full blocks .* {need} blocks, but the whole KV cache "
+            rf"has {num_blocks}; lower {kind} to {largest} or less, or give the engine "
+            rf"num_blocks={need} or more")):
+        small.generate(prompt, params(largest + 1), use_tqdm=False)
+    assert not small.llm_engine.has_unfinished_requests()
+    assert small.llm_engine.memory_stats()["used_blocks"] == 0
+    # one token each needs no block of its own: served
+    one = small.generate(prompt, dataclasses.replace(params(largest + 1), max_tokens=1),
+                         use_tqdm=False)[0]
+    assert all(len(c.token_ids) == 1 for c in one.outputs)

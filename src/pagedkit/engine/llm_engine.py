@@ -109,6 +109,10 @@ class LLMEngine:
                                       gpu_memory_utilization)
         num_swap_blocks = (_num_swap_blocks(spec.bytes_per_block(block_size), num_blocks,
                                             swap_space) if preemption_mode == "swap" else 0)
+        #: the model's (or the asked) max_model_len before the cache caps it: a
+        #: prompt past it must be shortened, one past the cache needs more blocks
+        self._context_len = self.max_model_len
+        self._max_model_len_given = max_model_len not in (None, -1)
         if self.release_window is None:  # a sliding window bounds a sequence's blocks
             self.max_model_len = _fit_to_cache(self.max_model_len, max_model_len,
                                                num_blocks, block_size)
@@ -223,25 +227,51 @@ class LLMEngine:
         text, token_ids = self._tokenize(check_prompt(prompt))
         self._check_prompt_length(who, len(token_ids))
         self._check_params(who, params)
+        self._check_sequences_fit(who, len(token_ids), params)
         return text, token_ids, params
 
     def _check_prompt_length(self, who: str, n: int) -> None:
         if n == 0:
             raise ValueError(f"{who}: the prompt is empty")
-        capacity = self.kv.allocator.num_blocks * self.kv.block_size
-        if n + 1 > capacity:
+        limit = self._context_len
+        if n >= limit:
+            instead = ("give a larger max_model_len" if self._max_model_len_given
+                       else "use a model with a longer context")
+            raise ValueError(f"{who}: the prompt has {n} tokens but max_model_len is {limit} "
+                             "(room is needed for at least one generated token); shorten it "
+                             f"to {limit - 1} tokens or fewer, or {instead}")
+        block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
+        if n + 1 > num_blocks * block_size:
             raise ValueError(f"{who}: the prompt has {n} tokens but the whole KV "
-                             f"cache holds {capacity} ({self.kv.allocator.num_blocks} blocks x "
-                             f"{self.kv.block_size}); give the engine more blocks")
-        if n >= self.max_model_len:
-            raise ValueError(f"{who}: the prompt has {n} tokens but "
-                             f"max_model_len is {self.max_model_len} (room is needed for at "
-                             "least one generated token)")
+                             f"cache holds {num_blocks * block_size} ({num_blocks} blocks x "
+                             f"{block_size}); give the engine num_blocks={n // block_size + 1} "
+                             "or more (room for the prompt and one generated token), or "
+                             "shorten the prompt")
         budget = self.scheduler_config.max_num_batched_tokens
         if n > budget and not self.scheduler_config.enable_chunked_prefill:
             raise ValueError(f"{who}: the prompt has {n} tokens but "
                              f"max_num_batched_tokens is {budget}; raise it or set "
                              "enable_chunked_prefill=True")
+
+    def _check_sequences_fit(self, who: str, prompt_len: int, params: SamplingParams) -> None:
+        """n samples (or beams) share the prompt's full blocks; to write its
+        first generated token each needs a block of its own (a fresh one after
+        a full last block, or a copy of a shared, partly filled one: one of
+        the writers keeps it, so the total is the same). A request whose
+        sequences cannot all get past their first token in the whole cache is
+        refused here: the scheduler could only end them after one token."""
+        seqs = params.num_sequences
+        if seqs == 1 or params.max_tokens == 1:
+            return
+        full = prompt_len // self.kv.block_size
+        have = self.kv.allocator.num_blocks
+        if full + seqs > have:
+            name = "beam_width" if params.use_beam_search else "n"
+            raise ValueError(
+                f"{who}: {name}={seqs} sequences share the prompt's {full} full blocks and each "
+                f"needs a block of its own for its next token: {full + seqs} blocks, but the "
+                f"whole KV cache has {have}; lower {name} to {have - full} or less, or give "
+                f"the engine num_blocks={full + seqs} or more")
 
     def _check_params(self, who: str, params: SamplingParams) -> None:
         vocab = self.runner.vocab_size
@@ -251,14 +281,16 @@ class LLMEngine:
         for name in ("logprobs", "prompt_logprobs"):
             asked = getattr(params, name)
             asked = vocab if asked == -1 else asked
-            if asked is not None and self.max_logprobs != -1 and asked > self.max_logprobs:
-                raise ValueError(f"{who}: {name}={getattr(params, name)} asks "
-                                 f"for {asked} logprobs, more than max_logprobs="
-                                 f"{self.max_logprobs} (an engine argument, vLLM's default 20)")
             if asked is not None and asked > vocab:
                 raise ValueError(f"{who}: {name}={asked} asks for more logprobs than the "
                                  f"vocabulary has tokens ({vocab}); use at most {vocab}, or -1 "
                                  "for all of them")
+            if asked is not None and self.max_logprobs != -1 and asked > self.max_logprobs:
+                raise ValueError(f"{who}: {name}={getattr(params, name)} asks "
+                                 f"for {asked} logprobs, more than max_logprobs="
+                                 f"{self.max_logprobs} (an engine argument, vLLM's default 20): "
+                                 f"build the engine with LLM(..., max_logprobs={asked}), or ask "
+                                 "for fewer")
         bad = [t for t in params.stop_token_ids if t >= vocab]
         if bad:
             raise ValueError(f"{who}: stop token id {bad[0]} is outside the "
