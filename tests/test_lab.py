@@ -252,3 +252,70 @@ def test_the_widget_state_default_is_said_and_can_be_left_off(tmp_path, monkeypa
     assert not (tmp_path / "overrides.d" / "pagedkit.json").exists()
     assert "widget state" not in capsys.readouterr().err
     assert all("--no-widget-state" not in argv for argv in written)  # not passed to jupyter
+
+
+CHILD = ("import signal, sys, time\n"
+         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+         "print('ready', flush=True)\n"
+         "time.sleep(120)\n")
+
+
+def test_a_kill_is_passed_on_to_jupyterlab_not_left_running(monkeypatch):
+    """Newcomer finding 5: `kill <pid of pagedkit lab>` ended the command and left
+    JupyterLab running, orphaned, on its port. A fake JupyterLab (a real
+    process that stops on TERM) gets the TERM this command got, and is waited for."""
+    started = []
+
+    class Jupyter(subprocess.Popen):
+        def __init__(self, argv):
+            super().__init__([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+            started.append(self)
+
+        def wait(self, timeout=None):
+            if self.returncode is None and not getattr(self, "killed", False):
+                assert self.stdout.readline() == "ready\n"  # its handler is in place
+                self.killed = True
+                os.kill(os.getpid(), lab.signal.SIGTERM)  # what `kill` sends this command
+            return super().wait(timeout)
+
+    monkeypatch.setattr(lab.subprocess, "Popen", Jupyter)
+    before = lab.signal.getsignal(lab.signal.SIGTERM)
+    try:
+        assert lab.run_until_it_exits(["jupyter"]) == 128 + lab.signal.SIGTERM
+    finally:
+        for child in started:
+            child.kill() if child.poll() is None else None
+            child.stdout.close()
+    assert started[0].returncode == 0  # it stopped on the TERM passed on
+    assert lab.signal.getsignal(lab.signal.SIGTERM) is before  # handlers put back
+
+
+def test_ctrl_c_twice_is_interrupted_and_130_as_every_command(monkeypatch, capsys):
+    """Two quick Ctrl-Cs skip JupyterLab's confirmation and end it by SIGINT:
+    the command said nothing and exited 254 (Popen's -2 as a status)."""
+    class Jupyter:
+        def __init__(self, argv):
+            pass
+
+        def wait(self):
+            os.kill(os.getpid(), lab.signal.SIGINT)  # the terminal's Ctrl-C reaches us too
+            return -lab.signal.SIGINT
+
+    monkeypatch.setattr(lab.subprocess, "Popen", Jupyter)
+    monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": ([], []))
+    assert cli(["lab", "--no-widget-state"]) == 130
+    assert capsys.readouterr().err.strip().endswith("python -m pagedkit lab: interrupted")
+    assert lab.exit_status(-9, []) == 137 and lab.exit_status(0, [lab.signal.SIGINT]) == 0
+
+
+def test_it_counts_notebooks_and_says_which_options_go_to_jupyter(tmp_path, monkeypatch,
+                                                                   capsys):
+    """Newcomer finding 12: 'copied 14 of the labs' for 13 notebooks and their
+    README; a mistyped option came back as JupyterLab's 25-line usage."""
+    root = _clone(tmp_path)
+    monkeypatch.setattr(lab, "clone_root", lambda: root)
+    monkeypatch.setattr(lab, "run_until_it_exits", lambda argv: 0)
+    assert lab.main(["--no-widget-state", "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "copied 2 of the labs" in err
+    assert "lab: passing --dry-run on to jupyter lab" in err

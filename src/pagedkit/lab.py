@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -158,16 +159,54 @@ def join_option_values(argv: list[str], is_lab) -> list[str]:
     return out
 
 
+#: Signals that end this command and are passed on to JupyterLab (a ``kill``, a
+#: closed terminal): without that, JupyterLab ran on, orphaned, on its port.
+FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 def run_until_it_exits(argv: list[str]) -> int:
-    """Run `argv` and return its exit code. Ctrl-C reaches JupyterLab too (one
-    process group): it asks, or shuts down cleanly, and this waits for it
-    instead of killing it with a traceback."""
-    proc = subprocess.Popen(argv)
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            continue
+    """Run `argv` and return its exit status, the shell's way. Ctrl-C reaches
+    JupyterLab too (one process group): it asks, or shuts down cleanly, and
+    this waits for it instead of dying with a traceback; a TERM or HUP is
+    passed on to it, then waited for (`exit_status`)."""
+    received: list[int] = []
+    proc = None
+
+    def note(signum, _frame):
+        received.append(signum)
+        if signum != signal.SIGINT and proc is not None:
+            proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, note) for s in (signal.SIGINT, *FORWARDED)}
+    try:
+        proc = subprocess.Popen(argv)
+        for s in received:  # arrived before it started: pass them on now
+            if s != signal.SIGINT:
+                proc.send_signal(s)
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return exit_status(code, received)
+
+
+def exit_status(code: int, received: list[int]) -> int:
+    """The status to exit with once JupyterLab ended with `code` (Popen's:
+    -N if signal N ended it): 128 + N for a TERM or HUP this command passed
+    on, or for a signal that ended JupyterLab; a KeyboardInterrupt when
+    Ctrl-C ended it (two quick ones skip its confirmation), so the command
+    line says "interrupted" and exits 130, as every command does."""
+    passed_on = [s for s in received if s != signal.SIGINT]
+    if passed_on:
+        return 128 + passed_on[0]
+    if code == -signal.SIGINT:
+        raise KeyboardInterrupt
+    return 128 - code if code < 0 else code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,9 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     copied, changed = copy_labs(root, args.lang)
     sub = "" if args.lang == "en" else f"{EDITIONS[args.lang]}/"  # labs/zh-CN/, my-labs/zh-CN/
-    if copied:
+    notebooks = [name for name in copied if name.endswith(".ipynb")]  # not their README
+    if notebooks:
         print(_("lab: copied {n} of the labs into {folder}/: you work there, labs/ keeps the "
-                "originals").format(n=len(copied), folder=root / WORK / sub), file=sys.stderr)
+                "originals").format(n=len(notebooks), folder=root / WORK / sub), file=sys.stderr)
     for name in changed:
         print(_("lab: labs/{name} changed since your copy in {WORK}/; yours is kept (delete it "
                 "to take the new one)").format(name=sub + name, WORK=WORK + "/" + sub[:-1]
@@ -229,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     if as_root:
         print(_("lab: running as root, so with --allow-root (JupyterLab refuses root without "
               "it)"), file=sys.stderr)
+    if extra:  # a mistyped option is jupyter's to refuse: say where its error comes from
+        print(_("lab: passing {options} on to jupyter lab").format(options=" ".join(extra)),
+              file=sys.stderr)
     return run_until_it_exits(argv_)
 
 
