@@ -77,7 +77,14 @@ DEMO_ERRORS = [
     (["--temperature", "nan"], "argument --temperature: expected a finite number >= 0"),
     (["--temperature", "-1"], "argument --temperature: expected a finite number >= 0"),
     (["--block-size", "-4"], "argument --block-size: must be >= 1, got -4"),
-    (["--model", "./no/such/dir"], "model path './no/such/dir' does not exist"),
+    # in the command line's terms (newcomer finding 8), not model='tiny' or a model object
+    (["--model", "./no/such/dir"], "model path './no/such/dir' does not exist (a Hugging Face "
+     "model name is 'name' or 'org/name'); use --model tiny (the embedded default) or a local "
+     "directory"),
+    # no sequence grows past the model's 2048 positions: 128 blocks hold the longest (finding 11)
+    (["--max-tokens", "100000", "--num-blocks", "4"], "grows to the model's max_model_len of "
+     "2048 tokens (--max-tokens 100000 goes past it), which takes 128 blocks of 16 per "
+     "completion, x -n 1 = 128; give --num-blocks 128 or more"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ]
 
@@ -118,7 +125,11 @@ SIM_ERRORS = [
      "argument --requests: must be >= 1, got 0"),
     (["--trace", "TRACE", "--rate", "1", "--requests", "3"], "holds only 2 requests"),
     (["--trace", "TRACE", "--rate", "1", "--duration", "5"], "--duration draws a synthetic"),
-    (["--trace", "TRACE"], "has no arrival times"),
+    (["--trace", "TRACE"], "has no arrival times; pass --rate (requests/s)"),
+    # newcomer finding 4: a negative seed was numpy's traceback
+    (["--dataset", "alpaca", "--rate", "1", "--seed", "-1"],
+     "argument --seed: must be >= 0, got -1"),
+    (["--scale", "quick", "--seed", "-1"], "argument --seed: must be >= 0, got -1"),
 ]
 
 
@@ -201,6 +212,15 @@ BENCH_ERRORS = [
     (["kernels", "--device", "mps"], "--device mps: the benchmarks run on cpu or cuda[:N]"),
     (["kernels", "--device", "gpu0"], "--device gpu0: not a device name"),
     (["kernels", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
+    # newcomer finding 4: tracebacks, the last only after the whole run
+    (["calls", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
+    (["--quick", "--json", "/nonexistent/dir/x.json"],
+     "argument --json: cannot write '/nonexistent/dir/x.json': the folder /nonexistent/dir does "
+     "not exist"),
+    (["kernels", "--json", "."], "argument --json: '.' is a folder"),
+    (["widgets", "--json", "/nonexistent/x.json"], "cannot write '/nonexistent/x.json'"),
+    (["labs", "--json", "/nonexistent/x.json"], "cannot write '/nonexistent/x.json'"),
+    (["hash", "--json", "/nonexistent/x.json"], "cannot write '/nonexistent/x.json'"),
 ]
 
 
@@ -231,7 +251,9 @@ def test_bench_says_how_long_and_how_to_run_it_quick(capsys, monkeypatch):
     assert "1.2 GiB of memory is available here" in err
     assert runs == ["tiny", "larger"]
     assert run(cli, ["bench", "--quick", "--systems", "pagedkit"]) == 0
-    assert "--quick" not in capsys.readouterr().err and runs[2:] == ["tiny"]
+    err = capsys.readouterr().err  # a smoke run says its own duration first (finding 6)
+    assert err.startswith(engine_bench.QUICK_LINE) and runs[2:] == ["tiny"]
+    assert engine_bench.DEFAULT_RUN_NOTE not in err
 
 
 def test_simulate_says_how_long_and_how_to_run_it_quick(capsys, monkeypatch):

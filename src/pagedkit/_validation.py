@@ -6,6 +6,7 @@ import argparse
 import enum
 import math
 import numbers
+import os
 from typing import Any
 
 #: What `check_prompt` accepts, as said in its errors (vLLM's prompt forms).
@@ -121,6 +122,33 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0 (a seed)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def writable_file(text: str) -> str:
+    """An argparse type: a file that can be written (its folder exists and
+    takes new files; it is not a folder itself), checked before a long run
+    that would end by writing it."""
+    path = os.path.abspath(text)
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name in it")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: the folder {folder} does not "
+                                         "exist (create it first, or choose another path)")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
+    return text
 
 
 def positive_float(text: str) -> float:

@@ -50,17 +50,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                  tokenizer) -> None:
+                  tokenizer, max_model_len: int | None) -> None:
     """Refuse a KV cache too small for the demo's longest prompt to reach
-    --max-tokens in every one of its -n completions (they run together)."""
+    --max-tokens in every one of its -n completions (they run together); no
+    sequence grows past the model's `max_model_len` (its position limit)."""
     longest = max(len(tokenizer(p)["input_ids"]) for p in PROMPTS)
-    per_seq = -(-(longest + args.max_tokens) // args.block_size)
+    tokens = longest + args.max_tokens
+    capped = max_model_len is not None and tokens > max_model_len
+    per_seq = -(-(max_model_len if capped else tokens) // args.block_size)
     needed = args.n * per_seq
     if needed > args.num_blocks:
+        grows = (f"grows to the model's max_model_len of {max_model_len} tokens (--max-tokens "
+                 f"{args.max_tokens} goes past it)" if capped else
+                 f"+ --max-tokens {args.max_tokens}")
         parser.error(f"--num-blocks {args.num_blocks} is too small: the longest prompt "
-                     f"({longest} tokens) + --max-tokens {args.max_tokens} takes {per_seq} "
+                     f"({longest} tokens) {grows}, which takes {per_seq} "
                      f"blocks of {args.block_size} per completion, x -n {args.n} = {needed}; "
                      f"give --num-blocks {needed} or more")
+
+
+def _position_limit(config) -> int | None:
+    """A model config's max_model_len (its position limit), if it states one."""
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text_config, "max_position_embeddings", None)
 
 
 def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
@@ -68,21 +80,27 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
     tokenizer comes apart from it (the embedded model's does)."""
     tokenizer = None
     if args.model == "tiny":
-        from .models import load_tiny_tokenizer
+        from transformers import AutoConfig
+
+        from .models import TINY_DIR, load_tiny_tokenizer
 
         tokenizer = load_tiny_tokenizer()
-        _check_blocks(parser, args, tokenizer)
+        _check_blocks(parser, args, tokenizer, _position_limit(AutoConfig.from_pretrained(
+            TINY_DIR, local_files_only=True)))
     from . import LLM
+    from .model.loader import INSTEAD
 
     try:
         llm = LLM(args.model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks)
-    except (OSError, ValueError, TypeError) as e:
-        parser.error(f"--model {args.model!r}: {e}")
+    except (OSError, ValueError, TypeError) as e:  # said in the command line's terms
+        parser.error(f"--model {args.model!r}: " + str(e).replace(
+            INSTEAD, "--model tiny (the embedded default) or a local directory"))
     if llm.llm_engine.tokenizer is None:
         parser.error(f"--model {args.model!r} comes without a tokenizer; the demo's prompts are "
                      "text")
     if tokenizer is None:
-        _check_blocks(parser, args, llm.llm_engine.tokenizer)
+        _check_blocks(parser, args, llm.llm_engine.tokenizer,
+                      _position_limit(llm.llm_engine.runner.model.config))
     return llm
 
 

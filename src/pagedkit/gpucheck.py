@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ._validation import PROG
+from ._validation import PROG, writable_file
 
 NO_GPU = ("gpucheck needs a CUDA GPU, and torch sees none here "
           "(torch.cuda.is_available() is False; torch {torch}, built for CUDA {cuda}). "
@@ -312,7 +312,8 @@ def run(device: torch.device, quick: bool = False,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} gpucheck",
                                      description=__doc__.split("\n\n")[0].replace("``", ""))
-    parser.add_argument("--json", metavar="PATH", help="also write the report here as JSON")
+    parser.add_argument("--json", metavar="PATH", type=writable_file,
+                        help="also write the report here as JSON")
     parser.add_argument("--quick", action="store_true",
                         help="a 4-layer model in the engine check instead of 16 layers")
     parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")

@@ -61,7 +61,10 @@ def test_the_table_goes_between_the_markers_or_nowhere(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--models", "huge"], "--models: ['huge']; choose from tiny, larger"),
     (["--threads", "2"], "--threads: ['2']; choose from 1, default"),
-    (["--requests", "eight"], "invalid literal"),
+    (["--requests", "eight"], "--requests: expected a whole number >= 1, got 'eight'"),
+    (["--requests", "0"], "--requests: must be >= 1, got 0"),
+    # newcomer finding 4: a page relative to the cwd was a FileNotFoundError traceback
+    (["--doc", "nowhere/benchmarks.md"], "--doc nowhere/benchmarks.md: no such file"),
 ])
 def test_bad_options_are_usage_errors(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit):
@@ -73,3 +76,12 @@ def test_one_request_runs_its_warm_up_too():
     """The warm-up serves the first two prompts: with one request, one."""
     report = benchmark("tiny", num_requests=1, systems=("pagedkit",), log=lambda s: 0)
     assert [r.system for r in report.results] == ["pagedkit"]
+
+
+
+def test_the_page_is_this_checkouts_wherever_it_runs_from(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    written = []
+    monkeypatch.setattr(bv, "write_table", lambda doc, table: written.append(doc))
+    assert bv.main(["--out", str(tmp_path / "cells"), "--table-only"]) == 0
+    assert written == [bv.DOC] and bv.DOC.is_file()

@@ -89,3 +89,23 @@ def test_cpu_time_includes_the_kernels(tmp_path):
                         log=lambda s: None)
     assert burn.passed and burn.cpu_s >= 2.0 and burn.wall_s > 0
     assert burn.cpu_s == pytest.approx(burn.cpu_user_s + burn.cpu_sys_s, abs=0.02)
+
+
+def test_without_pytest_or_nbval_it_says_what_to_install_before_any_run(monkeypatch, capsys):
+    """Newcomer finding 3: right after the README's install (requirements.txt
+    only), a lab's row printed as if it had run, then 'No module named pytest'."""
+    monkeypatch.setattr(labs.importlib.util, "find_spec",
+                        lambda name: None if name == "nbval" else object())
+    monkeypatch.setattr(labs, "run_lab", lambda *a, **k: pytest.fail("it ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        bench_cli(["labs", "--labs", "00"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert ("this Python has no nbval: pip install -r requirements-dev.txt" in err)
+
+
+def test_its_help_says_what_it_needs_and_how_long_it_takes(capsys):
+    with pytest.raises(SystemExit):
+        bench_cli(["labs", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "requirements-dev.txt" in out and "about 10 minutes" in out

@@ -28,4 +28,18 @@ def test_widgets_bench_touches_every_event_kind_and_writes_json(tmp_path, capsys
 def test_widgets_bench_refuses_nonsense(capsys):
     with pytest.raises(SystemExit):
         main(["--steps", "0"])
-    assert "--steps must be >= 1, got 0" in capsys.readouterr().err
+    assert "argument --steps: must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_its_help_and_a_default_run_say_how_long_it_takes(capsys, monkeypatch):
+    """Newcomer finding 6: 208 s with nothing said of its length."""
+    from pagedkit.bench import widgets
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "3.5 to 7.5 minutes" in " ".join(capsys.readouterr().out.split())
+    monkeypatch.setattr(widgets, "benchmark", lambda *a: {})
+    assert main([]) == 0
+    assert capsys.readouterr().err.startswith(f"bench widgets: {widgets.DURATION}")
+    assert main(["--steps", "300"]) == 0
+    assert "minutes" not in capsys.readouterr().err

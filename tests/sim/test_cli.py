@@ -61,11 +61,11 @@ def test_one_trace_mode(capsys, tmp_path):
      "only the paged manager takes a block size"),
     (["--trace", "{csv}", "--duration", "60"], "--duration draws a synthetic trace"),
     (["--trace", "{csv}", "--dataset", "alpaca"], "not both"),
-    (["--trace", "{bare}"], "no arrival times; pass rate="),
-    (["--benchmark", "--batching", "static"], "--batching choose(s) how one trace runs"),
+    (["--trace", "{bare}"], "no arrival times; pass --rate (requests/s)"),
+    (["--benchmark", "--batching", "static"], "--batching: for one trace's run only"),
     (["--scale", "quick", "--manager", "max", "--preemption", "swap"],
-     "--manager, --preemption choose(s) how one trace runs"),
-    (["--rate", "3"], "--rate choose(s)"),
+     "--manager, --preemption: for one trace's run only"),
+    (["--rate", "3"], "--rate: for one trace's run only; give --dataset or --trace too"),
 ])
 def test_bad_arguments_are_argparse_errors(argv, message, capsys, tmp_path):
     """A mistake ends in a usage message naming it (exit status 2), not a traceback

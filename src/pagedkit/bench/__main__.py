@@ -18,7 +18,6 @@ import argparse
 import importlib
 import sys
 
-from .. import __version__
 from .._validation import PROG
 
 #: name -> (module whose ``main(argv)`` runs it, one line of help)
@@ -42,7 +41,6 @@ def _parser(prog: str, default: str | None) -> argparse.ArgumentParser:
                     + (f" (without NAME: {default})." if default else "."),
         epilog=f"benchmarks:\n{lines}\n\nEach has its own options: {prog} NAME --help",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"pagedkit {__version__}")
     p.add_argument("name", choices=list(BENCHMARKS), metavar="NAME",
                    help=f"one of: {', '.join(BENCHMARKS)}")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
@@ -56,7 +54,7 @@ def main(argv: list[str] | None = None, prog: str = f"{PROG} bench",
     given (``python -m pagedkit bench`` alone is the engine benchmark)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if default and (not argv or (argv[0].startswith("-")
-                                 and argv[0] not in ("-h", "--help", "--version"))):
+                                 and argv[0] not in ("-h", "--help"))):
         argv = [default, *argv]
     args = _parser(prog, default).parse_args(argv)
     return importlib.import_module(BENCHMARKS[args.name][0]).main(args.args)

@@ -1,4 +1,4 @@
-"""pagedkit and vLLM's CPU build on the same requests: the table of issue #24.
+"""pagedkit and vLLM's CPU build on the same requests, one table (docs/benchmarks.md).
 
 ``python -m pagedkit bench vllm [--out DIR] [--requests 1,8,64] [--models tiny,larger]
 [--threads 1,default] [--doc docs/benchmarks.md]`` runs one ``bench engine``
@@ -23,13 +23,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .._validation import PROG
+from .._validation import PROG, positive_int
 
 START = "<!-- beside-vllm-table:start -->"
 END = "<!-- beside-vllm-table:end -->"
 MODELS = ("tiny", "larger")
 REQUESTS = (1, 8, 64)
 THREADS = ("1", "default")
+#: The table's page in the checkout this pagedkit was imported from
+DOC = Path(__file__).resolve().parents[3] / "docs" / "benchmarks.md"
 
 
 def cell_name(model: str, requests: int, threads: str) -> str:
@@ -114,12 +116,23 @@ def markdown(out: Path, models=MODELS, requests=REQUESTS, threads=THREADS) -> st
     return "\n".join(lines)
 
 
-def write_table(doc: Path, table: str) -> None:
-    """Put `table` between the markers in `doc` (they must be there)."""
+def check_doc(doc: Path) -> str:
+    """`doc`'s text, if it has the markers to put the table between; else a
+    ValueError saying what is wrong (checked before any cell runs)."""
+    if not doc.is_file():
+        raise ValueError(f"--doc {doc}: no such file (the table goes into a page with the "
+                         f"markers {START} ... {END}, by default this checkout's "
+                         "docs/benchmarks.md)")
     text = doc.read_text()
     if START not in text or END not in text:
-        raise ValueError(f"{doc} has no {START} ... {END} markers to put the table between")
-    head, rest = text.split(START, 1)
+        raise ValueError(f"--doc {doc} has no {START} ... {END} markers to put the table "
+                         "between")
+    return text
+
+
+def write_table(doc: Path, table: str) -> None:
+    """Put `table` between the markers in `doc` (they must be there)."""
+    head, rest = check_doc(doc).split(START, 1)
     _, tail = rest.split(END, 1)
     doc.write_text(f"{head}{START}\n{table}\n{END}{tail}")
 
@@ -133,19 +146,32 @@ def _choices(text: str, valid, what: str) -> tuple:
     return items
 
 
+def _batch_size(text: str) -> int:
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"--requests: {err}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench vllm", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="bench-vllm", help="folder for each cell's JSON")
-    p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--requests", default=",".join(map(str, REQUESTS)))
+    p.add_argument("--models", default=",".join(MODELS),
+                   help=f"comma-separated, from {', '.join(MODELS)} (default: both)")
+    p.add_argument("--requests", default=",".join(map(str, REQUESTS)),
+                   help="comma-separated batch sizes (default: 1,8,64)")
     p.add_argument("--threads", default=",".join(THREADS), help="1 and/or default")
-    p.add_argument("--doc", default="docs/benchmarks.md", help="where the table goes")
-    p.add_argument("--table-only", action="store_true", help="only rewrite the table")
+    p.add_argument("--doc", type=Path, default=DOC,
+                   help="the page whose marked table is rewritten (default: this checkout's "
+                   "docs/benchmarks.md, a tracked file)")
+    p.add_argument("--table-only", action="store_true",
+                   help="only rewrite the table, from the JSON already in --out")
     args = p.parse_args(argv)
     try:
         models = _choices(args.models, MODELS, "--models")
         threads = _choices(args.threads, THREADS, "--threads")
-        requests = tuple(int(n) for n in _choices(args.requests, None, "--requests"))
+        requests = tuple(_batch_size(n) for n in _choices(args.requests, None, "--requests"))
+        check_doc(args.doc)
     except (argparse.ArgumentTypeError, ValueError) as err:
         p.error(str(err))
     out = Path(args.out)
@@ -157,5 +183,5 @@ def main(argv: list[str] | None = None) -> int:
                     run_cell(model, n, t, out)
     table = markdown(out, models, requests, threads)
     print(table)
-    write_table(Path(args.doc), table)
+    write_table(args.doc, table)
     return 0

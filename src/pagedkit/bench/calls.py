@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from .._validation import PROG
+from .._validation import PROG, positive_int
 
 #: the folders whose functions are counted: the package and its kernels
 ROOTS = (Path(__file__).resolve().parents[1],)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Count the named pagedkit functions one decode "
                                             "step of two sequences calls, by file.")
     p.add_argument("--names", action="store_true", help="list every function, by file")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads for the step (default 1: with more, the thread "
                         "chooser's own functions run too)")
     args = p.parse_args(argv)

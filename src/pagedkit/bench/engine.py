@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from .._validation import PROG, positive_float, positive_int
+from .._validation import PROG, positive_float, positive_int, writable_file
 from . import check_choice, device_unavailable, load_average
 
 MODELS = ("tiny", "larger")
@@ -153,8 +153,9 @@ class Progress:
         now = time.perf_counter()
         if now - self.last >= self.interval:
             self.last = now
-            self.log(f"  {self.system}: {self.done}/{self.total} output tokens after "
-                     f"{now - self.start:.0f} s")
+            self.log(f"  {self.system}: {self.done}/{self.total} output tokens, "
+                     f"{now - self.start:.0f} s in (its setup included; the timed window "
+                     "starts after it)")
 
 
 def build_model(name: str, device: torch.device):
@@ -608,6 +609,9 @@ DEFAULT_RUN_NOTE = ("the default run (both models, 64 requests, every system) to
 DEFAULT_RUN_GIB = 1.8
 #: --quick, measured the same way: 1 min 51 s at load 8, 0.8 GiB (most of it start-up).
 QUICK_NOTE = "--quick (8 requests, tiny model) took 2 minutes there, most of it start-up"
+#: --quick's first line (newcomer finding 6: a smoke run said nothing of its length)
+QUICK_LINE = ("bench --quick: 8 requests on the tiny model, about 2 minutes (1 min 51 s on 2 "
+              "busy cores at load 8), most of it start-up")
 
 
 def available_gib() -> float | None:
@@ -622,7 +626,7 @@ def available_gib() -> float | None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"{PROG} bench", description=__doc__.splitlines()[0],
+        prog=f"{PROG} bench engine", description=__doc__.splitlines()[0],
         epilog=f"Time and memory: {DEFAULT_RUN_NOTE}; {QUICK_NOTE}.")
     p.add_argument("--model", choices=MODELS, action="append",
                    help="model(s) to run, repeatable (default: both)")
@@ -650,7 +654,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="request lengths shaped like this dataset (default sharegpt)")
     p.add_argument("--quick", action="store_true",
                    help="8 requests, tiny model: a smoke run (about 2 minutes on 2 busy cores)")
-    p.add_argument("--json", metavar="PATH", help="write the reports here")
+    p.add_argument("--json", metavar="PATH", type=writable_file,
+                   help="write the reports here (checked before the run)")
     return p
 
 
@@ -668,7 +673,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     models = ["tiny"] if args.quick else (args.model or list(MODELS))
     requests = 8 if args.quick else args.requests
-    if not args.quick:
+    if args.quick:
+        print(QUICK_LINE, file=sys.stderr, flush=True)
+    else:
         print(f"bench: {DEFAULT_RUN_NOTE}; this run: {', '.join(models)}, {requests} requests. "
               f"{QUICK_NOTE}.", file=sys.stderr, flush=True)
         gib = available_gib()

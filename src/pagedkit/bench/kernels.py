@@ -55,7 +55,7 @@ import pagedkit
 from pagedkit import ops
 from pagedkit.kernels import reference
 
-from .._validation import PROG, positive_int
+from .._validation import PROG, positive_int, writable_file
 from . import device_unavailable
 
 # Spec-sheet peak HBM bandwidth (bytes/s), matched against the device name.
@@ -444,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="a few small shapes (the only mode that makes sense on CPU)")
-    parser.add_argument("--json", metavar="PATH", help="write the full report here as JSON")
+    parser.add_argument("--json", metavar="PATH", type=writable_file,
+                        help="write the full report here as JSON")
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1, cpu, ... (default: cuda if available)")
     parser.add_argument("--threads", type=positive_int, default=1, metavar="N",

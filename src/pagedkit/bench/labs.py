@@ -30,6 +30,7 @@ The load averages before and after each run go into the JSON too.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -39,11 +40,22 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .._validation import PROG
+from .._validation import PROG, writable_file
 from . import check_choice, load_average
 
 #: The checkout this pagedkit was imported from (its labs are the default).
 HOME = Path(__file__).resolve().parents[3]
+#: What all the labs took, one run each on 2 cores shared with other work
+#: (load 5-8.5): docs/teachers_guide.md's table, 30 s to 98 s a lab.
+DURATION = ("all the labs take about 10 minutes on 2 busy cores (load 5-8.5), 30 s to 1.5 "
+            "minutes each; --labs 00 runs one")
+#: What the runs need beyond requirements.txt
+TOOLS = ("pytest", "nbval")
+
+
+def missing_tools() -> list[str]:
+    """The test tools `run_lab` needs that this Python cannot import."""
+    return [name for name in TOOLS if importlib.util.find_spec(name) is None]
 
 
 @dataclass
@@ -164,14 +176,20 @@ def run_lab(notebook: Path, repo: Path, env: dict[str, str],
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench labs",
-                                description=__doc__.splitlines()[0])
+                                description=__doc__.splitlines()[0],
+                                epilog=f"It runs pytest --nbval (pip install -r "
+                                       f"requirements-dev.txt); {DURATION}.")
     p.add_argument("--labs", help="comma-separated lab numbers, e.g. 05,08 (default: all)")
     p.add_argument("--repo", default=str(HOME),
                    help="the checkout whose labs and pagedkit run (default: this one)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment variable for the runs (repeatable)")
-    p.add_argument("--json", help="write the report here")
+    p.add_argument("--json", metavar="PATH", type=writable_file, help="write the report here")
     args = p.parse_args(argv)
+    missing = missing_tools()
+    if missing:
+        p.error(f"bench labs runs each lab under pytest --nbval, and this Python has no "
+                f"{' and no '.join(missing)}: pip install -r requirements-dev.txt")
     repo = Path(args.repo).resolve()
     try:
         names = None if args.labs is None else [n.strip() for n in args.labs.split(",")
@@ -184,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(err))
     report = Report(str(repo), _commit(repo), pagedkit_file, extra)
     print(f"labs of {repo} (commit {report.commit}), pagedkit from {report.pagedkit_file}"
-          + (f", env {extra}" if extra else ""), flush=True)
+          + (f", env {extra}" if extra else "")
+          + (f"; {DURATION}" if len(notebooks) > 1 else ""), flush=True)
     for notebook in notebooks:
         report.runs.append(run_lab(notebook, repo, env, log=lambda s: print(s, flush=True)))
     if args.json:

@@ -26,7 +26,7 @@ import random
 import time
 from collections.abc import Callable
 
-from .._validation import PROG
+from .._validation import PROG, positive_int, writable_file
 from ..memory import ROOT_HASH, BlockAllocator, BlockKey, sha256, sha256_cbor
 
 clock = time.process_time
@@ -70,12 +70,11 @@ def measure(block_size: int, count: int, rounds: int, seed: int = 0) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench hash",
                                 description="What naming and finding a cached block costs.")
-    p.add_argument("--blocks", type=int, default=20_000, help="blocks per round (20000)")
-    p.add_argument("--rounds", type=int, default=5, help="rounds; the fastest counts (5)")
-    p.add_argument("--json", metavar="PATH", help="write the numbers here as JSON")
+    p.add_argument("--blocks", type=positive_int, default=20_000, help="blocks per round (20000)")
+    p.add_argument("--rounds", type=positive_int, default=5, help="rounds; the fastest counts (5)")
+    p.add_argument("--json", metavar="PATH", type=writable_file,
+                   help="write the numbers here as JSON")
     args = p.parse_args(argv)
-    if args.blocks < 1 or args.rounds < 1:
-        p.error(f"--blocks and --rounds must be >= 1, got {args.blocks} and {args.rounds}")
     rows = {bs: measure(bs, args.blocks, args.rounds) for bs in (16, 32)}
     print(f"CPU microseconds per block ({args.blocks} blocks, fastest of {args.rounds} rounds)")
     print(f"{'block size':>10} | {'builtin hash':>12} | {'sha256':>7} | {'sha256_cbor':>11} | "

@@ -27,11 +27,12 @@ import platform
 import random
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from .._validation import PROG
+from .._validation import PROG, positive_int, writable_file
 from ..sim import ParallelSampling, SharedPrefix, Simulator, synthetic_trace
 from ..viz.block_grid import block_map_data
 from ..viz.block_map import BlockMap
@@ -187,19 +188,27 @@ def benchmark(num_blocks: int = 4096, block_size: int = 16, num_steps: int = 100
     return report
 
 
+#: What the default run took (newcomer finding 6), measured on 2 cores shared with
+#: other work: 208 s at load 6-11 (the newcomer's run), 441 s at load 8.5-13.4 (ours)
+DURATION = ("the default run takes 3.5 to 7.5 minutes on 2 busy cores (208 s at load 6-11, "
+            "441 s at load 8-13); --steps 300 --rounds 1 is a quick look")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench widgets",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--blocks", type=int, default=4096, help="GPU blocks (default 4096)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
-    p.add_argument("--steps", type=int, default=1000, help="iterations per workload")
-    p.add_argument("--rounds", type=int, default=2,
+                                description=__doc__.split("\n\n")[0],
+                                epilog=f"Time: {DURATION}.")
+    p.add_argument("--blocks", type=positive_int, default=4096, help="GPU blocks (default 4096)")
+    p.add_argument("--block-size", type=positive_int, default=16,
+                   help="tokens per block (default 16)")
+    p.add_argument("--steps", type=positive_int, default=1000, help="iterations per workload")
+    p.add_argument("--rounds", type=positive_int, default=2,
                    help="bare/recorded rounds, interleaved; the fastest counts (default 2)")
-    p.add_argument("--json", metavar="PATH", help="write the numbers here as JSON")
+    p.add_argument("--json", metavar="PATH", type=writable_file,
+                   help="write the numbers here as JSON")
     args = p.parse_args(argv)
-    for name in ("blocks", "block_size", "steps", "rounds"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if all(getattr(args, k) == p.get_default(k) for k in ("blocks", "steps", "rounds")):
+        print(f"bench widgets: {DURATION}", file=sys.stderr, flush=True)
     report = benchmark(args.blocks, args.block_size, args.steps, args.rounds)
     if args.json:
         with open(args.json, "w") as f:

@@ -45,6 +45,10 @@ def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dty
     return names[dtype]
 
 
+#: What to give instead of a model that cannot load (the command line says it in its own terms)
+INSTEAD = "model='tiny' (the embedded default), a local directory, or a transformers model object"
+
+
 def load_model(model, tokenizer=None):
     """Returns ``(model, tokenizer_or_None, name)``."""
     from transformers import PreTrainedModel
@@ -66,8 +70,7 @@ def load_model(model, tokenizer=None):
     if _looks_like_path(name):
         raise FileNotFoundError(
             f"model path {name!r} does not exist (a Hugging Face model name is 'name' or "
-            "'org/name'); use model='tiny' (the embedded default), an existing local directory, "
-            "or pass a transformers model object")
+            f"'org/name'); use {INSTEAD}")
     try:  # a name already in the local Hugging Face cache needs no network
         return (*_from_pretrained(name, tokenizer, "", local_files_only=True), name)
     except OSError:
@@ -76,8 +79,7 @@ def load_model(model, tokenizer=None):
     if where:  # fail now: transformers would spend ~30 s retrying before saying so
         raise OSError(
             f"could not load model name {name!r}: it is not in the local Hugging Face cache and "
-            f"{where}; use model='tiny' (the embedded default), a local directory, or pass a "
-            "transformers model object")
+            f"{where}; use {INSTEAD}")
     return (*_from_pretrained(name, tokenizer, f"model name {name!r}"), name)
 
 
@@ -90,8 +92,7 @@ def _from_pretrained(name: str, tokenizer, what: str, **kwargs):
     except OSError as err:
         if not what:
             raise
-        raise OSError(f"could not load {what}: {err}\nUse model='tiny' (the embedded default), "
-                      "a local directory, or pass a transformers model object.") from err
+        raise OSError(f"could not load {what}: {err}\nUse {INSTEAD}.") from err
     return loaded, tok
 
 

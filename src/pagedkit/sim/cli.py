@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from .._validation import PROG, positive_float, positive_int
+from .._validation import PROG, non_negative_int, positive_float, positive_int
 from ..i18n import N_, _
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
                         "hour-long traces, much longer)"))
     p.add_argument("--json", action="store_true", help=_("print JSON instead of a table"))
     p.add_argument("--markdown", action="store_true", help=_("print the table as Markdown"))
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--seed", type=non_negative_int, default=0,
                    help=_("seed of the synthetic traces and of sampling (default: 0)"))
     p.add_argument("--no-progress", action="store_true", help=_("hide progress bars"))
     p.add_argument("--benchmark", action="store_true",
@@ -129,7 +129,7 @@ def _refuse_one_trace_options(parser: argparse.ArgumentParser, args: argparse.Na
              ("rate", "requests", "duration", "manager", "model", "preemption", "prefill",
               "batching") if getattr(args, name) != parser.get_default(name)]
     if given:
-        parser.error(_("{items} choose(s) how one trace runs: give --dataset or --trace too "
+        parser.error(_("{items}: for one trace's run only; give --dataset or --trace too "
                        "(the paper comparison and the benchmarks use fixed settings)")
                        .format(items=', '.join(given)))
 
@@ -142,7 +142,7 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
             parser.error(_("--duration draws a synthetic trace (--dataset); with --trace, "
                          "--requests N takes the file's first N requests"))
         try:
-            trace = load_trace(args.trace, rate=args.rate, seed=args.seed)
+            trace = load_trace(args.trace, rate=args.rate, seed=args.seed, rate_option="--rate")
         except (OSError, ValueError) as e:
             parser.error(f"--trace: {e}")
         if args.requests is not None:

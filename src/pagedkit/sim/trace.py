@@ -257,7 +257,7 @@ _ARRIVAL_KEYS = ("arrival", "arrival_time", "timestamp")
 
 
 def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
-               name: str | None = None) -> Trace:
+               name: str | None = None, rate_option: str = "rate=") -> Trace:
     """Load real lengths from a JSON or CSV file.
 
     JSON: a list of ``[prompt_len, output_len]`` pairs (optionally with an
@@ -267,7 +267,8 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
     never ``12.7``). Arrival times (seconds, an ``arrival`` column) are used
     when every request has one; a file without any takes Poisson arrivals
     at `rate`. A file where only some requests have one, or one with
-    arrivals and a `rate`, is refused rather than half used.
+    arrivals and a `rate`, is refused rather than half used; the error
+    calls the rate `rate_option` (the command line's ``--rate``).
     """
     path = Path(path)
     if path.suffix.lower() == ".json":
@@ -301,7 +302,8 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
     if not missing:
         if rate is not None:
             raise ValueError(f"{path}: the file gives every request an arrival time; leave out "
-                             f"rate={rate!r} (it would replace them) or drop the arrivals")
+                             f"{rate_option}{'' if rate_option.endswith('=') else ' '}{rate!r} "
+                             "(it would replace them) or drop the arrivals")
         times = np.array([_arrival(a, path, i) for i, a in enumerate(arrivals)])
         if np.any(np.diff(times) < 0):
             at = int(np.argmax(np.diff(times) < 0)) + 1
@@ -312,10 +314,10 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
         given = next(i for i, a in enumerate(arrivals) if a is not None)
         raise ValueError(f"{path}: request {missing[0]} has no arrival time but request {given} "
                          f"has one ({len(missing)} of {len(arrivals)} lack one); give every "
-                         "request an arrival, or none and pass rate=")
+                         f"request an arrival, or none and pass {rate_option}")
     elif rate is None:
-        raise ValueError(f"{path}: the file has no arrival times; pass rate= (requests/s) "
-                         "to draw Poisson arrivals")
+        raise ValueError(f"{path}: the file has no arrival times; pass {rate_option} "
+                         "(requests/s) to draw Poisson arrivals")
     else:
         times = poisson_arrivals(len(pairs), rate, seed)
     requests = tuple(TraceRequest(i, float(t), p, o)

@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from .._validation import PROG
+from .._validation import PROG, positive_int, writable_file
 
 
 def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
@@ -30,13 +30,14 @@ def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
     c.add_argument("--workload", choices=("shared_prefix", "sharegpt", "alpaca"),
                    default="shared_prefix", help="requests sharing a prompt prefix (default), "
                    "or the bench's ShareGPT- or Alpaca-shaped ones")
-    c.add_argument("--requests", type=int, default=8, help="how many requests (default 8)")
-    c.add_argument("--num-blocks", type=int, default=256, help="KV blocks of 32 tokens, both")
-    c.add_argument("--max-num-batched-tokens", type=int, default=2048,
+    c.add_argument("--requests", type=positive_int, default=8, help="how many requests (default 8)")
+    c.add_argument("--num-blocks", type=positive_int, default=256,
+                   help="KV blocks of 32 tokens, both")
+    c.add_argument("--max-num-batched-tokens", type=positive_int, default=2048,
                    help="the token budget of a step, both engines (default 2048)")
     c.add_argument("--systems", default="vllm,pagedkit",
                    help="comma-separated, from vllm, pagedkit (default both)")
-    c.add_argument("--json", help="write the comparison here")
+    c.add_argument("--json", metavar="PATH", type=writable_file, help="write the comparison here")
     e = sub.add_parser("events", help="print the cache a vLLM's KV events describe",
                        description="Follow a vLLM's KV-cache events (its ZeroMQ publisher) and "
                        "print the cached blocks they describe, batch by batch.")
