@@ -312,7 +312,8 @@ SAMPLING_CASES = [
     ({"use_beam_search": True, "temperature": 0, "repetition_penalty": 1.2}, ValueError,
      "beam_search"),
     ({"max_tokens": 0}, ValueError, "got 0"),
-    ({"max_tokens": 4, "min_tokens": 5}, ValueError, "got 5"),
+    ({"max_tokens": 4, "min_tokens": 5}, ValueError,
+     "min_tokens=5 is more than max_tokens=4: give min_tokens <= max_tokens"),
     ({"seed": -1}, ValueError, "-1"), ({"seed": 2**64}, ValueError, str(2**64)),
     ({"seed": "1"}, TypeError, "'1'"), ({"stop_token_ids": 5}, TypeError, "5"),
     ({"stop_token_ids": [-1]}, ValueError, "-1"),
@@ -473,8 +474,14 @@ ENGINE_CASES = [
     ("generate(prompt_logprobs past max_logprobs)",
      generate(["a"], SamplingParams(prompt_logprobs=30)), ValueError, "prompt_logprobs=30"),
     ("chat(5)", lambda llm: llm.chat(5, use_tqdm=False), TypeError, "5"),
+    # one conversation: its messages are named messages[j] (finding 10), in a list [i][j]
     ("chat(content 5)", lambda llm: llm.chat([{"role": "user", "content": 5}]), TypeError,
-     "messages[0][0]['content']"),
+     "messages[0]['content'] must be text, got 5"),
+    ("chat(no content)", lambda llm: llm.chat([{"role": "user"}]), TypeError,
+     "messages[0]['content'] must be text, got None"),
+    ("chat(second conversation)", lambda llm: llm.chat([[{"role": "user", "content": "x"}],
+                                                        [{"role": "user"}]]), TypeError,
+     "messages[1][0]['content'] must be text, got None"),
     ("chat(image part)", lambda llm: llm.chat([{"role": "user", "content": [
         {"type": "image_url", "image_url": "x"}]}]), ValueError, "only text"),
     ("chat(both generation flags)", lambda llm: llm.chat(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -318,3 +319,15 @@ def test_a_bad_language_in_the_environment_is_said_not_a_traceback(capsys, monke
     assert cli(["--version"]) == 2
     assert "PAGEDKIT_LANGUAGE='fr' is not a language pagedkit speaks" in capsys.readouterr().err
     assert pagedkit.get_language() == "en"
+
+
+def test_the_api_page_lists_every_command():
+    """Newcomer finding 7: docs/api.md named demo, simulate and bench [kernels]
+    only. Its table is `commands_markdown()`, the commands' own help lines."""
+    from pagedkit.__main__ import commands_markdown
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    table = page.split("<!-- commands:start -->\n", 1)[1].split("<!-- commands:end -->", 1)[0]
+    assert table == commands_markdown() + "\n"
+    assert all(f"`python -m pagedkit {name}`" in table for name in COMMANDS)
+    assert all(f"`python -m pagedkit bench {name}`" in table for name in BENCHMARKS)

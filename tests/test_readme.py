@@ -75,3 +75,18 @@ def test_no_page_still_serves_the_labs_from_labs():
         text = page.read_text()
         assert "jupyter lab labs" not in text, page
         assert "python -m pagedkit lab" in text, page
+
+
+def test_the_api_pages_code_runs_or_says_it_is_signatures():
+    """Newcomer finding 16: docs/api.md's first LLM block used undefined
+    prompts and messages, its streaming loop an undefined engine. Every
+    Python block runs in order, except one that says it shows signatures."""
+    page = (ROOT / "docs" / "api.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
+    signatures = [b for b in blocks if b.startswith("# The signatures")]
+    assert len(signatures) == 1 and len(blocks) >= 3
+    namespace = {}
+    for code in blocks:
+        if code not in signatures:
+            exec(compile(code, "docs/api.md", "exec"), namespace)
+    assert namespace["engine"].get_num_unfinished_requests() == 0

@@ -55,6 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def commands_markdown() -> str:
+    """docs/api.md's table of every command and benchmark, from their help lines
+    here (English; tests/test_cli.py holds the page to it)."""
+    names = ", ".join(BENCHMARKS)
+    rows = [(name, text.format(names=names)) for name, (_module, text) in COMMANDS.items()]
+    rows += [(f"bench {name}", text) for name, (_module, text) in BENCHMARKS.items()]
+    return "\n".join(["| command | what it does |", "|---|---|",
+                      *(f"| `{PROG} {name}` | {text} |" for name, text in rows)])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command and return its exit status; usage errors, ``--help`` and
     ``--version`` exit through argparse (status 2, 0, 0)."""

@@ -112,7 +112,10 @@ class SamplingParams:
         check_int("n", self.n, minimum=1)
         if self.max_tokens is not None:
             check_int("max_tokens", self.max_tokens, minimum=1)
-        check_int("min_tokens", self.min_tokens, minimum=0, maximum=self.max_tokens)
+        check_int("min_tokens", self.min_tokens, minimum=0)
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens={self.min_tokens} is more than max_tokens="
+                             f"{self.max_tokens}: give min_tokens <= max_tokens")
         if not _is_finite(self.temperature) or not self.temperature >= 0:
             raise ValueError(f"temperature must be a finite number >= 0, got "
                              f"{self.temperature!r}")

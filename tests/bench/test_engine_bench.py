@@ -213,3 +213,15 @@ def test_a_share_of_the_floor_over_100_percent_is_refused(paged, floor, wall, cp
     d = report.as_dict()
     assert d["pagedkit_share_of_floor"] == pytest.approx(wall)
     assert d["pagedkit_share_of_floor_cpu"] == pytest.approx(cpu)
+
+
+def test_hf_continuous_agrees_and_says_nothing_of_its_own(capfd):
+    """Newcomer finding 15: transformers' manager warned twice per run that
+    eos_token_id was not set (and set it to -1, disabled). It is given -1
+    outright, what the run means (every request runs to its length)."""
+    report = benchmark("tiny", num_requests=2, systems=("pagedkit", "hf_continuous"),
+                       log=lambda s: 0)
+    assert [r.outputs_differing for r in report.results] == [0, 0]
+    assert report.results[0].output_tokens == report.results[1].output_tokens > 0
+    captured = capfd.readouterr()
+    assert "eos_token_id" not in captured.err + captured.out

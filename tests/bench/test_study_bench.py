@@ -73,6 +73,9 @@ def test_the_cli_prints_a_table_and_the_rule(tmp_path, capsys):
     assert "| 00_a | 100 | 0 | 0 | 0 | 1 | 0 | 1 |" in out
     assert "| 01_b | 0 | 0 | 0 | 0 | 0 | 0 | 0 |" in out
     assert "100 words of prose a minute" in out and "core over 90 min: none" in out
+    # the counts are the core's: an all-optional lab does not read as empty (finding 13)
+    assert "| lab | core words | core code lines | core cells | core exercises | core min |" in out
+    assert "counted apart (only in 'optional min')" in out
     with pytest.raises(SystemExit) as exit_info:
         bench_cli(["study", "--labs-dir", str(tmp_path), "--labs", "07"])
     assert exit_info.value.code == 2 and "unknown lab(s) ['07']" in capsys.readouterr().err

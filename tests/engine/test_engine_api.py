@@ -22,7 +22,11 @@ def snapshot(engine):
 
 @pytest.mark.parametrize("prompt, params, error, message", [
     ([], None, ValueError, "the prompt is empty"),
-    (list(range(60)) * 5, None, ValueError, "300 tokens but the whole KV cache holds 128"),
+    # past the model's 256 positions: shorten it (more blocks would not help)
+    (list(range(60)) * 5, None, ValueError, r"300 tokens but max_model_len is 256 \(room is "
+     r"needed for at least one generated token\); shorten it to 255 tokens or fewer"),
+    (list(range(50)) * 4, None, ValueError, r"200 tokens but the whole KV cache holds 128 "
+     r"\(32 blocks x 4\); give the engine num_blocks=51 or more"),
     (list(range(64)) * 2, None, ValueError, "128 tokens but the whole KV cache holds 128"),
     (list(range(70)), None, ValueError, "70 tokens but max_num_batched_tokens is 64"),
     ([1, 2, 300], None, ValueError, r"token id 300 is outside the vocabulary \[0, 96\)"),
@@ -53,7 +57,7 @@ def test_duplicate_request_id(engine):
     ({"top_p": 1.5}, r"top_p must be in \(0, 1\], got 1.5"),
     ({"top_k": -3}, "top_k must be 0 or -1 .* got -3"),
     ({"max_tokens": 0}, "max_tokens must be >= 1, got 0"),
-    ({"min_tokens": 9, "max_tokens": 4}, "min_tokens must be <= 4, got 9"),
+    ({"min_tokens": 9, "max_tokens": 4}, "min_tokens=9 is more than max_tokens=4"),
     ({"use_beam_search": True, "n": 3, "beam_width": 2, "temperature": 0},
      r"beam_width \(2\) must be >= n \(3\)"),
     ({"use_beam_search": True, "temperature": 1.0}, "use temperature=0"),

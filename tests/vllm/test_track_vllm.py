@@ -5,6 +5,7 @@ the same tiny model — what lab 08's track cell shows where vLLM is installed.
 Marked ``vllm``: skipped without it, failed with PAGEDKIT_REQUIRE_VLLM=1."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,21 @@ def test_without_vllm_the_comparison_says_why(monkeypatch):
 
 
 find_spec = importlib.util.find_spec
+
+
+def test_without_vllm_both_ways_in_say_how_to_install_it(monkeypatch):
+    """Newcomer finding 10: docs/vllm.md's `compare` said how to install vLLM,
+    its `VllmEngine` example a bare "No module named 'vllm'"."""
+    import os
+
+    from pagedkit.vllm import compare as cmp
+
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    said = "vLLM is not installed here: see docs/vllm.md (pip install -r requirements-vllm.txt"
+    with pytest.raises(ModuleNotFoundError, match=re.escape(said)):
+        cmp.VllmEngine(cmp.tiny_model_dir(), num_blocks=16)
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ  # nothing set on the way
+    with pytest.raises(ModuleNotFoundError, match=re.escape(said)):
+        cmp.compare_all([cmp.Workload([[1, 2]], [2])])

@@ -24,8 +24,10 @@ from .._validation import PROG
 BENCHMARKS = {
     "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate"),
     "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA"),
-    "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost"),
-    "labs": ("pagedkit.bench.labs", "each lab's nbval run time, wall and CPU"),
+    "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost "
+                "(3.5-7.5 minutes on 2 busy cores)"),
+    "labs": ("pagedkit.bench.labs", "each lab's nbval run time, wall and CPU (needs "
+             "requirements-dev.txt; all labs: about 10 minutes)"),
     "calls": ("pagedkit.bench.calls", "the named pagedkit functions one decode step calls"),
     "hash": ("pagedkit.bench.prefix_hash", "what naming and finding a prefix-cache block costs"),
     "vllm": ("pagedkit.bench.beside_vllm", "pagedkit and vLLM, batch 1/8/64, two models, threads"),

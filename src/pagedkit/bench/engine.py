@@ -303,8 +303,10 @@ def run_hf_continuous(model, work: Workload, progress: Callable[[int], None] = _
     than serving them."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
 
+    # eos_token_id -1: no end-of-sequence (each request runs to its length), said
+    # outright; left None, the manager warned twice per run that it set -1 itself
     config = GenerationConfig(do_sample=False, max_new_tokens=max(work.output_lens),
-                              eos_token_id=None, pad_token_id=0)
+                              eos_token_id=-1, pad_token_id=0)
     page = ContinuousBatchingConfig().page_size
     blocks = sum(-(-(len(p) + o) // page) for p, o in zip(work.prompts, work.output_lens,
                                                            strict=True))

@@ -130,25 +130,26 @@ def format_table(studies: list[LabStudy], markdown: bool = False) -> str:
     rows = [(s.name, s.core.words, s.core.code_lines, s.core.code_cells, s.core.exercises,
              s.core_minutes, s.optional.minutes, s.total_minutes) for s in studies]
     total = [sum(r[i] for r in rows) for i in range(1, 8)]
-    head = ("lab", "words", "code lines", "cells", "exercises", "core min", "optional min",
-            "all min")
+    # the counts are the core's (newcomer finding 13: a lab all optional read as empty)
+    head = ("lab", "core words", "core code lines", "core cells", "core exercises", "core min",
+            "optional min", "all min")
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in [*rows, ("all labs", *total)]:
             lines.append(f"| {r[0]} | {r[1]:,} | {r[2]} | {r[3]} | {r[4]} | {r[5]:.0f} | "
                          f"{r[6]:.0f} | {r[7]:.0f} |")
         return "\n".join(lines)
-    lines = [f"{head[0]:<34}" + "".join(f"{h:>13}" for h in head[1:])]
+    lines = [f"{head[0]:<34}" + "".join(f"{h:>16}" for h in head[1:])]
     for r in [*rows, ("all labs", *total)]:
-        lines.append(f"{r[0]:<34}{r[1]:>13,}{r[2]:>13}{r[3]:>13}{r[4]:>13}"
-                     f"{r[5]:>13.0f}{r[6]:>13.0f}{r[7]:>13.0f}")
+        lines.append(f"{r[0]:<34}{r[1]:>16,}{r[2]:>16}{r[3]:>16}{r[4]:>16}"
+                     f"{r[5]:>16.0f}{r[6]:>16.0f}{r[7]:>16.0f}")
     return "\n".join(lines)
 
 
 def rule_text() -> str:
     return (f"rule: {WORDS_PER_MINUTE} words of prose a minute, {SECONDS_PER_CODE_LINE} s per "
             f"line of code, {SECONDS_PER_CELL} s per code cell, {MINUTES_PER_EXERCISE} min per "
-            f"exercise; optional sections counted apart")
+            f"exercise; optional sections counted apart (only in 'optional min')")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,13 +183,14 @@ def _conversations(messages: Any) -> list[list[dict[str, Any]]]:
     """One conversation or a list of them, as a list; each message a dict
     with a role and its content as text (vLLM's "openai" form, a list of
     ``{"type": "text", "text": ...}`` parts, is joined with newlines)."""
-    if isinstance(messages, (list, tuple)) and messages and isinstance(messages[0], dict):
+    one = isinstance(messages, (list, tuple)) and bool(messages) and isinstance(messages[0], dict)
+    if one:  # its messages are named as the caller wrote them: messages[j]
         messages = [messages]
     if not isinstance(messages, (list, tuple)) or not messages:
         raise TypeError(f"messages must be a conversation (a list of {{'role', 'content'}} "
                         f"dicts) or a list of conversations, got {messages!r}")
-    return [[_message(m, f"messages[{i}][{j}]") for j, m in enumerate(conversation)]
-            for i, conversation in enumerate(messages)]
+    return [[_message(m, f"messages[{j}]" if one else f"messages[{i}][{j}]")
+             for j, m in enumerate(conversation)] for i, conversation in enumerate(messages)]
 
 
 def _message(message: Any, name: str) -> dict[str, Any]:

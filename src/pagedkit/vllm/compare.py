@@ -56,6 +56,14 @@ def vllm_missing() -> str | None:
     return None
 
 
+def require_vllm() -> None:
+    """A ModuleNotFoundError saying how to install vLLM, where it is not (what
+    `compare` and `VllmEngine` say, instead of a bare "No module named 'vllm'")."""
+    if not vllm_available():
+        raise ModuleNotFoundError("vLLM is not installed here: see docs/vllm.md "
+                                  "(pip install -r requirements-vllm.txt, in a venv of its own)")
+
+
 @dataclass
 class Workload:
     """Prompts (token ids) and each request's output length; greedy by default."""
@@ -260,6 +268,7 @@ class VllmEngine:
 
     def __init__(self, model_dir: str | Path, *, num_blocks: int, block_size: int = BLOCK_SIZE,
                  max_num_batched_tokens: int = 2048, max_model_len: int | None = None) -> None:
+        require_vllm()
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
             raise RuntimeError("pagedkit runs vLLM in this process: set "
@@ -391,9 +400,8 @@ def compare_all(workloads: Sequence[Workload], model: str | Path | None = None, 
     (built once: most of a small comparison's time) and fresh pagedkit ones."""
     systems = check_choice("system", systems, SYSTEMS)
     model_dir = str(model) if model is not None else tiny_model_dir()
-    if "vllm" in systems and not vllm_available():
-        raise ModuleNotFoundError("vLLM is not installed here: see docs/vllm.md "
-                                  "(pip install -r requirements-vllm.txt, in a venv of its own)")
+    if "vllm" in systems:
+        require_vllm()
     options = dict(num_blocks=num_blocks, block_size=block_size,
                    max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len)
     runs: list[dict[str, SystemRun]] = [{} for _ in workloads]
