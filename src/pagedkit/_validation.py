@@ -113,26 +113,25 @@ PROG = "python -m pagedkit"
 
 # argparse `type=` functions: a bad value becomes a usage error (exit 2) that
 # names the option and the limit, never a traceback deep inside a run.
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
+def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got "
+                                         f"{text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    return _whole_number(text, 1)
 
 
 def non_negative_int(text: str) -> int:
     """An argparse type: a whole number >= 0 (a seed)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return _whole_number(text, 0)
 
 
 def writable_file(text: str) -> str:
