@@ -22,16 +22,16 @@ from .simulator import BATCHING_MODES, PREFILL_MODES, simulate
 from .trace import DATASETS, load_trace, synthetic_trace
 
 #: How long the comparison took, measured on a busy 2-core machine (issue #26 for
-#: the default; the quick one with /usr/bin/time at load 6); the full one's traces
-#: are an hour each.
+#: the default; the quick one with /usr/bin/time: 24 s at load 6-11, a newcomer's
+#: run, and 48 s at load 11-12, ours); the full one's traces are an hour each.
 SCALE_TIMES = {
-    "quick": N_("takes about 10 s: its traces are short, so its numbers are rough (a rate "
+    "quick": N_("takes 10-50 s: its traces are short, so its numbers are rough (a rate "
                 "ratio may read 1x where the default scale separates the managers); run the "
                 "default scale to compare with the paper"),
     "default": N_("took 4-5 minutes on a busy 2-core machine; --scale quick runs the same "
-               "experiments smaller in about 10 s (noisier numbers)"),
+               "experiments smaller in 10-50 s (noisier numbers)"),
     "full": N_("runs the paper's hour-long traces: many times the default's 4-5 minutes; "
-            "--scale quick takes about 10 s"),
+            "--scale quick takes 10-50 s"),
 }
 
 
@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=f"{PROG} simulate",
         description=_("Trace-driven simulation of KV-cache memory managers (no GPU)."))
     p.add_argument("--scale", choices=sorted(SCALES), default="default",
-                   help=_("how much to simulate for the paper comparison: quick (about 10 s), "
+                   help=_("how much to simulate for the paper comparison: quick (10-50 s), "
                         "default (4-5 minutes on a busy 2-core machine) or full (the paper's "
                         "hour-long traces, much longer)"))
     p.add_argument("--json", action="store_true", help=_("print JSON instead of a table"))
