@@ -1046,12 +1046,24 @@ def _wrong_puzzles():
               ("safe = tl.where(top == float(\"-inf\"), 0.0, top)", "safe = top")),
             v("merge_kernel", "merge_average",
               ("w = tl.exp(lse - safe)", "w = tl.where(lse > float(\"-inf\"), 1.0, 0.0)")),
+            v("merge_kernel", "merge_not_normalized",   # the weights' sum taken as 1
+              ("merged = tl.sum(w[:, None] * parts, 0) / tl.where(total > 0, total, 1.0)",
+               "merged = tl.sum(w[:, None] * parts, 0)")),
         ],
     }
 
 
 for _kernel_name, _kernels in _wrong_puzzles().items():
     WRONG[("lab04c", _kernel_name)] = _kernels
+
+
+#: Lab 04c's `serve` (#28): the wrong gather and merge kernels that serving
+#: LLM("tiny") through them must stop, naming the kernel, by `serve`'s keyword.
+#: Not merge_no_empty_guard: it differs only where every split of a row is
+#: empty, and a decode attention always has a key (its puzzle's check stops it).
+WRONG_SERVED: dict[str, list] = {
+    name: [k for k in WRONG.get(("lab04c", name), []) if k.__name__ != "merge_no_empty_guard"]
+    for name in ("gather_kernel", "merge_kernel")}
 
 
 # ------------------------- boundary states the checks once skipped (#27, round 2)

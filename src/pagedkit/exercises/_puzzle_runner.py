@@ -5,8 +5,8 @@ when first imported), `pagedkit.exercises.lab04c` sends a kernel's source
 here; this process sets the variable before anything imports Triton, runs
 the puzzle's cases and prints one JSON line per case as it finishes: the
 largest difference from a float64 (or exact) reference, or the error.
-``serve`` mode instead plugs the learner's kernels into a real `LLM("tiny")`
-and prints how its tokens and logits compare with pagedkit's own.
+``serve`` mode instead has the learner's kernels serve a real `LLM("tiny")`
+(`_serving`) and prints how its calls and tokens compare with pagedkit's.
 
     python -m pagedkit.exercises._puzzle_runner SPEC.json
 """
@@ -17,7 +17,6 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before torch/triton are imported, here and below
 
-import contextlib
 import json
 import sys
 import traceback
@@ -27,7 +26,9 @@ from ._kernel_runner import guarded_table
 SENTINEL = 7.25  # what a slot nothing may write holds: a write there shows
 
 
-def _kernel(source: str, name: str):
+def kernel_from_source(source: str, name: str):
+    """The learner's kernel `name`, made from its `source` here (Triton's
+    interpreter needs no source file)."""
     import torch
     import triton
     import triton.language as tl
@@ -106,6 +107,26 @@ def gather(kernel, case, block_n):
 
 
 # ------------------------------------------------------------------ puzzle 3
+def attend(query, keys, values, dtype=None):
+    """One query token's attention over contiguous `keys`/`values` ``[tokens,
+    kv_heads, D]``, computed in float64: ``(out [heads, D], lse [heads])`` in
+    `dtype` (the query's if None); no keys give zeros and lse -inf (an empty
+    split). Query head h reads KV head h // (heads // kv_heads)."""
+    import torch
+
+    heads, head_dim = query.shape
+    dtype = dtype or query.dtype
+    if keys.shape[0] == 0:
+        return (torch.zeros(heads, head_dim, dtype=dtype),
+                torch.full((heads,), float("-inf"), dtype=dtype))
+    group = heads // keys.shape[1]
+    k = keys.double().repeat_interleave(group, 1)
+    v = values.double().repeat_interleave(group, 1)
+    scores = torch.einsum("hd,thd->ht", query.double(), k) * head_dim ** -0.5
+    out = torch.einsum("ht,thd->hd", scores.softmax(-1), v)
+    return out.to(dtype), scores.logsumexp(-1).to(dtype)
+
+
 def decode(kernel, case, block_n):
     import torch
 
@@ -125,15 +146,11 @@ def decode(kernel, case, block_n):
     table = guarded_table(blocks)
     out = torch.full((q_heads, head_dim), float("nan"))
     lse = torch.full((q_heads,), float("nan"))
-    group = q_heads // kv_heads
     kernel[(q_heads,)](query, k_cache, v_cache, table, out, lse, context_len, head_dim ** -0.5,
-                       k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), GROUP=group,
-                       BLOCK_SIZE=block_size, BLOCK_N=block_n, HEAD_DIM=head_dim)
-    k = key.double().repeat_interleave(group, 1)
-    v = value.double().repeat_interleave(group, 1)
-    scores = torch.einsum("hd,thd->ht", query.double(), k) * head_dim ** -0.5
-    want = torch.einsum("ht,thd->hd", scores.softmax(-1), v)
-    want_lse = scores.logsumexp(-1)
+                       k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+                       GROUP=q_heads // kv_heads, BLOCK_SIZE=block_size, BLOCK_N=block_n,
+                       HEAD_DIM=head_dim)
+    want, want_lse = attend(query, key, value, torch.float64)
     nan = bool(torch.isnan(out).any() or torch.isnan(lse).any())
     if nan:
         return {"nan": True, "max_diff": 0.0}
@@ -180,60 +197,6 @@ def merge(kernel, case):
             "lse_diff": lse_diff if same_inf else float("inf")}
 
 
-# ------------------------------------------------------------------- serving
-def serve(spec: dict) -> dict:
-    """The learner's decode kernel (and store kernel, if given) serve LLM('tiny')
-    greedy generation; compared token for token with pagedkit's own run and
-    with transformers' `generate`."""
-    import torch
-
-    from pagedkit import LLM, SamplingParams, ops
-    from pagedkit.models import load_tiny
-
-    decode_k = _kernel(spec["decode"], spec["decode_name"])
-    store_k = _kernel(spec["store"], spec["store_name"]) if spec.get("store") else None
-    calls = {"decode": 0, "store": 0}
-
-    def attention(query, k_cache, v_cache, block_table, context_len):
-        q_heads, head_dim = query.shape
-        out = torch.empty(q_heads, head_dim)
-        lse = torch.empty(q_heads)
-        decode_k[(q_heads,)](query.float().contiguous(), k_cache, v_cache, block_table, out,
-                             lse, context_len, head_dim ** -0.5, k_cache.stride(0),
-                             k_cache.stride(1), k_cache.stride(2),
-                             GROUP=q_heads // k_cache.shape[2], BLOCK_SIZE=k_cache.shape[1],
-                             BLOCK_N=spec["block_n"], HEAD_DIM=head_dim)
-        calls["decode"] += 1
-        return out
-
-    def store(key, value, k_cache, v_cache, slot_mapping, check=True):
-        tokens, heads, head_dim = key.shape
-        store_k[(tokens, heads)](key, value, k_cache, v_cache, slot_mapping, key.stride(0),
-                                 key.stride(1), k_cache.stride(0), k_cache.stride(1),
-                                 k_cache.stride(2), BLOCK_SIZE=k_cache.shape[1],
-                                 HEAD_DIM=head_dim)
-        calls["store"] += 1
-
-    prompts, max_tokens = spec["prompts"], spec["max_tokens"]
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    llm = LLM("tiny", block_size=spec["block_size"], num_blocks=64)
-    own = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(ops.use_decode_attention(attention))
-        if store_k is not None:
-            stack.enter_context(ops.override("store_kv", store))
-        mine = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
-    model, tokenizer = load_tiny()
-    expected = []
-    with torch.inference_mode():
-        for prompt in prompts:
-            ids = tokenizer(prompt, return_tensors="pt")
-            out = model.generate(**ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens,
-                                 do_sample=False)
-            expected.append(out[0, ids["input_ids"].shape[1]:].tolist())
-    return {"mine": mine, "own": own, "transformers": expected, "calls": calls}
-
-
 CASES_RUN = {"store_kv": lambda k, c, spec: store_kv(k, c),
              "gather": lambda k, c, spec: gather(k, c, spec["block_n"]),
              "decode": lambda k, c, spec: decode(k, c, spec["block_n"]),
@@ -243,12 +206,14 @@ CASES_RUN = {"store_kv": lambda k, c, spec: store_kv(k, c),
 def run(spec: dict) -> None:
     if spec["puzzle"] == "serve":
         try:
+            from ._serving import serve
+
             _report(serve(spec))
         except Exception as err:
             _report({"error": "".join(traceback.format_exception_only(type(err), err)).strip()})
         return
     try:
-        kernel = _kernel(spec["source"], spec["name"])
+        kernel = kernel_from_source(spec["source"], spec["name"])
     except Exception as err:  # the learner's syntax or name error
         _report({"error": f"{type(err).__name__}: {err}"})
         return

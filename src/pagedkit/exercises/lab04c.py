@@ -19,11 +19,15 @@ unmasked load of it crashes the process, and the check says so), and
 compares with a float64 (or exact) reference. A failure gives the first
 rung of the puzzle's hint ladder; ``hint(name, level)`` climbs it.
 
-``serve(decode_kernel, store_kv_kernel)`` then lets the learner's kernels
-serve ``LLM("tiny")`` — the decode kernel in place of the engine's decode
-attention (`ops.use_decode_attention`), the store kernel in place of its
-``store_kv`` (`ops.override`) — and compares the tokens with pagedkit's own
-and with transformers' `generate`.
+``serve(...)`` then lets the learner's kernels serve ``LLM("tiny")``, each
+in place of a piece of the engine: the decode kernel the decode attention
+(`ops.use_decode_attention`), or the gather and merge kernels a split-KV
+decode attention composed of them (lab 04b's split-KV: gather the K/V
+through the block table, attend each split, merge the partial results); the
+store kernel the ``store_kv`` op (`ops.override`). Every call is held to
+pagedkit's own op on the same inputs, so a wrong kernel stops the run with
+its name; the tokens are compared with pagedkit's own and with
+transformers' `generate`.
 
 The reference kernels live in ``labs/solutions/lab04c_triton_puzzles.py``,
 out of the student's copy, like every lab's solutions.
@@ -38,6 +42,7 @@ from collections.abc import Callable
 from ..i18n import N_, _
 from . import CheckResult
 from ._interpreter import kernel_source, no_triton, run_in_interpreter, still_a_stub
+from .track import LARGE_SCORES
 
 __all__ = ["CHECKS", "HINTS", "PUZZLES", "check", "check_decode_kernel", "check_gather_kernel",
            "check_merge_kernel", "check_store_kv_kernel", "hint", "serve"]
@@ -234,55 +239,124 @@ CHECKS: dict[str, Callable] = {
 }
 
 
-def serve(decode_kernel, store_kv_kernel=None, *, prompts=("Once upon a time",
-          "There once was a shy mouse named Sam."), max_tokens: int = 6, block_size: int = 4,
-          timeout: float = 600.0) -> CheckResult:
-    """Your puzzle-3 kernel (and puzzle-1 kernel, if given) serve ``LLM("tiny")``:
-    greedy generation of `prompts` in a fresh interpreter process, compared
-    token for token with pagedkit's own run and with transformers' `generate`."""
+#: the puzzles whose kernels `serve` takes, by the keyword that gives each
+SERVED = ("decode", "store_kv", "gather", "merge")
+
+
+def serve(decode_kernel=None, store_kv_kernel=None, *, gather_kernel=None, merge_kernel=None,
+          prompts=("Once upon a time", "There once was a shy mouse named Sam."),
+          max_tokens: int = 6, block_size: int = 4, timeout: float = 600.0) -> CheckResult:
+    """Your kernels serve ``LLM("tiny")``: greedy generation of `prompts` in a
+    fresh interpreter process, compared token for token with pagedkit's own
+    run and with transformers' `generate`.
+
+    The decode attention is your puzzle-3 kernel (`ops.use_decode_attention`),
+    or a split-KV decode (lab 04b) composed of your puzzle-2 and puzzle-4
+    kernels: your gather reads each sequence's K and V through its block
+    table, pagedkit attends each of the context's splits, your merge combines
+    the partial results (either alone: pagedkit does the other's part). Your
+    puzzle-1 kernel, if given, stores the new K/V (`ops.override`). Every call
+    is held to pagedkit's own op on the same inputs, and each step's first
+    decode attention again with the query scaled by 64: the first difference
+    stops the run, naming your kernel (`_serving`)."""
     name = "serve"
-    decode = _source("decode", decode_kernel)
-    if isinstance(decode, CheckResult):
-        return decode
-    store = _source("store_kv", store_kv_kernel) if store_kv_kernel is not None else None
-    if isinstance(store, CheckResult):
-        return store
+    given = {"decode": decode_kernel, "store_kv": store_kv_kernel, "gather": gather_kernel,
+             "merge": merge_kernel}
+    given = {puzzle: kernel for puzzle, kernel in given.items() if kernel is not None}
+    if not given:
+        raise ValueError("serve needs a kernel: decode_kernel, store_kv_kernel, gather_kernel "
+                         "or merge_kernel")
+    if "decode" in given and ("gather" in given or "merge" in given):
+        raise ValueError("serve's decode attention is either your decode_kernel (one pass) or "
+                         "your gather_kernel and merge_kernel (split-KV), not both: give one")
+    sources = {}
+    for puzzle, kernel in given.items():
+        source = _source(puzzle, kernel)
+        if isinstance(source, CheckResult):
+            return source
+        sources[puzzle] = source
     missing = no_triton(name, _("the puzzles need"))
     if missing:
         return missing
-    spec = {"puzzle": "serve", "decode": decode[0], "decode_name": decode[1],
-            "store": store[0] if store else None, "store_name": store[1] if store else None,
-            "prompts": list(prompts), "max_tokens": max_tokens, "block_size": block_size,
-            "block_n": BLOCK_N}
+    spec = {"puzzle": "serve", "kernels": sources, "prompts": list(prompts),
+            "max_tokens": max_tokens, "block_size": block_size, "block_n": BLOCK_N}
     try:
-        results, code, stderr = run_in_interpreter("pagedkit.exercises._puzzle_runner", spec,
-                                                   timeout)
+        lines, code, stderr = run_in_interpreter("pagedkit.exercises._puzzle_runner", spec,
+                                                 timeout)
     except subprocess.TimeoutExpired:
         return CheckResult(name, False, (_("serving took over {timeout:.0f} s")
                                           .format(timeout=timeout)))
+    return _served(name, sources, lines, code, stderr, len(prompts), max_tokens)
+
+
+def _served(name: str, sources: dict, lines: list[dict], code: int, stderr: str,
+            n: int, max_tokens: int) -> CheckResult:
+    """The verdict on a serving run, from the lines its process printed."""
+    calling = [line for line in lines if "calling" in line]
+    results = [line for line in lines if "calling" not in line]
+    if code in (-signal.SIGSEGV, 128 + signal.SIGSEGV) and calling:
+        return CheckResult(name, False, _stopped({**calling[-1], "stopped":
+                                                  calling[-1]["calling"],
+                                                  "problem": "segfault"}))
     if not results:
         return CheckResult(name, False, (_("the interpreter process failed (exit {code}): ")
                                           .format(code=code))
                                         + (stderr.strip()[-600:] or _("no output")))
-    result = results[0]
+    result = results[-1]
+    if "stopped" in result:
+        return CheckResult(name, False, _stopped(result))
     if "error" in result:
         return CheckResult(name, False, _("serving raised {result}").format(result=result['error']))
-    kernels = _("your decode kernel") + (_(" and your store kernel") if store else "")
-    calls = result["calls"]
-    if result["mine"] != result["transformers"]:
+    kernels = _("your {kernels}").format(kernels=", ".join(f"{p}_kernel" for p in sources))
+    if result["mine"] != result["transformers"] or result["mine"] != result["own"]:
         return CheckResult(name, False, (_("with {kernels} the engine generated {result}; "
                                           "transformers generates {result2} (pagedkit's own: "
                                           "{result3})")
                                           .format(kernels=kernels, result=result['mine'],
                                                   result2=result['transformers'],
                                                   result3=result['own'])))
-    if not calls["decode"] or (store and not calls["store"]):
+    calls = result["calls"]
+    idle = [f"{p}_kernel" for p in sources if not calls.get(f"{p}_kernel")]
+    if idle:
         return CheckResult(name, False, (_("{kernels} never ran ({calls})")
-                                          .format(kernels=kernels, calls=calls)))
+                                          .format(kernels=", ".join(idle), calls=calls)))
     return CheckResult(name, True, (_("{kernels} served LLM('tiny'): {n} prompts x {max_tokens} "
-                                     "greedy tokens equal transformers' generate ({calls} "
-                                     "decode-attention calls")
-                                     .format(kernels=kernels, n=len(prompts), max_tokens=max_tokens,
-                                             calls=calls['decode']))
-                                   + (_(", {calls} K/V stores").format(calls=calls["store"])
-                                      if store else "") + ")")
+                                     "greedy tokens equal transformers' generate and pagedkit's "
+                                     "own, every call equal to pagedkit's (calls: {calls})")
+                                     .format(kernels=kernels, n=n, max_tokens=max_tokens,
+                                             calls=", ".join(f"{k} {v}"
+                                                             for k, v in calls.items()))))
+
+
+#: what a serving run found wrong with a kernel's call (`_serving.Stopped`)
+_PROBLEMS = {
+    "differs": N_("its result is off by up to {diff:.3g} from pagedkit's on the same inputs"),
+    "lse": N_("the lse it writes is off by up to {diff:.3g} from pagedkit's"),
+    "nonfinite": N_("it gave inf or NaN where pagedkit's result is finite"),
+    "tail": N_("it wrote rows past num_tokens (the last tile's lanes past the sequence)"),
+    "raised": N_("it raised {error}"),
+    "segfault": N_("the process died of a segmentation fault in it, most likely a load "
+                   "without a mask past the end of the block table (which here ends where "
+                   "unreadable memory begins)"),
+}
+
+
+def _stopped(stop: dict) -> str:
+    """Which of your kernels stopped the run, at which call, and what it did."""
+    kernel = stop["stopped"]
+    if kernel == "store_kv_kernel":
+        where = _("at K/V store {call} ({n} new tokens)").format(call=stop["call"],
+                                                                 n=stop["tokens"])
+    else:
+        where = _("at decode-attention call {call} (a context of {n} tokens)").format(
+            call=stop["call"], n=stop["tokens"])
+        if stop.get("scaled"):
+            where += _(", asked again with the query scaled by {scale:g} (scores in the "
+                       "hundreds)").format(scale=LARGE_SCORES)
+    problem = _(_PROBLEMS[stop["problem"]]).format(diff=stop.get("diff", 0.0),
+                                                   error=stop.get("error", ""))
+    puzzle = kernel.removesuffix("_kernel")
+    return (_("your {kernel} stopped serving {where}: {problem}. Its puzzle's check, "
+              "lab04c.check_{puzzle}_kernel({kernel}), runs it on the puzzle's cases, with a "
+              "hint")
+            .format(kernel=kernel, where=where, problem=problem, puzzle=puzzle))

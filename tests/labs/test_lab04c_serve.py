@@ -1,0 +1,83 @@
+"""Lab 04c's kernels serve LLM("tiny") (#28, `lab04c.serve`).
+
+The reference kernels serve it with tokens equal to transformers' `generate`
+and to pagedkit's own run, every call held to pagedkit's: the decode and
+store kernels, and the gather and merge kernels composed into a split-KV
+decode attention. Each wrong kernel of `wrong_answers.WRONG_SERVED` stops the
+run with that kernel named, and a wrong store kernel is told apart from the
+right decode kernel beside it. One interpreter process per run (15-25 s on a
+2-core machine), so only what no faster test covers runs here."""
+
+import importlib.util
+
+import pytest
+
+from pagedkit.exercises import lab04c
+
+from .wrong_answers import WRONG, WRONG_SERVED, _solution
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                  reason="Triton has no wheels here (macOS)")
+
+
+@pytest.fixture(scope="module")
+def solutions():
+    return _solution("lab04c_triton_puzzles")
+
+
+def _kernels(solutions, *puzzles, **wrong):
+    return {**{f"{p}_kernel": getattr(solutions, f"{p}_kernel") for p in puzzles}, **wrong}
+
+
+@needs_triton
+@pytest.mark.parametrize("puzzles", [("decode", "store_kv"), ("gather", "merge")],
+                         ids=["decode+store_kv", "gather+merge"])
+def test_the_reference_kernels_serve_the_tiny_model_like_transformers(solutions, puzzles):
+    result = lab04c.serve(**_kernels(solutions, *puzzles))
+    assert result.passed, repr(result)
+    assert "transformers' generate and pagedkit's own" in result.message
+    for puzzle in puzzles:        # serve fails a kernel that never ran; each ran here
+        assert f"{puzzle}_kernel " in result.message.split("calls:")[1]
+
+
+def test_three_wrong_kernels_each_for_serving_gather_and_merge():
+    assert sorted(WRONG_SERVED) == ["gather_kernel", "merge_kernel"]
+    assert all(len(kernels) >= 3 for kernels in WRONG_SERVED.values()) or \
+        importlib.util.find_spec("triton") is None
+
+
+@needs_triton
+@pytest.mark.parametrize("keyword, wrong", [
+    pytest.param(keyword, kernel, id=kernel.__name__)
+    for keyword, kernels in WRONG_SERVED.items() for kernel in kernels])
+def test_a_wrong_gather_or_merge_kernel_stops_serving_by_name(solutions, keyword, wrong):
+    result = lab04c.serve(**_kernels(solutions, "gather", "merge", **{keyword: wrong}))
+    assert not result.passed
+    assert result.message.startswith(f"your {keyword} stopped serving at decode-attention "
+                                     "call"), result.message
+    assert f"lab04c.check_{keyword.removesuffix('_kernel')}_kernel" in result.message
+
+
+@needs_triton
+def test_a_wrong_store_kernel_is_named_not_the_decode_kernel_beside_it(solutions):
+    [wrong] = [k for k in WRONG[("lab04c", "store_kv_kernel")]
+               if k.__name__ == "store_value_from_key"]
+    result = lab04c.serve(**_kernels(solutions, "decode", store_kv_kernel=wrong))
+    assert not result.passed
+    assert result.message.startswith("your store_kv_kernel stopped serving at K/V store 1 ("), \
+        result.message
+
+
+@needs_triton
+def test_serve_refuses_no_kernel_and_two_decode_attentions(solutions):
+    with pytest.raises(ValueError, match="needs a kernel"):
+        lab04c.serve()
+    with pytest.raises(ValueError, match="not both"):
+        lab04c.serve(solutions.decode_kernel, merge_kernel=solutions.merge_kernel)
+
+
+def test_serve_says_a_stub_is_not_written_yet_without_a_process():
+    def gather_kernel():
+        raise NotImplementedError       # a stub not yet a Triton kernel
+    result = lab04c.serve(gather_kernel=gather_kernel)
+    assert not result.passed and "not written yet" in result.message
