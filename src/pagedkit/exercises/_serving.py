@@ -174,7 +174,8 @@ def split_kv(gather, merge, block_n: int, calls: _Calls):
         want, want_lse = attend(query, keys, values)
         if merge is None:
             return want
-        parts = [attend(query, keys[a:b], values[a:b]) for a, b in splits(context_len)]
+        parts = [attend(query, keys[a:b], values[a:b], torch.float32)    # the merge's input
+                 for a, b in splits(context_len)]
         part_out = torch.stack([o for o, _ in parts], 1).contiguous()  # [heads, splits, D]
         part_lse = torch.stack([lse for _, lse in parts], 1).contiguous()  # [heads, splits]
         heads, head_dim = query.shape
