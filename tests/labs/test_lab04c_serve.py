@@ -16,6 +16,9 @@ from pagedkit.exercises import lab04c
 
 from .wrong_answers import WRONG, WRONG_SERVED, _solution
 
+#: wrong kernels that serve the tiny model's own calls right: only the large-score probe stops them
+ONLY_WITH_LARGE_SCORES = {"merge_weights_without_the_max"}
+
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="Triton has no wheels here (macOS)")
 
@@ -56,6 +59,8 @@ def test_a_wrong_gather_or_merge_kernel_stops_serving_by_name(solutions, keyword
     assert result.message.startswith(f"your {keyword} stopped serving at decode-attention "
                                      "call"), result.message
     assert f"lab04c.check_{keyword.removesuffix('_kernel')}_kernel" in result.message
+    if wrong.__name__ in ONLY_WITH_LARGE_SCORES:    # right on the tiny model's small scores
+        assert "asked again with the query scaled by 64" in result.message, result.message
 
 
 @needs_triton

@@ -1049,6 +1049,9 @@ def _wrong_puzzles():
             v("merge_kernel", "merge_not_normalized",   # the weights' sum taken as 1
               ("merged = tl.sum(w[:, None] * parts, 0) / tl.where(total > 0, total, 1.0)",
                "merged = tl.sum(w[:, None] * parts, 0)")),
+            v("merge_kernel", "merge_weights_without_the_max",   # the lse subtracts it, out not
+              ("merged = tl.sum(w[:, None] * parts, 0) / tl.where(total > 0, total, 1.0)",
+               "merged = tl.sum(tl.exp(lse)[:, None] * parts, 0) / tl.sum(tl.exp(lse), 0)")),
         ],
     }
 

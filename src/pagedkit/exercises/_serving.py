@@ -198,7 +198,7 @@ def probed(attention, calls: _Calls, due: list[bool]):
         out = attention(where, query, k_cache, v_cache, block_table, context_len)
         if due[0]:
             due[0] = False
-            attention({**where, "scaled": True}, query * LARGE_SCORES, k_cache, v_cache,
+            attention({**where, "scaled": LARGE_SCORES}, query * LARGE_SCORES, k_cache, v_cache,
                       block_table, context_len)
         return out
     return served

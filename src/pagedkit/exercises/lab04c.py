@@ -42,7 +42,6 @@ from collections.abc import Callable
 from ..i18n import N_, _
 from . import CheckResult
 from ._interpreter import kernel_source, no_triton, run_in_interpreter, still_a_stub
-from .track import LARGE_SCORES
 
 __all__ = ["CHECKS", "HINTS", "PUZZLES", "check", "check_decode_kernel", "check_gather_kernel",
            "check_merge_kernel", "check_store_kv_kernel", "hint", "serve"]
@@ -350,9 +349,9 @@ def _stopped(stop: dict) -> str:
     else:
         where = _("at decode-attention call {call} (a context of {n} tokens)").format(
             call=stop["call"], n=stop["tokens"])
-        if stop.get("scaled"):
+        if stop.get("scaled"):          # the factor the query was scaled by
             where += _(", asked again with the query scaled by {scale:g} (scores in the "
-                       "hundreds)").format(scale=LARGE_SCORES)
+                       "hundreds)").format(scale=stop["scaled"])
     problem = _(_PROBLEMS[stop["problem"]]).format(diff=stop.get("diff", 0.0),
                                                    error=stop.get("error", ""))
     puzzle = kernel.removesuffix("_kernel")
