@@ -238,10 +238,6 @@ CHECKS: dict[str, Callable] = {
 }
 
 
-#: the puzzles whose kernels `serve` takes, by the keyword that gives each
-SERVED = ("decode", "store_kv", "gather", "merge")
-
-
 def serve(decode_kernel=None, store_kv_kernel=None, *, gather_kernel=None, merge_kernel=None,
           prompts=("Once upon a time", "There once was a shy mouse named Sam."),
           max_tokens: int = 6, block_size: int = 4, timeout: float = 600.0) -> CheckResult:
