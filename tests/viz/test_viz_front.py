@@ -5,6 +5,8 @@ everywhere, fast, and each fails on the code before the fix:
 
 * the module anywidget must import within its 2 s is a few lines, plotly's 5 MB rides
   beside it (a slow import made anywidget drop every message: the empty block map);
+* plotly's 5 MB travel once per kernel, in one library model every figure names, so a
+  saved state with three views holds them once, not three times (issue #26);
 * bars reach the browser with color strings, never numeric indices (plotly.js warns
   ``Invalid color specifier`` for each numeric bar color), in the widget's traces, its
   updates and static figures alike;
@@ -53,19 +55,72 @@ def _views():
 
 
 def test_the_module_anywidget_waits_for_is_tiny_and_plotly_rides_beside_it():
-    from plotly.basewidget import BaseFigureWidget
-
     w = _views().block_map
     _ = w.widget
     fig = w._figure_widget
-    assert len(fig._esm) < 2_000, len(fig._esm)  # was plotly's whole bundle, ~5 MB
+    assert len(fig._esm) < 4_000, len(fig._esm)  # was plotly's whole bundle, ~5 MB
     # its default export has `render` only: no `initialize` for anywidget's clock to wait on
     assert re.search(r"export default \{\s*async render\(", fig._esm)
     assert not re.search(r"^\s*(async )?initialize\(", fig._esm, re.M)
-    assert fig._plotly_esm == str(BaseFigureWidget._esm) and len(fig._plotly_esm) > 1_000_000
-    # the figure itself is in the model's state before any view renders
+    # plotly's module is not the figure's: it names the kernel's library, which holds it
     state = fig.get_state()
+    assert not any(isinstance(v, str) and len(v) > 100_000 for v in state.values())
+    library = fw.plotly_library()
+    assert state["_plotly_library"] == f"IPY_MODEL_{library.model_id}"
+    assert library.source == fw.plotly_source() and len(library.source) > 1_000_000
+    # the figure itself is in the model's state before any view renders
     assert len(state["_widget_data"]) == len(fig.data) == 13
+
+
+def _big_strings(state: dict) -> dict:
+    """model id -> how many of its state's values are strings over 1 MB (plotly's module)."""
+    return {mid: sum(isinstance(v, str) and len(v) > 1_000_000 for v in s["state"].values())
+            for mid, s in state.items()}
+
+
+@pytest.mark.parametrize("drop_defaults", [True, False])
+def test_a_saved_state_carries_plotly_once_for_several_figures(drop_defaults):
+    """Issue #26: each figure synced plotly's module, so a saved lab with three views held
+    it three times (15 MB). The state of a dashboard (three figures), as embedding takes
+    it (the widgets and what they reference), holds it once: in the library model."""
+    from ipywidgets.embed import dependency_state
+
+    dash = _views()
+    state = dependency_state([dash.widget], drop_defaults=drop_defaults)
+    figures = [v._figure_widget for v in dash.views]
+    library = fw.plotly_library()
+    assert {f._plotly_library for f in figures} == {library}
+    assert library.model_id in state and all(f.model_id in state for f in figures)
+    big = _big_strings(state)
+    assert sum(big.values()) == 1 and big[library.model_id] == 1, big
+    assert state[library.model_id]["state"]["source"] == fw.plotly_source()
+    for f in figures:  # each names the library by reference
+        assert state[f.model_id]["state"]["_plotly_library"] == f"IPY_MODEL_{library.model_id}"
+    size = len(json.dumps(state))
+    assert size < len(fw.plotly_source()) + 1_000_000, size  # was over three times it
+
+
+def test_the_library_opens_before_the_first_figure_and_is_rebuilt_once_closed(monkeypatch):
+    """The front end resolves a figure's reference when the figure's comm opens: the
+    library's comm must already be open (the manager then knows its id)."""
+    import plotly.graph_objects as go
+    from ipywidgets.widgets import widget as widget_module
+
+    library = fw.plotly_library()
+    library.close()  # as Widget.close_all() would: the next figure gets a new one
+    opened = []
+    create = widget_module.comm.create_comm
+
+    def record(**args):
+        opened.append(args["data"]["state"]["_model_name"])
+        return create(**args)
+
+    monkeypatch.setattr(widget_module.comm, "create_comm", record)
+    fig = fw.figure_widget(go.Figure(go.Bar(y=[1, 2])))
+    second = fw.figure_widget(go.Figure(go.Bar(y=[3])))
+    assert opened == ["WidgetModel", "AnyModel", "AnyModel"], opened
+    assert fig._plotly_library is second._plotly_library is fw.plotly_library()
+    assert fw.plotly_library() is not library and fw.plotly_library().comm is not None
 
 
 def _bar_colors(traces) -> list:

@@ -16,11 +16,30 @@ later update: no button, slider or play could fill it, and nothing was logged.
 
 The fix is to make the part inside anywidget's 2 s window trivial: this class's
 ``_esm`` is a few lines that export ``render`` only, so the model is ready at
-once and receives every message. plotly's own module travels beside it, as the
-synced string ``_plotly_esm``, and is imported on the first ``render``, where
-no clock runs, once per page (cached on ``globalThis``, keyed by plotly's
-version) instead of once per figure; then plotly's own ``initialize`` and
-``render`` run unchanged on the model, which by then holds the real figure.
+once and receives every message. plotly's own module is imported on the first
+``render``, where no clock runs, once per page (cached on ``globalThis``, keyed
+by plotly's version) instead of once per figure; then plotly's own
+``initialize`` and ``render`` run unchanged on the model, which by then holds
+the real figure.
+
+plotly's module travels once per kernel (issue #26: a saved lab with three
+views was 15 MB). JupyterLab's "save widget state" stores every live model's
+synced traits, so a source synced by each figure was saved once per figure. It
+lives instead in one `plotly_library` model per kernel: a plain ipywidgets
+``Widget`` (``@jupyter-widgets/base``'s ``WidgetModel``, which every widget
+manager has, with no view), created before the first figure, whose ``source``
+trait holds the module. Each figure names it in ``_plotly_library``, a widget
+reference (``"IPY_MODEL_<id>"``, ipywidgets' ``widget_serialization``, so
+``ipywidgets.embed.dependency_state`` takes the library along with a figure).
+The loader resolves it in ``render``, not in the 2 s window, with the widget
+manager's ``get_model``: the call that resolves ipywidgets' own references (a
+box's children), so every manager that draws a ``VBox`` of widgets has it
+(JupyterLab, Notebook 7, VS Code, Colab, the HTML manager); anywidget's
+``host.getModel`` where a manager is not exposed. A saved state holds the
+library whenever it holds a figure (JupyterLab saves every live model), and
+restoring creates all models at once, so the figure finds it. Where the
+reference cannot be resolved (a state saved without the library, a manager
+without ``get_model``), the view says so in words instead of drawing nothing.
 
 Colors (the console flood of issue #11). The views color bars by *index* into
 a discrete colorscale (`palette.colorscale`): plotly's Python side checks a
@@ -41,27 +60,69 @@ from typing import Any
 
 import numpy as np
 
-#: The front end. `render` runs plotly's widget (its model half, then its view) once
-#: its module is loaded; an import that fails is forgotten, so the next view retries
-#: it, and its error shows in the view (anywidget draws a render error in place).
+#: The front end. `render` loads plotly's module from the kernel's library model (once
+#: per page), then runs plotly's widget (its model half, then its view). An import that
+#: fails is forgotten, so the next view retries it; a view that cannot load it says why
+#: in its place (anywidget 0.11 only logs a render error: the view would stay empty).
 _LOADER = """\
 // pagedkit.viz.figure_widget: plotly's FigureWidget, loaded in render (see its docstring)
 const KEY = Symbol.for("pagedkit.plotly-widget/" + %(version)r);
+const PREFIX = "IPY_MODEL_";
 
-function plotlyWidget(model) {
+// plotly's module, from the library model this figure names (one per kernel)
+async function librarySource(model, host) {
+  const ref = model.get("_plotly_library");
+  const id = typeof ref === "string" && ref.startsWith(PREFIX) ? ref.slice(PREFIX.length) : "";
+  if (!id) throw new Error("the figure names no plotly library (" + JSON.stringify(ref) + ")");
+  const manager = model.widget_manager;
+  const byManager = manager && typeof manager.get_model === "function";
+  if (!byManager && !(host && typeof host.getModel === "function")) {
+    throw new Error("this page's widget manager cannot look widget model " + id + " up");
+  }
+  let library;
+  try {
+    library = byManager ? await manager.get_model(id)
+                        : await host.getModel("anywidget:" + id);  // anywidget's own way
+  } catch (error) {
+    throw new Error("its plotly library (widget model " + id + ") is not on this page: "
+                    + (error && error.message || error));
+  }
+  const source = library && library.get("source");
+  if (typeof source !== "string" || !source.includes("export")) {
+    throw new Error("widget model " + id + " holds no plotly module");
+  }
+  return source;
+}
+
+function plotlyWidget(model, host) {
   if (!globalThis[KEY]) {
-    const source = model.get("_plotly_esm");
-    const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
-    globalThis[KEY] = import(url)
-      .catch((error) => { delete globalThis[KEY]; throw error; })
-      .finally(() => URL.revokeObjectURL(url));
+    globalThis[KEY] = librarySource(model, host).then((source) => {
+      const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+      return import(url).finally(() => URL.revokeObjectURL(url));
+    }).catch((error) => { delete globalThis[KEY]; throw error; });
   }
   return globalThis[KEY];
 }
 
+function explain(el, error) {
+  const note = document.createElement("pre");
+  note.className = "pagedkit-plotly-error";
+  note.style.whiteSpace = "pre-wrap";
+  note.textContent = "pagedkit: this figure cannot be drawn: " + (error && error.message || error)
+    + ".\\nRun its cell again (the kernel sends plotly's module with the new figure).";
+  el.replaceChildren(note);
+  console.error("[pagedkit] a figure cannot be drawn", error);
+}
+
 export default {
-  async render({ model, el }) {
-    const plotly = await plotlyWidget(model);
+  async render({ model, el, host }) {
+    let plotly;
+    try {
+      plotly = await plotlyWidget(model, host);
+    } catch (error) {
+      explain(el, error);
+      return;
+    }
     const widget = plotly.default();   // plotly's { initialize, render }, one per view
     widget.initialize({ model });
     return widget.render({ model, el });
@@ -152,16 +213,12 @@ def _resolve_message(message: Any, widget: Any, data_key: str, traces_key: str) 
     return {**message, data_key: style}
 
 
-@functools.cache
-def widget_class() -> type:
-    """The FigureWidget subclass (built on first use: plotly and anywidget load lazily)."""
+def plotly_source() -> str:
+    """plotly's FigureWidget front end (its anywidget module, ~5 MB), as text."""
     from pathlib import Path
 
     import plotly
-    import plotly.graph_objects as go
-    import traitlets
     from plotly.basewidget import BaseFigureWidget
-    from plotly.serializers import _js_to_py, _py_to_js
 
     esm = BaseFigureWidget._esm  # a path, or anywidget's FileContents of that path
     source = Path(esm).read_text() if isinstance(esm, Path) else str(esm)
@@ -169,6 +226,49 @@ def widget_class() -> type:
         raise RuntimeError(
             f"plotly {plotly.__version__}'s FigureWidget front end was not found "
             f"(BaseFigureWidget._esm is {type(esm).__name__}); pagedkit.viz needs plotly>=6")
+    return source
+
+
+@functools.cache
+def library_class() -> type:
+    """The model class that holds plotly's module for the page (see the module)."""
+    import ipywidgets
+    import traitlets
+
+    class PlotlyLibrary(ipywidgets.Widget):
+        """plotly's front end, sent once per kernel; figures name it (no view of its own).
+        The source is set when built, never a trait default: a state that drops defaults
+        (``drop_defaults=True``) must keep it."""
+
+        source = traitlets.Unicode().tag(sync=True)
+        plotly_version = traitlets.Unicode().tag(sync=True)
+
+    return PlotlyLibrary
+
+
+_library: Any = None
+
+
+def plotly_library() -> Any:
+    """This kernel's one `PlotlyLibrary` (built on first use, again if it was closed)."""
+    global _library
+    if _library is None or _library.comm is None:
+        import plotly
+
+        _library = library_class()(source=plotly_source(), plotly_version=plotly.__version__)
+    return _library
+
+
+@functools.cache
+def widget_class() -> type:
+    """The FigureWidget subclass (built on first use: plotly and anywidget load lazily)."""
+    import ipywidgets
+    import plotly
+    import plotly.graph_objects as go
+    import traitlets
+    from plotly.serializers import _js_to_py, _py_to_js
+
+    plotly_source()  # refuse a plotly without the front end before any figure is built
 
     def serializer(resolve: Any) -> dict:
         return {"from_json": _js_to_py,
@@ -179,11 +279,13 @@ def widget_class() -> type:
                 for t in value] if isinstance(value, (list, tuple)) else value
 
     class FigureWidget(go.FigureWidget):
-        """A plotly FigureWidget whose front end survives a slow page, and that sends the
-        browser colors, not color indices; see the module."""
+        """A plotly FigureWidget whose front end survives a slow page, loads plotly's
+        module from the kernel's one library model, and sends the browser colors, not
+        color indices; see the module."""
 
         _esm = _LOADER % {"version": plotly.__version__}
-        _plotly_esm = traitlets.Unicode(source).tag(sync=True)
+        _plotly_library = traitlets.Instance(ipywidgets.Widget).tag(
+            sync=True, **ipywidgets.widget_serialization)
         _widget_data = traitlets.List().tag(sync=True, **serializer(traces))
         _py2js_addTraces = traitlets.Dict(allow_none=True).tag(sync=True, **serializer(
             lambda m, w: {**m, "trace_data": traces(m["trace_data"], w)} if m else m))
@@ -191,6 +293,12 @@ def widget_class() -> type:
             lambda m, w: _resolve_message(m, w, "restyle_data", "restyle_traces")))
         _py2js_update = traitlets.Dict(allow_none=True).tag(sync=True, **serializer(
             lambda m, w: _resolve_message(m, w, "style_data", "style_traces")))
+
+        @traitlets.default("_plotly_library")
+        def _library_default(self) -> Any:
+            # read when the figure's comm opens (its first state): the library's comm,
+            # opened here if it is the first, goes out before the figure's
+            return plotly_library()
 
     return FigureWidget
 
