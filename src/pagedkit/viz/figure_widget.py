@@ -34,8 +34,8 @@ reference (``"IPY_MODEL_<id>"``, ipywidgets' ``widget_serialization``, so
 The loader resolves it in ``render``, not in the 2 s window, with the widget
 manager's ``get_model``: the call that resolves ipywidgets' own references (a
 box's children), so every manager that draws a ``VBox`` of widgets has it
-(JupyterLab, Notebook 7, VS Code, Colab, the HTML manager); anywidget's
-``host.getModel`` where a manager is not exposed. A saved state holds the
+(JupyterLab, tested; Notebook 7, VS Code, Colab, the HTML manager by that
+reasoning); anywidget's ``host.getModel`` where a manager is not exposed. A saved state holds the
 library whenever it holds a figure (JupyterLab saves every live model), and
 restoring creates all models at once, so the figure finds it. Where the
 reference cannot be resolved (a state saved without the library, a manager
