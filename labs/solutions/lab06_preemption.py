@@ -11,14 +11,14 @@ def tokens_to_recompute(num_tokens, block_size, cached_blocks):
     return num_tokens - reusable * block_size
 
 
-def preemption_mode(tables, num_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
+def preemption_mode(tables, recompute_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
                     prefill_tokens_per_s):
     """Swap only if the group fits in CPU memory and moving it out and back is cheaper."""
     blocks = len({b for table in tables for b in table})   # shared blocks travel once
     if blocks > free_cpu_blocks:
         return "recompute"
     swap_s = 2 * blocks * block_bytes / link_bytes_per_s   # out now, back in later
-    recompute_s = sum(num_tokens) / prefill_tokens_per_s
+    recompute_s = sum(recompute_tokens) / prefill_tokens_per_s   # counted for us, sharing included
     return "swap" if swap_s < recompute_s else "recompute"
 
 

@@ -84,7 +84,8 @@ _DISTINCT = (N_("blocks shared inside the group travel once: count distinct bloc
 _BOTH_WAYS = (N_("a swapped group's blocks cross the link twice: out now, back in later"))
 
 MODE_CASES = [
-    # tables, num_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s, prefill_tokens_per_s
+    # tables, recompute_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
+    # prefill_tokens_per_s
     Case(([[0, 1, 2]], [10], 8, 1000, 1e6, 1000), "swap",
          N_("swap: 2 x 3 blocks x 1000 B / 1e6 B/s = 6 ms; recompute: 10 tokens / 1000 tok/s = "
             "10 ms")),
@@ -102,19 +103,20 @@ MODE_CASES = [
          N_("a swapped group's blocks cross the link twice: out now, back in later: 2 x 4 ms = "
             "8 ms > 7 ms of recompute")),
     Case(([[0, 1], [0, 2]], [6, 6], 8, 2000, 1e6, 1000), "recompute",
-         N_("the group recomputes every sequence's tokens (12 tokens = 12 ms) but swaps 3 distinct "
-         "blocks (2 x 3 x 2000 B / 1e6 B/s = 12 ms): swap only if strictly cheaper")),
+         N_("recomputing the group costs the tokens of all its sequences (6 + 6 = 12 tokens = "
+            "12 ms), and swapping its 3 distinct blocks out and back costs the same (2 x 3 x "
+            "2000 B / 1e6 B/s = 12 ms): swap only if strictly cheaper")),
     Case(([[0, 1], [0, 2]], [7, 6], 8, 2000, 1e6, 1000), "swap",
          N_("13 tokens to recompute (13 ms) against 12 ms of swapping")),
 ]
 
 
-def _mode_costs(tables, num_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
+def _mode_costs(tables, recompute_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
                 prefill_tokens_per_s):
     """(distinct blocks, swap seconds out and back, recompute seconds), exactly."""
     distinct = len(set().union(*map(set, tables)))
     swap = Fraction(2 * distinct * block_bytes) / Fraction(link_bytes_per_s)
-    recompute = Fraction(sum(num_tokens)) / Fraction(prefill_tokens_per_s)
+    recompute = Fraction(sum(recompute_tokens)) / Fraction(prefill_tokens_per_s)
     return distinct, swap, recompute
 
 
@@ -126,8 +128,8 @@ def _mode_oracle(*args) -> str:
     return "swap" if distinct <= args[2] and swap < recompute else "recompute"
 
 
-def _mode_hint(tables, num_tokens, free_cpu_blocks, *rest) -> str:
-    distinct, swap, recompute = _mode_costs(tables, num_tokens, free_cpu_blocks, *rest)
+def _mode_hint(tables, recompute_tokens, free_cpu_blocks, *rest) -> str:
+    distinct, swap, recompute = _mode_costs(tables, recompute_tokens, free_cpu_blocks, *rest)
     room = (_("{distinct} distinct block(s) fit in {free} free CPU block(s)")
             if distinct <= free_cpu_blocks else
             _("{distinct} distinct block(s) do not fit in {free} free CPU block(s)")
@@ -135,7 +137,7 @@ def _mode_hint(tables, num_tokens, free_cpu_blocks, *rest) -> str:
     return (_("{room} ({why}); swapping out and back takes {swap_ms:g} ms, recomputing the "
               "group's {tokens} tokens {recompute_ms:g} ms")
             .format(room=room, why=_(_DISTINCT), swap_ms=float(swap) * 1e3,
-                    tokens=sum(num_tokens), recompute_ms=float(recompute) * 1e3))
+                    tokens=sum(recompute_tokens), recompute_ms=float(recompute) * 1e3))
 
 
 _GROUPS = ([[0]], [[0, 1, 2]], [[0, 1], [0, 2]], [[0, 1], [0, 1]], [[4, 5], [6]],
@@ -159,9 +161,13 @@ def mode_grid() -> list[Case]:
 
 
 def check_preemption_mode(preemption_mode: Callable) -> CheckResult:
-    """`preemption_mode(tables, num_tokens, free_cpu_blocks, block_bytes,
+    """`preemption_mode(tables, recompute_tokens, free_cpu_blocks, block_bytes,
     link_bytes_per_s, prefill_tokens_per_s)` -> ``"swap"`` or ``"recompute"``.
-    The lab's cases, then groups around the CPU room and the cost (`mode_grid`)."""
+    `recompute_tokens` are what each sequence computes again if the group is
+    recomputed, counted as the engine does (a group's later sequences share
+    its prompt's full blocks again: lab 06, section 3), so recomputing costs
+    their sum. The lab's cases, then groups around the CPU room and the cost
+    (`mode_grid`)."""
     return check_function("preemption_mode", preemption_mode, MODE_CASES + mode_grid())
 
 
