@@ -103,10 +103,30 @@ def test_profile_leaves_the_engine_code_as_it_was():
     before = code()
     import torch.nn.functional as F
 
-    linear = F.linear
+    from pagedkit.model import accel
+
+    linear, packed = F.linear, accel.packed_linear
     work = sharegpt_workload(2, 1000, scale=0.05, max_len=64, seed=1)
     profile_pagedkit(build_model("tiny", "cpu"), work, 16)
-    assert code() == before and F.linear is linear
+    assert code() == before and F.linear is linear and accel.packed_linear is packed
+
+
+def test_pagedkit_with_and_without_prepacked_linears(monkeypatch):
+    """``pagedkit_unpacked`` serves with ``PAGEDKIT_PREPACK=off`` (and leaves the
+    variable as it was); with ``on`` the two differ only in the packing."""
+    monkeypatch.setenv("PAGEDKIT_PREPACK", "on")
+    report = benchmark("tiny", num_requests=3, systems=("pagedkit", "pagedkit_unpacked", "floor"),
+                       log=lambda s: 0)
+    paged, plain, floor = report.results
+    assert [r.system for r in report.results] == ["pagedkit", "pagedkit_unpacked", "floor"]
+    assert all(r.outputs_differing == 0 for r in report.results)
+    assert "29 of 29" in paged.note and "none (switched off)" in plain.note
+    assert "29 of 29" in floor.note  # the floor runs the linear layers pagedkit runs
+    assert "pagedkit_unpacked" in format_report(report)
+    assert report.as_dict()["results"][1]["system"] == "pagedkit_unpacked"
+    import os
+
+    assert os.environ["PAGEDKIT_PREPACK"] == "on"
 
 
 def test_alpaca_workload_runs_identical_tokens_and_reports_cpu_time_and_load():

@@ -4,6 +4,8 @@
 [--systems pagedkit,hf_static,hf_continuous,floor] [--rounds N] [--profile]
 [--workload sharegpt|alpaca] [--threads T]``
 
+(``--systems`` also takes ``pagedkit_unpacked``, not run by default.)
+
 One workload — requests with ShareGPT-shaped prompt and output lengths
 (`pagedkit.sim`'s synthetic trace, scaled to the model; ``--workload
 alpaca``: Alpaca-shaped, short prompts and longer answers), all arriving at
@@ -16,8 +18,13 @@ ignored) — runs through these systems on the same model:
   until its longest request ends, and its KV cache is the padded rectangle;
 * ``hf_continuous``: transformers' own continuous-batching manager (the
   engine behind ``generate_batch``), with per-request lengths;
+* ``pagedkit_unpacked``: the same with ``PAGEDKIT_PREPACK=off``: every
+  linear layer as transformers built it, none prepacked for oneDNN
+  (`pagedkit.model.accel`); beside ``pagedkit``, what the prepacked
+  linear layers change (not run unless named);
 * ``floor``: the same packed forwards over contiguous per-request K/V with
-  no scheduling at all (`pagedkit.bench.floor`): what no engine on this model
+  no scheduling at all (`pagedkit.bench.floor`), with the linear layers
+  pagedkit's ``PAGEDKIT_PREPACK`` gives it: what no engine on this model
   can beat. pagedkit's share of it is printed as ``of floor``;
 * ``vllm``: the real vLLM's CPU build, in this process (`pagedkit.vllm`),
   on the same weights; in the default systems only where vLLM is installed
@@ -49,13 +56,15 @@ compute, not Python overhead, dominates a step on CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -65,9 +74,9 @@ from .._validation import PROG, positive_float, positive_int, writable_file
 from . import check_choice, device_unavailable, load_average
 
 MODELS = ("tiny", "larger")
-SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor", "vllm")
+SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor", "vllm", "pagedkit_unpacked")
 #: What runs when no system is named: vLLM only where it is installed.
-DEFAULT_SYSTEMS = SYSTEMS if importlib.util.find_spec("vllm") else SYSTEMS[:-1]
+DEFAULT_SYSTEMS = SYSTEMS[:5] if importlib.util.find_spec("vllm") else SYSTEMS[:4]
 
 
 @dataclass
@@ -218,12 +227,37 @@ def _clocks() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
+@contextlib.contextmanager
+def prepack(mode: str | None) -> Iterator[None]:
+    """``PAGEDKIT_PREPACK`` set to `mode` inside the block (None: left as it is)."""
+    from ..model.accel import ENV_VAR
+
+    before = os.environ.get(ENV_VAR)
+    if mode is not None:
+        os.environ[ENV_VAR] = mode
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = before
+
+
+def prepack_note(model) -> str:
+    """How many of `model`'s linear layers run prepacked (`pagedkit.model.accel`)."""
+    report = getattr(model, "pagedkit_prepack", None)
+    return "" if report is None else str(report).split(";")[0]
+
+
 def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int], None] = _quiet,
-                 llm=None) -> tuple[Result, list[list[int]]]:
+                 llm=None, system: str = "pagedkit") -> tuple[Result, list[list[int]]]:
     from ..engine import LLM
     from ..sampling_params import SamplingParams
 
-    llm = LLM(model, block_size=block_size) if llm is None else llm
+    if llm is None:
+        with prepack("off" if system == "pagedkit_unpacked" else None):
+            llm = LLM(model, block_size=block_size)
     params = [SamplingParams(temperature=0, max_tokens=o, ignore_eos=True)
               for o in work.output_lens]
     usage: list[float] = []
@@ -238,10 +272,12 @@ def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int
     end, cpu_end = _clocks()
     ttft = [o.metrics.first_token_time - t0 for o in outs]
     tokens = [o.outputs[0].token_ids for o in outs]
-    note = (f"1 or {torch.get_num_threads()} threads per step, whichever measured faster "
-            "(pagedkit.model.threads)" if llm.llm_engine.device.type == "cpu"
-            and torch.get_num_threads() > 1 else "")
-    return Result("pagedkit", end - start, sum(map(len, tokens)), statistics.mean(ttft),
+    notes = [prepack_note(llm.llm_engine.runner.model)]
+    if llm.llm_engine.device.type == "cpu" and torch.get_num_threads() > 1:
+        notes.append(f"1 or {torch.get_num_threads()} threads per step, whichever measured "
+                     "faster (pagedkit.model.threads)")
+    note = "; ".join(n for n in notes if n)
+    return Result(system, end - start, sum(map(len, tokens)), statistics.mean(ttft),
                   statistics.median(ttft), statistics.mean(usage), note=note,
                   cpu_seconds=cpu_end - cpu), tokens
 
@@ -340,8 +376,10 @@ def run_hf_continuous(model, work: Workload, progress: Callable[[int], None] = _
 def run_floor(model, work: Workload, progress: Callable[[int], None] = _quiet
               ) -> tuple[Result, list[list[int]]]:
     """The same packed forwards with no engine around them (`pagedkit.bench.floor`)."""
+    from ..model.accel import prepack_linears
     from . import floor
 
+    prepack_linears(model)  # the linear layers pagedkit's LLM(model) would get
     floor.prepare(model)
     start, cpu = _clocks()
     tokens, first = floor.generate(model, work.prompts, work.output_lens, on_step=progress)
@@ -349,7 +387,8 @@ def run_floor(model, work: Workload, progress: Callable[[int], None] = _quiet
     ttft = [t - start for t in first]
     return Result("floor", end - start, sum(map(len, tokens)), statistics.mean(ttft),
                   statistics.median(ttft), None,
-                  note="contiguous K/V, no scheduling, the engine's threads",
+                  note="contiguous K/V, no scheduling, the engine's threads; "
+                  + prepack_note(model),
                   cpu_seconds=cpu_end - cpu), tokens
 
 
@@ -412,6 +451,7 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
     """
     from .. import ops
     from ..engine import LLM
+    from ..model import accel
     from .timers import PartTimers
 
     llm = LLM(model, block_size=block_size)
@@ -431,6 +471,7 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
     for op in ("store_kv", "paged_decode_attention", "paged_prefill_attention"):
         wrap(ops, op, "attention")
     wrap(F, "linear", "linear layers")
+    wrap(accel, "packed_linear", "linear layers")  # the prepacked ones (PAGEDKIT_PREPACK)
     try:
         result, _ = run_pagedkit(model, work, block_size, llm=llm)
     finally:
@@ -499,6 +540,8 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                                  "load_average": load_average()}, workload=workload)
     runners = {
         "pagedkit": lambda m, w, p: run_pagedkit(m, w, block_size, p),
+        "pagedkit_unpacked": lambda m, w, p: run_pagedkit(m, w, block_size, p,
+                                                          system="pagedkit_unpacked"),
         "hf_static": lambda m, w, p: run_hf_static(m, w, batch_size, pad_id=0, progress=p),
         "hf_continuous": lambda m, w, p: run_hf_continuous(m, w, p),
         "floor": lambda m, w, p: run_floor(m, w, p),
@@ -643,8 +686,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="auto (CUDA where available, else CPU), cpu or cuda")
     p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
-                   help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all; vllm "
-                   "where it is installed)")
+                   help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all but "
+                   "pagedkit_unpacked; vllm where it is installed)")
     p.add_argument("--rounds", type=positive_int, default=1, metavar="N",
                    help="run the systems this many times, interleaved; report medians")
     p.add_argument("--profile", action="store_true",

@@ -17,6 +17,8 @@ from urllib.parse import urlparse
 
 import torch
 
+from .accel import prepack_linears
+
 
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
@@ -51,6 +53,14 @@ INSTEAD = "model='tiny' (the embedded default), a local directory, or a transfor
 
 def load_model(model, tokenizer=None):
     """Returns ``(model, tokenizer_or_None, name)``."""
+    loaded, tok, name = _load(model, tokenizer)
+    # Faster CPU matmuls, outside the textbook path: pagedkit/model/accel.py
+    # (PAGEDKIT_PREPACK=off leaves every nn.Linear as transformers built it).
+    prepack_linears(loaded)
+    return loaded, tok, name
+
+
+def _load(model, tokenizer):
     from transformers import PreTrainedModel
 
     if isinstance(model, PreTrainedModel):

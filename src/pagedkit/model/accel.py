@@ -1,0 +1,229 @@
+"""Prepacked linear layers on CPU: transformers' model code, a faster matmul.
+
+Outside the textbook path: nothing here changes what a step computes, only
+how fast its matrix products run on a CPU, and the engine reads exactly as
+it would without it (docs/architecture.md). `load_model` makes one call,
+`prepack_linears(model)`; ``PAGEDKIT_PREPACK=off`` turns it off.
+
+Why: on a CPU the linear layers take ~40-45% of a pagedkit step
+(``python -m pagedkit bench --profile``). ``F.linear`` hands each call's
+plain row-major weight to a GEMM that re-blocks it on the fly; oneDNN can
+reorder a weight once into the blocked layout its kernels read
+(``torch.ops.mkldnn._reorder_linear_weight``) and then multiply against that
+layout on every call (``torch.ops.mkldnn._linear_pointwise``) — what vLLM's
+CPU build does for its own layers. Measured on 2 AVX2 cores
+(docs/benchmarks.md, "Prepacked linear layers"), that pays for a weight of
+at least ``MIN_WEIGHT_ELEMENTS`` (512 x 512) and ``MIN_IN_FEATURES`` (512)
+inputs, multiplied by at least ``MIN_ROWS`` tokens at once, and costs up to
+5x on a single token or a small weight: oneDNN's fixed cost per call
+(~40 us) is more than a small product. So the rule is per layer (the
+weight's shape, decided once) and per call (the step's token count, one
+comparison). The embedded tiny model (256 wide) stays below it, so the
+engine a learner steps through in a debugger is transformers' own.
+
+How: each eligible ``nn.Linear`` is replaced, in place in its parent, by a
+`PackedLinear` that holds the very same ``weight`` and ``bias`` Parameters
+(state dict, tied weights and ``.to()`` behave as before) plus the packed
+copy, built when first needed and rebuilt whenever the weight changes (a
+new tensor, an in-place write, ``.to()``). Anything the packed product does
+not cover — another dtype or device, autograd, autocast, a call below the
+row rule — runs ``F.linear`` on the same weight. The packed weight is a
+second copy of each packed layer's weight in memory.
+
+Exactness: a packed product is not bitwise the plain one (oneDNN sums in
+another order): float32 logits differ by ~1e-6 relative, far below the gap
+between the top two tokens of the workloads the tests and benches compare,
+whose tokens are equal to transformers' own.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ENV_VAR = "PAGEDKIT_PREPACK"
+#: ``auto``: the measured rule; ``on``: every eligible layer, every call
+#: (what the tests use on models too small for the rule); ``off``: plain nn.Linear.
+CHOICES = ("auto", "on", "off")
+#: Smallest weight (in_features x out_features) packed under ``auto``: 512 x 512
+#: ran 1.1-1.4x faster packed from 4 tokens up, 384 x 384 and 768 x 192 slower.
+MIN_WEIGHT_ELEMENTS = 512 * 512
+#: Fewest inputs of a layer packed under ``auto``: at 256 only the widest
+#: outputs (4096) gained, 256 x 256 to 691 x 256 ran level or slower.
+MIN_IN_FEATURES = 512
+#: Fewest tokens (rows of the input) a call multiplies packed under ``auto``:
+#: below 4, oneDNN's fixed cost per call outweighs the gain on every size measured.
+MIN_ROWS = 4
+
+
+def prepack_unavailable() -> str | None:
+    """Why this torch cannot run prepacked linear layers, or None if it can."""
+    if not torch.backends.mkldnn.is_available():
+        return "this torch was built without oneDNN (torch.backends.mkldnn.is_available() is False)"
+    if not torch.backends.mkldnn.enabled:
+        return "oneDNN is switched off (torch.backends.mkldnn.enabled is False)"
+    if not all(hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight",
+                                                        "_linear_pointwise")):
+        return f"this torch ({torch.__version__}) has no mkldnn linear ops"
+    return None
+
+
+def prepack_mode() -> str:
+    """``PAGEDKIT_PREPACK`` (default ``auto``), or a ValueError naming the choices."""
+    mode = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if mode not in CHOICES:
+        raise ValueError(f"{ENV_VAR}={os.environ[ENV_VAR]!r} is not one of {', '.join(CHOICES)} "
+                         "(docs/api.md, 'Prepacked linear layers')")
+    return mode
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+                  ) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` against the weight oneDNN prepacked
+    (`pack_weight`); its own name, so `bench --profile` can time it."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """The weight reordered, once, into oneDNN's blocked layout (no batch-size
+    hint: the layout then serves every token count)."""
+    with torch.no_grad():
+        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+
+def cannot_pack(weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
+    """Why this weight cannot be packed as it is now, or None."""
+    if weight.device.type != "cpu":
+        return f"its weight is on {weight.device}, not the CPU"
+    if weight.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
+        return f"its weight is {weight.dtype}, not torch.float32"
+    if type(weight.data) is not torch.Tensor or weight.layout != torch.strided:
+        return f"its weight is a {type(weight.data).__name__} ({weight.layout}), not a plain tensor"
+    return None
+
+
+def _weight_key(weight: torch.Tensor) -> tuple[int, int]:
+    """Changes whenever the weight's values may have: a new tensor or an in-place write
+    (an inference tensor cannot be written outside inference mode, and keeps no counter)."""
+    return weight.data_ptr(), (-1 if weight.is_inference() else weight._version)
+
+
+class PackedLinear(nn.Linear):
+    """An ``nn.Linear`` whose products run against a oneDNN-prepacked copy of
+    its weight when they pay (`min_rows` tokens or more) and can (float32 on
+    the CPU, no autograd, no autocast); ``F.linear`` otherwise."""
+
+    def __init__(self, linear: nn.Linear, min_rows: int) -> None:
+        nn.Module.__init__(self)  # not nn.Linear's: it would allocate a new weight
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight  # the same Parameters: state dict and tied weights hold
+        self.register_parameter("bias", linear.bias)
+        self.min_rows = min_rows
+        self._packed: torch.Tensor | None = None
+        self._packed_key: tuple[int, int] | None = None  # the weight `_packed` was built from
+        #: why the weight is not packed now (None once it is, or before the first call)
+        self.unpacked_reason: str | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed_key != _weight_key(self.weight):
+            self.repack()
+        if (self._packed is None or x.dtype != torch.float32 or not x.is_cpu
+                or x.numel() < self.min_rows * self.in_features
+                or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+                or torch.is_autocast_enabled("cpu")):
+            return F.linear(x, self.weight, self.bias)
+        return packed_linear(x, self._packed, self.bias)
+
+    def repack(self) -> None:
+        """Pack the weight as it is now, or note why it cannot be."""
+        self.unpacked_reason = cannot_pack(self.weight, self.bias)
+        self._packed = pack_weight(self.weight) if self.unpacked_reason is None else None
+        self._packed_key = _weight_key(self.weight)
+
+    def _apply(self, fn, recurse=True):  # .to(), .float(), .cuda(), ...: pack again when used
+        out = super()._apply(fn, recurse)
+        self._packed, self._packed_key = None, None
+        return out
+
+    def __getstate__(self):  # an opaque oneDNN tensor cannot be copied or pickled
+        state = super().__getstate__()
+        state.update(_packed=None, _packed_key=None)
+        return state
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, prepacked (oneDNN) from {self.min_rows} rows"
+
+
+@dataclass
+class PrepackReport:
+    """What `prepack_linears` did to a model, and why."""
+
+    mode: str
+    replaced: list[str] = field(default_factory=list)  # names of the PackedLinear modules
+    skipped: dict[str, str] = field(default_factory=dict)  # linear layer -> why not
+    reason: str = ""  # why nothing was replaced, when nothing was
+
+    def __str__(self) -> str:
+        if self.reason:
+            return f"prepacked linear layers: none ({self.reason})"
+        why = sorted(set(self.skipped.values()))
+        return (f"prepacked linear layers ({ENV_VAR}={self.mode}): {len(self.replaced)} of "
+                f"{len(self.replaced) + len(self.skipped)}"
+                + (f"; the others: {'; '.join(why)}" if why else ""))
+
+
+def why_not(module: nn.Module, mode: str) -> str | None:
+    """Why this linear layer stays a plain ``nn.Linear`` under `mode`, or None."""
+    if type(module) is not nn.Linear:  # a subclass (quantized, LoRA, ...) has its own forward
+        return f"a {type(module).__name__}, not a plain nn.Linear"
+    if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
+        return "it has hooks"
+    why = cannot_pack(module.weight, module.bias)
+    if why:
+        return why
+    if mode == "auto" and module.in_features < MIN_IN_FEATURES:
+        return f"layers under {MIN_IN_FEATURES} inputs wide run as fast unpacked"
+    if mode == "auto" and module.weight.numel() < MIN_WEIGHT_ELEMENTS:
+        return f"weights under {MIN_WEIGHT_ELEMENTS:,} elements run faster unpacked"
+    return None
+
+
+def prepack_linears(model: nn.Module) -> PrepackReport:
+    """Replace each eligible ``nn.Linear`` of `model` by a `PackedLinear`, in
+    place, as ``PAGEDKIT_PREPACK`` says now (layers an earlier call replaced are
+    decided afresh, so ``off`` leaves none); returns what was done, also kept as
+    ``model.pagedkit_prepack``. Never raises for a model it cannot speed up:
+    the report says why (and warns, when ``on`` was asked for)."""
+    report = PrepackReport(prepack_mode())
+    unpack_linears(model)
+    report.reason = "switched off" if report.mode == "off" else prepack_unavailable() or ""
+    if report.reason and report.mode == "on":
+        warnings.warn(f"{ENV_VAR}=on: {report.reason}; the linear layers run unpacked",
+                      stacklevel=2)
+    if not report.reason:
+        min_rows = MIN_ROWS if report.mode == "auto" else 1
+        for name, module in list(model.named_modules()):
+            if isinstance(module, nn.Linear):
+                why = why_not(module, report.mode)
+                if why:
+                    report.skipped[name] = why
+                else:
+                    model.set_submodule(name, PackedLinear(module, min_rows))
+                    report.replaced.append(name)
+    model.pagedkit_prepack = report
+    return report
+
+
+def unpack_linears(model: nn.Module) -> None:
+    """Put a plain ``nn.Linear`` (the same Parameters) back for each `PackedLinear`."""
+    for name, module in list(model.named_modules()):
+        if isinstance(module, PackedLinear):
+            plain = nn.Linear(module.in_features, module.out_features,
+                              bias=module.bias is not None, device="meta")
+            plain.weight, plain.bias = module.weight, module.bias
+            model.set_submodule(name, plain)

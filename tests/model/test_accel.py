@@ -1,0 +1,308 @@
+"""Prepacked linear layers (pagedkit.model.accel): who gets them, the switch,
+the fallbacks, and the engine's tokens unchanged with them.
+
+The packed product is not bitwise the plain one (oneDNN sums in another
+order; ~1e-6 on these logits), so engine runs are compared by tokens, on
+workloads where the logit differences are far below the gap between each
+step's top two tokens (asserted: the comparison is decisive, not luck).
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_configs import tiny_model
+from torch import nn
+
+from pagedkit import LLM, SamplingParams
+from pagedkit.model import accel
+from pagedkit.model.accel import (
+    ENV_VAR,
+    MIN_IN_FEATURES,
+    MIN_ROWS,
+    MIN_WEIGHT_ELEMENTS,
+    PackedLinear,
+    prepack_linears,
+    why_not,
+)
+
+pytestmark = pytest.mark.skipif(accel.prepack_unavailable() is not None,
+                                reason=f"no prepacked linears here: {accel.prepack_unavailable()}")
+
+
+def packed_names(model: nn.Module) -> list[str]:
+    return [n for n, m in model.named_modules() if isinstance(m, PackedLinear)]
+
+
+def wide_llama(width: int = 512, layers: int = 1):
+    """Wide enough that `auto` packs its larger weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=width, intermediate_size=width,
+                         num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=2,
+                         max_position_embeddings=256, tie_word_embeddings=False)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture
+def mode(monkeypatch):
+    def set_mode(value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv(ENV_VAR, raising=False)
+        else:
+            monkeypatch.setenv(ENV_VAR, value)
+    return set_mode
+
+
+# ---------------------------------------------------------------- who is packed
+def test_auto_leaves_the_tiny_model_as_transformers_built_it(mode):
+    """256 wide: below the rule, so the step a learner walks through is unchanged
+    (`python -m pagedkit bench calls` counts it)."""
+    mode(None)
+    report = prepack_linears(LLM("tiny", num_blocks=8).llm_engine.runner.model)
+    assert report.replaced == [] and len(report.skipped) == 29 and not report.reason
+
+
+def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode):
+    mode(None)  # auto is the default
+    model = wide_llama()
+    report = prepack_linears(model)
+    assert report.mode == "auto" and not report.reason
+    big = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)
+           and m.weight.numel() >= MIN_WEIGHT_ELEMENTS and m.in_features >= MIN_IN_FEATURES}
+    assert set(packed_names(model)) == set(report.replaced) == big
+    assert {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj"} <= big
+    assert "model.layers.0.self_attn.k_proj" in report.skipped  # 512 x 128
+    assert "run faster unpacked" in str(report)
+    assert model.pagedkit_prepack is report
+
+
+def test_on_packs_every_plain_linear(mode):
+    mode("on")
+    model = wide_llama(64)
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    report = prepack_linears(model)
+    assert packed_names(model) == linears == report.replaced and not report.skipped
+
+
+def test_why_not_names_each_reason():
+    assert why_not(nn.Linear(512, 512), "auto") is None
+    assert "262,144" in why_not(nn.Linear(512, 256), "auto")
+    assert "512 inputs" in why_not(nn.Linear(256, 4096), "auto")
+    assert why_not(nn.Linear(8, 8), "on") is None
+    assert "bfloat16" in why_not(nn.Linear(8, 8, dtype=torch.bfloat16), "on")
+    assert "meta" in why_not(nn.Linear(8, 8, device="meta"), "on")
+
+    class Lora(nn.Linear):
+        pass
+
+    assert "Lora" in why_not(Lora(8, 8), "on")
+    hooked = nn.Linear(8, 8)
+    hooked.register_forward_hook(lambda *a: None)
+    assert "hooks" in why_not(hooked, "on")
+
+
+def test_the_packed_module_keeps_the_same_parameters_and_state_dict(mode):
+    mode("on")
+    model = tiny_model("llama")
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    params = dict(model.named_parameters())
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    prepack_linears(model)
+    assert packed_names(model)
+    assert dict(model.named_parameters()).keys() == params.keys()
+    assert all(p is params[n] for n, p in model.named_parameters())
+    assert model.lm_head.weight is model.get_input_embeddings().weight  # still tied
+    assert state.keys() == model.state_dict().keys()
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+
+
+# ---------------------------------------------------------------- the switch
+def test_off_leaves_every_linear_plain_even_after_on(mode):
+    model = wide_llama(64)
+    mode("on")
+    prepack_linears(model)
+    mode("off")
+    report = prepack_linears(model)
+    assert report.reason == "switched off" and not report.replaced
+    assert packed_names(model) == []
+    assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def test_a_bad_switch_value_is_an_error_naming_it(mode):
+    mode("fast")
+    with pytest.raises(ValueError, match=r"PAGEDKIT_PREPACK='fast'.*auto, on, off"):
+        LLM(wide_llama(64), num_blocks=8)
+
+
+def test_without_onednn_nothing_is_packed_and_the_reason_is_kept(mode, monkeypatch):
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    mode(None)
+    llm = LLM("tiny", num_blocks=16)
+    report = llm.llm_engine.runner.model.pagedkit_prepack
+    assert "without oneDNN" in report.reason and "without oneDNN" in str(report)
+    assert packed_names(llm.llm_engine.runner.model) == []
+    out = llm.generate([[5, 6, 7]], SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 3
+    mode("on")  # asked for by name: said aloud too
+    with pytest.warns(UserWarning, match="PAGEDKIT_PREPACK=on: this torch was built without"):
+        prepack_linears(wide_llama(64))
+
+
+def test_with_onednn_switched_off_nothing_is_packed(mode, monkeypatch):
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    mode("on")
+    with pytest.warns(UserWarning, match="switched off"):
+        report = prepack_linears(wide_llama(64))
+    assert "torch.backends.mkldnn.enabled is False" in report.reason
+
+
+# ---------------------------------------------------------------- one layer
+def test_a_packed_layer_computes_the_plain_product():
+    torch.manual_seed(0)
+    plain = nn.Linear(96, 80)
+    layer = PackedLinear(plain, min_rows=4)
+    with torch.inference_mode():
+        for rows in (1, 3, 4, 17):
+            x = torch.randn(2, rows, 96)
+            want = F.linear(x, plain.weight, plain.bias)
+            got = layer(x)
+            if rows * 2 < 4:  # below min_rows: F.linear itself, bit for bit
+                assert torch.equal(got, want)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert layer.unpacked_reason is None and layer._packed is not None
+
+
+def test_autograd_and_autocast_take_the_plain_product():
+    torch.manual_seed(0)
+    layer = PackedLinear(nn.Linear(32, 16), min_rows=1)
+    x = torch.randn(8, 32, requires_grad=True)
+    layer(x).sum().backward()  # the packed op would give no gradient
+    assert x.grad is not None and layer.weight.grad is not None
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        assert layer(x).dtype == torch.bfloat16
+
+
+def test_a_changed_weight_is_packed_again():
+    torch.manual_seed(0)
+    layer = PackedLinear(nn.Linear(32, 16, bias=False), min_rows=1)
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(2)  # in place
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
+        layer.weight = nn.Parameter(torch.randn(16, 32))  # a new tensor
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight), rtol=1e-5, atol=1e-5)
+        layer.load_state_dict({"weight": torch.ones(16, 32)})
+        torch.testing.assert_close(layer(x), F.linear(x, torch.ones(16, 32)))
+
+
+def test_another_dtype_or_a_round_trip_through_one_is_never_stale():
+    torch.manual_seed(0)
+    layer = PackedLinear(nn.Linear(32, 16), min_rows=1)
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        layer(x)
+        layer.to(torch.bfloat16)
+        assert layer(x.bfloat16()).dtype == torch.bfloat16
+        assert "bfloat16" in layer.unpacked_reason
+        layer.float()  # rounded through bfloat16: the old pack would be wrong now
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-5)
+        assert layer.unpacked_reason is None
+
+
+def test_a_packed_model_copies_and_pickles(mode):
+    mode("on")
+    model = wide_llama(64)
+    prepack_linears(model)
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.inference_mode():
+        want = model(ids).logits
+        for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            assert torch.equal(other(ids).logits, want)
+
+
+# ---------------------------------------------------------------- the engine
+def decisive(model, prompts, max_tokens) -> float:
+    """The smallest gap between the top two logits along transformers' greedy
+    paths: a logit difference below it cannot change a greedy token."""
+    gaps = []
+    with torch.inference_mode():
+        for p in prompts:
+            out = model.generate(torch.tensor([p]), max_new_tokens=max_tokens,
+                                 min_new_tokens=max_tokens, do_sample=False, eos_token_id=None,
+                                 pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+            top = torch.cat(out.logits).topk(2, dim=-1).values
+            gaps.append((top[:, 0] - top[:, 1]).min().item())
+    return min(gaps)
+
+
+def fresh(name: str) -> nn.Module:
+    """The same weights every call (seeded), never yet packed."""
+    from pagedkit.bench.engine import build_model
+
+    return build_model("tiny", torch.device("cpu")) if name == "tiny" else wide_llama(layers=2)
+
+
+@pytest.mark.parametrize("name, setting", [("tiny", "on"), ("wide", "auto"), ("wide", "on")])
+def test_the_engine_gives_transformers_tokens_with_packed_linears(name, setting, mode):
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (1, 5, 9, 17, 33)]
+    greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    sampled = [SamplingParams(temperature=0.8, top_p=0.9, seed=i, max_tokens=8, ignore_eos=True)
+               for i in range(len(prompts))]
+    reference = fresh(name)
+    with torch.inference_mode():
+        expected = [reference.generate(torch.tensor([p]), max_new_tokens=8, min_new_tokens=8,
+                                       do_sample=False, eos_token_id=None, pad_token_id=0
+                                       )[0, len(p):].tolist() for p in prompts]
+    mode("off")
+    plain = LLM(fresh(name), num_blocks=64)
+    assert [o.outputs[0].token_ids
+            for o in plain.generate(prompts, greedy, use_tqdm=False)] == expected
+    want_sampled = [o.outputs[0].token_ids
+                    for o in plain.generate(prompts, sampled, use_tqdm=False)]
+    mode(setting)
+    llm = LLM(fresh(name), num_blocks=64)
+    model = llm.llm_engine.runner.model
+    assert packed_names(model)
+    assert [o.outputs[0].token_ids
+            for o in llm.generate(prompts, greedy, use_tqdm=False)] == expected
+    assert [o.outputs[0].token_ids
+            for o in llm.generate(prompts, sampled, use_tqdm=False)] == want_sampled
+    # decisive: the packed logits differ far less than the top-2 gaps
+    ids = torch.tensor([prompts[-1]])
+    with torch.inference_mode():
+        diff = (model(ids).logits - reference(ids).logits).abs().max().item()
+    assert diff < decisive(reference, prompts, 8) / 100
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral", "gemma2", "phi3",
+                                        "gpt_neox", "olmo2"])
+def test_architectures_stay_exact_with_every_linear_packed(model_type, mode):
+    """tests/model/test_architectures.py's three settings with ``PAGEDKIT_PREPACK=on``
+    (its tiny models are far below the `auto` rule); ``PAGEDKIT_PREPACK=on pytest
+    tests/model/test_architectures.py`` runs every architecture so."""
+    from test_architectures import check_architecture
+
+    mode("on")
+    assert prepack_linears(tiny_model(model_type)).replaced  # its linear layers get packed
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = check_architecture(model_type)
+    assert result["status"] == "served", result
+
+
+def test_min_rows_is_what_auto_uses(mode):
+    mode(None)
+    model = wide_llama()
+    prepack_linears(model)
+    assert {m.min_rows for m in model.modules() if isinstance(m, PackedLinear)} == {MIN_ROWS}
