@@ -5,7 +5,8 @@ batching (also ``python -m pagedkit bench``); ``kernels`` the PagedAttention
 kernels against SDPA on a contiguous cache; ``widgets`` what recording a
 simulation for the widgets costs per step; ``labs`` each lab's nbval run
 time (wall and CPU); ``calls`` how many named pagedkit functions one
-decode step calls; ``hash`` what naming a prefix-cache block costs; ``vllm``
+decode step calls; ``linears`` where prepacked linear layers pay
+(shapes and token counts); ``hash`` what naming a prefix-cache block costs; ``vllm``
 pagedkit beside vLLM's CPU build over batch sizes, models and threads;
 ``study`` each lab's estimated student time (core and optional). Each
 has its own options: ``python -m pagedkit bench <name> --help``
@@ -31,6 +32,7 @@ BENCHMARKS = {
     "calls": ("pagedkit.bench.calls", "the named pagedkit functions one decode step calls"),
     "hash": ("pagedkit.bench.prefix_hash", "what naming and finding a prefix-cache block costs"),
     "vllm": ("pagedkit.bench.beside_vllm", "pagedkit and vLLM, batch 1/8/64, two models, threads"),
+    "linears": ("pagedkit.bench.linears", "plain against prepacked linear layers, by shape"),
     "study": ("pagedkit.bench.study", "each lab's estimated student time, by a stated rule"),
 }
 

@@ -186,9 +186,15 @@ def why_not(module: nn.Module, mode: str) -> str | None:
     why = cannot_pack(module.weight, module.bias)
     if why:
         return why
-    if mode == "auto" and module.in_features < MIN_IN_FEATURES:
+    return below_rule(module.in_features, module.out_features) if mode == "auto" else None
+
+
+def below_rule(in_features: int, out_features: int) -> str | None:
+    """Why ``auto`` leaves a layer of this shape unpacked (measured to run as
+    fast or faster so: ``python -m pagedkit bench linears``), or None."""
+    if in_features < MIN_IN_FEATURES:
         return f"layers under {MIN_IN_FEATURES} inputs wide run as fast unpacked"
-    if mode == "auto" and module.weight.numel() < MIN_WEIGHT_ELEMENTS:
+    if in_features * out_features < MIN_WEIGHT_ELEMENTS:
         return f"weights under {MIN_WEIGHT_ELEMENTS:,} elements run faster unpacked"
     return None
 

@@ -1,0 +1,111 @@
+"""Where prepacked linear layers pay: ``F.linear`` against oneDNN's prepacked product.
+
+``python -m pagedkit bench linears [--threads 1,2] [--widths 256,384,512,768,1024]
+[--rows 1,2,4,8,16,64,256] [--json PATH]``
+
+For each width h, the projection shapes of a Llama-style layer (q/o: h x h,
+k/v: h x h/4, gate/up: h x 2.7h, down: 2.7h x h, and an output layer of 4096
+tokens) are multiplied by inputs of each row count (the tokens of a step),
+plain (``F.linear``) and prepacked (`pagedkit.model.accel`); each time is
+the fastest of several repeats, what a shared machine's load disturbs least.
+The table gives plain time / packed time (above 1: packed is faster) and
+whether ``PAGEDKIT_PREPACK=auto`` packs that shape and uses it from which
+row count: the rule in `pagedkit.model.accel` was read from this table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+from .._validation import PROG
+from ..model import accel
+from . import load_average
+
+SHAPES = {"q/o h x h": (1, 1), "k/v h x h/4": (1, 0.25), "gate/up h x 2.7h": (1, 2.7),
+          "down 2.7h x h": (2.7, 1), "output h x 4096": (1, None)}
+
+
+def fastest(fn, repeats: int, number: int) -> float:
+    """Seconds of one call: the fastest of `repeats` timings of `number` calls."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - start) / number)
+    return best
+
+
+@torch.inference_mode()
+def measure(width: int, shape: str, rows: list[int], repeats: int = 7) -> dict:
+    """One shape at one width: plain and packed seconds per row count."""
+    scale_in, scale_out = SHAPES[shape]
+    k = round(width * scale_in)
+    n = 4096 if scale_out is None else round(width * scale_out)
+    weight = torch.randn(n, k) * k ** -0.5
+    packed = accel.pack_weight(weight)
+    out = {"width": width, "shape": shape, "in_features": k, "out_features": n,
+           "auto_packs": accel.below_rule(k, n) is None, "rows": {}}
+    for m in rows:
+        x = torch.randn(1, m, k)
+        number = max(3, min(200, int(2e7 / (m * k * n))))
+        plain = fastest(lambda: F.linear(x, weight), repeats, number)  # noqa: B023
+        fast = fastest(lambda: accel.packed_linear(x, packed, None), repeats, number)  # noqa: B023
+        out["rows"][m] = {"plain_s": plain, "packed_s": fast}
+    return out
+
+
+def format_table(results: list[dict], threads: int, rows: list[int]) -> str:
+    lines = [f"threads={threads}: plain time / packed time (above 1: packed faster), by rows",
+             f"{'width':>5} {'shape':<17}{'weight':>12}" + "".join(f"{m:>7}" for m in rows)
+             + "  auto packs"]
+    for r in results:
+        ratios = "".join(f"{v['plain_s'] / v['packed_s']:>7.2f}" for v in r["rows"].values())
+        packs = f"from {accel.MIN_ROWS} rows" if r["auto_packs"] else "no"
+        weight = f"{r['in_features']:>5} x {r['out_features']:<5}"
+        lines.append(f"{r['width']:>5} {r['shape']:<17}{weight}{ratios}  {packs}")
+    return "\n".join(lines)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, "
+                                         f"got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=f"{PROG} bench linears", description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=_ints, default=[1, 2], help="torch threads (default 1,2)")
+    p.add_argument("--widths", type=_ints, default=[256, 384, 512, 768, 1024],
+                   help="hidden sizes (default 256,384,512,768,1024)")
+    p.add_argument("--rows", type=_ints, default=[1, 2, 4, 8, 16, 64, 256],
+                   help="tokens per call (default 1,2,4,8,16,64,256)")
+    p.add_argument("--json", metavar="PATH", help="write every time here")
+    args = p.parse_args(argv)
+    why = accel.prepack_unavailable()
+    if why:
+        print(f"bench linears: nothing to compare: {why}")
+        return 1
+    report = {"torch": torch.__version__, "load_average": load_average(), "runs": []}
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        results = [measure(w, s, args.rows) for w in args.widths for s in SHAPES]
+        report["runs"].append({"threads": threads, "results": results})
+        print(format_table(results, threads, args.rows), flush=True)
+    report["load_average_end"] = load_average()
+    print(f"load {report['load_average']} -> {report['load_average_end']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0

@@ -1,0 +1,36 @@
+"""`python -m pagedkit bench linears` runs end to end (its ratios are printed, never asserted)."""
+
+import json
+
+import pytest
+
+from pagedkit.bench import linears
+from pagedkit.model import accel
+
+
+@pytest.mark.skipif(accel.prepack_unavailable() is not None, reason="no oneDNN here")
+def test_linears_prints_a_ratio_per_shape_and_rows_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "linears.json"
+    assert linears.main(["--threads", "1", "--widths", "64,512", "--rows", "1,4",
+                         "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "512 x 512" in out and "from 4 rows" in out and "load" in out
+    data = json.loads(path.read_text())
+    results = data["runs"][0]["results"]
+    assert len(results) == 2 * len(linears.SHAPES)
+    packs = {(r["in_features"], r["out_features"]): r["auto_packs"] for r in results}
+    assert packs[(512, 512)] and not packs[(512, 128)] and not packs[(64, 4096)]
+    assert all(v["plain_s"] > 0 and v["packed_s"] > 0 for r in results for v in r["rows"].values())
+
+
+def test_linears_refuses_a_bad_list(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        linears.main(["--rows", "0,4"])
+    assert exit_info.value.code == 2
+    assert "'0,4'" in capsys.readouterr().err
+
+
+def test_linears_says_why_without_onednn(monkeypatch, capsys):
+    monkeypatch.setattr(accel, "prepack_unavailable", lambda: "no oneDNN in this torch")
+    assert linears.main(["--widths", "64"]) == 1
+    assert "no oneDNN in this torch" in capsys.readouterr().out
