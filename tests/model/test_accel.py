@@ -164,6 +164,16 @@ def test_with_onednn_switched_off_nothing_is_packed(mode, monkeypatch):
     assert "torch.backends.mkldnn.enabled is False" in report.reason
 
 
+def test_a_onednn_that_fails_here_is_found_before_any_step(monkeypatch):
+    def broken(*args):
+        raise RuntimeError("no kernel for this ISA")
+
+    monkeypatch.setattr(accel, "packed_linear", broken)
+    assert "no kernel for this ISA" in accel._probe.__wrapped__()  # uncached: run it again
+    monkeypatch.setattr(accel, "packed_linear", lambda x, packed, bias: x[:, :8] * 0)
+    assert "another product" in accel._probe.__wrapped__()
+
+
 # ---------------------------------------------------------------- one layer
 def test_a_packed_layer_computes_the_plain_product():
     torch.manual_seed(0)

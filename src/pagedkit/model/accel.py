@@ -38,6 +38,7 @@ whose tokens are equal to transformers' own.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -57,7 +58,8 @@ MIN_WEIGHT_ELEMENTS = 512 * 512
 #: outputs (4096) gained, 256 x 256 to 691 x 256 ran level or slower.
 MIN_IN_FEATURES = 512
 #: Fewest tokens (rows of the input) a call multiplies packed under ``auto``:
-#: below 4, oneDNN's fixed cost per call outweighs the gain on every size measured.
+#: below 4, oneDNN's fixed cost per call outweighed the gain on every shape
+#: measured but the widest outputs (h x 4096 at 2 tokens).
 MIN_ROWS = 4
 
 
@@ -67,10 +69,22 @@ def prepack_unavailable() -> str | None:
         return "this torch was built without oneDNN (torch.backends.mkldnn.is_available() is False)"
     if not torch.backends.mkldnn.enabled:
         return "oneDNN is switched off (torch.backends.mkldnn.enabled is False)"
-    if not all(hasattr(torch.ops.mkldnn, op) for op in ("_reorder_linear_weight",
-                                                        "_linear_pointwise")):
-        return f"this torch ({torch.__version__}) has no mkldnn linear ops"
-    return None
+    return _probe()
+
+
+@functools.cache
+def _probe() -> str | None:
+    """One small packed product against ``F.linear``, once per process: a torch
+    whose oneDNN cannot run it here (an ISA or platform it lacks) says so now,
+    not in the middle of a step."""
+    try:
+        weight, x = torch.randn(8, 16), torch.randn(4, 16)
+        with torch.inference_mode():
+            ok = torch.allclose(packed_linear(x, pack_weight(weight), None), F.linear(x, weight),
+                                rtol=1e-4, atol=1e-5)
+    except (RuntimeError, AttributeError, NotImplementedError) as err:
+        return f"oneDNN's prepacked linear fails here ({type(err).__name__}: {err})"[:300]
+    return None if ok else "oneDNN's prepacked linear gave another product than F.linear here"
 
 
 def prepack_mode() -> str:
