@@ -1,4 +1,4 @@
-"""Where prepacked linear layers pay: ``F.linear`` against oneDNN's prepacked product.
+"""Where prepacked linear layers pay: F.linear against oneDNN's prepacked product.
 
 ``python -m pagedkit bench linears [--threads 1,2] [--widths 256,384,512,768,1024]
 [--rows 1,2,4,8,16,64,256] [--json PATH]``
