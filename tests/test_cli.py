@@ -222,6 +222,7 @@ BENCH_ERRORS = [
     (["widgets", "--json", "/nonexistent/x.json"], "cannot write '/nonexistent/x.json'"),
     (["labs", "--json", "/nonexistent/x.json"], "cannot write '/nonexistent/x.json'"),
     (["hash", "--json", "/nonexistent/x.json"], "cannot write '/nonexistent/x.json'"),
+    (["linears", "--json", "/nonexistent/x.json"], "cannot write '/nonexistent/x.json'"),
 ]
 
 

@@ -22,7 +22,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .._validation import PROG
+from .._validation import PROG, writable_file
 from ..model import accel
 from . import load_average
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="hidden sizes (default 256,384,512,768,1024)")
     p.add_argument("--rows", type=_ints, default=[1, 2, 4, 8, 16, 64, 256],
                    help="tokens per call (default 1,2,4,8,16,64,256)")
-    p.add_argument("--json", metavar="PATH", help="write every time here")
+    p.add_argument("--json", metavar="PATH", type=writable_file, help="write every time here")
     args = p.parse_args(argv)
     why = accel.prepack_unavailable()
     if why:
