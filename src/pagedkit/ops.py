@@ -11,7 +11,8 @@
   because the reference's per-sequence calls cost far more in overhead than
   in arithmetic there.
 
-Which one runs is decided per call from the tensors' device, by `backend`:
+Which one runs is decided from the tensors' device by `backend` (once per device
+and setting: a layer's call looks the answer up):
 
 =================  ===========================================================
 ``auto`` (default) CUDA GPU of compute capability >= 8.0 with Triton installed:
@@ -327,14 +328,26 @@ def override(name: str, fn: Callable) -> Iterator[None]:
             OVERRIDES[name] = previous
 
 
+#: `backend`'s answers so far, by what they depend on that can change while a
+#: process runs: the device, `set_backend`'s choice and the two environment
+#: variables (Triton's installation and a GPU's capability are fixed). An
+#: engine step calls the ops twice per layer; each call looks its backend up
+#: here instead of deciding it again. A choice that raises is never kept.
+_CHOSEN: dict[tuple, Backend] = {}
+
+
 def _run(name: str, device: torch.device, args: tuple, options: dict,
          step_cache: dict | None = None):
     """Run operation `name` on `args` and `options`: the function plugged in
-    for it (`OVERRIDES`) if there is one, else the backend's for `device`.
-    The batched attention also gets `step_cache`, where it keeps its buckets."""
+    for it (`OVERRIDES`) if there is one, else the backend's for `device`
+    (`backend`, decided once per setting: `_CHOSEN`). The batched attention
+    also gets `step_cache`, where it keeps its buckets."""
     if name in OVERRIDES:
         return OVERRIDES[name](*args, **options)
-    choice = backend(device)
+    setting = (device, _override, os.environ.get(ENV_VAR), os.environ.get("TRITON_INTERPRET"))
+    choice = _CHOSEN.get(setting)
+    if choice is None:
+        choice = _CHOSEN[setting] = backend(device)
     if choice == "triton":
         return _triton_op(name)(*args, **options)
     if step_cache is not None and choice == "batched":

@@ -42,7 +42,7 @@ def stop_reason(seq: Sequence, params: SamplingParams, stop_ids: Set[int],
     ``ignore_eos``, or one of ``stop_token_ids``) once ``min_tokens`` are out;
     otherwise ``max_tokens`` or the model's length. Beam search decides
     when a whole search is over itself (`pagedkit.engine.beam_search`)."""
-    generated = seq.num_output_tokens
+    generated = len(seq.token_ids) - seq.prompt_len
     if seq.token_ids[-1] in stop_ids and generated >= params.min_tokens:
         return FinishReason.STOP
     if len(seq.token_ids) >= max_model_len or (

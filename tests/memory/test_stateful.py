@@ -255,6 +255,9 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         assert s.tokens_stored == sum(pool.num_tokens(b) for b in range(pool.num_blocks)
                                       if pool.ref_count(b))
         assert s.swapped_blocks == sum(swap.ref_count(b) > 0 for b in range(swap.num_blocks))
+        # the plain counts the scheduler reads every step, of either pool
+        for p, held in ((pool, pool.num_blocks - len(free)), (swap, s.swapped_blocks)):
+            assert (p.num_used_blocks, p.num_free_blocks) == (held, p.num_blocks - held)
 
     @invariant()
     def kernel_tables_and_slots_are_the_tables_entry_by_entry(self):

@@ -104,7 +104,8 @@ def engine_packing(seqs: list[tuple[int, int]], block_size: int
     step = SchedulerOutput(step=0)
     learner = []
     for seq, (n, start) in zip(sequences, seqs, strict=True):
-        step.scheduled.append(ScheduledSeq(None, seq, n - start, start))
+        step.scheduled.append(ScheduledSeq(None, seq, n - start, start,
+                                           computes_last_token=True))  # up to its end
         learner.append((kv.block_ids(seq.seq_id), start, n - start))
     _step, positions, meta, _kv = pack_step(step, kv)
     return learner, (positions.tolist(), meta.slot_mapping.tolist(), meta.cu_seqlens_q.tolist(),

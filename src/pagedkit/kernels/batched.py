@@ -73,9 +73,11 @@ class Bucket:
     bias: torch.Tensor | None  # [n, 1, max_q, L] 0 where a query sees a key, -inf
     #                         elsewhere; None where every query sees every key it reads
     #                         (one sequence's decode without a window)
-    rows: torch.Tensor      # [n * max_q] the call's query row of each padded query (padding: 0)
-    real: torch.Tensor      # which of the n * max_q padded queries are real
-    out_rows: torch.Tensor  # the call's row of each real query, in the order of `real`
+    # Where a bucket's queries come from and go to; None when `in_order`:
+    rows: torch.Tensor | None      # [n * max_q] the call's query row of each padded query
+    #                                (padding: 0)
+    real: torch.Tensor | None      # which of the n * max_q padded queries are real
+    out_rows: torch.Tensor | None  # the call's row of each real query, in the order of `real`
     num_seqs: int
     max_q: int
     num_slots: int          # L: the keys read per sequence (max_read * block_size, or one
@@ -200,19 +202,19 @@ def _bucket(tables: torch.Tensor, seqs: _Seqs, block_size: int, sliding_window: 
     else:
         q_starts = [c - q for c, q in zip(seqs.context_lens, seqs.q_lens, strict=True)]
         bias = _position_bias(first_keys, q_starts, max_q, length, sliding_window, device)
-    rows, real = _query_rows(seqs, max_q, in_order, device)
+    rows = real = out_rows = None  # an in-order bucket's padded queries are the call's rows
+    if not in_order:
+        rows, real = _query_rows(seqs, max_q, device)
+        out_rows = rows.index_select(0, real)
     return Bucket(_blocks_to_read(tables, seqs.first_blocks, seqs.num_reads), empty, bias,
-                  rows, real, rows.index_select(0, real), n, max_q, length, in_order)
+                  rows, real, out_rows, n, max_q, length, in_order)
 
 
-def _query_rows(seqs: _Seqs, max_q: int, in_order: bool,
+def _query_rows(seqs: _Seqs, max_q: int,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The call's query row of each padded query ``[n * max_q]`` (a padded
     query past its sequence's chunk reads row 0 and is dropped after), and
     which of them are real."""
-    if in_order:  # the padded queries are the call's rows, all real
-        rows = torch.arange(len(seqs.q_lens) * max_q, device=device)
-        return rows, rows
     rows = [r + k if k < q else 0 for r, q in zip(seqs.first_rows, seqs.q_lens, strict=True)
             for k in range(max_q)]
     real = [i * max_q + k for i, q in enumerate(seqs.q_lens) for k in range(q)]

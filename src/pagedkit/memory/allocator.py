@@ -99,17 +99,13 @@ class BlockAllocator:
         self._key: list[BlockKey | None] = [None] * self.num_blocks  # of a named full block
         self._cache: dict[BlockHash, dict[int, None]] = {}  # name -> blocks holding it
         self._tokens_stored = 0  # sum of fills over referenced blocks
+        #: Blocks `allocate` can hand out (cached-but-free ones included), and
+        #: blocks referenced by at least one sequence: plain counts, kept as
+        #: blocks change hands (the scheduler and the engine read them every step).
+        self.num_free_blocks = self.num_blocks
+        self.num_used_blocks = 0
 
     # ------------------------------------------------------------------ queries
-    @property
-    def num_free_blocks(self) -> int:
-        """Blocks that `allocate` can hand out (cached-but-free ones included)."""
-        return len(self._blank) + len(self._cached)
-
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - self.num_free_blocks
-
     @property
     def num_tokens_stored(self) -> int:
         """Slots holding a token, in used blocks (`stats().tokens_stored`, without the snapshot)."""
@@ -175,6 +171,8 @@ class BlockAllocator:
                 f"no free blocks: all {self.num_blocks} blocks of the pool are in use")
         self._ref[block] = 1
         self._fill[block] = 0
+        self.num_free_blocks -= 1
+        self.num_used_blocks += 1
         if self.events:
             self.events.emit(Event(EventKind.ALLOCATE, block=block, seq=seq, ref_count=1))
         return block
@@ -202,6 +200,8 @@ class BlockAllocator:
                                    cached=ref == 1 and named))
         if ref == 1:
             self._tokens_stored -= self._fill[block]
+            self.num_free_blocks += 1
+            self.num_used_blocks -= 1
             if named:
                 self._cached[block] = None
             else:
@@ -296,6 +296,8 @@ class BlockAllocator:
         if self._ref[block] == 0:
             del self._cached[block]
             self._tokens_stored += self._fill[block]
+            self.num_free_blocks -= 1
+            self.num_used_blocks += 1
         self._ref[block] += 1
         if self.events:
             self.events.emit(Event(EventKind.CACHE_HIT, block=block, seq=seq,

@@ -88,18 +88,15 @@ class SchedulerConfig:
 
 @dataclass(slots=True)
 class ScheduledSeq:
-    """One sequence's share of a step: tokens ``start .. start + num_tokens``."""
+    """One sequence's share of a step: tokens ``start .. start + num_tokens``,
+    and whether they reach its last token (so a next token is sampled from its
+    logits; a prompt chunk that stops short does not), decided with the plan."""
 
     group: SequenceGroup
     seq: Sequence
     num_tokens: int
     start: int
-
-    @property
-    def computes_last_token(self) -> bool:
-        """Does this step compute the sequence's last token (so a next token is
-        sampled from its logits)? A prompt chunk that stops short does not."""
-        return self.start + self.num_tokens == self.seq.num_tokens
+    computes_last_token: bool
 
 
 @dataclass
@@ -241,12 +238,12 @@ class Scheduler:
                 continue
             # (a preempted group frees only blocks of its own: groups share only
             # full blocks, which the plan's count never touches, so it stands)
-            fits = plan.blocks <= self.kv.num_free_blocks
+            fits = plan.blocks <= self.kv.allocator.num_free_blocks
             while not fits:
                 room = make_room(newer_unserved=bool(queue), older_served=bool(self.running))
                 if room is Room.PREEMPT_NEWEST:
                     self._preempt(queue.pop(), out)
-                    fits = plan.blocks <= self.kv.num_free_blocks
+                    fits = plan.blocks <= self.kv.allocator.num_free_blocks
                 elif room is Room.STEP_ASIDE:
                     self._preempt(group, out)
                     break
@@ -285,7 +282,7 @@ class Scheduler:
             group = self.waiting[0]
             plan = self._plan_admission(group, budget)
             fit = (Fit.NO_BUDGET if plan is None else
-                   Fit.YES if plan.blocks <= self.kv.num_free_blocks else Fit.NO_MEMORY)
+                   Fit.YES if plan.blocks <= self.kv.allocator.num_free_blocks else Fit.NO_MEMORY)
             verdict = admit_head(fit, memory_held=bool(self.running))
             if verdict is Admission.WAIT:
                 return
@@ -313,14 +310,14 @@ class Scheduler:
         if not budget.fits_seats(len(seqs)):
             return None
         for seq in seqs:
-            if seq.num_computed_tokens == seq.num_tokens:  # update() leaves the sampled token
+            if seq.num_computed_tokens == len(seq.token_ids):  # update() leaves the sampled token
                 raise RuntimeError(f"sequence {seq.seq_id} of request {group.request_id} has "
                                    "computed all its tokens and has no token to sample from")
         starts = [s.num_computed_tokens for s in seqs]
         takes = self._split(seqs, starts, budget)
         if takes is None:
             return None
-        scheduled = [ScheduledSeq(group, s, n, start)
+        scheduled = [ScheduledSeq(group, s, n, start, start + n == len(s.token_ids))
                      for s, start, n in zip(seqs, starts, takes, strict=True) if n]
         blocks = self.kv.blocks_needed_for(
             (p.seq.seq_id, max(0, p.start + p.num_tokens - self.kv.table(p.seq.seq_id).num_tokens))
@@ -351,13 +348,13 @@ class Scheduler:
         takes = self._split(seqs, starts, budget)
         if takes is None or not takes[0]:
             return None
-        scheduled = [ScheduledSeq(group, s, n, start)
+        scheduled = [ScheduledSeq(group, s, n, start, start + n == len(s.token_ids))
                      for s, start, n in zip(seqs, starts, takes, strict=True)]
         if len(seqs) == 1:  # one stream (a prompt, or a prompt and its recomputed output)
             blocks = self.kv.blocks_needed(first.seq_id, takes[0], cached)
         else:
             blocks = self.kv.blocks_to_admit(first.seq_id, prompt_len - starts[0], cached,
-                                             [s.num_tokens - prompt_len for s in seqs])
+                                             [len(s.token_ids) - prompt_len for s in seqs])
         return Plan(group, scheduled, blocks, cached)
 
     def _split(self, seqs: list[Sequence], starts: list[int], budget: _Budget) -> list[int] | None:
@@ -371,7 +368,7 @@ class Scheduler:
         sequence order, reaching no sequence's last token, so nobody samples
         while a sibling waits. A group that can be neither (more decoding
         sequences than the whole budget) runs whole as the first of a step."""
-        wants = [s.num_tokens - start for s, start in zip(seqs, starts, strict=True)]
+        wants = [len(s.token_ids) - start for s, start in zip(seqs, starts, strict=True)]
         if sum(wants) <= budget.tokens_left:
             return wants
         if self.config.enable_chunked_prefill or any(s.num_output_tokens for s in seqs):
