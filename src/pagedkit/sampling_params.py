@@ -107,6 +107,8 @@ class SamplingParams:
     skip_special_tokens: bool = True
     #: set from the fields above: does a token need more than the plain pick?
     penalized: bool = field(init=False, repr=False, compare=False, default=False)
+    #: set from `temperature`: is every token the most likely one (argmax)?
+    greedy: bool = field(init=False, repr=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
         check_int("n", self.n, minimum=1)
@@ -179,6 +181,7 @@ class SamplingParams:
         if self.stop and not self.detokenize:
             raise ValueError("stop strings are matched in the output text: they need "
                              "detokenize=True (or use stop_token_ids)")
+        object.__setattr__(self, "greedy", self.temperature == 0)
         object.__setattr__(self, "penalized", bool(
             self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1
             or self.min_p))
@@ -186,10 +189,6 @@ class SamplingParams:
                                      or self.prompt_logprobs is not None):
             raise ValueError("stop strings, logprobs, penalties and min_p do not apply to "
                              "use_beam_search=True: use LLM.beam_search (docs/api.md)")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
 
     @property
     def num_sequences(self) -> int:

@@ -209,9 +209,11 @@ def step_threads(macs: int, *, key: Hashable = None,
                  device: torch.device | str = "cpu") -> Iterator[int]:
     """``with step_threads(step_macs(config, n), key=id(model)): forward`` —
     the forward runs on the measured-fastest CPU thread count (`CHOOSER`).
-    Off the CPU (the forward is asynchronous there) it only yields the count."""
-    if torch.device(device).type != "cpu":
-        yield torch.get_num_threads()
+    With one thread there is nothing to choose, and off the CPU (the forward
+    is asynchronous there) nothing to time: it only yields the count."""
+    available = torch.get_num_threads()
+    if available == 1 or torch.device(device).type != "cpu":
+        yield available
         return
     with CHOOSER.step(macs, key) as threads:
         yield threads
