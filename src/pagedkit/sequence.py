@@ -34,7 +34,7 @@ class FinishReason(str, enum.Enum):
         return self.value
 
 
-def stop_reason(seq: Sequence, params: SamplingParams, stop_ids: Set[int],
+def stop_reason(seq: Sequence, params: SamplingParams, eos_token_ids: Set[int],
                 max_model_len: int) -> FinishReason | None:
     """Why `seq` stops after the token it just sampled (its last), or ``None``.
 
@@ -43,7 +43,10 @@ def stop_reason(seq: Sequence, params: SamplingParams, stop_ids: Set[int],
     otherwise ``max_tokens`` or the model's length. Beam search decides
     when a whole search is over itself (`pagedkit.engine.beam_search`)."""
     generated = len(seq.token_ids) - seq.prompt_len
-    if seq.token_ids[-1] in stop_ids and generated >= params.min_tokens:
+    token = seq.token_ids[-1]
+    stop_token = token in params.stop_token_ids or (
+        not params.ignore_eos and token in eos_token_ids)
+    if stop_token and generated >= params.min_tokens:
         return FinishReason.STOP
     if len(seq.token_ids) >= max_model_len or (
             params.max_tokens is not None and generated >= params.max_tokens):

@@ -248,10 +248,9 @@ def _check_stops(group: SequenceGroup, rule: StopRule, sampled: Sampled) -> None
     token or the length (`stop_reason`), else (or after the length, as in
     vLLM) a stop string in the text (`stop_string`)."""
     params = group.params
-    stop_ids = rule.stop_ids(group)
     for seq in group.unfinished_seqs():
         if seq.seq_id in sampled.new_tokens:
-            reason = stop_reason(seq, params, stop_ids, rule.max_model_len)
+            reason = stop_reason(seq, params, rule.eos_token_ids, rule.max_model_len)
             if reason is FinishReason.STOP and params.stop_token_ids:
                 _name_stop_token(seq, params, rule)
             if params.stop and (reason is not FinishReason.STOP
