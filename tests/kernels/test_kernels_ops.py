@@ -17,9 +17,11 @@ def _clean_choice(monkeypatch):
     monkeypatch.delenv("PAGEDKIT_KERNELS", raising=False)
     ops.set_backend(None)
     ops._noticed.clear()
+    ops._CHOSEN.clear()
     yield
     ops.set_backend(None)
     ops._noticed.clear()
+    ops._CHOSEN.clear()
 
 
 def fake_gpu(monkeypatch, capability, name):
@@ -91,6 +93,32 @@ def test_use_backend_restores_the_previous_choice_even_on_error():
         raise KeyError("a failing cell")
     assert ops.backend("cpu").reason == "forced by set_backend('torch')"
     ops.set_backend(None)
+
+
+def test_the_backend_is_decided_once_per_setting_and_follows_every_change(monkeypatch):
+    """An op looks its backend up (`ops._CHOSEN`) rather than deciding it on
+    every call, so the lookup must follow each thing the choice depends on:
+    the variable, `set_backend` and `use_backend` take effect at the next call."""
+    ran = []
+    for name in ("batched", "torch"):
+        monkeypatch.setitem(ops.IMPLEMENTATIONS[name], "store_kv",
+                            lambda *args, _name=name, **options: ran.append(_name))
+    cache = torch.zeros(1)
+
+    def store():
+        ops.store_kv(cache, cache, cache, cache, cache)
+
+    store()  # auto on CPU
+    monkeypatch.setenv("PAGEDKIT_KERNELS", "torch")
+    store()
+    monkeypatch.setenv("PAGEDKIT_KERNELS", "batched")
+    store()
+    with ops.use_backend("torch"):
+        store()
+    store()
+    ops.set_backend("torch")
+    store()
+    assert ran == ["batched", "torch", "batched", "torch", "batched", "torch"]
 
 
 def test_ops_on_cpu_run_the_batched_path_and_agree_with_the_references():
