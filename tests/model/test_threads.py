@@ -264,7 +264,7 @@ def test_engine_tokens_equal_transformers_on_one_and_two_threads(models, monkeyp
             use_tqdm=False)
         assert torch.get_num_threads() == n_threads
     assert [o.outputs[0].token_ids for o in outs] == expected
-    if n_threads == 1:
-        assert chooser.counts.keys() == {1}
+    if n_threads == 1:  # nothing to choose: the chooser is not asked
+        assert not chooser.counts
     else:  # most steps ran on two threads
         assert chooser.counts[2] > 2 * chooser.counts[1]

@@ -120,7 +120,8 @@ class ThreadChooser:
     """Picks each step's thread count from measured step times (module docstring).
 
     `clock` (seconds, default ``time.perf_counter``) is injected for tests.
-    ``counts`` tallies the steps run on each thread count.
+    ``counts`` tallies the steps it ran on each thread count (`step_threads`
+    asks it only when there is a choice: on the CPU, with more than one thread).
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
