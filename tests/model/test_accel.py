@@ -316,3 +316,15 @@ def test_min_rows_is_what_auto_uses(mode):
     model = wide_llama()
     prepack_linears(model)
     assert {m.min_rows for m in model.modules() if isinstance(m, PackedLinear)} == {MIN_ROWS}
+
+
+def test_load_model_packs_only_for_the_cpu(mode):
+    """A model served on a GPU keeps plain nn.Linear layers: packing it at load would
+    only add a check to every call there (the packed product runs on the CPU alone)."""
+    from pagedkit.model.loader import load_model
+
+    mode("on")
+    for device, packed in ((None, True), (torch.device("cpu"), True),
+                           (torch.device("cuda"), False), (torch.device("mps"), False)):
+        model, _, _ = load_model(wide_llama(), device=device)
+        assert bool(packed_names(model)) is packed, device

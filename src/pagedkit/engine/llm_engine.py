@@ -82,7 +82,7 @@ class LLMEngine:
         check_int("seed", seed, minimum=0, maximum=MAX_SEED)
         check_choice("prefix_caching_hash_algo", prefix_caching_hash_algo, tuple(HASH_FUNCTIONS))
         self.device = resolve_device(device)
-        model, self.tokenizer, self.model_name = load_model(model, tokenizer)
+        model, self.tokenizer, self.model_name = load_model(model, tokenizer, self.device)
         if vllm_args.get("skip_tokenizer_init"):
             self.tokenizer = None
         self.dtype = resolve_dtype(dtype, model)

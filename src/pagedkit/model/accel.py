@@ -3,7 +3,8 @@
 Outside the textbook path: nothing here changes what a step computes, only
 how fast its matrix products run on a CPU, and the engine reads exactly as
 it would without it (docs/architecture.md). `load_model` makes one call,
-`prepack_linears(model)`; ``PAGEDKIT_PREPACK=off`` turns it off.
+`prepack_linears(model)`, for a model served on the CPU (on a GPU the layers
+stay plain); ``PAGEDKIT_PREPACK=off`` turns it off.
 
 Why: on a CPU the linear layers take ~40-45% of a pagedkit step
 (``python -m pagedkit bench --profile``). ``F.linear`` hands each call's

@@ -51,12 +51,13 @@ def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dty
 INSTEAD = "model='tiny' (the embedded default), a local directory, or a transformers model object"
 
 
-def load_model(model, tokenizer=None):
-    """Returns ``(model, tokenizer_or_None, name)``."""
+def load_model(model, tokenizer=None, device: torch.device | None = None):
+    """Returns ``(model, tokenizer_or_None, name)``, for serving on `device`."""
     loaded, tok, name = _load(model, tokenizer)
-    # Faster CPU matmuls, outside the textbook path: pagedkit/model/accel.py
-    # (PAGEDKIT_PREPACK=off leaves every nn.Linear as transformers built it).
-    prepack_linears(loaded)
+    if device is None or device.type == "cpu":
+        # Faster CPU matmuls, outside the textbook path: pagedkit/model/accel.py
+        # (PAGEDKIT_PREPACK=off leaves every nn.Linear as transformers built it).
+        prepack_linears(loaded)
     return loaded, tok, name
 
 
