@@ -465,7 +465,7 @@ ENGINE_CASES = [
      ValueError, "logprobs=5000 asks for more logprobs than the vocabulary has tokens (1024)"),
     # n samples (or beams) share the prompt's 5 full blocks and need one each: 35 of 32
     ("generate(n past the cache)", generate([[5] * 20], SamplingParams(n=30)), ValueError,
-     "n=30 sequences share the prompt's 5 full blocks"),
+     "n=30 sequences share 5 full blocks of the prompt"),
     ("generate(beams past the cache)", generate([[5] * 20], SamplingParams(
         use_beam_search=True, beam_width=30, temperature=0)), ValueError,
      "lower beam_width to 27 or less, or give the engine num_blocks=35 or more"),

@@ -170,24 +170,27 @@ def run_until_it_exits(argv: list[str]) -> int:
     this waits for it instead of dying with a traceback; a TERM or HUP is
     passed on to it, then waited for (`exit_status`)."""
     received: list[int] = []
+    pending: list[int] = []  # to pass on once JupyterLab has started
     proc = None
 
     def note(signum, _frame):
         received.append(signum)
-        if signum != signal.SIGINT and proc is not None:
-            proc.send_signal(signum)
+        if signum != signal.SIGINT:
+            if proc is None:
+                pending.append(signum)
+            else:
+                proc.send_signal(signum)
 
     previous = {s: signal.signal(s, note) for s in (signal.SIGINT, *FORWARDED)}
     try:
         proc = subprocess.Popen(argv)
-        for s in received:  # arrived before it started: pass them on now
-            if s != signal.SIGINT:
-                proc.send_signal(s)
+        while pending:  # arrived before it started: pass them on now, once each
+            proc.send_signal(pending.pop(0))
         while True:
             try:
                 code = proc.wait()
                 break
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # where `note` could not be installed for SIGINT
                 continue
     finally:
         for s, handler in previous.items():

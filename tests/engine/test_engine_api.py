@@ -337,3 +337,15 @@ def test_an_overlong_text_prompt_gets_pagedkits_error_alone():
     finally:
         logger.removeHandler(handler)
     assert not [m for m in said if "indexing errors" in m]
+
+
+def test_no_prompts_give_no_outputs():
+    """vLLM's LLM.generate([]) and beam_search([]) return [] (they raised an internal
+    zip / range error: a newcomer's finding)."""
+    from pagedkit import BeamSearchParams
+
+    llm = LLM("tiny", num_blocks=16)
+    assert llm.generate([], use_tqdm=False) == []
+    assert llm.generate([], [], use_tqdm=False) == []
+    assert llm.beam_search([], BeamSearchParams(beam_width=2, max_tokens=2)) == []
+    assert not llm.llm_engine.has_unfinished_requests()

@@ -188,10 +188,10 @@ def test_a_group_whose_sequences_cannot_all_get_a_block_is_refused(prompt_len, k
     assert all(len(c.token_ids) == 3 for c in got.outputs)
     need = prompt_len // block_size + largest + 1
     with pytest.raises(ValueError, match=(
-            rf"generate\(\): {kind}={largest + 1} sequences share the prompt's "
-            rf"{prompt_len // block_size} full blocks .* {need} blocks, but the whole KV cache "
-            rf"has {num_blocks}; lower {kind} to {largest} or less, or give the engine "
-            rf"num_blocks={need} or more")):
+            rf"generate\(\): {kind}={largest + 1} sequences share "
+            rf"{prompt_len // block_size} full blocks of the prompt .* {need} blocks, but "
+            rf"the whole KV cache has {num_blocks}; lower {kind} to {largest} or less, or give "
+            rf"the engine num_blocks={need} or more")):
         small.generate(prompt, params(largest + 1), use_tqdm=False)
     assert not small.llm_engine.has_unfinished_requests()
     assert small.llm_engine.memory_stats()["used_blocks"] == 0
@@ -199,3 +199,40 @@ def test_a_group_whose_sequences_cannot_all_get_a_block_is_refused(prompt_len, k
     one = small.generate(prompt, dataclasses.replace(params(largest + 1), max_tokens=1),
                          use_tqdm=False)[0]
     assert all(len(c.token_ids) == 1 for c in one.outputs)
+
+
+@pytest.mark.parametrize("prompt_len", [9, 12, 20, 34])
+def test_with_a_sliding_window_the_refusal_counts_only_the_blocks_it_keeps(prompt_len,
+                                                                          monkeypatch):
+    """Every n from 1 to 9 on a 9-block cache, a model whose every layer slides
+    (window 6, blocks of 4): a request is refused exactly when, served anyway (the
+    check bypassed), some sequence cannot get past its first token. The window
+    frees the prompt's blocks it has left before the second token needs room."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from pagedkit.engine.llm_engine import LLMEngine
+
+    torch.manual_seed(0)
+    model = MistralForCausalLM(MistralConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        sliding_window=6)).eval()
+    prompt = list(range(3, 3 + prompt_len))
+    verdicts = {}
+    for n in range(2, 10):
+        params = SamplingParams(n=n, temperature=1.0, seed=3, max_tokens=4, ignore_eos=True)
+        llm = LLM(model, block_size=4, num_blocks=9)
+        try:
+            llm.generate([prompt], params, use_tqdm=False)
+            refused = False
+        except ValueError as error:
+            assert "full blocks of the prompt" in str(error)
+            refused = True
+        with monkeypatch.context() as m:
+            m.setattr(LLMEngine, "_check_sequences_fit", lambda *args: None)
+            out = LLM(model, block_size=4, num_blocks=9).generate([prompt], params,
+                                                                  use_tqdm=False)[0]
+        stuck = any(len(c.token_ids) < 2 for c in out.outputs)
+        verdicts[n] = (refused, stuck)
+    assert all(refused == stuck for refused, stuck in verdicts.values()), verdicts
+    assert any(refused for refused, _ in verdicts.values())  # the boundary is inside 2..9

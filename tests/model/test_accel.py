@@ -318,13 +318,41 @@ def test_min_rows_is_what_auto_uses(mode):
     assert {m.min_rows for m in model.modules() if isinstance(m, PackedLinear)} == {MIN_ROWS}
 
 
-def test_load_model_packs_only_for_the_cpu(mode):
-    """A model served on a GPU keeps plain nn.Linear layers: packing it at load would
-    only add a check to every call there (the packed product runs on the CPU alone)."""
-    from pagedkit.model.loader import load_model
 
-    mode("on")
+def test_only_a_model_served_on_the_cpu_is_packed(mode):
+    """On a GPU the layers stay plain: packing them would only add checks to every call
+    there (the packed product runs on the CPU alone)."""
+    mode("auto")  # ``on`` also warns that it could not pack
     for device, packed in ((None, True), (torch.device("cpu"), True),
                            (torch.device("cuda"), False), (torch.device("mps"), False)):
-        model, _, _ = load_model(wide_llama(), device=device)
+        model = wide_llama()
+        report = prepack_linears(model, device)
         assert bool(packed_names(model)) is packed, device
+        assert packed or report.reason == f"served on {device.type}, not the CPU"
+
+
+def test_a_refused_engine_leaves_the_callers_model_as_given(mode):
+    """The layers are packed last, once every check of the engine has passed: a model
+    whose LLM(...) was refused is still transformers' own (a reference computed with it
+    afterwards is independent)."""
+    mode("on")
+    model = wide_llama()
+    with pytest.raises(ValueError, match="max_model_len"):
+        LLM(model, num_blocks=2, block_size=4, max_model_len=200)
+    assert packed_names(model) == []
+    LLM(model, num_blocks=64, block_size=4)
+    assert packed_names(model)
+
+
+def test_an_inference_tensor_weight_is_not_packed():
+    """An inference tensor keeps no version counter, so an in-place write to it (inside
+    inference mode) could not be seen: such a weight stays plain, with the reason."""
+    with torch.inference_mode():
+        linear = nn.Linear(512, 512)
+    assert "inference tensor" in why_not(linear, "on")
+
+
+def test_a_bias_of_another_dtype_is_named_as_the_bias():
+    linear = nn.Linear(512, 512)
+    linear.bias = nn.Parameter(linear.bias.detach().double())
+    assert why_not(linear, "on") == "its bias is torch.float64, not torch.float32"

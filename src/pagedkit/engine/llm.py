@@ -98,7 +98,7 @@ class LLM:
             check_int("concurrency_limit", concurrency_limit, minimum=1)
         prompts = _prompt_list(prompts)
         ids = [self.llm_engine.check_prompt(p, who="a beam search prompt")[1] for p in prompts]
-        limit = concurrency_limit or len(ids)
+        limit = concurrency_limit or max(1, len(ids))  # no prompts: [] (vLLM's)
         return [out for start in range(0, len(ids), limit)
                 for out in offline_beam_search(self, ids[start:start + limit], params, use_tqdm)]
 
@@ -136,7 +136,7 @@ class LLM:
         ids = [f"{next(self._ids)}" for _ in prompts]
         # all or none; an error names a prompt by its place in the caller's list
         names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
-                 else ["generate()"])
+                 else ["generate()"] * len(prompts))  # no prompts: nothing to do, [] (vLLM's)
         engine.add_requests(list(zip(ids, prompts, params, strict=True)), names=names)
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}

@@ -32,6 +32,7 @@ import torch
 
 from .._validation import check_bool, check_choice, check_int, check_number, check_prompt
 from ..memory import HASH_FUNCTIONS, KVCacheManager
+from ..model.accel import prepack_linears
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
@@ -82,7 +83,7 @@ class LLMEngine:
         check_int("seed", seed, minimum=0, maximum=MAX_SEED)
         check_choice("prefix_caching_hash_algo", prefix_caching_hash_algo, tuple(HASH_FUNCTIONS))
         self.device = resolve_device(device)
-        model, self.tokenizer, self.model_name = load_model(model, tokenizer, self.device)
+        model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         if vllm_args.get("skip_tokenizer_init"):
             self.tokenizer = None
         self.dtype = resolve_dtype(dtype, model)
@@ -133,6 +134,10 @@ class LLMEngine:
         #: the sampling options the model's generation config sets (vLLM's defaults)
         self.generation_defaults = _generation_defaults(model)
         self.stop_rule = StopRule(self.eos_token_ids, self.max_model_len, self.tokenizer)
+        # Last, once every check has passed (a refused engine leaves the model as
+        # given): faster CPU matmuls, outside the textbook path (model/accel.py;
+        # PAGEDKIT_PREPACK=off leaves every nn.Linear as transformers built it).
+        prepack_linears(self.runner.model, self.device)
 
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLMEngine:
@@ -259,16 +264,20 @@ class LLMEngine:
         a full last block, or a copy of a shared, partly filled one: one of
         the writers keeps it, so the total is the same). A request whose
         sequences cannot all get past their first token in the whole cache is
-        refused here: the scheduler could only end them after one token."""
+        refused here: the scheduler could only end them after one token. A
+        sliding window has let go of the prompt's blocks it left behind by then
+        (`KVCacheManager.release_outside_window`, after the prompt's step)."""
         seqs = params.num_sequences
         if seqs == 1 or params.max_tokens == 1:
             return
         full = prompt_len // self.kv.block_size
+        if self.release_window is not None:
+            full -= max(0, prompt_len - self.release_window + 1) // self.kv.block_size
         have = self.kv.allocator.num_blocks
         if full + seqs > have:
             name = "beam_width" if params.use_beam_search else "n"
             raise ValueError(
-                f"{who}: {name}={seqs} sequences share the prompt's {full} full blocks and each "
+                f"{who}: {name}={seqs} sequences share {full} full blocks of the prompt and each "
                 f"needs a block of its own for its next token: {full + seqs} blocks, but the "
                 f"whole KV cache has {have}; lower {name} to {have - full} or less, or give "
                 f"the engine num_blocks={full + seqs} or more")

@@ -2,8 +2,8 @@
 
 Outside the textbook path: nothing here changes what a step computes, only
 how fast its matrix products run on a CPU, and the engine reads exactly as
-it would without it (docs/architecture.md). `load_model` makes one call,
-`prepack_linears(model)`, for a model served on the CPU (on a GPU the layers
+it would without it (docs/architecture.md). The engine makes one call, the
+last of its construction, `prepack_linears(model, device)` (on a GPU the layers
 stay plain); ``PAGEDKIT_PREPACK=off`` turns it off.
 
 Why: on a CPU the linear layers take ~40-45% of a pagedkit step
@@ -115,16 +115,21 @@ def cannot_pack(weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
     """Why this weight cannot be packed as it is now, or None."""
     if weight.device.type != "cpu":
         return f"its weight is on {weight.device}, not the CPU"
-    if weight.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
+    if weight.dtype != torch.float32:
         return f"its weight is {weight.dtype}, not torch.float32"
+    if bias is not None and bias.dtype != torch.float32:
+        return f"its bias is {bias.dtype}, not torch.float32"
     if type(weight.data) is not torch.Tensor or weight.layout != torch.strided:
         return f"its weight is a {type(weight.data).__name__} ({weight.layout}), not a plain tensor"
+    if weight.is_inference():
+        return ("its weight is an inference tensor (made under torch.inference_mode), which "
+                "keeps no version counter: an in-place write to it would go unseen")
     return None
 
 
 def _weight_key(weight: torch.Tensor) -> tuple[int, int]:
     """Changes whenever the weight's values may have: a new tensor or an in-place write
-    (an inference tensor cannot be written outside inference mode, and keeps no counter)."""
+    (an inference tensor keeps no counter: `cannot_pack` refuses it)."""
     return weight.data_ptr(), (-1 if weight.is_inference() else weight._version)
 
 
@@ -139,6 +144,7 @@ class PackedLinear(nn.Linear):
         self.weight = linear.weight  # the same Parameters: state dict and tied weights hold
         self.register_parameter("bias", linear.bias)
         self.min_rows = min_rows
+        self.training = linear.training  # an eval() model stays in eval mode
         self._packed: torch.Tensor | None = None
         self._packed_key: tuple[int, int] | None = None  # the weight `_packed` was built from
         #: why the weight is not packed now (None once it is, or before the first call)
@@ -214,15 +220,19 @@ def below_rule(in_features: int, out_features: int) -> str | None:
     return None
 
 
-def prepack_linears(model: nn.Module) -> PrepackReport:
+def prepack_linears(model: nn.Module, device: torch.device | None = None) -> PrepackReport:
     """Replace each eligible ``nn.Linear`` of `model` by a `PackedLinear`, in
     place, as ``PAGEDKIT_PREPACK`` says now (layers an earlier call replaced are
     decided afresh, so ``off`` leaves none); returns what was done, also kept as
-    ``model.pagedkit_prepack``. Never raises for a model it cannot speed up:
-    the report says why (and warns, when ``on`` was asked for)."""
+    ``model.pagedkit_prepack``. A model served on another `device` than the
+    CPU keeps plain layers (the packed product runs on the CPU only). Never
+    raises for a model it cannot speed up: the report says why (and warns,
+    when ``on`` was asked for)."""
     report = PrepackReport(prepack_mode())
     unpack_linears(model)
-    report.reason = "switched off" if report.mode == "off" else prepack_unavailable() or ""
+    report.reason = ("switched off" if report.mode == "off" else
+                     f"served on {device.type}, not the CPU" if device and device.type != "cpu"
+                     else prepack_unavailable() or "")
     if report.reason and report.mode == "on":
         warnings.warn(f"{ENV_VAR}=on: {report.reason}; the linear layers run unpacked",
                       stacklevel=2)
@@ -247,4 +257,5 @@ def unpack_linears(model: nn.Module) -> None:
             plain = nn.Linear(module.in_features, module.out_features,
                               bias=module.bias is not None, device="meta")
             plain.weight, plain.bias = module.weight, module.bias
+            plain.training = module.training
             model.set_submodule(name, plain)

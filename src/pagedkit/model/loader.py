@@ -17,8 +17,6 @@ from urllib.parse import urlparse
 
 import torch
 
-from .accel import prepack_linears
-
 
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
@@ -51,14 +49,9 @@ def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dty
 INSTEAD = "model='tiny' (the embedded default), a local directory, or a transformers model object"
 
 
-def load_model(model, tokenizer=None, device: torch.device | None = None):
-    """Returns ``(model, tokenizer_or_None, name)``, for serving on `device`."""
-    loaded, tok, name = _load(model, tokenizer)
-    if device is None or device.type == "cpu":
-        # Faster CPU matmuls, outside the textbook path: pagedkit/model/accel.py
-        # (PAGEDKIT_PREPACK=off leaves every nn.Linear as transformers built it).
-        prepack_linears(loaded)
-    return loaded, tok, name
+def load_model(model, tokenizer=None):
+    """Returns ``(model, tokenizer_or_None, name)``."""
+    return _load(model, tokenizer)
 
 
 def _load(model, tokenizer):
