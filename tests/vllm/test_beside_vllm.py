@@ -139,4 +139,5 @@ def test_profile_splits_vllms_step_as_pagedkits_and_leaves_vllm_as_it_was():
                                           "model other", "sampling"))
         assert abs(sum(parts.values()) - profile["total_s"]) < 1e-6
     text = format_report(report)
-    assert "vllm profile" in text and text.count("linear layers") == 1
+    # one row per part, vLLM's beside pagedkit's (the report's prepack line names them too)
+    assert "vllm profile" in text and text.count("\n  linear layers") == 1
