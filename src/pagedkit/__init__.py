@@ -19,6 +19,7 @@ _LAZY = {
     "BeamSearchParams": "pagedkit.engine",
     "RequestOutput": "pagedkit.engine",
     "CompletionOutput": "pagedkit.engine",
+    "KVCacheTooSmallWarning": "pagedkit.engine",
     "TextPrompt": "pagedkit.inputs",
     "TokensPrompt": "pagedkit.inputs",
 }

@@ -3,7 +3,7 @@ bad input that leave the engine exactly as it was."""
 
 import pytest
 
-from pagedkit import LLM, LLMEngine, SamplingParams
+from pagedkit import LLM, KVCacheTooSmallWarning, LLMEngine, SamplingParams
 from pagedkit.memory import EventLog
 from pagedkit.scheduler import SchedulerEventKind
 
@@ -142,9 +142,10 @@ def test_group_that_outgrows_the_whole_cache_ends_with_length(reference):
     assert out.outputs[0].finish_reason == "length"
     assert 10 + len(out.outputs[0].token_ids) == 16 == llm.llm_engine.max_model_len
     # two samples write their own tails: the group outgrows the cache before max_model_len
-    out = llm.generate([list(range(10))], SamplingParams(n=2, temperature=1.0, seed=0,
-                                                         max_tokens=30, ignore_eos=True),
-                       use_tqdm=False)[0]
+    with pytest.warns(KVCacheTooSmallWarning, match="the n=2 samples outgrew"):
+        out = llm.generate([list(range(10))], SamplingParams(n=2, temperature=1.0, seed=0,
+                                                             max_tokens=30, ignore_eos=True),
+                           use_tqdm=False)[0]
     assert [c.finish_reason for c in out.outputs] == ["length", "length"]
     assert all(10 + len(c.token_ids) < 16 for c in out.outputs)
     assert llm.llm_engine.memory_stats()["used_blocks"] == 0

@@ -48,8 +48,12 @@ def serve(engine_args, requests, aborts=frozenset(), *, note=False):
             capacity = engine.kv.allocator.num_blocks * engine.kv.block_size
             budget = engine.scheduler_config.max_num_batched_tokens
             chunked = engine.scheduler_config.enable_chunked_prefill
+            full = len(prompt) // engine.kv.block_size  # two sequences past a shared prompt
+            apart = (kind != "greedy" and max_tokens > 1
+                     and full + 2 > engine.kv.allocator.num_blocks)
             reason = ("whole KV cache holds" if len(prompt) + 1 > capacity else
-                      "max_num_batched_tokens" if len(prompt) > budget and not chunked else None)
+                      "max_num_batched_tokens" if len(prompt) > budget and not chunked else
+                      "needs a block of its own" if apart else None)
             if reason:  # can never be scheduled: refused up front, with the reason
                 with pytest.raises(ValueError, match=reason):
                     engine.add_request(str(i), prompt, params_for(kind, max_tokens))

@@ -3,10 +3,10 @@
 from ..sampling_params import SamplingParams
 from .args import EngineArgs
 from .llm import LLM
-from .llm_engine import LLMEngine
+from .llm_engine import KVCacheTooSmallWarning, LLMEngine
 from .offline_beam import BeamSearchOutput, BeamSearchParams, BeamSearchSequence
 from .outputs import CompletionOutput, Logprob, RequestOutput, ScheduledInfo, StepOutput
 
 __all__ = ["LLM", "BeamSearchOutput", "BeamSearchParams", "BeamSearchSequence",
-           "CompletionOutput", "EngineArgs", "LLMEngine", "Logprob", "RequestOutput",
-           "SamplingParams", "ScheduledInfo", "StepOutput"]
+           "CompletionOutput", "EngineArgs", "KVCacheTooSmallWarning", "LLMEngine", "Logprob",
+           "RequestOutput", "SamplingParams", "ScheduledInfo", "StepOutput"]

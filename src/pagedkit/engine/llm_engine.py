@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 import time
+import warnings
 from collections.abc import Mapping
 from collections.abc import Sequence as SequenceLike
 from typing import Any
@@ -49,6 +51,16 @@ from .sampling import StopRule, output_text, record_prompt_logprobs, sample_step
 DEFAULT_CPU_KV_CACHE_BYTES = 256 * 2**20
 #: max_model_len of a model whose config states no limit (vLLM's default too).
 DEFAULT_MAX_MODEL_LEN = 2048
+
+
+class KVCacheTooSmallWarning(UserWarning):
+    """A request's sequences outgrew the whole KV cache part-way through and
+    ended early with ``finish_reason="length"``. Its n samples (or beams)
+    are scheduled as one group that shares the prompt's blocks, so all of
+    them must fit the cache at once; vLLM runs each sample as a request of
+    its own and would serve every token. The warning names the request, how
+    far each sequence got, the blocks the group needs and what to change
+    (docs/api.md, "Compared with vLLM")."""
 
 
 class LLMEngine:
@@ -106,10 +118,15 @@ class LLMEngine:
         #: a model with any full-attention layer (Gemma 2/3) keeps every block.
         self.release_window = (max(windows) if windows and None not in windows else None)
         spec = KVCacheSpec.from_config(config, self.dtype)
+        asked = (f"num_blocks={num_blocks}" if num_blocks is not None else
+                 f"kv_cache_memory={kv_cache_memory}" if kv_cache_memory is not None else None)
         num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
                                       gpu_memory_utilization)
         num_swap_blocks = (_num_swap_blocks(spec.bytes_per_block(block_size), num_blocks,
                                             swap_space) if preemption_mode == "swap" else 0)
+        # refused here, before torch is asked for it (its error names no argument)
+        check_cache_memory(spec.bytes_per_block(block_size), block_size, num_blocks,
+                           num_swap_blocks, self.device, asked=asked, swap_space=swap_space)
         #: the model's (or the asked) max_model_len before the cache caps it: a
         #: prompt past it must be shortened, one past the cache needs more blocks
         self._context_len = self.max_model_len
@@ -127,6 +144,7 @@ class LLMEngine:
                                    release_window=self.release_window)
         self._seq_ids = itertools.count()  # per engine, so ids do not depend on other engines
         self._aborted: list[RequestOutput] = []  # reported by the next step
+        self._names: dict[str, str] = {}  # how warnings call each request in flight
         self._peak_used_blocks = 0  # the most blocks in use at once, for memory_stats
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._prompt_logprob_groups = 0  # requests in flight that want prompt logprobs
@@ -199,10 +217,11 @@ class LLMEngine:
         ids = [rid for rid, *_ in checked]
         if len(set(ids)) != len(ids):
             raise ValueError(f"request ids repeat within one call: {ids}")
-        for request_id, text, token_ids, params in checked:
+        for (request_id, text, token_ids, params), who in zip(checked, names, strict=True):
             group = SequenceGroup.new(request_id, text, token_ids, params, arrival_time,
                                       seq_id=self.next_seq_id())
             self._prompt_logprob_groups += params.prompt_logprobs is not None
+            self._names[request_id] = who
             group.generator = (self._generator if params.seed is None else
                                torch.Generator(self.device).manual_seed(params.seed))
             self.scheduler.add(group)
@@ -386,6 +405,8 @@ class LLMEngine:
                          for s in plan.scheduled]  # prefill: anything but one generated token
         out.new_tokens = sampled.new_tokens if sampled else {}
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
+        for group in plan.ended:  # never silently short: say why, and what to change
+            warnings.warn(self._outgrew_message(group), KVCacheTooSmallWarning, stacklevel=2)
         out.finished += [self._retire(group) for group in finished]
         # what vLLM's step() returns, read from this moment's tokens when first asked for
         new = out.new_tokens
@@ -436,6 +457,7 @@ class LLMEngine:
 
     def _retire(self, group: SequenceGroup) -> RequestOutput:
         group.metrics.finish_time = time.monotonic()
+        self._names.pop(group.request_id, None)
         self._prompt_logprob_groups -= group.params.prompt_logprobs is not None
         return self.output(group)
 
@@ -444,6 +466,58 @@ class LLMEngine:
         seqs = best_beams(group) if group.params.use_beam_search else group.seqs
         return self._output_of(group, [(s, len(s.token_ids), s.finish_reason) for s in seqs],
                                finished=group.is_finished)
+
+    def blocks_to_serve(self, prompt_len: int, params: SamplingParams,
+                        num_sequences: int | None = None) -> int:
+        """KV blocks that serve a request whole when it runs alone: the
+        prompt's full blocks, shared, plus each sequence's own blocks for the
+        rest of its prompt and all but its last generated token (whose K/V
+        is never computed), to max_tokens or the max_model_len a cache that
+        large would have (the model's, or the one asked for). Exact for n
+        samples that all run to the end; an upper bound for beams (they
+        also share what they generated before forking)."""
+        block_size, limit = self.kv.block_size, self._context_len
+        full = prompt_len // block_size
+        end = limit if params.max_tokens is None else min(prompt_len + params.max_tokens, limit)
+        own = -(-(end - 1 - full * block_size) // block_size)
+        return full + (num_sequences or params.num_sequences) * own
+
+    def _outgrew_message(self, group: SequenceGroup) -> str:
+        """What `KVCacheTooSmallWarning` says of a group that outgrew the cache."""
+        params, prompt_len = group.params, len(group.prompt_token_ids)
+        name, kind = ("beam_width", "beams") if params.use_beam_search else ("n", "samples")
+        count = params.num_sequences
+        reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
+        have, block_size = self.kv.allocator.num_blocks, self.kv.block_size
+        need = self.blocks_to_serve(prompt_len, params)
+        full = prompt_len // block_size
+        own = (need - full) // count
+        # sequences the cache serves to the end (none if one alone passes max_model_len)
+        alone = params.max_tokens is not None and (prompt_len + params.max_tokens
+                                                    <= self.max_model_len)
+        fewer = (have - full) // own if alone else 0
+        # the longest each of the `count` sequences can run in the cache
+        longest = min(full * block_size + ((have - full) // count) * block_size + 1,
+                      self.max_model_len) - prompt_len
+        vllm = ("LLM.beam_search (vLLM's way) runs each beam as a request of its own and "
+                "would serve every token." if params.use_beam_search else
+                "vLLM runs each sample as a request of its own and would serve every token.")
+        asked = ("max_tokens=None" if params.max_tokens is None
+                 else f"max_tokens={params.max_tokens}")
+        todo = [f"build the engine with num_blocks={need} or more (or a kv_cache_memory that "
+                "holds them)"]
+        if fewer >= 1:
+            todo.append(f"lower {name} to {fewer}")
+        if longest >= 1:
+            todo.append(f"lower max_tokens to {longest}")
+        return (f"{self._names.get(group.request_id, f'request {group.request_id!r}')}: the "
+                f"{name}={count} {kind} outgrew the whole KV cache and ended early with "
+                f"finish_reason='length' after {reached} generated tokens ({asked}). They "
+                f"run as one group sharing the prompt's {full} full block{'s' * (full != 1)}, "
+                f"each with blocks of its own: serving them all needs {need} blocks of "
+                f"{block_size} tokens ({full} + {count} x {own}), and the cache has "
+                f"num_blocks={have}. {vllm} To be served whole: {', or '.join(todo)} "
+                "(docs/api.md, 'Compared with vLLM').")
 
     @staticmethod
     def _metrics_now(group: SequenceGroup) -> tuple[RequestMetrics, int]:
@@ -584,6 +658,73 @@ def _fit_to_cache(max_model_len: int, requested: int | None, num_blocks: int,
         f"{block_size} tokens for one sequence, but the cache has {num_blocks}: the largest "
         f"max_model_len that fits is {capacity}. Give a smaller max_model_len (or leave it "
         "unset: the longest that fits), or more num_blocks / kv_cache_memory")
+
+
+def memory_available(device: torch.device) -> tuple[int, str] | None:
+    """Bytes a new KV cache can take on `device` and what that figure is: on
+    CUDA the GPU's free memory; elsewhere (CPU, and Apple's unified memory)
+    the machine's available memory (Linux's MemAvailable), else its whole
+    memory. None where neither can be read."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return free, f"free on the GPU ({torch.cuda.get_device_name(device)})"
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["MemAvailable"].split()[0]) * 1024, "available on this machine"
+    except (OSError, KeyError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "this machine's memory"
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_cache_memory(bytes_per_block: int, block_size: int, num_blocks: int,
+                       num_swap_blocks: int, device: torch.device, *, asked: str | None,
+                       swap_space: float | None = None) -> None:
+    """Refuse a KV cache (or swap space) larger than the memory it would live
+    in, naming the bytes, the memory and what fits, before any is allocated:
+    torch's own error names no argument, and on Linux a lazily zeroed
+    allocation may even succeed, to fail later. The swap space is CPU
+    memory; on a CPU the cache is too, so both must fit there together."""
+    gib = 2**30
+    cache, swap = bytes_per_block * num_blocks, bytes_per_block * num_swap_blocks
+    in_ram = device.type != "cuda"  # the cache shares the machine's memory with the swap space
+    # (where, bytes already placed there, what is checked: the cache or the swap space)
+    checks = [(device, 0, "cache")] + ([(torch.device("cpu"), cache * in_ram, "swap")]
+                                       if swap else [])
+    for where, before, part in checks:
+        memory = memory_available(where)
+        needed = cache if part == "cache" else swap
+        if memory is None or before + needed <= memory[0]:
+            continue
+        have, what = memory
+        room = max(0, have - before) // bytes_per_block  # blocks that fit
+        if part == "cache":
+            wants = (f"a KV cache of {num_blocks} blocks x {block_size} tokens "
+                     f"({bytes_per_block} bytes a block) needs {cache} bytes "
+                     f"({cache / gib:.2f} GiB)")
+            todo = (f"give num_blocks={room} or fewer (or kv_cache_memory="
+                    f"{room * bytes_per_block} or less), or leave num_blocks and "
+                    "kv_cache_memory unset (on a GPU: the memory left after the model; "
+                    "elsewhere 256 MiB)")
+        else:
+            given = (f"swap_space={swap_space} (GiB)" if swap_space is not None
+                     else "swap_space unset (as many blocks as the cache)")
+            wants = (f"{asked + ': ' if asked else ''}preemption_mode='swap' with {given} "
+                     f"needs {num_swap_blocks} CPU blocks of {bytes_per_block} bytes, {swap} "
+                     f"bytes ({swap / gib:.2f} GiB)"
+                     + (f", besides the KV cache's {cache} bytes in the same memory" * in_ram))
+            smaller = "a smaller KV cache (num_blocks / kv_cache_memory)"
+            if room:
+                todo = f"give swap_space={room * bytes_per_block / gib} or less ({room} blocks)"
+                todo += f", or {smaller}" if in_ram else ""
+            else:
+                todo = f"give {smaller}"
+            asked = None
+        raise ValueError(f"{asked + ': ' if asked else ''}{wants}, but {have} bytes "
+                         f"({have / gib:.2f} GiB) are {what}; {todo}. Nothing was allocated.")
 
 
 def _num_swap_blocks(bytes_per_block: int, num_blocks: int, swap_space: float | None) -> int:
