@@ -319,3 +319,41 @@ def test_it_counts_notebooks_and_says_which_options_go_to_jupyter(tmp_path, monk
     err = capsys.readouterr().err
     assert "copied 2 of the labs" in err
     assert "lab: passing --dry-run on to jupyter lab" in err
+
+
+def _names_of(path: Path) -> list[str]:
+    """Every way a newcomer names a lab: file, stem, path, number (and unpadded)."""
+    number = path.stem.split("_", 1)[0]
+    names = [path.name, path.stem, f"labs/{path.name}", f"./labs/{path.name}", number]
+    return names + ([str(int(number))] if number.isdigit() else [])
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "labs").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_a_lab_is_opened_by_its_number_name_file_or_path(capsys, path):
+    """Second newcomer: `lab 03_paging`, `lab 03` and `lab labs/03_paging.ipynb`
+    were 'no lab'; each names one lab, and opens it."""
+    for name in _names_of(path):
+        assert lab.find_lab(ROOT / "labs", name) == (path.name, []), name
+        assert cli(["lab", name, "--print"]) == 0, name
+        assert capsys.readouterr().out.split()[-1].endswith(f"my-labs/{path.name}"), name
+        assert cli(["lab", "--port", "8889", name, "--print"]) == 0, name  # still jupyter's
+        out = capsys.readouterr().out.split()
+        assert "--port=8889" in out and out[-1].endswith(f"my-labs/{path.name}"), name
+
+
+@pytest.mark.parametrize("name, could_be", [
+    ("pag", ["03_paging.ipynb", "04_paged_attention.ipynb"]),
+    ("04_p", None), ("99", []), ("99_nope.ipynb", []), ("labs/", [])])
+def test_an_ambiguous_or_unknown_lab_is_refused_listing_the_labs(capsys, name, could_be):
+    labs = sorted(p.name for p in (ROOT / "labs").glob("*.ipynb"))
+    if could_be is None:  # a prefix of one lab: opened
+        assert lab.find_lab(ROOT / "labs", name)[0] == "04_paged_attention.ipynb"
+        return
+    assert lab.find_lab(ROOT / "labs", name) == (None, could_be)
+    assert _run(["lab", name, "--print"]) == 2
+    err = capsys.readouterr().err
+    assert ", ".join(labs) in err  # every lab, to choose from
+    if could_be:
+        assert f"{name!r} could be any of {', '.join(could_be)}: give more of its name" in err
+    else:
+        assert f"no lab {name!r} in" in err and "its number (03)" in err

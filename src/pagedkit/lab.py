@@ -93,6 +93,29 @@ def clone_root(package_file: str | Path | None = None) -> Path | None:
     return root if root is not None and (root / "labs" / FIRST_LAB).is_file() else None
 
 
+def find_lab(labs: Path, name: str) -> tuple[str | None, list[str]]:
+    """The lab `name` names in the folder `labs`: ``(its file name, [])``
+    when it names exactly one, else ``(None, the labs it could mean)`` —
+    several, or none. A lab is named by its file name (``03_paging.ipynb``),
+    its stem (``03_paging``), its number (``03``, ``3``, ``04b``), a path to it
+    (``labs/03_paging.ipynb``), or a piece of its name (``paging``); the
+    closest kind of match wins (``04`` is ``04_paged_attention``, not 04b or 04c)."""
+    stems = sorted(p.stem for p in labs.glob("*.ipynb"))
+    word = Path(name).name.removesuffix(".ipynb")
+    word = word.zfill(2) if word.isdigit() else word
+    if not word:
+        return None, []
+    for matches in ([s for s in stems if s == word],
+                    [s for s in stems if s.startswith(word + "_")],
+                    [s for s in stems if s.startswith(word)],
+                    [s for s in stems if word.lower() in s.lower()]):
+        if len(matches) == 1:
+            return matches[0] + ".ipynb", []
+        if matches:
+            return None, [m + ".ipynb" for m in matches]
+    return None, []
+
+
 def copy_labs(root: Path, language: str = "en") -> tuple[list[str], list[str]]:
     """Copy every lab of an edition (and its README) missing from ``my-labs/`` (the
     Chinese ones: ``my-labs/zh-CN/``); return the names copied and the names whose
@@ -130,7 +153,8 @@ def _parser() -> argparse.ArgumentParser:
                       "labs/ keeps the originals.").format(WORK=WORK),
         epilog=_("Any other option goes to jupyter lab, e.g. --no-browser or --port 8889."))
     p.add_argument("lab", nargs="?", default=FIRST_LAB,
-                   help=(_("the notebook to open, e.g. 03_paging.ipynb (default: {FIRST_LAB})")
+                   help=(_("the lab to open: its number, name or file, e.g. 03, 03_paging "
+                           "or 03_paging.ipynb (default: {FIRST_LAB})")
                           .format(FIRST_LAB=FIRST_LAB)))
     p.add_argument("--lang", default="en", metavar="LANG",
                    help=_("the edition: en (default) or zh-CN, the Simplified Chinese labs "
@@ -217,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     root = clone_root()
     argv = sys.argv[1:] if argv is None else argv
     if root is not None:
-        argv = join_option_values(argv, lambda word: (root / "labs" / word).is_file())
+        argv = join_option_values(argv, lambda word: find_lab(root / "labs", word)[0] is not None)
     args, extra = parser.parse_known_args(argv)
     if root is None:
         parser.error(_("the labs live in a clone of the repository, and this pagedkit was "
@@ -229,10 +253,17 @@ def main(argv: list[str] | None = None) -> int:
                        "the Simplified Chinese edition)")
                      .format(lang=args.lang, editions=", ".join(EDITIONS)))
     labs = edition(root, args.lang)
-    if not (labs / args.lab).is_file():
+    found, could_be = find_lab(labs, args.lab)
+    if found is None:
         names = ", ".join(p.name for p in sorted(labs.glob("*.ipynb")))
-        parser.error(_("no lab {lab!r} in {folder}; the labs: {names}")
-                       .format(lab=args.lab, folder=labs, names=names))
+        if could_be:
+            parser.error(_("{lab!r} could be any of {matches}: give more of its name (the "
+                           "labs: {names})").format(lab=args.lab, matches=", ".join(could_be),
+                                                    names=names))
+        parser.error(_("no lab {lab!r} in {folder}; name one by its number (03), name "
+                       "(03_paging) or file (03_paging.ipynb): {names}")
+                     .format(lab=args.lab, folder=labs, names=names))
+    args.lab = found
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     argv_ = command(root, args.lab, as_root=as_root, extra=extra, language=args.lang)
     if args.dry_run:
