@@ -443,8 +443,10 @@ ENGINE_CASES = [
     ("generate(one too long)", generate([5] * 3000), ValueError,
      "generate(): the prompt has 3000 tokens"),
     ("generate(longer than the cache)", generate([[5] * 200]), ValueError,
-     "200 tokens but the whole KV cache holds 128 (32 blocks x 4); give the engine "
-     "num_blocks=51 or more"),
+     "200 tokens but the whole KV cache holds 128 (num_blocks=32 x block_size=4); "
+     "max_model_len, left unset, was lowered from the model's 2048 to the 128 the cache "
+     "holds; give the engine num_blocks=51 or more (room for the prompt and one generated "
+     "token), or shorten the prompt to 127 tokens or fewer"),
     ("generate(sampling_params=5)", generate(["a"], 5), TypeError, "5"),
     ("generate(sampling_params=[ok, 5])", generate(["a", "b"], [GREEDY, 5]), TypeError,
      "sampling_params[1]"),

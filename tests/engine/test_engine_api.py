@@ -26,7 +26,9 @@ def snapshot(engine):
     (list(range(60)) * 5, None, ValueError, r"300 tokens but max_model_len is 256 \(room is "
      r"needed for at least one generated token\); shorten it to 255 tokens or fewer"),
     (list(range(50)) * 4, None, ValueError, r"200 tokens but the whole KV cache holds 128 "
-     r"\(32 blocks x 4\); give the engine num_blocks=51 or more"),
+     r"\(num_blocks=32 x block_size=4\); max_model_len, left unset, was lowered from the "
+     r"model's 256 to the 128 the cache holds; give the engine num_blocks=51 or more \(room "
+     r"for the prompt and one generated token\), or shorten the prompt to 127 tokens or fewer"),
     (list(range(64)) * 2, None, ValueError, "128 tokens but the whole KV cache holds 128"),
     (list(range(70)), None, ValueError, "70 tokens but max_num_batched_tokens is 64"),
     ([1, 2, 300], None, ValueError, r"token id 300 is outside the vocabulary \[0, 96\)"),
@@ -350,3 +352,57 @@ def test_no_prompts_give_no_outputs():
     assert llm.generate([], [], use_tqdm=False) == []
     assert llm.beam_search([], BeamSearchParams(beam_width=2, max_tokens=2)) == []
     assert not llm.llm_engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+@pytest.mark.parametrize("num_blocks", [2, 7, 16, 64])
+def test_a_max_model_len_the_cache_lowered_is_said_where_it_matters(reference, num_blocks,
+                                                                  block_size):
+    """Second newcomer: left unset, max_model_len silently became what the
+    cache holds. The engine's repr says so, and so does the error of every
+    prompt the lowered limit refuses (from what, to what, by which cache, and
+    the num_blocks that takes the prompt); an explicit max_model_len that fits
+    is never called lowered."""
+    build, _, _ = reference("llama")  # max_position_embeddings 256
+    capacity = num_blocks * block_size
+    engine = LLMEngine(build(), num_blocks=num_blocks, block_size=block_size)
+    lowered = capacity < 256
+    assert engine.max_model_len == min(capacity, 256)
+    assert (f"max_model_len={min(capacity, 256)} (lowered from the model's 256 to what the "
+            "cache holds)" in repr(engine)) == lowered
+    explicit = LLMEngine(build(), num_blocks=num_blocks, block_size=block_size,
+                         max_model_len=min(capacity, 256))
+    assert "lowered" not in repr(explicit)
+    for n in sorted({capacity - 1, capacity, capacity + 5, 255}):
+        if n < 1 or n >= 256:
+            continue
+        for e, unset in ((engine, True), (explicit, False)):
+            if n + 1 <= capacity:
+                e.add_request(f"fits {n}", [1] * n, GREEDY)
+                continue
+            with pytest.raises(ValueError) as refused:
+                e.add_request("x", [1] * n, GREEDY)
+            message = str(refused.value)
+            said = (f"max_model_len, left unset, was lowered from the model's 256 to the "
+                    f"{capacity} the cache holds")
+            if unset:
+                assert said in message and f"(num_blocks={num_blocks} x block_size=" \
+                    f"{block_size})" in message, message
+            else:
+                assert f"max_model_len is {capacity}" in message and "lowered" not in message
+            if unset:  # the advice takes the prompt
+                more = int(message.split("num_blocks=")[-1].split()[0])
+                LLMEngine(build(), num_blocks=more, block_size=block_size).add_request(
+                    "x", [1] * n, GREEDY)
+
+
+@pytest.mark.parametrize("max_model_len", range(2, 8))
+def test_the_smallest_max_model_lens_build_and_serve(reference, max_model_len):
+    """max_model_len=2 and 3 failed inside the support probe (an empty first
+    step: 'context_lens[0] = 0'), an error naming nothing the caller gave."""
+    build, _, _ = reference("llama")
+    llm = LLM(build(), block_size=4, num_blocks=8, max_model_len=max_model_len)
+    out = llm.generate([[1]], SamplingParams(temperature=0, max_tokens=50, ignore_eos=True),
+                       use_tqdm=False)[0]
+    assert len(out.outputs[0].token_ids) == max_model_len - 1
+    assert out.outputs[0].finish_reason == "length"

@@ -265,12 +265,16 @@ class LLMEngine:
                              "(room is needed for at least one generated token); shorten it "
                              f"to {limit - 1} tokens or fewer, or {instead}")
         block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
-        if n + 1 > num_blocks * block_size:
+        capacity = num_blocks * block_size
+        if n + 1 > capacity:
+            lowered = (f"; max_model_len, left unset, was lowered from the model's {limit} to "
+                       f"the {capacity} the cache holds" if self.max_model_len < limit else "")
             raise ValueError(f"{who}: the prompt has {n} tokens but the whole KV "
-                             f"cache holds {num_blocks * block_size} ({num_blocks} blocks x "
-                             f"{block_size}); give the engine num_blocks={n // block_size + 1} "
-                             "or more (room for the prompt and one generated token), or "
-                             "shorten the prompt")
+                             f"cache holds {capacity} (num_blocks={num_blocks} x block_size="
+                             f"{block_size}){lowered}; give the engine num_blocks="
+                             f"{n // block_size + 1} or more (room for the prompt and one "
+                             f"generated token), or shorten the prompt to {capacity - 1} "
+                             "tokens or fewer")
         budget = self.scheduler_config.max_num_batched_tokens
         if n > budget and not self.scheduler_config.enable_chunked_prefill:
             raise ValueError(f"{who}: the prompt has {n} tokens but "
@@ -611,8 +615,11 @@ class LLMEngine:
 
     def __repr__(self) -> str:
         s = self.kv.stats()
+        lowered = (f" (lowered from the model's {self._context_len} to what the cache holds)"
+                   if self.max_model_len < self._context_len else "")
         return (f"LLMEngine(model={self.model_name!r}, {s.total_blocks} blocks x {s.block_size} "
-                f"tokens, device={self.device.type}, dtype={str(self.dtype).removeprefix('torch.')}"
+                f"tokens, max_model_len={self.max_model_len}{lowered}, device="
+                f"{self.device.type}, dtype={str(self.dtype).removeprefix('torch.')}"
                 f", {len(self.groups)} requests in flight)")
 
 

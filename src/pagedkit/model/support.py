@@ -178,8 +178,9 @@ def _rows_kept(start: int, end: int, device: torch.device) -> torch.Tensor:
 
 def _probe_steps(block_size: int, max_model_len: int) -> list[int]:
     """Step boundaries of the probe: a prefill past a block, a 2-token chunk over
-    the cached prefix, a decode."""
-    total = max(3, min(block_size + 5, max_model_len))
+    the cached prefix, a decode: at least 4 tokens, so that no step is empty (a
+    max_model_len of 2 or 3 gave the prefill none)."""
+    total = max(4, min(block_size + 5, max_model_len))
     return [0, total - 3, total - 1, total]
 
 
