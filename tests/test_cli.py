@@ -332,3 +332,47 @@ def test_the_api_page_lists_every_command():
     assert table == commands_markdown() + "\n"
     assert all(f"`python -m pagedkit {name}`" in table for name in COMMANDS)
     assert all(f"`python -m pagedkit bench {name}`" in table for name in BENCHMARKS)
+
+
+def _unwritable_paths(tmp_path):
+    """Paths root cannot write either (this machine runs the tests as root,
+    where os.access says yes to all of them but the missing folder)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    paths = {"parent is a file": str(a_file / "out.json"),
+             "new file in /proc": "/proc/pagedkit-out.json",
+             "read-only file in /proc": "/proc/version",
+             "new file in /sys": "/sys/pagedkit-out.json"}
+    frozen = tmp_path / "frozen"
+    frozen.mkdir()
+    if subprocess.run(["chattr", "+i", str(frozen)], capture_output=True).returncode == 0:
+        paths["immutable folder (chattr +i)"] = str(frozen / "out.json")
+    return paths, frozen
+
+
+@pytest.mark.parametrize("command", [["bench", "--quick"], ["bench", "kernels"],
+                                     ["bench", "linears"], ["gpucheck"], ["vllm", "compare"]],
+                         ids=" ".join)
+def test_json_to_an_unwritable_path_is_refused_before_the_run_even_as_root(
+        tmp_path, capsys, monkeypatch, command):
+    """Second newcomer: `--json PATH` was checked with os.access, which says yes to
+    root; every path here is refused by actually opening it, before the run, and
+    nothing is left behind."""
+    from pagedkit._validation import writable_file
+
+    paths, frozen = _unwritable_paths(tmp_path)
+    try:
+        for why, path in paths.items():
+            with pytest.raises(argparse.ArgumentTypeError, match=f"cannot write '{path}'"):
+                writable_file(path)
+            assert run(cli, [*command, "--json", path]) == 2, why
+            err = capsys.readouterr().err
+            assert f"argument --json: cannot write '{path}'" in err and "Traceback" not in err, why
+        assert not any(frozen.iterdir())
+    finally:
+        subprocess.run(["chattr", "-i", str(frozen)], capture_output=True)
+    # a writable one passes, and the check leaves no file behind (nor changes one that is there)
+    new, there = tmp_path / "new.json", tmp_path / "there.json"
+    there.write_text("kept")
+    assert writable_file(str(new)) == str(new) and not new.exists()
+    assert writable_file(str(there)) == str(there) and there.read_text() == "kept"

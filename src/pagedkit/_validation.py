@@ -137,16 +137,29 @@ def non_negative_int(text: str) -> int:
 def writable_file(text: str) -> str:
     """An argparse type: a file that can be written (its folder exists and
     takes new files; it is not a folder itself), checked before a long run
-    that would end by writing it."""
+    that would end by writing it — by opening it for appending (a file made
+    for the check is removed again): `os.access` says yes to root for a
+    read-only folder, /proc or /sys, where the write would still fail."""
     path = os.path.abspath(text)
     folder = os.path.dirname(path)
     if os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name in it")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {folder} is a file, not a "
+                                         "folder (choose a path in a folder)")
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: the folder {folder} does not "
                                          "exist (create it first, or choose another path)")
-    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):  # appending changes nothing in a file that is there
+            pass
+    except OSError as err:
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text!r}: {err.strerror or err}; choose a path in a folder you can "
+            f"write, e.g. ./{os.path.basename(path)}") from None
+    if not existed:
+        os.remove(path)
     return text
 
 
