@@ -90,3 +90,32 @@ def test_the_api_pages_code_runs_or_says_it_is_signatures():
         if code not in signatures:
             exec(compile(code, "docs/api.md", "exec"), namespace)
     assert namespace["engine"].get_num_unfinished_requests() == 0
+
+
+def _snippets(kind: str) -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", README.read_text(), re.S)
+
+
+def test_every_python_snippet_runs():
+    """Every ```python block of the README runs as printed (the first one's
+    figures are checked above)."""
+    snippets = _snippets("python")
+    assert snippets
+    for code in snippets:
+        exec(compile(code, "README.md", "exec"), {})
+
+
+def test_every_session_snippet_prints_what_it_shows():
+    """Second newcomer: the KVCacheManager snippet showed [] and None results
+    that taught nothing, as comments nobody checked. Each ```pycon block of
+    the README is a doctest: every line it shows is what Python prints."""
+    import doctest
+
+    sessions = _snippets("pycon")
+    assert sessions
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for i, text in enumerate(sessions):
+        test = doctest.DocTestParser().get_doctest(text, {}, f"README pycon {i}", "README.md", 0)
+        assert test.examples
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
