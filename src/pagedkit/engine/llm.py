@@ -61,7 +61,13 @@ class LLM:
         messages; `messages` is one or a list of them) rendered by the
         tokenizer's chat template (or `chat_template`) and generated from.
         The rendered text is the output's `prompt`; it is tokenized without
-        adding special tokens (the template writes them), as vLLM does."""
+        adding special tokens (the template writes them), as vLLM does.
+
+        The tiny model answers no question: trained on children's stories
+        only, it continues a chat with story fragments, which show what
+        `chat` sends the engine. For real answers, load an instruction-tuned
+        model with a chat template, e.g. ``LLM("Qwen/Qwen2.5-0.5B-Instruct")``
+        (docs/api.md)."""
         conversations = _conversations(messages)
         check_bool("add_generation_prompt", add_generation_prompt)
         check_bool("continue_final_message", continue_final_message)
