@@ -124,7 +124,8 @@ SIM_ERRORS = [
      "argument --requests: must be >= 1, got -1"),
     (["--trace", "TRACE", "--rate", "1", "--requests", "0"],
      "argument --requests: must be >= 1, got 0"),
-    (["--trace", "TRACE", "--rate", "1", "--requests", "3"], "holds only 2 requests"),
+    (["--trace", "TRACE", "--rate", "1", "--requests", "3"], "holds only 2 requests; give "
+     "--requests 2 or fewer, or leave it out (the whole file)"),
     (["--trace", "TRACE", "--rate", "1", "--duration", "5"], "--duration draws a synthetic"),
     (["--trace", "TRACE"], "has no arrival times; pass --rate (requests/s)"),
     # newcomer finding 4: a negative seed was numpy's traceback

@@ -97,7 +97,7 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
             INSTEAD, "--model tiny (the embedded default) or a local directory"))
     if llm.llm_engine.tokenizer is None:
         parser.error(f"--model {args.model!r} comes without a tokenizer; the demo's prompts are "
-                     "text")
+                     "text: use --model tiny, or a model folder that holds its tokenizer")
     if tokenizer is None:
         _check_blocks(parser, args, llm.llm_engine.tokenizer,
                       _position_limit(llm.llm_engine.runner.model.config))

@@ -76,7 +76,9 @@ class LLM:
                              "add_generation_prompt=False with it")
         tokenizer = self.get_tokenizer()
         if tokenizer is None:
-            raise ValueError("chat needs a tokenizer and this engine has none")
+            raise ValueError("chat needs a tokenizer and this engine has none: build the LLM "
+                             "with one (LLM(model, tokenizer=...)), or call generate with "
+                             "token ids")
         if chat_template is None and getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template: give chat_template=... "
                              "(a Jinja string), or use generate")
@@ -205,7 +207,9 @@ def _message(message: Any, name: str) -> dict[str, Any]:
     content = message.get("content")
     if isinstance(content, list):
         if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-            raise ValueError(f"{name}: only text content parts are supported, got {content!r}")
+            raise ValueError(f"{name}: only text content parts are supported, got {content!r}; "
+                             "give the content as a string or as {'type': 'text', 'text': ...} "
+                             "parts (pagedkit's models read text only)")
         content = "\n".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise TypeError(f"{name}['content'] must be text, got {content!r}")

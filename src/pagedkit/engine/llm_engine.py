@@ -182,12 +182,17 @@ class LLMEngine:
             if memory <= 0:
                 raise ValueError(f"no GPU memory left for a KV cache: the model peaks at "
                                  f"{peak / 2**30:.2f} GiB of {total / 2**30:.2f} GiB x "
-                                 f"gpu_memory_utilization {utilization}")
+                                 f"gpu_memory_utilization {utilization}; raise "
+                                 "gpu_memory_utilization (at most 1), lower "
+                                 "max_num_batched_tokens (the profiled step), or use a smaller "
+                                 "model or dtype")
         blocks = spec.num_blocks_for(DEFAULT_CPU_KV_CACHE_BYTES if memory is None else memory,
                                      block_size)
         if blocks < 1:
             raise ValueError(f"kv_cache_memory of {memory} bytes holds no block of "
-                             f"{spec.bytes_per_block(block_size)} bytes")
+                             f"{spec.bytes_per_block(block_size)} bytes; give kv_cache_memory="
+                             f"{spec.bytes_per_block(block_size)} or more (one block), or "
+                             "num_blocks")
         return blocks
 
     # ----------------------------------------------------------------- requests
@@ -216,7 +221,8 @@ class LLMEngine:
                    for (rid, prompt, params), who in zip(requests, names, strict=True)]
         ids = [rid for rid, *_ in checked]
         if len(set(ids)) != len(ids):
-            raise ValueError(f"request ids repeat within one call: {ids}")
+            raise ValueError(f"request ids repeat within one call: {ids}; give each request "
+                             "an id of its own")
         for (request_id, text, token_ids, params), who in zip(checked, names, strict=True):
             group = SequenceGroup.new(request_id, text, token_ids, params, arrival_time,
                                       seq_id=self.next_seq_id())
@@ -237,7 +243,8 @@ class LLMEngine:
         error messages (by default ``request '<id>'``)."""
         request_id = str(request_id)
         if request_id in self.scheduler.requests:
-            raise ValueError(f"request id {request_id!r} is already in the engine")
+            raise ValueError(f"request id {request_id!r} is already in the engine; give "
+                             f"another id, or abort_request({request_id!r}) first")
         return self.check_prompt(prompt, params, who or f"request {request_id!r}")
 
     def check_prompt(self, prompt: str | SequenceLike[int], params: SamplingParams | None = None,
@@ -256,7 +263,8 @@ class LLMEngine:
 
     def _check_prompt_length(self, who: str, n: int) -> None:
         if n == 0:
-            raise ValueError(f"{who}: the prompt is empty")
+            raise ValueError(f"{who}: the prompt is empty; give at least one token (a "
+                             "non-empty string, or a list of token ids)")
         limit = self._context_len
         if n >= limit:
             instead = ("give a larger max_model_len" if self._max_model_len_given
@@ -326,10 +334,14 @@ class LLMEngine:
         bad = [t for t in params.stop_token_ids if t >= vocab]
         if bad:
             raise ValueError(f"{who}: stop token id {bad[0]} is outside the "
-                             f"vocabulary [0, {vocab})")
+                             f"vocabulary [0, {vocab}); give stop_token_ids below {vocab} "
+                             "(this model's token ids)")
         if params.num_sequences > self.scheduler_config.max_num_seqs:
+            cap, name = (self.scheduler_config.max_num_seqs,
+                         "beam_width" if params.use_beam_search else "n")
             raise ValueError(f"{who} runs {params.num_sequences} sequences but "
-                             f"max_num_seqs is {self.scheduler_config.max_num_seqs}")
+                             f"max_num_seqs is {cap}; lower {name} to {cap}, or build the "
+                             f"engine with max_num_seqs={params.num_sequences} or more")
 
     def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
@@ -343,7 +355,9 @@ class LLMEngine:
         ids = [check_int("prompt token id", t, minimum=0) for t in prompt]
         bad = [t for t in ids if t >= vocab]
         if bad:
-            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
+            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab}); "
+                             f"give ids below {vocab}, from this model's tokenizer "
+                             "(llm.get_tokenizer()), or the prompt as text")
         return None, ids
 
     @property
@@ -744,7 +758,8 @@ def _num_swap_blocks(bytes_per_block: int, num_blocks: int, swap_space: float | 
     num_swap_blocks = int(swap_space * 2**30) // bytes_per_block
     if num_swap_blocks < 1:
         raise ValueError(f"swap_space of {swap_space} GiB holds no block of "
-                         f"{bytes_per_block} bytes")
+                         f"{bytes_per_block} bytes; give swap_space={bytes_per_block / 2**30} "
+                         "(GiB) or more, or leave it unset (as many blocks as the cache)")
     return num_swap_blocks
 
 

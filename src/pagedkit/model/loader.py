@@ -27,7 +27,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:1', ... or a "
                          f"torch.device; got {device!r}") from err
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {str(device)!r} was asked for but CUDA is not available here")
+        raise ValueError(f"device {str(device)!r} was asked for but CUDA is not available "
+                         "here; use device='cpu', or 'auto' (a GPU where there is one)")
     return device
 
 

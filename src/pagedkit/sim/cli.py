@@ -147,7 +147,8 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
             parser.error(f"--trace: {e}")
         if args.requests is not None:
             if args.requests > len(trace):
-                parser.error(_("--requests {requests}: {trace} holds only {n} requests")
+                parser.error(_("--requests {requests}: {trace} holds only {n} requests; give "
+                               "--requests {n} or fewer, or leave it out (the whole file)")
                                .format(requests=args.requests, trace=args.trace, n=len(trace)))
             trace = trace.head(args.requests)
     else:
