@@ -58,12 +58,16 @@ def load_model(model, tokenizer=None):
 def _load(model, tokenizer):
     from transformers import PreTrainedModel
 
+    tokenizer = load_tokenizer(tokenizer)
     if isinstance(model, PreTrainedModel):
         return model, tokenizer, type(model).__name__
     if not isinstance(model, (str, Path)):
         raise TypeError("model must be 'tiny', a model name or path, or a "
                         f"transformers.PreTrainedModel; got {model!r} ({type(model).__name__})")
     name = str(model)
+    if not name.strip():  # "" would be read as the current directory
+        raise ValueError(f"model is empty ({model!r}); use {INSTEAD}, or a Hugging Face "
+                         "model name")
     if name == "tiny":
         from ..models import load_tiny
 
@@ -86,6 +90,59 @@ def _load(model, tokenizer):
             f"could not load model name {name!r}: it is not in the local Hugging Face cache and "
             f"{where}; use {INSTEAD}")
     return (*_from_pretrained(name, tokenizer, f"model name {name!r}"), name)
+
+
+def load_tokenizer(tokenizer):
+    """The `tokenizer=` argument as a tokenizer object: None stays None (the
+    model's own is loaded with it); a name or path (vLLM's form: ``"tiny"``,
+    a local directory, a Hugging Face name) is loaded like a model's; a
+    tokenizer object is kept."""
+    if tokenizer is None:
+        return None
+    if isinstance(tokenizer, (str, Path)):
+        return _tokenizer_named(str(tokenizer))
+    if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
+        raise TypeError(f"tokenizer must be a tokenizer object (e.g. transformers' "
+                        f"AutoTokenizer.from_pretrained(...)), a name or path, or None (the "
+                        f"model's own); got {tokenizer!r} ({type(tokenizer).__name__}); use "
+                        f"{TOKENIZER_INSTEAD}")
+    return tokenizer
+
+
+#: What to give as tokenizer= instead of one that cannot load
+TOKENIZER_INSTEAD = ("tokenizer='tiny', a local directory with a tokenizer, a Hugging Face "
+                     "name, a tokenizer object, or None (the model's own)")
+
+
+def _tokenizer_named(name: str):
+    from transformers import AutoTokenizer
+
+    instead = TOKENIZER_INSTEAD
+    if not name.strip():
+        raise ValueError(f"tokenizer is empty ({name!r}); use {instead}")
+    if name == "tiny":
+        from ..models import load_tiny_tokenizer
+
+        return load_tiny_tokenizer()
+    path = Path(name).expanduser()
+    if not path.exists() and _looks_like_path(name):
+        raise FileNotFoundError(f"tokenizer path {name!r} does not exist (a Hugging Face name "
+                                f"is 'name' or 'org/name'); use {instead}")
+    try:  # a local directory, or a name already in the local Hugging Face cache
+        return AutoTokenizer.from_pretrained(str(path) if path.exists() else name,
+                                             local_files_only=True)
+    except (OSError, ValueError) as err:
+        if path.exists():
+            raise OSError(f"could not load a tokenizer from local directory {name!r}: {err}\n"
+                          f"Use {instead}.") from err
+    where = _hub_unreachable()
+    if where:
+        raise OSError(f"could not load tokenizer name {name!r}: it is not in the local Hugging "
+                      f"Face cache and {where}; use {instead}")
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except OSError as err:
+        raise OSError(f"could not load tokenizer name {name!r}: {err}\nUse {instead}.") from err
 
 
 def _from_pretrained(name: str, tokenizer, what: str, **kwargs):
