@@ -3,9 +3,12 @@ the user gave, served as vLLM serves it or refused naming it."""
 
 from __future__ import annotations
 
+import re
+import warnings
+
 import pytest
 
-from pagedkit import LLM, SamplingParams
+from pagedkit import LLM, BeamSearchParams, KVCacheTooSmallWarning, SamplingParams
 from pagedkit.models import TINY_DIR
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4)
@@ -64,3 +67,132 @@ def test_a_directory_without_a_tokenizer_is_refused_naming_it(tmp_path):
 def test_an_empty_model_is_refused(model):
     with pytest.raises(ValueError, match=r"model is empty .*model='tiny'"):
         LLM(model)
+
+
+# F7: LLM.beam_search sends each beam as a prompt; past what the engine takes
+# as a prompt, the beams end at 'length' (as generate ends a sequence at
+# max_model_len), with a warning when the KV cache set the limit
+BEAM_PROMPTS = ["Once upon a time there was a little girl named Lily who",  # 14 tokens
+                "Tom and Lily", "The little dog ran to the park"]
+BEAM_MAX_TOKENS = 10
+
+
+@pytest.fixture(scope="module")
+def beams_whole():
+    """Each prompt's beams from a cache that holds them, for every max_tokens."""
+    llm = LLM("tiny", num_blocks=64, block_size=4)
+    lengths = [len(llm.get_tokenizer()(p)["input_ids"]) for p in BEAM_PROMPTS]
+    cache = {}
+
+    def get(width, max_tokens):
+        if (width, max_tokens) not in cache:
+            cache[width, max_tokens] = llm.beam_search(
+                BEAM_PROMPTS, BeamSearchParams(beam_width=width, max_tokens=max_tokens))
+        return cache[width, max_tokens]
+    return lengths, get
+
+
+def beam_search_warned(llm, params):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = llm.beam_search(BEAM_PROMPTS, params)
+    return outs, [str(w.message) for w in caught if w.category is KVCacheTooSmallWarning]
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+@pytest.mark.parametrize("num_blocks, block_size", [(4, 4), (5, 4), (6, 4), (7, 4), (2, 8),
+                                                    (3, 8), (4, 8), (1, 16), (2, 16)])
+def test_beam_search_ends_its_beams_at_the_cache_and_says_so(beams_whole, width, num_blocks,
+                                                             block_size):
+    lengths, whole = beams_whole
+    capacity = num_blocks * block_size
+    llm = LLM("tiny", num_blocks=num_blocks, block_size=block_size)
+    outs, said = beam_search_warned(llm, BeamSearchParams(beam_width=width,
+                                                          max_tokens=BEAM_MAX_TOKENS))
+    cut = []
+    for i, (out, prompt_len) in enumerate(zip(outs, lengths, strict=True)):
+        reached = min(BEAM_MAX_TOKENS, capacity - prompt_len)
+        want = whole(width, reached)[i].sequences  # the same search, to where it could go
+        assert [s.tokens for s in out.sequences] == [s.tokens for s in want]
+        assert [s.cum_logprob for s in out.sequences] == pytest.approx(
+            [s.cum_logprob for s in want], abs=1e-4)
+        if reached < BEAM_MAX_TOKENS:
+            cut.append(i)
+            longest = [s for s in out.sequences if len(s.tokens) == capacity]
+            assert longest and all(s.finish_reason == "length" for s in longest)
+            advice = f"num_blocks={-(-(prompt_len + BEAM_MAX_TOKENS) // block_size)} or more"
+            assert any(m.startswith(f"prompts[{i}]: the beams (beam_width={width}, max_tokens="
+                                    f"{BEAM_MAX_TOKENS}) ended with finish_reason='length' "
+                                    f"after {reached} generated token")
+                       and advice in m and f"lower max_tokens to {reached}" in m for m in said)
+        else:
+            assert all(s.finish_reason is None for s in out.sequences)
+    assert len(said) == len(cut)
+    assert llm.llm_engine.memory_stats()["used_blocks"] == 0
+    if cut:  # the advice serves them whole, silently
+        bigger = max(-(-(lengths[i] + BEAM_MAX_TOKENS) // block_size) for i in cut)
+        outs, said = beam_search_warned(LLM("tiny", num_blocks=bigger, block_size=block_size),
+                                        BeamSearchParams(beam_width=width,
+                                                         max_tokens=BEAM_MAX_TOKENS))
+        assert not said
+        assert ([[s.tokens for s in o.sequences] for o in outs]
+                == [[s.tokens for s in o.sequences] for o in whole(width, BEAM_MAX_TOKENS)])
+
+
+@pytest.mark.parametrize("max_model_len", [15, 18, 20])
+def test_beam_search_ends_its_beams_at_max_model_len_as_generate_does(beams_whole,
+                                                                      max_model_len):
+    lengths, whole = beams_whole
+    llm = LLM("tiny", num_blocks=64, block_size=4, max_model_len=max_model_len)
+    outs, said = beam_search_warned(llm, BeamSearchParams(beam_width=2,
+                                                          max_tokens=BEAM_MAX_TOKENS))
+    assert not said  # max_model_len asked for: no cache too small
+    for i, (out, prompt_len) in enumerate(zip(outs, lengths, strict=True)):
+        reached = min(BEAM_MAX_TOKENS, max_model_len - prompt_len)
+        assert ([s.tokens for s in out.sequences]
+                == [s.tokens for s in whole(2, reached)[i].sequences])
+        greedy = llm.generate(BEAM_PROMPTS[i], SamplingParams(temperature=0,
+                                                              max_tokens=BEAM_MAX_TOKENS),
+                              use_tqdm=False)[0].outputs[0]
+        assert len(greedy.token_ids) == reached  # where generate ends, too
+
+
+# F2 / F2b: beam_search's limits are said in beam_width's terms
+@pytest.mark.parametrize("max_logprobs", [None, 0, 1, 2, 7, 20, 50])
+@pytest.mark.parametrize("width", [1, 2, 3, 10, 11, 25, 26, 512, 513, 1000])
+def test_beam_width_limits_are_said_as_beam_width(max_logprobs, width):
+    kwargs = {} if max_logprobs is None else {"max_logprobs": max_logprobs}
+    llm = LLM("tiny", num_blocks=16, **kwargs)
+    most = 20 if max_logprobs is None else max_logprobs
+    params = BeamSearchParams(beam_width=width, max_tokens=1)
+    if 2 * width > 1024:
+        with pytest.raises(ValueError) as info:
+            llm.beam_search(["Once"], params)
+        assert str(info.value).startswith(f"beam_search(): beam_width={width} ")
+        assert "give beam_width=512 or less" in str(info.value)
+    elif 2 * width > most:
+        with pytest.raises(ValueError) as info:
+            llm.beam_search(["Once"], params)
+        message = str(info.value)
+        assert message.startswith(f"beam_search(): beam_width={width} asks for 2 x beam_width = "
+                                  f"{2 * width} logprobs")
+        assert f"max_logprobs={2 * width})" in message
+        assert (f"give beam_width={most // 2} or less" in message) == (most >= 2)
+        assert "generate" not in message and not re.search(r"(?<!max_)logprobs=", message)
+        if most >= 2:  # the advice holds
+            llm.beam_search(["Once"], BeamSearchParams(beam_width=most // 2, max_tokens=1))
+    else:
+        out = llm.beam_search(["Once"], params)[0]
+        assert len(out.sequences) == width
+    assert llm.llm_engine.memory_stats()["used_blocks"] == 0
+
+
+@pytest.mark.parametrize("prompts, who", [(["Once"], "beam_search()"),
+                                          (["Once", "Tom"], "prompts[0]"),
+                                          (["Once upon a time"], "beam_search()"),
+                                          ([[0], "Once upon a time"], "prompts[1]")])
+def test_beam_search_prompt_errors_name_the_prompt_as_generate_does(prompts, who):
+    llm = LLM("tiny", num_blocks=2, block_size=1)  # holds a 1-token prompt only
+    with pytest.raises(ValueError) as info:
+        llm.beam_search(prompts, BeamSearchParams(beam_width=2, max_tokens=2))
+    assert str(info.value).startswith(f"{who}: the prompt ")

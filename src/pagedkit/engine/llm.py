@@ -104,11 +104,36 @@ class LLM:
         check_bool("use_tqdm", use_tqdm)
         if concurrency_limit is not None:
             check_int("concurrency_limit", concurrency_limit, minimum=1)
+        self._check_beam_width(params.beam_width)
         prompts = _prompt_list(prompts)
-        ids = [self.llm_engine.check_prompt(p, who="a beam search prompt")[1] for p in prompts]
+        # an error names a prompt as generate's do: its place in the list, if more than one
+        names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
+                 else ["beam_search()"] * len(prompts))
+        ids = [self.llm_engine.check_prompt(p, who=who)[1]
+               for p, who in zip(prompts, names, strict=True)]
         limit = concurrency_limit or max(1, len(ids))  # no prompts: [] (vLLM's)
-        return [out for start in range(0, len(ids), limit)
-                for out in offline_beam_search(self, ids[start:start + limit], params, use_tqdm)]
+        outputs = []
+        for start in range(0, len(ids), limit):
+            outputs += offline_beam_search(self, ids[start:start + limit], params, use_tqdm,
+                                           names[start:start + limit])
+        return outputs
+
+    def _check_beam_width(self, width: int) -> None:
+        """Each step asks for 2 x beam_width candidates of each beam, as
+        logprobs (vLLM's rule): refused here in beam_width's terms, not in
+        the logprobs the user never gave."""
+        engine, asked = self.llm_engine, 2 * width
+        vocab, most = engine.runner.vocab_size, engine.max_logprobs
+        if asked > vocab:
+            raise ValueError(f"beam_search(): beam_width={width} takes the 2 x beam_width = "
+                             f"{asked} best candidates of each beam a step, more than the "
+                             f"vocabulary's {vocab} tokens; give beam_width={vocab // 2} or less")
+        if most != -1 and asked > most:
+            fewer = f"give beam_width={most // 2} or less, or " if most >= 2 else ""
+            raise ValueError(f"beam_search(): beam_width={width} asks for 2 x beam_width = "
+                             f"{asked} logprobs a step (vLLM's rule), more than max_logprobs="
+                             f"{most} (an engine argument, vLLM's default 20); {fewer}build the "
+                             f"engine with LLM(..., max_logprobs={asked})")
 
     def get_num_unfinished_requests(self) -> int:
         return self.llm_engine.get_num_unfinished_requests()

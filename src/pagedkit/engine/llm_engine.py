@@ -485,6 +485,40 @@ class LLMEngine:
         return self._output_of(group, [(s, len(s.token_ids), s.finish_reason) for s in seqs],
                                finished=group.is_finished)
 
+    def longest_prompt(self) -> int:
+        """The most tokens a prompt may have (`check_prompt`): room for one
+        generated token within max_model_len and the whole KV cache, and
+        within max_num_batched_tokens unless prefills are chunked."""
+        capacity = self.kv.allocator.num_blocks * self.kv.block_size
+        longest = min(self._context_len, capacity) - 1
+        if not self.scheduler_config.enable_chunked_prefill:
+            longest = min(longest, self.scheduler_config.max_num_batched_tokens)
+        return longest
+
+    def warn_beams_cut(self, who: str, prompt_len: int, reached: int,
+                       params: Any) -> None:
+        """`LLM.beam_search`'s beams of one prompt ended after `reached` of
+        `params.max_tokens` tokens, at the longest prompt the engine takes:
+        a `KVCacheTooSmallWarning` if the KV cache set that limit (an explicit
+        or the model's max_model_len ends them as it ends any sequence)."""
+        block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
+        capacity = num_blocks * block_size
+        if capacity >= self._context_len:
+            return
+        end = min(prompt_len + params.max_tokens, self._context_len)
+        lowered = (f"; max_model_len, left unset, was lowered from the model's "
+                   f"{self._context_len} to it" if self.max_model_len < self._context_len else "")
+        warnings.warn(
+            f"{who}: the beams (beam_width={params.beam_width}, max_tokens="
+            f"{params.max_tokens}) ended with finish_reason='length' after {reached} "
+            f"generated token{'s' * (reached != 1)}: each step sends every beam (the prompt's "
+            f"{prompt_len} token{'s' * (prompt_len != 1)} "
+            f"and those generated so far) to the engine as a prompt, and the whole KV cache "
+            f"holds {capacity} tokens (num_blocks={num_blocks} x block_size={block_size})"
+            f"{lowered}. To be served whole: build the engine with num_blocks="
+            f"{-(-end // block_size)} or more (or a kv_cache_memory that holds them), or lower "
+            f"max_tokens to {reached}", KVCacheTooSmallWarning, stacklevel=4)
+
     def blocks_to_serve(self, prompt_len: int, params: SamplingParams,
                         num_sequences: int | None = None) -> int:
         """KV blocks that serve a request whole when it runs alone: the

@@ -69,9 +69,37 @@ def _grow(group: list[BeamSearchSequence], outs, eos: int | None, ignore_eos: bo
     return grown
 
 
+def _end_too_long(live: list[list[BeamSearchSequence]], completed: list[list[BeamSearchSequence]],
+                  longest: int) -> list[int]:
+    """End (finish reason ``"length"``) the live beams longer than `longest`,
+    the longest prompt the engine takes; the prompts whose beams ended.
+    A prompt's live beams all have one length, so they end together."""
+    ended = []
+    for i, group in enumerate(live):
+        if group and len(group[0].tokens) > longest:
+            for beam in group:
+                beam.finish_reason = "length"
+            completed[i] += group
+            live[i] = []
+            ended.append(i)
+    return ended
+
+
 def beam_search(llm: Any, prompts: list[list[int]], params: BeamSearchParams,
-                use_tqdm: bool = False) -> list[BeamSearchOutput]:
-    """Search `prompts` (token ids) with `llm` (an `LLM`); see the module."""
+                use_tqdm: bool = False, names: list[str] | None = None
+                ) -> list[BeamSearchOutput]:
+    """Search `prompts` (token ids) with `llm` (an `LLM`); see the module.
+
+    Each step sends every live beam to the engine as a prompt, so a beam can
+    grow only while it is a prompt the engine takes (`LLMEngine.longest_prompt`:
+    max_model_len, the whole KV cache). Past that, the beams end with
+    ``finish_reason="length"``, as `generate` ends a sequence at
+    max_model_len (vLLM's own beam search would refuse the longer prompt
+    part-way through); if it is the KV cache that cut them short, a
+    `KVCacheTooSmallWarning` names the prompt (`names`: how errors call each,
+    ``prompts[i]``) and what serves it whole."""
+    names = names or [f"prompts[{i}]" for i in range(len(prompts))]
+    longest = llm.llm_engine.longest_prompt()
     tokenizer = llm.get_tokenizer()
     eos = None if tokenizer is None else tokenizer.eos_token_id
     step_params = SamplingParams(logprobs=2 * params.beam_width, max_tokens=1,
@@ -82,7 +110,9 @@ def beam_search(llm: Any, prompts: list[list[int]], params: BeamSearchParams,
     def key(beam: BeamSearchSequence) -> float:
         return beam_score(beam, eos, params.length_penalty)
 
-    for _ in tqdm(range(params.max_tokens), desc="beam search", disable=not use_tqdm):
+    for step in tqdm(range(params.max_tokens), desc="beam search", disable=not use_tqdm):
+        for i in _end_too_long(live, completed, longest):
+            llm.llm_engine.warn_beams_cut(names[i], len(prompts[i]), step, params)
         beams = [b for group in live for b in group]
         if not beams:
             break
