@@ -4,7 +4,8 @@
 [--systems pagedkit,hf_static,hf_continuous,floor] [--rounds N] [--profile]
 [--workload sharegpt|alpaca] [--threads T]``
 
-(``--systems`` also takes ``pagedkit_unpacked``, not run by default.)
+(``--systems`` also takes ``pagedkit_unpacked`` and ``pagedkit_compiled``, not
+run by default.)
 
 One workload — requests with ShareGPT-shaped prompt and output lengths
 (`pagedkit.sim`'s synthetic trace, scaled to the model; ``--workload
@@ -22,6 +23,10 @@ ignored) — runs through these systems on the same model:
   linear layer as transformers built it, none prepacked for oneDNN
   (`pagedkit.model.accel`); beside ``pagedkit``, what the prepacked
   linear layers change (not run unless named);
+* ``pagedkit_compiled``: the same with ``PAGEDKIT_COMPILE=on``: the model's
+  forward under ``torch.compile`` (`pagedkit.model.compiled`); its note says
+  how many graphs it compiled and how long that took, the untimed warm-up's
+  included (not run unless named);
 * ``floor``: the same packed forwards over contiguous per-request K/V with
   no scheduling at all (`pagedkit.bench.floor`), with the linear layers
   pagedkit's ``PAGEDKIT_PREPACK`` gives it: what no engine on this model
@@ -74,7 +79,8 @@ from .._validation import PROG, positive_float, positive_int, writable_file
 from . import check_choice, device_unavailable, load_average
 
 MODELS = ("tiny", "larger")
-SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor", "vllm", "pagedkit_unpacked")
+SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor", "vllm", "pagedkit_unpacked",
+           "pagedkit_compiled")
 #: What runs when no system is named: vLLM only where it is installed.
 DEFAULT_SYSTEMS = SYSTEMS[:5] if importlib.util.find_spec("vllm") else SYSTEMS[:4]
 
@@ -232,16 +238,37 @@ def prepack(mode: str | None) -> Iterator[None]:
     """``PAGEDKIT_PREPACK`` set to `mode` inside the block (None: left as it is)."""
     from ..model.accel import ENV_VAR
 
-    before = os.environ.get(ENV_VAR)
-    if mode is not None:
-        os.environ[ENV_VAR] = mode
+    with _environ(ENV_VAR, mode):
+        yield
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str | None) -> Iterator[None]:
+    """Environment variable `name` set to `value` inside the block (None: left as it is)."""
+    before = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop(ENV_VAR, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[ENV_VAR] = before
+            os.environ[name] = before
+
+
+def compile_note(runner) -> str:
+    """How many graphs a compiled forward compiled, in how long (`pagedkit.model.compiled`)."""
+    forward = getattr(runner, "compiled", None)
+    if forward is None:
+        return ""
+    if forward.reason:
+        return f"compiled forward fell back: {forward.reason}"
+    from ..model.compiled import TOTALS
+
+    return (f"compiled forward: {forward.graphs} graphs compiled in this run "
+            f"({forward.compile_seconds:.1f} s), {TOTALS['graphs']} in this process "
+            f"({TOTALS['seconds']:.1f} s, the untimed warm-up's included)")
 
 
 def prepack_note(model) -> str:
@@ -256,7 +283,10 @@ def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int
     from ..sampling_params import SamplingParams
 
     if llm is None:
-        with prepack("off" if system == "pagedkit_unpacked" else None):
+        from ..model.compiled import ENV_VAR as COMPILE
+
+        with prepack("off" if system == "pagedkit_unpacked" else None), \
+                _environ(COMPILE, "on" if system == "pagedkit_compiled" else None):
             llm = LLM(model, block_size=block_size)
     params = [SamplingParams(temperature=0, max_tokens=o, ignore_eos=True)
               for o in work.output_lens]
@@ -272,7 +302,7 @@ def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int
     end, cpu_end = _clocks()
     ttft = [o.metrics.first_token_time - t0 for o in outs]
     tokens = [o.outputs[0].token_ids for o in outs]
-    notes = [prepack_note(llm.llm_engine.runner.model)]
+    notes = [prepack_note(llm.llm_engine.runner.model), compile_note(llm.llm_engine.runner)]
     if llm.llm_engine.device.type == "cpu" and torch.get_num_threads() > 1:
         notes.append(f"1 or {torch.get_num_threads()} threads per step, whichever measured "
                      "faster (pagedkit.model.threads)")
@@ -542,6 +572,8 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
         "pagedkit": lambda m, w, p: run_pagedkit(m, w, block_size, p),
         "pagedkit_unpacked": lambda m, w, p: run_pagedkit(m, w, block_size, p,
                                                           system="pagedkit_unpacked"),
+        "pagedkit_compiled": lambda m, w, p: run_pagedkit(m, w, block_size, p,
+                                                          system="pagedkit_compiled"),
         "hf_static": lambda m, w, p: run_hf_static(m, w, batch_size, pad_id=0, progress=p),
         "hf_continuous": lambda m, w, p: run_hf_continuous(m, w, p),
         "floor": lambda m, w, p: run_floor(m, w, p),
@@ -687,7 +719,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="auto (CUDA where available, else CPU), cpu or cuda")
     p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
                    help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all but "
-                   "pagedkit_unpacked; vllm where it is installed)")
+                   "pagedkit_unpacked and pagedkit_compiled; vllm where it is installed)")
     p.add_argument("--rounds", type=positive_int, default=1, metavar="N",
                    help="run the systems this many times, interleaved; report medians")
     p.add_argument("--profile", action="store_true",

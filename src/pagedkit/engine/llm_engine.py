@@ -35,6 +35,7 @@ import torch
 from .._validation import check_bool, check_choice, check_int, check_number, check_prompt
 from ..memory import HASH_FUNCTIONS, KVCacheManager
 from ..model.accel import prepack_linears
+from ..model.compiled import compile_forward
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
@@ -156,6 +157,8 @@ class LLMEngine:
         # given): faster CPU matmuls, outside the textbook path (model/accel.py;
         # PAGEDKIT_PREPACK=off leaves every nn.Linear as transformers built it).
         prepack_linears(self.runner.model, self.device)
+        # PAGEDKIT_COMPILE=on: the step calls the model under torch.compile (model/compiled.py)
+        compile_forward(self.runner, self.device)
 
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLMEngine:

@@ -57,6 +57,8 @@ class ModelRunner:
         check_config(model)  # the engine runs the full check_supported once the model is placed
         self.model = model.to(device=device, dtype=dtype).eval()
         self.model.set_attn_implementation(register())
+        #: what a step calls: the model, or a compiled forward of it (model/compiled.py)
+        self.forward = self.model
         self.device = device
         self.block_size = block_size
         self.spec = KVCacheSpec.from_config(model.config, dtype)
@@ -124,7 +126,7 @@ class ModelRunner:
         # every row samples (decodes only): keep them all (0), without gathering them
         keep = 0 if all_logits or logits_indices.numel() == num_tokens else logits_indices
         with forward_context(meta), step_threads(macs, key=id(self.model), device=self.device):
-            out = self.model(input_ids=input_ids[None], position_ids=positions[None],
+            out = self.forward(input_ids=input_ids[None], position_ids=positions[None],
                              use_cache=False, logits_to_keep=keep)
         logits = out.logits[0]
         return logits if logits.dtype == torch.float32 else logits.float()
