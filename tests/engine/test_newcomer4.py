@@ -196,3 +196,98 @@ def test_beam_search_prompt_errors_name_the_prompt_as_generate_does(prompts, who
     with pytest.raises(ValueError) as info:
         llm.beam_search(prompts, BeamSearchParams(beam_width=2, max_tokens=2))
     assert str(info.value).startswith(f"{who}: the prompt ")
+
+
+# F6 / F10: vLLM's call arguments, taken where they change nothing
+CALL_ARGS_OK = [("lora_request", None), ("lora_request", [None, None]), ("priority", 0),
+                ("priority", None), ("priority", [0, 0]), ("tokenization_kwargs", None),
+                ("tokenization_kwargs", {}), ("mm_processor_kwargs", None),
+                ("mm_processor_kwargs", {})]
+CALL_ARGS_REFUSED = [("lora_request", "my-adapter"), ("lora_request", [None, "a"]),
+                     ("priority", 1), ("priority", [0, 2]), ("priority", True),
+                     ("priority", 0.0), ("tokenization_kwargs", {"truncation": True}),
+                     ("mm_processor_kwargs", {"x": 1})]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM("tiny", num_blocks=32)
+
+
+@pytest.mark.parametrize("name, value", CALL_ARGS_OK)
+def test_generate_takes_vllms_arguments_that_change_nothing(llm, reference, name, value):
+    outs = llm.generate([PROMPT, PROMPT], GREEDY, use_tqdm=False, **{name: value})
+    assert [o.outputs[0].token_ids for o in outs] == [reference.outputs[0].token_ids] * 2
+
+
+@pytest.mark.parametrize("name, value", CALL_ARGS_REFUSED)
+@pytest.mark.parametrize("call", ["generate", "chat", "add_request"])
+def test_vllms_call_arguments_that_would_change_something_are_refused(llm, call, name, value):
+    if call == "add_request" and name == "mm_processor_kwargs":
+        return  # not an argument of vLLM's add_request
+    before = llm.llm_engine.memory_stats()
+    calls = {"generate": lambda: llm.generate([PROMPT, PROMPT], GREEDY, **{name: value}),
+             "chat": lambda: llm.chat([{"role": "user", "content": "Hi"}], GREEDY,
+                                      **{name: value}),
+             "add_request": lambda: llm.llm_engine.add_request("r", PROMPT, GREEDY,
+                                                               **{name: value})}
+    caller = {"generate": "LLM.generate()", "chat": "LLM.chat()",
+              "add_request": "LLMEngine.add_request()"}[call]
+    with pytest.raises(TypeError) as info:
+        calls[call]()
+    assert str(info.value).startswith(f"{caller}: {name}={value!r} is vLLM's, not pagedkit's")
+    assert llm.llm_engine.memory_stats() == before and not llm.llm_engine.groups
+
+
+@pytest.mark.parametrize("name, value", [("lora_request", None), ("priority", 0),
+                                         ("tokenization_kwargs", None), ("trace_headers", None)])
+def test_add_request_takes_vllms_arguments_that_change_nothing(name, value):
+    engine = LLM("tiny", num_blocks=16).llm_engine
+    engine.add_request("r", PROMPT, GREEDY, None, **{name: value})
+    while engine.has_unfinished_requests():
+        engine.step()
+
+
+@pytest.mark.parametrize("call, name", [("generate", "lora_requests"), ("generate", "tools"),
+                                        ("chat", "prio"), ("add_request", "mm_processor_kwargs"),
+                                        ("generate", "nonsense")])
+def test_an_argument_the_call_does_not_take_is_a_plain_type_error(llm, call, name):
+    calls = {"generate": lambda: llm.generate(PROMPT, GREEDY, **{name: None}),
+             "chat": lambda: llm.chat([{"role": "user", "content": "Hi"}], GREEDY,
+                                      **{name: None}),
+             "add_request": lambda: llm.llm_engine.add_request("r", PROMPT, GREEDY,
+                                                               **{name: None})}
+    with pytest.raises(TypeError, match=f"got an unexpected keyword argument {name!r}"):
+        calls[call]()
+
+
+@pytest.mark.parametrize("value, ok", [(None, True), ("my-adapter", False)])
+def test_beam_search_takes_lora_request_none(llm, value, ok):
+    params = BeamSearchParams(beam_width=2, max_tokens=2)
+    if ok:
+        assert llm.beam_search([PROMPT], params, lora_request=value)
+    else:
+        with pytest.raises(TypeError, match="lora_request='my-adapter' is vLLM's"):
+            llm.beam_search([PROMPT], params, lora_request=value)
+
+
+@pytest.mark.parametrize("value", [None, "auto", "string", [], "openai"])
+def test_chat_tools_and_content_format(llm, value):
+    messages = [{"role": "user", "content": "Hi"}]
+    if value in (None, "auto", "string"):
+        kwargs = ({"tools": None} if value is None
+                  else {"chat_template_content_format": value})
+        assert llm.chat(messages, GREEDY, use_tqdm=False, **kwargs)
+    else:
+        name = "tools" if value == [] else "chat_template_content_format"
+        with pytest.raises(TypeError, match=re.escape(f"{name}={value!r} is vLLM's")):
+            llm.chat(messages, GREEDY, **{name: value})
+
+
+def test_get_tokenizer_and_model_config(llm):
+    engine = llm.llm_engine
+    assert engine.get_tokenizer() is llm.get_tokenizer() is engine.tokenizer
+    assert LLM("tiny", num_blocks=4, skip_tokenizer_init=True).llm_engine.get_tokenizer() is None
+    with pytest.raises(AttributeError, match=r"no model_config.*max_model_len"):
+        engine.model_config  # noqa: B018
+    assert not hasattr(engine, "model_config")

@@ -48,6 +48,42 @@ ONE_DEVICE_ARGS: dict[str, tuple[tuple[Any, ...] | None, str]] = {
 }
 
 
+#: vLLM's arguments of its calls (`LLM.generate`, `chat`, `beam_search`,
+#: `LLMEngine.add_request`) that change nothing in pagedkit at these values:
+#: name -> (accepted values, why the others are refused). A list (one per
+#: prompt, vLLM's form) is taken if every item is.
+VLLM_CALL_ARGS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "lora_request": ((None,), "pagedkit serves no LoRA adapters"),
+    "priority": ((None, 0), "pagedkit's scheduler is first come, first served; vLLM's "
+                            "default scheduling_policy='fcfs' refuses a priority too"),
+    "tokenization_kwargs": ((None, {}), "prompts are tokenized with the tokenizer's defaults"),
+    "mm_processor_kwargs": ((None, {}), "pagedkit's models read text only"),
+    "trace_headers": ((None,), "pagedkit sends no traces"),
+    "tools": ((None,), "the chat template is rendered without tools"),
+    "chat_template_content_format": (("auto", "string"), "a message's content is rendered as "
+                                                         "one string (text parts joined)"),
+}
+
+
+def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -> None:
+    """Take the vLLM arguments `args` given to `caller` (of those it `takes`,
+    each a `VLLM_CALL_ARGS` name) at values that change nothing; refuse
+    another value by name (it is vLLM's, not pagedkit's), and a name
+    `caller` does not take as Python would, with the closest it does."""
+    for name, value in args.items():
+        if name not in takes:
+            match = difflib.get_close_matches(name, takes, n=1)
+            hint = f" (did you mean {match[0]!r}?)" if match else ""
+            raise TypeError(f"{caller} got an unexpected keyword argument {name!r}{hint}")
+        accepted, why = VLLM_CALL_ARGS[name]
+        items = value if isinstance(value, (list, tuple)) and name != "tools" else [value]
+        if not all(any(is_value(v, a) for a in accepted) for v in items):
+            shown = " or ".join(map(repr, accepted))
+            raise TypeError(f"{caller}: {name}={value!r} is vLLM's, not pagedkit's ({why}); "
+                            f"pagedkit takes {name}={shown} only (docs/api.md, 'vLLM's call "
+                            "arguments')")
+
+
 def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:
     """`args` (the vLLM arguments given to `caller`) if each is one pagedkit
     accepts at its value; else a TypeError (unknown name) or ValueError

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from .._validation import check_bool, check_int, check_prompt
 from ..sampling_params import SamplingParams
-from .args import split_engine_args
+from .args import check_call_args, split_engine_args
 from .llm_engine import LLMEngine
 from .offline_beam import BeamSearchOutput, BeamSearchParams
 from .offline_beam import beam_search as offline_beam_search
@@ -56,7 +56,8 @@ class LLM:
     def chat(self, messages: Any, sampling_params: Any = None, use_tqdm: bool = True, *,
              chat_template: str | None = None, add_generation_prompt: bool = True,
              continue_final_message: bool = False,
-             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
+             chat_template_kwargs: dict[str, Any] | None = None,
+             **vllm_args: Any) -> list[RequestOutput]:
         """vLLM's ``chat``: each conversation (a list of ``{"role", "content"}``
         messages; `messages` is one or a list of them) rendered by the
         tokenizer's chat template (or `chat_template`) and generated from.
@@ -67,7 +68,11 @@ class LLM:
         only, it continues a chat with story fragments, which show what
         `chat` sends the engine. For real answers, load an instruction-tuned
         model with a chat template, e.g. ``LLM("Qwen/Qwen2.5-0.5B-Instruct")``
-        (docs/api.md)."""
+        (docs/api.md). vLLM's other arguments (``lora_request``, ``priority``,
+        ``tools``, ...) are taken where they change nothing (`VLLM_CALL_ARGS`)."""
+        check_call_args("LLM.chat()", vllm_args, (
+            "lora_request", "priority", "tools", "chat_template_content_format",
+            "tokenization_kwargs", "mm_processor_kwargs"))
         conversations = _conversations(messages)
         check_bool("add_generation_prompt", add_generation_prompt)
         check_bool("continue_final_message", continue_final_message)
@@ -95,10 +100,12 @@ class LLM:
         return outputs
 
     def beam_search(self, prompts: Any, params: BeamSearchParams, use_tqdm: bool = False,
-                    concurrency_limit: int | None = None) -> list[BeamSearchOutput]:
+                    concurrency_limit: int | None = None, *,
+                    lora_request: Any = None) -> list[BeamSearchOutput]:
         """vLLM's ``beam_search`` (`pagedkit.engine.offline_beam`): the
         ``beam_width`` best beams of each prompt, each with all its tokens
         (the prompt's first) and text, best first."""
+        check_call_args("LLM.beam_search()", {"lora_request": lora_request}, ("lora_request",))
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"params must be a BeamSearchParams, got {type(params).__name__}")
         check_bool("use_tqdm", use_tqdm)
@@ -146,7 +153,8 @@ class LLM:
     def generate(self, prompts: Prompt | SequenceLike[Prompt],
                  sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
                  use_tqdm: bool = True,
-                 on_step: Callable[[StepOutput], Any] | None = None) -> list[RequestOutput]:
+                 on_step: Callable[[StepOutput], Any] | None = None,
+                 **vllm_args: Any) -> list[RequestOutput]:
         """Run prompts to completion; outputs come back in input order.
 
         A prompt is a string, a list of token ids, ``{"prompt": str}`` or
@@ -158,7 +166,13 @@ class LLM:
         A call that does not return — an exception in the model or in
         `on_step`, or a KeyboardInterrupt (a notebook's "interrupt") — aborts
         its unfinished requests and frees their blocks before the error
-        propagates, so nothing it queued keeps running in later calls."""
+        propagates, so nothing it queued keeps running in later calls.
+
+        vLLM's other arguments (``lora_request``, ``priority``,
+        ``tokenization_kwargs``, ``mm_processor_kwargs``) are taken where
+        they change nothing (`VLLM_CALL_ARGS`) and refused by name otherwise."""
+        check_call_args("LLM.generate()", vllm_args, (
+            "lora_request", "priority", "tokenization_kwargs", "mm_processor_kwargs"))
         prompts = _prompt_list(prompts)
         params = _params_list(sampling_params if sampling_params is not None
                               else self.get_default_sampling_params(), len(prompts))

@@ -43,7 +43,7 @@ from ..model.support import check_supported
 from ..sampling_params import MAX_SEED, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from ..sequence import FinishReason, RequestMetrics, Sequence, SequenceGroup
-from .args import check_engine_args
+from .args import check_call_args, check_engine_args
 from .beam_search import best_beams
 from .outputs import CompletionOutput, PositionLogprobs, RequestOutput, ScheduledInfo, StepOutput
 from .sampling import StopRule, output_text, record_prompt_logprobs, sample_step
@@ -200,9 +200,13 @@ class LLMEngine:
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: str, prompt: str | SequenceLike[int],
-                    params: SamplingParams | None = None, *,
-                    arrival_time: float | None = None) -> None:
-        """Queue a request; every check happens before anything changes."""
+                    params: SamplingParams | None = None,
+                    arrival_time: float | None = None, **vllm_args: Any) -> None:
+        """Queue a request; every check happens before anything changes.
+        vLLM's other arguments (``lora_request``, ``priority``, ...) are
+        taken where they change nothing (`VLLM_CALL_ARGS`)."""
+        check_call_args("LLMEngine.add_request()", vllm_args, (
+            "lora_request", "priority", "tokenization_kwargs", "trace_headers"))
         self.add_requests([(request_id, prompt, params)], arrival_time=arrival_time)
 
     def add_requests(self, requests: SequenceLike[tuple[str, Any, SamplingParams | None]], *,
@@ -234,6 +238,19 @@ class LLMEngine:
             group.generator = (self._generator if params.seed is None else
                                torch.Generator(self.device).manual_seed(params.seed))
             self.scheduler.add(group)
+
+    def get_tokenizer(self) -> Any:
+        """The tokenizer (None without one), as vLLM's ``get_tokenizer()``."""
+        return self.tokenizer
+
+    @property
+    def model_config(self) -> Any:
+        """vLLM's ``model_config`` is not here: the facts it holds are the
+        engine's own attributes."""
+        raise AttributeError(
+            "LLMEngine has no model_config (vLLM's); pagedkit keeps what it holds on the engine: "
+            "max_model_len, dtype, device, model_name, tokenizer (get_tokenizer()), and the "
+            "model's transformers config as runner.model.config")
 
     def next_seq_id(self) -> int:
         return next(self._seq_ids)
