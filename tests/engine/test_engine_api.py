@@ -247,8 +247,9 @@ def test_a_step_that_fails_midway_can_be_retried(reference, monkeypatch):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"max_model_len": 1000}, "max_model_len must be <= 256, got 1000"),
-    ({"max_model_len": 0}, "max_model_len must be >= 2, got 0"),
-    ({"max_model_len": -2}, "max_model_len must be >= 2, got -2"),
+    *[({"max_model_len": v}, rf"max_model_len must be >= 2 \(a prompt token and a generated "
+                             rf"one\), or -1 \(the longest the model and the cache take\), got {v}")
+      for v in (1, 0, -2, -3, -1000)],
     ({"max_model_len": 200, "num_blocks": 12, "block_size": 16},
      "max_model_len=200 needs 13 KV blocks of 16 tokens for one sequence, but the cache has 12: "
      "the largest max_model_len that fits is 192"),

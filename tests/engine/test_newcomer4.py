@@ -291,3 +291,24 @@ def test_get_tokenizer_and_model_config(llm):
     with pytest.raises(AttributeError, match=r"no model_config.*max_model_len"):
         engine.model_config  # noqa: B018
     assert not hasattr(engine, "model_config")
+
+
+# F5: seed=None is refused as vLLM 0.32 refuses it, saying what to give
+@pytest.mark.parametrize("where", ["LLM", "EngineArgs"])
+def test_seed_none_says_what_to_give(where):
+    from pagedkit import EngineArgs
+    from pagedkit.engine import LLMEngine
+
+    build = {"LLM": lambda: LLM("tiny", num_blocks=4, seed=None),
+             "EngineArgs": lambda: LLMEngine.from_engine_args(
+                 EngineArgs(model="tiny", num_blocks=4, seed=None))}[where]
+    with pytest.raises(TypeError) as info:
+        build()
+    message = str(info.value)
+    assert message.startswith("seed must be an integer (0 to 2**64-1), got None")
+    assert "vLLM 0.32 refuses None too" in message and "seed=random.randrange(2**32)" in message
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**32, 2**64 - 1])
+def test_integer_seeds_are_taken(seed):
+    assert LLM("tiny", num_blocks=4, seed=seed).generate(PROMPT, GREEDY, use_tqdm=False)

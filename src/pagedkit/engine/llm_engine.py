@@ -93,6 +93,11 @@ class LLMEngine:
                 raise ValueError(f"swap_space={swap_space!r} only applies with "
                                  "preemption_mode='swap' (vLLM 0.32 has neither: it preempts "
                                  "by recomputation); leave swap_space unset (docs/api.md)")
+        if seed is None:  # older vLLM's "a random seed"
+            raise TypeError("seed must be an integer (0 to 2**64-1), got None: vLLM 0.32 refuses "
+                            "None too (its seed is an integer, default 0; older vLLM took None "
+                            "as a random seed); leave seed unset (0), or give a random one "
+                            "yourself, e.g. seed=random.randrange(2**32)")
         check_int("seed", seed, minimum=0, maximum=MAX_SEED)
         check_choice("prefix_caching_hash_algo", prefix_caching_hash_algo, tuple(HASH_FUNCTIONS))
         self.device = resolve_device(device)
@@ -713,7 +718,10 @@ def _max_model_len(config: Any, requested: int | None) -> int:
     positions = getattr(text_config, "max_position_embeddings", None)
     if requested is None or (type(requested) is int and requested == -1):
         return DEFAULT_MAX_MODEL_LEN if positions is None else positions
-    return check_int("max_model_len", requested, minimum=2, maximum=positions)
+    if check_int("max_model_len", requested) < 2:
+        raise ValueError(f"max_model_len must be >= 2 (a prompt token and a generated one), or "
+                         f"-1 (the longest the model and the cache take), got {requested}")
+    return check_int("max_model_len", requested, maximum=positions)
 
 
 def _fit_to_cache(max_model_len: int, requested: int | None, num_blocks: int,
