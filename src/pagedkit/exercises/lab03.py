@@ -97,7 +97,7 @@ def _call_text(args: tuple) -> str:
 def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[int] | None]
                        ) -> CheckResult:
     """`append_slots(block_table, num_tokens, num_new_tokens, block_size, free_blocks)`:
-    give `num_new_tokens` tokens slots after the `num_tokens` the sequence holds,
+    give `num_new_tokens` token slots after the `num_tokens` the sequence holds,
     appending blocks popped from the front of `free_blocks` to `block_table` (both
     lists are changed in place), and return the new tokens' slots. If the free list
     is too short, return ``None`` and change nothing."""
