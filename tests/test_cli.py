@@ -377,3 +377,21 @@ def test_json_to_an_unwritable_path_is_refused_before_the_run_even_as_root(
     there.write_text("kept")
     assert writable_file(str(new)) == str(new) and not new.exists()
     assert writable_file(str(there)) == str(there) and there.read_text() == "kept"
+
+
+@pytest.mark.parametrize("device", ["cpu", "mps", "meta", "gpu", "cuda0", ""])
+def test_gpucheck_refuses_a_device_that_is_not_cuda_by_name(capsys, device):
+    """Fourth newcomer, F11: ``gpucheck --device cpu`` answered with the
+    generic no-GPU text; a device that is no CUDA device is now refused as
+    an argument, naming it, whether or not this machine has a GPU."""
+    assert run(cli, ["gpucheck", "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert f"argument --device: {device!r} is not a CUDA device" in err
+    assert "cuda or cuda:N" in err and "Traceback" not in err and "Nothing was checked" not in err
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "cuda:3"])
+def test_gpucheck_takes_cuda_devices(device):
+    from pagedkit.gpucheck import cuda_device
+
+    assert cuda_device(device).type == "cuda"

@@ -42,6 +42,21 @@ NO_GPU = ("gpucheck needs a CUDA GPU, and torch sees none here "
           "runtime); on CPU the kernel tests run in Triton's interpreter: "
           "python -m pytest tests/kernels")
 
+def cuda_device(value: str) -> torch.device:
+    """``--device``: a CUDA device, refused by name otherwise, before the
+    check for a GPU (so ``--device cpu`` hears that it is not a choice)."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        device = None
+    if device is None or device.type != "cuda":
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a CUDA device: gpucheck checks the GPU kernels, so give cuda or "
+            "cuda:N (default cuda); on CPU the kernel tests run in Triton's interpreter: "
+            "python -m pytest tests/kernels")
+    return device
+
+
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}  # max abs error
 
 
@@ -316,15 +331,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="also write the report here as JSON")
     parser.add_argument("--quick", action="store_true",
                         help="a 4-layer model in the engine check instead of 16 layers")
-    parser.add_argument("--device", default="cuda", help="cuda or cuda:N (default cuda)")
+    parser.add_argument("--device", default="cuda", type=cuda_device,
+                        help="cuda or cuda:N (default cuda)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(NO_GPU.format(torch=torch.__version__, cuda=torch.version.cuda), file=sys.stderr)
         return 2
-    device = torch.device(args.device)
-    if device.type != "cuda":
-        parser.error(f"--device must be a CUDA device, got {args.device!r}")
-    report = run(device, args.quick)
+    report = run(args.device, args.quick)
     checks = [Check(**c) for c in report["checks"]]
     print(table(checks))
     print(f"{report['seconds']:.0f} s; " + ("all checks passed" if report["ok"]

@@ -245,3 +245,21 @@ def test_hf_continuous_agrees_and_says_nothing_of_its_own(capfd):
     assert report.results[0].output_tokens == report.results[1].output_tokens > 0
     captured = capfd.readouterr()
     assert "eos_token_id" not in captured.err + captured.out
+
+
+@pytest.mark.parametrize("mode", ["auto", "on", "off"])
+def test_the_prepack_note_says_why_when_none_are_prepacked(monkeypatch, mode):
+    """Fourth newcomer, F12: 'prepacked linear layers: 0 of 29' alone reads
+    as a fault; with none prepacked the note keeps why (the tiny model's
+    layers are too small to pay under auto), with some it stays short."""
+    from pagedkit import LLM
+    from pagedkit.bench.engine import prepack_note
+
+    monkeypatch.setenv("PAGEDKIT_PREPACK", mode)
+    model = LLM("tiny", num_blocks=4).llm_engine.runner.model
+    report, note = model.pagedkit_prepack, prepack_note(model)
+    if report.replaced:
+        assert note == str(report).split(";")[0] and f"{len(report.replaced)} of" in note
+    else:
+        assert note == str(report)
+        assert ("; the others: " in note) or ("none (" in note)

@@ -274,7 +274,9 @@ def compile_note(runner) -> str:
 def prepack_note(model) -> str:
     """How many of `model`'s linear layers run prepacked (`pagedkit.model.accel`)."""
     report = getattr(model, "pagedkit_prepack", None)
-    return "" if report is None else str(report).split(";")[0]
+    if report is None:
+        return ""  # with none prepacked, why (layers too small to pay, ...): "0 of 29" alone
+    return str(report) if not report.replaced else str(report).split(";")[0]  # reads as a fault
 
 
 def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int], None] = _quiet,
@@ -684,11 +686,13 @@ def floor_line(report: Report) -> str | None:
 DEFAULT_RUN_NOTE = ("the default run (both models, 64 requests, every system) took 17 minutes "
                     "on 2 busy cores (load 6-11) and 1.8 GiB of memory at its peak")
 DEFAULT_RUN_GIB = 1.8
-#: --quick, measured the same way: 1 min 51 s at load 8, 0.8 GiB (most of it start-up).
-QUICK_NOTE = "--quick (8 requests, tiny model) took 2 minutes there, most of it start-up"
+#: --quick, measured the same way: 1 min 51 s at load 8, 0.8 GiB (most of it start-up);
+#: 13 s at load 3 (fourth newcomer's round, 2026-12-02).
+QUICK_NOTE = ("--quick (8 requests, tiny model) took 2 minutes there (13 s at load 3), most of "
+              "it start-up")
 #: --quick's first line (newcomer finding 6: a smoke run said nothing of its length)
-QUICK_LINE = ("bench --quick: 8 requests on the tiny model, about 2 minutes (1 min 51 s on 2 "
-              "busy cores at load 8), most of it start-up")
+QUICK_LINE = ("bench --quick: 8 requests on the tiny model, 10 s to 2 minutes (on 2 cores: "
+              "13 s at load 3, 1 min 51 s at load 8), most of it start-up")
 
 
 def available_gib() -> float | None:
@@ -730,7 +734,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", choices=WORKLOADS, default="sharegpt",
                    help="request lengths shaped like this dataset (default sharegpt)")
     p.add_argument("--quick", action="store_true",
-                   help="8 requests, tiny model: a smoke run (about 2 minutes on 2 busy cores)")
+                   help="8 requests, tiny model: a smoke run (10 s to 2 minutes on 2 cores, "
+                        "by load)")
     p.add_argument("--json", metavar="PATH", type=writable_file,
                    help="write the reports here (checked before the run)")
     return p
