@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -195,6 +197,11 @@ class SamplingParams:
         """How many sequences the request runs at once after its prompt."""
         return self.beam_width if self.use_beam_search else self.n
 
+    def clone(self) -> SamplingParams:
+        """A copy, as vLLM's ``clone()``; to change a field, make a new one
+        with ``dataclasses.replace(params, max_tokens=...)`` (checked again)."""
+        return copy.copy(self)
+
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -253,3 +260,23 @@ def _init_taking_vllm_options(init):
 
 
 SamplingParams.__init__ = _init_taking_vllm_options(SamplingParams.__init__)
+
+
+def _refuse_assignment(self, name: str, value: object) -> None:
+    """Sampling and beam search params are checked once, when built, so they
+    cannot change afterwards (vLLM's can): say how to get the value wanted."""
+    kind = type(self).__name__
+    raise dataclasses.FrozenInstanceError(
+        f"cannot assign {name}={value!r}: a {kind} is checked once, when built, and cannot "
+        f"change afterwards (vLLM's can); make a new one: dataclasses.replace(params, "
+        f"{name}={value!r}), or {kind}(...) with it")
+
+
+def _refuse_deletion(self, name: str) -> None:
+    raise dataclasses.FrozenInstanceError(
+        f"cannot delete {name}: a {type(self).__name__} cannot change once built")
+
+
+for _frozen in (SamplingParams, BeamSearchParams):
+    _frozen.__setattr__ = _refuse_assignment
+    _frozen.__delattr__ = _refuse_deletion

@@ -3,6 +3,7 @@ the user gave, served as vLLM serves it or refused naming it."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 
@@ -312,3 +313,35 @@ def test_seed_none_says_what_to_give(where):
 @pytest.mark.parametrize("seed", [0, 1, 2**32, 2**64 - 1])
 def test_integer_seeds_are_taken(seed):
     assert LLM("tiny", num_blocks=4, seed=seed).generate(PROMPT, GREEDY, use_tqdm=False)
+
+
+# F14: SamplingParams cannot change once built; the error says how to get the value wanted
+def _fields(cls):
+    return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
+@pytest.mark.parametrize("name", _fields(SamplingParams))
+def test_assigning_a_sampling_param_says_what_to_do(name):
+    params = SamplingParams(temperature=0, max_tokens=6)
+    before = dataclasses.asdict(params)
+    value = getattr(params, name)
+    with pytest.raises(dataclasses.FrozenInstanceError) as info:
+        setattr(params, name, value)
+    assert str(info.value).startswith(f"cannot assign {name}={value!r}: a SamplingParams is "
+                                      "checked once")
+    assert f"dataclasses.replace(params, {name}={value!r})" in str(info.value)
+    with pytest.raises(dataclasses.FrozenInstanceError, match=f"cannot delete {name}"):
+        delattr(params, name)
+    assert dataclasses.asdict(params) == before
+    assert dataclasses.replace(params, **{name: value}) == params  # the advice runs
+    clone = params.clone()
+    assert clone == params and clone is not params
+
+
+@pytest.mark.parametrize("name", _fields(BeamSearchParams))
+def test_assigning_a_beam_search_param_says_what_to_do(name):
+    params = BeamSearchParams(beam_width=2, max_tokens=3)
+    value = getattr(params, name)
+    with pytest.raises(dataclasses.FrozenInstanceError, match=r"a BeamSearchParams is checked"):
+        setattr(params, name, value)
+    assert dataclasses.replace(params, **{name: value}) == params
