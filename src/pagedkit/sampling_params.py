@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import functools
 import math
 from dataclasses import dataclass, field
@@ -12,6 +13,15 @@ from ._validation import check_bool, check_int, check_number, is_value
 
 #: Seeds a torch.Generator takes: 0 <= seed < 2**64.
 MAX_SEED = 2**64 - 1
+
+class RequestOutputKind(enum.Enum):
+    """vLLM's ``output_kind`` values; pagedkit takes CUMULATIVE (vLLM's
+    default) only: every output carries the whole completion so far."""
+
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
+
 
 _INSTEAD_LOGITS = "change the logits yourself on LLMEngine's model, or use vLLM"
 #: vLLM 0.32's sampling options that pagedkit does not implement: name ->

@@ -345,3 +345,36 @@ def test_assigning_a_beam_search_param_says_what_to_do(name):
     with pytest.raises(dataclasses.FrozenInstanceError, match=r"a BeamSearchParams is checked"):
         setattr(params, name, value)
     assert dataclasses.replace(params, **{name: value}) == params
+
+
+# F19: vLLM's module paths a script imports from
+@pytest.mark.parametrize("module, name, same_as", [
+    ("pagedkit.outputs", "RequestOutput", "RequestOutput"),
+    ("pagedkit.outputs", "CompletionOutput", "CompletionOutput"),
+    ("pagedkit.engine.arg_utils", "EngineArgs", "EngineArgs"),
+    ("pagedkit.sampling_params", "SamplingParams", "SamplingParams"),
+    ("pagedkit.sampling_params", "BeamSearchParams", "BeamSearchParams"),
+    ("pagedkit.inputs", "TokensPrompt", "TokensPrompt"),
+    ("pagedkit.inputs", "TextPrompt", "TextPrompt"),
+    ("pagedkit.sampling_params", "RequestOutputKind", None)])
+def test_vllms_module_paths(module, name, same_as):
+    import importlib
+
+    import pagedkit
+
+    got = getattr(importlib.import_module(module), name)
+    if same_as:
+        assert got is getattr(pagedkit, same_as)
+
+
+@pytest.mark.parametrize("kind", ["CUMULATIVE", "DELTA", "FINAL_ONLY"])
+def test_request_output_kind_is_taken_at_cumulative_only(kind):
+    from pagedkit.sampling_params import RequestOutputKind
+
+    value = getattr(RequestOutputKind, kind)
+    assert value.value == ["CUMULATIVE", "DELTA", "FINAL_ONLY"].index(kind)  # vLLM's values
+    if kind == "CUMULATIVE":
+        assert SamplingParams(output_kind=value).max_tokens == 16
+    else:
+        with pytest.raises(TypeError, match="output_kind=<RequestOutputKind"):
+            SamplingParams(output_kind=value)
