@@ -66,6 +66,13 @@ def test_one_trace_mode(capsys, tmp_path):
     (["--scale", "quick", "--manager", "max", "--preemption", "swap"],
      "--manager, --preemption: for one trace's run only"),
     (["--rate", "3"], "--rate: for one trace's run only; give --dataset or --trace too"),
+    *[([*one, *extra], f"{given}: for the paper comparison or the benchmarks only, not with "
+                       "--dataset or --trace")
+      for one in (["--dataset", "alpaca", "--rate", "2"], ["--trace", "{csv}"])
+      for extra, given in ((["--scale", "quick"], "--scale"), (["--scale", "full"], "--scale"),
+                           (["--markdown"], "--markdown"), (["--benchmark"], "--benchmark"),
+                           (["--benchmark-scheduler"], "--benchmark-scheduler"),
+                           (["--scale", "quick", "--markdown"], "--scale, --markdown"))],
 ])
 def test_bad_arguments_are_argparse_errors(argv, message, capsys, tmp_path):
     """A mistake ends in a usage message naming it (exit status 2), not a traceback

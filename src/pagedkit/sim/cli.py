@@ -134,9 +134,22 @@ def _refuse_one_trace_options(parser: argparse.ArgumentParser, args: argparse.Na
                        .format(items=', '.join(given)))
 
 
+def _refuse_comparison_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The converse: an option of the paper comparison or the benchmarks given
+    with --dataset/--trace would be silently ignored by the one-trace run."""
+    given = [f"--{name.replace('_', '-')}" for name in
+             ("scale", "markdown", "benchmark", "benchmark_scheduler")
+             if getattr(args, name) != parser.get_default(name)]
+    if given:
+        parser.error(_("{items}: for the paper comparison or the benchmarks only, not with "
+                       "--dataset or --trace (one trace runs as asked: size it with --requests "
+                       "or --duration)").format(items=', '.join(given)))
+
+
 def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.dataset and args.trace:
         parser.error(_("give --dataset or --trace, not both"))
+    _refuse_comparison_options(parser, args)
     if args.trace:
         if args.duration is not None:
             parser.error(_("--duration draws a synthetic trace (--dataset); with --trace, "
