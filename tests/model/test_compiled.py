@@ -4,7 +4,7 @@ the engine's tokens unchanged under torch.compile.
 Compiling is slow (tens of seconds per graph on a 2-core machine), so one
 compiled engine serves the whole module (`compiled_llm`); the tests that
 need no compiled graph build engines whose compiling is never reached.
-The three that compile are marked ``compile`` (``-m 'not compile'`` skips them).
+The tests that compile are marked ``compile`` (``-m 'not compile'`` skips them).
 """
 
 from __future__ import annotations
@@ -78,6 +78,30 @@ def test_compiled_engine_gives_the_uncompiled_engines_tokens(compiled_llm, mode)
     assert tokens(compiled_llm, greedy()) == tokens(plain, greedy())
     assert tokens(compiled_llm, sampled) == tokens(plain, sampled)
     assert compiled_llm.llm_engine.runner.forward.reason is None
+
+
+@pytest.mark.compile
+def test_chunked_prefill_and_prefix_hits_compiled_give_the_eager_tokens(compiled_llm, mode):
+    """Steps that mix prompt chunks, cached prefixes and decodes (the graphs the
+    module's engine compiled serve this engine too: the same model structure).
+    A prompt chunk that samples nothing leaves the last layer's output unused:
+    the op's effect keeps its K/V store in the graph (without it, the next
+    request reading that cached prefix got other tokens)."""
+    prompts = [list(range(10, 40)), [*range(10, 34), 7, 8], [5, 6, 7]]
+    options = dict(num_blocks=64, block_size=4, enable_chunked_prefill=True,
+                   max_num_batched_tokens=16, enable_prefix_caching=True)
+    mode("on")
+    llm = LLM("tiny", **options)
+    mode("off")
+    plain = LLM("tiny", **options)
+    for engine in (llm, plain):  # the second call hits the first one's cached prefixes
+        engine.generate(prompts[:1], greedy([2]), use_tqdm=False)
+    got, want = ([o.outputs[0].token_ids for o in engine.generate(prompts, greedy(),
+                                                                  use_tqdm=False)]
+                 for engine in (llm, plain))
+    assert got == want
+    assert isinstance(llm.llm_engine.runner.forward, CompiledForward)
+    assert llm.llm_engine.runner.forward.reason is None
 
 
 @pytest.mark.compile

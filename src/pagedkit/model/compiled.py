@@ -16,7 +16,7 @@ machine that made the engine 1.2-1.4x faster once compiled
 seconds (more than a benchmark's whole run serves), so ``auto`` does not
 compile: ``on`` is for an engine that serves long enough to earn it back.
 
-How: the paged attention is one custom op, ``pagedkit::paged_attention``,
+How: the paged attention is one custom op, ``pagedkit::attention_layer``,
 opaque to the compiler (a fake implementation gives its output's shape), so
 the graph does not break at the attention; when it runs, it calls the same
 `attention.paged_attention` an eager step calls, on the step's metadata
@@ -62,7 +62,7 @@ def compile_mode() -> str:
     return mode
 
 
-@torch.library.custom_op("pagedkit::paged_attention", mutates_args=())
+@torch.library.custom_op("pagedkit::attention_layer", mutates_args=())
 def paged_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        module_name: str, layer_idx: int, scaling: float | None,
                        sliding_window: int | None, softcap: float | None,
@@ -72,7 +72,7 @@ def paged_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     and attends. (It writes the cache, which is not among its arguments: the
     graph reads the cache nowhere else, so the compiler need not know.)"""
     if attention._current.get() is None:
-        raise RuntimeError("pagedkit::paged_attention runs inside an engine step only "
+        raise RuntimeError("pagedkit::attention_layer runs inside an engine step only "
                            "(attention.forward_context); call the model itself outside one")
     options = {name: value for name, value in (("sliding_window", sliding_window),
                                                 ("softcap", softcap), ("s_aux", sinks))
@@ -80,6 +80,14 @@ def paged_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     out, _ = attention.paged_attention(_layer(module_name, layer_idx), query, key, value,
                                        None, scaling=scaling, **options)
     return out.contiguous()
+
+
+# The op writes the step's K/V into the cache, which the graph does not see:
+# without an effect it would be dead code wherever its output goes unused (a
+# prompt chunk that samples nothing needs no last layer's output, yet must
+# store its K/V), so the compiler is told it has one, and keeps every call in order.
+torch.library._register_effectful_op(paged_attention_op._opoverload,
+                                     torch._library.effects.EffectType.ORDERED)
 
 
 @paged_attention_op.register_fake
