@@ -378,3 +378,32 @@ def test_request_output_kind_is_taken_at_cumulative_only(kind):
     else:
         with pytest.raises(TypeError, match="output_kind=<RequestOutputKind"):
             SamplingParams(output_kind=value)
+
+
+# F15: more samples (or beams) than max_num_seqs: the message names n and why they must fit
+@pytest.mark.parametrize("cap", [1, 2, 4])
+@pytest.mark.parametrize("count", [2, 3, 5, 8])
+@pytest.mark.parametrize("beams", [False, True])
+def test_more_sequences_than_max_num_seqs_names_n_and_why(cap, count, beams):
+    llm = LLM("tiny", num_blocks=64, max_num_seqs=cap)
+    params = (SamplingParams(n=count, use_beam_search=True, temperature=0, max_tokens=3)
+              if beams else SamplingParams(n=count, max_tokens=3))
+    name = "beam_width" if beams else "n"
+    if count <= cap:
+        assert len(llm.generate(PROMPT, params, use_tqdm=False)[0].outputs) == count
+        return
+    with pytest.raises(ValueError) as info:
+        llm.generate([PROMPT, PROMPT], params)
+    message = str(info.value)
+    assert message.startswith(f"prompts[0]: the {name}={count} "
+                              f"{'beams' if beams else 'samples'} run together as one group")
+    assert f"need {count} sequence slots in the same step, but max_num_seqs is {cap}" in message
+    assert message.endswith(f"lower {name} to {cap}, or build the engine with "
+                            f"max_num_seqs={count} or more")
+    assert not llm.llm_engine.groups
+    # the advice runs
+    fewer = (dataclasses.replace(params, n=cap, beam_width=None) if beams
+             else dataclasses.replace(params, n=cap))
+    assert len(llm.generate(PROMPT, fewer, use_tqdm=False)[0].outputs) == cap
+    bigger = LLM("tiny", num_blocks=64, max_num_seqs=count)
+    assert len(bigger.generate(PROMPT, params, use_tqdm=False)[0].outputs) == count

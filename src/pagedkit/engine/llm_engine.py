@@ -362,11 +362,17 @@ class LLMEngine:
                              f"vocabulary [0, {vocab}); give stop_token_ids below {vocab} "
                              "(this model's token ids)")
         if params.num_sequences > self.scheduler_config.max_num_seqs:
-            cap, name = (self.scheduler_config.max_num_seqs,
-                         "beam_width" if params.use_beam_search else "n")
-            raise ValueError(f"{who} runs {params.num_sequences} sequences but "
-                             f"max_num_seqs is {cap}; lower {name} to {cap}, or build the "
-                             f"engine with max_num_seqs={params.num_sequences} or more")
+            cap, count = self.scheduler_config.max_num_seqs, params.num_sequences
+            name, kind, vllm = (("beam_width", "beams", "LLM.beam_search, vLLM's way, runs "
+                                 "each beam as a request of its own")
+                                if params.use_beam_search else
+                                ("n", "samples", "vLLM runs each sample as a request of its "
+                                 "own, a few at a time"))
+            raise ValueError(f"{who}: the {name}={count} {kind} run together as one group "
+                             f"(sharing the prompt's blocks), so they need {count} sequence "
+                             f"slots in the same step, but max_num_seqs is {cap} ({vllm}); "
+                             f"lower {name} to {cap}, or build the engine with "
+                             f"max_num_seqs={count} or more")
 
     def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
