@@ -11,7 +11,7 @@ Why: on a CPU, transformers' norms, rotary embedding, activations and module
 calls take a quarter of a small model's step (``bench --profile``, "model
 other"), one small tensor op at a time. Inductor fuses them into a few C++
 loops and drops the Python between them; measured on the 2-core development
-machine that made the engine 1.2-1.4x faster once compiled
+machine that made the engine 1.06-1.36x faster once compiled (CPU time)
 (docs/benchmarks.md, "A compiled forward"). But compiling takes 10-90
 seconds (more than a benchmark's whole run serves), so ``auto`` does not
 compile: ``on`` is for an engine that serves long enough to earn it back.
