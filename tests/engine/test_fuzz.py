@@ -101,6 +101,12 @@ def serve(engine_args, requests, aborts=frozenset(), *, note=False):
                  "enable_prefix_caching": True, "enable_chunked_prefill": False,
                  "max_num_batched_tokens": 24, "max_num_seqs": 3},
          requests=[(0, [0], 3, "greedy"), (0, [0], 3, "n2")], aborts=set())
+# Fourth newcomer (F18), on a clone from before the refusal was known here: two
+# samples past 3 shared full blocks need 5 of the 4 blocks, refused up front.
+@example(config={"block_size": 2, "num_blocks": 4, "preemption_mode": "recompute",
+                 "enable_prefix_caching": True, "enable_chunked_prefill": False,
+                 "max_num_batched_tokens": 24, "max_num_seqs": 2},
+         requests=[(0, [0] * 6, 2, "n2")], aborts=set())
 def test_no_request_is_lost_and_greedy_outputs_do_not_depend_on_memory(config, requests, aborts):
     squeezed = serve(config, requests, aborts, note=True)
     assert set(squeezed) == {str(i) for i in range(len(requests))}  # every request accounted for

@@ -218,9 +218,13 @@ def models():
 
 @pytest.mark.parametrize("name", ["tiny", "wide"])
 @pytest.mark.parametrize("num_tokens", [1, 7, 64, 300])
-def test_logits_are_bitwise_equal_on_one_and_two_threads(models, name, num_tokens):
-    """Splitting ops over threads splits rows, not sums, on this CPU build
-    (MKL, OpenMP), so one thread and two compute the same bits."""
+def test_logits_on_one_and_two_threads(models, name, num_tokens):
+    """The tiny model's ops split rows over threads, not sums, so one thread
+    and two compute the same bits. A wider model's need not: MKL splits the
+    inner sum of some products over two threads (on an AVX-512 Xeon, the
+    MLP's down projection, 2048 -> 768, at 128 rows: fourth newcomer, F18),
+    so its logits agree to float32 rounding and its greedy tokens are the
+    same, but not every bit (pagedkit.model.threads says so)."""
     model = models[name]
     ids = torch.randint(0, model.config.vocab_size, (2, num_tokens),
                         generator=torch.Generator().manual_seed(num_tokens))
@@ -228,7 +232,11 @@ def test_logits_are_bitwise_equal_on_one_and_two_threads(models, name, num_token
     for n in (1, 2):
         with threads.intra_op_threads(n), torch.inference_mode():
             out[n] = model(input_ids=ids).logits
-    assert torch.equal(out[1], out[2])
+    if name == "tiny":
+        assert torch.equal(out[1], out[2])
+    else:
+        torch.testing.assert_close(out[1], out[2], rtol=0, atol=1e-5)
+        assert torch.equal(out[1].argmax(-1), out[2].argmax(-1))
 
 
 @pytest.mark.parametrize("n_threads", [1, 2])

@@ -52,13 +52,17 @@ available nothing is measured. The user's
 step, errors included. The state is process-wide (the load is): one
 `ThreadChooser`, `CHOOSER`, which `step_threads` uses.
 
-**Same numbers whatever the count.** A step's thread count now follows
-timing, so it can differ from run to run; its results must not. With the
-MKL build torch ships for x86 they do not: logits are bitwise equal on one
-and two threads (``tests/model/test_threads.py`` checks it for the tiny
-model and a wider one). A BLAS whose sums depend on the thread count (other
-builds, other platforms: not checked here) could round differently;
-``torch.set_num_threads(1)`` pins the count, and nothing is measured then.
+**Numbers and the count.** A step's thread count follows timing, so it
+can differ from run to run. With the MKL build torch ships for x86, the
+tiny model's logits are bitwise equal on one and two threads (MKL splits
+its products by rows). A wider model's are not always: on an AVX-512 Xeon,
+MKL splits the inner sum of a 128-row product 2048 -> 768 (the MLP's down
+projection of a 768-wide model) over two threads, and the logits differ
+in float32's last bits (1.5e-6 at most, on logits up to 2.5; the greedy
+tokens were the same: ``tests/model/test_threads.py``). So on such a
+model a near-tie between two tokens could go either way from run to run,
+as it could between pagedkit and transformers; ``torch.set_num_threads(1)``
+pins the count (nothing is measured then) and with it the bits.
 """
 
 from __future__ import annotations
