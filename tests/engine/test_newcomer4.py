@@ -407,3 +407,37 @@ def test_more_sequences_than_max_num_seqs_names_n_and_why(cap, count, beams):
     assert len(llm.generate(PROMPT, fewer, use_tqdm=False)[0].outputs) == cap
     bigger = LLM("tiny", num_blocks=64, max_num_seqs=count)
     assert len(bigger.generate(PROMPT, params, use_tqdm=False)[0].outputs) == count
+
+
+@pytest.mark.parametrize("budget", [8, 14, 15, 16, 18, 23, 24, 40])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_beam_search_cut_by_the_token_budget_says_so(beams_whole, budget, chunked):
+    """max_num_batched_tokens below a beam's length (without chunked
+    prefill) limits what the engine takes as a prompt, as the cache does."""
+    lengths, whole = beams_whole
+    if budget < max(lengths):  # a prompt itself past the budget: generate refuses it too
+        if not chunked:
+            with pytest.raises(ValueError, match="max_num_batched_tokens"):
+                LLM("tiny", num_blocks=64, max_num_batched_tokens=budget).beam_search(
+                    BEAM_PROMPTS, BeamSearchParams(beam_width=2, max_tokens=BEAM_MAX_TOKENS))
+        return
+    llm = LLM("tiny", num_blocks=64, block_size=4, max_num_batched_tokens=budget,
+              enable_chunked_prefill=chunked)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = llm.beam_search(BEAM_PROMPTS, BeamSearchParams(beam_width=2,
+                                                              max_tokens=BEAM_MAX_TOKENS))
+    said = [str(w.message) for w in caught if "the beams" in str(w.message)]
+    cut = 0
+    for i, (out, prompt_len) in enumerate(zip(outs, lengths, strict=True)):
+        reached = BEAM_MAX_TOKENS if chunked else min(BEAM_MAX_TOKENS, budget + 1 - prompt_len)
+        assert ([s.tokens for s in out.sequences]
+                == [s.tokens for s in whole(2, reached)[i].sequences])
+        if reached < BEAM_MAX_TOKENS:
+            cut += 1
+            assert any(m.startswith(f"prompts[{i}]: the beams") and
+                       f"max_num_batched_tokens={budget} without chunked prefill" in m and
+                       f"max_num_batched_tokens={prompt_len + BEAM_MAX_TOKENS - 1} or more" in m
+                       for m in said)
+    assert len(said) == cut
+    assert all(w.category is UserWarning for w in caught if "the beams" in str(w.message))

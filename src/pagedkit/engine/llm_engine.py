@@ -529,26 +529,42 @@ class LLMEngine:
     def warn_beams_cut(self, who: str, prompt_len: int, reached: int,
                        params: Any) -> None:
         """`LLM.beam_search`'s beams of one prompt ended after `reached` of
-        `params.max_tokens` tokens, at the longest prompt the engine takes:
-        a `KVCacheTooSmallWarning` if the KV cache set that limit (an explicit
-        or the model's max_model_len ends them as it ends any sequence)."""
+        `params.max_tokens` tokens, at the longest prompt the engine takes
+        (`longest_prompt`): a warning naming what set that limit, unless it
+        was max_model_len (the model's or the one asked for), which ends
+        them as it ends any sequence. A KV cache set smaller than the model's
+        context warns with `KVCacheTooSmallWarning`; max_num_batched_tokens
+        without chunked prefill with a plain `UserWarning`."""
         block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
         capacity = num_blocks * block_size
-        if capacity >= self._context_len:
-            return
-        end = min(prompt_len + params.max_tokens, self._context_len)
-        lowered = (f"; max_model_len, left unset, was lowered from the model's "
-                   f"{self._context_len} to it" if self.max_model_len < self._context_len else "")
+        config = self.scheduler_config
+        budget = None if config.enable_chunked_prefill else config.max_num_batched_tokens
+        if min(self._context_len, capacity) - 1 <= (budget or capacity):
+            if capacity >= self._context_len:
+                return  # max_model_len ended them, as generate ends a sequence there
+            end = min(prompt_len + params.max_tokens, self._context_len)
+            lowered = (f"; max_model_len, left unset, was lowered from the model's "
+                       f"{self._context_len} to it"
+                       if self.max_model_len < self._context_len else "")
+            limit = (f"the whole KV cache holds {capacity} tokens (num_blocks={num_blocks} x "
+                     f"block_size={block_size}){lowered}")
+            todo = (f"build the engine with num_blocks={-(-end // block_size)} or more (or a "
+                    "kv_cache_memory that holds them)")
+            category: type[Warning] = KVCacheTooSmallWarning
+        else:
+            end = min(prompt_len + params.max_tokens, self._context_len, capacity)
+            limit = (f"max_num_batched_tokens={budget} without chunked prefill takes prompts "
+                     f"of {budget} tokens at most")
+            todo = (f"build the engine with enable_chunked_prefill=True, or "
+                    f"max_num_batched_tokens={end - 1} or more")
+            category = UserWarning
         warnings.warn(
             f"{who}: the beams (beam_width={params.beam_width}, max_tokens="
             f"{params.max_tokens}) ended with finish_reason='length' after {reached} "
             f"generated token{'s' * (reached != 1)}: each step sends every beam (the prompt's "
-            f"{prompt_len} token{'s' * (prompt_len != 1)} "
-            f"and those generated so far) to the engine as a prompt, and the whole KV cache "
-            f"holds {capacity} tokens (num_blocks={num_blocks} x block_size={block_size})"
-            f"{lowered}. To be served whole: build the engine with num_blocks="
-            f"{-(-end // block_size)} or more (or a kv_cache_memory that holds them), or lower "
-            f"max_tokens to {reached}", KVCacheTooSmallWarning, stacklevel=4)
+            f"{prompt_len} token{'s' * (prompt_len != 1)} and those generated so far) to the "
+            f"engine as a prompt, and {limit}. To be served whole: {todo}, or lower max_tokens "
+            f"to {reached}", category, stacklevel=4)
 
     def blocks_to_serve(self, prompt_len: int, params: SamplingParams,
                         num_sequences: int | None = None) -> int:
