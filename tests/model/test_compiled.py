@@ -150,6 +150,14 @@ def test_without_a_compiler_on_warns_and_runs_uncompiled(mode, monkeypatch):
     assert tokens(llm, greedy()) == tokens(LLM("tiny", num_blocks=64), greedy())
 
 
+def test_a_torch_that_cannot_mark_the_op_effectful_does_not_compile(mode, monkeypatch):
+    monkeypatch.setattr(compiled, "_EFFECT_PROBLEM", "this torch cannot mark the op")
+    mode("on")
+    with pytest.warns(UserWarning, match="this torch cannot mark the op"):
+        runner = LLM("tiny", num_blocks=8).llm_engine.runner
+    assert runner.forward is runner.model
+
+
 def test_a_failed_compile_falls_back_for_good_with_the_reason_kept(mode):
     """The step that failed to compile reruns eagerly, and so does every later one."""
     from torch._inductor.exc import InvalidCxxCompiler

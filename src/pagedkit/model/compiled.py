@@ -86,8 +86,22 @@ def paged_attention_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
 # without an effect it would be dead code wherever its output goes unused (a
 # prompt chunk that samples nothing needs no last layer's output, yet must
 # store its K/V), so the compiler is told it has one, and keeps every call in order.
-torch.library._register_effectful_op(paged_attention_op._opoverload,
-                                     torch._library.effects.EffectType.ORDERED)
+def _register_effect() -> str | None:
+    """Mark the op effectful (ordered); None, or why this torch cannot (then
+    nothing is compiled: `compile_unavailable`)."""
+    try:
+        from torch._library.effects import EffectType
+
+        torch.library._register_effectful_op(paged_attention_op._opoverload,
+                                             EffectType.ORDERED)
+    except (AttributeError, ImportError, TypeError, RuntimeError) as err:
+        return (f"this torch ({torch.__version__}) cannot mark the attention op as writing "
+                f"the KV cache ({type(err).__name__}: {err}), so a compiler could drop "
+                "its stores")[:300]
+    return None
+
+
+_EFFECT_PROBLEM = _register_effect()
 
 
 @paged_attention_op.register_fake
@@ -210,6 +224,8 @@ class CompileReport:
 def compile_unavailable() -> str | None:
     """Why this machine cannot compile a CPU forward, as far as can be told
     without compiling (a C++ compiler inductor finds), or None."""
+    if _EFFECT_PROBLEM:
+        return _EFFECT_PROBLEM
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
 
