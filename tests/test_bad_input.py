@@ -459,7 +459,7 @@ ENGINE_CASES = [
     ("generate(stop token past vocab)", generate(["a"], SamplingParams(stop_token_ids=[10**6])),
      ValueError, "1000000"),
     ("generate(n past max_num_seqs)", generate(["a"], SamplingParams(n=300)), ValueError,
-     "300 sequences"),
+     "n=300 samples"),
     ("generate(logprobs past max_logprobs)", generate(["a"], SamplingParams(logprobs=21)),
      ValueError, "max_logprobs=20 (an engine argument, vLLM's default 20): build the engine "
      "with LLM(..., max_logprobs=21), or ask for fewer"),
