@@ -42,7 +42,7 @@ def stop_reason(seq: Sequence, params: SamplingParams, eos_token_ids: Set[int],
     ``ignore_eos``, or one of ``stop_token_ids``) once ``min_tokens`` are out;
     otherwise ``max_tokens`` or the model's length. Beam search decides
     when a whole search is over itself (`pagedkit.engine.beam_search`)."""
-    generated = len(seq.token_ids) - seq.prompt_len
+    generated = seq.num_output_tokens
     token = seq.token_ids[-1]
     stop_token = token in params.stop_token_ids or (
         not params.ignore_eos and token in eos_token_ids)
@@ -84,10 +84,6 @@ class Sequence:
     def num_output_tokens(self) -> int:
         """Tokens generated so far (`output_token_ids` without the copy)."""
         return len(self.token_ids) - self.prompt_len
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.token_ids)
 
     @property
     def is_finished(self) -> bool:

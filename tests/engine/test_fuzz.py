@@ -95,6 +95,12 @@ def serve(engine_args, requests, aborts=frozenset(), *, note=False):
                  "enable_prefix_caching": False, "enable_chunked_prefill": False,
                  "max_num_batched_tokens": 24, "max_num_seqs": 3},
          requests=[(0, [0], 2, "greedy"), (0, [0] * 19, 2, "n2")], aborts=set())
+# Found by this test: two samples of a prompt whose full blocks leave no block for
+# each to write in are refused by add_request (its rule, not the scheduler's).
+@example(config={"block_size": 1, "num_blocks": 9, "preemption_mode": "recompute",
+                 "enable_prefix_caching": False, "enable_chunked_prefill": False,
+                 "max_num_batched_tokens": 24, "max_num_seqs": 2},
+         requests=[(0, [0], 1, "greedy"), (0, [0] * 8, 2, "n2")], aborts=set())
 # Found by this test (#22): two samples recomputed with prefix caching looked
 # up cached blocks past their prompt, which they do not share.
 @example(config={"block_size": 1, "num_blocks": 5, "preemption_mode": "recompute",

@@ -69,7 +69,8 @@ def test_a_decode_only_step_keeps_every_row_and_gets_the_gathered_logits():
     logits = engine.runner.execute(plan, engine.kv)
     assert keeps == [0]
     # the same step with the row indices (its K/V are written again to the same slots)
-    ids, positions, meta, rows = engine.runner.prepare(plan, engine.kv)
+    ids, positions, meta, rows = runner_module.pack_step(plan, engine.kv, engine.runner.device,
+                                                         engine.runner.kv_caches)
     assert rows.tolist() == list(range(len(plan.scheduled)))
     with torch.inference_mode(), forward_context(meta):
         gathered = forward(input_ids=ids[None], position_ids=positions[None], use_cache=False,

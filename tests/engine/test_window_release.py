@@ -192,9 +192,9 @@ def test_release_bound_is_exact(block_size, window):
         table = kv.table("s")
         for b, block in enumerate(table.blocks):
             assert (block == NULL_BLOCK) == ((b + 1) * block_size <= first_needed)
-        assert kv.num_free_blocks == 40 - len(table.live_blocks)
+        assert kv.allocator.num_free_blocks == 40 - len(table.live_blocks)
         kv.free("s")
-        assert kv.num_free_blocks == 40
+        assert kv.allocator.num_free_blocks == 40
 
 
 def test_release_refuses_bad_input():

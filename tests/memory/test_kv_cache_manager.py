@@ -31,7 +31,7 @@ def test_fork_and_free():
         kv.fork("A", "B")
     kv.free("A")
     kv.free("B")
-    assert kv.num_free_blocks == 4
+    assert kv.allocator.num_free_blocks == 4
     with pytest.raises(KeyError, match="cannot free sequence 'A'"):
         kv.free("A")
 
@@ -44,7 +44,8 @@ def test_swap_round_trip_keeps_sharing_and_tokens():
     assert kv.can_swap_out(["A", "B"])
     out = kv.swap_out(["A", "B"])
     assert len(out) == 3  # the shared first block travels once
-    assert "A" in kv.swapped_tables() and "A" not in kv.tables() and kv.num_free_blocks == 6
+    assert "A" in kv.swapped_tables() and "A" not in kv.tables()
+    assert kv.allocator.num_free_blocks == 6
     assert kv.stats().swapped_blocks == 3
     assert kv.table("A") is kv.swapped_tables()["A"]  # it points into the swap pool now
     with pytest.raises(KeyError, match="swapped out"):
@@ -58,7 +59,7 @@ def test_swap_round_trip_keeps_sharing_and_tokens():
     assert kv.num_tokens("B") == 4 and kv.stats().swapped_blocks == 0
     kv.free("A")
     kv.free("B")
-    assert kv.num_free_blocks == 6 and kv.swap_pool.num_free_blocks == 6
+    assert kv.allocator.num_free_blocks == 6 and kv.swap_pool.num_free_blocks == 6
 
 
 def test_swap_limits():
@@ -153,10 +154,10 @@ def test_blocks_to_append_is_what_appending_takes(num_tokens, owners):
             kv.fork("s0", f"s{i}")
         want = blocks_to_append(num_tokens, 4, list(appends), owners=owners)
         assert kv.blocks_needed_for([(f"s{i}", n) for i, n in enumerate(appends)]) == want
-        free = kv.num_free_blocks
+        free = kv.allocator.num_free_blocks
         for i, n in enumerate(appends):
             assert kv.allocate_slots(f"s{i}", [7] * n) is not None
-        assert free - kv.num_free_blocks == want, appends
+        assert free - kv.allocator.num_free_blocks == want, appends
 
 
 def test_blocks_to_append_refuses_bad_counts():

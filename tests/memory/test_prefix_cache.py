@@ -120,7 +120,8 @@ def test_a_second_copy_is_named_and_survives_the_first(hash_name):
     assert [kv.allocator.block_hash(x) for x in a[:2]] == [kv.allocator.block_hash(x)
                                                           for x in b[:2]]
     kv.free("A")
-    kv.allocate_slots("filler", list(range(100, 100 + 4 * kv.num_free_blocks)))  # evicts A's
+    free = kv.allocator.num_free_blocks
+    kv.allocate_slots("filler", list(range(100, 100 + 4 * free)))  # evicts A's
     assert set(a) <= set(kv.block_ids("filler")) and kv.stats().cached_blocks == 0
     assert kv.cached_prefix("C", tokens) == b[:2]
 

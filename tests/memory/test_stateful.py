@@ -81,7 +81,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         copies = self._evicting_only_without_blanks(
             lambda: self.kv.allocate_slots(seq, prompt[done:], cached))
         if copies is None:
-            assert need > self.kv.num_free_blocks
+            assert need > self.kv.allocator.num_free_blocks
             assert seq not in self.kv
             return seq
         event("prefix cache hit" if cached else "prefix cache miss")
@@ -130,7 +130,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         table = self.kv.table(seq)
         computed = data.draw(st.integers(0, table.num_tokens), label="num_computed_tokens")
         before = set(table.live_blocks)
-        free_before = self.kv.num_free_blocks
+        free_before = self.kv.allocator.num_free_blocks
         released = self.kv.release_outside_window(seq, computed, window)
         bound = max(0, computed - window + 1)
         self.needed_from[seq] = max(self.needed_from[seq], bound)
@@ -141,7 +141,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         assert all(table.blocks[b] == NULL_BLOCK for b in range(bound // bs))
         # a released block no one else holds is back in the pool (cached or free)
         back = sum(self.kv.allocator.is_free(b) for b in released)
-        assert self.kv.num_free_blocks == free_before + back
+        assert self.kv.allocator.num_free_blocks == free_before + back
         if released:
             event("window released blocks")
 
@@ -283,7 +283,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         for seq in list(self.contents):
             self.kv.free(seq)
         # nothing leaks: every block can be handed out again
-        assert self.kv.num_free_blocks == NUM_BLOCKS
+        assert self.kv.allocator.num_free_blocks == NUM_BLOCKS
         assert self.kv.swap_pool.num_free_blocks == NUM_SWAP_BLOCKS
         assert len({self.kv.allocator.allocate() for _ in range(NUM_BLOCKS)}) == NUM_BLOCKS
 

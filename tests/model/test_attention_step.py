@@ -11,6 +11,7 @@ import torch
 
 from pagedkit import LLM, SamplingParams, ops
 from pagedkit.kernels import batched, checks
+from pagedkit.model import runner as runner_module
 
 GREEDY = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
 PROMPTS = ["Once upon a time", "The little dog ran"]
@@ -71,16 +72,15 @@ def test_each_engine_step_checks_and_buckets_its_metadata_once(llm, expected, mo
 
 def record_step_kinds(llm, monkeypatch) -> list[tuple[int, int]]:
     """(num_decodes, num_seqs) of every step the runner packs from now on."""
-    runner = llm.llm_engine.runner
-    prepare = runner.prepare
+    pack_step = runner_module.pack_step
     kinds = []
 
-    def recorded(step, kv):
-        packed = prepare(step, kv)
+    def recorded(*args, **kwargs):
+        packed = pack_step(*args, **kwargs)
         kinds.append((packed[2].num_decodes, packed[2].context_lens.numel()))
         return packed
 
-    monkeypatch.setattr(runner, "prepare", recorded)
+    monkeypatch.setattr(runner_module, "pack_step", recorded)  # the runner's name for it
     return kinds
 
 
@@ -107,18 +107,17 @@ def corrupt_length(meta):
 @pytest.mark.parametrize("at_step", [0, 2])  # the prefill step, a decode step
 def test_bad_metadata_inside_an_engine_step_is_refused_by_name(llm, expected, monkeypatch,
                                                                 corrupt, match, at_step):
-    runner = llm.llm_engine.runner
-    prepare = runner.prepare
+    pack_step = runner_module.pack_step
     steps = []
 
-    def corrupted(step, kv):
-        input_ids, positions, meta, logits = prepare(step, kv)
+    def corrupted(*args, **kwargs):
+        input_ids, positions, meta, logits = pack_step(*args, **kwargs)
         if len(steps) == at_step:
             corrupt(meta)
         steps.append(meta.num_decodes)
         return input_ids, positions, meta, logits
 
-    monkeypatch.setattr(runner, "prepare", corrupted)
+    monkeypatch.setattr(runner_module, "pack_step", corrupted)
     with pytest.raises(ValueError, match=match):
         llm.generate(PROMPTS, GREEDY, use_tqdm=False)
     assert len(steps) == at_step + 1

@@ -1,13 +1,18 @@
-"""`greedy_tokens` (a whole step's greedy picks in one op) is `sample`'s
-greedy rule, row for row, ties included."""
+"""The engine's greedy picks, a whole step's in one argmax
+(`pagedkit.engine.sampling.sample_step`), are `sample`'s greedy rule, row
+for row, ties included."""
 
 import pytest
 import torch
 
 from pagedkit import SamplingParams
-from pagedkit.model.sampler import greedy_tokens, sample
+from pagedkit.model.sampler import sample
 
 GREEDY = SamplingParams(temperature=0)
+
+
+def greedy_tokens(logits):
+    return logits.argmax(-1).tolist()  # what sample_step picks for its greedy rows
 
 
 def row_by_row(logits):

@@ -65,7 +65,7 @@ def test_a_head_that_does_not_fit_holds_back_everyone_behind_it():
     for _ in range(3):
         step(sched)
         assert ids(sched.running) == ["r0"] and ids(sched.waiting) == ["r1", "r2"]
-    assert kv.num_free_blocks == 1  # r0 grew into a third block; r2's one would still fit
+    assert kv.allocator.num_free_blocks == 1  # r0 grew into a third block; r2's one would still fit
 
 
 def test_the_update_writes_progress_and_frees_finished_sequences():
@@ -74,11 +74,11 @@ def test_the_update_writes_progress_and_frees_finished_sequences():
     out, _ = step(sched)
     seq = group.seqs[0]
     assert [s.num_tokens for s in out.scheduled] == [5] and seq.num_computed_tokens == 5
-    assert seq.num_tokens == 6  # the sampled token, to be computed by the next step
+    assert len(seq.token_ids) == 6  # the sampled token, to be computed by the next step
     step(sched)
     _, done = step(sched)
     assert done == [group] and seq.status is SequenceStatus.FINISHED
-    assert seq.finish_reason is FinishReason.LENGTH and kv.num_free_blocks == 16
+    assert seq.finish_reason is FinishReason.LENGTH and kv.allocator.num_free_blocks == 16
     assert not sched.has_unfinished()
 
 
@@ -104,7 +104,7 @@ def test_the_newest_running_group_is_preempted_and_returns_to_its_place(mode):
     while sched.has_unfinished():
         step(sched)
     assert old.is_finished and new.is_finished
-    assert kv.num_free_blocks == 4 and kv.stats().swapped_blocks == 0
+    assert kv.allocator.num_free_blocks == 4 and kv.stats().swapped_blocks == 0
 
 
 def test_nobody_is_admitted_while_a_group_is_swapped_out():
@@ -146,4 +146,4 @@ def test_a_group_alone_that_outgrows_the_whole_pool_is_ended_with_the_reason():
         out, _ = step(sched)
         ended += out.ended
     assert ended == [group]
-    assert group.seqs[0].finish_reason is FinishReason.LENGTH and kv.num_free_blocks == 2
+    assert group.seqs[0].finish_reason is FinishReason.LENGTH and kv.allocator.num_free_blocks == 2

@@ -146,8 +146,9 @@ def test_the_reader_mirrors_the_allocator_after_every_step(seed):
 
 def test_blocks_named_by_a_later_step_are_published_then():
     """A recomputation allocates ahead of the steps that compute it
-    (``name=False``); its blocks are published when `cache_blocks` names
-    them, and a block reused before that is never published."""
+    (``computed=0``); its blocks are published when a later step's
+    `allocate_slots` names them, and a block reused before that is never
+    published."""
     kv = manager(num_blocks=12, block_size=4)
     pub = WirePublisher(kv, int_hashes=False)
     cache = CachedBlocks()
@@ -157,14 +158,14 @@ def test_blocks_named_by_a_later_step_are_published_then():
         pub.flush()
         return {h: (b.token_ids, b.copies) for h, b in cache.blocks.items()}
 
-    kv.allocate_slots("a", list(range(10)), name=False)
+    kv.allocate_slots("a", list(range(10)), computed=0)
     assert state() == named_blocks(kv) == {}
-    kv.cache_blocks("a", 6)  # the first step computed 6 tokens: one full block
+    kv.allocate_slots("a", [], computed=6)  # the first step computed 6 tokens: one full block
     assert len(state()) == 1 and state() == named_blocks(kv)
-    kv.cache_blocks("a", 10)
+    kv.allocate_slots("a", [], computed=10)
     kv.allocate_slots("a", [1, 2])  # after the gap is computed, appends name at once
     assert len(state()) == 3 and state() == named_blocks(kv)
-    kv.allocate_slots("b", list(range(50, 58)), name=False)
+    kv.allocate_slots("b", list(range(50, 58)), computed=0)
     kv.free_uncomputed([("b", 0)])  # never computed: freed unnamed
     kv.allocate_slots("c", list(range(70, 82)))  # reuses b's blocks, named as c's
     assert state() == named_blocks(kv) and len(state()) == 6

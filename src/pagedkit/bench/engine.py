@@ -495,7 +495,8 @@ def profile_pagedkit(model, work: Workload, block_size: int) -> dict:
 
     wrap(engine, "step", "step")
     wrap(engine.scheduler, "schedule", "scheduling")
-    wrap(engine.runner, "prepare", "packing")
+    from ..model import runner
+    wrap(runner, "pack_step", "packing")  # the runner calls it by this name
     wrap(engine.runner.model, "forward", "forward")
     from ..engine import llm_engine
     wrap(llm_engine, "sample_step", "sampling")  # the engine's step calls it by this name

@@ -624,7 +624,7 @@ class LLMEngine:
         its prompt tokens served by the prefix cache, as of now."""
         metrics = dataclasses.replace(
             group.metrics, num_preemptions=group.num_preemptions,
-            num_generation_tokens=sum(len(s.token_ids) - s.prompt_len for s in group.seqs))
+            num_generation_tokens=sum(s.num_output_tokens for s in group.seqs))
         return metrics, group.num_cached_tokens
 
     def _output_of(self, group: SequenceGroup, seqs: list[tuple[Sequence, int, Any]], *,

@@ -2,7 +2,7 @@
 
 Every group that computed its last tokens this step samples all its live
 sequences together (the scheduler schedules a group whole). Greedy rows are
-picked by one argmax over the whole step's logits (`greedy_tokens`); the
+picked by one argmax over the whole step's logits; the
 others are drawn row by row, a seeded request from its own generator, so its
 tokens do not depend on its batch. The first token of a request with n > 1
 forks it into n samples; beam search ranks all its beams at once
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..model.sampler import greedy_tokens, sample
+from ..model.sampler import sample
 from ..sampling_params import SamplingParams
 from ..scheduler import Sampled
 from ..sequence import FinishReason, Sequence, SequenceGroup, stop_reason
@@ -79,7 +79,8 @@ def sample_step(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
     try:
         raw = logits  # what logprobs report (vLLM's raw_logprobs)
         logits = adjust_logits(rows, logits, rule)
-        greedy = (greedy_tokens(logits)
+        # every greedy pick of the step in one op (a tie picks the lowest id, as `sample` does)
+        greedy = (logits.argmax(-1).tolist()
                   if any(g.params.greedy and not g.params.use_beam_search for g, _ in rows) else [])
         sampled = Sampled()
         now = time.monotonic()
@@ -159,7 +160,7 @@ def penalize(logits: torch.Tensor, seq: Sequence, params: SamplingParams) -> tor
         penalty = torch.tensor(params.repetition_penalty, dtype=logits.dtype)
         scale = torch.where(logits > 0, 1.0 / penalty, penalty)
         logits = torch.where(seen.to(logits.device), logits * scale, logits)
-    output = seq.token_ids[seq.prompt_len:]
+    output = seq.output_token_ids
     if output and (params.frequency_penalty or params.presence_penalty):
         counts = torch.bincount(torch.tensor(output), minlength=vocab).to(logits)
         logits -= params.frequency_penalty * counts
@@ -279,7 +280,7 @@ def stop_string(seq: Sequence, params: SamplingParams, tokenizer: Any) -> Finish
     `stop_reason` is the string. The text so far is kept on the sequence,
     so each step decodes only once."""
     before = seq.decoded
-    text = output_text(tokenizer, seq.token_ids[seq.prompt_len:], params)
+    text = output_text(tokenizer, seq.output_token_ids, params)
     seq.decoded = text
     if seq.num_output_tokens <= params.min_tokens:
         return None

@@ -520,11 +520,12 @@ def _probe_cow_out_of_blocks(plug: _Plug, kv, seq, table: list[int]) -> None:
 
 
 def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
-    def allocate_slots(seq, token_ids, cached_blocks=(), *, name=True):
+    def allocate_slots(seq, token_ids, cached_blocks=(), *, computed=None):
         table = kv.tables().get(seq)
         if seq in kv.swapped_tables() or (table is not None and cached_blocks) \
                 or not token_ids or (table is not None and table.num_released):
-            return original(seq, token_ids, cached_blocks, name=name)  # errors, sliding windows
+            # errors, sliding windows
+            return original(seq, token_ids, cached_blocks, computed=computed)
         pool, size = kv.allocator, kv.block_size
         blocks = list(table.blocks) if table is not None else list(cached_blocks)
         num_tokens = table.num_tokens if table is not None else len(cached_blocks) * size
@@ -536,7 +537,7 @@ def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
             blocks, taken = _learner_cow(plug, kv, seq, blocks)
             plug.took.setdefault(seq, {}).update(dict.fromkeys(taken, "copy_on_write"))
         elif shared:
-            return original(seq, token_ids, cached_blocks, name=name)  # pagedkit's own copy
+            return original(seq, token_ids, cached_blocks, computed=computed)  # pagedkit's own copy
         if plug.pieces.append_slots:
             free = [b for b in _free_list(pool) if b not in taken and b not in cached_blocks]
             needed = -(-(num_tokens + len(token_ids)) // size) - len(blocks)
@@ -547,7 +548,7 @@ def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
             taken += appended
             blocks = blocks + appended
         _steer(pool, taken)
-        copies = original(seq, token_ids, cached_blocks, name=name)
+        copies = original(seq, token_ids, cached_blocks, computed=computed)
         got = kv.tables()[seq].blocks
         if plug.pieces.append_slots and got != blocks:  # a fault of this module, not yours
             raise AssertionError(f"track: sequence {seq}'s table is {got}, not {blocks}")
@@ -615,7 +616,7 @@ def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
         if not queue:
             return original(out, budget)  # beyond lab 05's model: pagedkit admits
         kv = scheduler.kv
-        free = kv.num_free_blocks
+        free = kv.allocator.num_free_blocks
         admitted = _call("admit", plug.pieces.admit, list(waiting), budget.tokens_left,
                          budget.seqs_left, free, kv.block_size,
                          scheduler.config.enable_chunked_prefill)
@@ -656,11 +657,11 @@ def _admit_one(scheduler, by_id: dict, item: Any, out, budget) -> None:
                                     .format(rid=rid, take=take, allows=allows,
                                             tokens_left=budget.tokens_left,
                                             seqs_left=budget.seqs_left)))
-    if plan.blocks > kv.num_free_blocks:
+    if plan.blocks > kv.allocator.num_free_blocks:
         raise TrackError("admit", (_("admitted {rid!r} ({take} tokens, {blocks} blocks) with "
                                     "{num_free_blocks} blocks free")
                                     .format(rid=rid, take=take, blocks=plan.blocks,
-                                            num_free_blocks=kv.num_free_blocks)))
+                                            num_free_blocks=kv.allocator.num_free_blocks)))
     scheduler.waiting.remove(group)
     scheduler._admit(plan, out, budget)
 
@@ -689,14 +690,15 @@ def _schedule_running(scheduler, plug: _Plug) -> Callable:
             served.take(sum(p.num_tokens for p in plan.seqs) if plan else 0, seats)
             running.append((g.request_id, plan.blocks if plan else 0, _held(scheduler.kv, g)))
         try:
-            victims = plug.pieces.choose_victims(list(running), scheduler.kv.num_free_blocks)
+            victims = plug.pieces.choose_victims(list(running),
+                                                 scheduler.kv.allocator.num_free_blocks)
         except NotImplementedError as err:
             raise TrackError("choose_victims", _("not written yet: write it (and check it) "
                                                  "first")) from err
         except ValueError as err:  # "does not fit even alone": pagedkit ends that request,
             from .lab06 import _victims_walk  # if lab 06's rule says so too
 
-            free = scheduler.kv.num_free_blocks
+            free = scheduler.kv.allocator.num_free_blocks
             try:
                 _victims_walk(list(running), free)
             except ValueError:
@@ -740,7 +742,7 @@ def _run_with_victims(scheduler, queue, victims, out, budget, running) -> None:
             budget.take(0, len(group.unfinished_seqs()))
             scheduler.running.append(group)
             continue
-        while plan.blocks > scheduler.kv.num_free_blocks:
+        while plan.blocks > scheduler.kv.allocator.num_free_blocks:
             newer = [g for g in queue if g.request_id in left]
             if not newer:
                 raise TrackError("choose_victims", (_("chose {victims} from {running} with "
@@ -749,7 +751,7 @@ def _run_with_victims(scheduler, queue, victims, out, budget, running) -> None:
                                                      "they are gone: preempt until the request "
                                                      "being served fits")
                                                      .format(victims=victims, running=running,
-                                                             num_free_blocks=scheduler.kv.num_free_blocks,
+                                                             num_free_blocks=scheduler.kv.allocator.num_free_blocks,
                                                              request_id=group.request_id)))
             victim = next(g for v in left for g in newer if g.request_id == v)  # yours first
             queue.remove(victim)

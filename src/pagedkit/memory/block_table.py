@@ -119,11 +119,6 @@ class BlockTable:
             slots.append(self.blocks[block] * self.block_size + offset)
         return slots
 
-    @property
-    def num_free_slots(self) -> int:
-        """Empty slots at the end of the last block (the only waste of paging)."""
-        return len(self.blocks) * self.block_size - self.num_tokens
-
     def blocks_needed(self, num_new_tokens: int) -> int:
         """Fresh blocks that appending `num_new_tokens` would take from the pool:
         the blocks the tokens reach past the table's end, plus one copy if they
@@ -131,26 +126,30 @@ class BlockTable:
         (copy-on-write; a released entry is never written)."""
         total = -(-(self.num_tokens + num_new_tokens) // self.block_size)
         last = self.blocks[-1] if self.blocks else NULL_BLOCK
-        copy = (num_new_tokens > 0 and self.num_free_slots > 0 and last != NULL_BLOCK
-                and self.allocator.ref_count(last) > 1)
+        copy = (num_new_tokens > 0 and self.num_tokens % self.block_size > 0
+                and last != NULL_BLOCK and self.allocator.ref_count(last) > 1)
         return total - len(self.blocks) + copy
 
     # ------------------------------------------------------------------ writing
-    def append(self, token_ids: Sequence[int], *, name: bool = True) -> list[tuple[int, int]]:
+    def append(self, token_ids: Sequence[int], *, computed: int | None = None
+               ) -> list[tuple[int, int]]:
         """Give `token_ids` slots at the end of the sequence, all or nothing.
 
         Returns the ``(src, dst)`` block copies that must happen before the new
         K/V are written (copy-on-write of a shared last block). Raises
         `OutOfBlocksError` without changing anything if the pool is too small.
+        With prefix caching, the full blocks among the first `computed` tokens
+        are named (`name_blocks`); by default all of them, unless earlier
+        tokens still wait to be computed.
         """
-        copies = self.try_append(token_ids, name=name)
+        copies = self.try_append(token_ids, computed=computed)
         if copies is None:
             raise OutOfBlocksError(
                 f"sequence {self.seq!r} needs {self.blocks_needed(len(token_ids))} more blocks "
                 f"for {len(token_ids)} tokens but only {self.allocator.num_free_blocks} are free")
         return copies
 
-    def try_append(self, token_ids: Sequence[int], *, name: bool = True
+    def try_append(self, token_ids: Sequence[int], *, computed: int | None = None
                    ) -> list[tuple[int, int]] | None:
         """`append`, but returns ``None`` (having changed nothing) when the pool is too small."""
         if self._freed:
@@ -161,28 +160,24 @@ class BlockTable:
         pool, blocks, size = self.allocator, self.blocks, self.block_size
         if self.blocks_needed(end) > pool.num_free_blocks:
             return None
+        if computed is None:  # these tokens are computed with the earlier ones, if those are
+            computed = self.num_tokens + end if self._computed == self.num_tokens else 0
         copies: list[tuple[int, int]] = []
-        caching = pool.enable_prefix_caching
-        name = name and self._computed == self.num_tokens  # no uncomputed gap before
         pos = 0
         while pos < end:  # one pass per block the tokens reach
-            free = self.num_free_slots
-            if free == 0:
+            offset = self.num_tokens % size  # where the next token goes in its block
+            if offset == 0:  # the last block is full (or there is none): a fresh one
                 blocks.append(pool.allocate(self.seq))
-                free = size
-            else:
-                new, copy = pool.copy_on_write(blocks[-1], self.seq)
-                if copy is not None:
-                    blocks[-1] = new
-                    copies.append(copy)
-            take = min(free, end - pos)
+            elif pool.ref_count(blocks[-1]) > 1:  # others still read it: copy it first
+                blocks[-1], copy = pool.copy_on_write(blocks[-1], self.seq)
+                copies.append(copy)
+            take = min(size - offset, end - pos)
             pool.append_tokens(blocks[-1], take, self.seq)
             self.num_tokens += take
-            if caching:
-                self._unnamed += token_ids[pos:pos + take]
-                if name:  # a block that just filled is named right after its APPEND
-                    self.name_blocks(self.num_tokens)
             pos += take
+        if pool.enable_prefix_caching:
+            self._unnamed += token_ids
+            self.name_blocks(computed)
         return copies
 
     def name_blocks(self, num_tokens: int) -> None:
@@ -190,8 +185,9 @@ class BlockTable:
         current step: name, and offer to the prefix cache, every full block
         among them (vLLM's ``cache_blocks``). A name promises that a block's
         K/V are there, so tokens appended ahead of the steps that compute them
-        (``append(..., name=False)``: a recomputation spread over steps) wait
-        for this call; `append` names at once what it appends after them."""
+        (``append(..., computed=k)``: a recomputation spread over steps) are
+        named as those steps append: `KVCacheManager.allocate_slots` with the
+        tokens a step computes, or none, names up to them."""
         pool, size = self.allocator, self.block_size
         if not pool.enable_prefix_caching:
             return

@@ -54,10 +54,6 @@ class KVCacheManager:
     def block_size(self) -> int:
         return self.allocator.block_size
 
-    @property
-    def num_free_blocks(self) -> int:
-        return self.allocator.num_free_blocks
-
     def __contains__(self, seq: Hashable) -> bool:
         return seq in self._tables or seq in self._swapped
 
@@ -150,7 +146,7 @@ class KVCacheManager:
         tails: dict[tuple[int, int], BlockTable] = {}
         for seq, n in appends:
             table = self.table(seq)
-            if n > 0 and table.num_free_slots:  # writes into its partly filled last block
+            if n > 0 and table.num_tokens % self.block_size:  # into a partly filled last block
                 key = (id(table.allocator), table.blocks[-1])
                 writers.setdefault(key, []).append(n)
                 tails[key] = table
@@ -181,13 +177,19 @@ class KVCacheManager:
         return needed + reserve <= self.allocator.num_free_blocks
 
     def allocate_slots(self, seq: Hashable, token_ids: Sequence[int],
-                       cached_blocks: Sequence[int] = (), *, name: bool = True
+                       cached_blocks: Sequence[int] = (), *, computed: int | None = None
                        ) -> list[BlockCopy] | None:
         """Give `token_ids` slots at the end of `seq` (creating its table if new,
         starting from `cached_blocks` if given). Returns the copy-on-write copies
         to perform, or ``None`` — with nothing changed — if the pool is too small.
-        Full blocks are named for the prefix cache at once, unless `name` is
-        False (tokens a later step computes: `cache_blocks` names them then).
+
+        With prefix caching, full blocks are named as they are appended
+        (`BlockTable.name_blocks`): those within the sequence's first
+        `computed` tokens, the tokens computed by the end of the current step;
+        by default all of them. Tokens appended ahead of the steps that
+        compute them (a recomputation spread over steps) give a smaller
+        `computed`, and each later step names up to its own tokens (an
+        empty `token_ids` appends nothing and names).
         """
         if seq in self._swapped:
             raise BlockStateError(f"sequence {seq!r} is swapped out; swap it in before appending")
@@ -196,7 +198,7 @@ class KVCacheManager:
             if cached_blocks:
                 raise BlockStateError(
                     f"sequence {seq!r} already exists; cached blocks can only start a sequence")
-            return table.try_append(token_ids, name=name)  # all or nothing
+            return table.try_append(token_ids, computed=computed)  # all or nothing
         if cached_blocks:  # an error whether or not the tokens would fit
             self._check_cached(seq, cached_blocks)
         if not self.can_allocate(seq, len(token_ids), cached_blocks):
@@ -204,7 +206,7 @@ class KVCacheManager:
         table = BlockTable(self.allocator, seq)
         table.adopt_cached(cached_blocks)  # checks them all before taking any
         try:
-            copies = table.append(token_ids, name=name)
+            copies = table.append(token_ids, computed=computed)
         except BaseException:  # bad token ids: the new sequence never existed
             table.free()
             raise
@@ -219,11 +221,6 @@ class KVCacheManager:
         if stray:
             raise BlockStateError(f"cached blocks {stray} for sequence {seq!r} are not in the "
                                   "prefix cache (take them from cached_prefix)")
-
-    def cache_blocks(self, seq: Hashable, num_tokens: int) -> None:
-        """Name `seq`'s full blocks within its first `num_tokens` tokens (those
-        the current step computes): `BlockTable.name_blocks`."""
-        self.gpu_table(seq).name_blocks(num_tokens)
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
         """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""

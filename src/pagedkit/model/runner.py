@@ -13,7 +13,6 @@ machine ran 13x slower than on one, and ~15% faster on a quiet one).
 
 from __future__ import annotations
 
-import array
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -117,7 +116,8 @@ class ModelRunner:
                 ops.copy_blocks(v_cache, pairs, check=check)
         if not step.scheduled:
             return None
-        input_ids, positions, meta, logits_indices = self.prepare(step, kv)
+        input_ids, positions, meta, logits_indices = pack_step(
+            step, kv, self.device, self.kv_caches, check=self.device.type != "cuda")
         # On CPU, the thread count measured fastest for steps of this size (threads.py)
         num_tokens = input_ids.numel()
         macs = self._step_macs.get(num_tokens)
@@ -130,11 +130,6 @@ class ModelRunner:
                              use_cache=False, logits_to_keep=keep)
         logits = out.logits[0]
         return logits if logits.dtype == torch.float32 else logits.float()
-
-    def prepare(self, step: ScheduledStep, kv: KVCacheManager):
-        """`pack_step` on this runner's device and caches."""
-        return pack_step(step, kv, self.device, self.kv_caches,
-                         check=self.device.type != "cuda")
 
     def _swap(self, copies: list[BlockCopy], src_caches, dst_caches) -> None:
         """Copy whole blocks between the GPU cache and the CPU swap space."""
@@ -187,26 +182,15 @@ def pack_step(step: ScheduledStep, kv: KVCacheManager, device: torch.device | st
         if len(t) < width:
             padded += [0] * (width - len(t))
 
+    long, int32 = dict(dtype=torch.long, device=device), dict(dtype=torch.int32, device=device)
     meta = AttentionMetadata(
-        slot_mapping=_tensor(slots, device),
-        block_tables=_tensor(padded, device, torch.int32).view(len(tables), width),
-        context_lens=_tensor(context_lens, device, torch.int32),
-        cu_seqlens_q=_tensor(cu_seqlens, device, torch.int32),
+        slot_mapping=torch.tensor(slots, **long),
+        block_tables=torch.tensor(padded, **int32).view(len(tables), width),
+        context_lens=torch.tensor(context_lens, **int32),
+        cu_seqlens_q=torch.tensor(cu_seqlens, **int32),
         num_decodes=num_decodes,
         kv_caches=kv_caches if kv_caches is not None else [],
         check=check,
     )
-    return _tensor(ids, device), _tensor(positions, device), meta, \
-        _tensor(logits_indices, device)
-
-
-def _tensor(values: list[int], device: torch.device | str,
-            dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """Host ints as a tensor on `device`. ``torch.tensor(list)`` converts them
-    one by one (~0.3 us each on a CPU here: most of a step's packing); an
-    array of C ints is handed over in one piece (a value that does not fit
-    `dtype` raises OverflowError, as it does in torch.tensor)."""
-    if not values:
-        return torch.empty(0, dtype=dtype, device=device)
-    typecode = "q" if dtype == torch.long else "i"
-    return torch.frombuffer(array.array(typecode, values), dtype=dtype).to(device)
+    return (torch.tensor(ids, **long), torch.tensor(positions, **long), meta,
+            torch.tensor(logits_indices, **long))

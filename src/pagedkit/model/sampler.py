@@ -4,7 +4,8 @@ Each request may carry its own seed; its draws then come from its own
 `torch.Generator`, so a seeded request samples the same tokens whatever else
 shares its batch, and whether or not it was preempted and recomputed.
 Greedy picks need no generator, so the engine takes them for a whole step at
-once (`greedy_tokens`): one op instead of one per sequence.
+once (one argmax in `pagedkit.engine.sampling.sample_step`) instead of one
+per sequence.
 """
 
 from __future__ import annotations
@@ -32,13 +33,6 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         logits = logits.clone()
         logits[order[drop]] = float("-inf")
     return logits
-
-
-def greedy_tokens(logits: torch.Tensor) -> list[int]:
-    """The argmax of every row of a step's ``[rows, vocab]`` logits: what
-    `sample` picks for a greedy row, for all rows in one op (on a tie, both
-    take the lowest token id)."""
-    return logits.argmax(-1).tolist()
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, num_samples: int = 1,

@@ -140,12 +140,14 @@ class Plan:
     """A group's step: each sequence's tokens, and the fresh blocks they take
     (counted once, when the plan is made). An admission lists every sequence
     (one may compute nothing yet) and names the prefix-cache blocks its first
-    sequence starts from."""
+    sequence starts from; a group re-admitted with several sequences gives
+    every token its slot `ahead` of the steps that compute them."""
 
     group: SequenceGroup
     seqs: list[ScheduledSeq]
     blocks: int
     cached: list[int] = field(default_factory=list)
+    ahead: bool = False
 
 
 class Scheduler:
@@ -218,8 +220,6 @@ class Scheduler:
             self._schedule_swapped(out, budget)
         if self.waiting and may_admit_waiting(bool(out.preempted), bool(self.swapped)):
             self._schedule_waiting(out, budget)
-        for s in out.scheduled:  # a block is named once the step computing it is planned
-            self.kv.cache_blocks(s.seq.seq_id, s.start + s.num_tokens)
         # decodes first (stable): the model runner sends them through the decode kernel
         out.scheduled.sort(key=lambda s: s.num_tokens != 1)
         return out
@@ -233,7 +233,7 @@ class Scheduler:
             group = queue.popleft()
             plan = self._plan(group, budget)
             if plan is None:  # no budget left for it: still running, next step
-                budget.take(0, len(group.unfinished_seqs()))
+                budget.seqs_left -= len(group.unfinished_seqs())
                 self.running.append(group)
                 continue
             # (a preempted group frees only blocks of its own: groups share only
@@ -307,7 +307,7 @@ class Scheduler:
         sampling, so a step that raised left every sequence with its last
         token still to compute.)"""
         seqs = group.unfinished_seqs()
-        if not budget.fits_seats(len(seqs)):
+        if len(seqs) > budget.seqs_left or budget.tokens_left <= 0:  # seats and tokens left?
             return None
         for seq in seqs:
             if seq.num_computed_tokens == len(seq.token_ids):  # update() leaves the sampled token
@@ -333,8 +333,10 @@ class Scheduler:
         for each, before anyone computed it). All its blocks are taken at
         once, counted by `KVCacheManager.blocks_to_admit`."""
         seqs = group.unfinished_seqs()
-        # seats for every sequence the request will fork into (n samples, beams)
-        if not budget.fits_seats(max(group.params.num_sequences, len(seqs))):
+        # seats for every sequence the request will fork into (n samples, beams), and
+        # tokens left (a group may overrun the budget alone), before the cache lookup
+        seats = max(group.params.num_sequences, len(seqs))
+        if seats > budget.seqs_left or budget.tokens_left <= 0:
             return None
         first = seqs[0]
         # a group of several shares only its prompt: its cached blocks lie within it
@@ -354,8 +356,8 @@ class Scheduler:
             blocks = self.kv.blocks_needed(first.seq_id, takes[0], cached)
         else:
             blocks = self.kv.blocks_to_admit(first.seq_id, prompt_len - starts[0], cached,
-                                             [len(s.token_ids) - prompt_len for s in seqs])
-        return Plan(group, scheduled, blocks, cached)
+                                             [s.num_output_tokens for s in seqs])
+        return Plan(group, scheduled, blocks, cached, ahead=len(seqs) > 1)
 
     def _split(self, seqs: list[Sequence], starts: list[int], budget: _Budget) -> list[int] | None:
         """How many tokens each sequence of a group computes this step, or
@@ -382,39 +384,39 @@ class Scheduler:
 
     # ------------------------------------------------------------- mechanics
     def _allocate(self, plan: Plan, out: SchedulerOutput, budget: _Budget) -> None:
-        """Give a counted plan's tokens their slots: a refusal is a broken count."""
+        """Give a counted plan's tokens their slots (every token's, for a plan
+        `ahead`), naming the full blocks the step computes."""
         for p in plan.seqs:
+            end = p.start + p.num_tokens
             held = self.kv.table(p.seq.seq_id).num_tokens  # a failed step may have left slots
-            self._must(plan, self.kv.allocate_slots(
-                p.seq.seq_id, p.seq.token_ids[held:p.start + p.num_tokens]), out)
-            out.scheduled.append(p)
-        budget.take(sum(p.num_tokens for p in plan.seqs), len(plan.group.unfinished_seqs()))
-
-    def _admit(self, plan: Plan, out: SchedulerOutput, budget: _Budget) -> None:
-        """Allocate a waiting group's first step, sharing its prompt (see
-        `_plan_admission`), and start running it."""
-        group = plan.group
-        seqs = group.unfinished_seqs()
-        first, head = seqs[0], plan.seqs[0]
-        if len(seqs) == 1:
-            self._must(plan, self.kv.allocate_slots(
-                first.seq_id, first.token_ids[head.start:head.start + head.num_tokens],
-                plan.cached), out)
-        else:  # the prompt once, then every sequence's own tokens after it
-            # allocated ahead of the steps that compute it: named as they do
-            self._must(plan, self.kv.allocate_slots(
-                first.seq_id, first.token_ids[head.start:first.prompt_len], plan.cached,
-                name=False), out)
-            for seq in seqs[1:]:
-                self.kv.fork(first.seq_id, seq.seq_id)
-            for seq in seqs:
-                self._must(plan, self.kv.allocate_slots(
-                    seq.seq_id, seq.token_ids[first.prompt_len:], name=False), out)
-        for p in plan.seqs:
-            p.seq.num_computed_tokens = p.start
+            upto = len(p.seq.token_ids) if plan.ahead else end
+            copies = self.kv.allocate_slots(p.seq.seq_id, p.seq.token_ids[held:upto],
+                                            computed=end if p.num_tokens else 0)
+            if copies is None:
+                raise self._refused(plan)
+            out.block_copies += copies
             if p.num_tokens:
                 out.scheduled.append(p)
-            budget.take(p.num_tokens, 1)
+        budget.tokens_left -= sum(p.num_tokens for p in plan.seqs)
+        budget.seqs_left -= len(plan.group.unfinished_seqs())  # a chunk may leave some out
+
+    def _admit(self, plan: Plan, out: SchedulerOutput, budget: _Budget) -> None:
+        """Start a waiting group from its prefix-cache hits; with several
+        sequences, its prompt is allocated once and forked (see
+        `_plan_admission`). Then its first step is allocated and it runs."""
+        group, head = plan.group, plan.seqs[0]
+        first = head.seq
+        shared_end = first.prompt_len if len(plan.seqs) > 1 else head.start
+        copies = self.kv.allocate_slots(first.seq_id, first.token_ids[head.start:shared_end],
+                                        plan.cached, computed=0)  # named as steps compute it
+        if copies is None:
+            raise self._refused(plan)
+        out.block_copies += copies
+        for p in plan.seqs:
+            if p is not head:
+                self.kv.fork(first.seq_id, p.seq.seq_id)
+            p.seq.num_computed_tokens = p.start
+        self._allocate(plan, out, budget)
         if group.metrics.first_scheduled_time is None:
             group.metrics.first_scheduled_time = time.monotonic()
             group.num_cached_tokens = head.start
@@ -422,14 +424,14 @@ class Scheduler:
         _insert_by_arrival(self.running, group)
         out.admitted.append(group)
         if self.events:
-            for seq in seqs:
-                self.events.emit(Admit(seq.seq_id, group.request_id))
+            for p in plan.seqs:
+                self.events.emit(Admit(p.seq.seq_id, group.request_id))
 
-    def _must(self, plan: Plan, copies: list[BlockCopy] | None, out: SchedulerOutput) -> None:
-        if copies is None:
-            raise RuntimeError(f"scheduler counted {plan.blocks} blocks for request "
-                               f"{plan.group.request_id} but the pool refused them")
-        out.block_copies += copies
+    @staticmethod
+    def _refused(plan: Plan) -> RuntimeError:
+        """The error of a counted plan the pool refused: a broken count."""
+        return RuntimeError(f"scheduler counted {plan.blocks} blocks for request "
+                            f"{plan.group.request_id} but the pool refused them")
 
     def _preempt(self, group: SequenceGroup, out: SchedulerOutput) -> None:
         """Evict a whole group (paper §4.5: all-or-nothing, its blocks are shared)."""
@@ -515,7 +517,7 @@ class Scheduler:
             s.seq.num_computed_tokens = s.start + s.num_tokens
         for group, parent, child in sampled.forks:
             self.kv.fork(parent.seq_id, child.seq_id)
-            child.num_computed_tokens = child.num_tokens - 1
+            child.num_computed_tokens = len(child.token_ids) - 1
             if self.events:
                 self.events.emit(Admit(child.seq_id, group.request_id))
         for group, seq in sampled.dropped:
@@ -524,8 +526,8 @@ class Scheduler:
             self._finish_seq(group, seq, reason)
         if self.release_window is not None:
             self._release_outside_window(out.scheduled)
-        done = [g for g in self.running if g.is_finished]
-        self.running = [g for g in self.running if not g.is_finished]
+        done = [g for g in self.running if not g.unfinished_seqs()]
+        self.running = [g for g in self.running if g.unfinished_seqs()]
         for group in done:
             self._requests.pop(group.request_id, None)
         if self.events:  # the queues ride along: requests never admitted make no event
@@ -565,10 +567,3 @@ class _Budget:
     def untouched(self) -> bool:
         """Nothing has been scheduled yet: a group may exceed the budget alone."""
         return self.tokens_left == self.max_tokens
-
-    def fits_seats(self, seqs: int) -> bool:
-        return seqs <= self.seqs_left and self.tokens_left > 0
-
-    def take(self, tokens: int, seqs: int) -> None:
-        self.tokens_left -= tokens
-        self.seqs_left -= seqs

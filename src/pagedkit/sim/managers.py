@@ -327,7 +327,7 @@ class PagedMemory(Memory):
         new_tokens = tokens[len(cached) * self.block_size:]
         need = kv.blocks_to_admit(parent, len(new_tokens), cached,
                                   [s.generated for s in group.seqs])
-        if need + watermark > kv.num_free_blocks:
+        if need + watermark > kv.allocator.num_free_blocks:
             if not caching:  # with the prefix cache, blocks filled since may be hits
                 self.blocked = group
             return None
@@ -344,15 +344,17 @@ class PagedMemory(Memory):
         return self.kv.blocks_needed_for([(s.seq_id, s.pending + 1) for s in group.seqs])
 
     def _fits_next_tokens(self, group: Group) -> bool:
-        return self.append_cost(group) <= self.kv.num_free_blocks
+        return self.append_cost(group) <= self.kv.allocator.num_free_blocks
 
     def _store(self, group: Group, seq: Seq, num_tokens: int) -> None:
         self._must(self.kv.allocate_slots(seq.seq_id, group.token * num_tokens))
 
     def _room(self, seq: Seq) -> int:
         table = self.kv.table(seq.seq_id)
-        free = table.num_free_slots
-        return free if free and self.kv.allocator.ref_count(table.blocks[-1]) == 1 else 0
+        offset = table.num_tokens % self.block_size  # the next token's place in its block
+        if offset and self.kv.allocator.ref_count(table.blocks[-1]) == 1:
+            return self.block_size - offset
+        return 0
 
     def _release(self, seq: Seq) -> None:
         self.kv.free(seq.seq_id)
