@@ -596,7 +596,7 @@ def _to_compute(scheduler, group) -> int | None:
     hits = type(kv).cached_prefix(kv, seqs[0].seq_id, seqs[0].token_ids)  # pagedkit's own
     if any(kv.allocator.is_free(b) for b in hits):  # a free cached block leaves the free queue
         return None
-    return seqs[0].num_tokens - len(hits) * kv.block_size
+    return len(seqs[0].token_ids) - len(hits) * kv.block_size
 
 
 def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
@@ -686,8 +686,8 @@ def _schedule_running(scheduler, plug: _Plug) -> Callable:
         running, served = [], copy.copy(budget)  # each group's need once the older are served
         for g in groups:
             plan = scheduler._plan(g, served)
-            seats = len(g.unfinished_seqs())
-            served.take(sum(p.num_tokens for p in plan.seqs) if plan else 0, seats)
+            served.tokens_left -= sum(p.num_tokens for p in plan.seqs) if plan else 0
+            served.seqs_left -= len(g.unfinished_seqs())
             running.append((g.request_id, plan.blocks if plan else 0, _held(scheduler.kv, g)))
         try:
             victims = plug.pieces.choose_victims(list(running),
@@ -739,7 +739,7 @@ def _run_with_victims(scheduler, queue, victims, out, budget, running) -> None:
             continue
         plan = scheduler._plan(group, budget)
         if plan is None:  # no budget left for it: still running, next step
-            budget.take(0, len(group.unfinished_seqs()))
+            budget.seqs_left -= len(group.unfinished_seqs())
             scheduler.running.append(group)
             continue
         while plan.blocks > scheduler.kv.allocator.num_free_blocks:
