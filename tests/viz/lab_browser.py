@@ -156,6 +156,17 @@ _KERNEL_IDLE_JS = """(name) => { const w = window.jupyterapp.shell.currentWidget
     return !!k && k.status === 'idle'; }"""
 
 
+# True once JupyterLab has restored its layout. Polled, with the flag set by the
+# promise's callback (armed again if the page reloaded): awaiting the promise inside
+# one evaluate() failed now and then with "Resulting promise was garbage collected".
+_RESTORED_JS = """() => { const app = window.jupyterapp;
+    if (!app) return false;
+    if (window.__pagedkitRestored === undefined) {
+        window.__pagedkitRestored = false;
+        app.restored.then(() => { window.__pagedkitRestored = true; }); }
+    return window.__pagedkitRestored === true; }"""
+
+
 class LabPage:
     """One JupyterLab page; notebooks open in it one after another (JupyterLab loads once).
     `console` collects the page's messages; `mark()` / `since(mark)` slice them."""
@@ -168,12 +179,14 @@ class LabPage:
         if cpu_throttle > 1:  # a slow machine, on purpose (the experiments)
             cdp = self.page.context.new_cdp_session(self.page)
             cdp.send("Emulation.setCPUThrottlingRate", {"rate": cpu_throttle})
-        self.page.goto(f"{lab.url}/lab", timeout=180_000)
+        # ?reset: an empty layout, not the one an earlier page of this server left (a
+        # notebook reopened by the restore, behind whatever this page opens)
+        self.page.goto(f"{lab.url}/lab?reset", timeout=180_000)
         self.page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell"
                                     " && window.jupyterapp.commands.hasCommand("
                                     "'notebook:run-all-cells')", timeout=180_000)
         # the restored layout (a launcher) must not replace the notebook opened next
-        self.page.evaluate("async () => { await window.jupyterapp.restored; }")
+        self.page.wait_for_function(_RESTORED_JS, timeout=180_000, polling=250)
 
     def open(self, name: str, timeout_s: float = 420) -> None:
         """Open notebook `name` (relative to the server's root) and wait for its idle kernel."""
