@@ -128,9 +128,20 @@ def test_auto_and_off_leave_the_step_calling_the_model(mode):
 
 
 def test_a_bad_switch_value_is_an_error_naming_it(mode):
+    """... and refused before the caller's model is touched: a 512-wide model,
+    whose layers prepacking would replace, comes back with plain ones."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     mode("yes")
     with pytest.raises(ValueError, match=rf"{ENV_VAR}='yes' is not one of auto, on, off"):
         LLM("tiny", num_blocks=8)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=256, hidden_size=512, intermediate_size=512, num_hidden_layers=1,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256)).eval()
+    layers = {name: type(m) for name, m in model.named_modules()}
+    with pytest.raises(ValueError, match=ENV_VAR):
+        LLM(model, num_blocks=8)
+    assert {name: type(m) for name, m in model.named_modules()} == layers
 
 
 def test_without_a_compiler_on_warns_and_runs_uncompiled(mode, monkeypatch):

@@ -34,8 +34,8 @@ import torch
 
 from .._validation import check_bool, check_choice, check_int, check_number, check_prompt
 from ..memory import HASH_FUNCTIONS, KVCacheManager
-from ..model.accel import prepack_linears
-from ..model.compiled import compile_forward
+from ..model.accel import prepack_linears, prepack_mode
+from ..model.compiled import compile_forward, compile_mode
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
@@ -100,6 +100,7 @@ class LLMEngine:
                             "yourself, e.g. seed=random.randrange(2**32)")
         check_int("seed", seed, minimum=0, maximum=MAX_SEED)
         check_choice("prefix_caching_hash_algo", prefix_caching_hash_algo, tuple(HASH_FUNCTIONS))
+        prepack_mode(), compile_mode()  # a bad PAGEDKIT_* switch: refused before the model changes
         self.device = resolve_device(device)
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         if vllm_args.get("skip_tokenizer_init"):
