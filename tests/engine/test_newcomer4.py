@@ -441,3 +441,35 @@ def test_beam_search_cut_by_the_token_budget_says_so(beams_whole, budget, chunke
                        for m in said)
     assert len(said) == cut
     assert all(w.category is UserWarning for w in caught if "the beams" in str(w.message))
+
+
+@pytest.mark.parametrize("num_blocks", [4, 5, 6, 8, 64])
+@pytest.mark.parametrize("budget", [16, 18, 20, 24])
+def test_beam_search_advice_names_every_limit_in_the_way_and_serves_them_whole(
+        beams_whole, num_blocks, budget):
+    """Cut by the cache or by the token budget, the warning's advice names
+    every limit a whole search would meet (the review's case: the cache's
+    advice alone left the budget to cut the beams again); taken, all of
+    it, the search runs whole and silently."""
+    lengths, whole = beams_whole
+    params = BeamSearchParams(beam_width=2, max_tokens=BEAM_MAX_TOKENS)
+
+    def run(**kwargs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outs = LLM("tiny", block_size=4, **kwargs).beam_search(BEAM_PROMPTS, params)
+        return outs, [str(w.message) for w in caught if "the beams" in str(w.message)]
+
+    outs, said = run(num_blocks=num_blocks, max_num_batched_tokens=budget)
+    blocks = [int(n) for m in said for n in re.findall(r"num_blocks=(\d+) or more", m)]
+    tokens = [int(n) for m in said for n in re.findall(r"max_num_batched_tokens=(\d+) or more", m)]
+    longest = max(lengths) + BEAM_MAX_TOKENS
+    assert (max(blocks, default=0) >= -(-longest // 4)) == (num_blocks * 4 < longest)
+    assert (max(tokens, default=0) >= longest - 1) == (budget < longest - 1)
+    for chunked in (False, True):  # each way out the advice names
+        taken = dict(num_blocks=max([num_blocks, *blocks]), enable_chunked_prefill=chunked,
+                     max_num_batched_tokens=budget if chunked else max([budget, *tokens]))
+        outs, said = run(**taken)
+        assert not said, taken
+        assert ([[s.tokens for s in o.sequences] for o in outs]
+                == [[s.tokens for s in o.sequences] for o in whole(2, BEAM_MAX_TOKENS)])

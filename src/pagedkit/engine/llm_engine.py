@@ -543,29 +543,31 @@ class LLMEngine:
         if min(self._context_len, capacity) - 1 <= (budget or capacity):
             if capacity >= self._context_len:
                 return  # max_model_len ended them, as generate ends a sequence there
-            end = min(prompt_len + params.max_tokens, self._context_len)
             lowered = (f"; max_model_len, left unset, was lowered from the model's "
                        f"{self._context_len} to it"
                        if self.max_model_len < self._context_len else "")
             limit = (f"the whole KV cache holds {capacity} tokens (num_blocks={num_blocks} x "
                      f"block_size={block_size}){lowered}")
-            todo = (f"build the engine with num_blocks={-(-end // block_size)} or more (or a "
-                    "kv_cache_memory that holds them)")
-            category: type[Warning] = KVCacheTooSmallWarning
         else:
-            end = min(prompt_len + params.max_tokens, self._context_len, capacity)
             limit = (f"max_num_batched_tokens={budget} without chunked prefill takes prompts "
                      f"of {budget} tokens at most")
-            todo = (f"build the engine with enable_chunked_prefill=True, or "
-                    f"max_num_batched_tokens={end - 1} or more")
-            category = UserWarning
+        # served whole, the last beam prompt has end - 1 tokens: every limit in its way
+        end = min(prompt_len + params.max_tokens, self._context_len)
+        todo = []
+        if capacity < end:
+            todo.append(f"num_blocks={-(-end // block_size)} or more (or a kv_cache_memory "
+                        "that holds them)")
+        if budget is not None and budget < end - 1:
+            todo.append(f"enable_chunked_prefill=True (or max_num_batched_tokens={end - 1} "
+                        "or more)")
+        category = KVCacheTooSmallWarning if capacity < end else UserWarning
         warnings.warn(
             f"{who}: the beams (beam_width={params.beam_width}, max_tokens="
             f"{params.max_tokens}) ended with finish_reason='length' after {reached} "
             f"generated token{'s' * (reached != 1)}: each step sends every beam (the prompt's "
             f"{prompt_len} token{'s' * (prompt_len != 1)} and those generated so far) to the "
-            f"engine as a prompt, and {limit}. To be served whole: {todo}, or lower max_tokens "
-            f"to {reached}", category, stacklevel=4)
+            f"engine as a prompt, and {limit}. To be served whole: build the engine with "
+            f"{' and '.join(todo)}, or lower max_tokens to {reached}", category, stacklevel=4)
 
     def blocks_to_serve(self, prompt_len: int, params: SamplingParams,
                         num_sequences: int | None = None) -> int:
