@@ -93,12 +93,7 @@ class LLMEngine:
                 raise ValueError(f"swap_space={swap_space!r} only applies with "
                                  "preemption_mode='swap' (vLLM 0.32 has neither: it preempts "
                                  "by recomputation); leave swap_space unset (docs/api.md)")
-        if seed is None:  # older vLLM's "a random seed"
-            raise TypeError("seed must be an integer (0 to 2**64-1), got None: vLLM 0.32 refuses "
-                            "None too (its seed is an integer, default 0; older vLLM took None "
-                            "as a random seed); leave seed unset (0), or give a random one "
-                            "yourself, e.g. seed=random.randrange(2**32)")
-        check_int("seed", seed, minimum=0, maximum=MAX_SEED)
+        _check_seed(seed)
         check_choice("prefix_caching_hash_algo", prefix_caching_hash_algo, tuple(HASH_FUNCTIONS))
         prepack_mode(), compile_mode()  # a bad PAGEDKIT_* switch: refused before the model changes
         self.device = resolve_device(device)
@@ -733,6 +728,16 @@ def _sampling_rows(plan: SchedulerOutput) -> list[tuple[SequenceGroup, list[tupl
             groups.setdefault(id(s.group), s.group)
     return [(group, [(seq, rows[seq.seq_id]) for seq in group.unfinished_seqs()
                      if seq.seq_id in rows]) for group in groups.values()]
+
+
+def _check_seed(seed: Any) -> None:
+    """The engine's seed: an integer, 0 to 2**64-1, as vLLM 0.32's (not None)."""
+    if seed is None:  # older vLLM's "a random seed"
+        raise TypeError("seed must be an integer (0 to 2**64-1), got None: vLLM 0.32 refuses "
+                        "None too (its seed is an integer, default 0; older vLLM took None "
+                        "as a random seed); leave seed unset (0), or give a random one "
+                        "yourself, e.g. seed=random.randrange(2**32)")
+    check_int("seed", seed, minimum=0, maximum=MAX_SEED)
 
 
 def _max_model_len(config: Any, requested: int | None) -> int:
