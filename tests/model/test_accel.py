@@ -51,13 +51,8 @@ def wide_llama(width: int = 512, layers: int = 1):
 
 
 @pytest.fixture
-def mode(monkeypatch):
-    def set_mode(value: str | None) -> None:
-        if value is None:
-            monkeypatch.delenv(ENV_VAR, raising=False)
-        else:
-            monkeypatch.setenv(ENV_VAR, value)
-    return set_mode
+def mode(env_switch):
+    return env_switch(ENV_VAR)
 
 
 # ---------------------------------------------------------------- who is packed

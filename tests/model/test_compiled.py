@@ -36,13 +36,8 @@ def compiled_llm():
 
 
 @pytest.fixture
-def mode(monkeypatch):
-    def set_mode(value: str | None) -> None:
-        if value is None:
-            monkeypatch.delenv(ENV_VAR, raising=False)
-        else:
-            monkeypatch.setenv(ENV_VAR, value)
-    return set_mode
+def mode(env_switch):
+    return env_switch(ENV_VAR)
 
 
 def greedy(max_tokens: list[int] = MAX_TOKENS) -> list[SamplingParams]:

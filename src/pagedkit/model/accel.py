@@ -88,13 +88,19 @@ def _probe() -> str | None:
     return None if ok else "oneDNN's prepacked linear gave another product than F.linear here"
 
 
+def switch(name: str, section: str) -> str:
+    """The environment's ``auto|on|off`` switch `name` (default ``auto``), or
+    a ValueError naming the choices and docs/api.md's `section`."""
+    mode = os.environ.get(name, "auto").strip().lower() or "auto"
+    if mode not in CHOICES:
+        raise ValueError(f"{name}={os.environ[name]!r} is not one of {', '.join(CHOICES)} "
+                         f"(docs/api.md, '{section}')")
+    return mode
+
+
 def prepack_mode() -> str:
     """``PAGEDKIT_PREPACK`` (default ``auto``), or a ValueError naming the choices."""
-    mode = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    if mode not in CHOICES:
-        raise ValueError(f"{ENV_VAR}={os.environ[ENV_VAR]!r} is not one of {', '.join(CHOICES)} "
-                         "(docs/api.md, 'Prepacked linear layers')")
-    return mode
+    return switch(ENV_VAR, "Prepacked linear layers")
 
 
 def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None

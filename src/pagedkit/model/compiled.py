@@ -36,7 +36,6 @@ the tokens against transformers' generate and the uncompiled engine).
 from __future__ import annotations
 
 import functools
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -44,22 +43,19 @@ from dataclasses import dataclass, field
 import torch
 
 from . import attention
+from .accel import switch
 
+#: The switch (`accel.switch`): ``auto``, not compiled (compiling costs more than
+#: a run of a benchmark's size saves, docs/benchmarks.md); ``on``, compiled on a
+#: CPU; ``off``, never.
 ENV_VAR = "PAGEDKIT_COMPILE"
-#: ``auto``: not compiled (compiling costs more than a run of a benchmark's size
-#: saves, docs/benchmarks.md); ``on``: compiled on a CPU; ``off``: never.
-CHOICES = ("auto", "on", "off")
 #: The attention-registry name a compiled model's layers look up.
 ATTENTION_NAME = "pagedkit_compiled"
 
 
 def compile_mode() -> str:
     """``PAGEDKIT_COMPILE`` (default ``auto``), or a ValueError naming the choices."""
-    mode = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    if mode not in CHOICES:
-        raise ValueError(f"{ENV_VAR}={os.environ[ENV_VAR]!r} is not one of {', '.join(CHOICES)} "
-                         "(docs/api.md, 'A compiled forward')")
-    return mode
+    return switch(ENV_VAR, "A compiled forward")
 
 
 @torch.library.custom_op("pagedkit::attention_layer", mutates_args=())
