@@ -62,6 +62,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         self.gpu: dict[int, int] = {}  # shadow GPU memory: slot -> token
         self.cpu: dict[int, int] = {}  # shadow swap space
         self.needed_from: dict[str, int] = {}  # first token each sequence may still read
+        self.computed: dict[str, int] = {}  # leading tokens whose K/V are (named as) computed
         self.next_id = 0
 
     @initialize(block_size=st.sampled_from([1, 2, 3, 4]), hash_name=st.sampled_from(sorted(HASHES)))
@@ -88,22 +89,42 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         self._apply(copies, self.gpu, self.gpu)
         self.contents[seq] = list(prompt)
         self.needed_from[seq] = 0
+        self.computed[seq] = len(prompt)  # by default, all of a new sequence's tokens
         self._write(seq, done)
         return seq
 
-    @rule(seq=seqs, new=tokens)
-    def append(self, seq, new):
+    @rule(seq=seqs, new=tokens, data=st.data())
+    def append(self, seq, new, data):
+        """New tokens; by default computed with the earlier ones (if no gap is
+        left before them), or computed only up to a drawn `computed` (tokens
+        appended ahead of the steps that compute them)."""
         if seq not in self.contents or self._swapped(seq):
             return
         start = len(self.contents[seq])
-        copies = self._evicting_only_without_blanks(lambda: self.kv.allocate_slots(seq, new))
+        computed = data.draw(st.none() | st.integers(0, start + len(new) + 1), label="computed")
+        copies = self._evicting_only_without_blanks(
+            lambda: self.kv.allocate_slots(seq, new, computed=computed))
         if copies is None:
             return
+        if computed is None:
+            computed = start + len(new) if self.computed[seq] == start else 0
+        self.computed[seq] = max(self.computed[seq], min(computed, start + len(new)))
         if copies:
             event("copy-on-write")
         self._apply(copies, self.gpu, self.gpu)
         self.contents[seq].extend(new)
         self._write(seq, start)
+
+    @rule(seq=seqs, data=st.data())
+    def compute(self, seq, data):
+        """A step computes up to `computed` tokens: ``allocate_slots`` with no
+        tokens names the full blocks among them."""
+        if seq not in self.contents or self._swapped(seq):
+            return
+        n = len(self.contents[seq])
+        computed = data.draw(st.integers(0, n + 1), label="computed")
+        assert self.kv.allocate_slots(seq, [], computed=computed) == []
+        self.computed[seq] = max(self.computed[seq], min(computed, n))
 
     @rule(target=seqs, seq=seqs)
     def fork(self, seq):
@@ -114,13 +135,14 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         self.kv.fork(seq, child)
         self.contents[child] = list(self.contents[seq])
         self.needed_from[child] = self.needed_from[seq]
+        self.computed[child] = self.computed[seq]
         return child
 
     @rule(seq=consumes(seqs))
     def free(self, seq):
         if seq in self.contents:
             self.kv.free(seq)
-            del self.contents[seq], self.needed_from[seq]
+            del self.contents[seq], self.needed_from[seq], self.computed[seq]
 
     @rule(seq=seqs, data=st.data(), window=st.integers(1, 7))
     def release(self, seq, data, window):
@@ -208,6 +230,13 @@ class PagedMemoryMachine(RuleBasedStateMachine):
                 f"{seq} released block {len(released) - 1} but still reads token {start}"
             got = [memory.get(table.slot(p)) for p in range(start, table.num_tokens)]
             assert got == expected[start:], f"{seq} reads {got}, holds {expected[start:]}"
+
+    @invariant()
+    def named_blocks_are_the_full_blocks_of_the_computed_prefix(self):
+        for seq, computed in self.computed.items():
+            table = self.kv.table(seq)
+            # (the pool may name a block past them: a sharer that computed it)
+            assert len(table.block_keys) == computed // self.kv.block_size, (seq, computed)
 
     @invariant()
     def every_named_block_is_findable_and_live_copies_come_first(self):
