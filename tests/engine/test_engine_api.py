@@ -1,6 +1,10 @@
 """The engine's contract: step outputs, events, aborts, and clear errors for
 bad input that leave the engine exactly as it was."""
 
+import dataclasses
+import re
+import warnings
+
 import pytest
 
 from pagedkit import LLM, KVCacheTooSmallWarning, LLMEngine, SamplingParams
@@ -407,3 +411,57 @@ def test_the_smallest_max_model_lens_build_and_serve(reference, max_model_len):
                        use_tqdm=False)[0]
     assert len(out.outputs[0].token_ids) == max_model_len - 1
     assert out.outputs[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+@pytest.mark.parametrize("num_blocks", [3, 5, 8])
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_request_ended_by_a_lowered_max_model_len_says_so(reference, num_blocks, block_size,
+                                                           n):
+    """A sequence cut at a max_model_len the cache lowered (left unset),
+    short of its max_tokens, warns once per request, naming the cache and
+    the num_blocks that serves it whole; that advice, and the lower
+    max_tokens it names, each serve it silently, with the first tokens the
+    same. An explicit max_model_len ends it as vLLM's does: no warning."""
+    build, _, _ = reference("llama")  # max_position_embeddings 256
+    capacity = num_blocks * block_size
+    for prompt_len in sorted({1, capacity // 2, capacity - 2} - {0}):
+        for max_tokens in (1, 3, capacity):
+            if prompt_len + 1 > capacity or (n > 1 and prompt_len // block_size + n > num_blocks):
+                continue  # refused at add time (tested elsewhere)
+            params = SamplingParams(n=n, temperature=0 if n == 1 else 1.0, seed=7,
+                                    max_tokens=max_tokens, ignore_eos=True)
+            prompt = {"prompt_token_ids": [3 + i % 90 for i in range(prompt_len)]}
+
+            def run(params=params, prompt=prompt, **kwargs):
+                llm = LLM(build(), block_size=block_size, **kwargs)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    out = llm.generate(prompt, params, use_tqdm=False)[0]
+                said = [str(w.message) for w in caught
+                        if w.category is KVCacheTooSmallWarning and "which the KV cache set"
+                        in str(w.message)]
+                return [c.token_ids for c in out.outputs], said
+
+            got, said = run(num_blocks=num_blocks)
+            cut = prompt_len + max_tokens > capacity
+            assert len(said) == cut if n == 1 else len(said) <= cut, (prompt_len, max_tokens)
+            if n == 1:
+                assert [len(t) for t in got] == [min(max_tokens, capacity - prompt_len)]
+            if not said:
+                assert not cut or n > 1  # an n>1 group may outgrow the cache first instead
+                continue
+            message = said[0]
+            assert message.startswith("generate(): ended with finish_reason='length' after ")
+            assert f"(num_blocks={num_blocks} x block_size={block_size})" in message
+            more = int(re.search(r"num_blocks=(\d+) or more", message)[1])
+            whole, again = run(num_blocks=more)
+            assert not again and all(len(t) == max_tokens for t in whole)
+            if n == 1:
+                assert whole[0][:len(got[0])] == got[0]
+            fewer = int(re.search(r"lower max_tokens to (\d+)", message)[1])
+            _, again = run(params=dataclasses.replace(params, max_tokens=fewer),
+                           num_blocks=num_blocks)
+            assert not again
+            _, again = run(num_blocks=num_blocks, max_model_len=capacity)
+            assert not again

@@ -452,6 +452,10 @@ class LLMEngine:
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
         for group in plan.ended:  # never silently short: say why, and what to change
             warnings.warn(self._outgrew_message(group), KVCacheTooSmallWarning, stacklevel=2)
+        for group in finished:
+            if group not in plan.ended and self._ended_by_lowered_len(group):
+                warnings.warn(self._lowered_len_message(group), KVCacheTooSmallWarning,
+                              stacklevel=2)
         out.finished += [self._retire(group) for group in finished]
         # what vLLM's step() returns, read from this moment's tokens when first asked for
         new = out.new_tokens
@@ -615,6 +619,33 @@ class LLMEngine:
                 f"{block_size} tokens ({full} + {count} x {own}), and the cache has "
                 f"num_blocks={have}. {vllm} To be served whole: {', or '.join(todo)} "
                 "(docs/api.md, 'Compared with vLLM').")
+
+    def _ended_by_lowered_len(self, group: SequenceGroup) -> bool:
+        """Whether a sequence of the finished `group` ended at a max_model_len
+        the cache lowered (left unset) short of its max_tokens."""
+        limit, max_tokens = self.max_model_len, group.params.max_tokens
+        return limit < self._context_len and any(
+            s.finish_reason == "length" and len(s.token_ids) >= limit
+            and (max_tokens is None or s.num_output_tokens < max_tokens) for s in group.seqs)
+
+    def _lowered_len_message(self, group: SequenceGroup) -> str:
+        """What `KVCacheTooSmallWarning` says of a request ended by that max_model_len."""
+        params, prompt_len = group.params, len(group.prompt_token_ids)
+        have, block_size = self.kv.allocator.num_blocks, self.kv.block_size
+        end = self._context_len if params.max_tokens is None else min(
+            prompt_len + params.max_tokens, self._context_len)
+        need = max(-(-end // block_size), self.blocks_to_serve(prompt_len, params))
+        reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
+        asked = ("max_tokens=None" if params.max_tokens is None
+                 else f"max_tokens={params.max_tokens}")
+        return (f"{self._names.get(group.request_id, f'request {group.request_id!r}')}: ended "
+                f"with finish_reason='length' after {reached} generated tokens ({asked}) at "
+                f"max_model_len={self.max_model_len}, which the KV cache set: max_model_len was "
+                f"left unset, and the cache holds {have * block_size} tokens (num_blocks={have} "
+                f"x block_size={block_size}), fewer than the model's {self._context_len}. To be "
+                f"served whole: build the engine with num_blocks={need} or more (or a "
+                "kv_cache_memory that holds them), or lower max_tokens to "
+                f"{self.max_model_len - prompt_len} (docs/api.md, 'Compared with vLLM').")
 
     @staticmethod
     def _metrics_now(group: SequenceGroup) -> tuple[RequestMetrics, int]:
