@@ -86,3 +86,12 @@ def test_import_pagedkit_and_memory_do_not_load_torch():
     code = "import sys, pagedkit, pagedkit.memory; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_dir_pagedkit_lists_the_public_api_without_loading_torch():
+    # Tab completion on `pagedkit.` shows the front door (lazy names), not `importlib`
+    code = ("import sys, pagedkit; names = dir(pagedkit); "
+            "print(sorted(set(pagedkit.__all__) - set(names)), 'importlib' in names, "
+            "'annotations' in names, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "False", "False", "False"]

@@ -8,6 +8,7 @@ bookkeeping in `pagedkit.memory` and the simulator work without them.
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 __version__ = "0.1.0"
 
@@ -27,6 +28,13 @@ _LAZY = {
 from .i18n import get_language, set_language  # noqa: E402  (no torch: cheap)
 
 __all__ = [*_LAZY, "__version__", "get_language", "set_language"]
+
+
+def __dir__() -> list[str]:
+    """The public API (lazy names included) and the submodules loaded so far."""
+    loaded = (n for n, v in globals().items()
+              if isinstance(v, ModuleType) and v.__name__ == f"{__name__}.{n}")
+    return sorted({*__all__, *loaded})
 
 
 def __getattr__(name: str):
