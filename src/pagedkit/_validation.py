@@ -7,11 +7,29 @@ import enum
 import math
 import numbers
 import os
+import sys
+import warnings
 from typing import Any
 
 #: What `check_prompt` accepts, as said in its errors (vLLM's prompt forms).
 PROMPT_FORMS = ("a string, a list of token ids (ints), {'prompt': str} or "
                 "{'prompt_token_ids': [int, ...]}")
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """`warnings.warn`, located at the user's line: the first frame outside pagedkit.
+
+    Python prints a warning's file and line, and ``filterwarnings(module=...)`` matches
+    them; the line that means something to a user is their own call of `LLM.generate`,
+    `beam_search` or `LLMEngine.step`, however deep inside pagedkit the warning arose.
+    """
+    frame, level = sys._getframe(1), 2  # stacklevel=2 is warn_at_caller's caller
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else 2)
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None,

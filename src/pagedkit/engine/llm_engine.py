@@ -25,14 +25,20 @@ import dataclasses
 import itertools
 import os
 import time
-import warnings
 from collections.abc import Mapping
 from collections.abc import Sequence as SequenceLike
 from typing import Any
 
 import torch
 
-from .._validation import check_bool, check_choice, check_int, check_number, check_prompt
+from .._validation import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    check_prompt,
+    warn_at_caller,
+)
 from ..memory import HASH_FUNCTIONS, KVCacheManager
 from ..model.accel import prepack_linears, prepack_mode
 from ..model.compiled import compile_forward, compile_mode
@@ -451,11 +457,10 @@ class LLMEngine:
         out.new_tokens = sampled.new_tokens if sampled else {}
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
         for group in plan.ended:  # never silently short: say why, and what to change
-            warnings.warn(self._outgrew_message(group), KVCacheTooSmallWarning, stacklevel=2)
+            warn_at_caller(self._outgrew_message(group), KVCacheTooSmallWarning)
         for group in finished:
             if group not in plan.ended and self._ended_by_lowered_len(group):
-                warnings.warn(self._lowered_len_message(group), KVCacheTooSmallWarning,
-                              stacklevel=2)
+                warn_at_caller(self._lowered_len_message(group), KVCacheTooSmallWarning)
         out.finished += [self._retire(group) for group in finished]
         # what vLLM's step() returns, read from this moment's tokens when first asked for
         new = out.new_tokens
@@ -560,13 +565,13 @@ class LLMEngine:
             todo.append(f"enable_chunked_prefill=True (or max_num_batched_tokens={end - 1} "
                         "or more)")
         category = KVCacheTooSmallWarning if capacity < end else UserWarning
-        warnings.warn(
+        warn_at_caller(
             f"{who}: the beams (beam_width={params.beam_width}, max_tokens="
             f"{params.max_tokens}) ended with finish_reason='length' after {reached} "
             f"generated token{'s' * (reached != 1)}: each step sends every beam (the prompt's "
             f"{prompt_len} token{'s' * (prompt_len != 1)} and those generated so far) to the "
             f"engine as a prompt, and {limit}. To be served whole: build the engine with "
-            f"{' and '.join(todo)}, or lower max_tokens to {reached}", category, stacklevel=4)
+            f"{' and '.join(todo)}, or lower max_tokens to {reached}", category)
 
     def blocks_to_serve(self, prompt_len: int, params: SamplingParams,
                         num_sequences: int | None = None) -> int:
