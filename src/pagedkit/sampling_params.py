@@ -7,6 +7,7 @@ import dataclasses
 import enum
 import functools
 import math
+import numbers
 from dataclasses import dataclass, field
 
 from ._validation import check_bool, check_int, check_number, is_value
@@ -130,6 +131,9 @@ class SamplingParams:
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens={self.min_tokens} is more than max_tokens="
                              f"{self.max_tokens}: give min_tokens <= max_tokens")
+        for name in ("temperature", "top_p", "length_penalty", "presence_penalty",
+                     "frequency_penalty", "repetition_penalty", "min_p"):
+            self._check_real(name)
         if not _is_finite(self.temperature) or not self.temperature >= 0:
             raise ValueError(f"temperature must be a finite number >= 0, got "
                              f"{self.temperature!r}")
@@ -144,7 +148,9 @@ class SamplingParams:
         if self.top_k == 0:  # vLLM's "no limit"
             object.__setattr__(self, "top_k", -1)
         if self.seed is not None:
-            check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
+            # stored as an int: torch.Generator.manual_seed refuses a numpy integer
+            object.__setattr__(self, "seed", check_int("seed", self.seed, minimum=0,
+                                                       maximum=MAX_SEED))
         check_bool("ignore_eos", self.ignore_eos)
         check_bool("use_beam_search", self.use_beam_search)
         if self.stop_token_ids is None:  # vLLM's default
@@ -164,11 +170,23 @@ class SamplingParams:
                 raise ValueError(f"beam_width ({width}) must be >= n ({self.n}): "
                                  "beam search returns the n best of its beams")
             if self.temperature != 0:
-                raise ValueError("beam search is deterministic: use temperature=0, "
-                                 f"got {self.temperature}")
+                default = (" (SamplingParams' default temperature is 1.0)"
+                           if self.temperature == 1 else "")
+                raise ValueError("beam search is deterministic: use temperature=0, got "
+                                 f"{self.temperature}{default}")
             object.__setattr__(self, "beam_width", width)
         elif self.beam_width is not None:
             raise ValueError("beam_width only applies with use_beam_search=True")
+
+    def _check_real(self, name: str) -> None:
+        """A float option is a real number: a string, bool or tensor is a TypeError
+        naming its type (as `check_int`'s); another real type (numpy.float32) is
+        stored as a Python float, as numpy integers are taken for int options."""
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+        if not isinstance(value, (int, float)):
+            object.__setattr__(self, name, float(value))
 
     def _check_vllm_options(self) -> None:
         """The options vLLM has and the engine's first version had not, with
@@ -231,7 +249,9 @@ def _stop_strings(stop: object) -> tuple[str, ...]:
         raise TypeError(f"stop must be a string or a list of strings, got {stop!r} "
                         f"({type(stop).__name__})")
     for i, s in enumerate(stop):
-        if not isinstance(s, str) or not s:
+        if not isinstance(s, str):
+            raise TypeError(f"stop[{i}] must be a string, got {s!r} ({type(s).__name__})")
+        if not s:
             raise ValueError(f"stop[{i}] must be a non-empty string, got {s!r}")
     return tuple(dict.fromkeys(stop))
 

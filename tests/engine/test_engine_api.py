@@ -276,7 +276,7 @@ def test_stop_token_ids_are_checked():
         SamplingParams(stop_token_ids=[3, -1])
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got nan"):
         SamplingParams(temperature=float("nan"))
-    with pytest.raises(ValueError, match="temperature must be a finite number >= 0, got True"):
+    with pytest.raises(TypeError, match=r"temperature must be a number, got True \(bool\)"):
         SamplingParams(temperature=True)
 
 
