@@ -465,3 +465,28 @@ def test_a_request_ended_by_a_lowered_max_model_len_says_so(reference, num_block
             assert not again
             _, again = run(num_blocks=num_blocks, max_model_len=capacity)
             assert not again
+
+
+@pytest.mark.parametrize("clock", ["time.time", "future", "monotonic", "zero", "unset"])
+def test_arrival_time_is_on_the_engines_clock_and_not_later_than_now(reference, clock):
+    """Fifth newcomer: vLLM's arrival_time is time.time(); pagedkit's clock is
+    time.monotonic(), so a time.time() gave a time to first token of -1.8e9 s
+    and jumped the queue. A time later than now on pagedkit's clock is
+    refused, naming both clocks, and leaves the engine as it was; one on it
+    gives a time to first token >= 0."""
+    import time
+
+    build, _, _ = reference("llama")
+    engine = LLMEngine(build(), num_blocks=32, block_size=4)
+    given = {"time.time": time.time(), "future": time.monotonic() + 60,
+             "monotonic": time.monotonic(), "zero": 0.0, "unset": None}[clock]
+    if clock in ("time.time", "future"):
+        with pytest.raises(ValueError, match=r"arrival_time=.* is later than now on pagedkit's "
+                                             r"clock .*time\.monotonic\(\).*not vLLM's time\.time"):
+            engine.add_request("r", [1, 2, 3], GREEDY, arrival_time=given)
+        assert not engine.has_unfinished_requests()
+        return
+    engine.add_request("r", [1, 2, 3], GREEDY, arrival_time=given)
+    while engine.has_unfinished_requests():
+        finished = engine.step().finished
+    assert finished[0].metrics.time_to_first_token >= 0

@@ -224,8 +224,7 @@ class LLMEngine:
         an error calls each request (`LLM.generate`: its place in the caller's
         list, ``prompts[3]``; the ids are its own counter's, which the caller
         never saw); by default ``request '<id>'``."""
-        if arrival_time is not None:
-            check_number("arrival_time", arrival_time)
+        _check_arrival(arrival_time)
         requests = list(requests)
         odd = next((r for r in requests if not isinstance(r, (tuple, list)) or len(r) != 3), None)
         if odd is not None:
@@ -775,6 +774,19 @@ def _check_seed(seed: Any) -> None:
                         "yourself, e.g. seed=random.randrange(2**32)")
     check_int("seed", seed, minimum=0, maximum=MAX_SEED)
 
+
+def _check_arrival(arrival_time: float | None) -> None:
+    """A request's arrival time, on the engine's clock (``time.monotonic()``):
+    not later than now. vLLM's ``time.time()`` is named as such."""
+    if arrival_time is None:
+        return
+    check_number("arrival_time", arrival_time)
+    now = time.monotonic()
+    if arrival_time > now:
+        raise ValueError(
+            f"arrival_time={arrival_time!r} is later than now on pagedkit's clock "
+            f"(time.monotonic() = {now:.1f}): pagedkit times requests with time.monotonic(), "
+            "not vLLM's time.time(); give time.monotonic(), or leave arrival_time unset (now)")
 
 def _max_model_len(config: Any, requested: int | None) -> int:
     """The longest sequence served: the model's position limit unless the user
