@@ -5,6 +5,7 @@ that named the value only."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -76,7 +77,7 @@ def test_chat_without_a_tokenizer_says_what_to_do():
 @pytest.mark.parametrize("kwargs, advice", [
     ({"kv_cache_memory": 100}, "give kv_cache_memory={per_block} or more (one block)"),
     ({"num_blocks": 8, "preemption_mode": "swap", "swap_space": 1e-9},
-     "give swap_space={per_block_gib} (GiB) or more"),
+     "give swap_space={per_block_gib:.3g} (GiB) or more"),
 ])
 def test_a_memory_budget_below_one_block_says_how_much(kwargs, advice):
     from pagedkit.model.kv_cache import KVCacheSpec
@@ -86,8 +87,10 @@ def test_a_memory_budget_below_one_block_says_how_much(kwargs, advice):
     per_block = KVCacheSpec.from_config(model.config, torch.float32).bytes_per_block(16)
     with pytest.raises(ValueError) as refused:
         LLM("tiny", **kwargs)
-    assert advice.format(per_block=per_block, per_block_gib=per_block / 2**30) in str(
-        refused.value)
+    # the GiB rounded up to 3 significant digits (fifth newcomer's N3): still one block
+    gib = math.ceil(per_block / 2**30 * 1e7) / 1e7
+    assert int(gib * 2**30) // per_block == 1
+    assert advice.format(per_block=per_block, per_block_gib=gib) in str(refused.value)
 
 
 def test_cuda_asked_for_without_cuda_says_what_to_use(monkeypatch):

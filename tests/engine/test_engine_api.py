@@ -250,7 +250,9 @@ def test_a_step_that_fails_midway_can_be_retried(reference, monkeypatch):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"max_model_len": 1000}, "max_model_len must be <= 256, got 1000"),
+    ({"max_model_len": 1000}, r"max_model_len=1000 is longer than the model's limit of 256 "
+                              r"positions \(max_position_embeddings in its config\); give "
+                              "max_model_len=256 or less, or leave it unset"),
     *[({"max_model_len": v}, rf"max_model_len must be >= 2 \(a prompt token and a generated "
                              rf"one\), or -1 \(the longest the model and the cache take\), got {v}")
       for v in (1, 0, -2, -3, -1000)],

@@ -2,6 +2,8 @@
 and other real scalars as the Python numbers they are, refuses a wrong type
 with a TypeError naming it, and never lets torch's bare message through."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -47,3 +49,59 @@ def test_beam_searchs_temperature_error_says_when_it_is_the_default(temperature,
     with pytest.raises(ValueError, match="deterministic: use temperature=0, got") as e:
         SamplingParams(n=2, use_beam_search=True, max_tokens=3, **kwargs)
     assert ("(SamplingParams' default temperature is 1.0)" in str(e.value)) == default
+
+
+@pytest.mark.parametrize("per_block", [4096, 65536, 12345, 2**22])
+@pytest.mark.parametrize("room", [1, 2, 7, 59, 60, 100, 999, 1000, 326325, 10**7])
+def test_swap_space_advice_is_short_and_fits(per_block, room):
+    from pagedkit.engine.llm_engine import _gib_advice
+    down = _gib_advice(room * per_block, per_block)
+    held = int(down * 2**30) // per_block
+    assert max(1, 0.99 * room) <= held <= room  # never more than fits, at most 1% fewer
+    if room >= 1000:  # 326325 blocks of 64 KiB: 19.9, not 19.91729736328125
+        assert down == float(f"{down:.3g}"), down
+    up = _gib_advice(per_block, per_block, up=True)  # one block, "or more"
+    assert int(up * 2**30) // per_block >= 1 and up == float(f"{up:.3g}")
+
+
+def test_swap_space_advice_in_the_message_is_rounded():
+    with pytest.raises(ValueError) as refused:
+        LLM("tiny", preemption_mode="swap", swap_space=10**6)
+    advice = float(str(refused.value).split("give swap_space=")[1].split()[0])
+    assert advice == float(f"{advice:.3g}")
+
+
+@pytest.mark.parametrize("name", ["logprobs", "prompt_logprobs"])
+@pytest.mark.parametrize("asked", [1025, 10**6])
+def test_logprobs_past_the_vocabulary_name_both_limits_and_each_advice_serves(name, asked):
+    llm = LLM("tiny", num_blocks=8, block_size=4)
+    with pytest.raises(ValueError) as refused:
+        llm.generate("Once", SamplingParams(max_tokens=1, **{name: asked}), use_tqdm=False)
+    message = str(refused.value)
+    assert ("use at most 20 (max_logprobs=20, an engine argument), or build the engine with "
+            "LLM(..., max_logprobs=-1) to ask for up to 1024 or -1 (all of them)") in message
+    assert llm.generate("Once", SamplingParams(max_tokens=1, **{name: 20}), use_tqdm=False)
+    roomy = LLM("tiny", num_blocks=8, block_size=4, max_logprobs=-1)
+    for value in (1024, -1):
+        assert roomy.generate("Once", SamplingParams(max_tokens=1, **{name: value}),
+                              use_tqdm=False)
+
+
+@pytest.mark.parametrize("asked", [2049, 4096, 100000])
+def test_max_model_len_past_the_models_limit_names_it_as_the_models(asked):
+    with pytest.raises(ValueError, match=rf"^max_model_len={asked} is longer than the model's "
+                       r"limit of 2048 positions \(max_position_embeddings in its config\); "
+                       r"give max_model_len=2048 or less, or leave it unset$"):
+        LLM("tiny", max_model_len=asked)
+    assert LLM("tiny", max_model_len=2048, num_blocks=128).llm_engine.max_model_len == 2048
+
+
+@pytest.mark.parametrize("num_blocks, n, advice", [
+    (4, 2, "lower n to 1, or give the engine num_blocks=5"),
+    (5, 3, "lower n to 2 or less, or give the engine num_blocks=6"),
+    (6, 9, "lower n to 3 or less, or give the engine num_blocks=12")])
+def test_n_past_the_cache_is_lowered_to_a_value_n_can_take(num_blocks, n, advice):
+    llm = LLM("tiny", num_blocks=num_blocks, block_size=4)
+    with pytest.raises(ValueError, match=re.escape(advice)):
+        llm.generate({"prompt_token_ids": [5] * 12}, SamplingParams(n=n, max_tokens=2),
+                     use_tqdm=False)

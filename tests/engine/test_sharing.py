@@ -190,7 +190,8 @@ def test_a_group_whose_sequences_cannot_all_get_a_block_is_refused(prompt_len, k
     with pytest.raises(ValueError, match=(
             rf"generate\(\): {kind}={largest + 1} sequences share "
             rf"{prompt_len // block_size} full blocks of the prompt .* {need} blocks, but "
-            rf"the whole KV cache has {num_blocks}; lower {kind} to {largest} or less, or give "
+            rf"the whole KV cache has {num_blocks}; lower {kind} to {largest}"
+            rf"{' or less' * (largest > 1)}, or give "
             rf"the engine num_blocks={need} or more")):
         small.generate(prompt, params(largest + 1), use_tqdm=False)
     assert not small.llm_engine.has_unfinished_requests()

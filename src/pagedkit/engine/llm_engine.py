@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -336,7 +337,8 @@ class LLMEngine:
             raise ValueError(
                 f"{who}: {name}={seqs} sequences share {full} full blocks of the prompt and each "
                 f"needs a block of its own for its next token: {full + seqs} blocks, but the "
-                f"whole KV cache has {have}; lower {name} to {have - full} or less, or give "
+                f"whole KV cache has {have}; lower {name} to {have - full}"
+                f"{' or less' * (have - full > 1)}, or give "
                 f"the engine num_blocks={full + seqs} or more")
 
     def _check_params(self, who: str, params: SamplingParams) -> None:
@@ -348,9 +350,14 @@ class LLMEngine:
             asked = getattr(params, name)
             asked = vocab if asked == -1 else asked
             if asked is not None and asked > vocab:
+                limit = self.max_logprobs
+                advice = (f"use at most {vocab}, or -1 for all of them"
+                          if limit == -1 or limit >= vocab else
+                          f"use at most {limit} (max_logprobs={limit}, an engine argument), or "
+                          f"build the engine with LLM(..., max_logprobs=-1) to ask for up to "
+                          f"{vocab} or -1 (all of them)")
                 raise ValueError(f"{who}: {name}={asked} asks for more logprobs than the "
-                                 f"vocabulary has tokens ({vocab}); use at most {vocab}, or -1 "
-                                 "for all of them")
+                                 f"vocabulary has tokens ({vocab}); {advice}")
             if asked is not None and self.max_logprobs != -1 and asked > self.max_logprobs:
                 raise ValueError(f"{who}: {name}={getattr(params, name)} asks "
                                  f"for {asked} logprobs, more than max_logprobs="
@@ -799,7 +806,11 @@ def _max_model_len(config: Any, requested: int | None) -> int:
     if check_int("max_model_len", requested) < 2:
         raise ValueError(f"max_model_len must be >= 2 (a prompt token and a generated one), or "
                          f"-1 (the longest the model and the cache take), got {requested}")
-    return check_int("max_model_len", requested, maximum=positions)
+    if positions is not None and requested > positions:
+        raise ValueError(f"max_model_len={requested} is longer than the model's limit of "
+                         f"{positions} positions (max_position_embeddings in its config); "
+                         f"give max_model_len={positions} or less, or leave it unset")
+    return requested
 
 
 def _fit_to_cache(max_model_len: int, requested: int | None, num_blocks: int,
@@ -879,13 +890,28 @@ def check_cache_memory(bytes_per_block: int, block_size: int, num_blocks: int,
                      + (f", besides the KV cache's {cache} bytes in the same memory" * in_ram))
             smaller = "a smaller KV cache (num_blocks / kv_cache_memory)"
             if room:
-                todo = f"give swap_space={room * bytes_per_block / gib} or less ({room} blocks)"
+                advice = _gib_advice(room * bytes_per_block, bytes_per_block)
+                todo = (f"give swap_space={advice} or less "
+                        f"({int(advice * gib) // bytes_per_block} blocks)")
                 todo += f", or {smaller}" if in_ram else ""
             else:
                 todo = f"give {smaller}"
             asked = None
         raise ValueError(f"{asked + ': ' if asked else ''}{wants}, but {have} bytes "
                          f"({have / gib:.2f} GiB) are {what}; {todo}. Nothing was allocated.")
+
+
+def _gib_advice(nbytes: int, bytes_per_block: int, up: bool = False) -> float:
+    """`nbytes` in GiB as advice a user types: 3 significant digits, more where
+    needed to keep 99% of the blocks `nbytes` holds (at least one), rounded down
+    so that it holds no more of them (or up, never fewer)."""
+    gib = nbytes / 2**30
+    for digits in range(3, 18):
+        scale = 10 ** (digits - 1 - math.floor(math.log10(gib)))
+        value = (math.ceil(gib * scale) if up else math.floor(gib * scale)) / scale
+        if int(value * 2**30) // bytes_per_block >= max(1, 0.99 * (nbytes // bytes_per_block)):
+            return value
+    return gib
 
 
 def _num_swap_blocks(bytes_per_block: int, num_blocks: int, swap_space: float | None) -> int:
@@ -898,7 +924,8 @@ def _num_swap_blocks(bytes_per_block: int, num_blocks: int, swap_space: float | 
     num_swap_blocks = int(swap_space * 2**30) // bytes_per_block
     if num_swap_blocks < 1:
         raise ValueError(f"swap_space of {swap_space} GiB holds no block of "
-                         f"{bytes_per_block} bytes; give swap_space={bytes_per_block / 2**30} "
+                         f"{bytes_per_block} bytes; give swap_space="
+                         f"{_gib_advice(bytes_per_block, bytes_per_block, up=True)} "
                          "(GiB) or more, or leave it unset (as many blocks as the cache)")
     return num_swap_blocks
 
