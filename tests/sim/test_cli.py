@@ -55,6 +55,11 @@ def test_one_trace_mode(capsys, tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--dataset", "alpaca"], "--dataset needs --rate"),
     (["--dataset", "alpaca", "--rate", "2", "--manager", "lru"], "manager kind must be"),
+    *[(["--dataset", "alpaca", "--rate", "2", "--manager", kind],
+       f"manager kind must be 'max', 'pow2', 'oracle', 'paged' or 'paged:BLOCK_SIZE' "
+       f"(e.g. 'paged:32'); got {kind!r}") for kind in ("foo", "lru", "page")],
+    *[(["--trace", missing, "--rate", "1"], f"--trace: {missing}: no such trace file")
+      for missing in ("/nonexist", "/nonexist.json", "/nonexist.csv", "/tmp")],
     (["--dataset", "alpaca", "--rate", "2", "--manager", "paged:big"],
      "must be a whole number of tokens"),
     (["--dataset", "alpaca", "--rate", "2", "--manager", "pow2:16"],

@@ -33,8 +33,8 @@ class ManagerSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in ("max", "pow2", "oracle", "paged"):
-            raise ValueError(f"manager kind must be 'max', 'pow2', 'oracle' or 'paged'; "
-                             f"got {self.kind!r}")
+            raise ValueError(f"manager kind must be 'max', 'pow2', 'oracle', 'paged' or "
+                             f"'paged:BLOCK_SIZE' (e.g. 'paged:32'); got {self.kind!r}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
 

@@ -271,6 +271,9 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
     calls the rate `rate_option` (the command line's ``--rate``).
     """
     path = Path(path)
+    if not path.is_file():  # before the suffix: a missing file is not a format problem
+        raise FileNotFoundError(f"{path}: no such trace file (a .json or .csv file of "
+                                "request lengths)")
     if path.suffix.lower() == ".json":
         rows = json.loads(path.read_text())
         if not isinstance(rows, list):
