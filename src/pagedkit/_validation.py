@@ -95,6 +95,7 @@ def check_prompt(prompt: Any, name: str = "prompt") -> str | list[int]:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, dict):
+        prompt = _without_vllms_keys(prompt, name)
         if set(prompt) == {"prompt"} and isinstance(prompt["prompt"], str):
             return prompt["prompt"]
         if set(prompt) == {"prompt_token_ids"}:
@@ -106,6 +107,29 @@ def check_prompt(prompt: Any, name: str = "prompt") -> str | list[int]:
     hint = " (a tensor or array: pass .tolist())" if hasattr(prompt, "tolist") else ""
     raise TypeError(f"{name} {_short(prompt)} ({type(prompt).__name__}) is not a prompt{hint}; "
                     f"a prompt is {PROMPT_FORMS}")
+
+
+#: Keys of vLLM's prompt dicts pagedkit does not serve, and why (None is taken: it
+#: changes nothing).
+VLLM_PROMPT_KEYS = {
+    "cache_salt": "it keeps one user's prefix-cache blocks from another's; pagedkit's "
+                  "blocks are hashed by their tokens only",
+    "multi_modal_data": "pagedkit serves text-only models",
+    "multi_modal_uuids": "pagedkit serves text-only models",
+    "mm_processor_kwargs": "pagedkit serves text-only models",
+    "prompt_embeds": "pagedkit takes text or token ids, not embeddings",
+    "token_type_ids": "for pooling models; pagedkit generates",
+}
+
+
+def _without_vllms_keys(prompt: dict, name: str) -> dict:
+    """`prompt` without vLLM's keys that are None; any other value of one is refused
+    by name, as vLLM's arguments are (`engine.args.check_call_args`)."""
+    for key, why in VLLM_PROMPT_KEYS.items():
+        if prompt.get(key) is not None:
+            raise TypeError(f"{name}: the key {key!r} is vLLM's, not pagedkit's ({why}); "
+                            f"give the prompt without it, as {PROMPT_FORMS}")
+    return {k: v for k, v in prompt.items() if k not in VLLM_PROMPT_KEYS}
 
 
 def _token_ids(ids: Any, name: str) -> list[int]:

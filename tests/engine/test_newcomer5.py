@@ -105,3 +105,20 @@ def test_n_past_the_cache_is_lowered_to_a_value_n_can_take(num_blocks, n, advice
     with pytest.raises(ValueError, match=re.escape(advice)):
         llm.generate({"prompt_token_ids": [5] * 12}, SamplingParams(n=n, max_tokens=2),
                      use_tqdm=False)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("cache_salt", "a"), ("cache_salt", ""), ("multi_modal_data", {}),
+    ("multi_modal_data", {"image": 1}), ("multi_modal_uuids", {}), ("mm_processor_kwargs", {}),
+    ("prompt_embeds", [[0.0]]), ("token_type_ids", [0, 0])])
+@pytest.mark.parametrize("base", [{"prompt": "Once"}, {"prompt_token_ids": [0, 611]}])
+def test_vllms_prompt_keys_are_named_as_vllms(key, value, base):
+    llm = LLM("tiny", num_blocks=8, block_size=4)
+    with pytest.raises(TypeError, match=rf"the key '{key}' is vLLM's, not pagedkit's \("):
+        llm.generate({**base, key: value}, SamplingParams(max_tokens=2), use_tqdm=False)
+    assert not llm.llm_engine.has_unfinished_requests()
+    # None changes nothing: served as the prompt without it
+    [out] = llm.generate({**base, key: None}, SamplingParams(max_tokens=2, temperature=0),
+                         use_tqdm=False)
+    [same] = llm.generate(base, SamplingParams(max_tokens=2, temperature=0), use_tqdm=False)
+    assert out.outputs[0].token_ids == same.outputs[0].token_ids
