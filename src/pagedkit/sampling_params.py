@@ -8,10 +8,17 @@ import enum
 import functools
 import math
 import numbers
+import warnings
 from dataclasses import dataclass, field
 
 from ._validation import check_bool, check_int, check_number, is_value
 
+#: The least temperature above 0: vLLM raises smaller ones to it (the logits
+#: divided by less overflow float32).
+MIN_TEMPERATURE = 0.01
+#: repetition_penalty's range: a logit divided (or multiplied) by more
+#: overflows float32 (whose largest finite value is 3.4e38).
+MIN_PENALTY = 1e-30
 #: Seeds a torch.Generator takes: 0 <= seed < 2**64.
 MAX_SEED = 2**64 - 1
 
@@ -137,6 +144,12 @@ class SamplingParams:
         if not _is_finite(self.temperature) or not self.temperature >= 0:
             raise ValueError(f"temperature must be a finite number >= 0, got "
                              f"{self.temperature!r}")
+        if 0 < self.temperature < MIN_TEMPERATURE:  # vLLM 0.32's rule, and its floor
+            warnings.warn(f"temperature={self.temperature!r} is below {MIN_TEMPERATURE}: the "
+                          "logits divided by it overflow float32 (inf, then nan); raised to "
+                          f"{MIN_TEMPERATURE}, as vLLM does. temperature=0 is greedy decoding",
+                          stacklevel=3)
+            object.__setattr__(self, "temperature", MIN_TEMPERATURE)
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if not _is_finite(self.length_penalty):
@@ -199,6 +212,11 @@ class SamplingParams:
         if not _is_finite(self.repetition_penalty) or not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be a finite number > 0, got "
                              f"{self.repetition_penalty!r}")
+        if not MIN_PENALTY <= self.repetition_penalty <= 1 / MIN_PENALTY:
+            raise ValueError(f"repetition_penalty={self.repetition_penalty!r} is outside "
+                             f"[{MIN_PENALTY}, {1 / MIN_PENALTY:g}]: a logit scaled by it (or "
+                             "by its inverse) can overflow float32 (inf, then nan); give a "
+                             "penalty in that range (1 is none; above 1 discourages repeats)")
         for name in ("include_stop_str_in_output", "detokenize", "skip_special_tokens"):
             check_bool(name, getattr(self, name))
         for name in ("logprobs", "prompt_logprobs"):

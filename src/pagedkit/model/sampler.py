@@ -30,6 +30,7 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         probs = sorted_logits.softmax(-1)
         # drop a token once the mass *before* it already reaches top_p
         drop = probs.cumsum(-1) - probs >= params.top_p
+        drop[0] = False  # the most likely token stays, however small top_p (vLLM's rule)
         logits = logits.clone()
         logits[order[drop]] = float("-inf")
     return logits
