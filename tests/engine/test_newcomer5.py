@@ -122,3 +122,31 @@ def test_vllms_prompt_keys_are_named_as_vllms(key, value, base):
                          use_tqdm=False)
     [same] = llm.generate(base, SamplingParams(max_tokens=2, temperature=0), use_tqdm=False)
     assert out.outputs[0].token_ids == same.outputs[0].token_ids
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"block_size": 10**6}, {"block_size": 65537}, {"block_size": 5000, "kv_cache_memory": 10**7},
+    {"block_size": 16, "kv_cache_memory": 100}, {"block_size": 2, "kv_cache_memory": 8191}])
+def test_a_block_larger_than_the_budget_names_block_size_the_budget_and_each_advice_serves(
+        kwargs):
+    per_token = 4096  # the tiny model's K and V bytes a token (float32)
+    block_size = kwargs["block_size"]
+    memory = kwargs.get("kv_cache_memory")
+    with pytest.raises(ValueError) as refused:
+        LLM("tiny", **kwargs)
+    message = str(refused.value)
+    budget = (f"kv_cache_memory={memory} bytes" if memory else
+              "the default KV cache budget of 256 MiB (268435456 bytes; kv_cache_memory unset")
+    assert message.startswith(f"block_size={block_size} makes a KV block of "
+                              f"{block_size * per_token} bytes, more than {budget}")
+    assert "None" not in message
+    largest = re.search(r"give block_size=(\d+) or less", message)
+    assert bool(largest) == ((memory or 2**28) >= per_token)
+    if largest:  # the largest block_size that fits, and one more does not
+        assert int(largest[1]) == (memory or 2**28) // per_token
+        if memory:  # (the default 256 MiB is the same arithmetic, not allocated here)
+            LLM("tiny", **{**kwargs, "block_size": int(largest[1])})
+    one = int(re.search(r"kv_cache_memory=(\d+) or more \(one block\)", message)[1])
+    if one <= 2**25:  # a 4 GB block is the advice's arithmetic, not a test's allocation
+        llm = LLM("tiny", **{**kwargs, "kv_cache_memory": one})
+        assert llm.llm_engine.kv.allocator.num_blocks == 1

@@ -186,6 +186,9 @@ class LLMEngine:
             if memory is not None:
                 raise ValueError("give num_blocks or kv_cache_memory, not both")
             return check_int("num_blocks", num_blocks, minimum=1)
+        budget = (f"kv_cache_memory={memory} bytes" if memory is not None else
+                  f"the default KV cache budget of {DEFAULT_CPU_KV_CACHE_BYTES // 2**20} MiB "
+                  f"({DEFAULT_CPU_KV_CACHE_BYTES} bytes; kv_cache_memory unset, off CUDA)")
         if memory is None and self.device.type == "cuda":
             peak = self.runner.profile(self.scheduler_config.max_num_batched_tokens)
             total = torch.cuda.get_device_properties(self.device).total_memory
@@ -197,12 +200,17 @@ class LLMEngine:
                                  "gpu_memory_utilization (at most 1), lower "
                                  "max_num_batched_tokens (the profiled step), or use a smaller "
                                  "model or dtype")
-        blocks = spec.num_blocks_for(DEFAULT_CPU_KV_CACHE_BYTES if memory is None else memory,
-                                     block_size)
+            budget = (f"the {memory} bytes of GPU memory left after the model "
+                      f"(gpu_memory_utilization={utilization})")
+        memory = DEFAULT_CPU_KV_CACHE_BYTES if memory is None else memory
+        blocks = spec.num_blocks_for(memory, block_size)
         if blocks < 1:
-            raise ValueError(f"kv_cache_memory of {memory} bytes holds no block of "
-                             f"{spec.bytes_per_block(block_size)} bytes; give kv_cache_memory="
-                             f"{spec.bytes_per_block(block_size)} or more (one block), or "
+            per_block = spec.bytes_per_block(block_size)
+            largest = memory // spec.bytes_per_block(1)
+            smaller = f"block_size={largest} or less (vLLM's default is 16), or " * (largest > 0)
+            raise ValueError(f"block_size={block_size} makes a KV block of {per_block} bytes, "
+                             f"more than {budget}: the cache would hold no block; give "
+                             f"{smaller}kv_cache_memory={per_block} or more (one block), or "
                              "num_blocks")
         return blocks
 
