@@ -58,6 +58,10 @@ def test_one_trace_mode(capsys, tmp_path):
     *[(["--dataset", "alpaca", "--rate", "2", "--manager", kind],
        f"manager kind must be 'max', 'pow2', 'oracle', 'paged' or 'paged:BLOCK_SIZE' "
        f"(e.g. 'paged:32'); got {kind!r}") for kind in ("foo", "lru", "page")],
+    *[(["--dataset", "alpaca", "--rate", "2", "--requests", "3", *more, "--manager",
+        f"paged:{size}"], f"argument --manager: paged:{size}: a block of {size} slots is more "
+       f"than {model}'s {slots:,} KV slots; use a block size of {slots} or less")
+      for size in (15729, 100000) for more, model, slots in (([], "opt-13b", 15728),)],
     *[(["--trace", missing, "--rate", "1"], f"--trace: {missing}: no such trace file")
       for missing in ("/nonexist", "/nonexist.json", "/nonexist.csv", "/tmp")],
     (["--dataset", "alpaca", "--rate", "2", "--manager", "paged:big"],

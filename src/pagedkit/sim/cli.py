@@ -172,6 +172,12 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         trace = synthetic_trace(args.dataset, rate=args.rate, num_requests=args.requests,
                                 duration=args.duration, seed=args.seed)
     managers = args.manager or PAPER_MANAGERS
+    slots = PRESETS[args.model].kv_slots
+    for spec in managers:  # before any run: a usage error, as the other --manager ones
+        if spec.paged and spec.block_size > slots:
+            parser.error(f"argument --manager: paged:{spec.block_size}: a block of "
+                         f"{spec.block_size} slots is more than {args.model}'s {slots:,} KV "
+                         f"slots; use a block size of {slots} or less (16 is vLLM's default)")
     model = LatencyModel(PRESETS[args.model])
     summaries = [simulate(trace, m, model=model, preemption=args.preemption,
                           prefill=args.prefill, batching=args.batching, seed=args.seed,
