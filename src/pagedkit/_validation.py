@@ -19,6 +19,14 @@ PROMPT_FORMS = ("a string, a list of token ids (ints), {'prompt': str} or "
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def _inside_pagedkit(frame: Any) -> bool:
+    """A frame of pagedkit's code: by its file, or by its module for generated code
+    (a dataclass's ``__init__`` runs from ``<string>``)."""
+    module = frame.f_globals.get("__name__", "")
+    return (module == "pagedkit" or module.startswith("pagedkit.")
+            or os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR))
+
+
 def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
     """`warnings.warn`, located at the user's line: the first frame outside pagedkit.
 
@@ -27,7 +35,7 @@ def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
     `beam_search` or `LLMEngine.step`, however deep inside pagedkit the warning arose.
     """
     frame, level = sys._getframe(1), 2  # stacklevel=2 is warn_at_caller's caller
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    while frame is not None and _inside_pagedkit(frame):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level if frame is not None else 2)
 

@@ -8,10 +8,9 @@ import enum
 import functools
 import math
 import numbers
-import warnings
 from dataclasses import dataclass, field
 
-from ._validation import check_bool, check_int, check_number, is_value
+from ._validation import check_bool, check_int, check_number, is_value, warn_at_caller
 
 #: The least temperature above 0: vLLM raises smaller ones to it (the logits
 #: divided by less overflow float32).
@@ -145,10 +144,9 @@ class SamplingParams:
             raise ValueError(f"temperature must be a finite number >= 0, got "
                              f"{self.temperature!r}")
         if 0 < self.temperature < MIN_TEMPERATURE:  # vLLM 0.32's rule, and its floor
-            warnings.warn(f"temperature={self.temperature!r} is below {MIN_TEMPERATURE}: the "
-                          "logits divided by it overflow float32 (inf, then nan); raised to "
-                          f"{MIN_TEMPERATURE}, as vLLM does. temperature=0 is greedy decoding",
-                          stacklevel=3)
+            warn_at_caller(f"temperature={self.temperature!r} is below {MIN_TEMPERATURE}: the "
+                           "logits divided by it overflow float32 (inf, then nan); raised to "
+                           f"{MIN_TEMPERATURE}, as vLLM does. temperature=0 is greedy decoding")
             object.__setattr__(self, "temperature", MIN_TEMPERATURE)
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")

@@ -67,3 +67,10 @@ def test_a_direct_step_warns_at_the_users_step_call(llm):
     while engine.has_unfinished_requests():
         engine.step()
     assert found and all((f, n) == (__file__, line) for _, f, n in found), (found, line)
+
+
+@pytest.mark.parametrize("temperature", [1e-38, 1e-3, 0.009])
+def test_a_raised_temperature_warns_at_the_users_sampling_params(temperature):
+    make = lambda: SamplingParams(temperature=temperature)
+    found = where(make)
+    assert found == [(UserWarning, __file__, line_of(make))]
