@@ -73,7 +73,8 @@ DEMO_ERRORS = [
     (["-n", "0"], "argument -n: must be >= 1, got 0"),
     (["--num-blocks", "0"], "argument --num-blocks: must be >= 1, got 0"),
     (["--num-blocks", "2"], "--num-blocks 2 is too small"),
-    (["-n", "4", "--num-blocks", "8"], "x -n 4 = 16; give --num-blocks 16 or more"),
+    (["-n", "4", "--num-blocks", "8"], "shared by the -n 4 completions, each with 4 of its own: "
+     "16 blocks; give --num-blocks 16 or more"),
     (["--max-tokens", "x"], "argument --max-tokens: expected a whole number >= 1, got 'x'"),
     (["--temperature", "nan"], "argument --temperature: expected a finite number >= 0"),
     (["--temperature", "-1"], "argument --temperature: expected a finite number >= 0"),
@@ -84,8 +85,8 @@ DEMO_ERRORS = [
      "directory"),
     # no sequence grows past the model's 2048 positions: 128 blocks hold the longest (finding 11)
     (["--max-tokens", "100000", "--num-blocks", "4"], "grows to the model's max_model_len of "
-     "2048 tokens (--max-tokens 100000 goes past it), which takes 128 blocks of 16 per "
-     "completion, x -n 1 = 128; give --num-blocks 128 or more"),
+     "2048 tokens (--max-tokens 100000 goes past it) takes 128 blocks of 16; give "
+     "--num-blocks 128 or more"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ]
 
@@ -395,3 +396,46 @@ def test_gpucheck_takes_cuda_devices(device):
     from pagedkit.gpucheck import cuda_device
 
     assert cuda_device(device).type == "cuda"
+
+
+@pytest.mark.parametrize("block_size, n, max_tokens", [
+    (1, 4, 5), (1, 1, 5), (2, 2, 3), (4, 3, 7), (16, 2, 40), (3, 4, 1), (5, 2, 9)])
+def test_demos_block_check_is_the_engines(block_size, n, max_tokens):
+    """Fifth newcomer's N1: demo asked for 68 blocks (17 per completion x -n 4)
+    where the engine serves the request on 28: its -n completions share the
+    prompt's full blocks. The demo's bound is the engine's: it takes `needed`
+    blocks and refuses needed - 1, and the engine serves the longest prompt's
+    n completions whole on `needed` and not on one block fewer."""
+    import re
+    import warnings
+
+    from pagedkit import LLM, SamplingParams
+    from pagedkit.models import load_tiny_tokenizer
+
+    tokenizer = load_tiny_tokenizer()
+    parser = demo._parser()
+
+    def check(num_blocks):
+        args = parser.parse_args(["--block-size", str(block_size), "-n", str(n), "--max-tokens",
+                                  str(max_tokens), "--num-blocks", str(num_blocks)])
+        try:
+            demo._check_blocks(parser, args, tokenizer, 2048)
+        except SystemExit:
+            return False
+        return True
+
+    needed = next(b for b in range(1, 10_000) if check(b))
+    assert not check(needed - 1)
+    longest = max((tokenizer(p)["input_ids"] for p in demo.PROMPTS), key=len)
+    params = SamplingParams(n=n, temperature=0.8, seed=0, max_tokens=max_tokens, ignore_eos=True)
+    for num_blocks in (needed, needed - 1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                [out] = LLM("tiny", num_blocks=num_blocks, block_size=block_size).generate(
+                    {"prompt_token_ids": longest}, params, use_tqdm=False)
+                whole = all(len(c.token_ids) == max_tokens for c in out.outputs)
+            except ValueError as e:  # refused at the door: too few for the prompt's blocks
+                assert re.search(r"num_blocks=\d+ or more", str(e))
+                whole = False
+        assert whole == (num_blocks == needed), (num_blocks, needed)

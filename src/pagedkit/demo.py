@@ -52,21 +52,32 @@ def _parser() -> argparse.ArgumentParser:
 def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
                   tokenizer, max_model_len: int | None) -> None:
     """Refuse a KV cache too small for the demo's longest prompt to reach
-    --max-tokens in every one of its -n completions (they run together); no
-    sequence grows past the model's `max_model_len` (its position limit)."""
+    --max-tokens in every one of its -n completions (they run together,
+    sharing the prompt's full blocks: the engine's own count,
+    `pagedkit.memory.blocks_to_serve`); no sequence grows past the model's
+    `max_model_len` (its position limit)."""
+    from .memory import blocks_to_serve
+
     longest = max(len(tokenizer(p)["input_ids"]) for p in PROMPTS)
     tokens = longest + args.max_tokens
     capped = max_model_len is not None and tokens > max_model_len
-    per_seq = -(-(max_model_len if capped else tokens) // args.block_size)
-    needed = args.n * per_seq
+    end = max_model_len if capped else tokens
+    # the demo leaves max_model_len unset: the cache's token count sets it
+    needed = blocks_to_serve(longest, end, args.n, args.block_size,
+                             cache_sets_max_model_len=True)
     if needed > args.num_blocks:
         grows = (f"grows to the model's max_model_len of {max_model_len} tokens (--max-tokens "
                  f"{args.max_tokens} goes past it)" if capped else
                  f"+ --max-tokens {args.max_tokens}")
+        full = longest // args.block_size
+        sharing = blocks_to_serve(longest, end, args.n, args.block_size)
+        shared = (f"its {full} full block{'s' * (full != 1)} of {args.block_size} shared by "
+                  f"the -n {args.n} completions, each with {(sharing - full) // args.n} of "
+                  f"its own: {needed} blocks" if args.n > 1 and sharing == needed else
+                  f"{needed} blocks of {args.block_size}")
         parser.error(f"--num-blocks {args.num_blocks} is too small: the longest prompt "
-                     f"({longest} tokens) {grows}, which takes {per_seq} "
-                     f"blocks of {args.block_size} per completion, x -n {args.n} = {needed}; "
-                     f"give --num-blocks {needed} or more")
+                     f"({longest} tokens) {grows} takes {shared}; give --num-blocks "
+                     f"{needed} or more")
 
 
 def _position_limit(config) -> int | None:

@@ -40,7 +40,7 @@ from .._validation import (
     check_prompt,
     warn_at_caller,
 )
-from ..memory import HASH_FUNCTIONS, KVCacheManager
+from ..memory import HASH_FUNCTIONS, KVCacheManager, blocks_to_serve
 from ..model.accel import prepack_linears, prepack_mode
 from ..model.compiled import compile_forward, compile_mode
 from ..model.kv_cache import KVCacheSpec
@@ -596,11 +596,10 @@ class LLMEngine:
         large would have (the model's, or the one asked for). Exact for n
         samples that all run to the end; an upper bound for beams (they
         also share what they generated before forking)."""
-        block_size, limit = self.kv.block_size, self._context_len
-        full = prompt_len // block_size
+        limit = self._context_len
         end = limit if params.max_tokens is None else min(prompt_len + params.max_tokens, limit)
-        own = -(-(end - 1 - full * block_size) // block_size)
-        return full + (num_sequences or params.num_sequences) * own
+        return blocks_to_serve(prompt_len, end, num_sequences or params.num_sequences,
+                               self.kv.block_size)
 
     def _outgrew_message(self, group: SequenceGroup) -> str:
         """What `KVCacheTooSmallWarning` says of a group that outgrew the cache."""
@@ -653,7 +652,8 @@ class LLMEngine:
         have, block_size = self.kv.allocator.num_blocks, self.kv.block_size
         end = self._context_len if params.max_tokens is None else min(
             prompt_len + params.max_tokens, self._context_len)
-        need = max(-(-end // block_size), self.blocks_to_serve(prompt_len, params))
+        need = blocks_to_serve(prompt_len, end, params.num_sequences, block_size,
+                               cache_sets_max_model_len=True)
         reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
         asked = ("max_tokens=None" if params.max_tokens is None
                  else f"max_tokens={params.max_tokens}")

@@ -24,7 +24,7 @@ from .block_hash import (
     sha256,
     sha256_cbor,
 )
-from .block_table import BlockTable
+from .block_table import BlockTable, blocks_to_serve
 from .contiguous import POLICIES, ContiguousAllocator, ContiguousStats, Reservation
 from .errors import BlockStateError, OutOfBlocksError, PagedMemoryError
 from .events import Event, EventBus, EventKind, EventLog
@@ -51,6 +51,7 @@ __all__ = [
     "OutOfBlocksError",
     "PagedMemoryError",
     "Reservation",
+    "blocks_to_serve",
     "hash_block",
     "sha256",
     "sha256_cbor",

@@ -30,6 +30,21 @@ NULL_BLOCK = -1
 KERNEL_NULL_BLOCK = 0
 
 
+def blocks_to_serve(prompt_len: int, end: int, num_sequences: int, block_size: int, *,
+                    cache_sets_max_model_len: bool = False) -> int:
+    """KV blocks that serve `num_sequences` sequences of one prompt, each to
+    `end` tokens (prompt and generated), when they run alone: the prompt's
+    full blocks once, shared (paper §4.4), plus each sequence's own blocks for
+    the rest of its prompt and all but its last token (whose K/V is never
+    computed). With `cache_sets_max_model_len` (an engine whose max_model_len
+    was left unset, so the cache's token count sets it), also enough blocks
+    for `end` tokens. `LLMEngine` and the demo's check both use it."""
+    full = prompt_len // block_size
+    own = -(-(end - 1 - full * block_size) // block_size)
+    shared = full + num_sequences * own
+    return max(shared, -(-end // block_size)) if cache_sets_max_model_len else shared
+
+
 class BlockTable:
     """Logical-to-physical block mapping of one sequence.
 
