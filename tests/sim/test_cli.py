@@ -62,6 +62,15 @@ def test_one_trace_mode(capsys, tmp_path):
         f"paged:{size}"], f"argument --manager: paged:{size}: a block of {size} slots is more "
        f"than {model}'s {slots:,} KV slots; use a block size of {slots} or less")
       for size in (15729, 100000) for more, model, slots in (([], "opt-13b", 15728),)],
+    # fifth newcomer's N18: 2e9 requests were drawn until the OOM killer took a 23 GB machine
+    *[(["--dataset", "sharegpt", "--rate", rate, *size], f"--dataset sharegpt: {asked} is more "
+       "than a synthetic trace holds (1,000,000")
+      for rate, size, asked in (
+          ("2", ["--duration", "1e9"], "rate 2 req/s x duration 1e+09 s = 2,000,000,000 requests"),
+          ("2", ["--duration", "500000.5"],
+           "rate 2 req/s x duration 500000 s = 1,000,001 requests"),
+          ("55", ["--requests", "1000001"], "--requests 1,000,001"),
+          ("1", ["--requests", "2000000000"], "--requests 2,000,000,000"))],
     *[(["--trace", missing, "--rate", "1"], f"--trace: {missing}: no such trace file")
       for missing in ("/nonexist", "/nonexist.json", "/nonexist.csv", "/tmp")],
     (["--dataset", "alpaca", "--rate", "2", "--manager", "paged:big"],

@@ -169,8 +169,12 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
             parser.error(_("--dataset needs --rate (requests/s)"))
         if args.requests is None and args.duration is None:
             args.requests = 1000
-        trace = synthetic_trace(args.dataset, rate=args.rate, num_requests=args.requests,
-                                duration=args.duration, seed=args.seed)
+        try:
+            trace = synthetic_trace(args.dataset, rate=args.rate, num_requests=args.requests,
+                                    duration=args.duration, seed=args.seed)
+        except ValueError as e:  # too many requests: said before anything is allocated
+            parser.error(f"--dataset {args.dataset}: " + str(e).replace("num_requests=",
+                                                                             "--requests "))
     managers = args.manager or PAPER_MANAGERS
     slots = PRESETS[args.model].kv_slots
     for spec in managers:  # before any run: a usage error, as the other --manager ones
