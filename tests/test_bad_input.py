@@ -352,7 +352,7 @@ LLM_CASES = [
     ({"no_such_argument": 1}, TypeError, "LLM got an engine argument"),
     ({"swap_space": 4}, ValueError, "swap_space=4"),
     ({"kv_cache_memory": 2**20, "kv_cache_memory_bytes": 2**20}, ValueError, "not both"),
-    ({"max_logprobs": -2}, TypeError, "-2"),
+    ({"max_logprobs": -2}, ValueError, "-2"),
 ]
 
 

@@ -150,3 +150,24 @@ def test_a_block_larger_than_the_budget_names_block_size_the_budget_and_each_adv
     if one <= 2**25:  # a 4 GB block is the advice's arithmetic, not a test's allocation
         llm = LLM("tiny", **{**kwargs, "kv_cache_memory": one})
         assert llm.llm_engine.kv.allocator.num_blocks == 1
+
+
+@pytest.mark.parametrize("count, said", [(1, "its 1 unfinished request was aborted"),
+                                         (2, "its 2 unfinished requests were aborted")])
+def test_a_failed_generate_counts_its_aborted_requests_in_good_english(count, said):
+    def fail(step):
+        raise RuntimeError("injected")
+
+    llm = LLM("tiny", num_blocks=16, block_size=4)
+    with pytest.raises(RuntimeError, match="injected") as info:
+        llm.generate(["Once"] * count, SamplingParams(max_tokens=5), use_tqdm=False,
+                     on_step=fail)
+    assert any(said in note for note in info.value.__notes__), info.value.__notes__
+
+
+@pytest.mark.parametrize("value, error", [(-2, ValueError), (-100, ValueError),
+                                          ("20", TypeError), (2.0, TypeError), (True, TypeError)])
+def test_max_logprobs_out_of_range_is_a_value_error_a_wrong_type_a_type_error(value, error):
+    with pytest.raises(error, match=r"max_logprobs must be an integer >= 0 \(or -1: no limit\), "
+                                    rf"got {re.escape(repr(value))}"):
+        LLM("tiny", num_blocks=4, max_logprobs=value)

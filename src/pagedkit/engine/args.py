@@ -95,9 +95,12 @@ def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:
                             "and the vLLM ones it accepts")
         accepted, why = ONE_DEVICE_ARGS[name]
         if accepted == "int":
-            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{caller}: {name} must be an integer >= 0 (or -1: no "
-                                f"limit), got {value!r}")
+                                f"limit), got {value!r} ({type(value).__name__})")
+            if value < -1:  # the right type, a value out of range
+                raise ValueError(f"{caller}: {name} must be an integer >= 0 (or -1: no "
+                                 f"limit), got {value!r}")
         elif accepted is None:
             if not isinstance(value, bool):
                 raise TypeError(f"{caller}: {name} must be True or False, got {value!r}")
