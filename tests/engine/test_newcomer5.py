@@ -171,3 +171,23 @@ def test_max_logprobs_out_of_range_is_a_value_error_a_wrong_type_a_type_error(va
     with pytest.raises(error, match=r"max_logprobs must be an integer >= 0 \(or -1: no limit\), "
                                     rf"got {re.escape(repr(value))}"):
         LLM("tiny", num_blocks=4, max_logprobs=value)
+
+
+@pytest.mark.parametrize("rid, error", [(None, TypeError), ("", ValueError), (True, TypeError),
+                                        (1.5, TypeError), (b"x", TypeError), (["a"], TypeError)])
+def test_a_request_id_that_hides_a_bug_is_refused_and_nothing_is_queued(rid, error):
+    llm = LLM("tiny", num_blocks=8, block_size=4)
+    engine = llm.llm_engine
+    with pytest.raises(error, match=r"request_id must be a (non-empty )?string, got "):
+        engine.add_request(rid, "Once", SamplingParams(max_tokens=2))
+    assert not engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize("rid, stored", [(5, "5"), (np.int64(7), "7"), ("a", "a")])
+def test_an_int_request_id_is_taken_as_its_digits(rid, stored):
+    engine = LLM("tiny", num_blocks=8, block_size=4).llm_engine
+    engine.add_request(rid, "Once", SamplingParams(max_tokens=2))
+    done = []
+    while engine.has_unfinished_requests():
+        done += engine.step().finished
+    assert [o.request_id for o in done] == [stored]

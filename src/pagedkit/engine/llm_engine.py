@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import numbers
 import os
 import time
 from collections.abc import Mapping
@@ -276,7 +277,14 @@ class LLMEngine:
         """Everything `add_request` checks, without queueing: returns the prompt's
         text (if any), its token ids and the sampling params. `who` starts the
         error messages (by default ``request '<id>'``)."""
+        # vLLM's request_id is a str; an int is taken as its digits, but None (an unset
+        # variable) or '' would hide a bug in the caller's script as the id 'None' or ''
+        if isinstance(request_id, bool) or not isinstance(request_id, (str, numbers.Integral)):
+            raise TypeError(f"request_id must be a string, got {request_id!r} "
+                            f"({type(request_id).__name__})")
         request_id = str(request_id)
+        if not request_id:
+            raise ValueError("request_id must be a non-empty string, got ''")
         if request_id in self.scheduler.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine; give "
                              f"another id, or abort_request({request_id!r}) first")
