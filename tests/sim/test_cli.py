@@ -139,3 +139,25 @@ def test_scheduler_benchmark_runs_the_engine_scheduler_to_the_end(capsys, monkey
     monkeypatch.setattr("pagedkit.sim.cli.scheduler_benchmark", lambda seed: dict(row))
     assert main(["--benchmark-scheduler", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [row]
+
+
+@pytest.mark.parametrize("lengths, aborted", [
+    ([(100000, 10), (10, 5)], [0]), ([(2040, 9), (2039, 9)], [0]),
+    ([(10, 5)], []), ([(3000, 1)] * 5, [0, 1, 2, 3, 4])])
+def test_aborted_requests_are_said_under_the_table(capsys, tmp_path, lengths, aborted):
+    """Fifth newcomer's N20: a request past the model's context was 'aborted' in
+    every row, with nan latency, and nothing said why."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"prompt_len": p, "output_len": o} for p, o in lengths]))
+    assert main(["--trace", str(path), "--rate", "1", "--manager", "paged", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    if not aborted:
+        assert "aborted:" not in out
+        return
+    count = len(aborted)
+    assert f"vLLM: {count} request{'s' * (count != 1)} aborted:" in out
+    for i in aborted[:3]:
+        p, o = lengths[i]
+        assert (f"  request {i} (prompt_len {p}, output_len {o}): needs {p + o} tokens > "
+                "max_seq_len 2048") in out
+    assert ("... and 2 more" in out) == (count == 5)

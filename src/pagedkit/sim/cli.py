@@ -183,15 +183,31 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                          f"{spec.block_size} slots is more than {args.model}'s {slots:,} KV "
                          f"slots; use a block size of {slots} or less (16 is vLLM's default)")
     model = LatencyModel(PRESETS[args.model])
-    summaries = [simulate(trace, m, model=model, preemption=args.preemption,
-                          prefill=args.prefill, batching=args.batching, seed=args.seed,
-                          progress=not (args.no_progress or args.json)).summary()
-                 for m in managers]
+    runs = [simulate(trace, m, model=model, preemption=args.preemption,
+                     prefill=args.prefill, batching=args.batching, seed=args.seed,
+                     progress=not (args.no_progress or args.json)) for m in managers]
+    summaries = [run.summary() for run in runs]
     if args.json:
         print(json.dumps(summaries, indent=2))
     else:
         _print_rows(summaries)
+        _print_aborted(runs, summaries)
     return 0
+
+
+def _print_aborted(runs: list, summaries: list[dict], shown: int = 3) -> None:
+    """Under the table, why requests were aborted (a row's nan latency says nothing)."""
+    for run, summary in zip(runs, summaries, strict=True):
+        aborted = run.aborted
+        if not aborted:
+            continue
+        print(f"{summary['manager']}: {len(aborted)} request{'s' * (len(aborted) != 1)} "
+              "aborted:")
+        for r in aborted[:shown]:
+            print(f"  request {r.request_id} (prompt_len {r.prompt_len}, output_len "
+                  f"{r.output_len}): {r.finish_reason.removeprefix('abort: ')}")
+        if len(aborted) > shown:
+            print(f"  ... and {len(aborted) - shown} more")
 
 
 def _print_rows(rows: list[dict]) -> None:
