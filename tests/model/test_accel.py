@@ -137,6 +137,32 @@ def test_a_bad_switch_value_is_an_error_naming_it(mode):
         LLM(wide_llama(64), num_blocks=8)
 
 
+def test_the_engine_reads_each_switch_once_and_passes_it_on(monkeypatch):
+    """LLMEngine checks both switches before it loads the model and hands the
+    modes it read to prepack_linears and compile_forward (not a second read)."""
+    from pagedkit.model import compiled
+
+    reads, read = [], accel.switch
+
+    def counting_switch(name, section):
+        reads.append(name)
+        return read(name, section)
+
+    monkeypatch.setattr(accel, "switch", counting_switch)
+    monkeypatch.setattr(compiled, "switch", counting_switch)
+    LLM("tiny", num_blocks=8)
+    assert sorted(reads) == ["PAGEDKIT_COMPILE", "PAGEDKIT_PREPACK"]
+
+
+def test_a_mode_given_overrides_the_switch_and_is_checked(mode):
+    mode("on")
+    model = wide_llama(64)
+    assert prepack_linears(model, mode="off").reason == "switched off"
+    assert packed_names(model) == []
+    with pytest.raises(ValueError, match=r"mode must be one of 'auto', 'on', 'off'; got 'fast'"):
+        prepack_linears(model, mode="fast")
+
+
 def test_without_onednn_nothing_is_packed_and_the_reason_is_kept(mode, monkeypatch):
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     mode(None)

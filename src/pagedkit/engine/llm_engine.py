@@ -103,7 +103,8 @@ class LLMEngine:
                                  "by recomputation); leave swap_space unset (docs/api.md)")
         _check_seed(seed)
         check_choice("prefix_caching_hash_algo", prefix_caching_hash_algo, tuple(HASH_FUNCTIONS))
-        prepack_mode(), compile_mode()  # a bad PAGEDKIT_* switch: refused before the model changes
+        # read once, so a bad PAGEDKIT_* switch is refused before the model changes
+        prepack, compiled = prepack_mode(), compile_mode()
         self.device = resolve_device(device)
         model, self.tokenizer, self.model_name = load_model(model, tokenizer)
         if vllm_args.get("skip_tokenizer_init"):
@@ -165,9 +166,9 @@ class LLMEngine:
         # Last, once every check has passed (a refused engine leaves the model as
         # given): faster CPU matmuls, outside the textbook path (model/accel.py;
         # PAGEDKIT_PREPACK=off leaves every nn.Linear as transformers built it).
-        prepack_linears(self.runner.model, self.device)
+        prepack_linears(self.runner.model, self.device, prepack)
         # PAGEDKIT_COMPILE=on: the step calls the model under torch.compile (model/compiled.py)
-        compile_forward(self.runner, self.device)
+        compile_forward(self.runner, self.device, compiled)
 
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLMEngine:

@@ -48,6 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._validation import check_choice
+
 ENV_VAR = "PAGEDKIT_PREPACK"
 #: ``auto``: the measured rule; ``on``: every eligible layer, every call
 #: (what the tests use on models too small for the rule); ``off``: plain nn.Linear.
@@ -226,15 +228,17 @@ def below_rule(in_features: int, out_features: int) -> str | None:
     return None
 
 
-def prepack_linears(model: nn.Module, device: torch.device | None = None) -> PrepackReport:
+def prepack_linears(model: nn.Module, device: torch.device | None = None,
+                    mode: str | None = None) -> PrepackReport:
     """Replace each eligible ``nn.Linear`` of `model` by a `PackedLinear`, in
-    place, as ``PAGEDKIT_PREPACK`` says now (layers an earlier call replaced are
-    decided afresh, so ``off`` leaves none); returns what was done, also kept as
-    ``model.pagedkit_prepack``. A model served on another `device` than the
-    CPU keeps plain layers (the packed product runs on the CPU only). Never
-    raises for a model it cannot speed up: the report says why (and warns,
-    when ``on`` was asked for)."""
-    report = PrepackReport(prepack_mode())
+    place, as `mode` says (``auto|on|off``; None reads ``PAGEDKIT_PREPACK``;
+    layers an earlier call replaced are decided afresh, so ``off`` leaves
+    none); returns what was done, also kept as ``model.pagedkit_prepack``. A
+    model served on another `device` than the CPU keeps plain layers (the
+    packed product runs on the CPU only). Never raises for a model it cannot
+    speed up: the report says why (and warns, when ``on`` was asked for)."""
+    report = PrepackReport(prepack_mode() if mode is None else
+                           check_choice("mode", mode, CHOICES))
     unpack_linears(model)
     report.reason = ("switched off" if report.mode == "off" else
                      f"served on {device.type}, not the CPU" if device and device.type != "cpu"

@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .._validation import check_choice
 from . import attention
-from .accel import switch
+from .accel import CHOICES, switch
 
 #: The switch (`accel.switch`): ``auto``, not compiled (compiling costs more than
 #: a run of a benchmark's size saves, docs/benchmarks.md); ``on``, compiled on a
@@ -244,12 +245,14 @@ def _unpack(model: torch.nn.Module) -> None:
             "weights in its graph")
 
 
-def compile_forward(runner, device: torch.device) -> CompileReport:
-    """Set ``runner.forward`` as ``PAGEDKIT_COMPILE`` says: the model itself, or
-    a `CompiledForward` of it (kept as ``runner.compiled`` too). Never raises
-    for a model or machine it cannot compile: the report (also
-    ``runner.model.pagedkit_compile``) says why, and ``on`` warns."""
-    report = CompileReport(compile_mode())
+def compile_forward(runner, device: torch.device, mode: str | None = None) -> CompileReport:
+    """Set ``runner.forward`` as `mode` says (``auto|on|off``; None reads
+    ``PAGEDKIT_COMPILE``): the model itself, or a `CompiledForward` of it
+    (kept as ``runner.compiled`` too). Never raises for a model or machine it
+    cannot compile: the report (also ``runner.model.pagedkit_compile``) says
+    why, and ``on`` warns."""
+    report = CompileReport(compile_mode() if mode is None else
+                           check_choice("mode", mode, CHOICES))
     model = runner.model
     runner.forward, runner.compiled = model, None
     model.set_attn_implementation(attention.register())
