@@ -8,6 +8,7 @@ serve the request whole."""
 import dataclasses
 import re
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +102,41 @@ def test_beams_that_outgrow_the_cache_say_so_and_the_advice_serves_them(referenc
             out, again = run(build, more, prompt, params)
             assert again == [] and all(len(c.token_ids) == MAX_TOKENS for c in out.outputs)
     assert warned  # the smallest caches do cut beams short
+
+
+def test_every_cut_short_warning_names_the_request_and_ends_with_its_fixes_and_docs():
+    """The four ways a request is cut short (a group outgrowing the cache, a
+    max_model_len the cache lowered, beams at the cache, beams at
+    max_num_batched_tokens) are told by one helper: '<request>: <what
+    happened>. To be served whole: <every fix> (docs/api.md, '<a section
+    there>').'"""
+    from pagedkit import BeamSearchParams
+
+    def said(llm, call):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call(llm)
+        return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+    prompt = list(range(10))
+    small = LLM("tiny", num_blocks=4, block_size=BLOCK)
+    narrow = LLM("tiny", num_blocks=64, block_size=BLOCK, max_num_batched_tokens=12)
+    beams = BeamSearchParams(beam_width=2, max_tokens=30)
+    messages = (
+        said(small, lambda llm: llm.generate(
+            [prompt], SamplingParams(n=2, temperature=1.0, seed=0, max_tokens=30,
+                                     ignore_eos=True), use_tqdm=False))
+        + said(small, lambda llm: llm.generate(
+            {"prompt_token_ids": prompt}, SamplingParams(max_tokens=30, ignore_eos=True),
+            use_tqdm=False))
+        + said(small, lambda llm: llm.beam_search([prompt], beams))
+        + said(narrow, lambda llm: llm.beam_search([prompt], beams)))
+    page = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    headings = {line.lstrip("#").strip() for line in page.splitlines() if line.startswith("#")}
+    assert len(messages) == 4
+    for message in messages:
+        shape = re.fullmatch(r"(generate|beam_search)\(\): .+\. To be served whole: "
+                             r"build the engine with .+ or more.*, or lower max_tokens to \d+ "
+                             r"\(docs/api\.md, '(.+)'\)\.", message)
+        assert shape, message
+        assert shape[2] in headings

@@ -580,21 +580,37 @@ class LLMEngine:
                      f"of {budget} tokens at most")
         # served whole, the last beam prompt has end - 1 tokens: every limit in its way
         end = min(prompt_len + params.max_tokens, self._context_len)
-        todo = []
-        if capacity < end:
-            todo.append(f"num_blocks={-(-end // block_size)} or more (or a kv_cache_memory "
-                        "that holds them)")
-        if budget is not None and budget < end - 1:
-            todo.append(f"enable_chunked_prefill=True (or max_num_batched_tokens={end - 1} "
-                        "or more)")
         category = KVCacheTooSmallWarning if capacity < end else UserWarning
-        warn_at_caller(
-            f"{who}: the beams (beam_width={params.beam_width}, max_tokens="
-            f"{params.max_tokens}) ended with finish_reason='length' after {reached} "
-            f"generated token{'s' * (reached != 1)}: each step sends every beam (the prompt's "
+        warn_at_caller(self._cut_short(
+            who, f"the beams (beam_width={params.beam_width}, max_tokens={params.max_tokens}) "
+            f"ended with finish_reason='length' after {reached} generated "
+            f"token{'s' * (reached != 1)}: each step sends every beam (the prompt's "
             f"{prompt_len} token{'s' * (prompt_len != 1)} and those generated so far) to the "
-            f"engine as a prompt, and {limit}. To be served whole: build the engine with "
-            f"{' and '.join(todo)}, or lower max_tokens to {reached}", category)
+            f"engine as a prompt, and {limit}",
+            num_blocks=-(-end // block_size) if capacity < end else None,
+            batched_tokens=end - 1 if budget is not None and budget < end - 1 else None,
+            lower={"max_tokens": reached}, docs="Generating: `LLM`"), category)
+
+    def _cut_short(self, who: SequenceGroup | str, what: str, *, num_blocks: int | None = None,
+                   batched_tokens: int | None = None, lower: dict[str, int],
+                   docs: str = "Compared with vLLM") -> str:
+        """The text of a warning that a request was cut short: the request
+        (its group, named as the caller wrote it, or that name), `what`
+        happened, then every fix that serves it whole: an engine of
+        `num_blocks` blocks and, where given, chunked prefill (or
+        `batched_tokens` per step); or each option in `lower` lowered to its value."""
+        if isinstance(who, SequenceGroup):
+            who = self._names.get(who.request_id, f"request {who.request_id!r}")
+        build = []
+        if num_blocks is not None:
+            build.append(f"num_blocks={num_blocks} or more (or a kv_cache_memory that holds "
+                         "them)")
+        if batched_tokens is not None:
+            build.append(f"enable_chunked_prefill=True (or max_num_batched_tokens="
+                         f"{batched_tokens} or more)")
+        fixes = [f"build the engine with {' and '.join(build)}"] if build else []
+        fixes += [f"lower {name} to {value}" for name, value in lower.items()]
+        return f"{who}: {what}. To be served whole: {', or '.join(fixes)} (docs/api.md, '{docs}')."
 
     def blocks_to_serve(self, prompt_len: int, params: SamplingParams,
                         num_sequences: int | None = None) -> int:
@@ -628,24 +644,20 @@ class LLMEngine:
         longest = min(full * block_size + ((have - full) // count) * block_size + 1,
                       self.max_model_len) - prompt_len
         vllm = ("LLM.beam_search (vLLM's way) runs each beam as a request of its own and "
-                "would serve every token." if params.use_beam_search else
-                "vLLM runs each sample as a request of its own and would serve every token.")
+                "would serve every token" if params.use_beam_search else
+                "vLLM runs each sample as a request of its own and would serve every token")
         asked = ("max_tokens=None" if params.max_tokens is None
                  else f"max_tokens={params.max_tokens}")
-        todo = [f"build the engine with num_blocks={need} or more (or a kv_cache_memory that "
-                "holds them)"]
-        if fewer >= 1:
-            todo.append(f"lower {name} to {fewer}")
+        lower = {name: fewer} if fewer >= 1 else {}
         if longest >= 1:
-            todo.append(f"lower max_tokens to {longest}")
-        return (f"{self._names.get(group.request_id, f'request {group.request_id!r}')}: the "
-                f"{name}={count} {kind} outgrew the whole KV cache and ended early with "
-                f"finish_reason='length' after {reached} generated tokens ({asked}). They "
-                f"run as one group sharing the prompt's {full} full block{'s' * (full != 1)}, "
-                f"each with blocks of its own: serving them all needs {need} blocks of "
-                f"{block_size} tokens ({full} + {count} x {own}), and the cache has "
-                f"num_blocks={have}. {vllm} To be served whole: {', or '.join(todo)} "
-                "(docs/api.md, 'Compared with vLLM').")
+            lower["max_tokens"] = longest
+        return self._cut_short(
+            group, f"the {name}={count} {kind} outgrew the whole KV cache and ended early with "
+            f"finish_reason='length' after {reached} generated tokens ({asked}). They "
+            f"run as one group sharing the prompt's {full} full block{'s' * (full != 1)}, "
+            f"each with blocks of its own: serving them all needs {need} blocks of "
+            f"{block_size} tokens ({full} + {count} x {own}), and the cache has "
+            f"num_blocks={have}. {vllm}", num_blocks=need, lower=lower)
 
     def _ended_by_lowered_len(self, group: SequenceGroup) -> bool:
         """Whether a sequence of the finished `group` ended at a max_model_len
@@ -666,14 +678,13 @@ class LLMEngine:
         reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
         asked = ("max_tokens=None" if params.max_tokens is None
                  else f"max_tokens={params.max_tokens}")
-        return (f"{self._names.get(group.request_id, f'request {group.request_id!r}')}: ended "
-                f"with finish_reason='length' after {reached} generated tokens ({asked}) at "
-                f"max_model_len={self.max_model_len}, which the KV cache set: max_model_len was "
-                f"left unset, and the cache holds {have * block_size} tokens (num_blocks={have} "
-                f"x block_size={block_size}), fewer than the model's {self._context_len}. To be "
-                f"served whole: build the engine with num_blocks={need} or more (or a "
-                "kv_cache_memory that holds them), or lower max_tokens to "
-                f"{self.max_model_len - prompt_len} (docs/api.md, 'Compared with vLLM').")
+        return self._cut_short(
+            group, f"ended with finish_reason='length' after {reached} generated tokens "
+            f"({asked}) at max_model_len={self.max_model_len}, which the KV cache set: "
+            f"max_model_len was left unset, and the cache holds {have * block_size} tokens "
+            f"(num_blocks={have} x block_size={block_size}), fewer than the model's "
+            f"{self._context_len}", num_blocks=need,
+            lower={"max_tokens": self.max_model_len - prompt_len})
 
     @staticmethod
     def _metrics_now(group: SequenceGroup) -> tuple[RequestMetrics, int]:
