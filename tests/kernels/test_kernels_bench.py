@@ -1,4 +1,4 @@
-"""`python -m pagedkit.bench kernels --quick` runs end to end and writes a well-formed report.
+"""`python -m pagedkit bench kernels --quick` runs end to end and writes a well-formed report.
 
 Timings are not checked (a benchmark measures; it does not pass or fail);
 the report's structure, and that every timed implementation agreed with
