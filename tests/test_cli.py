@@ -476,3 +476,16 @@ def test_labs_and_docs_spell_every_command_as_the_cli_takes_it():
                 wrong.append(f"{path.relative_to(root)}: {m[0]}")
     assert not wrong, wrong
 
+
+@pytest.mark.parametrize("argv, quick", [(["bench"], "--quick"), (["bench", "engine"], "--quick"),
+                                         (["simulate"], "--scale quick"),
+                                         (["demo"], "--max-tokens N")])
+def test_long_commands_say_how_long_they_take_and_how_to_run_them_quick(capsys, argv, quick):
+    """A newcomer met `simulate` at 4-5 minutes and `bench` at 11-17 with no
+    word of it: each long command's --help states a duration and its quick way."""
+    import re
+
+    assert run(cli, [*argv, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert re.search(r"\d+(-\d+(\.\d+)?)? (s|minutes)\b", text), text
+    assert quick in text

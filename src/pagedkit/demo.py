@@ -25,12 +25,20 @@ PROMPTS = [
     "The dragon was hungry, so",
 ]
 
+#: What a run takes, measured with /usr/bin/time on 2 shared cores (2026-12-02): 6.1 s
+#: at load 3 (4.8 s with --max-tokens 8), 0.35 s of it serving; a newcomer on a busier
+#: machine waited about 20 s, most of it importing torch and transformers.
+TIME_NOTE = ("5-20 s on 2 cores, by load (6 s at load 3), nearly all of it loading torch, "
+             "transformers and the model; serving the 8 prompts takes under a second, so "
+             "there is no quicker mode (--max-tokens N generates fewer tokens)")
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"{PROG} demo",
         description="The embedded model serves a batch of 8 prompts through the paged engine; "
-                    "prints the completions, tokens/s and what the KV cache did.")
+                    "prints the completions, tokens/s and what the KV cache did.",
+        epilog=f"Time: {TIME_NOTE}.")
     p.add_argument("--model", default="tiny",
                    help="'tiny' (embedded, the default), a Hugging Face model name or a local "
                         "directory")

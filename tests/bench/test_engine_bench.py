@@ -263,3 +263,23 @@ def test_the_prepack_note_says_why_when_none_are_prepacked(monkeypatch, mode):
     else:
         assert note == str(report)
         assert ("; the others: " in note) or ("none (" in note)
+
+
+def test_no_progress_leaves_the_reports_and_the_failures(capsys, monkeypatch):
+    """``bench --no-progress`` (for logs and CI): stdout holds the report and
+    any system that failed, not which system runs nor its progress lines."""
+    from pagedkit.bench import engine as engine_bench
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of order")
+
+    monkeypatch.setattr(engine_bench, "run_hf_static", broken)
+    argv = ["--model", "tiny", "--requests", "2", "--systems", "pagedkit,hf_static"]
+    assert engine_bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "running pagedkit" in out and "hf_static failed: RuntimeError: out of order" in out
+    assert engine_bench.main([*argv, "--no-progress"]) == 0
+    quiet = capsys.readouterr().out
+    assert "running" not in quiet and "output tok/s (" not in quiet
+    assert "hf_static failed: RuntimeError: out of order" in quiet
+    assert "model=tiny" in quiet and "\npagedkit " in quiet

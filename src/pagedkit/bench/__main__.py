@@ -21,19 +21,29 @@ import sys
 
 from .._validation import PROG
 
-#: name -> (module whose ``main(argv)`` runs it, one line of help)
+#: name -> (module whose ``main(argv)`` runs it, one line of help). The times: on 2
+#: shared cores at load 3-4 (2026-12-02), calls 3.1 s, hash 4.0 s, kernels (CPU) 3.0 s,
+#: linears 32 s, study 0.1 s; engine, widgets and labs as their modules measured;
+#: vllm as docs/benchmarks.md's "Beside vLLM again" ran (16:46-16:54 UTC).
 BENCHMARKS = {
-    "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate"),
-    "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA"),
+    "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate (17 minutes on "
+               "2 busy cores; --quick: 10 s to 2 minutes)"),
+    "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA (on a CPU: "
+                "the small grid, seconds)"),
     "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost "
-                "(3.5-7.5 minutes on 2 busy cores)"),
+                "(3.5-7.5 minutes on 2 busy cores; --steps 300 --rounds 1: a quick look)"),
     "labs": ("pagedkit.bench.labs", "each lab's nbval run time, wall and CPU (needs "
-             "requirements-dev.txt; all labs: about 10 minutes)"),
-    "calls": ("pagedkit.bench.calls", "the named pagedkit functions one decode step calls"),
-    "hash": ("pagedkit.bench.prefix_hash", "what naming and finding a prefix-cache block costs"),
-    "vllm": ("pagedkit.bench.beside_vllm", "pagedkit and vLLM, batch 1/8/64, two models, threads"),
-    "linears": ("pagedkit.bench.linears", "plain against prepacked linear layers, by shape"),
-    "study": ("pagedkit.bench.study", "each lab's estimated student time, by a stated rule"),
+             "requirements-dev.txt; all labs: about 10 minutes; --labs 00: one)"),
+    "calls": ("pagedkit.bench.calls", "the named pagedkit functions one decode step calls "
+              "(seconds)"),
+    "hash": ("pagedkit.bench.prefix_hash", "what naming and finding a prefix-cache block costs "
+             "(seconds)"),
+    "vllm": ("pagedkit.bench.beside_vllm", "pagedkit and vLLM, batch 1/8/64, two models, "
+             "threads (12 runs, 8 minutes at load 1-2; --models tiny: the faster half)"),
+    "linears": ("pagedkit.bench.linears", "plain against prepacked linear layers, by shape "
+                "(about 30 s)"),
+    "study": ("pagedkit.bench.study", "each lab's estimated student time, by a stated rule "
+              "(instant)"),
 }
 
 

@@ -40,10 +40,10 @@ ignored) — runs through these systems on the same model:
 and reports each system's median round (of an even number, the faster of
 the middle two): on a shared machine the load drifts, and
 interleaving spreads it over all systems alike. Long runs print a progress
-line every few seconds. ``--profile`` then runs pagedkit once more with
-timers and prints where its time goes: scheduling, packing, the model's
-linear layers, attention, the rest of the model, sampling, and the engine's
-bookkeeping.
+line every few seconds (``--no-progress`` leaves them out). ``--profile``
+then runs pagedkit once more with timers and prints where its time goes:
+scheduling, packing, the model's linear layers, attention, the rest of the
+model, sampling, and the engine's bookkeeping.
 
 Each reports output tokens per second (and per second of process CPU time,
 which a shared machine's load disturbs less than wall time; both over the same
@@ -218,8 +218,8 @@ def sharegpt_workload(num_requests: int, vocab_size: int, *, scale: float, max_l
     return Workload(prompts, outs)
 
 
-def _quiet(tokens: int) -> None:
-    pass
+def _quiet(_: object) -> None:
+    """Say nothing (a progress tick or a log line)."""
 
 
 def _clocks() -> tuple[float, float]:
@@ -544,8 +544,13 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
               batch_size: int = 16, block_size: int = 16, device: str = "auto",
               systems: tuple[str, ...] = DEFAULT_SYSTEMS,
               rounds: int = 1, profile: bool = False, workload: str = "sharegpt",
-              log: Callable[[str], None] = print) -> Report:
+              log: Callable[[str], None] = print, show_progress: bool = True) -> Report:
+    """Serve one workload on each of `systems` and report their speeds.
+    `log` gets what happens as it happens: which system runs, a line every
+    few seconds, its speed (all left out when not `show_progress`) and any
+    system that fails (always)."""
     systems = check_systems(systems)
+    say = log if show_progress else _quiet
     why = device_unavailable(device) if device != "auto" else None
     if why:
         raise ValueError(f"device={device!r}: {why}")
@@ -592,26 +597,26 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
         for name in systems:
             if name in failed:
                 continue
-            log(f"running {name}" + (f" (round {r + 1}/{rounds})" if rounds > 1 else "")
+            say(f"running {name}" + (f" (round {r + 1}/{rounds})" if rounds > 1 else "")
                 + f": {work.num_output_tokens} output tokens ...")
             try:
                 if name not in models:
                     models[name] = (vllm_engine(model_name, block_size) if name == "vllm"
                                     else build_model(model_name, dev))
                     runners[name](models[name], warmup, _quiet)
-                progress = Progress(name, work.num_output_tokens, log)
+                progress = Progress(name, work.num_output_tokens, say)
                 result, tokens = runners[name](models[name], work, progress.tick)
             except Exception as err:  # report a system that cannot run here, keep the others
                 log(f"  {name} failed: {type(err).__name__}: {err}")
                 failed.add(name)
                 continue
-            log(f"  {name}: {result.tokens_per_s:.1f} output tok/s ({result.seconds:.1f} s)")
+            say(f"  {name}: {result.tokens_per_s:.1f} output tok/s ({result.seconds:.1f} s)")
             runs[name].append((result, tokens))
     if "vllm" in models:
         if profile:
             from .vllm_profile import profile_vllm
 
-            log("profiling vllm ...")
+            say("profiling vllm ...")
             report.vllm_profile = profile_vllm(models["vllm"], work)
         models.pop("vllm").close()
     reference = None
@@ -628,7 +633,7 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
         report.results.append(result)
     report.environment["load_average_end"] = load_average()
     if profile:
-        log("profiling pagedkit ...")
+        say("profiling pagedkit ...")
         report.profile = profile_pagedkit(build_model(model_name, dev), work, block_size)
     return report
 
@@ -739,6 +744,10 @@ def _parser() -> argparse.ArgumentParser:
                         "by load)")
     p.add_argument("--json", metavar="PATH", type=writable_file,
                    help="write the reports here (checked before the run)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="leave out which system runs, its progress line every 10 s and its "
+                        "speed as it ends: stdout holds the reports and any system that fails "
+                        "(for logs and CI)")
     return p
 
 
@@ -778,7 +787,8 @@ def main(argv: list[str] | None = None) -> int:
         report = benchmark(name, num_requests=requests, scale=args.scale,
                            batch_size=args.batch_size, block_size=args.block_size,
                            device=args.device, systems=systems, rounds=args.rounds,
-                           profile=args.profile, workload=args.workload)
+                           profile=args.profile, workload=args.workload,
+                           show_progress=not args.no_progress)
         print(format_report(report), flush=True)
         reports.append(report.as_dict())
     if args.json:

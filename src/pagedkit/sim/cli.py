@@ -46,7 +46,9 @@ def _manager(text: str) -> ManagerSpec:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"{PROG} simulate",
-        description=_("Trace-driven simulation of KV-cache memory managers (no GPU)."))
+        description=_("Trace-driven simulation of KV-cache memory managers (no GPU)."),
+        epilog=_("Without options it runs the paper comparison, which {default}.").format(
+            default=_(SCALE_TIMES["default"])))
     p.add_argument("--scale", choices=sorted(SCALES), default="default",
                    help=_("how much to simulate for the paper comparison: quick (10-50 s), "
                         "default (4-5 minutes on a busy 2-core machine) or full (the paper's "
