@@ -45,6 +45,8 @@ def test_page_table_reads_logical_to_physical():
     assert [r.logical for r in table.rows] == [0, 1, 2]
     assert [r.num_tokens for r in table.rows] == [2, 2, 1]
     assert table.chain() == "A: 0 -> 2 -> 3" and table.where == "gpu"
+    assert table.described() == ("page table of sequence A (request rA): logical blocks 0-2 "
+                                 "are physical blocks 0, 2, 3")
     assert table.request == "rA" and table.num_tokens == 5
 
 
@@ -67,6 +69,9 @@ def test_page_table_keeps_logical_numbers_past_a_sliding_window():
     table = page_table(rec[-1], "A")
     assert table.where == "cpu" and table.physical == (None, None, None, 0, 1)
     assert table.chain() == "A: released ×3 -> cpu 0 -> cpu 1"
+    assert table.described() == ("page table of sequence A (request rA), swapped out: logical "
+                                 "blocks 0-2 released by the sliding window; logical blocks 3-4 "
+                                 "are CPU blocks 0, 1")
 
 
 def test_page_table_of_a_swapped_sequence_points_into_cpu_memory():
@@ -75,6 +80,8 @@ def test_page_table_of_a_swapped_sequence_points_into_cpu_memory():
     rec.cut()
     table = page_table(rec[-1], "B")
     assert table.where == "cpu" and table.chain() == "B: cpu 0"
+    assert table.described() == ("page table of sequence B (request rB), swapped out: logical "
+                                 "block 0 is CPU block 0")
 
 
 def test_page_table_of_an_unknown_sequence_names_the_known_ones():

@@ -144,7 +144,9 @@ def test_page_table_view_draws_released_blocks_in_their_place():
     kv.release_outside_window("A", 14, 5)  # blocks 0 and 1 go
     step(kv, 0)
     view = PageTable(rec, seq="A")
-    assert view.summary() == "A: released ×2 -> 2 -> 3 at step 1/1"
+    assert view.summary() == ("step 1/1, page table of sequence A (request r1): logical blocks "
+                              "0-1 released by the sliding window; logical blocks 2-3 are "
+                              "physical blocks 2, 3")
     fig = view.figure()
     assert list(fig.data[4].text) == ["L0", "L1", "L2", "L3"]  # every logical block, in place
     assert [float(x) for x in fig.data[5].x] == [2.0, 3.0]  # arrows only from the live ones
@@ -157,17 +159,20 @@ def test_page_table_view_draws_released_blocks_in_their_place():
 def test_page_table_view_shows_the_chosen_sequence():
     _, rec = three_steps()
     view = PageTable(rec, seq="A")
-    assert repr(view) == "PageTable('A': no blocks at step 3/3)"
+    assert repr(view) == "PageTable(step 3/3, sequence 'A' holds no blocks)"
     view.index = 1
-    assert repr(view) == "PageTable(A: 0 -> 1 -> 2 at step 1/3)"
+    assert repr(view) == ("PageTable(step 1/3, page table of sequence A (request r1): logical "
+                          "blocks 0-2 are physical blocks 0, 1, 2)")
     fig = view.figure()
     assert [float(x) for x in fig.data[5].x] == [0.0, 1.0, 2.0]  # arrows end at blocks 0, 1, 2
     assert list(fig.data[4].text) == ["L0", "L1", "L2"]
     view.seq = None  # the oldest sequence
     view.index = 2
-    assert view.summary() == "A: 0 -> 1 -> 2 at step 2/3"
+    assert view.summary().endswith("sequence A (request r1): logical blocks 0-2 are physical "
+                                   "blocks 0, 1, 2")
     view.seq = "B2"
-    assert view.summary() == "B2: 3 -> 5 at step 2/3"
+    assert view.summary() == ("step 2/3, page table of sequence B2 (request r2): logical "
+                              "blocks 0-1 are physical blocks 3, 5")
     view.widget  # noqa: B018
     assert ("B2", "B2") in view._chooser.options
     view._chooser.value = "B"
@@ -239,7 +244,10 @@ def test_reprs_are_stable_and_informative():
     assert str(view).splitlines()[1] == "    0 ~~.2bb.........."  # B2 inherits r2's letter
     assert str(view).splitlines()[-1] == "      B=r2"
     dash = Dashboard(rec)
-    assert repr(dash).startswith("Dashboard(16 blocks, step 3/3")
+    assert repr(dash) == ("Dashboard(16 blocks, step 3/3: 3 used, 1 shared, 2 cached; page table "
+                          "of sequence B (request r2): logical blocks 0-1 are physical blocks "
+                          "3, 4)")
+    assert repr(dash).count("step") == 1  # N9: it said the step twice, the table unlabelled
     assert len(dash.widget.children) == 5  # three figures, the sequence chooser, the controls
     dash.index = 1  # one player moves all three views
     assert dash.timeline._figure_widget.data[8].x == (1, 1)
@@ -360,6 +368,6 @@ def test_views_speak_one_language():
                                        policy="pow2")).figure().layout.yaxis.ticktext
     finally:
         set_language(before)
-    assert summary == "第 1/3 步：A: 0 -> 1 -> 2"
-    assert " at " not in none and none.startswith("第 0/3 步：")
+    assert summary == "第 1/3 步，序列 A（请求 r1）的页表：逻辑页块 0-2 依次位于物理页块 0, 1, 2"
+    assert none == "第 0/3 步，没有序列持有页块"
     assert list(axis) == ["分页式", "连续<br>（pow2）"]

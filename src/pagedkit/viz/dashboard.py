@@ -33,7 +33,10 @@ class Dashboard(Played):
         return self.block_map, self.page_table, self.timeline
 
     def __repr__(self) -> str:
-        return f"Dashboard({self.block_map.summary()}; {self.page_table.summary()})"
+        """One line, labelled (a saved notebook shows it in the widget's place):
+        the block map's counts at the step, then whose page table and where
+        its blocks lie."""
+        return f"Dashboard({self.block_map.summary()}; {self.page_table.describe()})"
 
     def __str__(self) -> str:
         return "\n".join(v.text() for v in self.views)

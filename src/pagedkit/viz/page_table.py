@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from ..i18n import _
+from ..i18n import _, ngettext
 from ..memory.block_table import NULL_BLOCK
 from .frames import Frame
 
@@ -63,6 +63,39 @@ class PageTableData:
                     if self.num_released else [])
         chain = " -> ".join(released + live) or _("(no blocks)")
         return f"{self.seq}: {chain}"
+
+    def described(self) -> str:
+        """The page table in words, whose it is and where each logical block
+        lies, e.g. ``page table of sequence A (request r1): logical blocks
+        0-2 are physical blocks 3, 7, 9`` (a reader of a saved notebook sees
+        this, with no figure beside it)."""
+        parts = []
+        if self.num_released:
+            parts.append(ngettext("logical block {logical} released by the sliding window",
+                                  "logical blocks {logical} released by the sliding window",
+                                  self.num_released)
+                         .format(logical=_span(0, self.num_released - 1)))
+        live = [r for r in self.rows if not r.released]
+        if live:
+            where = (ngettext("logical block {logical} is CPU block {physical}",
+                              "logical blocks {logical} are CPU blocks {physical}", len(live))
+                     if self.where == "cpu" else
+                     ngettext("logical block {logical} is physical block {physical}",
+                              "logical blocks {logical} are physical blocks {physical}",
+                              len(live)))
+            parts.append(where.format(logical=_span(live[0].logical, live[-1].logical),
+                                      physical=", ".join(str(r.physical) for r in live)))
+        request = (_(" (request {request})").format(request=self.request)
+                   if self.request != self.seq else "")
+        swapped = _(", swapped out") if self.where == "cpu" else ""
+        return (_("page table of sequence {seq}{request}{swapped}: {blocks}")
+                .format(seq=self.seq, request=request, swapped=swapped,
+                        blocks="; ".join(parts) or _("(no blocks)")))
+
+
+def _span(first: int, last: int) -> str:
+    """``3`` or ``0-5``: logical block numbers, first to last."""
+    return str(first) if first == last else f"{first}-{last}"
 
 
 def page_table(frame: Frame, seq: Hashable) -> PageTableData:

@@ -73,13 +73,18 @@ class PageTable(View):
 
     def summary(self, index: int | None = None) -> str:
         i = self._at(index)
-        data = self.data(i)
-        seq = self.shown_seq(i)
-        if data is None:
-            who = _("no sequence") if seq is None else _("{seq!r}: no blocks").format(seq=seq)
-            return _("{what} at {step}").format(what=who, step=self._step_label(i))
-        where = _(", swapped out") if data.where == "cpu" else ""
-        return _("{what} at {step}").format(what=data.chain(), step=self._step_label(i)) + where
+        return _("{step_label}, {what}").format(step_label=self._step_label(i),
+                                                what=self.describe(i))
+
+    def describe(self, index: int | None = None) -> str:
+        """The shown sequence's page table in words (`PageTableData.described`),
+        without the step."""
+        data = self.data(index)
+        if data is not None:
+            return data.described()
+        seq = self.shown_seq(index)
+        return (_("no sequence holds blocks") if seq is None else
+                _("sequence {seq!r} holds no blocks").format(seq=seq))
 
     # ---------------------------------------------------------------- widgets
     def _extra_controls(self) -> list[Any]:
@@ -198,7 +203,7 @@ class PageTable(View):
 
     def _title(self, frame: Frame, index: int, data: PageTableData | None) -> str:
         if data is None:
-            return f"<b>{self._step_label(index)}</b> · {self.summary(index)}"
+            return f"<b>{self._step_label(index)}</b> · {self.describe(index)}"
         chain = data.chain()
         if len(chain) > 80:
             chain = chain[:77] + "..."
