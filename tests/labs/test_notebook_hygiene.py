@@ -33,3 +33,16 @@ def test_notebook_follows_the_lesson_template(path):
     lower = text.lower()
     assert "learning objectives" in lower or "you will" in lower
     assert "recap" in lower
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_runner_means_one_thing(path):
+    """`engine.runner` is the engine's ModelRunner; a lab that imports the module
+    pagedkit.model.runner names it apart (`runner_module`), so one name never
+    means both (lab 08 bound `runner` to the module beside `engine.runner`)."""
+    import re
+
+    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
+                     if c.cell_type == "code")
+    assert not re.search(r"from pagedkit\.model import (.*, )?runner\b(?! as)", code)
+    assert not re.search(r"\bimport pagedkit\.model\.runner as runner\b", code)
