@@ -86,6 +86,20 @@ def test_on_packs_every_plain_linear(mode):
     assert packed_names(model) == linears == report.replaced and not report.skipped
 
 
+def test_weights_are_packed_at_load_not_in_the_first_step(mode):
+    """The packing is setup: done by `prepack_linears`, so the first request's
+    time to first token does not pay for it (41 weights of the larger model)."""
+    mode(None)
+    model = wide_llama()
+    prepack_linears(model)
+    layers = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    assert layers and all(m._packed is not None and m.unpacked_reason is None for m in layers)
+    before = [m._packed for m in layers]
+    with torch.inference_mode():
+        model(input_ids=torch.arange(8)[None], use_cache=False)
+    assert all(m._packed is b for m, b in zip(layers, before, strict=True))  # not packed again
+
+
 def test_why_not_names_each_reason():
     assert why_not(nn.Linear(512, 512), "auto") is None
     assert "262,144" in why_not(nn.Linear(512, 256), "auto")
