@@ -3,6 +3,8 @@ clock, so every test is deterministic — a step "costs" what the test says the
 thread count it runs on costs, whatever the machine does."""
 
 import itertools
+import os
+import time
 
 import pytest
 import torch
@@ -136,6 +138,59 @@ def test_classes_learn_apart_and_only_the_first_class_tries_blind(two_threads):
     chooser = ThreadChooser(clock)
     clock.run(chooser, 10, macs=1000)
     assert clock.run(chooser, 5, macs=4000) == [1, 1, 2, 2, 2]
+
+
+class Free:
+    """A fake `IdleCores`: the CPUs' worth free to the process, counting its calls."""
+
+    def __init__(self, cpus):
+        self.cpus, self.calls = cpus, 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.cpus
+
+
+def test_with_the_cpus_free_a_process_starts_on_all_threads(two_threads):
+    """Issue #25: before any class has timed both arms there is no ratio to
+    borrow; with both CPUs free the first steps (a fresh process's prompts)
+    run on two threads, then one thread is timed at once."""
+    clock, free = Machine({1: 1.0, 2: 0.6}), Free(2.0)
+    chooser = ThreadChooser(clock, idle=free)
+    seq = clock.run(chooser, 20)
+    assert seq[:4] == [2, 2, 1, 2]  # warm-up and first time on two, one thread's time, the faster
+    assert free.calls == 1  # asked once for the class, not per step
+    # once a class has timed both, a new class borrows its ratio as before; the CPUs are not asked
+    assert clock.run(chooser, 4, macs=10**6) == [1, 1, 2, 2]
+    assert free.calls == 1
+
+
+@pytest.mark.parametrize("cpus", [None, 1.0, 1.79])
+def test_with_a_cpu_busy_or_unknown_a_process_starts_on_one(two_threads, cpus):
+    """One CPU's worth taken by others (or no /proc/stat): as before, one
+    thread first, then two threads once, blind."""
+    clock = Machine({1: 1.0, 2: 0.6})
+    assert clock.run(ThreadChooser(clock, idle=Free(cpus)), 5)[:4] == [1, 1, 2, 2]
+
+
+def test_a_wrong_free_reading_costs_one_warm_up_and_one_step(two_threads):
+    """The CPUs looked free but two threads are slow: after the warm-up and one
+    timed step on two, one thread is timed and kept (the expensive loser waits)."""
+    clock = Machine({1: 1.0, 2: 13.0})
+    seq = clock.run(ThreadChooser(clock, idle=Free(2.0)), 200)
+    assert seq[:3] == [2, 2, 1] and seq[3:].count(2) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or not os.path.exists("/proc/stat"),
+                    reason="no /proc/stat here")
+def test_idle_cores_reads_the_cpus_free_to_this_process():
+    free = threads.IdleCores()
+    assert free() is None  # a window under MIN_TICKS says nothing
+    end = time.process_time() + 0.4
+    while time.process_time() < end:  # this process's own work counts as free to it
+        pass
+    got = free()
+    assert got is not None and 0 < got <= len(free.cpus)
 
 
 @pytest.mark.parametrize("allowed", [1, 2, 3])

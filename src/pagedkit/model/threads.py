@@ -37,13 +37,26 @@ dangerous direction is fast: when the machine gets busy under the winner,
 its own estimate rises above the other's and the next step already runs on
 the other arm.
 
-**What else it costs.** The first step of a class is a warm-up on one thread,
-not timed (a new shape allocates). A class's untried arm borrows its ratio to
-the tried one from the nearest class that has timed both (of the same model
-if it has one, else of any: the load is shared); only the process's first
-class tries ``N`` threads blind, one step — the dearest step of all on a
-loaded machine: 3.3 s against 0.15 s on one thread (tiny model, 64 sequences,
-load 5.6), and 1.0 s against 35 ms at load 1.4. The chooser's own work per
+**The first steps of a process.** Before any class has timed both arms there
+is no ratio to borrow, and the first steps were all on one thread: a fresh
+process's prompts (one large step, the first of its class) always ran on
+one, 0.43-0.46 s to first token against 0.25 s on two (the larger model, 64
+prompts, a quiet 2-core Xeon; docs/benchmarks.md, issue #25). So those
+first steps ask the machine instead (`IdleCores`, Linux's ``/proc/stat``):
+if the CPUs this process may run on were free to it since the last look
+(idle or running its own threads: ``IDLE_SHARE`` of ``N`` CPUs), a class
+with no time of its own starts on ``N`` threads and then times one thread at
+once; otherwise it starts on one, as below. Once a class has timed both
+arms, the machine is not asked again.
+
+**What else it costs.** The first step of a class is a warm-up, not timed (a
+new shape allocates): on one thread, or on ``N`` where the free CPUs said
+so. A class's untried arm borrows its ratio to the tried one from the
+nearest class that has timed both (of the same model if it has one, else of
+any: the load is shared); only the process's first class tries ``N``
+threads blind (unless the free CPUs sent it there), one step — the dearest
+step of all on a loaded machine: 3.3 s against 0.15 s on one thread (tiny
+model, 64 sequences, load 5.6), and 1.0 s against 35 ms at load 1.4. The chooser's own work per
 step (two clock readings, its estimates, ``torch.set_num_threads`` there and
 back when the count changes) measured ~20-30 microseconds of Python on the
 loaded 2-core machine, under 0.3% of a 10 ms decode step. With one thread
@@ -67,6 +80,7 @@ pins the count (nothing is measured then) and with it the bits.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator
@@ -82,6 +96,58 @@ SHARE = 1 / 20
 MIN_GAP, MAX_GAP = 8, 256
 #: Weight of a new measurement in an arm's running estimate.
 ALPHA = 0.25
+#: Share of the CPUs a process's first steps would run on that must have been
+#: free (idle, or running this process) for them to start on all (`IdleCores`).
+IDLE_SHARE = 0.9
+#: Fewest clock ticks (``/proc/stat``'s, 1/100 s) a look at the CPUs must span
+#: to say anything: a shorter window is a coin toss.
+MIN_TICKS = 20
+
+
+def _cpu_ticks(cpus: set[int]) -> tuple[int, int] | None:
+    """(idle, all) clock ticks of these CPUs since boot, from ``/proc/stat``;
+    None where there is no such file (not Linux) or it reads otherwise."""
+    try:
+        with open("/proc/stat") as f:
+            lines = [line.split() for line in f if line.startswith("cpu") and line[3].isdigit()]
+        idle = total = 0
+        for name, *fields in lines:
+            if int(name[3:]) in cpus:
+                # user nice system idle iowait irq softirq steal
+                ticks = [int(v) for v in fields[:8]]
+                idle, total = idle + ticks[3] + ticks[4], total + sum(ticks)
+        return (idle, total) if total else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class IdleCores:
+    """How many of the CPUs this process may run on were free to it since the last look?
+
+    Calling it gives the CPUs' worth of time (``/proc/stat``, the CPUs of
+    ``os.sched_getaffinity``) that sat idle or ran this process's own threads,
+    since the previous call that gave a number or since its creation; None
+    where that cannot be read or the window is under ``MIN_TICKS``. A number,
+    not a guess: ``N`` of them free is what ``N`` threads would get. (A CPU
+    quota, as a container's, is not seen here; the arm it picks is timed at
+    once all the same.)"""
+
+    def __init__(self) -> None:
+        self.cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        self.hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.last = self._read() if self.cpus else None
+
+    def _read(self) -> tuple[int, int, float] | None:
+        ticks = _cpu_ticks(self.cpus)
+        return None if ticks is None else (*ticks, time.process_time())
+
+    def __call__(self) -> float | None:
+        now = self._read() if self.last is not None else None
+        if now is None or now[1] - self.last[1] < MIN_TICKS:
+            return None
+        idle, total, own = (a - b for a, b in zip(now, self.last, strict=True))
+        self.last = now
+        return min(len(self.cpus), len(self.cpus) * (idle + own * self.hz) / total)
 
 
 def step_macs(config, num_tokens: int) -> int:
@@ -118,18 +184,24 @@ class _Class:
     since: int = 0  # steps on the faster arm since the slower one last ran ...
     since_s: float = 0.0  # ... and their seconds
     gap: int = MIN_GAP  # steps to wait before re-trying the slower arm
+    first: int | None = None  # the arm its warm-up and first timed step run on
 
 
 class ThreadChooser:
     """Picks each step's thread count from measured step times (module docstring).
 
-    `clock` (seconds, default ``time.perf_counter``) is injected for tests.
-    ``counts`` tallies the steps it ran on each thread count (`step_threads`
-    asks it only when there is a choice: on the CPU, with more than one thread).
+    `clock` (seconds, default ``time.perf_counter``) and `idle` (CPUs free to
+    this process since the last call, or None: `IdleCores`; default None,
+    never asked)
+    are injected for tests. ``counts`` tallies the steps it ran on each
+    thread count (`step_threads` asks it only when there is a choice: on
+    the CPU, with more than one thread).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 idle: Callable[[], float | None] | None = None) -> None:
         self.clock = clock
+        self.idle = idle
         self.counts: Counter[int] = Counter()
         self._classes: dict[tuple[Hashable, int, int], _Class] = {}
 
@@ -174,8 +246,12 @@ class ThreadChooser:
     def _choose(self, where, cls: _Class) -> tuple[int, bool]:
         """(threads, whether this step re-tries the slower arm)."""
         available = where[2]
-        if cls.steps == 0 or 1 not in cls.seconds:
-            return 1, False  # the warm-up, then one thread's time
+        if not cls.seconds:  # the warm-up, then the first timed step
+            if cls.first is None:
+                cls.first = self._first_arm(available)
+            return cls.first, False
+        if 1 not in cls.seconds:
+            return 1, True  # it started on N: one thread's time, at once
         est = self._estimates(where, cls)
         if available not in est:
             return available, True  # the process's first class: try N blind
@@ -183,6 +259,16 @@ class ThreadChooser:
         if cls.since >= cls.gap and cls.since_s * SHARE >= est[slow] - est[fast]:
             return slow, True
         return fast, False
+
+    def _first_arm(self, available: int) -> int:
+        """Where a class with no time of its own starts: on one thread once any
+        class has timed both arms (its ratio is borrowed, module docstring);
+        before that, on all `available` if as many CPUs were free to it."""
+        if self.idle is None or any(n == available and len(c.seconds) == 2
+                                    for (_, _, n), c in self._classes.items()):
+            return 1
+        free = self.idle()
+        return available if free is not None and free >= IDLE_SHARE * available else 1
 
     def _record(self, where, cls: _Class, threads: int, seconds: float, retry: bool) -> None:
         cls.steps += 1
@@ -206,7 +292,7 @@ class ThreadChooser:
 
 
 #: The process-wide chooser: the machine's load is shared by every model.
-CHOOSER = ThreadChooser()
+CHOOSER = ThreadChooser(idle=IdleCores())
 
 
 @contextmanager
