@@ -50,20 +50,20 @@ once; otherwise it starts on one, as below. Once a class has timed both
 arms, the machine is not asked again.
 
 **What else it costs.** The first step of a class is a warm-up, not timed (a
-new shape allocates): on one thread, or on ``N`` where the free CPUs said
-so. A class's untried arm borrows its ratio to the tried one from the
-nearest class that has timed both (of the same model if it has one, else of
-any: the load is shared); only the process's first class tries ``N``
-threads blind (unless the free CPUs sent it there), one step — the dearest
-step of all on a loaded machine: 3.3 s against 0.15 s on one thread (tiny
-model, 64 sequences, load 5.6), and 1.0 s against 35 ms at load 1.4. The chooser's own work per
+new shape allocates): on one thread, or on ``N`` where the free CPUs said so.
+A class's untried arm borrows its ratio to the tried one from the nearest
+class that has timed both (of the same model if it has one, else of any: the
+load is shared); only the process's first class tries ``N`` threads blind
+(unless the free CPUs sent it there), one step — the dearest step of all on a
+loaded machine: 3.3 s against 0.15 s on one thread (tiny model, 64 sequences,
+load 5.6), and 1.0 s against 35 ms at load 1.4. The chooser's own work per
 step (two clock readings, its estimates, ``torch.set_num_threads`` there and
 back when the count changes) measured ~20-30 microseconds of Python on the
 loaded 2-core machine, under 0.3% of a 10 ms decode step. With one thread
-available nothing is measured. The user's
-``torch.set_num_threads`` stays the upper bound and is restored after every
-step, errors included. The state is process-wide (the load is): one
-`ThreadChooser`, `CHOOSER`, which `step_threads` uses.
+available nothing is measured. The user's ``torch.set_num_threads`` stays the
+upper bound and is restored after every step, errors included. The state is
+process-wide (the load is): one `ThreadChooser`, `CHOOSER`, which
+`step_threads` uses.
 
 **Numbers and the count.** A step's thread count follows timing, so it
 can differ from run to run. With the MKL build torch ships for x86, the
@@ -192,8 +192,7 @@ class ThreadChooser:
 
     `clock` (seconds, default ``time.perf_counter``) and `idle` (CPUs free to
     this process since the last call, or None: `IdleCores`; default None,
-    never asked)
-    are injected for tests. ``counts`` tallies the steps it ran on each
+    never asked) are injected for tests. ``counts`` tallies the steps it ran on each
     thread count (`step_threads` asks it only when there is a choice: on
     the CPU, with more than one thread).
     """
