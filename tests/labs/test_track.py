@@ -252,6 +252,20 @@ def test_saved_pieces_keep_the_imports_and_constants_they_use(tmp_path, monkeypa
         track.save(notebook.uses_a_list)
 
 
+def test_every_reference_piece_saves_and_serves_from_the_saved_file(tmp_path, monkeypatch,
+                                                                   reference, requests):
+    """Each lab's reference solution, saved as a learner saves it (lab 07's
+    chain_hashes uses the bytes constant ROOT_HASH, as its exercise asks),
+    comes back from the file and serves like pagedkit."""
+    monkeypatch.setenv("PAGEDKIT_TRACK", str(tmp_path / "my_engine.py"))
+    for name in track.PIECES:
+        track.save(getattr(reference, name), log=lambda _: None)
+    pieces = track.load()
+    assert pieces.plugged() == list(track.PIECES)
+    run = track.lockstep(pieces, requests[:3], **track.SCENARIOS["memory"])
+    assert run.passed, repr(run)
+
+
 def test_a_stub_is_not_saved_and_a_piece_can_be_forgotten(tmp_path, monkeypatch, reference):
     monkeypatch.setenv("PAGEDKIT_TRACK", str(tmp_path / "my_engine.py"))
     said = []

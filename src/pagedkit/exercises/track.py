@@ -1008,14 +1008,15 @@ def _sources(fn: Callable, found: dict[str, str], imports: dict[str, str]) -> No
 def _global_line(name: str, value: Any, fn: Callable) -> str:
     """The line that gives a saved piece the notebook global `name`: an
     import for a module or an importable function or class, an assignment
-    for a plain constant; anything else is refused by name."""
+    for a plain constant (bytes too: lab 07's `ROOT_HASH`); anything else is
+    refused by name."""
     if inspect.ismodule(value):
         return (f"import {value.__name__}" if value.__name__ == name
                 else f"import {value.__name__} as {name}")
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     if module and qualname and module != fn.__module__ and "." not in qualname:
         return f"from {module} import {qualname}" + ("" if qualname == name else f" as {name}")
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return f"{name} = {value!r}"
     raise TypeError(f"{fn.__name__} uses the notebook's {name!r} ({type(value).__name__}), "
                     "which save cannot keep for the next labs: pass it as an argument, or "
