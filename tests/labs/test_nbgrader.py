@@ -188,3 +188,28 @@ def test_lab04c_puzzles_filled_are_the_reference_kernels():
             result = importlib.import_module(f"pagedkit.exercises.{module}").CHECKS[name](
                 getattr(filled, name))
         assert result.passed, result.message
+
+
+def test_a_teachers_edits_are_kept_unless_forced(tmp_path, capsys):
+    """Writing a course again keeps a teacher's edited source/ notebooks and
+    config (names them, writes nothing), replaces them with --force, and
+    refuses a file as the course folder (sixth newcomer's N8)."""
+    course = tmp_path / "course"
+    assert ng.main([str(course), "--labs", "00"]) == 0
+    config = course / "nbgrader_config.py"
+    [notebook] = (course / "source" / "lab00").glob("*.ipynb")
+    assert ng.main([str(course), "--labs", "00"]) == 0       # unchanged: written again quietly
+    for path in (config, notebook):
+        original = path.read_text()
+        path.write_text(original + " ")                       # a teacher's edit
+        with pytest.raises(SystemExit):
+            ng.main([str(course), "--labs", "00,02"])
+        err = capsys.readouterr().err
+        assert str(path) in err and "--force" in err
+        assert path.read_text() == original + " "             # kept
+        assert not (course / "source" / "lab02").exists()     # nothing else written
+        assert ng.main([str(course), "--labs", "00", "--force"]) == 0
+        assert path.read_text() == original                   # replaced when asked
+    with pytest.raises(SystemExit):
+        ng.main([str(config)])
+    assert "is a file" in capsys.readouterr().err

@@ -205,18 +205,32 @@ def assignment_name(path: Path) -> str:
     return "lab" + path.name.split("_")[0]
 
 
-def write_course(root: Path, labs: list[Path]) -> list[Path]:
-    """An nbgrader course at `root`: its config and each lab's source version."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "nbgrader_config.py").write_text(
-        CONFIG.format(root=str(root.resolve()), db=str((root / "gradebook.db").resolve())))
-    written = []
+def write_course(root: Path, labs: list[Path], *, force: bool = False) -> list[Path]:
+    """An nbgrader course at `root`: its config and each lab's source version.
+
+    A file of the course already there with other content (a teacher's
+    edits to ``source/`` or the config) is kept: nothing is written and the
+    files are named, unless `force` replaces them. A file equal to what
+    would be written is left as it is."""
+    if root.exists() and not root.is_dir():
+        raise NotADirectoryError(f"the course folder {root} is a file; give a folder (new or "
+                                 "one written before)")
+    files = {root / "nbgrader_config.py": CONFIG.format(
+        root=str(root.resolve()), db=str((root / "gradebook.db").resolve()))}
     for path in labs:
         target = root / "source" / assignment_name(path) / path.name
+        files[target] = json.dumps(source_notebook(path), indent=1, ensure_ascii=False) + "\n"
+    edited = [str(t) for t, content in files.items() if t.exists() and t.read_text() != content]
+    if edited and not force:
+        raise FileExistsError(
+            f"{len(edited)} file(s) of the course differ from what would be written (edited "
+            f"since?): {', '.join(edited)}. Nothing was written; to keep the edits, write the "
+            "course into another folder (or move them aside); to replace them, pass --force")
+    for target, content in files.items():
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(source_notebook(path), indent=1, ensure_ascii=False) + "\n")
-        written.append(target)
-    return written
+        if not target.exists() or target.read_text() != content:
+            target.write_text(content)
+    return list(files)[1:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Write an nbgrader course of the pagedkit labs.")
     p.add_argument("course", type=Path, help="the course folder to write")
     p.add_argument("--labs", help="comma-separated lab numbers, e.g. 00,02 (default: all)")
+    p.add_argument("--force", action="store_true",
+                   help="replace files of the course that differ from what would be written "
+                        "(a teacher's edits); without it they are kept and nothing is written")
     args = p.parse_args(argv)
     notebooks = {path.name.split("_")[0]: path for path in sorted(LABS.glob("*.ipynb"))}
     if not notebooks:
@@ -233,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in notebooks]
     if unknown:
         p.error(f"unknown lab(s) {unknown}; choose from {', '.join(notebooks)}")
-    for target in write_course(args.course, [notebooks[n] for n in names]):
+    try:
+        written = write_course(args.course, [notebooks[n] for n in names], force=args.force)
+    except (FileExistsError, NotADirectoryError) as e:
+        p.error(str(e))
+    for target in written:
         print(target)
     return 0
 
