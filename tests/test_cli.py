@@ -489,3 +489,33 @@ def test_long_commands_say_how_long_they_take_and_how_to_run_them_quick(capsys, 
     text = " ".join(capsys.readouterr().out.split())
     assert re.search(r"\d+(-\d+(\.\d+)?)? (s|minutes)\b", text), text
     assert quick in text
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--systems", "foo"], "--systems 'foo': unknown system(s) ['foo']; choose one or both"),
+    (["--systems", ","], "--systems ',': no system; choose one or both"),
+    (["--model", "/", "--systems", "pagedkit"], "--model '/' is neither 'tiny' nor a"),
+    (["--num-blocks", "1", "--systems", "pagedkit"], "--num-blocks 1 is too small: the longest "
+     "request (82 prompt tokens + 40 to generate) takes 4 blocks of 32 tokens; give "
+     "--num-blocks 4 or more"),
+    (["--num-blocks", "3", "--systems", "pagedkit"], "give --num-blocks 4 or more"),
+])
+def test_vllm_compare_refuses_bad_options_as_usage_errors(argv, said, capsys):
+    """Sixth newcomer's N9: these were tracebacks, checked before any model loads."""
+    from pagedkit.vllm.__main__ import main as vllm_main
+
+    with pytest.raises(SystemExit) as exit_:
+        vllm_main(["compare", *argv])
+    assert exit_.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_vllm_compare_of_one_system_prints_its_figures_by_name(capsys):
+    """The smallest cache the check allows serves the workload; one system's
+    figures print one per line, not as a Python dict."""
+    from pagedkit.vllm.__main__ import main as vllm_main
+
+    assert vllm_main(["compare", "--num-blocks", "4", "--systems", "pagedkit",
+                      "--requests", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "system: pagedkit\n" in out and "tokens_per_s: " in out and "{" not in out

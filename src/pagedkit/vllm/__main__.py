@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from .._validation import PROG, positive_int, writable_file
 
@@ -53,23 +54,39 @@ def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
 
 
 def _compare(args, parser) -> int:
+    from ..memory import blocks_to_serve
     from . import compare as cmp
 
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(cmp.SYSTEMS))
+    if unknown or not systems:
+        which = f"unknown system(s) {unknown}" if unknown else "no system"
+        parser.error(f"--systems {args.systems!r}: {which}; choose one or both of "
+                     f"{', '.join(cmp.SYSTEMS)}")
+    model = None if args.model == "tiny" else args.model
+    if model is not None and not (Path(model) / "config.json").is_file():
+        parser.error(f"--model {model!r} is neither 'tiny' nor a transformers model folder "
+                     "(a folder with a config.json)")
     if "vllm" in systems and not cmp.vllm_available():
         parser.exit(1, f"vLLM is not installed here: {cmp.INSTALL_HINT}\n")
-    model = None if args.model == "tiny" else args.model
     if args.workload == "shared_prefix":
         work = cmp.shared_prefix_workload(args.requests)
     else:
         work = cmp.bench_workload(args.requests, dataset=args.workload)
+    needed, prompt, out = max((blocks_to_serve(len(p), len(p) + m, 1, cmp.BLOCK_SIZE,
+                                               cache_sets_max_model_len=True), len(p), m)
+                              for p, m in zip(work.prompts, work.max_tokens, strict=True))
+    if args.num_blocks < needed:
+        parser.error(f"--num-blocks {args.num_blocks} is too small: the longest request "
+                     f"({prompt} prompt tokens + {out} to generate) takes {needed} blocks of "
+                     f"{cmp.BLOCK_SIZE} tokens; give --num-blocks {needed} or more")
     result = cmp.compare(work, model, num_blocks=args.num_blocks,
                          max_num_batched_tokens=args.max_num_batched_tokens, systems=systems)
     if len(result.runs) == 2:
         print(result.table())
-    else:
+    else:  # one system: its figures, one per line
         for run in result.runs.values():
-            print(run.summary())
+            print("\n".join(f"{key}: {value}" for key, value in run.summary().items()))
     if args.json:
         cmp.save_json(result, args.json)
     return 0 if len(result.runs) < 2 or all(result.equal) else 1
