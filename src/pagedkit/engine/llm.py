@@ -180,7 +180,11 @@ class LLM:
         if on_step is not None and not callable(on_step):
             raise TypeError(f"on_step must be a function of a StepOutput, got {on_step!r}")
         engine = self.llm_engine
-        ids = [f"{next(self._ids)}" for _ in prompts]
+        ids = []  # "0", "1", ... on from the last call, past ids queued with add_request
+        while len(ids) < len(prompts):
+            request_id = str(next(self._ids))
+            if request_id not in engine.groups:
+                ids.append(request_id)
         # all or none; an error names a prompt by its place in the caller's list
         names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
                  else ["generate()"] * len(prompts))  # no prompts: nothing to do, [] (vLLM's)
