@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=non_negative_float, default=0.0, metavar="T",
                    help="0 is greedy (the default); higher samples (seeded)")
     p.add_argument("-n", type=positive_int, default=1, metavar="N",
-                   help="completions per prompt, sharing the prompt's blocks (default: 1)")
+                   help="completions per prompt, sharing the prompt's blocks (default: 1); "
+                        "different ones need --temperature above 0")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return p
 
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     for out in outputs:
         for c in out.outputs:
             print(f"{out.prompt!r} -> {c.text!r}  [{c.finish_reason}]")
+    if args.n > 1 and args.temperature == 0:
+        print(f"(temperature 0 is greedy: a prompt's {args.n} completions are the same; give "
+              "--temperature 0.8 to sample different ones)")
     generated = sum(len(c.token_ids) for o in outputs for c in o.outputs)
     peak = max(s.memory["used_blocks"] for s in steps)
     usage = statistics.mean(s.memory["kv_usage"] for s in steps if s.memory["used_blocks"])
@@ -163,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{seconds:.2f} s ({generated / seconds:.1f} tokens/s)")
     print(f"KV cache: {plural(args.num_blocks, 'block')} x {plural(args.block_size, 'slot')}; "
           f"peak {plural(peak, 'block')} "
-          f"in use; KV usage {usage:.1%} (allocated slots holding a token); "
+          f"in use; KV usage {usage:.1%} (allocated slots holding a token, mean over "
+          f"the steps); "
           f"{plural(sum(len(s.preempted) for s in steps), 'preemption')}")
     return 0
 

@@ -47,6 +47,17 @@ def test_demo_prints_outputs_and_kv_usage(capsys):
     assert cli(["demo", "--max-tokens", "4", "--num-blocks", "16"]) == 0
     out = capsys.readouterr().out
     assert "'Once upon a time' ->" in out and "KV usage" in out and "tokens/s" in out
+    assert "mean over the steps" in out and "greedy" not in out
+
+
+@pytest.mark.parametrize("argv, said", [(["-n", "3"], True), (["-n", "3", "--temperature", "0.8"],
+                                                               False), (["-n", "1"], False)])
+def test_demo_says_when_its_completions_are_greedy_copies(capsys, argv, said):
+    """Sixth newcomer's N16: -n 3 at the default temperature 0 printed three
+    equal completions per prompt without a word."""
+    assert cli(["demo", "--max-tokens", "2", "--num-blocks", "64", "--no-progress", *argv]) == 0
+    out = capsys.readouterr().out
+    assert ("temperature 0 is greedy: a prompt's 3 completions are the same" in out) is said
 
 
 def test_cli_usage(capsys):
