@@ -269,7 +269,7 @@ def test_simulate_says_how_long_and_how_to_run_it_quick(capsys, monkeypatch):
     monkeypatch.setattr(sim_cli, "format_table", lambda *a, **k: "")
     assert run(cli, ["simulate"]) == 0
     err = capsys.readouterr().err
-    assert "4-5 minutes" in err and "--scale quick" in err and seen == ["default"]
+    assert "1.5-5 minutes" in err and "--scale quick" in err and seen == ["default"]
     assert run(cli, ["simulate", "--scale", "quick"]) == 0
     assert "minutes" not in capsys.readouterr().err
 

@@ -21,17 +21,18 @@ from .report import SCALES, benchmark, compare, format_table, scheduler_benchmar
 from .simulator import BATCHING_MODES, PREFILL_MODES, simulate
 from .trace import DATASETS, load_trace, synthetic_trace
 
-#: How long the comparison took, measured on a busy 2-core machine (issue #26 for
-#: the default; the quick one with /usr/bin/time: 24 s at load 6-11, a newcomer's
-#: run, and 48 s at load 11-12, ours); the full one's traces are an hour each.
+#: How long the comparison took on 2-core machines: the default 4-5 minutes busy
+#: (issue #26) and 1 min 31 s at load 5-7 (the sixth newcomer's run); the quick one
+#: 24 s at load 6-11 and 48 s at load 11-12 (/usr/bin/time), 3.1 s at load 1.3
+#: (2026-12-02); the full one's traces are an hour each.
 SCALE_TIMES = {
-    "quick": N_("takes 10-50 s: its traces are short, so its numbers are rough (a rate "
+    "quick": N_("takes 3-50 s: its traces are short, so its numbers are rough (a rate "
                 "ratio may read 1x where the default scale separates the managers); run the "
                 "default scale to compare with the paper"),
-    "default": N_("took 4-5 minutes on a busy 2-core machine; --scale quick runs the same "
-               "experiments smaller in 10-50 s (noisier numbers)"),
-    "full": N_("runs the paper's hour-long traces: many times the default's 4-5 minutes; "
-            "--scale quick takes 10-50 s"),
+    "default": N_("took 1.5-5 minutes on a 2-core machine (the longer on a busy one); --scale "
+               "quick runs the same experiments smaller in 3-50 s (noisier numbers)"),
+    "full": N_("runs the paper's hour-long traces: many times the default's 1.5-5 minutes; "
+            "--scale quick takes 3-50 s"),
 }
 
 
@@ -50,8 +51,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_("Without options it runs the paper comparison, which {default}.").format(
             default=_(SCALE_TIMES["default"])))
     p.add_argument("--scale", choices=sorted(SCALES), default="default",
-                   help=_("how much to simulate for the paper comparison: quick (10-50 s), "
-                        "default (4-5 minutes on a busy 2-core machine) or full (the paper's "
+                   help=_("how much to simulate for the paper comparison: quick (3-50 s), "
+                        "default (1.5-5 minutes on a 2-core machine) or full (the paper's "
                         "hour-long traces, much longer)"))
     p.add_argument("--json", action="store_true", help=_("print JSON instead of a table"))
     p.add_argument("--markdown", action="store_true", help=_("print the table as Markdown"))
