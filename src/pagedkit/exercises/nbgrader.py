@@ -220,16 +220,16 @@ def write_course(root: Path, labs: list[Path], *, force: bool = False) -> list[P
     for path in labs:
         target = root / "source" / assignment_name(path) / path.name
         files[target] = json.dumps(source_notebook(path), indent=1, ensure_ascii=False) + "\n"
-    edited = [str(t) for t, content in files.items() if t.exists() and t.read_text() != content]
+    stale = [t for t, content in files.items() if not t.exists() or t.read_text() != content]
+    edited = [str(t) for t in stale if t.exists()]
     if edited and not force:
         raise FileExistsError(
             f"{len(edited)} file(s) of the course differ from what would be written (edited "
             f"since?): {', '.join(edited)}. Nothing was written; to keep the edits, write the "
             "course into another folder (or move them aside); to replace them, pass --force")
-    for target, content in files.items():
+    for target in stale:
         target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists() or target.read_text() != content:
-            target.write_text(content)
+        target.write_text(files[target])
     return list(files)[1:]
 
 
