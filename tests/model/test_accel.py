@@ -64,8 +64,9 @@ def test_auto_leaves_the_tiny_model_as_transformers_built_it(mode):
     assert report.replaced == [] and len(report.skipped) == 29 and not report.reason
 
 
-def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode):
+def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode, env_switch):
     mode(None)  # auto is the default
+    env_switch("PAGEDKIT_FUSE")("off")  # fused, k and v are packed in q's product (test_fused.py)
     model = wide_llama()
     report = prepack_linears(model)
     assert report.mode == "auto" and not report.reason
@@ -153,7 +154,8 @@ def test_a_bad_switch_value_is_an_error_naming_it(mode):
 
 def test_the_engine_reads_each_switch_once_and_passes_it_on(monkeypatch):
     """LLMEngine checks both switches before it loads the model and hands the
-    modes it read to prepack_linears and compile_forward (not a second read)."""
+    modes it read to prepack_linears and compile_forward (not a second read);
+    PAGEDKIT_FUSE is checked with PAGEDKIT_PREPACK and read by prepack_linears."""
     from pagedkit.model import compiled
 
     reads, read = [], accel.switch
@@ -165,7 +167,8 @@ def test_the_engine_reads_each_switch_once_and_passes_it_on(monkeypatch):
     monkeypatch.setattr(accel, "switch", counting_switch)
     monkeypatch.setattr(compiled, "switch", counting_switch)
     LLM("tiny", num_blocks=8)
-    assert sorted(reads) == ["PAGEDKIT_COMPILE", "PAGEDKIT_PREPACK"]
+    assert sorted(reads) == ["PAGEDKIT_COMPILE", "PAGEDKIT_FUSE", "PAGEDKIT_FUSE",
+                             "PAGEDKIT_PREPACK"]
 
 
 def test_a_mode_given_overrides_the_switch_and_is_checked(mode):
@@ -332,13 +335,15 @@ def test_the_engine_gives_transformers_tokens_with_packed_linears(name, setting,
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral", "gemma2", "phi3",
                                         "gpt_neox", "olmo2"])
-def test_architectures_stay_exact_with_every_linear_packed(model_type, mode):
+def test_architectures_stay_exact_with_every_linear_packed(model_type, mode, env_switch):
     """tests/model/test_architectures.py's three settings with ``PAGEDKIT_PREPACK=on``
-    (its tiny models are far below the `auto` rule); ``PAGEDKIT_PREPACK=on pytest
+    (its tiny models are far below the `auto` rule), unfused (test_fused.py runs every
+    architecture fused); ``PAGEDKIT_PREPACK=on pytest
     tests/model/test_architectures.py`` runs every architecture so."""
     from test_architectures import check_architecture
 
     mode("on")
+    env_switch("PAGEDKIT_FUSE")("off")
     assert prepack_linears(tiny_model(model_type)).replaced  # its linear layers get packed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

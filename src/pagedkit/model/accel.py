@@ -45,12 +45,16 @@ import functools
 import os
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .._validation import check_choice
+
+if TYPE_CHECKING:
+    from .fused import FuseReport
 
 ENV_VAR = "PAGEDKIT_PREPACK"
 #: ``auto``: the measured rule; ``on``: every eligible layer, every call
@@ -103,7 +107,12 @@ def switch(name: str, section: str) -> str:
 
 
 def prepack_mode() -> str:
-    """``PAGEDKIT_PREPACK`` (default ``auto``), or a ValueError naming the choices."""
+    """``PAGEDKIT_PREPACK`` (default ``auto``), or a ValueError naming the choices;
+    ``PAGEDKIT_FUSE`` is checked along with it (the engine calls this before it
+    loads the model; `prepack_linears` reads that one)."""
+    from .fused import fuse_mode
+
+    fuse_mode()
     return switch(ENV_VAR, "Prepacked linear layers")
 
 
@@ -163,12 +172,17 @@ class PackedLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._packed_key != _weight_key(self.weight):
             self.repack()
-        if (self._packed is None or x.dtype != torch.float32 or not x.is_cpu
-                or x.numel() < self.min_rows * self.in_features
-                or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
-                or torch.is_autocast_enabled("cpu")):
+        if self._packed is None or self.plain_call(x):
             return F.linear(x, self.weight, self.bias)
         return packed_linear(x, self._packed, self.bias)
+
+    def plain_call(self, x: torch.Tensor) -> bool:
+        """Whether this call must run ``F.linear``: another dtype or device,
+        fewer than `min_rows` tokens, autograd or autocast."""
+        return (x.dtype != torch.float32 or not x.is_cpu
+                or x.numel() < self.min_rows * self.in_features
+                or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+                or torch.is_autocast_enabled("cpu"))
 
     def repack(self) -> None:
         """Pack the weight as it is now, or note why it cannot be."""
@@ -198,13 +212,17 @@ class PrepackReport:
     replaced: list[str] = field(default_factory=list)  # names of the PackedLinear modules
     skipped: dict[str, str] = field(default_factory=dict)  # linear layer -> why not
     reason: str = ""  # why nothing was replaced, when nothing was
+    #: what `fused.fuse_projections` did (None when nothing was packed)
+    fusion: FuseReport | None = None
 
     def __str__(self) -> str:
         if self.reason:
             return f"prepacked linear layers: none ({self.reason})"
         why = sorted(set(self.skipped.values()))
+        fused = self.fusion.fused if self.fusion else []
         return (f"prepacked linear layers ({ENV_VAR}={self.mode}): {len(self.replaced)} of "
                 f"{len(self.replaced) + len(self.skipped)}"
+                + (f", {len(fused)} groups fused ({self.fusion.mode})" if self.fusion else "")
                 + (f"; the others: {'; '.join(why)}" if why else ""))
 
 
@@ -231,16 +249,21 @@ def below_rule(in_features: int, out_features: int) -> str | None:
 
 
 def prepack_linears(model: nn.Module, device: torch.device | None = None,
-                    mode: str | None = None) -> PrepackReport:
+                    mode: str | None = None, fuse: str | None = None) -> PrepackReport:
     """Replace each eligible ``nn.Linear`` of `model` by a `PackedLinear`, in
     place, as `mode` says (``auto|on|off``; None reads ``PAGEDKIT_PREPACK``;
     layers an earlier call replaced are decided afresh, so ``off`` leaves
-    none); returns what was done, also kept as ``model.pagedkit_prepack``. A
+    none), first fusing sibling projections as `fuse` says (`pagedkit.model.fused`;
+    None reads ``PAGEDKIT_FUSE``); returns what was done, also kept as
+    ``model.pagedkit_prepack``. A
     model served on another `device` than the CPU keeps plain layers (the
     packed product runs on the CPU only). Never raises for a model it cannot
     speed up: the report says why (and warns, when ``on`` was asked for)."""
+    from .fused import fuse_mode, fuse_projections
+
     report = PrepackReport(prepack_mode() if mode is None else
                            check_choice("mode", mode, CHOICES))
+    fuse = fuse_mode() if fuse is None else check_choice("fuse", fuse, CHOICES)
     unpack_linears(model)
     report.reason = ("switched off" if report.mode == "off" else
                      f"served on {device.type}, not the CPU" if device and device.type != "cpu"
@@ -250,8 +273,11 @@ def prepack_linears(model: nn.Module, device: torch.device | None = None,
                       stacklevel=2)
     if not report.reason:
         min_rows = MIN_ROWS if report.mode == "auto" else 1
+        report.fusion = fuse_projections(model, fuse, report.mode, min_rows)
         for name, module in list(model.named_modules()):
-            if isinstance(module, nn.Linear):
+            if isinstance(module, PackedLinear):  # a member of a fused group
+                report.replaced.append(name)
+            elif isinstance(module, nn.Linear):
                 why = why_not(module, report.mode)
                 if why:
                     report.skipped[name] = why

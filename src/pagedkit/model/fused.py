@@ -1,0 +1,210 @@
+"""Fused projections on CPU: q, k and v as one prepacked product.
+
+Outside the textbook path, like `pagedkit.model.accel` (whose
+`prepack_linears` calls `fuse_projections` first): transformers' attention
+still calls ``self.q_proj(x)``, ``self.k_proj(x)``, ``self.v_proj(x)`` one
+by one, and the module tree, the state dict and each projection's
+Parameters stay as transformers built them. ``PAGEDKIT_FUSE=off`` turns it
+off.
+
+Why: vLLM multiplies q, k and v by one concatenated weight (and gate with
+up). On the larger model (512 wide, 128-wide k and v) three products cost
+more than one of their total width: the k and v weights are too small for
+the prepacked product to pay alone (`accel.below_rule`), and each call pays
+oneDNN's fixed cost. Measured alone (docs/benchmarks.md, "Fused
+projections"), one packed q/k/v product ran 1.05-1.47x faster than the
+three as `auto` runs them from 4 tokens up; gate with up ran level (and
+slower in a 1,296-token prefill), so ``auto`` fuses q/k/v only.
+
+How: the members of a group are `FusedLinear` layers (`accel.PackedLinear`'s
+subclass: the same Parameters, no packed copy of their own) sharing one
+`FusedProduct`, which holds the concatenated weight packed once, at load.
+The first member called with an input computes the whole product and keeps
+it, with the input tensor itself; each other member called with *that same
+tensor object* gets its slice (a view) without multiplying, and once every
+member has had its slice the product is dropped. A member called with
+another tensor, or a second time, computes the product afresh: every member
+always returns ``x @ its weight.T`` (+ its bias), whatever the order of the
+calls. Exact the same way as a packed layer (oneDNN's order of summation,
+~1e-6 on float32 logits); tokens equal transformers' in every test.
+
+The one thing a slice cannot see is an in-place write to the input between
+the member calls (an inference tensor keeps no version counter): no
+architecture transformers builds writes to the hidden states between its
+projections, and ``tests/model/test_fused.py`` runs every served
+architecture fused against `generate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import accel
+from .accel import PackedLinear, below_rule, why_not
+
+ENV_VAR = "PAGEDKIT_FUSE"
+#: The groups looked for: sibling layers of one module, by transformers' names.
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+#: The groups ``auto`` fuses: gate/up ran level fused (docs/benchmarks.md).
+AUTO_GROUPS = (("q_proj", "k_proj", "v_proj"),)
+
+
+def fuse_mode() -> str:
+    """``PAGEDKIT_FUSE`` (default ``auto``), or a ValueError naming the choices."""
+    return accel.switch(ENV_VAR, "Fused projections")
+
+
+class FusedProduct:
+    """One prepacked product over the concatenated weights of a group's members,
+    computed once per input and handed out in slices."""
+
+    def __init__(self) -> None:
+        self.members: list[FusedLinear] = []  # in the order of the concatenation
+        self.packed: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+        self.forget()
+
+    def repack(self) -> str | None:
+        """Pack the members' weights as they are now; returns why they cannot be, or None.
+        Each member keeps the key of its own weight and bias packed here
+        (`FusedLinear.key`): a member's slice depends on those alone."""
+        self.forget()
+        why = next(filter(None, (accel.cannot_pack(m.weight, m.bias) for m in self.members)), None)
+        self.packed = self.bias = None
+        if why is None:
+            with torch.no_grad():
+                weight = torch.cat([m.weight.detach() for m in self.members])
+                self.packed = accel.pack_weight(weight)
+                if self.members[0].bias is not None:
+                    self.bias = torch.cat([m.bias.detach() for m in self.members])
+        for m in self.members:  # the group's packed weight is each member's
+            m._packed, m._packed_key = self.packed, m.key()
+        return why
+
+    def slice(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        """Member `index`'s product with `x`: its slice of the product computed for
+        this very tensor if it has not had it yet, else of a new one."""
+        if self._x is not x or index not in self._waiting:
+            out = accel.packed_linear(x, self.packed, self.bias)
+            self._x = x
+            self._slices = out.split([m.out_features for m in self.members], dim=-1)
+            self._waiting = set(range(len(self.members)))
+        self._waiting.discard(index)
+        out = self._slices[index]
+        if not self._waiting:
+            self.forget()
+        return out
+
+    def forget(self) -> None:
+        """Drop the kept input and product."""
+        self._x: torch.Tensor | None = None
+        self._slices: tuple[torch.Tensor, ...] = ()
+        self._waiting: set[int] = set()
+
+    def __getstate__(self):  # an opaque oneDNN tensor cannot be copied or pickled
+        state = self.__dict__.copy()
+        state.update(packed=None, bias=None, _x=None, _slices=(), _waiting=set())
+        return state
+
+
+class FusedLinear(PackedLinear):
+    """An ``nn.Linear`` of a fused group: its products are slices of the group's
+    one packed product (`FusedProduct`) when they pay and can, ``F.linear`` on
+    its own weight otherwise (the same rules as `PackedLinear`)."""
+
+    def __init__(self, linear: nn.Linear, min_rows: int, product: FusedProduct,
+                 index: int, names: tuple[str, ...]) -> None:
+        super().__init__(linear, min_rows)
+        self.product, self.index, self.names = product, index, names
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._packed_key != self.key():  # its own weight or bias changed: pack the group
+            self.repack()
+        if self._packed is None or self.plain_call(x):
+            return F.linear(x, self.weight, self.bias)
+        return self.product.slice(self.index, x)
+
+    def key(self) -> tuple:
+        """Changes whenever this member's weight or bias may have."""
+        return (accel._weight_key(self.weight),
+                None if self.bias is None else accel._weight_key(self.bias))
+
+    def repack(self) -> None:
+        """Pack the group's weights as they are now, or note why they cannot be."""
+        self.unpacked_reason = self.product.repack()
+        for member in self.product.members:
+            member.unpacked_reason = self.unpacked_reason
+
+    def _apply(self, fn, recurse=True):  # .to(), ...: the group packs again when used
+        out = super()._apply(fn, recurse)  # forgets this member's key: it packs again
+        self.product.forget()
+        return out
+
+    def extra_repr(self) -> str:
+        return (f"{nn.Linear.extra_repr(self)}, fused with {', '.join(self.names)} "
+                f"(one oneDNN product) from {self.min_rows} rows")
+
+
+@dataclass
+class FuseReport:
+    """Which groups `fuse_projections` fused, and why the others were not."""
+
+    mode: str
+    fused: list[str] = field(default_factory=list)  # module.{q_proj,k_proj,v_proj}
+    skipped: dict[str, str] = field(default_factory=dict)  # group -> why not
+
+
+def why_not_fuse(layers: list[nn.Module], names: tuple[str, ...], mode: str,
+                 pack_mode: str) -> str | None:
+    """Why these sibling layers stay separate under `mode`, or None."""
+    for name, layer in zip(names, layers, strict=True):
+        if isinstance(layer, nn.Linear):
+            why = why_not(layer, "on")
+        else:
+            why = f"not an nn.Linear ({type(layer).__name__})"
+        if why:
+            return f"{name}: {why}"
+    if len({layer.in_features for layer in layers}) != 1:
+        return "their inputs differ in width"
+    if len({layer.bias is None for layer in layers}) != 1:
+        return "some have a bias and some not"
+    if mode == "auto":
+        if names not in AUTO_GROUPS:
+            return "auto fuses q/k/v only (gate/up measured level fused)"
+        if pack_mode == "auto":
+            return below_rule(layers[0].in_features, sum(layer.out_features for layer in layers))
+    return None
+
+
+def group_name(parent: str, names: tuple[str, ...]) -> str:
+    return f"{parent + '.' if parent else ''}{{{','.join(names)}}}"
+
+
+def fuse_projections(model: nn.Module, mode: str, pack_mode: str, min_rows: int) -> FuseReport:
+    """Replace each group of sibling projections that `mode` fuses by
+    `FusedLinear` members of one `FusedProduct`, packed now; returns what was done."""
+    report = FuseReport(mode)
+    if mode == "off":
+        return report
+    for parent_name, parent in list(model.named_modules()):
+        for names in GROUPS:
+            if not all(isinstance(getattr(parent, n, None), nn.Module) for n in names):
+                continue
+            layers = [getattr(parent, n) for n in names]
+            group = group_name(parent_name, names)
+            why = why_not_fuse(layers, names, mode, pack_mode)
+            if why:
+                report.skipped[group] = why
+                continue
+            product = FusedProduct()
+            product.members = [FusedLinear(layer, min_rows, product, i, names)
+                               for i, layer in enumerate(layers)]
+            product.members[0].repack()  # now, at load: not in the first step's time
+            for name, member in zip(names, product.members, strict=True):
+                parent.set_submodule(name, member)
+            report.fused.append(group)
+    return report

@@ -1,0 +1,318 @@
+"""Fused projections (pagedkit.model.fused): which groups fuse, the switch, the
+fallbacks, every member's product whatever the order of the calls, and every
+served architecture's tokens fused against transformers' `generate`."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import pickle
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_configs import tiny_model
+from torch import nn
+
+from pagedkit import LLM
+from pagedkit.model import accel, fused
+from pagedkit.model.accel import PackedLinear, prepack_linears
+from pagedkit.model.fused import FusedLinear, FusedProduct, fuse_projections, why_not_fuse
+
+pytestmark = pytest.mark.skipif(accel.prepack_unavailable() is not None,
+                                reason=f"no prepacked linears here: {accel.prepack_unavailable()}")
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVED = sorted(k for k, v in json.loads((ROOT / "docs" / "architectures.json").read_text())
+                ["results"].items() if v["status"] == "served")
+
+
+@pytest.fixture
+def switches(env_switch):
+    """Set ``PAGEDKIT_PREPACK`` and ``PAGEDKIT_FUSE`` (None: the default, auto)."""
+    prepack, fuse = env_switch(accel.ENV_VAR), env_switch(fused.ENV_VAR)
+
+    def set_both(pack: str | None, fuse_mode: str | None) -> None:
+        prepack(pack)
+        fuse(fuse_mode)
+    return set_both
+
+
+def wide_llama(width: int = 512, layers: int = 1):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=width, intermediate_size=width,
+                         num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=2,
+                         max_position_embeddings=256, tie_word_embeddings=False)
+    return LlamaForCausalLM(config).eval()
+
+
+def fused_names(model: nn.Module) -> list[str]:
+    return [n for n, m in model.named_modules() if isinstance(m, FusedLinear)]
+
+
+def group(sizes=(24, 8, 8), width=32, bias=False, min_rows=1):
+    """Sibling linear layers fused as `fuse_projections` fuses them."""
+    torch.manual_seed(0)
+    parent = nn.Module()
+    names = ("q_proj", "k_proj", "v_proj")[:len(sizes)]
+    for name, size in zip(names, sizes, strict=True):
+        setattr(parent, name, nn.Linear(width, size, bias=bias))
+    report = fuse_projections(parent, "on", "on", min_rows)
+    assert report.fused == ["{" + ",".join(names) + "}"], report
+    return parent, [getattr(parent, n) for n in names]
+
+
+# ---------------------------------------------------------------- which groups fuse
+def test_auto_fuses_q_k_v_of_a_wide_model_and_leaves_gate_up(switches):
+    switches(None, None)
+    model = wide_llama(layers=2)
+    params = dict(model.named_parameters())
+    state = model.state_dict().keys()
+    report = prepack_linears(model)
+    assert report.fusion.mode == "auto"
+    assert report.fusion.fused == [f"model.layers.{i}.self_attn.{{q_proj,k_proj,v_proj}}"
+                                   for i in range(2)]
+    assert all("q/k/v only" in why for why in report.fusion.skipped.values())
+    assert len(report.fusion.skipped) == 2  # the gate/up pairs
+    assert fused_names(model) == [f"model.layers.{i}.self_attn.{p}_proj"
+                                  for i in range(2) for p in "qkv"]
+    assert set(fused_names(model)) <= set(report.replaced)  # k and v too: fused, not skipped
+    assert "2 groups fused (auto)" in str(report)
+    # the module tree, the Parameters and the state dict are transformers' own
+    assert dict(model.named_parameters()).keys() == params.keys()
+    assert all(p is params[n] for n, p in model.named_parameters())
+    assert model.state_dict().keys() == state
+
+
+def test_auto_fuses_nothing_in_the_tiny_model(switches):
+    switches(None, None)
+    report = prepack_linears(LLM("tiny", num_blocks=8).llm_engine.runner.model)
+    assert report.replaced == [] and report.fusion.fused == []
+    assert {("q_proj" in group, "512 inputs" in why or "q/k/v only" in why)
+            for group, why in report.fusion.skipped.items()} == {(True, True), (False, True)}
+
+
+@pytest.mark.parametrize("pack, fuse, groups", [
+    ("auto", "on", 2), ("on", "auto", 1), ("on", "on", 2), ("on", "off", 0),
+    ("auto", "off", 0), ("off", "on", 0), ("off", "auto", 0)])
+def test_each_pair_of_switches(pack, fuse, groups, switches):
+    """``on`` fuses gate/up too; ``off`` either way fuses nothing (fusion is
+    part of packing); ``auto`` with packing ``on`` fuses q/k/v of any width."""
+    switches(pack, fuse)
+    model = wide_llama(64)
+    report = prepack_linears(model)
+    assert len(fused_names(model)) == {0: 0, 1: 3, 2: 5}[groups]
+    assert len(report.fusion.fused if report.fusion else []) == groups
+
+
+def test_off_after_on_leaves_every_linear_plain(switches):
+    model = wide_llama(64)
+    switches("on", "on")
+    prepack_linears(model)
+    assert fused_names(model)
+    switches("on", "off")
+    prepack_linears(model)
+    assert fused_names(model) == []
+    switches("off", "on")
+    prepack_linears(model)
+    assert all(type(m) is nn.Linear for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def test_a_bad_fuse_value_is_an_error_naming_it_before_the_model_changes(switches):
+    switches(None, "fast")
+    model = wide_llama(64)
+    with pytest.raises(ValueError, match=r"PAGEDKIT_FUSE='fast'.*auto, on, off"):
+        LLM(model, num_blocks=8)
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+    switches(None, None)
+    with pytest.raises(ValueError, match=r"fuse must be one of 'auto', 'on', 'off'; got 'x'"):
+        prepack_linears(model, fuse="x")
+
+
+class Lora(nn.Linear):
+    pass
+
+
+def hooked(layer: nn.Linear) -> nn.Linear:
+    layer.register_forward_pre_hook(lambda *a: None)
+    return layer
+
+
+def inference_made(width: int, out: int) -> nn.Linear:
+    with torch.inference_mode():
+        return nn.Linear(width, out)
+
+
+def biased(layer: nn.Linear, dtype) -> nn.Linear:
+    layer.bias = nn.Parameter(layer.bias.detach().to(dtype))
+    return layer
+
+
+#: one member of q/k/v (k_proj) made unfit, each way a layer can be; the reason named
+UNFIT = {
+    "a subclass (LoRA, quantized)": (lambda: Lora(64, 16), "k_proj: a Lora"),
+    "not a linear layer": (lambda: nn.Identity(), "not an nn.Linear (Identity)"),
+    "hooks": (lambda: hooked(nn.Linear(64, 16)), "k_proj: it has hooks"),
+    "bfloat16": (lambda: nn.Linear(64, 16, dtype=torch.bfloat16), "bfloat16"),
+    "float16": (lambda: nn.Linear(64, 16, dtype=torch.float16), "float16"),
+    "meta device": (lambda: nn.Linear(64, 16, device="meta"), "meta"),
+    "an inference-tensor weight": (lambda: inference_made(64, 16), "inference tensor"),
+    "another input width": (lambda: nn.Linear(48, 16), "inputs differ in width"),
+    "a bias where the others have none": (lambda: nn.Linear(64, 16), "some have a bias"),
+    "a bias of another dtype": (lambda: biased(nn.Linear(64, 16), torch.float64),
+                                "its bias is torch.float64"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNFIT))
+def test_a_group_with_an_unfit_member_stays_separate_and_says_why(case):
+    make, reason = UNFIT[case]
+    layers = [nn.Linear(64, 32, bias=False), make(), nn.Linear(64, 16, bias=False)]
+    if case == "a bias of another dtype":
+        layers[0], layers[2] = nn.Linear(64, 32), nn.Linear(64, 16)
+    if case == "a bias where the others have none":
+        layers[1] = nn.Linear(64, 16, bias=True)
+    names = ("q_proj", "k_proj", "v_proj")
+    assert reason in why_not_fuse(layers, names, "on", "on")
+    parent = nn.Module()
+    for name, layer in zip(names, layers, strict=True):
+        setattr(parent, name, layer)
+    report = fuse_projections(parent, "on", "on", 1)
+    assert report.fused == [] and reason in report.skipped["{q_proj,k_proj,v_proj}"]
+    assert not any(isinstance(m, FusedLinear) for m in parent.modules())
+
+
+def test_the_auto_rule_by_name_and_width():
+    wide = [nn.Linear(512, 512), nn.Linear(512, 128), nn.Linear(512, 128)]
+    qkv, gate_up = ("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")
+    assert why_not_fuse(wide, qkv, "auto", "auto") is None
+    assert "q/k/v only" in why_not_fuse(wide[:2], gate_up, "auto", "auto")
+    assert why_not_fuse(wide[:2], gate_up, "on", "auto") is None
+    narrow = [nn.Linear(256, 256), nn.Linear(256, 64), nn.Linear(256, 64)]
+    assert "512 inputs" in why_not_fuse(narrow, qkv, "auto", "auto")
+    assert why_not_fuse(narrow, qkv, "auto", "on") is None  # packing on: every width
+
+
+# ---------------------------------------------------------------- the products
+@pytest.mark.parametrize("bias", [False, True])
+def test_every_member_gets_its_own_product_in_any_order_of_calls(bias):
+    """Every order of the three calls, each with the same tensor, a copy of it,
+    or a call repeated: each member's output is x @ its weight.T (+ its bias)."""
+    _parent, members = group(bias=bias)
+    x = torch.randn(2, 5, 32)
+    want = [F.linear(x, m.weight, m.bias) for m in members]
+    with torch.inference_mode():
+        for order in itertools.permutations(range(3)):
+            for calls in (order, order + order, (order[0], *order), order[:2]):
+                for i, index in enumerate(calls):
+                    other = x.clone() if i == 1 else x  # another tensor, equal values
+                    torch.testing.assert_close(members[index](other), want[index],
+                                               rtol=1e-5, atol=1e-5)
+        y = torch.randn(2, 5, 32)  # new values in between: never a stale slice
+        for index in (0, 1, 2):
+            torch.testing.assert_close(members[index](y), F.linear(y, members[index].weight,
+                                       members[index].bias), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(members[index](x), want[index], rtol=1e-5, atol=1e-5)
+
+
+def test_the_product_is_computed_once_for_the_three_and_then_dropped(monkeypatch):
+    _parent, (q, k, v) = group()
+    calls = []
+    real = accel.packed_linear
+    monkeypatch.setattr(accel, "packed_linear", lambda *a: calls.append(1) or real(*a))
+    x = torch.randn(7, 32)
+    with torch.inference_mode():
+        q(x), k(x), v(x)
+        assert len(calls) == 1 and q.product._x is None  # nothing kept after the last
+        q(x), k(x.clone()), v(x)
+    assert len(calls) == 1 + 3  # k's other tensor: a product of its own, then v's own too
+
+
+def test_below_min_rows_each_member_runs_its_own_plain_product():
+    _parent, members = group(min_rows=4)
+    x = torch.randn(1, 3, 32)
+    with torch.inference_mode():
+        for m in members:
+            assert torch.equal(m(x), F.linear(x, m.weight, m.bias))  # bit for bit
+
+
+def test_autograd_and_autocast_take_the_plain_product():
+    _parent, members = group()
+    x = torch.randn(4, 32, requires_grad=True)
+    sum(m(x).sum() for m in members).backward()
+    assert x.grad is not None and all(m.weight.grad is not None for m in members)
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        assert all(m(x).dtype == torch.bfloat16 for m in members)
+
+
+def test_a_changed_weight_of_any_member_is_packed_again():
+    _parent, (q, k, v) = group(bias=True)
+    x = torch.randn(6, 32)
+    with torch.no_grad():
+        q(x), k(x), v(x)
+        k.weight.mul_(2)  # in place
+        v.bias.add_(1)
+        for m in (q, k, v):
+            torch.testing.assert_close(m(x), F.linear(x, m.weight, m.bias), rtol=1e-5, atol=1e-5)
+        v.weight = nn.Parameter(torch.randn(8, 32))  # a new tensor
+        for m in (q, k, v):
+            torch.testing.assert_close(m(x), F.linear(x, m.weight, m.bias), rtol=1e-5, atol=1e-5)
+
+
+def test_a_round_trip_through_another_dtype_is_never_stale():
+    parent, members = group()
+    x = torch.randn(6, 32)
+    with torch.no_grad():
+        [m(x) for m in members]
+        parent.to(torch.bfloat16)
+        assert members[0](x.bfloat16()).dtype == torch.bfloat16
+        assert all("bfloat16" in m.unpacked_reason for m in members)
+        parent.float()
+        for m in members:
+            torch.testing.assert_close(m(x), F.linear(x, m.weight, m.bias), rtol=1e-5, atol=1e-5)
+        assert all(m.unpacked_reason is None for m in members)
+
+
+def test_a_fused_model_copies_and_pickles(switches):
+    switches("on", "on")
+    model = wide_llama(64)
+    prepack_linears(model)
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.inference_mode():
+        want = model(ids).logits
+        for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            attn = other.model.layers[0].self_attn
+            assert attn.q_proj.product is attn.v_proj.product  # still one group
+            assert attn.q_proj.product.members[1] is attn.k_proj  # of the copy's layers
+            assert torch.equal(other(ids).logits, want)
+
+
+def test_the_product_class_shares_members_by_group():
+    _parent, members = group()
+    assert isinstance(members[0].product, FusedProduct)
+    assert {id(m.product) for m in members} == {id(members[0].product)}
+    assert "fused with q_proj, k_proj, v_proj" in repr(members[2])
+
+
+# ---------------------------------------------------------------- every architecture
+@pytest.mark.parametrize("model_type", SERVED)
+def test_every_served_architecture_gives_generates_tokens_fused(model_type, switches):
+    """tests/model/test_architectures.py's three settings with every linear packed
+    and every group fused (its tiny models are below `auto`'s rule): transformers'
+    greedy tokens; without fusion the same settings run in test_accel.py and
+    test_architectures.py."""
+    from test_architectures import check_architecture
+
+    switches("on", "on")
+    groups = prepack_linears(tiny_model(model_type)).fusion
+    if not groups.fused:
+        pytest.skip(f"no group to fuse ({groups.skipped or 'no q/k/v or gate/up siblings'})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = check_architecture(model_type)
+    assert result["status"] == "served", (groups.fused, result)
