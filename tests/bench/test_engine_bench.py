@@ -294,3 +294,20 @@ def test_no_progress_leaves_the_reports_and_the_failures(capsys, monkeypatch):
     assert "running" not in quiet and "output tok/s (" not in quiet
     assert "hf_static failed: RuntimeError: out of order" in quiet
     assert "model=tiny" in quiet and "\npagedkit " in quiet
+
+
+def test_pagedkit_with_and_without_fused_projections(monkeypatch):
+    """``pagedkit_unfused`` serves with ``PAGEDKIT_FUSE=off`` (and leaves the
+    variable as it was); with packing ``on`` the two differ only in the fusion."""
+    monkeypatch.setenv("PAGEDKIT_PREPACK", "on")
+    monkeypatch.delenv("PAGEDKIT_FUSE", raising=False)
+    report = benchmark("tiny", num_requests=3, systems=("pagedkit", "pagedkit_unfused"),
+                       log=lambda s: 0)
+    fused, unfused = report.results
+    assert [r.system for r in report.results] == ["pagedkit", "pagedkit_unfused"]
+    assert all(r.outputs_differing == 0 for r in report.results)
+    assert "29 of 29, 4 groups fused (auto)" in fused.note
+    assert "29 of 29, 0 groups fused (off)" in unfused.note
+    import os
+
+    assert "PAGEDKIT_FUSE" not in os.environ

@@ -4,8 +4,8 @@
 [--systems pagedkit,hf_static,hf_continuous,floor] [--rounds N] [--profile]
 [--workload sharegpt|alpaca] [--threads T]``
 
-(``--systems`` also takes ``pagedkit_unpacked`` and ``pagedkit_compiled``, not
-run by default.)
+(``--systems`` also takes ``pagedkit_unpacked``, ``pagedkit_unfused`` and
+``pagedkit_compiled``, not run by default.)
 
 One workload — requests with ShareGPT-shaped prompt and output lengths
 (`pagedkit.sim`'s synthetic trace, scaled to the model; ``--workload
@@ -23,6 +23,10 @@ ignored) — runs through these systems on the same model:
   linear layer as transformers built it, none prepacked for oneDNN
   (`pagedkit.model.accel`); beside ``pagedkit``, what the prepacked
   linear layers change (not run unless named);
+* ``pagedkit_unfused``: the same with ``PAGEDKIT_FUSE=off``: every layer
+  packed as ``pagedkit``'s, but q, k and v multiplied one by one
+  (`pagedkit.model.fused`); beside ``pagedkit``, what the fused
+  projections change (not run unless named);
 * ``pagedkit_compiled``: the same with ``PAGEDKIT_COMPILE=on``: the model's
   forward under ``torch.compile`` (`pagedkit.model.compiled`); its note says
   how many graphs it compiled and how long that took, the untimed warm-up's
@@ -80,7 +84,7 @@ from . import check_choice, device_unavailable, load_average
 
 MODELS = ("tiny", "larger")
 SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor", "vllm", "pagedkit_unpacked",
-           "pagedkit_compiled")
+           "pagedkit_compiled", "pagedkit_unfused")
 #: What runs when no system is named: vLLM only where it is installed.
 DEFAULT_SYSTEMS = SYSTEMS[:5] if importlib.util.find_spec("vllm") else SYSTEMS[:4]
 
@@ -286,8 +290,10 @@ def run_pagedkit(model, work: Workload, block_size: int, progress: Callable[[int
 
     if llm is None:
         from ..model.compiled import ENV_VAR as COMPILE
+        from ..model.fused import ENV_VAR as FUSE
 
         with prepack("off" if system == "pagedkit_unpacked" else None), \
+                _environ(FUSE, "off" if system == "pagedkit_unfused" else None), \
                 _environ(COMPILE, "on" if system == "pagedkit_compiled" else None):
             llm = LLM(model, block_size=block_size)
     params = [SamplingParams(temperature=0, max_tokens=o, ignore_eos=True)
@@ -582,6 +588,8 @@ def benchmark(model_name: str = "tiny", *, num_requests: int = 64, scale: float 
                                                           system="pagedkit_unpacked"),
         "pagedkit_compiled": lambda m, w, p: run_pagedkit(m, w, block_size, p,
                                                           system="pagedkit_compiled"),
+        "pagedkit_unfused": lambda m, w, p: run_pagedkit(m, w, block_size, p,
+                                                         system="pagedkit_unfused"),
         "hf_static": lambda m, w, p: run_hf_static(m, w, batch_size, pad_id=0, progress=p),
         "hf_continuous": lambda m, w, p: run_hf_continuous(m, w, p),
         "floor": lambda m, w, p: run_floor(m, w, p),
@@ -729,7 +737,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="auto (CUDA where available, else CPU), cpu or cuda")
     p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
                    help=f"comma-separated, from {', '.join(SYSTEMS)} (default: all but "
-                   "pagedkit_unpacked and pagedkit_compiled; vllm where it is installed)")
+                   "pagedkit_unpacked, pagedkit_compiled and pagedkit_unfused; vllm where it is "
+                   "installed)")
     p.add_argument("--rounds", type=positive_int, default=1, metavar="N",
                    help="run the systems this many times, interleaved; report medians")
     p.add_argument("--profile", action="store_true",
