@@ -64,9 +64,8 @@ def test_auto_leaves_the_tiny_model_as_transformers_built_it(mode):
     assert report.replaced == [] and len(report.skipped) == 29 and not report.reason
 
 
-def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode, env_switch):
+def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode):
     mode(None)  # auto is the default
-    env_switch("PAGEDKIT_FUSE")("off")  # fused, k and v are packed in q's product (test_fused.py)
     model = wide_llama()
     report = prepack_linears(model)
     assert report.mode == "auto" and not report.reason
@@ -335,15 +334,14 @@ def test_the_engine_gives_transformers_tokens_with_packed_linears(name, setting,
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral", "gemma2", "phi3",
                                         "gpt_neox", "olmo2"])
-def test_architectures_stay_exact_with_every_linear_packed(model_type, mode, env_switch):
+def test_architectures_stay_exact_with_every_linear_packed(model_type, mode):
     """tests/model/test_architectures.py's three settings with ``PAGEDKIT_PREPACK=on``
-    (its tiny models are far below the `auto` rule), unfused (test_fused.py runs every
-    architecture fused); ``PAGEDKIT_PREPACK=on pytest
-    tests/model/test_architectures.py`` runs every architecture so."""
+    (its tiny models are far below the `auto` rule); ``PAGEDKIT_PREPACK=on pytest
+    tests/model/test_architectures.py`` runs every architecture so (test_fused.py:
+    fused too)."""
     from test_architectures import check_architecture
 
     mode("on")
-    env_switch("PAGEDKIT_FUSE")("off")
     assert prepack_linears(tiny_model(model_type)).replaced  # its linear layers get packed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -62,52 +62,56 @@ def group(sizes=(24, 8, 8), width=32, bias=False, min_rows=1):
     names = ("q_proj", "k_proj", "v_proj")[:len(sizes)]
     for name, size in zip(names, sizes, strict=True):
         setattr(parent, name, nn.Linear(width, size, bias=bias))
-    report = fuse_projections(parent, "on", "on", min_rows)
+    report = fuse_projections(parent, "on", min_rows)
     assert report.fused == ["{" + ",".join(names) + "}"], report
     return parent, [getattr(parent, n) for n in names]
 
 
 # ---------------------------------------------------------------- which groups fuse
-def test_auto_fuses_q_k_v_of_a_wide_model_and_leaves_gate_up(switches):
+def test_auto_fuses_nothing(switches):
+    """Measured level in the engine (docs/benchmarks.md): each group says why."""
     switches(None, None)
+    for model in (wide_llama(layers=2), LLM("tiny", num_blocks=8).llm_engine.runner.model):
+        report = prepack_linears(model)
+        assert report.fusion.mode == "auto" and report.fusion.fused == []
+        assert fused_names(model) == [] and "fused" not in str(report)
+        assert set(report.fusion.skipped.values()) == {fused.AUTO_NONE}
+        assert len(report.fusion.skipped) == model.config.num_hidden_layers
+
+
+def test_on_fuses_q_k_v_and_keeps_the_model_as_transformers_built_it(switches):
+    switches(None, "on")
     model = wide_llama(layers=2)
     params = dict(model.named_parameters())
     state = model.state_dict().keys()
     report = prepack_linears(model)
-    assert report.fusion.mode == "auto"
     assert report.fusion.fused == [f"model.layers.{i}.self_attn.{{q_proj,k_proj,v_proj}}"
                                    for i in range(2)]
-    assert all("q/k/v only" in why for why in report.fusion.skipped.values())
-    assert len(report.fusion.skipped) == 2  # the gate/up pairs
     assert fused_names(model) == [f"model.layers.{i}.self_attn.{p}_proj"
                                   for i in range(2) for p in "qkv"]
     assert set(fused_names(model)) <= set(report.replaced)  # k and v too: fused, not skipped
-    assert "2 groups fused (auto)" in str(report)
+    assert "57 of 57" not in str(report) and "2 groups fused (on)" in str(report)
+    assert all(type(m.mlp.gate_proj) is PackedLinear for m in model.model.layers)  # not fused
     # the module tree, the Parameters and the state dict are transformers' own
     assert dict(model.named_parameters()).keys() == params.keys()
     assert all(p is params[n] for n, p in model.named_parameters())
     assert model.state_dict().keys() == state
+    assert {m.min_rows for m in model.modules() if isinstance(m, FusedLinear)} == {accel.MIN_ROWS}
 
 
-def test_auto_fuses_nothing_in_the_tiny_model(switches):
-    switches(None, None)
-    report = prepack_linears(LLM("tiny", num_blocks=8).llm_engine.runner.model)
-    assert report.replaced == [] and report.fusion.fused == []
-    assert {("q_proj" in group, "512 inputs" in why or "q/k/v only" in why)
-            for group, why in report.fusion.skipped.items()} == {(True, True), (False, True)}
-
-
-@pytest.mark.parametrize("pack, fuse, groups", [
-    ("auto", "on", 2), ("on", "auto", 1), ("on", "on", 2), ("on", "off", 0),
-    ("auto", "off", 0), ("off", "on", 0), ("off", "auto", 0)])
-def test_each_pair_of_switches(pack, fuse, groups, switches):
-    """``on`` fuses gate/up too; ``off`` either way fuses nothing (fusion is
-    part of packing); ``auto`` with packing ``on`` fuses q/k/v of any width."""
+@pytest.mark.parametrize("pack, fuse", itertools.product(("auto", "on", "off"), repeat=2))
+def test_each_pair_of_switches(pack, fuse, switches):
+    """Only ``PAGEDKIT_FUSE=on`` fuses, and only where layers are packed (fusion
+    is part of packing: ``PAGEDKIT_PREPACK=off`` leaves every layer plain); the
+    fused product is used from the packing's row rule."""
     switches(pack, fuse)
     model = wide_llama(64)
     report = prepack_linears(model)
-    assert len(fused_names(model)) == {0: 0, 1: 3, 2: 5}[groups]
-    assert len(report.fusion.fused if report.fusion else []) == groups
+    fuses = pack != "off" and fuse == "on"
+    assert len(fused_names(model)) == (3 if fuses else 0)
+    assert len(report.fusion.fused if report.fusion else []) == (1 if fuses else 0)
+    assert {m.min_rows for m in model.modules() if isinstance(m, FusedLinear)} <= {
+        accel.MIN_ROWS if pack == "auto" else 1}
 
 
 def test_off_after_on_leaves_every_linear_plain(switches):
@@ -178,24 +182,24 @@ def test_a_group_with_an_unfit_member_stays_separate_and_says_why(case):
     if case == "a bias where the others have none":
         layers[1] = nn.Linear(64, 16, bias=True)
     names = ("q_proj", "k_proj", "v_proj")
-    assert reason in why_not_fuse(layers, names, "on", "on")
+    assert reason in why_not_fuse(layers, names, "on")
     parent = nn.Module()
     for name, layer in zip(names, layers, strict=True):
         setattr(parent, name, layer)
-    report = fuse_projections(parent, "on", "on", 1)
+    report = fuse_projections(parent, "on", 1)
     assert report.fused == [] and reason in report.skipped["{q_proj,k_proj,v_proj}"]
     assert not any(isinstance(m, FusedLinear) for m in parent.modules())
 
 
-def test_the_auto_rule_by_name_and_width():
+def test_auto_and_on_by_group():
     wide = [nn.Linear(512, 512), nn.Linear(512, 128), nn.Linear(512, 128)]
-    qkv, gate_up = ("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")
-    assert why_not_fuse(wide, qkv, "auto", "auto") is None
-    assert "q/k/v only" in why_not_fuse(wide[:2], gate_up, "auto", "auto")
-    assert why_not_fuse(wide[:2], gate_up, "on", "auto") is None
-    narrow = [nn.Linear(256, 256), nn.Linear(256, 64), nn.Linear(256, 64)]
-    assert "512 inputs" in why_not_fuse(narrow, qkv, "auto", "auto")
-    assert why_not_fuse(narrow, qkv, "auto", "on") is None  # packing on: every width
+    qkv = ("q_proj", "k_proj", "v_proj")
+    assert why_not_fuse(wide, qkv, "auto") == fused.AUTO_NONE
+    assert why_not_fuse(wide, qkv, "on") is None
+    assert why_not_fuse([nn.Linear(8, 8)] * 3, qkv, "on") is None  # any width
+    parent = nn.Module()
+    parent.gate_proj, parent.up_proj = nn.Linear(64, 96), nn.Linear(64, 96)
+    assert fuse_projections(parent, "on", 1).fused == []  # gate/up: not a group (slower fused)
 
 
 # ---------------------------------------------------------------- the products
@@ -303,7 +307,7 @@ def test_the_product_class_shares_members_by_group():
 @pytest.mark.parametrize("model_type", SERVED)
 def test_every_served_architecture_gives_generates_tokens_fused(model_type, switches):
     """tests/model/test_architectures.py's three settings with every linear packed
-    and every group fused (its tiny models are below `auto`'s rule): transformers'
+    and every q/k/v group fused: transformers'
     greedy tokens; without fusion the same settings run in test_accel.py and
     test_architectures.py."""
     from test_architectures import check_architecture
@@ -311,7 +315,7 @@ def test_every_served_architecture_gives_generates_tokens_fused(model_type, swit
     switches("on", "on")
     groups = prepack_linears(tiny_model(model_type)).fusion
     if not groups.fused:
-        pytest.skip(f"no group to fuse ({groups.skipped or 'no q/k/v or gate/up siblings'})")
+        pytest.skip(f"no group to fuse ({groups.skipped or 'no q/k/v siblings'})")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = check_architecture(model_type)

@@ -23,9 +23,9 @@ ignored) — runs through these systems on the same model:
   linear layer as transformers built it, none prepacked for oneDNN
   (`pagedkit.model.accel`); beside ``pagedkit``, what the prepacked
   linear layers change (not run unless named);
-* ``pagedkit_unfused``: the same with ``PAGEDKIT_FUSE=off``: every layer
-  packed as ``pagedkit``'s, but q, k and v multiplied one by one
-  (`pagedkit.model.fused`); beside ``pagedkit``, what the fused
+* ``pagedkit_unfused``: the same with ``PAGEDKIT_FUSE=off``: q, k and v
+  multiplied one by one (`pagedkit.model.fused`); beside ``pagedkit``
+  under ``PAGEDKIT_FUSE=on`` (``auto`` fuses none), what the fused
   projections change (not run unless named);
 * ``pagedkit_compiled``: the same with ``PAGEDKIT_COMPILE=on``: the model's
   forward under ``torch.compile`` (`pagedkit.model.compiled`); its note says

@@ -222,7 +222,7 @@ class PrepackReport:
         fused = self.fusion.fused if self.fusion else []
         return (f"prepacked linear layers ({ENV_VAR}={self.mode}): {len(self.replaced)} of "
                 f"{len(self.replaced) + len(self.skipped)}"
-                + (f", {len(fused)} groups fused ({self.fusion.mode})" if self.fusion else "")
+                + (f", {len(fused)} groups fused ({self.fusion.mode})" if fused else "")
                 + (f"; the others: {'; '.join(why)}" if why else ""))
 
 
@@ -273,7 +273,7 @@ def prepack_linears(model: nn.Module, device: torch.device | None = None,
                       stacklevel=2)
     if not report.reason:
         min_rows = MIN_ROWS if report.mode == "auto" else 1
-        report.fusion = fuse_projections(model, fuse, report.mode, min_rows)
+        report.fusion = fuse_projections(model, fuse, min_rows)
         for name, module in list(model.named_modules()):
             if isinstance(module, PackedLinear):  # a member of a fused group
                 report.replaced.append(name)

@@ -4,17 +4,21 @@ Outside the textbook path, like `pagedkit.model.accel` (whose
 `prepack_linears` calls `fuse_projections` first): transformers' attention
 still calls ``self.q_proj(x)``, ``self.k_proj(x)``, ``self.v_proj(x)`` one
 by one, and the module tree, the state dict and each projection's
-Parameters stay as transformers built them. ``PAGEDKIT_FUSE=off`` turns it
-off.
+Parameters stay as transformers built them. Off unless
+``PAGEDKIT_FUSE=on``.
 
-Why: vLLM multiplies q, k and v by one concatenated weight (and gate with
-up). On the larger model (512 wide, 128-wide k and v) three products cost
-more than one of their total width: the k and v weights are too small for
-the prepacked product to pay alone (`accel.below_rule`), and each call pays
-oneDNN's fixed cost. Measured alone (docs/benchmarks.md, "Fused
-projections"), one packed q/k/v product ran 1.05-1.47x faster than the
-three as `auto` runs them from 4 tokens up; gate with up ran level (and
-slower in a 1,296-token prefill), so ``auto`` fuses q/k/v only.
+Why it exists: vLLM multiplies q, k and v by one concatenated weight (and
+gate with up), and on the larger model (512 wide, 128-wide k and v) one
+packed q/k/v product ran 1.05-1.47x faster alone than the three as
+``PAGEDKIT_PREPACK=auto`` runs them, from 4 tokens up (gate with up: level
+alone, 0.81-0.93x in some steps, so not fused at all). Why ``auto`` fuses nothing: in the engine
+it did not show (docs/benchmarks.md, "Fused projections"): the larger
+model's bench rows at 8 and 64 requests, one thread and the default, ran
+level fused and unfused (0.99-1.01x at one thread), a replayed step 2-6%
+faster at one thread and level at two; the q/k/v products are ~1% of a
+decode step. ``python -m pagedkit bench engine --systems
+pagedkit,pagedkit_unfused`` with ``PAGEDKIT_FUSE=on`` measures it again on
+another machine.
 
 How: the members of a group are `FusedLinear` layers (`accel.PackedLinear`'s
 subclass: the same Parameters, no packed copy of their own) sharing one
@@ -44,13 +48,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import accel
-from .accel import PackedLinear, below_rule, why_not
+from .accel import PackedLinear, why_not
 
 ENV_VAR = "PAGEDKIT_FUSE"
-#: The groups looked for: sibling layers of one module, by transformers' names.
-GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-#: The groups ``auto`` fuses: gate/up ran level fused (docs/benchmarks.md).
-AUTO_GROUPS = (("q_proj", "k_proj", "v_proj"),)
+#: The groups looked for: sibling layers of one module, by transformers' names
+#: (gate with up, ``("gate_proj", "up_proj")``, ran slower fused: docs/benchmarks.md).
+GROUPS = (("q_proj", "k_proj", "v_proj"),)
+#: Why ``auto`` fuses none (docs/benchmarks.md, "Fused projections").
+AUTO_NONE = "auto fuses none: the engine ran level fused (PAGEDKIT_FUSE=on fuses)"
 
 
 def fuse_mode() -> str:
@@ -158,8 +163,7 @@ class FuseReport:
     skipped: dict[str, str] = field(default_factory=dict)  # group -> why not
 
 
-def why_not_fuse(layers: list[nn.Module], names: tuple[str, ...], mode: str,
-                 pack_mode: str) -> str | None:
+def why_not_fuse(layers: list[nn.Module], names: tuple[str, ...], mode: str) -> str | None:
     """Why these sibling layers stay separate under `mode`, or None."""
     for name, layer in zip(names, layers, strict=True):
         if isinstance(layer, nn.Linear):
@@ -172,19 +176,14 @@ def why_not_fuse(layers: list[nn.Module], names: tuple[str, ...], mode: str,
         return "their inputs differ in width"
     if len({layer.bias is None for layer in layers}) != 1:
         return "some have a bias and some not"
-    if mode == "auto":
-        if names not in AUTO_GROUPS:
-            return "auto fuses q/k/v only (gate/up measured level fused)"
-        if pack_mode == "auto":
-            return below_rule(layers[0].in_features, sum(layer.out_features for layer in layers))
-    return None
+    return AUTO_NONE if mode == "auto" else None
 
 
 def group_name(parent: str, names: tuple[str, ...]) -> str:
     return f"{parent + '.' if parent else ''}{{{','.join(names)}}}"
 
 
-def fuse_projections(model: nn.Module, mode: str, pack_mode: str, min_rows: int) -> FuseReport:
+def fuse_projections(model: nn.Module, mode: str, min_rows: int) -> FuseReport:
     """Replace each group of sibling projections that `mode` fuses by
     `FusedLinear` members of one `FusedProduct`, packed now; returns what was done."""
     report = FuseReport(mode)
@@ -196,7 +195,7 @@ def fuse_projections(model: nn.Module, mode: str, pack_mode: str, min_rows: int)
                 continue
             layers = [getattr(parent, n) for n in names]
             group = group_name(parent_name, names)
-            why = why_not_fuse(layers, names, mode, pack_mode)
+            why = why_not_fuse(layers, names, mode)
             if why:
                 report.skipped[group] = why
                 continue
