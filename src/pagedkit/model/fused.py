@@ -7,16 +7,16 @@ by one, and the module tree, the state dict and each projection's
 Parameters stay as transformers built them. Off unless
 ``PAGEDKIT_FUSE=on``.
 
-Why it exists: vLLM multiplies q, k and v by one concatenated weight (and
-gate with up), and on the larger model (512 wide, 128-wide k and v) one
-packed q/k/v product ran 1.05-1.47x faster alone than the three as
-``PAGEDKIT_PREPACK=auto`` runs them, from 4 tokens up (gate with up: level
-alone, 0.81-0.93x in some steps, so not fused at all). Why ``auto`` fuses nothing: in the engine
-it did not show (docs/benchmarks.md, "Fused projections"): the larger
-model's bench rows at 8 and 64 requests, one thread and the default, ran
-level fused and unfused (0.99-1.01x at one thread), a replayed step 2-6%
-faster at one thread and level at two; the q/k/v products are ~1% of a
-decode step. ``python -m pagedkit bench engine --systems
+Why it exists: vLLM multiplies q, k and v by one concatenated weight, and
+on the larger model (512 wide, 128-wide k and v) one packed q/k/v product
+ran 1.05-1.47x faster alone than the three as ``PAGEDKIT_PREPACK=auto``
+runs them, from 4 tokens up (gate with up: level alone, 0.81-0.93x in some
+steps, so never fused). Why ``auto`` fuses none: in the engine it did not
+show (docs/benchmarks.md, "Fused projections"): the larger model's bench
+rows at 8 and 64 requests ran level fused and unfused (0.99-1.00x at one
+thread in one process; 0.95-0.99x in fresh processes beside vLLM); a
+replayed step ran 2-6% faster at one thread and level at two; the fusion
+saves ~1% of a decode step. ``python -m pagedkit bench engine --systems
 pagedkit,pagedkit_unfused`` with ``PAGEDKIT_FUSE=on`` measures it again on
 another machine.
 
@@ -29,7 +29,7 @@ tensor object* gets its slice (a view) without multiplying, and once every
 member has had its slice the product is dropped. A member called with
 another tensor, or a second time, computes the product afresh: every member
 always returns ``x @ its weight.T`` (+ its bias), whatever the order of the
-calls. Exact the same way as a packed layer (oneDNN's order of summation,
+calls. Exact as a packed layer is (oneDNN's order of summation,
 ~1e-6 on float32 logits); tokens equal transformers' in every test.
 
 The one thing a slice cannot see is an in-place write to the input between
