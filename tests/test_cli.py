@@ -519,3 +519,16 @@ def test_vllm_compare_of_one_system_prints_its_figures_by_name(capsys):
                       "--requests", "2"]) == 0
     out = capsys.readouterr().out
     assert "system: pagedkit\n" in out and "tokens_per_s: " in out and "{" not in out
+
+
+@pytest.mark.parametrize("name, content", [("t.json", b"hello world\n"), ("t.json", b""),
+                                           ("t.json", b"\xff\xfe\x00"), ("t.csv", b"\xff")])
+def test_simulate_names_a_trace_file_it_cannot_read(capsys, tmp_path, name, content):
+    """Issue #26 N3: a malformed --trace file was json's 'Expecting value: line 1
+    column 1 (char 0)', naming neither the file nor the form a trace takes."""
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert run(cli, ["simulate", "--no-progress", "--trace", str(path), "--rate", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --trace: {path}: " in err and "expected a " in err
+    assert "Traceback" not in err

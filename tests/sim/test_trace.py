@@ -127,3 +127,43 @@ def test_load_accepts_whole_numbers_written_as_floats_and_refuses_a_rate_beside_
                                                                          (1.5, 8, 2)]
     with pytest.raises(ValueError, match="every request an arrival time; leave out rate=2"):
         load_trace(path, rate=2)
+
+
+#: a trace file that cannot be read (issue #26, N3): (name, bytes, what the error says)
+UNREADABLE = [
+    ("empty.json", b"", r"the file is empty; expected a JSON list of \[prompt_len, output_len\]"),
+    ("blank.json", b"\n  \n", "the file is empty; expected a JSON list"),
+    ("words.json", b"hello world\n", r"not JSON \(line 1, column 1: Expecting value\); expected "
+                                     "a JSON list"),
+    ("cut.json", b"[[1, 2],\n [3",
+     r"not JSON \(line 2, column 4: Expecting .,. delimiter\); expected a JSON list"),
+    ("junk.json", b"\x89PNG\r\n\x1a\n\xff\xfe", r"not a text file \(byte 0 is not UTF-8\); "
+                                               "expected a JSON list"),
+    ("junk.csv", b"prompt_len\xff,output_len\n", r"not a text file \(byte 10 is not UTF-8\); "
+                                                 "expected a CSV file whose header row"),
+    ("object.json", b'{"prompt_len": 3, "output_len": 4}', "expected a JSON list of "
+                                                           r"\[prompt_len, output_len\] pairs "
+                                                           r".*, got a JSON dict"),
+    ("number.json", b"3", "expected a JSON list .*, got a JSON int"),
+    ("numbers.json", b"[1, 2, 3]", "request 0 is neither a list nor an object: 1; expected a "
+                                   "JSON list"),
+    ("empty.csv", b"", "the file is empty; expected a CSV file whose header row names"),
+    ("other.csv", b"x,y\n1,2\n", r"request 0 has none of the columns prompt_len, .* \(its "
+                                 "header row reads x,y; expected a CSV file whose header"),
+    ("headless.csv", b"10,20\n5,7\n", r"\(its header row reads 10,20; expected a CSV file"),
+    ("nul.csv", b"prompt_len,output_len\n1\x00,2\n", "(not a CSV file|whole number of tokens)"),
+]
+
+
+@pytest.mark.parametrize("name, content, message", UNREADABLE,
+                         ids=[n for n, _, _ in UNREADABLE])
+def test_an_unreadable_trace_is_refused_naming_the_file_and_the_form(tmp_path, name, content,
+                                                                      message):
+    """N3: a file that is not JSON, not text or not a list of requests raised
+    json's or the codec's own error ('Expecting value: line 1 column 1'),
+    naming neither the file nor what a trace holds."""
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message) as e:
+        load_trace(path, rate=1.0)
+    assert str(e.value).startswith(f"{path}: ")

@@ -286,15 +286,7 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
     if not path.is_file():  # before the suffix: a missing file is not a format problem
         raise FileNotFoundError(f"{path}: no such trace file (a .json or .csv file of "
                                 "request lengths)")
-    if path.suffix.lower() == ".json":
-        rows = json.loads(path.read_text())
-        if not isinstance(rows, list):
-            raise ValueError(f"{path}: expected a JSON list of requests, got {type(rows).__name__}")
-    elif path.suffix.lower() == ".csv":
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    else:
-        raise ValueError(f"{path}: unsupported trace format {path.suffix!r} (use .json or .csv)")
+    rows = _read_rows(path)
     lengths, arrivals = [], []
     for i, row in enumerate(rows):
         if isinstance(row, (list, tuple)):
@@ -308,7 +300,8 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
             arrivals.append(next((row[k] for k in _ARRIVAL_KEYS if row.get(k) not in (None, "")),
                                  None))
         else:
-            raise ValueError(f"{path}: request {i} is neither a list nor an object: {row!r}")
+            raise ValueError(f"{path}: request {i} is neither a list nor an object: {row!r}; "
+                             f"expected {_JSON_FORM}")
     if not lengths:
         raise ValueError(f"{path}: the trace holds no requests")
     pairs = [(_length(p, "prompt_len", path, i), _length(o, "output_len", path, i))
@@ -365,8 +358,47 @@ def _arrival(value, path: Path, i: int) -> float:
     return t
 
 
+#: what a trace file holds, said where one cannot be read
+_JSON_FORM = ("a JSON list of [prompt_len, output_len] pairs or of objects such as "
+              '{"prompt_len": 12, "output_len": 30}')
+_CSV_FORM = "a CSV file whose header row names the columns, e.g. prompt_len,output_len"
+
+
+def _read_rows(path: Path) -> list:
+    """A trace file's requests, unchecked: a JSON list, or a CSV file's rows
+    as dicts. A file that is not text, not JSON, or not a list is refused
+    naming the file, what went wrong (the line) and the form expected."""
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".csv"):
+        raise ValueError(f"{path}: unsupported trace format {path.suffix!r} (use .json or .csv)")
+    form = _JSON_FORM if suffix == ".json" else _CSV_FORM
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not a text file (byte {e.start} is not UTF-8); expected "
+                         f"{form}") from None
+    if not text.strip():
+        raise ValueError(f"{path}: the file is empty; expected {form}")
+    if suffix == ".csv":
+        try:
+            return list(csv.DictReader(text.splitlines()))
+        except csv.Error as e:
+            raise ValueError(f"{path}: not a CSV file ({e}); expected {form}") from None
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                         f"expected {form}") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: expected {form}, got a JSON {type(rows).__name__}")
+    return rows
+
+
 def _field(row: dict, keys: tuple[str, ...], path: Path, i: int):
     for key in keys:
         if row.get(key) not in (None, ""):
             return row[key]
-    raise ValueError(f"{path}: request {i} has none of the columns {', '.join(keys)}")
+    header = (f" (its header row reads {','.join(k for k in row if isinstance(k, str))}; "
+              f"expected {_CSV_FORM})"
+              if path.suffix.lower() == ".csv" else "")
+    raise ValueError(f"{path}: request {i} has none of the columns {', '.join(keys)}{header}")
