@@ -357,3 +357,46 @@ def test_an_ambiguous_or_unknown_lab_is_refused_listing_the_labs(capsys, name, c
         assert f"{name!r} could be any of {', '.join(could_be)}: give more of its name" in err
     else:
         assert f"no lab {name!r} in" in err and "its number (03)" in err
+
+
+#: options that take no value, ours and jupyter's: the word after one is the lab
+FLAGS = ["--print", "--no-widget-state", "--no-browser", "--allow-root", "--debug",
+         "--core-mode", "--dev-mode", "--collaborative"]
+
+
+@pytest.mark.parametrize("flag", FLAGS)
+@pytest.mark.parametrize("typo", ["99", "3x", "paging2"])
+def test_a_word_after_a_flag_is_the_lab_so_a_typo_is_named(capsys, flag, typo):
+    """Issue #26 N4: `lab --print 99` glued the 99 onto the flag ('argument
+    --print: ignored explicit argument '99''; with --no-browser jupyter's own
+    usage). A flag takes no value: 99 is the lab asked for, and is not one."""
+    argv = ["lab", flag, typo] + (["--print"] if flag != "--print" else [])
+    assert _run(argv) == 2
+    err = capsys.readouterr().err
+    assert f"no lab {typo!r} in " in err and "03_paging.ipynb" in err
+    assert "explicit argument" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", FLAGS)
+def test_a_lab_after_a_flag_opens(capsys, flag):
+    assert _run(["lab", flag, "03", *(["--print"] if flag != "--print" else [])]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[-1].endswith("my-labs/03_paging.ipynb")
+    assert flag == "--print" or flag in out or flag == "--no-widget-state"
+
+
+@pytest.mark.parametrize("option", ["--port", "--ip", "--port-retries", "--browser",
+                                    "--log-level"])
+@pytest.mark.parametrize("value", ["8889", "03", "99"])
+def test_an_option_that_takes_a_value_takes_the_next_word(capsys, option, value):
+    """jupyter's valued options take the word after them, even one that
+    names a lab (`--port 03` is port 03, as written)."""
+    assert _run(["lab", "--print", option, value]) == 0
+    out = capsys.readouterr().out.split()
+    assert f"{option}={value}" in out and out[-1].endswith(f"my-labs/{lab.FIRST_LAB}")
+
+
+def test_jupyter_options_are_read_from_jupyterlab():
+    flags, valued = lab.jupyter_options()
+    assert {"--no-browser", "--allow-root"} <= flags and {"--port", "--ip"} <= valued
+    assert not flags & valued

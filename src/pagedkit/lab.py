@@ -168,15 +168,35 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def join_option_values(argv: list[str], is_lab) -> list[str]:
-    """jupyter's ``--port 8889`` as ``--port=8889``: a word after an option
-    is that option's value unless it names a lab (`is_lab`), so argparse does
-    not take the 8889 for the notebook to open."""
+def jupyter_options() -> tuple[set[str], set[str]]:
+    """jupyter lab's options as ``--name``: (those that take no value, those
+    that take one), read from JupyterLab itself; both empty where it is not
+    installed (the lab will not open then anyway)."""
+    try:
+        from jupyterlab.labapp import LabApp
+    except ImportError:
+        return set(), set()
+
+    def names(table) -> set[str]:
+        keys = (k for key in table for k in (key if isinstance(key, tuple) else (key,)))
+        return {f"--{k}" for k in keys}
+
+    flags, valued = names(LabApp.flags), names(LabApp.aliases)
+    return flags - valued, valued - flags  # one in both ('watch') is neither: it is guessed
+
+
+def join_option_values(argv: list[str], is_lab, flags: set[str] = frozenset(),
+                       valued: set[str] = frozenset()) -> list[str]:
+    """jupyter's ``--port 8889`` as ``--port=8889``, so argparse does not take
+    the 8889 for the notebook to open. An option in `valued` takes the next
+    word; one in `flags` (``--print``, ``--no-browser``) never does, so the
+    word after it is the lab (``lab --print 99`` asks for a lab 99); another
+    takes it unless it names a lab (`is_lab`)."""
     out: list[str] = []
     for word in argv:
         prev = out[-1] if out else ""
         if (prev.startswith("--") and "=" not in prev and not word.startswith("-")
-                and not is_lab(word)):
+                and prev not in flags and (prev in valued or not is_lab(word))):
             out[-1] = f"{prev}={word}"
         else:
             out.append(word)
@@ -241,7 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     root = clone_root()
     argv = sys.argv[1:] if argv is None else argv
     if root is not None:
-        argv = join_option_values(argv, lambda word: find_lab(root / "labs", word)[0] is not None)
+        own_flags = {o for a in parser._actions if a.nargs == 0 for o in a.option_strings}
+        flags, valued = jupyter_options() if argv else (set(), set())
+        argv = join_option_values(argv, lambda word: find_lab(root / "labs", word)[0] is not None,
+                                  own_flags | flags, valued)
     args, extra = parser.parse_known_args(argv)
     if root is None:
         parser.error(_("the labs live in a clone of the repository, and this pagedkit was "
