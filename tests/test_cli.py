@@ -532,3 +532,27 @@ def test_simulate_names_a_trace_file_it_cannot_read(capsys, tmp_path, name, cont
     err = capsys.readouterr().err
     assert f"error: --trace: {path}: " in err and "expected a " in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("block_size", [2049, 4096, 100000])
+def test_demo_names_a_block_longer_than_any_sequence(capsys, block_size):
+    """Issue #26 N1: `demo --block-size 100000` blamed --model with a KV cache
+    memory error in the API's terms ('give num_blocks=58 ...'). It names
+    --block-size, its value, the model's max_model_len and what to give,
+    before anything loads, on any machine."""
+    assert run(demo.main, ["--block-size", str(block_size), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert (f"error: --block-size {block_size} is longer than any sequence: the longest "
+            "sequence --model 'tiny' takes (its max_model_len) is 2048" in err)
+    assert "give --block-size 16 (vLLM's default) or another up to 2048" in err
+    assert "num_blocks" not in err and "--model 'tiny':" not in err
+
+
+def test_demo_says_the_engines_block_refusal_in_its_own_terms():
+    from pagedkit.engine.llm_engine import block_past_sequences
+
+    args = argparse.Namespace(model="some/folder", block_size=4096)
+    text = demo._block_option(block_past_sequences(4096, 1024, "it does not fit"), args)
+    assert text.startswith("--block-size 4096 is longer than any sequence: the longest "
+                           "sequence --model 'some/folder' takes (its max_model_len) is 1024")
+    assert text.endswith("give --block-size 16 (vLLM's default) or another up to 1024")

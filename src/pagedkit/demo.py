@@ -65,8 +65,14 @@ def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
     sharing the prompt's full blocks: the engine's own count,
     `pagedkit.memory.blocks_to_serve`); no sequence grows past the model's
     `max_model_len` (its position limit)."""
+    from .engine.llm_engine import block_past_sequences
     from .memory import blocks_to_serve
 
+    if max_model_len is not None and args.block_size > max_model_len:
+        parser.error(_block_option(block_past_sequences(
+            args.block_size, max_model_len,
+            f"each of the --num-blocks {args.num_blocks} would keep "
+            f"{args.block_size - max_model_len} slots no token reaches"), args))
     longest = max(len(tokenizer(p)["input_ids"]) for p in PROMPTS)
     tokens = longest + args.max_tokens
     capped = max_model_len is not None and tokens > max_model_len
@@ -87,6 +93,14 @@ def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
         parser.error(f"--num-blocks {args.num_blocks} is too small: the longest prompt "
                      f"({longest} tokens) {grows} takes {shared}; give --num-blocks "
                      f"{needed} or more")
+
+
+def _block_option(message: str, args: argparse.Namespace) -> str:
+    """The engine's refusal of a block longer than any sequence, said in the
+    command line's terms (--block-size; the max_model_len is the model's)."""
+    return message.replace("block_size=", "--block-size ").replace(
+        "max_model_len is", f"the longest sequence --model {args.model!r} takes (its "
+                            "max_model_len) is")
 
 
 def _position_limit(config) -> int | None:
@@ -113,6 +127,8 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
     try:
         llm = LLM(args.model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks)
     except (OSError, ValueError, TypeError) as e:  # said in the command line's terms
+        if str(e).startswith(f"block_size={args.block_size} is longer than any sequence"):
+            parser.error(_block_option(str(e), args))
         parser.error(f"--model {args.model!r}: " + str(e).replace(
             INSTEAD, "--model tiny (the embedded default) or a local directory"))
     if llm.llm_engine.tokenizer is None:

@@ -132,12 +132,13 @@ class LLMEngine:
         asked = (f"num_blocks={num_blocks}" if num_blocks is not None else
                  f"kv_cache_memory={kv_cache_memory}" if kv_cache_memory is not None else None)
         num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
-                                      gpu_memory_utilization)
+                                      gpu_memory_utilization, self.max_model_len)
         num_swap_blocks = (_num_swap_blocks(spec.bytes_per_block(block_size), num_blocks,
                                             swap_space) if preemption_mode == "swap" else 0)
         # refused here, before torch is asked for it (its error names no argument)
         check_cache_memory(spec.bytes_per_block(block_size), block_size, num_blocks,
-                           num_swap_blocks, self.device, asked=asked, swap_space=swap_space)
+                           num_swap_blocks, self.device, asked=asked, swap_space=swap_space,
+                           max_model_len=self.max_model_len)
         #: the model's (or the asked) max_model_len before the cache caps it: a
         #: prompt past it must be shortened, one past the cache needs more blocks
         self._context_len = self.max_model_len
@@ -181,7 +182,7 @@ class LLMEngine:
         return cls(**engine_args.as_kwargs())
 
     def _num_blocks(self, spec: KVCacheSpec, block_size: int, num_blocks: int | None,
-                    memory: int | None, utilization: float) -> int:
+                    memory: int | None, utilization: float, max_model_len: int) -> int:
         """KV cache size: given in blocks, as a byte budget, or (on CUDA) what
         the GPU has left after a profiling forward pass at full step size."""
         if num_blocks is not None:
@@ -208,6 +209,10 @@ class LLMEngine:
         blocks = spec.num_blocks_for(memory, block_size)
         if blocks < 1:
             per_block = spec.bytes_per_block(block_size)
+            if block_size > max_model_len:  # the real cause: no sequence uses such a block
+                raise ValueError(block_past_sequences(
+                    block_size, max_model_len, f"one such block ({per_block} bytes) is more "
+                                               f"than {budget}"))
             largest = memory // spec.bytes_per_block(1)
             smaller = f"block_size={largest} or less (vLLM's default is 16), or " * (largest > 0)
             raise ValueError(f"block_size={block_size} makes a KV block of {per_block} bytes, "
@@ -880,9 +885,22 @@ def memory_available(device: torch.device) -> tuple[int, str] | None:
         return None
 
 
+def block_past_sequences(block_size: int, max_model_len: int, cost: str) -> str:
+    """Why a block longer than max_model_len is refused when it does not fit
+    (`cost`): no sequence fills more than max_model_len of its slots, so the
+    memory it asks for is mostly slots no token can reach; fewer blocks (the
+    memory errors' usual advice) would not help."""
+    usual = (f"block_size=16 (vLLM's default) or another up to {max_model_len}"
+             if max_model_len >= 16 else f"block_size={max_model_len} or less")
+    return (f"block_size={block_size} is longer than any sequence: max_model_len is "
+            f"{max_model_len}, so no sequence fills more than {max_model_len} of a block's "
+            f"{block_size} slots, and {cost}; give {usual}")
+
+
 def check_cache_memory(bytes_per_block: int, block_size: int, num_blocks: int,
                        num_swap_blocks: int, device: torch.device, *, asked: str | None,
-                       swap_space: float | None = None) -> None:
+                       swap_space: float | None = None,
+                       max_model_len: int | None = None) -> None:
     """Refuse a KV cache (or swap space) larger than the memory it would live
     in, naming the bytes, the memory and what fits, before any is allocated:
     torch's own error names no argument, and on Linux a lazily zeroed
@@ -901,6 +919,11 @@ def check_cache_memory(bytes_per_block: int, block_size: int, num_blocks: int,
             continue
         have, what = memory
         room = max(0, have - before) // bytes_per_block  # blocks that fit
+        if part == "cache" and max_model_len is not None and block_size > max_model_len:
+            raise ValueError(block_past_sequences(
+                block_size, max_model_len, f"{num_blocks} such blocks need {cache} bytes "
+                                           f"({cache / gib:.2f} GiB), but {have} bytes "
+                                           f"({have / gib:.2f} GiB) are {what}"))
         if part == "cache":
             wants = (f"a KV cache of {num_blocks} blocks x {block_size} tokens "
                      f"({bytes_per_block} bytes a block) needs {cache} bytes "
