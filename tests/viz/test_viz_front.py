@@ -202,7 +202,7 @@ def test_a_view_shown_after_a_run_that_ended_empty_opens_on_the_busiest_step():
     view = BlockMap(kv)
     assert view.player.follow
     _run(kv, view)
-    assert view.index == 4 and view.frame.memory.used == 0  # followed to the empty end
+    assert view.player.index == 4  # followed to the empty end, until looked at
     busiest = max(range(5), key=lambda i: (view.recorder[i].memory.used, i))
     bundle = view._repr_mimebundle_()
     assert view.index == busiest and not view.player.follow
@@ -287,3 +287,63 @@ def test_counts_and_nouns_agree(tokens, expected):
     assert expected in " ".join(_title_lines(view.figure().layout.title.text))
     hover = " ".join(view.figure().data[0].hovertext or [])
     assert "1 tokens" not in hover and "1 slots" not in hover
+
+
+def _step_in(text: str) -> int:
+    return int(re.search(r"step (\d+)/\d+", text).group(1))
+
+
+#: every way of looking at a view: what step each shows
+LOOKS = {
+    "index": lambda v: v.index,
+    "repr": lambda v: _step_in(repr(v)),
+    "print": lambda v: _step_in(str(v)),
+    "text": lambda v: _step_in(v.text()),
+    "summary": lambda v: _step_in(v.summary()),
+    "figure": lambda v: _step_in(v.figure().layout.title.text),
+    "display": lambda v: _step_in(v._repr_mimebundle_()["text/plain"]),
+}
+
+
+@pytest.mark.parametrize("first", list(LOOKS))
+@pytest.mark.parametrize("kind", [BlockMap, PageTable, Timeline])
+def test_every_way_of_looking_shows_the_same_step_whichever_comes_first(kind, first):
+    """Issue #26 N7: `print(view)` after a run showed the last (empty) step,
+    while displaying it showed the busiest and moved `view.index` there. One
+    rule now (`open_on_busiest`, applied by every look): each way shows the
+    busiest step, in any order, and looking again moves nothing."""
+    kv = KVCacheManager(num_blocks=24, block_size=4)
+    view = kind(kv)
+    _run(kv, view)
+    busiest = max(range(5), key=lambda i: (view.recorder[i].memory.used, i))
+    assert busiest != 4
+    seen = [LOOKS[first](view)] + [look(view) for look in LOOKS.values()]
+    assert seen == [busiest] * len(seen), seen
+    assert [look(view) for look in LOOKS.values()] == [busiest] * len(LOOKS)
+
+
+@pytest.mark.parametrize("look", list(LOOKS))
+def test_a_step_the_learner_set_even_the_last_is_kept_by_every_look(look):
+    kv = KVCacheManager(num_blocks=24, block_size=4)
+    view = BlockMap(kv)
+    _run(kv, view)
+    view.index = 4  # the learner asks for the empty end
+    assert LOOKS[look](view) == 4 and view.index == 4
+    assert "busiest" not in view.figure().layout.title.text
+
+
+def test_a_dashboards_text_and_display_show_the_same_step():
+    kv = KVCacheManager(num_blocks=24, block_size=4)
+    dash = Dashboard(kv)
+    _run(kv, dash.block_map)
+    text = str(dash)
+    assert dash.index == 3 and "step 3/4" in text and "step 3/4" in repr(dash)
+
+
+@pytest.mark.parametrize("look", list(LOOKS))
+def test_a_view_first_looked_at_before_its_run_follows_it_to_the_end(look):
+    kv = KVCacheManager(num_blocks=24, block_size=4)
+    view = BlockMap(kv)
+    LOOKS[look](view)
+    _run(kv, view)
+    assert [one(view) for one in LOOKS.values()] == [4] * len(LOOKS)

@@ -69,6 +69,9 @@ class Player:
         #: where a view chose to open (`open_at`), and the line that says why
         self.opened_at: int | None = None
         self.opening_note = ""
+        #: whether where the views open is settled: by the first look at one
+        #: (`open_on_busiest`) or by a learner setting the index
+        self.opening_settled = False
         if hasattr(frames, "on_frame"):
             self._stop = frames.on_frame(lambda _frame: self._frames_added())
 
@@ -86,6 +89,7 @@ class Player:
     @index.setter
     def index(self, value: int) -> None:
         self._check(value)
+        self.opening_settled = True
         if value != self.last:
             self.follow = False  # the learner is looking back: stop following
         self._move(value)
@@ -262,8 +266,13 @@ class Played:
 
     @property
     def index(self) -> int:
-        """The step shown (0 is before the first step). Setting it redraws."""
+        """The step shown (0 is before the first step), after the opening rule
+        (`open_on_busiest`). Setting it redraws."""
+        self._open()
         return self.player.index
+
+    def _open(self) -> None:
+        open_on_busiest(self.player, getattr(self, "recorder", None))
 
     @index.setter
     def index(self, value: int) -> None:
@@ -277,3 +286,29 @@ class Played:
     def on_step(self, *step_output: object) -> None:
         """Pass as ``LLM.generate(..., on_step=view.on_step)`` to follow the engine."""
         self.player.on_step(*step_output)
+
+
+def open_on_busiest(player: Player, recorder: Any) -> None:
+    """Where a view opens, settled by the first look at it (`Played.index`: the
+    index, the text, print, repr, a figure, the display all look first, so all
+    show the same step): looked at after a run that ended with nothing in use
+    (every request done: an empty pool, or one of grey cached blocks), it opens
+    on the busiest step instead of the last — the last one with the most
+    blocks in use — and says so in its title. A view first looked at before or
+    during a run keeps following it; one a learner moved (set `index`, even to
+    the last step) stays where it is."""
+    if player.opening_settled:
+        return
+    player.opening_settled = True
+    frames = getattr(recorder, "frames", None)
+    if not frames or len(frames) < 2 or player.opened_at is not None:
+        return
+    if player.index != player.last or frames[-1].memory.used > 0:
+        return
+    used = [f.memory.used for f in frames]
+    busiest = max(range(len(used)), key=lambda i: (used[i], i))
+    if used[busiest] == 0:
+        return
+    player.open_at(busiest, (_("opened on the busiest step ({used} blocks in use); step {last}, "
+                              "the end, holds none: ◀ ▶ play or drag")
+                              .format(used=used[busiest], last=player.last)))

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from ..i18n import _
-from .controls import Played, Player
+from .controls import Played, Player, open_on_busiest  # noqa: F401 (the dashboard's)
 from .frontend import display_mode, enable_colab_widgets
 
 
@@ -59,7 +59,7 @@ class View(Played):
     # ------------------------------------------------------------------ model
     def _at(self, index: int | None) -> int:
         if index is None:
-            return self.player.index
+            return self.index  # after the opening rule (`Played.index`)
         self.player._check(index)
         return index
 
@@ -96,7 +96,7 @@ class View(Played):
 
             # Build the whole figure, then wrap it: the constructor sends the
             # complete traces and layout to the browser in one piece.
-            fig = figure_widget(self.figure(self.player.index))
+            fig = figure_widget(self.figure(self.index))
             self._figure_widget = fig
             self._widget = w.VBox([self._figure_widget, *self._extra_controls(),
                                    self.player.widget])
@@ -114,7 +114,7 @@ class View(Played):
         self._index_moved(self.player.index)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        open_on_busiest(self.player, getattr(self, "recorder", None))
+        self._open()
         mode = display_mode()
         if mode == "widget":
             enable_colab_widgets()
@@ -165,25 +165,6 @@ def wrap_title(parts: list[str], width_px: float, size: int = 13,
 def title_margin(lines: int, below: int = 12) -> int:
     """The top margin that holds the toolbar band and a title of `lines` lines."""
     return MODEBAR_PX + lines * TITLE_LINE_PX + below
-
-
-def open_on_busiest(player: Player, recorder: Any) -> None:
-    """Shown after a run that ended with nothing in use (every request done: an empty
-    pool, or one of grey cached blocks), a view opens on the busiest step instead — the
-    last one with the most blocks in use — and says so in its title. A view shown
-    before or during a run keeps following it; one a learner moved stays where it is."""
-    frames = getattr(recorder, "frames", None)
-    if not frames or len(frames) < 2 or player.opened_at is not None:
-        return
-    if player.index != player.last or frames[-1].memory.used > 0:
-        return
-    used = [f.memory.used for f in frames]
-    busiest = max(range(len(used)), key=lambda i: (used[i], i))
-    if used[busiest] == 0:
-        return
-    player.open_at(busiest, (_("opened on the busiest step ({used} blocks in use); step {last}, "
-                              "the end, holds none: ◀ ▶ play or drag")
-                              .format(used=used[busiest], last=player.last)))
 
 
 _figure_ids = itertools.count()
