@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from pagedkit import LLM
+from pagedkit import LLM, SamplingParams
 
 TINY_MAX_MODEL_LEN = 2048  # the embedded model's max_position_embeddings
 
@@ -60,3 +60,67 @@ def test_a_long_block_that_fits_is_served(block_size):
     """Exact, only wasteful: the engine serves it (as vLLM does)."""
     llm = LLM("tiny", block_size=block_size)
     assert llm.llm_engine.kv.block_size == block_size
+
+
+def _advised(message: str, name: str) -> int | None:
+    found = re.search(rf"(?:lower {name} to |give {name}=)(\d+)", message)
+    return int(found.group(1)) if found else None
+
+
+ENGINES = [dict(num_blocks=8), dict(num_blocks=40), dict(num_blocks=64, max_num_seqs=4),
+           dict(num_blocks=300), dict(num_blocks=8, block_size=4)]
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=[str(e) for e in ENGINES])
+@pytest.mark.parametrize("beams", [False, True])
+@pytest.mark.parametrize("count", [10**6, 1000, 257, 65, 41, 9])
+def test_generates_advice_on_n_and_beam_width_passes_every_limit(engine, beams, count):
+    """N11: beam_width=10**6 was told 'lower beam_width to 256' (max_num_seqs)
+    and 256 was then refused by the KV cache. The advice is now the smallest
+    of the limits (max_num_seqs, the cache): the value it names is served."""
+    llm = LLM("tiny", **engine)
+    name = "beam_width" if beams else "n"
+    params = dict(max_tokens=3, temperature=0)
+    params = (SamplingParams(use_beam_search=True, beam_width=count, **params) if beams
+              else SamplingParams(n=count, **params))
+    prompt = [5] * 20  # one full block of 16 shared (five of 4)
+    try:
+        llm.generate([prompt], params, use_tqdm=False)
+    except ValueError as e:
+        advice = _advised(str(e), name)
+    else:
+        return
+    assert advice is not None and advice < count
+    fewer = (SamplingParams(use_beam_search=True, beam_width=advice, max_tokens=3, temperature=0)
+             if beams else SamplingParams(n=advice, max_tokens=3, temperature=0))
+    [out] = llm.generate([prompt], fewer, use_tqdm=False)
+    assert len(out.outputs) == (1 if beams else advice)  # beams: the best n=1 of them
+    with pytest.raises(ValueError):  # and it is the most: one more is refused
+        llm.generate([prompt], (SamplingParams(use_beam_search=True, beam_width=advice + 1,
+                                               max_tokens=3, temperature=0) if beams else
+                                SamplingParams(n=advice + 1, max_tokens=3, temperature=0)),
+                     use_tqdm=False)
+
+
+@pytest.mark.parametrize("max_logprobs", [None, 0, 1, 2, 7, 20, 600, 2000, -1])
+@pytest.mark.parametrize("width", [10**6, 513, 300, 11])
+def test_beam_searchs_advice_on_beam_width_passes_every_limit(max_logprobs, width):
+    """N11 for LLM.beam_search: a width past the vocabulary was told
+    'give beam_width=512 or less', and 512 was then refused by max_logprobs."""
+    from pagedkit.sampling_params import BeamSearchParams
+
+    kwargs = {} if max_logprobs is None else {"max_logprobs": max_logprobs}
+    llm = LLM("tiny", num_blocks=16, **kwargs)
+    try:
+        llm.beam_search(["Once"], BeamSearchParams(beam_width=width, max_tokens=1))
+    except ValueError as e:
+        advice = _advised(str(e), "beam_width")
+    else:
+        return
+    most = 20 if max_logprobs is None else max_logprobs
+    widest = min(1024, 1024 if most == -1 else most) // 2
+    assert advice == (widest if widest >= 1 else None)
+    if advice:
+        llm.beam_search(["Once"], BeamSearchParams(beam_width=advice, max_tokens=1))
+        with pytest.raises(ValueError):
+            llm.beam_search(["Once"], BeamSearchParams(beam_width=advice + 1, max_tokens=1))

@@ -128,19 +128,26 @@ class LLM:
     def _check_beam_width(self, width: int) -> None:
         """Each step asks for 2 x beam_width candidates of each beam, as
         logprobs (vLLM's rule): refused here in beam_width's terms, not in
-        the logprobs the user never gave."""
+        the logprobs the user never gave. The widest beam to give instead is
+        the smallest of the limits (the vocabulary, max_logprobs), so that
+        it passes them all."""
         engine, asked = self.llm_engine, 2 * width
         vocab, most = engine.runner.vocab_size, engine.max_logprobs
+        if asked <= vocab and (most == -1 or asked <= most):
+            return
+        widest = min(vocab, vocab if most == -1 else most) // 2
+        fewer = f"give beam_width={widest} or less" if widest >= 1 else ""
         if asked > vocab:
+            also = (f" (and than max_logprobs={most}, an engine argument)"
+                    if most != -1 and asked > most and most < vocab else "")
             raise ValueError(f"beam_search(): beam_width={width} takes the 2 x beam_width = "
                              f"{asked} best candidates of each beam a step, more than the "
-                             f"vocabulary's {vocab} tokens; give beam_width={vocab // 2} or less")
-        if most != -1 and asked > most:
-            fewer = f"give beam_width={most // 2} or less, or " if most >= 2 else ""
-            raise ValueError(f"beam_search(): beam_width={width} asks for 2 x beam_width = "
-                             f"{asked} logprobs a step (vLLM's rule), more than max_logprobs="
-                             f"{most} (an engine argument, vLLM's default 20); {fewer}build the "
-                             f"engine with LLM(..., max_logprobs={asked})")
+                             f"vocabulary's {vocab} tokens{also}; {fewer}")
+        raise ValueError(f"beam_search(): beam_width={width} asks for 2 x beam_width = "
+                         f"{asked} logprobs a step (vLLM's rule), more than max_logprobs="
+                         f"{most} (an engine argument, vLLM's default 20); "
+                         f"{fewer + ', or ' if fewer else ''}build the engine with "
+                         f"LLM(..., max_logprobs={asked})")
 
     def get_num_unfinished_requests(self) -> int:
         return self.llm_engine.get_num_unfinished_requests()

@@ -339,29 +339,45 @@ class LLMEngine:
                              "enable_chunked_prefill=True")
 
     def _check_sequences_fit(self, who: str, prompt_len: int, params: SamplingParams) -> None:
-        """n samples (or beams) share the prompt's full blocks; to write its
-        first generated token each needs a block of its own (a fresh one after
-        a full last block, or a copy of a shared, partly filled one: one of
-        the writers keeps it, so the total is the same). A request whose
+        """n samples (or beams) run together as one group, so each limit on
+        the sequences of one step bounds them: max_num_seqs, and the KV
+        cache. They share the prompt's full blocks; to write its first
+        generated token each needs a block of its own (a fresh one after a
+        full last block, or a copy of a shared, partly filled one: one of the
+        writers keeps it, so the total is the same). A request whose
         sequences cannot all get past their first token in the whole cache is
         refused here: the scheduler could only end them after one token. A
         sliding window has let go of the prompt's blocks it left behind by then
-        (`KVCacheManager.release_outside_window`, after the prompt's step)."""
-        seqs = params.num_sequences
-        if seqs == 1 or params.max_tokens == 1:
-            return
+        (`KVCacheManager.release_outside_window`, after the prompt's step).
+        The advice is the smallest of the limits, so that it passes them all."""
+        seqs, cap = params.num_sequences, self.scheduler_config.max_num_seqs
         full = prompt_len // self.kv.block_size
         if self.release_window is not None:
             full -= max(0, prompt_len - self.release_window + 1) // self.kv.block_size
         have = self.kv.allocator.num_blocks
-        if full + seqs > have:
-            name = "beam_width" if params.use_beam_search else "n"
-            raise ValueError(
-                f"{who}: {name}={seqs} sequences share {full} full blocks of the prompt and each "
-                f"needs a block of its own for its next token: {full + seqs} blocks, but the "
-                f"whole KV cache has {have}; lower {name} to {have - full}"
-                f"{' or less' * (have - full > 1)}, or give "
-                f"the engine num_blocks={full + seqs} or more")
+        # the cache's limit holds once a sequence writes a second token
+        in_cache = have - full if params.max_tokens != 1 else cap
+        most = min(cap, in_cache)  # the most sequences every limit takes
+        if seqs <= most:
+            return
+        name, kind = ("beam_width", "beams") if params.use_beam_search else ("n", "samples")
+        blocks = f"num_blocks={full + seqs} or more"
+        advice = (f"lower {name} to {most}{' or less' * (most > 1)}, or " if most >= 1 else "")
+        advice += (f"build the engine with max_num_seqs={seqs} or more"
+                   + f" and {blocks}" * (seqs > in_cache) if seqs > cap else
+                   f"give the engine {blocks}")
+        if seqs > cap:
+            vllm = ("LLM.beam_search, vLLM's way, runs each beam as a request of its own"
+                    if params.use_beam_search else
+                    "vLLM runs each sample as a request of its own, a few at a time")
+            raise ValueError(f"{who}: the {name}={seqs} {kind} run together as one group "
+                             f"(sharing the prompt's blocks), so they need {seqs} sequence "
+                             f"slots in the same step, but max_num_seqs is {cap} ({vllm}); "
+                             f"{advice}")
+        raise ValueError(
+            f"{who}: {name}={seqs} sequences share {full} full blocks of the prompt and each "
+            f"needs a block of its own for its next token: {full + seqs} blocks, but the "
+            f"whole KV cache has {have}; {advice}")
 
     def _check_params(self, who: str, params: SamplingParams) -> None:
         vocab = self.runner.vocab_size
@@ -391,18 +407,6 @@ class LLMEngine:
             raise ValueError(f"{who}: stop token id {bad[0]} is outside the "
                              f"vocabulary [0, {vocab}); give stop_token_ids below {vocab} "
                              "(this model's token ids)")
-        if params.num_sequences > self.scheduler_config.max_num_seqs:
-            cap, count = self.scheduler_config.max_num_seqs, params.num_sequences
-            name, kind, vllm = (("beam_width", "beams", "LLM.beam_search, vLLM's way, runs "
-                                 "each beam as a request of its own")
-                                if params.use_beam_search else
-                                ("n", "samples", "vLLM runs each sample as a request of its "
-                                 "own, a few at a time"))
-            raise ValueError(f"{who}: the {name}={count} {kind} run together as one group "
-                             f"(sharing the prompt's blocks), so they need {count} sequence "
-                             f"slots in the same step, but max_num_seqs is {cap} ({vllm}); "
-                             f"lower {name} to {cap}, or build the engine with "
-                             f"max_num_seqs={count} or more")
 
     def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
