@@ -556,3 +556,19 @@ def test_demo_says_the_engines_block_refusal_in_its_own_terms():
     assert text.startswith("--block-size 4096 is longer than any sequence: the longest "
                            "sequence --model 'some/folder' takes (its max_model_len) is 1024")
     assert text.endswith("give --block-size 16 (vLLM's default) or another up to 1024")
+
+
+def test_demo_names_a_model_folder_without_a_tokenizer(capsys, tmp_path):
+    """Issue #26 N12: in the command line's terms (the demo takes no
+    tokenizer= or token ids)."""
+    import shutil
+
+    from pagedkit.models import TINY_DIR
+
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(TINY_DIR / name, tmp_path / name)
+    assert run(demo.main, ["--model", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "has no tokenizer: none of tokenizer.json" in err
+    assert err.rstrip().endswith("the demo's prompts are text: copy the model's tokenizer files "
+                                 "into it, or use --model tiny")

@@ -122,7 +122,7 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
         _check_blocks(parser, args, tokenizer, _position_limit(AutoConfig.from_pretrained(
             TINY_DIR, local_files_only=True)))
     from . import LLM
-    from .model.loader import INSTEAD
+    from .model.loader import INSTEAD, NO_TOKENIZER_INSTEAD
 
     try:
         llm = LLM(args.model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks)
@@ -130,7 +130,9 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
         if str(e).startswith(f"block_size={args.block_size} is longer than any sequence"):
             parser.error(_block_option(str(e), args))
         parser.error(f"--model {args.model!r}: " + str(e).replace(
-            INSTEAD, "--model tiny (the embedded default) or a local directory"))
+            INSTEAD, "--model tiny (the embedded default) or a local directory").replace(
+            NO_TOKENIZER_INSTEAD, "the demo's prompts are text: copy the model's tokenizer "
+                                  "files into it, or use --model tiny"))
     if llm.llm_engine.tokenizer is None:
         parser.error(f"--model {args.model!r} comes without a tokenizer; the demo's prompts are "
                      "text: use --model tiny, or a model folder that holds its tokenizer")

@@ -124,3 +124,100 @@ def test_beam_searchs_advice_on_beam_width_passes_every_limit(max_logprobs, widt
         llm.beam_search(["Once"], BeamSearchParams(beam_width=advice, max_tokens=1))
         with pytest.raises(ValueError):
             llm.beam_search(["Once"], BeamSearchParams(beam_width=advice + 1, max_tokens=1))
+
+
+def _folder_without_tokenizer(tmp_path, kind: str):
+    """A model folder of config and weights only: the tiny model's, or a
+    random GPT-2 / Qwen2 / Mistral (transformers builds an empty tokenizer for
+    the first two, and fails in sentencepiece's terms for Llama and Mistral)."""
+    import shutil
+
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    from pagedkit.models import TINY_DIR
+
+    folder = tmp_path / kind
+    if kind == "tiny":
+        folder.mkdir()
+        for name in ("config.json", "generation_config.json", "model.safetensors"):
+            shutil.copy(TINY_DIR / name, folder / name)
+        return folder
+    small = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                 num_key_value_heads=1, intermediate_size=64, vocab_size=100)
+    model = {"gpt2": lambda: GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2,
+                                                        vocab_size=100, eos_token_id=0,
+                                                        bos_token_id=0)),
+             "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**small)),
+             "mistral": lambda: MistralForCausalLM(MistralConfig(**small))}[kind]()
+    model.save_pretrained(folder)
+    return folder
+
+
+KINDS = ["tiny", "gpt2", "qwen2", "mistral"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_model_folder_without_a_tokenizer_is_refused_by_name(tmp_path, kind):
+    """N12: a folder of config and weights only was served with an empty
+    (1-token) tokenizer, every text no tokens (GPT-2, Qwen2), or failed with
+    transformers' 'Couldn't instantiate the backend tokenizer ... sentencepiece'
+    (Llama, Mistral). It is refused naming the folder, the files a tokenizer
+    is in and what it holds, and what to do."""
+    folder = _folder_without_tokenizer(tmp_path, kind)
+    with pytest.raises(OSError) as e:
+        LLM(str(folder))
+    text = str(e.value)
+    assert text.startswith(f"local directory {str(folder)!r} has no tokenizer: none of "
+                           "tokenizer.json, tokenizer.model, vocab.json")
+    assert "(it holds config.json, generation_config.json, model.safetensors)" in text
+    assert text.endswith("copy the model's tokenizer files into it, pass tokenizer= (a folder "
+                         "or Hugging Face name that holds this model's tokenizer), or pass "
+                         "skip_tokenizer_init=True and give prompts as token ids (vLLM's way; "
+                         "outputs then carry token ids and no text)")
+    with pytest.raises(OSError) as e:
+        LLM("tiny", tokenizer=str(folder))
+    assert str(e.value).startswith(f"local directory {str(folder)!r} has no tokenizer: none of "
+                                   "tokenizer.json")
+    assert str(e.value).endswith("use tokenizer='tiny', a local directory with a tokenizer, a "
+                                 "Hugging Face name, a tokenizer object, or None (the model's "
+                                 "own)")
+    # each way out serves: skip_tokenizer_init with token ids, and tokenizer=
+    llm = LLM(str(folder), skip_tokenizer_init=True)
+    assert llm.llm_engine.tokenizer is None
+    [out] = llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, temperature=0),
+                         use_tqdm=False)
+    assert len(out.outputs[0].token_ids) == 2 and out.outputs[0].text == ""
+    if kind == "tiny":
+        [out] = LLM(str(folder), tokenizer="tiny").generate(
+            ["Once upon a time"], SamplingParams(max_tokens=2, temperature=0), use_tqdm=False)
+        assert out.outputs[0].text
+
+
+def test_a_folder_with_its_tokenizer_files_loads(tmp_path):
+    import shutil
+
+    from pagedkit.models import TINY_DIR
+
+    folder = _folder_without_tokenizer(tmp_path, "tiny")
+    shutil.copy(TINY_DIR / "tokenizer.json", folder)
+    shutil.copy(TINY_DIR / "tokenizer_config.json", folder)
+    assert len(LLM(str(folder)).llm_engine.tokenizer) > 1
+
+
+def test_an_empty_tokenizer_from_a_name_is_refused():
+    from pagedkit.model.loader import _checked
+
+    class Empty:
+        def __len__(self):
+            return 1
+
+    with pytest.raises(OSError, match="model name 'org/name' has no tokenizer: transformers "
+                                      r"built an empty Empty \(1 token\) from it; copy"):
+        _checked(Empty(), "model name 'org/name'", "model")

@@ -106,9 +106,9 @@ class LLMEngine:
         # read once, so a bad PAGEDKIT_* switch is refused before the model changes
         prepack, compiled = prepack_mode(), compile_mode()
         self.device = resolve_device(device)
-        model, self.tokenizer, self.model_name = load_model(model, tokenizer)
-        if vllm_args.get("skip_tokenizer_init"):
-            self.tokenizer = None
+        # skip_tokenizer_init (vLLM's): prompts are token ids, and no tokenizer is loaded
+        model, self.tokenizer, self.model_name = load_model(
+            model, tokenizer, skip_tokenizer=bool(vllm_args.get("skip_tokenizer_init")))
         self.dtype = resolve_dtype(dtype, model)
         config = model.config
         self.max_model_len = _max_model_len(config, max_model_len)

@@ -50,15 +50,16 @@ def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dty
 INSTEAD = "model='tiny' (the embedded default), a local directory, or a transformers model object"
 
 
-def load_model(model, tokenizer=None):
-    """Returns ``(model, tokenizer_or_None, name)``."""
-    return _load(model, tokenizer)
+def load_model(model, tokenizer=None, *, skip_tokenizer: bool = False):
+    """Returns ``(model, tokenizer_or_None, name)``; with `skip_tokenizer`
+    (vLLM's ``skip_tokenizer_init``) no tokenizer is loaded."""
+    return _load(model, tokenizer, skip_tokenizer)
 
 
-def _load(model, tokenizer):
+def _load(model, tokenizer, skip_tokenizer=False):
     from transformers import PreTrainedModel
 
-    tokenizer = load_tokenizer(tokenizer)
+    tokenizer = None if skip_tokenizer else load_tokenizer(tokenizer)
     if isinstance(model, PreTrainedModel):
         return model, tokenizer, type(model).__name__
     if not isinstance(model, (str, Path)):
@@ -72,9 +73,13 @@ def _load(model, tokenizer):
         from ..models import load_tiny
 
         loaded, tok = load_tiny()
-        return loaded, tokenizer or tok, "tiny"
+        return loaded, None if skip_tokenizer else tokenizer or tok, "tiny"
+    if skip_tokenizer:
+        tokenizer = False  # none wanted: `_from_pretrained` loads none
     path = Path(name).expanduser()
     if path.exists():
+        if tokenizer is None and path.is_dir():  # before the weights load: said at once
+            _check_holds_tokenizer(path, f"local directory {name!r}", "model")
         return (*_from_pretrained(str(path), tokenizer, f"local directory {name!r}"), name)
     if _looks_like_path(name):
         raise FileNotFoundError(
@@ -128,9 +133,12 @@ def _tokenizer_named(name: str):
     if not path.exists() and _looks_like_path(name):
         raise FileNotFoundError(f"tokenizer path {name!r} does not exist (a Hugging Face name "
                                 f"is 'name' or 'org/name'); use {instead}")
+    if path.is_dir():
+        _check_holds_tokenizer(path, f"local directory {name!r}", "tokenizer")
     try:  # a local directory, or a name already in the local Hugging Face cache
-        return AutoTokenizer.from_pretrained(str(path) if path.exists() else name,
-                                             local_files_only=True)
+        return _checked(AutoTokenizer.from_pretrained(str(path) if path.exists() else name,
+                                                      local_files_only=True),
+                        f"tokenizer {name!r}", "tokenizer")
     except (OSError, ValueError) as err:
         if path.exists():
             raise OSError(f"could not load a tokenizer from local directory {name!r}: {err}\n"
@@ -140,7 +148,8 @@ def _tokenizer_named(name: str):
         raise OSError(f"could not load tokenizer name {name!r}: it is not in the local Hugging "
                       f"Face cache and {where}; use {instead}")
     try:
-        return AutoTokenizer.from_pretrained(name)
+        return _checked(AutoTokenizer.from_pretrained(name), f"tokenizer name {name!r}",
+                        "tokenizer")
     except OSError as err:
         raise OSError(f"could not load tokenizer name {name!r}: {err}\nUse {instead}.") from err
 
@@ -150,12 +159,51 @@ def _from_pretrained(name: str, tokenizer, what: str, **kwargs):
 
     try:
         loaded = AutoModelForCausalLM.from_pretrained(name, **kwargs)
-        tok = tokenizer or AutoTokenizer.from_pretrained(name, **kwargs)
+        tok = (None if tokenizer is False else
+               tokenizer or _checked(AutoTokenizer.from_pretrained(name, **kwargs),
+                                     what or f"model name {name!r}", "model"))
     except OSError as err:
         if not what:
             raise
         raise OSError(f"could not load {what}: {err}\nUse {INSTEAD}.") from err
     return loaded, tok
+
+
+#: What to do with a model that comes without a tokenizer (the demo says it in its own terms)
+NO_TOKENIZER_INSTEAD = ("copy the model's tokenizer files into it, pass tokenizer= (a folder or "
+                        "Hugging Face name that holds this model's tokenizer), or pass "
+                        "skip_tokenizer_init=True and give prompts as token ids (vLLM's way; "
+                        "outputs then carry token ids and no text)")
+
+#: Files one of which holds a tokenizer transformers can load (a ``*.tiktoken`` file too)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model")
+
+
+def _no_tokenizer(what: str, found: str, given_as: str) -> OSError:
+    """A model (or tokenizer=) without a tokenizer, refused with what to do:
+    transformers would build an empty one (GPT-2, Qwen2: every text is no
+    tokens) or fail in sentencepiece's terms (Llama, Mistral)."""
+    instead = NO_TOKENIZER_INSTEAD if given_as == "model" else f"use {TOKENIZER_INSTEAD}"
+    return OSError(f"{what} has no tokenizer: {found}; {instead}")
+
+
+def _check_holds_tokenizer(folder: Path, what: str, given_as: str) -> None:
+    """Refuse a folder with none of `TOKENIZER_FILES`, naming them and what it holds."""
+    if any((folder / f).is_file() for f in TOKENIZER_FILES) or any(folder.glob("*.tiktoken")):
+        return
+    holds = sorted(p.name for p in folder.iterdir())
+    raise _no_tokenizer(what, f"none of {', '.join(TOKENIZER_FILES)} or a *.tiktoken file "
+                              f"(it holds {', '.join(holds) if holds else 'nothing'})", given_as)
+
+
+def _checked(tokenizer, what: str, given_as: str):
+    """A loaded tokenizer, unless it is an empty one (a vocabulary of at most one token:
+    what transformers builds where it finds no tokenizer files)."""
+    if len(tokenizer) <= 1:
+        raise _no_tokenizer(what, f"transformers built an empty {type(tokenizer).__name__} "
+                                  f"({len(tokenizer)} token) from it", given_as)
+    return tokenizer
 
 
 def _looks_like_path(name: str) -> bool:
