@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=positive_int, default=1, metavar="N",
                    help="completions per prompt, sharing the prompt's blocks (default: 1); "
                         "different ones need --temperature above 0")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bars (a model folder's loading bar too)")
     return p
 
 
@@ -125,7 +126,8 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
     from .model.loader import INSTEAD, NO_TOKENIZER_INSTEAD
 
     try:
-        llm = LLM(args.model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks)
+        llm = LLM(args.model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks,
+                  use_tqdm_on_load=not args.no_progress)
     except (OSError, ValueError, TypeError) as e:  # said in the command line's terms
         if str(e).startswith(f"block_size={args.block_size} is longer than any sequence"):
             parser.error(_block_option(str(e), args))

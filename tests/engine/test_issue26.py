@@ -221,3 +221,42 @@ def test_an_empty_tokenizer_from_a_name_is_refused():
     with pytest.raises(OSError, match="model name 'org/name' has no tokenizer: transformers "
                                       r"built an empty Empty \(1 token\) from it; copy"):
         _checked(Empty(), "model name 'org/name'", "model")
+
+
+@pytest.fixture
+def model_folder(tmp_path):
+    return _folder_without_tokenizer(tmp_path, "tiny")  # weights only: tokenizer="tiny"
+
+
+@pytest.mark.parametrize("given, shown", [({}, True), ({"use_tqdm_on_load": True}, True),
+                                          ({"use_tqdm_on_load": False}, False)])
+def test_use_tqdm_on_load_shows_or_hides_the_loading_bar(capfd, model_folder, given, shown):
+    """N14: use_tqdm_on_load=False left transformers' 'Loading weights' bar on
+    (the docs said pagedkit showed none). True, vLLM's default, shows it;
+    False hides it; the bars' switch is left as it was either way."""
+    from transformers.utils import logging as hf_logging
+
+    for before in (True, False):
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+        capfd.readouterr()
+        LLM(str(model_folder), tokenizer="tiny", **given)
+        err = capfd.readouterr().err
+        assert ("Loading weights" in err) == (shown and before), err
+        assert hf_logging.is_progress_bar_enabled() == before
+    hf_logging.enable_progress_bar()
+
+
+@pytest.mark.parametrize("given", [{}, {"use_tqdm_on_load": True}, {"use_tqdm_on_load": False}])
+def test_the_embedded_model_loads_without_a_bar(capfd, given):
+    capfd.readouterr()
+    LLM("tiny", **given)
+    assert "Loading weights" not in capfd.readouterr().err
+
+
+def test_a_failed_load_leaves_the_bars_as_they_were(tmp_path):
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.enable_progress_bar()
+    with pytest.raises(OSError):
+        LLM(str(tmp_path), use_tqdm_on_load=False)  # an empty folder
+    assert hf_logging.is_progress_bar_enabled()

@@ -32,7 +32,9 @@ ONE_DEVICE_ARGS: dict[str, tuple[tuple[Any, ...] | None, str]] = {
     "trust_remote_code": (None, "pagedkit runs a model through transformers' own classes "
                                 "and never runs code shipped with a checkpoint"),
     "disable_log_stats": (None, "pagedkit always keeps each request's metrics"),
-    "use_tqdm_on_load": (None, "pagedkit shows no progress bar while loading"),
+    "use_tqdm_on_load": (None, "with False, no progress bar while the weights load (with "
+                               "True, vLLM's default, transformers' bar; the embedded model "
+                               "loads in milliseconds, without one)"),
     "skip_tokenizer_init": (None, "with True, prompts are token ids and texts are empty"),
     "tokenizer_mode": (("auto",), "pagedkit loads tokenizers with transformers' AutoTokenizer"),
     "revision": ((None,), "pagedkit loads a model's default revision"),

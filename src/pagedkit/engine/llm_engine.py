@@ -108,7 +108,8 @@ class LLMEngine:
         self.device = resolve_device(device)
         # skip_tokenizer_init (vLLM's): prompts are token ids, and no tokenizer is loaded
         model, self.tokenizer, self.model_name = load_model(
-            model, tokenizer, skip_tokenizer=bool(vllm_args.get("skip_tokenizer_init")))
+            model, tokenizer, skip_tokenizer=bool(vllm_args.get("skip_tokenizer_init")),
+            progress=vllm_args.get("use_tqdm_on_load", True))
         self.dtype = resolve_dtype(dtype, model)
         config = model.config
         self.max_model_len = _max_model_len(config, max_model_len)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from pathlib import Path
@@ -50,10 +51,31 @@ def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dty
 INSTEAD = "model='tiny' (the embedded default), a local directory, or a transformers model object"
 
 
-def load_model(model, tokenizer=None, *, skip_tokenizer: bool = False):
+def load_model(model, tokenizer=None, *, skip_tokenizer: bool = False,
+               progress: bool = True):
     """Returns ``(model, tokenizer_or_None, name)``; with `skip_tokenizer`
-    (vLLM's ``skip_tokenizer_init``) no tokenizer is loaded."""
-    return _load(model, tokenizer, skip_tokenizer)
+    (vLLM's ``skip_tokenizer_init``) no tokenizer is loaded; `progress`
+    (vLLM's ``use_tqdm_on_load``) shows transformers' "Loading weights"
+    bar while a model's weights load (the embedded model's never: they load
+    in milliseconds)."""
+    with loading_bars(progress):
+        return _load(model, tokenizer, skip_tokenizer)
+
+
+@contextlib.contextmanager
+def loading_bars(shown: bool):
+    """transformers' progress bars shown (as they were) or hidden while loading,
+    and restored after."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if not shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was and not shown:
+            hf_logging.enable_progress_bar()
 
 
 def _load(model, tokenizer, skip_tokenizer=False):

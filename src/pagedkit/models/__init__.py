@@ -49,7 +49,8 @@ def load_tiny(
     """
     import torch
     from transformers import LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
+
+    from ..model.loader import loading_bars
 
     _check_present()
     dtype = torch.float32 if dtype is None else dtype
@@ -57,11 +58,6 @@ def load_tiny(
         raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     # 38 tensors load in milliseconds: a progress bar would only clutter
     # notebook outputs (and nbval compares them).
-    bar = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
+    with loading_bars(False):
         model = LlamaForCausalLM.from_pretrained(TINY_DIR, dtype=dtype, local_files_only=True)
-    finally:
-        if bar:
-            hf_logging.enable_progress_bar()
     return model.to(device).eval(), load_tiny_tokenizer()
