@@ -492,8 +492,15 @@ def test_long_commands_say_how_long_they_take_and_how_to_run_them_quick(capsys, 
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["--systems", "foo"], "--systems 'foo': unknown system(s) ['foo']; choose one or both"),
-    (["--systems", ","], "--systems ',': no system; choose one or both"),
+    (["--systems", "foo"], "--systems 'foo': unknown system(s) ['foo']; choose from vllm, "
+                           "pagedkit"),
+    (["--systems", "foo,pagedkit"], "--systems 'foo,pagedkit': unknown system(s) ['foo']"),
+    (["--systems", ","], "--systems ',': no system named; choose from vllm, pagedkit"),
+    (["--systems", ""], "--systems '': no system named; choose from vllm, pagedkit"),
+    (["--systems", " , "], "--systems ' , ': no system named"),
+    # compare_all's one check: a system listed twice (the CLI's own check let it through)
+    (["--systems", "pagedkit,pagedkit"], "--systems 'pagedkit,pagedkit': a system is listed "
+                                         "twice: ('pagedkit', 'pagedkit')"),
     (["--model", "/", "--systems", "pagedkit"], "--model '/' is neither 'tiny' nor a"),
     (["--num-blocks", "1", "--systems", "pagedkit"], "--num-blocks 1 is too small: the longest "
      "request (82 prompt tokens + 40 to generate) takes 4 blocks of 32 tokens; give "

@@ -54,15 +54,15 @@ def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
 
 
 def _compare(args, parser) -> int:
+    from ..bench import check_choice
     from ..memory import blocks_to_serve
     from . import compare as cmp
 
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(cmp.SYSTEMS))
-    if unknown or not systems:
-        which = f"unknown system(s) {unknown}" if unknown else "no system"
-        parser.error(f"--systems {args.systems!r}: {which}; choose one or both of "
-                     f"{', '.join(cmp.SYSTEMS)}")
+    try:  # the check compare_all makes, said before anything loads
+        systems = check_choice("system", (s.strip() for s in args.systems.split(",")
+                                          if s.strip()), cmp.SYSTEMS)
+    except ValueError as e:
+        parser.error(f"--systems {args.systems!r}: {e}")
     model = None if args.model == "tiny" else args.model
     if model is not None and not (Path(model) / "config.json").is_file():
         parser.error(f"--model {model!r} is neither 'tiny' nor a transformers model folder "
