@@ -481,11 +481,12 @@ ENGINE_CASES = [
     # one conversation: its messages are named messages[j] (finding 10), in a list [i][j]
     ("chat(content 5)", lambda llm: llm.chat([{"role": "user", "content": 5}]), TypeError,
      "messages[0]['content'] must be text, got 5"),
-    ("chat(no content)", lambda llm: llm.chat([{"role": "user"}]), TypeError,
-     "messages[0]['content'] must be text, got None"),
+    # (a content that is None or missing is empty text, as vLLM renders it: issue #26 N15)
+    ("chat(content a dict)", lambda llm: llm.chat([{"role": "user", "content": {"a": 1}}]),
+     TypeError, "messages[0]['content'] must be text, got {'a': 1}"),
     ("chat(second conversation)", lambda llm: llm.chat([[{"role": "user", "content": "x"}],
-                                                        [{"role": "user"}]]), TypeError,
-     "messages[1][0]['content'] must be text, got None"),
+                                                        [{"role": "user", "content": 7}]]),
+     TypeError, "messages[1][0]['content'] must be text, got 7"),
     ("chat(image part)", lambda llm: llm.chat([{"role": "user", "content": [
         {"type": "image_url", "image_url": "x"}]}]), ValueError, "only text"),
     ("chat(both generation flags)", lambda llm: llm.chat(

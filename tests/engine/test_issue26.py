@@ -260,3 +260,44 @@ def test_a_failed_load_leaves_the_bars_as_they_were(tmp_path):
     with pytest.raises(OSError):
         LLM(str(tmp_path), use_tqdm_on_load=False)  # an empty folder
     assert hf_logging.is_progress_bar_enabled()
+
+
+#: vLLM 0.32's prompt token ids for these conversations (LLM.chat on the tiny model's
+#: weights, pagedkit.vllm.api_check.make_llm's engine; run beside this change)
+VLLM_CHAT_IDS = {
+    "user": [0, 87, 85, 293, 28, 223, 201, 67, 656, 302, 86, 991, 28],
+    "system": [0, 85, 91, 328, 71, 79, 28, 223, 201, 87, 85, 293, 28, 301, 75, 201, 67, 656,
+               302, 86, 991, 28],
+    "assistant": [0, 87, 85, 293, 28, 301, 75, 201, 67, 656, 302, 86, 991, 28, 223, 201, 87,
+                  85, 293, 28, 223, 41, 81, 393, 201, 67, 656, 302, 86, 991, 28],
+}
+
+
+def _conversation(role: str, message: dict) -> list[dict]:
+    if role == "user":
+        return [message]
+    if role == "system":
+        return [message, {"role": "user", "content": "Hi"}]
+    return [{"role": "user", "content": "Hi"}, message, {"role": "user", "content": "Go on"}]
+
+
+@pytest.mark.parametrize("role", list(VLLM_CHAT_IDS))
+@pytest.mark.parametrize("content", ["None", "missing", "empty", "no parts", "tool call"])
+def test_chat_renders_a_content_of_none_or_missing_as_vllm_does(role, content):
+    """N15: a message whose content was None or missing was refused
+    ("['content'] must be text, got None"); vLLM renders it as empty text.
+    The prompt's token ids are vLLM's own, for every role and shape."""
+    message = {"role": role, **{"None": {"content": None}, "missing": {},
+                                "empty": {"content": ""}, "no parts": {"content": []},
+                                "tool call": {"content": None, "tool_calls": []}}[content]}
+    llm = LLM("tiny")
+    [out] = llm.chat(_conversation(role, message), SamplingParams(max_tokens=1, temperature=0),
+                     use_tqdm=False)
+    assert list(out.prompt_token_ids) == VLLM_CHAT_IDS[role]
+
+
+@pytest.mark.parametrize("content", [5, 1.5, {"text": "Hi"}, [{"type": "image_url"}]])
+def test_chat_still_refuses_content_that_is_not_text(content):
+    """vLLM fails on these too ('int' object is not iterable, ...)."""
+    with pytest.raises((TypeError, ValueError), match=r"messages\[0\]"):
+        LLM("tiny").chat([{"role": "user", "content": content}], use_tqdm=False)

@@ -253,9 +253,14 @@ def _conversations(messages: Any) -> list[list[dict[str, Any]]]:
 
 
 def _message(message: Any, name: str) -> dict[str, Any]:
+    """A message as the chat template reads it. A content that is None or
+    missing (an assistant turn that only called tools) is rendered as empty
+    text, as vLLM renders it."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise TypeError(f"{name} must be a dict with a 'role' and a 'content', got {message!r}")
     content = message.get("content")
+    if content is None:
+        content = ""
     if isinstance(content, list):
         if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
             raise ValueError(f"{name}: only text content parts are supported, got {content!r}; "
