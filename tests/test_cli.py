@@ -541,6 +541,17 @@ def test_simulate_names_a_trace_file_it_cannot_read(capsys, tmp_path, name, cont
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("row", ['{"prompt_len": -5, "output_len": 3}', "[0, 3]", "[12, -1]"])
+def test_simulate_names_a_trace_file_with_a_bad_length(capsys, tmp_path, row):
+    """Issue #26 (newcomer 7, finding 5): valid JSON with a length below 1 was
+    '--trace: prompt_len of request 0 must be >= 1, got -5', without the file."""
+    path = tmp_path / "neg.json"
+    path.write_text(f"[{row}]")
+    assert run(cli, ["simulate", "--no-progress", "--trace", str(path), "--rate", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --trace: {path}: " in err and " of request 0 must be >= 1, got " in err
+
+
 @pytest.mark.parametrize("block_size", [2049, 4096, 100000])
 def test_demo_names_a_block_longer_than_any_sequence(capsys, block_size):
     """Issue #26 N1: `demo --block-size 100000` blamed --model with a KV cache

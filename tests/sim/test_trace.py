@@ -118,6 +118,28 @@ def test_load_refuses_what_it_would_otherwise_half_read(tmp_path, rows, message)
                                           if isinstance(r, (list, dict))) else 1.0)
 
 
+#: lengths a trace file may hold that are refused: below 1, not whole, not a number
+BAD_LENGTHS = [-5, -1, 0, 12.7, "many", True]
+
+
+@pytest.mark.parametrize("form", ["pairs.json", "objects.json", "columns.csv"])
+@pytest.mark.parametrize("what", ["prompt_len", "output_len"])
+@pytest.mark.parametrize("value", BAD_LENGTHS, ids=repr)
+def test_a_bad_length_names_the_file(tmp_path, form, what, value):
+    """Issue #26 (newcomer 7, finding 5): a negative or zero length was
+    refused without the file's name ('prompt_len of request 0 must be >= 1,
+    got -5'), where every other trace error names it."""
+    row = {"prompt_len": 12, "output_len": 3, what: value}
+    path = tmp_path / form
+    if form == "columns.csv":
+        path.write_text(f"prompt_len,output_len\n{row['prompt_len']},{row['output_len']}\n")
+    else:
+        path.write_text(json.dumps([list(row.values()) if form == "pairs.json" else row]))
+    with pytest.raises(ValueError) as refused:
+        load_trace(path, rate=1.0)
+    assert str(refused.value).startswith(f"{path}: {what} of request 0 must be "), refused.value
+
+
 def test_load_accepts_whole_numbers_written_as_floats_and_refuses_a_rate_beside_arrivals(
         tmp_path):
     path = tmp_path / "t.csv"

@@ -334,7 +334,8 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
 
 
 def _length(value, what: str, path: Path, i: int) -> int:
-    """A length as read from a file: a whole number of tokens, at least 1."""
+    """A length as read from a file: a whole number of tokens, at least 1;
+    every refusal names the file, as the trace's other errors do."""
     number = None
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
@@ -344,7 +345,7 @@ def _length(value, what: str, path: Path, i: int) -> int:
     if number is None or not math.isfinite(number) or number != int(number):
         raise ValueError(f"{path}: {what} of request {i} must be a whole number of tokens, "
                          f"got {value!r}")
-    return check_int(f"{what} of request {i}", int(number), minimum=1)
+    return check_int(f"{path}: {what} of request {i}", int(number), minimum=1)
 
 
 def _arrival(value, path: Path, i: int) -> float:
