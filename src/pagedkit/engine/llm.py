@@ -241,11 +241,16 @@ def _prompt_list(prompts: Any) -> list[str | list[int]]:
 def _conversations(messages: Any) -> list[list[dict[str, Any]]]:
     """One conversation or a list of them, as a list; each message a dict
     with a role and its content as text (vLLM's "openai" form, a list of
-    ``{"type": "text", "text": ...}`` parts, is joined with newlines)."""
+    ``{"type": "text", "text": ...}`` parts, is joined with newlines). An
+    empty list is no conversations, as in vLLM (``chat([])`` returns
+    ``[]``, as ``generate([])`` does); an empty conversation in a list is
+    refused by the chat template, as in vLLM."""
+    if isinstance(messages, (list, tuple)) and not messages:
+        return []
     one = isinstance(messages, (list, tuple)) and bool(messages) and isinstance(messages[0], dict)
     if one:  # its messages are named as the caller wrote them: messages[j]
         messages = [messages]
-    if not isinstance(messages, (list, tuple)) or not messages:
+    if not isinstance(messages, (list, tuple)):
         raise TypeError(f"messages must be a conversation (a list of {{'role', 'content'}} "
                         f"dicts) or a list of conversations, got {messages!r}")
     return [[_message(m, f"messages[{j}]" if one else f"messages[{i}][{j}]")
