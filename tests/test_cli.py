@@ -5,6 +5,7 @@ says what it does, --version answers, and a long run shows progress."""
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -564,6 +565,28 @@ def test_demo_names_a_block_longer_than_any_sequence(capsys, block_size):
             "sequence --model 'tiny' takes (its max_model_len) is 2048" in err)
     assert "give --block-size 16 (vLLM's default) or another up to 2048" in err
     assert "num_blocks" not in err and "--model 'tiny':" not in err
+
+
+@pytest.mark.parametrize("argv", [["--num-blocks", "10000000"], ["--num-blocks", str(10**10)],
+                                  ["--num-blocks", str(10**12), "--block-size", "1"],
+                                  ["--num-blocks", str(10**9), "--block-size", "64", "-n", "2"]],
+                         ids=" ".join)
+def test_demo_refuses_a_cache_larger_than_memory_in_num_blocks_terms(capsys, argv):
+    """Issue #26 (newcomer 7, finding 3): `demo --num-blocks 10000000` blamed
+    --model and advised the API's num_blocks= and kv_cache_memory=, which
+    the demo does not take. It says --num-blocks is too large, the bytes,
+    the memory, and the most --num-blocks that fit, as '--num-blocks 1 is
+    too small' says the least."""
+    assert run(demo.main, [*argv, "--no-progress"]) == 2
+    err = capsys.readouterr().err.split(" error: ", 1)[1]  # the message, not the usage
+    num_blocks = argv[1]
+    block_size = argv[argv.index("--block-size") + 1] if "--block-size" in argv else "16"
+    assert err.startswith(f"--num-blocks {num_blocks} is too large: a KV cache of {num_blocks} "
+                          f"blocks x {block_size} tokens (")
+    per_block, have = (int(x) for x in re.search(r"\((\d+) bytes a block\).*, but (\d+) bytes",
+                                                 err).groups())
+    assert f"; give --num-blocks {have // per_block} or fewer. Nothing was allocated." in err
+    assert "num_blocks" not in err and "kv_cache_memory" not in err and "--model" not in err
 
 
 def test_demo_says_the_engines_block_refusal_in_its_own_terms():
