@@ -589,6 +589,22 @@ def test_demo_refuses_a_cache_larger_than_memory_in_num_blocks_terms(capsys, arg
     assert "num_blocks" not in err and "kv_cache_memory" not in err and "--model" not in err
 
 
+@pytest.mark.parametrize("num_blocks", [10**10, 10**12])
+def test_vllm_compare_refuses_a_cache_larger_than_memory_in_num_blocks_terms(capsys, num_blocks):
+    """The same refusal through `pagedkit.vllm compare` was a traceback."""
+    from pagedkit.vllm.__main__ import main as vllm_main
+
+    with pytest.raises(SystemExit) as exit_:
+        vllm_main(["compare", "--num-blocks", str(num_blocks), "--systems", "pagedkit",
+                   "--requests", "1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.split(" error: ", 1)[1]
+    assert err.startswith(f"--num-blocks {num_blocks} is too large: a KV cache of {num_blocks} "
+                          "blocks x 32 tokens (")
+    assert re.search(r"; give --num-blocks \d+ or fewer\. Nothing was allocated\.", err)
+    assert "num_blocks" not in err and "kv_cache_memory" not in err
+
+
 def test_demo_says_the_engines_block_refusal_in_its_own_terms():
     from pagedkit.engine.llm_engine import block_past_sequences
 

@@ -7,6 +7,7 @@ import enum
 import math
 import numbers
 import os
+import re
 import sys
 import warnings
 from typing import Any
@@ -172,6 +173,20 @@ def _whole_number(text: str, minimum: int) -> int:
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
     return value
+
+
+def num_blocks_option(message: str, num_blocks: int) -> str | None:
+    """The engine's refusal of a KV cache of `num_blocks` larger than the
+    memory it would live in, said in a command line's terms: --num-blocks,
+    the one size the commands take (the advice on kv_cache_memory, an API
+    argument, is left out). None for any other message."""
+    if not message.startswith(f"num_blocks={num_blocks}: a KV cache of "):
+        return None
+    message = re.sub(r" \(or kv_cache_memory=\d+ or less\), or leave num_blocks and "
+                     r"kv_cache_memory unset \([^)]*\)", "", message)
+    return message.replace(f"num_blocks={num_blocks}: ",
+                           f"--num-blocks {num_blocks} is too large: ", 1).replace(
+        "give num_blocks=", "give --num-blocks ")
 
 
 def positive_int(text: str) -> int:

@@ -8,12 +8,11 @@ held a token) averaged over steps.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import time
 
-from ._validation import PROG, non_negative_float, plural, positive_int
+from ._validation import PROG, non_negative_float, num_blocks_option, plural, positive_int
 
 PROMPTS = [
     "Once upon a time",
@@ -105,17 +104,6 @@ def _block_option(message: str, args: argparse.Namespace) -> str:
                             "max_model_len) is")
 
 
-def _memory_option(message: str, args: argparse.Namespace) -> str:
-    """The engine's refusal of a KV cache larger than the memory it would
-    live in, said in the command line's terms: --num-blocks, the one size the
-    demo takes (its advice on kv_cache_memory, an API argument, is left out)."""
-    message = re.sub(r" \(or kv_cache_memory=\d+ or less\), or leave num_blocks and "
-                     r"kv_cache_memory unset \([^)]*\)", "", message)
-    return message.replace(f"num_blocks={args.num_blocks}: ",
-                           f"--num-blocks {args.num_blocks} is too large: ", 1).replace(
-        "give num_blocks=", "give --num-blocks ")
-
-
 def _position_limit(config) -> int | None:
     """A model config's max_model_len (its position limit), if it states one."""
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -143,8 +131,8 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
     except (OSError, ValueError, TypeError) as e:  # said in the command line's terms
         if str(e).startswith(f"block_size={args.block_size} is longer than any sequence"):
             parser.error(_block_option(str(e), args))
-        if str(e).startswith(f"num_blocks={args.num_blocks}: a KV cache of "):
-            parser.error(_memory_option(str(e), args))
+        if num_blocks_option(str(e), args.num_blocks):
+            parser.error(num_blocks_option(str(e), args.num_blocks))
         parser.error(f"--model {args.model!r}: " + str(e).replace(
             INSTEAD, "--model tiny (the embedded default) or a local directory").replace(
             NO_TOKENIZER_INSTEAD, "the demo's prompts are text: copy the model's tokenizer "

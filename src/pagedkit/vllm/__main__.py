@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from .._validation import PROG, positive_int, writable_file
+from .._validation import PROG, num_blocks_option, positive_int, writable_file
 
 
 def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
@@ -80,8 +80,14 @@ def _compare(args, parser) -> int:
         parser.error(f"--num-blocks {args.num_blocks} is too small: the longest request "
                      f"({prompt} prompt tokens + {out} to generate) takes {needed} blocks of "
                      f"{cmp.BLOCK_SIZE} tokens; give --num-blocks {needed} or more")
-    result = cmp.compare(work, model, num_blocks=args.num_blocks,
-                         max_num_batched_tokens=args.max_num_batched_tokens, systems=systems)
+    try:  # pagedkit's engine is built first: a cache larger than memory is refused there
+        result = cmp.compare(work, model, num_blocks=args.num_blocks,
+                             max_num_batched_tokens=args.max_num_batched_tokens,
+                             systems=systems)
+    except ValueError as e:
+        if not num_blocks_option(str(e), args.num_blocks):
+            raise
+        parser.error(num_blocks_option(str(e), args.num_blocks))
     if len(result.runs) == 2:
         print(result.table())
     else:  # one system: its figures, one per line
