@@ -74,7 +74,7 @@ DEMO_ERRORS = [
     (["-n", "0"], "argument -n: must be >= 1, got 0"),
     (["--num-blocks", "0"], "argument --num-blocks: must be >= 1, got 0"),
     (["--num-blocks", "2"], "--num-blocks 2 is too small"),
-    (["-n", "4", "--num-blocks", "8"], "shared by the -n 4 completions, each with 4 of its own: "
+    (["-n", "4", "--num-blocks", "8"], "takes 4 blocks of 16 for each of the -n 4 completions: "
      "16 blocks; give --num-blocks 16 or more"),
     (["--max-tokens", "x"], "argument --max-tokens: expected a whole number >= 1, got 'x'"),
     (["--temperature", "nan"], "argument --temperature: expected a finite number >= 0"),
@@ -85,9 +85,6 @@ DEMO_ERRORS = [
      "model name is 'name' or 'org/name'); use --model tiny (the embedded default) or a local "
      "directory"),
     # no sequence grows past the model's 2048 positions: 128 blocks hold the longest (finding 11)
-    (["--max-tokens", "100000", "--num-blocks", "4"], "grows to the model's max_model_len of "
-     "2048 tokens (--max-tokens 100000 goes past it) takes 128 blocks of 16; give "
-     "--num-blocks 128 or more"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ]
 
@@ -97,6 +94,63 @@ def test_demo_usage_errors(capsys, argv, message):
     assert run(cli, ["demo", *argv]) == 2
     err = capsys.readouterr().err
     assert "usage: python -m pagedkit demo" in err and message in err and "Traceback" not in err
+
+
+#: (options, what the demo says its longest prompt, 12 tokens, needs) in each case where
+#: the cache is too small: past max_model_len (2048: 2036 new tokens), up to it, shared
+DEMO_TOO_SMALL = [
+    (["--max-tokens", "100000", "--num-blocks", "4"],
+     "+ --max-tokens 100000 would pass the model's max_model_len of 2048 tokens, where generation "
+     "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes 128 blocks of 16; "
+     "give --num-blocks 128 or more"),
+    (["--max-tokens", "2037", "--num-blocks", "64"],
+     "+ --max-tokens 2037 would pass the model's max_model_len of 2048 tokens, where generation "
+     "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes 128 blocks of 16; "
+     "give --num-blocks 128 or more"),
+    (["--max-tokens", "3000", "--num-blocks", "4", "--block-size", "32"],
+     "+ --max-tokens 3000 would pass the model's max_model_len of 2048 tokens, where generation "
+     "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes 64 blocks of 32; "
+     "give --num-blocks 64 or more"),
+    (["--max-tokens", "100000", "-n", "3", "--num-blocks", "100"],
+     "+ --max-tokens 100000 would pass the model's max_model_len of 2048 tokens, where generation "
+     "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes 128 blocks of 16 "
+     "for each of the -n 3 completions: 384 blocks; give --num-blocks 384 or more"),
+    (["--max-tokens", "5000", "-n", "2", "--num-blocks", "4", "--block-size", "4"],
+     "+ --max-tokens 5000 would pass the model's max_model_len of 2048 tokens, where generation "
+     "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes its 3 full blocks "
+     "of 4 shared by the -n 2 completions, each with 509 of its own: 1021 blocks; give "
+     "--num-blocks 1021 or more"),
+    (["--max-tokens", "2036", "--num-blocks", "4"],
+     "+ --max-tokens 2036 takes 128 blocks of 16; give --num-blocks 128 or more"),
+    (["--max-tokens", "40", "-n", "2", "--num-blocks", "4", "--block-size", "4"],
+     "+ --max-tokens 40 takes its 3 full blocks of 4 shared by the -n 2 completions, each with "
+     "10 of its own: 23 blocks; give --num-blocks 23 or more"),
+]
+
+
+@pytest.mark.parametrize("argv, said", DEMO_TOO_SMALL, ids=[" ".join(a) for a, _ in DEMO_TOO_SMALL])
+def test_demo_says_what_a_cache_too_small_needs_in_a_sentence_that_reads(capsys, argv, said):
+    """Issue #26 (newcomer 7, finding 4): past max_model_len the sentence did
+    not parse ('the longest prompt (12 tokens) grows to the model's
+    max_model_len of 2048 tokens (--max-tokens 100000 goes past it) takes 128
+    blocks') and did not say that generation stops there anyway. The
+    advice is served: one block fewer is refused, it is not."""
+    assert run(cli, ["demo", "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    num_blocks = argv[argv.index("--num-blocks") + 1]
+    assert (f"error: --num-blocks {num_blocks} is too small: the longest prompt (12 tokens) "
+            f"{said}\n") in err, err
+    from pagedkit.models import load_tiny_tokenizer
+
+    advice = int(re.search(r"give --num-blocks (\d+) or more", said).group(1))
+    args = demo._parser().parse_args(argv)
+    for blocks, refused in [(advice - 1, True), (advice, False)]:
+        args.num_blocks = blocks
+        if refused:
+            with pytest.raises(SystemExit):
+                demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
+        else:
+            demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
 
 
 def test_demo_shows_progress(capsys):

@@ -82,14 +82,19 @@ def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
     needed = blocks_to_serve(longest, end, args.n, args.block_size,
                              cache_sets_max_model_len=True)
     if needed > args.num_blocks:
-        grows = (f"grows to the model's max_model_len of {max_model_len} tokens (--max-tokens "
-                 f"{args.max_tokens} goes past it)" if capped else
-                 f"+ --max-tokens {args.max_tokens}")
+        # past max_model_len, generation stops there: the cache need hold no more
+        grows = (f"+ --max-tokens {args.max_tokens} would pass the model's max_model_len of "
+                 f"{max_model_len} tokens, where generation stops anyway (at most "
+                 f"{max_model_len - longest} new tokens); grown to {max_model_len} tokens, it"
+                 if capped else f"+ --max-tokens {args.max_tokens}")
         full = longest // args.block_size
         sharing = blocks_to_serve(longest, end, args.n, args.block_size)
+        own = (sharing - full) // args.n  # each completion's blocks beside the shared ones
         shared = (f"its {full} full block{'s' * (full != 1)} of {args.block_size} shared by "
-                  f"the -n {args.n} completions, each with {(sharing - full) // args.n} of "
-                  f"its own: {needed} blocks" if args.n > 1 and sharing == needed else
+                  f"the -n {args.n} completions, each with {own} of its own: {needed} blocks"
+                  if args.n > 1 and sharing == needed and full else
+                  f"{own} blocks of {args.block_size} for each of the -n {args.n} completions: "
+                  f"{needed} blocks" if args.n > 1 and sharing == needed else
                   f"{needed} blocks of {args.block_size}")
         parser.error(f"--num-blocks {args.num_blocks} is too small: the longest prompt "
                      f"({longest} tokens) {grows} takes {shared}; give --num-blocks "
