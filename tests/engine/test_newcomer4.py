@@ -94,10 +94,28 @@ def beams_whole():
 
 
 def beam_search_warned(llm, params):
+    """The outputs and, per prompt cut short, what the call's one warning
+    (issue #26: one per call) says of it, as ``"prompts[i]: ..."``."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outs = llm.beam_search(BEAM_PROMPTS, params)
-    return outs, [str(w.message) for w in caught if w.category is KVCacheTooSmallWarning]
+    said = [str(w.message) for w in caught if w.category is KVCacheTooSmallWarning]
+    assert len(said) <= 1, said
+    return outs, [f"{name}: {text}" for message in said for name, text in per_prompt(message)]
+
+
+def per_prompt(message):
+    """A warning's lines as (prompt name, text): 'prompts[0], prompts[2]: x'
+    and 'prompts[0] to prompts[2]: x' say x of each."""
+    lines = message.split("\n")
+    pairs = []
+    for line in lines[1:] if len(lines) > 1 else lines:
+        names, text = line.split(": ", 1)
+        for part in names.split(", "):
+            ends = re.findall(r"prompts\[(\d+)\]", part)
+            first, last = int(ends[0]), int(ends[-1])
+            pairs += [(f"prompts[{i}]", text) for i in range(first, last + 1)]
+    return pairs
 
 
 @pytest.mark.parametrize("width", [1, 2, 3])

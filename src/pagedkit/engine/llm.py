@@ -120,9 +120,10 @@ class LLM:
                for p, who in zip(prompts, names, strict=True)]
         limit = concurrency_limit or max(1, len(ids))  # no prompts: [] (vLLM's)
         outputs = []
-        for start in range(0, len(ids), limit):
-            outputs += offline_beam_search(self, ids[start:start + limit], params, use_tqdm,
-                                           names[start:start + limit])
+        with self.llm_engine.one_warning(names):  # the prompts cut short, said once
+            for start in range(0, len(ids), limit):
+                outputs += offline_beam_search(self, ids[start:start + limit], params, use_tqdm,
+                                               names[start:start + limit])
         return outputs
 
     def _check_beam_width(self, width: int) -> None:
@@ -198,8 +199,9 @@ class LLM:
         engine.add_requests(list(zip(ids, prompts, params, strict=True)), names=names)
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}
-        try:
-            with tqdm(total=len(prompts), desc="generate", disable=not use_tqdm) as bar:
+        try:  # the requests a small KV cache cut short are said in one warning
+            with engine.one_warning(names), tqdm(total=len(prompts), desc="generate",
+                                                 disable=not use_tqdm) as bar:
                 while len(done) < len(ids) and engine.has_unfinished_requests():
                     step = engine.step()
                     for output in step.finished:

@@ -26,6 +26,7 @@ import itertools
 import math
 import numbers
 import os
+import re
 import time
 from collections.abc import Mapping
 from collections.abc import Sequence as SequenceLike
@@ -69,7 +70,11 @@ class KVCacheTooSmallWarning(UserWarning):
     them must fit the cache at once; vLLM runs each sample as a request of
     its own and would serve every token. The warning names the request, how
     far each sequence got, the blocks the group needs and what to change
-    (docs/api.md, "Compared with vLLM")."""
+    (docs/api.md, "Compared with vLLM"). Also raised for a request that a
+    max_model_len lowered to the cache's size ends short of its
+    max_tokens. `LLM.generate` (and ``chat``, ``beam_search``) raises one
+    per call, listing every request it cut short; `LLMEngine.step` one per
+    request."""
 
 
 class LLMEngine:
@@ -158,6 +163,8 @@ class LLMEngine:
         self._seq_ids = itertools.count()  # per engine, so ids do not depend on other engines
         self._aborted: list[RequestOutput] = []  # reported by the next step
         self._names: dict[str, str] = {}  # how warnings call each request in flight
+        #: inside `one_warning`: the requests cut short so far, (name, what is said)
+        self._cut_notes: list[tuple[str, str]] | None = None
         self._peak_used_blocks = 0  # the most blocks in use at once, for memory_stats
         self._generator = torch.Generator(self.device).manual_seed(seed)
         self._prompt_logprob_groups = 0  # requests in flight that want prompt logprobs
@@ -490,10 +497,10 @@ class LLMEngine:
         out.new_tokens = sampled.new_tokens if sampled else {}
         out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
         for group in plan.ended:  # never silently short: say why, and what to change
-            warn_at_caller(self._outgrew_message(group), KVCacheTooSmallWarning)
+            self._warn_cut(group, self._outgrew_message(group))
         for group in finished:
             if group not in plan.ended and self._ended_by_lowered_len(group):
-                warn_at_caller(self._lowered_len_message(group), KVCacheTooSmallWarning)
+                self._warn_cut(group, self._lowered_len_message(group))
         out.finished += [self._retire(group) for group in finished]
         # what vLLM's step() returns, read from this moment's tokens when first asked for
         new = out.new_tokens
@@ -591,8 +598,8 @@ class LLMEngine:
         # served whole, the last beam prompt has end - 1 tokens: every limit in its way
         end = min(prompt_len + params.max_tokens, self._context_len)
         category = KVCacheTooSmallWarning if capacity < end else UserWarning
-        warn_at_caller(self._cut_short(
-            who, f"the beams (beam_width={params.beam_width}, max_tokens={params.max_tokens}) "
+        self._warn_cut(who, self._cut_short(
+            f"the beams (beam_width={params.beam_width}, max_tokens={params.max_tokens}) "
             f"ended with finish_reason='length' after {reached} generated "
             f"token{'s' * (reached != 1)}: each step sends every beam (the prompt's "
             f"{prompt_len} token{'s' * (prompt_len != 1)} and those generated so far) to the "
@@ -601,16 +608,35 @@ class LLMEngine:
             batched_tokens=end - 1 if budget is not None and budget < end - 1 else None,
             lower={"max_tokens": reached}, docs="Generating: `LLM`"), category)
 
-    def _cut_short(self, who: SequenceGroup | str, what: str, *, num_blocks: int | None = None,
-                   batched_tokens: int | None = None, lower: dict[str, int],
-                   docs: str = "Compared with vLLM") -> str:
-        """The text of a warning that a request was cut short: the request
-        (its group, named as the caller wrote it, or that name), `what`
-        happened, then every fix that serves it whole: an engine of
-        `num_blocks` blocks and, where given, chunked prefill (or
-        `batched_tokens` per step); or each option in `lower` lowered to its value."""
+    def _warn_cut(self, who: SequenceGroup | str, text: str,
+                  category: type[Warning] = KVCacheTooSmallWarning) -> None:
+        """Say that a request was cut short: ``"<name>: <text>"``, the
+        request named as the caller wrote it (its group's name, or `who`).
+        A `KVCacheTooSmallWarning` raised inside `one_warning` is kept for
+        that call's one warning; otherwise each request warns by itself
+        (`step` once per request it cut short)."""
         if isinstance(who, SequenceGroup):
             who = self._names.get(who.request_id, f"request {who.request_id!r}")
+        if self._cut_notes is not None and category is KVCacheTooSmallWarning:
+            self._cut_notes.append((who, text))
+        else:
+            warn_at_caller(f"{who}: {text}", category)
+
+    def one_warning(self, names: list[str]) -> OneWarning:
+        """Within (a ``with`` block): every request cut short by the KV cache
+        is said in one `KVCacheTooSmallWarning` at the end (`LLM.generate`
+        and `LLM.beam_search`: one per call), requests said alike named
+        together in `names`' order (`cut_short_text`). Nested, the outer one
+        says it."""
+        return OneWarning(self, names)
+
+    def _cut_short(self, what: str, *, num_blocks: int | None = None,
+                   batched_tokens: int | None = None, lower: dict[str, int],
+                   docs: str = "Compared with vLLM") -> str:
+        """What a warning says of a request cut short (`_warn_cut` names
+        it): `what` happened, then every fix that serves it whole: an engine
+        of `num_blocks` blocks and, where given, chunked prefill (or
+        `batched_tokens` per step); or each option in `lower` lowered to its value."""
         build = []
         if num_blocks is not None:
             build.append(f"num_blocks={num_blocks} or more (or a kv_cache_memory that holds "
@@ -620,7 +646,7 @@ class LLMEngine:
                          f"{batched_tokens} or more)")
         fixes = [f"build the engine with {' and '.join(build)}"] if build else []
         fixes += [f"lower {name} to {value}" for name, value in lower.items()]
-        return f"{who}: {what}. To be served whole: {', or '.join(fixes)} (docs/api.md, '{docs}')."
+        return f"{what}. To be served whole: {', or '.join(fixes)} (docs/api.md, '{docs}')."
 
     def blocks_to_serve(self, prompt_len: int, params: SamplingParams,
                         num_sequences: int | None = None) -> int:
@@ -662,7 +688,7 @@ class LLMEngine:
         if longest >= 1:
             lower["max_tokens"] = longest
         return self._cut_short(
-            group, f"the {name}={count} {kind} outgrew the whole KV cache and ended early with "
+            f"the {name}={count} {kind} outgrew the whole KV cache and ended early with "
             f"finish_reason='length' after {reached} generated tokens ({asked}). They "
             f"run as one group sharing the prompt's {full} full block{'s' * (full != 1)}, "
             f"each with blocks of its own: serving them all needs {need} blocks of "
@@ -689,7 +715,7 @@ class LLMEngine:
         asked = ("max_tokens=None" if params.max_tokens is None
                  else f"max_tokens={params.max_tokens}")
         return self._cut_short(
-            group, f"ended with finish_reason='length' after {reached} generated tokens "
+            f"ended with finish_reason='length' after {reached} generated tokens "
             f"({asked}) at max_model_len={self.max_model_len}, which the KV cache set: "
             f"max_model_len was left unset, and the cache holds {have * block_size} tokens "
             f"(num_blocks={have} x block_size={block_size}), fewer than the model's "
@@ -868,6 +894,62 @@ def _fit_to_cache(max_model_len: int, requested: int | None, num_blocks: int,
         f"{block_size} tokens for one sequence, but the cache has {num_blocks}: the largest "
         f"max_model_len that fits is {capacity}. Give a smaller max_model_len (or leave it "
         "unset: the longest that fits), or more num_blocks / kv_cache_memory")
+
+
+class OneWarning:
+    """`LLMEngine.one_warning`'s ``with`` block (a class, not a generator,
+    so that the warning points at the caller's line)."""
+
+    def __init__(self, engine: LLMEngine, names: list[str]) -> None:
+        self.engine, self.names, self.outer = engine, names, False
+
+    def __enter__(self) -> None:
+        self.outer = self.engine._cut_notes is None
+        if self.outer:
+            self.engine._cut_notes = []
+
+    def __exit__(self, *exc: object) -> None:
+        if self.outer:
+            notes, self.engine._cut_notes = self.engine._cut_notes, None
+            if notes:
+                warn_at_caller(cut_short_text(notes, self.names), KVCacheTooSmallWarning)
+
+
+def cut_short_text(notes: list[tuple[str, str]], names: list[str]) -> str:
+    """One warning for every request of a call cut short: `notes` are
+    ``(name, what is said)``; requests said alike share one line, named in
+    the order of `names` (how the call names its requests), a run of three
+    or more ``prompts[i]`` as ``prompts[a] to prompts[b]``."""
+    place = {name: i for i, name in enumerate(names)}
+    alike: dict[str, list[str]] = {}
+    for name, text in sorted(notes, key=lambda note: place.get(note[0], len(place))):
+        alike.setdefault(text, []).append(name)
+    lines = [f"{_name_runs(group)}: {text}" for text, group in alike.items()]
+    if len(lines) == 1:
+        return lines[0]
+    return (f"{len(notes)} requests of this call were cut short by the KV cache:\n"
+            + "\n".join(lines))
+
+
+def _name_runs(names: list[str]) -> str:
+    """``prompts[0], prompts[1]``, or ``prompts[0] to prompts[9]`` for a run
+    of three or more consecutive places; other names as they are."""
+    runs: list[list] = []  # [first, last] places, or [name]
+    for name in names:
+        at = re.fullmatch(r"prompts\[(\d+)\]", name)
+        if at and runs and len(runs[-1]) == 2 and runs[-1][1] == int(at[1]) - 1:
+            runs[-1][1] = int(at[1])
+        else:
+            runs.append([int(at[1])] * 2 if at else [name])
+    said = []
+    for run in runs:
+        if len(run) == 1:
+            said.append(run[0])
+        elif run[1] - run[0] >= 2:
+            said.append(f"prompts[{run[0]}] to prompts[{run[1]}]")
+        else:
+            said += [f"prompts[{i}]" for i in range(run[0], run[1] + 1)]
+    return ", ".join(said)
 
 
 def memory_available(device: torch.device) -> tuple[int, str] | None:
