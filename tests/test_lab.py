@@ -254,16 +254,24 @@ def test_the_widget_state_default_is_said_and_can_be_left_off(tmp_path, monkeypa
     assert all("--no-widget-state" not in argv for argv in written)  # not passed to jupyter
 
 
+#: a fake JupyterLab: a real process that stops on TERM, HUP or INT, exiting 100 + the signal
 CHILD = ("import signal, sys, time\n"
-         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+         "for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):\n"
+         "    signal.signal(s, lambda signum, _: sys.exit(100 + signum))\n"
          "print('ready', flush=True)\n"
          "time.sleep(120)\n")
 
 
-def test_a_kill_is_passed_on_to_jupyterlab_not_left_running(monkeypatch):
+@pytest.mark.parametrize("sent, passed_on", [("SIGTERM", "SIGTERM"), ("SIGHUP", "SIGHUP"),
+                                             ("SIGINT", "SIGTERM")])
+def test_a_kill_is_passed_on_to_jupyterlab_not_left_running(monkeypatch, sent, passed_on):
     """Newcomer finding 5: `kill <pid of pagedkit lab>` ended the command and left
     JupyterLab running, orphaned, on its port. A fake JupyterLab (a real
-    process that stops on TERM) gets the TERM this command got, and is waited for."""
+    process) gets the signal this command got, and is waited for. Issue #26
+    (newcomer 7, finding 7): `kill -INT` of this command alone was noted and
+    not passed on, so JupyterLab ran on; an INT is passed on as a TERM
+    (JupyterLab's clean stop) and the command says "interrupted" (130)."""
+    sent, passed_on = getattr(lab.signal, sent), getattr(lab.signal, passed_on)
     started = []
 
     class Jupyter(subprocess.Popen):
@@ -275,19 +283,23 @@ def test_a_kill_is_passed_on_to_jupyterlab_not_left_running(monkeypatch):
             if self.returncode is None and not getattr(self, "killed", False):
                 assert self.stdout.readline() == "ready\n"  # its handler is in place
                 self.killed = True
-                os.kill(os.getpid(), lab.signal.SIGTERM)  # what `kill` sends this command
+                os.kill(os.getpid(), sent)  # what `kill -N <pid>` sends this command alone
             return super().wait(timeout)
 
     monkeypatch.setattr(lab.subprocess, "Popen", Jupyter)
-    before = lab.signal.getsignal(lab.signal.SIGTERM)
+    before = {s: lab.signal.getsignal(s) for s in lab.FORWARDED}
     try:
-        assert lab.run_until_it_exits(["jupyter"]) == 128 + lab.signal.SIGTERM
+        if sent == lab.signal.SIGINT:
+            with pytest.raises(KeyboardInterrupt):  # the command line: "interrupted", 130
+                lab.run_until_it_exits(["jupyter"])
+        else:
+            assert lab.run_until_it_exits(["jupyter"]) == 128 + sent
     finally:
         for child in started:
             child.kill() if child.poll() is None else None
             child.stdout.close()
-    assert started[0].returncode == 0  # it stopped on the TERM passed on
-    assert lab.signal.getsignal(lab.signal.SIGTERM) is before  # handlers put back
+    assert started[0].returncode == 100 + passed_on  # it stopped on the signal passed on
+    assert {s: lab.signal.getsignal(s) for s in lab.FORWARDED} == before  # handlers put back
 
 
 def test_ctrl_c_twice_is_interrupted_and_130_as_every_command(monkeypatch, capsys):
@@ -295,17 +307,24 @@ def test_ctrl_c_twice_is_interrupted_and_130_as_every_command(monkeypatch, capsy
     the command said nothing and exited 254 (Popen's -2 as a status)."""
     class Jupyter:
         def __init__(self, argv):
-            pass
+            self.got = []
+
+        def send_signal(self, signum):
+            self.got.append(signum)
 
         def wait(self):
             os.kill(os.getpid(), lab.signal.SIGINT)  # the terminal's Ctrl-C reaches us too
+            assert self.got == [lab.signal.SIGTERM]  # and is passed on as a TERM
             return -lab.signal.SIGINT
 
     monkeypatch.setattr(lab.subprocess, "Popen", Jupyter)
     monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": ([], []))
     assert cli(["lab", "--no-widget-state"]) == 130
     assert capsys.readouterr().err.strip().endswith("python -m pagedkit lab: interrupted")
-    assert lab.exit_status(-9, []) == 137 and lab.exit_status(0, [lab.signal.SIGINT]) == 0
+    assert lab.exit_status(-9, []) == 137 and lab.exit_status(0, [lab.signal.SIGHUP]) == 129
+    for code in (0, -lab.signal.SIGTERM, -lab.signal.SIGINT):  # an interrupt came first
+        with pytest.raises(KeyboardInterrupt):
+            lab.exit_status(code, [lab.signal.SIGINT, lab.signal.SIGTERM])
 
 
 def test_it_counts_notebooks_and_says_which_options_go_to_jupyter(tmp_path, monkeypatch,

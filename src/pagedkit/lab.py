@@ -203,29 +203,33 @@ def join_option_values(argv: list[str], is_lab, flags: set[str] = frozenset(),
     return out
 
 
-#: Signals that end this command and are passed on to JupyterLab (a ``kill``, a
-#: closed terminal): without that, JupyterLab ran on, orphaned, on its port.
-FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+#: Signals that end this command, and what is passed on to JupyterLab for each: a
+#: ``kill`` (TERM), a closed terminal (HUP), an interrupt (INT: Ctrl-C, or ``kill
+#: -INT`` of this command alone). Without that, JupyterLab ran on, orphaned, on its
+#: port. An interrupt is passed on as a TERM, JupyterLab's clean stop: Ctrl-C reaches
+#: JupyterLab itself too (one process group), and a second INT would race with it.
+FORWARDED = {getattr(signal, name): getattr(signal, sent) for name, sent in
+             (("SIGTERM", "SIGTERM"), ("SIGHUP", "SIGHUP"), ("SIGINT", "SIGTERM"))
+             if hasattr(signal, name)}
 
 
 def run_until_it_exits(argv: list[str]) -> int:
-    """Run `argv` and return its exit status, the shell's way. Ctrl-C reaches
-    JupyterLab too (one process group): it asks, or shuts down cleanly, and
-    this waits for it instead of dying with a traceback; a TERM or HUP is
-    passed on to it, then waited for (`exit_status`)."""
+    """Run `argv` and return its exit status, the shell's way. A TERM, HUP
+    or INT (Ctrl-C) to this command is passed on to JupyterLab (`FORWARDED`),
+    which stops cleanly, and is waited for instead of dying with a traceback
+    (`exit_status`)."""
     received: list[int] = []
     pending: list[int] = []  # to pass on once JupyterLab has started
     proc = None
 
     def note(signum, _frame):
         received.append(signum)
-        if signum != signal.SIGINT:
-            if proc is None:
-                pending.append(signum)
-            else:
-                proc.send_signal(signum)
+        if proc is None:
+            pending.append(FORWARDED[signum])
+        else:
+            proc.send_signal(FORWARDED[signum])
 
-    previous = {s: signal.signal(s, note) for s in (signal.SIGINT, *FORWARDED)}
+    previous = {s: signal.signal(s, note) for s in FORWARDED}
     try:
         proc = subprocess.Popen(argv)
         while pending:  # arrived before it started: pass them on now, once each
@@ -244,15 +248,15 @@ def run_until_it_exits(argv: list[str]) -> int:
 
 def exit_status(code: int, received: list[int]) -> int:
     """The status to exit with once JupyterLab ended with `code` (Popen's:
-    -N if signal N ended it): 128 + N for a TERM or HUP this command passed
-    on, or for a signal that ended JupyterLab; a KeyboardInterrupt when
-    Ctrl-C ended it (two quick ones skip its confirmation), so the command
-    line says "interrupted" and exits 130, as every command does."""
-    passed_on = [s for s in received if s != signal.SIGINT]
-    if passed_on:
-        return 128 + passed_on[0]
-    if code == -signal.SIGINT:
+    -N if signal N ended it): a KeyboardInterrupt when an interrupt (INT)
+    came first, this command's or JupyterLab's own, so the command line
+    says "interrupted" and exits 130, as every command does; 128 + N for a
+    TERM or HUP this command passed on, or for a signal that ended
+    JupyterLab; else JupyterLab's own code."""
+    if (received[:1] or [-code]) == [signal.SIGINT]:
         raise KeyboardInterrupt
+    if received:
+        return 128 + received[0]
     return 128 - code if code < 0 else code
 
 
