@@ -2,7 +2,9 @@
 
 Each request may carry its own seed; its draws then come from its own
 `torch.Generator`, so a seeded request samples the same tokens whatever else
-shares its batch, and whether or not it was preempted and recomputed.
+shares its batch, and whether or not it was preempted and recomputed. They
+are not vLLM's tokens for the same seed: vLLM draws differently, and
+differently on each platform (docs/api.md, "Compared with vLLM").
 Greedy picks need no generator, so the engine takes them for a whole step at
 once (one argmax in `pagedkit.engine.sampling.sample_step`) instead of one
 per sequence.
