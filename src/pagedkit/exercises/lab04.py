@@ -197,6 +197,12 @@ def decode_grid() -> list[tuple]:
     return cases
 
 
+def decode_cases() -> list[tuple]:
+    """Every case `check_paged_decode_attention` runs, in order: the lab's
+    `DECODE_CASES` (head_dim 8), then `decode_grid`."""
+    return [(n, bs, hq, hkv, 8, 1.0) for n, bs, hq, hkv in DECODE_CASES] + decode_grid()
+
+
 def _decode_label(n: int, bs: int, hq: int, hkv: int, d: int, big: float) -> str:
     parts = []
     if n % bs == 0:
@@ -221,7 +227,7 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
     Checked against SDPA on the un-paged K/V: the lab's cases, then the
     boundaries of `decode_grid`."""
     name = "paged_decode_attention"
-    cases = [(n, bs, hq, hkv, 8, 1.0) for n, bs, hq, hkv in DECODE_CASES] + decode_grid()
+    cases = decode_cases()
 
     def body() -> CheckResult:
         for seed, (n, bs, hq, hkv, d, big) in enumerate(cases):
@@ -520,7 +526,7 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     signature of lab 04's skeleton, one program per head, whose block-table
     lookup the learner wrote. It runs in Triton's interpreter in a fresh
     process (the interpreter must be on before Triton is imported; see
-    `_kernel_runner`) on shuffled blocks of 1 to 16 tokens, in a cache whose
+    `_kernel_runner`) on shuffled blocks of 1 to 32 tokens, in a cache whose
     blocks and heads are padded (so a block's stride is not block_size x a
     token's, nor a head's head_dim), with a block table that ends where
     unreadable memory begins (an unmasked table load faults), blocks longer

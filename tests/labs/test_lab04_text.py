@@ -1,0 +1,103 @@
+"""Lab 04's exercise texts, its checkers' docstrings and pass messages say
+what the checks run (audit 37): exercise 3 said block sizes 1 to 16 (and so
+did check_paged_kernel's docstring) while KERNEL_CASES reach 32, and
+exercise 2 said GQA groups of 1, 2 and 4 while the check also runs a group
+of 3, at head_dim 12. Every place is read for its numbers and compared with
+the cases themselves, in English and in Chinese."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from babel.messages.pofile import read_po
+
+from pagedkit.exercises import lab04
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = "04_paged_attention.ipynb"
+EXERCISE_2, EXERCISE_3 = "03e23a16", "926fb356"  # the cells' ids
+PO = ROOT / "src" / "pagedkit" / "i18n" / "locale" / "zh_CN" / "LC_MESSAGES" / "pagedkit.po"
+
+
+def cell_text(lab: Path, cell_id: str) -> str:
+    cells = json.loads(lab.read_text(encoding="utf-8"))["cells"]
+    return " ".join("".join(c["source"]) for c in cells if c.get("id") == cell_id).replace(
+        "\n", " ")
+
+
+def pass_message(start: str, language: str) -> str:
+    """The one message of the catalog whose English begins with `start`, in `language`."""
+    with PO.open("rb") as f:
+        found = [m for m in read_po(f) if isinstance(m.id, str) and m.id.startswith(start)]
+    assert len(found) == 1, (start, [m.id for m in found])
+    return found[0].id if language == "en" else found[0].string
+
+
+def block_range(cases) -> tuple[int, int]:
+    sizes = {case[1] for case in cases}  # (context_len, block_size, ...)
+    return min(sizes), max(sizes)
+
+
+BLOCK_RANGES = [  # (what, its text, the pattern of its range, the cases it speaks of)
+    ("exercise 3 (English)", lambda: cell_text(ROOT / "labs" / LAB, EXERCISE_3),
+     r"block sizes (\d+) to (\d+)", lab04.KERNEL_CASES),
+    ("exercise 3 (Chinese)", lambda: cell_text(ROOT / "labs" / "zh-CN" / LAB, EXERCISE_3),
+     r"页块大小从 (\d+) 到 (\d+)", lab04.KERNEL_CASES),
+    ("check_paged_kernel's docstring", lambda: " ".join(lab04.check_paged_kernel.__doc__.split()),
+     r"blocks of (\d+) to (\d+) tokens", lab04.KERNEL_CASES),
+    ("check_paged_kernel's pass message (English)",
+     lambda: pass_message("all {value} cases match attention on the un-paged K/V", "en"),
+     r"block sizes (\d+) to (\d+)", lab04.KERNEL_CASES),
+    ("check_paged_kernel's pass message (Chinese)",
+     lambda: pass_message("all {value} cases match attention on the un-paged K/V", "zh"),
+     r"页块大小 (\d+) 到 (\d+)", lab04.KERNEL_CASES),
+    ("check_gather_kv's pass message (English)",
+     lambda: pass_message("all {n} cases pass (shuffled blocks", "en"),
+     r"block sizes (\d+) to (\d+)", lab04.GATHER_CASES),
+    ("check_gather_kv's pass message (Chinese)",
+     lambda: pass_message("all {n} cases pass (shuffled blocks", "zh"),
+     r"页块大小 (\d+) 到 (\d+)", lab04.GATHER_CASES),
+]
+
+
+@pytest.mark.parametrize("what, text, pattern, cases", BLOCK_RANGES,
+                         ids=[row[0] for row in BLOCK_RANGES])
+def test_the_block_sizes_said_are_the_checks_own(what, text, pattern, cases):
+    said = [tuple(map(int, m)) for m in re.findall(pattern, text())]
+    assert said == [block_range(cases)], f"{what} says block sizes {said}"
+
+
+def decode_groups_and_dims() -> tuple[set[int], list[int]]:
+    cases = lab04.decode_cases()  # (context_len, block_size, q_heads, kv_heads, head_dim, scale)
+    return {hq // hkv for _, _, hq, hkv, _, _ in cases}, sorted({d for *_, d, _ in cases})
+
+
+DECODE_TEXTS = [  # (what, its text, groups "lo to hi", the group named, the head dims)
+    ("exercise 2 (English)", lambda: cell_text(ROOT / "labs" / LAB, EXERCISE_2),
+     r"GQA groups of (\d+) to (\d+)", r"a group of (\d+) among them",
+     r"head_dim (\d+) and (\d+)"),
+    ("exercise 2 (Chinese)", lambda: cell_text(ROOT / "labs" / "zh-CN" / LAB, EXERCISE_2),
+     r"GQA 分组为 (\d+) 到 (\d+)", r"其中有一组是 (\d+)", r"head_dim 为 (\d+) 和 (\d+)"),
+    ("check_paged_decode_attention's pass message (English)",
+     lambda: pass_message("all {n} cases match SDPA on the un-paged K/V", "en"),
+     r"GQA groups of (\d+) to (\d+)", None, r"head_dim (\d+) and (\d+)"),
+    ("check_paged_decode_attention's pass message (Chinese)",
+     lambda: pass_message("all {n} cases match SDPA on the un-paged K/V", "zh"),
+     r"GQA 组大小 (\d+) 到 (\d+)", None, r"head_dim (\d+) 和 (\d+)"),
+]
+
+
+@pytest.mark.parametrize("what, text, groups, named, dims", DECODE_TEXTS,
+                         ids=[row[0] for row in DECODE_TEXTS])
+def test_the_gqa_groups_and_head_dims_said_are_the_checks_own(what, text, groups, named, dims):
+    run_groups, run_dims = decode_groups_and_dims()
+    text = text()
+    said = [tuple(map(int, m)) for m in re.findall(groups, text)]
+    assert len(said) == 1, f"{what}: no one range of groups in {text!r}"
+    lo, hi = said[0]
+    assert set(range(lo, hi + 1)) == run_groups, f"{what} says groups {lo} to {hi}"
+    if named:  # the group that is not a power of two, which the text points out
+        group = [int(m) for m in re.findall(named, text)]
+        assert len(group) == 1 and group[0] in run_groups and group[0] & (group[0] - 1)
+    assert [list(map(int, m)) for m in re.findall(dims, text)] == [run_dims], what
