@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import importlib.util
+import tempfile
 from pathlib import Path
 
 import torch
@@ -17,6 +18,9 @@ import torch
 from pagedkit.memory import ROOT_HASH, hash_block
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "labs" / "solutions"
+#: where the wrong Triton kernels' module files live (Triton and the checks read
+#: a kernel's source from its file): one folder, removed when the process ends
+KERNEL_FILES = tempfile.TemporaryDirectory(prefix="wrong_answers_")
 
 
 def _solution(stem: str):
@@ -854,7 +858,6 @@ def _kernel_variant(name: str, lookup: str):
     written to a module file (Triton reads a kernel's source from its file)."""
     import inspect
     import sys
-    import tempfile
     import textwrap
 
     source = textwrap.dedent(inspect.getsource(_solution("lab04_paged_attention").paged_kernel.fn))
@@ -862,8 +865,8 @@ def _kernel_variant(name: str, lookup: str):
         textwrap.indent(textwrap.dedent(lookup), " " * 8)
     assert right in source, source
     source = source.replace(right, wrong).replace("def paged_kernel(", f"def {name}(")
-    directory = Path(tempfile.mkdtemp(prefix="wrong_kernels_"))
-    path = directory / f"{name}.py"
+    path = Path(KERNEL_FILES.name) / f"{name}.py"
+    assert not path.exists(), f"two wrong kernels named {name}"
     path.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -984,7 +987,6 @@ def _puzzle_variant(kernel: str, name: str, *edits: tuple[str, str]):
     made, as a kernel of its own in a module file (Triton reads its source)."""
     import inspect
     import sys
-    import tempfile
     import textwrap
 
     solutions = _solution("lab04c_triton_puzzles")
@@ -993,7 +995,8 @@ def _puzzle_variant(kernel: str, name: str, *edits: tuple[str, str]):
         assert old in source, (kernel, old)
         source = source.replace(old, new)
     source = source.replace(f"def {kernel}(", f"def {name}(")
-    path = Path(tempfile.mkdtemp(prefix="wrong_puzzles_")) / f"{name}.py"
+    path = Path(KERNEL_FILES.name) / f"{name}.py"
+    assert not path.exists(), f"two wrong kernels named {name}"
     path.write_text("import triton\nimport triton.language as tl\n\n\n" + source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
