@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from .wrong_answers import WRONG
+from .wrong_answers import MESSAGES, WRONG
 
 
 def every_exercise():
@@ -32,6 +32,8 @@ def test_check_rejects_wrong_answer(lab, name, wrong):
     result = check(wrong)
     assert not result.passed, f"{lab}.{name} accepts the wrong answer {wrong.__name__}"
     assert repr(result).startswith("❌") and result.message
+    for words in MESSAGES.get(wrong.__name__, ()):
+        assert words in result.message, (wrong.__name__, result.message)
 
 
 def test_the_wrong_kernels_files_leave_nothing_behind(tmp_path):

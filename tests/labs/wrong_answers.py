@@ -1021,6 +1021,11 @@ def _wrong_puzzles():
             v("store_kv_kernel", "store_value_from_key",
               ("tl.store(v_cache_ptr + dst, tl.load(value_ptr + src))",
                "tl.store(v_cache_ptr + dst, tl.load(key_ptr + src))")),
+            v("store_kv_kernel", "store_ignores_the_block_stride",  # newcomer 8: passed once
+              ("dst = block * stride_block + offset * stride_slot + head * stride_head + d",
+               "dst = slot * stride_slot + head * stride_head + d")),
+            v("store_kv_kernel", "store_without_the_slot_guard",   # slot -1 writes before
+              ("    if slot >= 0:\n", "    if True:\n")),           # the cache (newcomer 8)
         ],
         "gather_kernel": [
             v("gather_kernel", "gather_unmasked_table_load",
@@ -1031,6 +1036,11 @@ def _wrong_puzzles():
             v("gather_kernel", "gather_logical_block_as_physical",
               ("block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0)"
                ".to(tl.int64)", "block = (n // BLOCK_SIZE).to(tl.int64)")),
+            v("gather_kernel", "gather_ignores_the_block_stride",
+              ("row = block * stride_block + (n % BLOCK_SIZE) * stride_slot",
+               "row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_slot")),
+            v("gather_kernel", "gather_out_heads_head_dim_apart",
+              ("head * stride_out_head + d[None, :]", "head * HEAD_DIM + d[None, :]")),
         ],
         "decode_kernel": [
             v("decode_kernel", "decode_acc_not_rescaled",
@@ -1041,6 +1051,12 @@ def _wrong_puzzles():
             v("decode_kernel", "decode_lse_without_the_max",
               ("tl.store(lse_ptr + head + tl.arange(0, 1), row_max + tl.log(row_sum))",
                "tl.store(lse_ptr + head + tl.arange(0, 1), tl.log(row_sum))")),
+            v("decode_kernel", "decode_ignores_the_block_stride",
+              ("row = block * stride_block + (n % BLOCK_SIZE) * stride_slot",
+               "row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_slot")),
+            v("decode_kernel", "decode_unmasked_table_load",
+              ("tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0)",
+               "tl.load(block_table_ptr + n // BLOCK_SIZE)")),
         ],
         "merge_kernel": [
             v("merge_kernel", "merge_without_the_max",
@@ -1055,6 +1071,9 @@ def _wrong_puzzles():
             v("merge_kernel", "merge_weights_without_the_max",   # the lse subtracts it, out not
               ("merged = tl.sum(w[:, None] * parts, 0) / tl.where(total > 0, total, 1.0)",
                "merged = tl.sum(tl.exp(lse)[:, None] * parts, 0) / tl.sum(tl.exp(lse), 0)")),
+            v("merge_kernel", "merge_unmasked_loads",    # splits past num_splits read past
+              (", mask=mask, other=float(\"-inf\"))", ")"),  # the end of the inputs
+              (",\n                    mask=mask[:, None], other=0.0)", ")")),
         ],
     }
 
@@ -1065,11 +1084,34 @@ for _kernel_name, _kernels in _wrong_puzzles().items():
 
 #: Lab 04c's `serve` (#28): the wrong gather and merge kernels that serving
 #: LLM("tiny") through them must stop, naming the kernel, by `serve`'s keyword.
-#: Not merge_no_empty_guard: it differs only where every split of a row is
-#: empty, and a decode attention always has a key (its puzzle's check stops it).
+#: Not those serving cannot tell from the right kernel (their puzzles' checks
+#: stop them): merge_no_empty_guard differs only where every split of a row is
+#: empty, and a decode attention always has a key; the engine's tensors are not
+#: padded, so a size used for a stride is right there; serving merges
+#: NUM_SPLITS splits, a power of two, so no lane runs past them.
+NOT_SERVED = {"merge_no_empty_guard", "gather_ignores_the_block_stride",
+              "gather_out_heads_head_dim_apart", "merge_unmasked_loads"}
 WRONG_SERVED: dict[str, list] = {
-    name: [k for k in WRONG.get(("lab04c", name), []) if k.__name__ != "merge_no_empty_guard"]
+    name: [k for k in WRONG.get(("lab04c", name), []) if k.__name__ not in NOT_SERVED]
     for name in ("gather_kernel", "merge_kernel")}
+
+#: What a check's message must say of a wrong answer, beyond failing: the
+#: case, and the cause. Lab 04c's stride mistakes (a size used where a stride
+#: belongs) and memory faults (a load past the data without a mask, a padding
+#: token's slot -1 written), one of each per puzzle that has them (newcomer 8).
+_STRIDE = "a size is used where a stride belongs"
+MESSAGES: dict[str, tuple[str, ...]] = {
+    "store_sizes_for_strides": ("on 5 new tokens", _STRIDE),
+    "store_ignores_the_block_stride": ("on 5 new tokens", _STRIDE),
+    "gather_ignores_the_block_stride": ("on 5 tokens", _STRIDE),
+    "gather_out_heads_head_dim_apart": ("on 5 tokens", _STRIDE),
+    "decode_ignores_the_block_stride": ("on 5 tokens", _STRIDE),
+    "store_without_the_slot_guard": ("on 5 new tokens", "wrote outside",
+                                     "slot is -1: wrap the stores in `if slot >= 0:`"),
+    "gather_unmasked_table_load": ("on 5 tokens", "process died", "mask=n < num_tokens"),
+    "decode_unmasked_table_load": ("on 5 tokens", "process died", "mask=n < context_len"),
+    "merge_unmasked_loads": ("on 3 splits", "process died", "mask=s < num_splits"),
+}
 
 
 # ------------------------- boundary states the checks once skipped (#27, round 2)

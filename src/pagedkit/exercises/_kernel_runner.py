@@ -27,27 +27,37 @@ _GUARDED = []  # the mappings behind guarded tables stay alive for the whole run
 
 def guarded_table(blocks):
     """The block ids as an int32 tensor that ends exactly where a page the
-    process may not read begins (mprotect PROT_NONE): a kernel that loads a
-    table entry past the sequence's last block dies of a segmentation fault
+    process may not read begins (`guarded`): a kernel that loads a table
+    entry past the sequence's last block dies of a segmentation fault
     instead of reading padding whose value nothing checks."""
+    import torch
+
+    return guarded(torch.tensor([int(b) for b in blocks], dtype=torch.int32))
+
+
+def guarded(values):
+    """A copy of tensor `values`, contiguous, that ends exactly where a page
+    the process may not read begins (mprotect PROT_NONE): a load past its
+    last element dies of a segmentation fault."""
     import ctypes
     import mmap
 
     import numpy as np
     import torch
 
-    page, nbytes = mmap.PAGESIZE, 4 * len(blocks)
+    flat = values.detach().contiguous().view(-1).numpy()
+    page, nbytes = mmap.PAGESIZE, flat.nbytes
     size = -(-nbytes // page) * page
     buf = mmap.mmap(-1, size + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     address = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     if libc.mprotect(address + size, page, 0) != 0:  # 0 = PROT_NONE
-        raise OSError(ctypes.get_errno(), "mprotect failed: cannot guard the block table")
-    table = np.frombuffer(buf, dtype=np.int32, count=len(blocks), offset=size - nbytes)
-    table[:] = [int(b) for b in blocks]
+        raise OSError(ctypes.get_errno(), "mprotect failed: cannot guard the tensor's end")
+    copy = np.frombuffer(buf, dtype=flat.dtype, count=flat.size, offset=size - nbytes)
+    copy[:] = flat
     _GUARDED.append(buf)
-    return torch.from_numpy(table)
+    return torch.from_numpy(copy).view(values.shape)
 
 
 def sparse_cache(num_blocks: int, block_size: int, num_heads: int, head_dim: int,

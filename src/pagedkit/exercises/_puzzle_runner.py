@@ -4,7 +4,9 @@ Like `_kernel_runner` (whose reasons apply: Triton reads ``TRITON_INTERPRET``
 when first imported), `pagedkit.exercises.lab04c` sends a kernel's source
 here; this process sets the variable before anything imports Triton, runs
 the puzzle's cases and prints one JSON line per case as it finishes: the
-largest difference from a float64 (or exact) reference, or the error.
+largest difference from a float64 (or exact) reference, or the error. A
+case whose values are wrong is run again on unpadded tensors, so the check
+can say when a size was used where a stride belongs.
 ``serve`` mode instead has the learner's kernels serve a real `LLM("tiny")`
 (`_serving`) and prints how its calls and tokens compare with pagedkit's.
 
@@ -21,7 +23,7 @@ import json
 import sys
 import traceback
 
-from ._kernel_runner import guarded_table
+from ._kernel_runner import guarded, guarded_table
 
 SENTINEL = 7.25  # what a slot nothing may write holds: a write there shows
 
@@ -41,29 +43,41 @@ def kernel_from_source(source: str, name: str):
     return triton.jit(namespace[name])
 
 
-def _padded(shape, fill, gen=None):
-    """A tensor of `shape` whose last two dims are padded in memory (a spare
-    row per block and spare elements per head), so no stride is the product
-    of the sizes after it; filled with `fill`, or random if `gen`."""
+def _padded(shape, fill, gen=None, pad=True):
+    """A tensor of `shape` inside a larger one: a spare entry before its first
+    and after its last (a whole block of a cache, a token of an input), so a
+    write just outside it lands where the check reads (`written_outside`);
+    with `pad`, each dim after the first also one longer and the last three
+    longer, so every stride differs from the product of the sizes after it
+    (a size used for a stride misses). Filled with `fill`, or random if
+    `gen`."""
     import torch
 
-    *lead, rows, last = shape
-    storage = torch.full((*lead, rows + 1, last + 3), float(fill))
-    if gen is not None:
-        storage = torch.randn(storage.shape, generator=gen)
-    return storage[..., :rows, :last]
+    inner = (*(size + 1 for size in shape[1:-1]), shape[-1] + 3) if pad else shape[1:]
+    storage = (shape[0] + 2, *inner)
+    storage = torch.randn(storage, generator=gen) if gen is not None else \
+        torch.full(storage, float(fill))
+    return storage[(slice(1, shape[0] + 1), *(slice(0, size) for size in shape[1:]))]
+
+
+def written_outside(tensor, fill) -> bool:
+    """Does the padding around `_padded` `tensor` hold anything but `fill`
+    (the kernel wrote there)?"""
+    padding = tensor._base.clone()
+    padding.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset()).fill_(fill)
+    return bool((padding != fill).any())
 
 
 # ------------------------------------------------------------------ puzzle 1
-def store_kv(kernel, case):
+def store_kv(kernel, case, pad=True):
     import torch
 
     num_tokens, block_size, heads, head_dim, num_blocks, seed = case
     gen = torch.Generator().manual_seed(seed)
-    key = _padded((num_tokens, heads, head_dim), 0.0, gen)
-    value = _padded((num_tokens, heads, head_dim), 0.0, gen)
-    k_cache = _padded((num_blocks, block_size, heads, head_dim), SENTINEL)
-    v_cache = _padded((num_blocks, block_size, heads, head_dim), SENTINEL)
+    key = _padded((num_tokens, heads, head_dim), 0.0, gen, pad=pad)
+    value = _padded((num_tokens, heads, head_dim), 0.0, gen, pad=pad)
+    k_cache = _padded((num_blocks, block_size, heads, head_dim), SENTINEL, pad=pad)
+    v_cache = _padded((num_blocks, block_size, heads, head_dim), SENTINEL, pad=pad)
     slots = torch.randperm(num_blocks * block_size, generator=gen)[:num_tokens]
     slots[torch.arange(num_tokens) % 4 == 3] = -1            # padding tokens: skipped
     slot_mapping = slots.to(torch.int64)
@@ -77,11 +91,12 @@ def store_kv(kernel, case):
                                 k_cache.stride(1), k_cache.stride(2),
                                 BLOCK_SIZE=block_size, HEAD_DIM=head_dim)
     diff = max((k_cache - want_k).abs().max().item(), (v_cache - want_v).abs().max().item())
-    return {"max_diff": diff, "nan": False}
+    return {"max_diff": diff, "nan": False,
+            "outside": written_outside(k_cache, SENTINEL) or written_outside(v_cache, SENTINEL)}
 
 
 # ------------------------------------------------------------------ puzzle 2
-def gather(kernel, case, block_n):
+def gather(kernel, case, block_n, pad=True):
     import torch
 
     num_tokens, block_size, heads, head_dim, seed = case
@@ -89,13 +104,13 @@ def gather(kernel, case, block_n):
     key = torch.randn(num_tokens, heads, head_dim, generator=gen)
     used = -(-num_tokens // block_size)
     num_blocks = used + 3
-    cache = _padded((num_blocks, block_size, heads, head_dim), float("nan"))
+    cache = _padded((num_blocks, block_size, heads, head_dim), float("nan"), pad=pad)
     blocks = torch.randperm(num_blocks, generator=gen)[:used]
     for i in range(num_tokens):
         cache[blocks[i // block_size], i % block_size] = key[i]
     table = guarded_table(blocks)
     rows = -(-num_tokens // block_n) * block_n              # room for every lane of every tile
-    out = torch.full((rows, heads, head_dim), SENTINEL)
+    out = _padded((rows, heads, head_dim), SENTINEL, pad=pad)
     kernel[(-(-num_tokens // block_n), heads)](cache, table, out, num_tokens, cache.stride(0),
                                                cache.stride(1), cache.stride(2), out.stride(0),
                                                out.stride(1), BLOCK_SIZE=block_size,
@@ -103,7 +118,8 @@ def gather(kernel, case, block_n):
     tail_written = bool((out[num_tokens:] != SENTINEL).any())
     got = out[:num_tokens]
     return {"max_diff": (got - key).abs().max().item() if not torch.isnan(got).any() else 0.0,
-            "nan": bool(torch.isnan(got).any()), "tail_written": tail_written}
+            "nan": bool(torch.isnan(got).any()), "tail_written": tail_written,
+            "outside": written_outside(out, SENTINEL)}
 
 
 # ------------------------------------------------------------------ puzzle 3
@@ -127,7 +143,7 @@ def attend(query, keys, values, dtype=None):
     return out.to(dtype), scores.logsumexp(-1).to(dtype)
 
 
-def decode(kernel, case, block_n):
+def decode(kernel, case, block_n, pad=True):
     import torch
 
     context_len, block_size, q_heads, kv_heads, head_dim, seed = case
@@ -137,8 +153,8 @@ def decode(kernel, case, block_n):
     query = torch.randn(q_heads, head_dim, generator=gen)
     used = -(-context_len // block_size)
     num_blocks = used + 3
-    k_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"))
-    v_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"))
+    k_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"), pad=pad)
+    v_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"), pad=pad)
     blocks = torch.randperm(num_blocks, generator=gen)[:used]
     for i in range(context_len):
         k_cache[blocks[i // block_size], i % block_size] = key[i]
@@ -185,8 +201,8 @@ def merge(kernel, case):
     out = torch.full((heads, head_dim), float("nan"))
     lse = torch.full((heads,), float("nan"))
     max_splits = 1 << max(0, (splits - 1).bit_length())
-    kernel[(heads,)](part_out.float().contiguous(), part_lse.float().contiguous(), out, lse,
-                     splits, MAX_SPLITS=max_splits, HEAD_DIM=head_dim)
+    kernel[(heads,)](guarded(part_out.float()), guarded(part_lse.float()), out, lse,  # a load
+                     splits, MAX_SPLITS=max_splits, HEAD_DIM=head_dim)  # past num_splits faults
     if torch.isnan(out).any() or torch.isnan(lse).any():
         return {"nan": True, "max_diff": 0.0}
     same_inf = bool(torch.equal(torch.isinf(lse), torch.isinf(want_lse)))
@@ -197,10 +213,18 @@ def merge(kernel, case):
             "lse_diff": lse_diff if same_inf else float("inf")}
 
 
-CASES_RUN = {"store_kv": lambda k, c, spec: store_kv(k, c),
-             "gather": lambda k, c, spec: gather(k, c, spec["block_n"]),
-             "decode": lambda k, c, spec: decode(k, c, spec["block_n"]),
-             "merge": lambda k, c, spec: merge(k, c)}
+#: how each puzzle runs a case; `pad` False leaves out the padding between rows
+#: (the merge's inputs are contiguous by its kernel's signature: never padded)
+CASES_RUN = {"store_kv": lambda k, c, spec, pad: store_kv(k, c, pad),
+             "gather": lambda k, c, spec, pad: gather(k, c, spec["block_n"], pad),
+             "decode": lambda k, c, spec, pad: decode(k, c, spec["block_n"], pad),
+             "merge": lambda k, c, spec, pad: merge(k, c)}
+
+
+def wrong(result: dict, tolerance: float) -> bool:
+    """Did the kernel get the case wrong (other than by raising)?"""
+    return bool(result.get("outside") or result.get("nan") or result.get("tail_written")
+                or result["max_diff"] > tolerance or result.get("lse_diff", 0.0) > tolerance)
 
 
 def run(spec: dict) -> None:
@@ -219,7 +243,11 @@ def run(spec: dict) -> None:
         return
     for case in spec["cases"]:
         try:
-            _report(CASES_RUN[spec["puzzle"]](kernel, case, spec))
+            result = CASES_RUN[spec["puzzle"]](kernel, case, spec, True)
+            if spec["puzzle"] != "merge" and wrong(result, spec["tolerance"]):
+                again = CASES_RUN[spec["puzzle"]](kernel, case, spec, False)
+                result["unpadded_right"] = not wrong(again, spec["tolerance"])
+            _report(result)
         except Exception as err:
             lines = traceback.format_exception_only(type(err), err)
             _report({"error": "".join(lines).strip()[-600:]})

@@ -13,11 +13,14 @@ The puzzles climb from moving data to the full algorithm:
 
 ``check(name, kernel)`` runs a kernel on the puzzle's cases in a fresh
 process (`_puzzle_runner`; Triton reads ``TRITON_INTERPRET`` when first
-imported) with padded strides, shuffled blocks, slots that must stay
-untouched, a block table that ends where unreadable memory begins (an
-unmasked load of it crashes the process, and the check says so), and
-compares with a float64 (or exact) reference. A failure gives the first
-rung of the puzzle's hint ladder; ``hint(name, level)`` climbs it.
+imported) with padded strides (no stride is the product of the sizes after
+it; a case that is right only without the padding is said to use a size
+for a stride), shuffled blocks, slots and padding that must stay untouched,
+a block table and merge inputs that end where unreadable memory begins (an
+unmasked load past them crashes the process, and the check names the case
+and the likely cause), and compares with a float64 (or exact) reference. A
+failure gives the first rung of the puzzle's hint ladder; ``hint(name,
+level)`` climbs it.
 
 ``serve(...)`` then lets the learner's kernels serve ``LLM("tiny")``, each
 in place of a piece of the engine: the decode kernel the decode attention
@@ -47,6 +50,7 @@ __all__ = ["CHECKS", "HINTS", "PUZZLES", "check", "check_decode_kernel", "check_
            "check_merge_kernel", "check_store_kv_kernel", "hint", "serve"]
 
 BLOCK_N = 16  # tokens per tile in puzzles 2 and 3
+TOLERANCE = 1e-4  # the largest difference from the reference a case may have
 
 #: each puzzle's cases, as the runner takes them
 PUZZLES: dict[str, tuple] = {
@@ -161,7 +165,7 @@ def check(name: str, kernel, *, timeout: float = 600.0) -> CheckResult:
     if missing:
         return missing
     spec = {"puzzle": name, "source": source[0], "name": source[1],
-            "cases": PUZZLES[name], "block_n": BLOCK_N}
+            "cases": PUZZLES[name], "block_n": BLOCK_N, "tolerance": TOLERANCE}
     try:
         results, code, stderr = run_in_interpreter("pagedkit.exercises._puzzle_runner", spec,
                                                    timeout)
@@ -169,44 +173,110 @@ def check(name: str, kernel, *, timeout: float = 600.0) -> CheckResult:
         return CheckResult(name, False, (_("your kernel ran for over {timeout:.0f} s in the "
                                           "interpreter: does a loop never end?")
                                           .format(timeout=timeout)))
+    return _verdict(name, results, code, stderr)
+
+
+def _verdict(name: str, results: list[dict], code: int, stderr: str) -> CheckResult:
+    """The check's result from what the runner printed (a line per case it
+    finished), its exit code and its stderr: the first case that failed,
+    else how the process died, else a pass."""
+    cases = PUZZLES[name]
     more = _("  ({hint}  Stuck? lab04c.hint({name!r}, 2).)").format(hint=hint(name), name=name)
-    if code in (-signal.SIGSEGV, 128 + signal.SIGSEGV):
-        case = PUZZLES[name][min(len(results), len(PUZZLES[name]) - 1)]
-        return CheckResult(name, False, (_("on {value} your kernel read memory outside its "
-                                          "tensors (the process died of a segmentation fault): "
-                                          "a load without a mask past the block table's end, "
-                                          "or a 32-bit offset?{more}")
-                                          .format(value=_DESCRIBE[name](case), more=more)))
-    if not results:
-        return CheckResult(name, False, _("the interpreter process failed: ")
-                                        + (stderr.strip()[-600:] or _("no output")))
-    for case, result in zip(PUZZLES[name], results, strict=False):
-        problem = _problem(result)
+    for case, result in zip(cases, results, strict=False):
+        problem = _problem(name, result)
         if problem:
             return CheckResult(name, False, (_("on {value}: {problem}.{more}")
                                               .format(value=_DESCRIBE[name](case), problem=problem,
                                                       more=more)))
-    if len(results) < len(PUZZLES[name]):
-        return CheckResult(name, False, _("the interpreter stopped early: ")
+    death = _death(code, stderr)
+    if death:
+        case = cases[min(len(results), len(cases) - 1)]  # the case it was running
+        return CheckResult(name, False, (_("on {value} the interpreter process died ({death}): "
+                                          "your kernel read or wrote memory outside its "
+                                          "tensors. {cause}.{more}")
+                                          .format(value=_DESCRIBE[name](case), death=death,
+                                                  cause=_(_CRASHES[name]), more=more)))
+    if not results:
+        return CheckResult(name, False, _("the interpreter process failed: ")
+                                        + (stderr.strip()[-600:] or _("no output")))
+    if len(results) < len(cases) or code != 0:
+        return CheckResult(name, False, (_("the interpreter stopped early (exit {code}): ")
+                                         .format(code=code))
                                         + (stderr.strip()[-600:] or _("no output")))
     return CheckResult(name, True, _("all {n} cases match the reference (Triton's interpreter; "
                                      "padded strides, shuffled blocks)").format(n=len(results)))
 
 
-def _problem(result: dict) -> str:
+#: what the C library prints when it finds its heap corrupted (then aborts)
+_HEAP_CORRUPTED = ("munmap_chunk()", "free()", "malloc()", "double free", "corrupted")
+#: the signals of a process that touched memory it must not, in words
+_MEMORY_SIGNALS = {signal.SIGSEGV: N_("a segmentation fault, SIGSEGV"),
+                   signal.SIGBUS: N_("a bus error, SIGBUS"),
+                   signal.SIGABRT: N_("an abort, SIGABRT")}
+
+
+def _death(code: int, stderr: str) -> str:
+    """How the runner process died of touching memory it must not, in
+    words: killed by SIGSEGV, SIGBUS or SIGABRT (as -N, or 128 + N from a
+    shell), or an exit whose stderr ends in the C library's report of a
+    corrupted heap (then with that report); "" for any other ending."""
+    last = stderr.strip().splitlines()[-1].strip() if stderr.strip() else ""
+    corrupted = any(words in last for words in _HEAP_CORRUPTED)
+    for number, words in _MEMORY_SIGNALS.items():
+        if code in (-number, 128 + number):
+            return _(words) + (f": {last}" if corrupted else "")
+    return last if code != 0 and corrupted else ""
+
+
+#: why a puzzle's kernel most likely touched memory it must not (no final stop:
+#: the messages that quote it add one)
+_CRASHES = {
+    "store_kv": N_("A padding token's slot is -1: wrap the stores in `if slot >= 0:` so it "
+                   "writes nothing, and address the cache by its strides"),
+    "gather": N_("Lanes past num_tokens must load nothing: pass `mask=n < num_tokens` to the "
+                 "block table's tl.load (the table ends where unreadable memory begins here), "
+                 "and compute offsets in 64 bits (`.to(tl.int64)`)"),
+    "decode": N_("Lanes past context_len must load nothing: pass `mask=n < context_len` to the "
+                 "block table's tl.load (the table ends where unreadable memory begins here), "
+                 "and compute offsets in 64 bits (`.to(tl.int64)`)"),
+    "merge": N_("Splits past num_splits must load nothing: pass `mask=s < num_splits` to the "
+                "tl.load of part_lse and of part_out (both end where unreadable memory begins "
+                "here)"),
+}
+
+
+def _problem(name: str, result: dict) -> str:
+    """What is wrong with one case's result, in words; "" if nothing."""
     if "error" in result:
         return f"raised {result['error']}"
+    if result.get("unpadded_right"):
+        return (_("wrong on the check's padded tensors, right on the same case without the "
+                  "padding: a size is used where a stride belongs ({strides})")
+                .format(strides=_STRIDES[name]))
+    if result.get("outside"):
+        return _("wrote outside the tensor's rows (into the padding before, after or between "
+                 "them): {cause}").format(cause=_(_CRASHES[name]))
     if result.get("nan"):
         return (_("returned NaN: every slot outside the sequence is NaN here, so your kernel read "
                 "one (or divided 0 by 0)"))
     if result.get("tail_written"):
         return _("wrote rows past num_tokens: mask the stores of lanes past the sequence")
-    if result["max_diff"] > 1e-4:
+    if result["max_diff"] > TOLERANCE:
         return (_("is off by up to {result:.3g} from the reference")
                  .format(result=result['max_diff']))
-    if result.get("lse_diff", 0.0) > 1e-4:
+    if result.get("lse_diff", 0.0) > TOLERANCE:
         return _("writes an lse off by up to {result:.3g}").format(result=result['lse_diff'])
     return ""
+
+
+#: how each padded puzzle's kernel addresses its tensors (by strides, not sizes)
+_STRIDES = {
+    "store_kv": "block * stride_block + offset * stride_slot + head * stride_head, "
+                "token * stride_in_token + head * stride_in_head",
+    "gather": "block * stride_block + offset * stride_slot + head * stride_head, "
+              "n * stride_out_token + head * stride_out_head",
+    "decode": "block * stride_block + offset * stride_slot + kv_head * stride_head",
+}
 
 
 def check_store_kv_kernel(kernel, **kw) -> CheckResult:
