@@ -19,9 +19,11 @@ import re
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
+from pagedkit.exercises import CheckResult
 from pagedkit.exercises import nbgrader as ng
 
 from .wrong_answers import WRONG
@@ -87,27 +89,107 @@ def test_the_instructor_version_holds_solutions_that_pass_their_checks(path):
     assert all(not c.get("outputs") for c in source["cells"] if c["cell_type"] == "code")
 
 
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.stem)
+def test_a_graded_check_cell_fails_with_the_checks_own_verdict(path):
+    """Newcomer 8's finding 5a: under autograde a failing check cell said only
+    "the lab's check did not pass". Every check cell of the instructor's
+    version, run with a check that fails, now raises an AssertionError whose
+    message is the check's verdict (call, expectation, hint); with one that
+    passes it runs through and its last line gives the verdict, the ✅ line
+    the lab shows. (A stand-in check, so that every cell is run, the Triton
+    ones too; the round trip below runs the real checks under nbgrader.)"""
+    source = ng.source_notebook(path)
+    for _solution, check, module, name in ng.exercises(source):
+        code = ng.text(source["cells"][check])
+        *body, last = ast.parse(code).body
+        assert isinstance(last, ast.Expr), f"{name}: the cell's output is not the verdict"
+        argument = re.search(rf"check_{name}\((\w+)\)", code).group(1)
+        for passed in (False, True):
+            verdict = CheckResult(name, passed, f"{name}(3, 4) returned 1, expected 2.  "
+                                                "Hint: the tail block is partly full")
+            calls = []
+
+            def stand_in(fn, verdict=verdict, calls=calls):
+                calls.append(fn)
+                return verdict
+
+            namespace = {module: SimpleNamespace(**{f"check_{name}": stand_in}),
+                         argument: object()}
+            run = compile(ast.Module(body, type_ignores=[]), f"<{name}-check>", "exec")
+            if passed:
+                exec(run, namespace)
+                assert eval(compile(ast.Expression(last.value), "<last>", "eval"),
+                            namespace) is verdict
+            else:
+                with pytest.raises(AssertionError) as failure:
+                    exec(run, namespace)
+                assert str(failure.value) == repr(verdict)
+            assert calls and all(fn is namespace[argument] for fn in calls)
+
+
 def _nbgrader(course, *args):
+    """Run ``nbgrader ARGS --force`` in `course`; its log (stderr and stdout)."""
     # nbgrader runs `alembic` by name: the interpreter's own scripts first on PATH
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     done = subprocess.run([sys.executable, "-m", "nbgrader", *args, "--force"], cwd=course,
                           capture_output=True, text=True, timeout=1800,
                           env={**os.environ, "PATH": path})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stderr + done.stdout
 
 
 def _wrong(notebook, name, wrong_fn):
-    """`notebook` with the solution cell of `name` replaced by a wrong answer."""
-    nb = json.loads(notebook.read_text())
+    """`notebook` (a path or a notebook) with the solution cell of `name`
+    replaced by a wrong answer, and the helpers of wrong_answers.py it calls."""
+    nb = json.loads(notebook.read_text()) if hasattr(notebook, "read_text") else notebook
     [(solution, *_)] = [e for e in ng.exercises(nb) if e[3] == name]
-    nb["cells"][solution]["source"] = (inspect.getsource(wrong_fn)
+    helpers = [wrong_fn.__globals__[n] for n in wrong_fn.__code__.co_names
+               if inspect.isfunction(wrong_fn.__globals__.get(n))]
+    nb["cells"][solution]["source"] = ("\n\n".join(inspect.getsource(f)
+                                                   for f in [*helpers, wrong_fn])
                                        + f"\n\n{name} = {wrong_fn.__name__}\n")
     return nb
 
 
+_CHECKSUM = re.compile(r"Attribute 'checksum' for cell (\S+) has changed! "
+                       r"\(should be: (\w+), got: (\w+)\)")
+
+
+def _checksum_warnings(log):
+    """``{student: {grade id: (should be, got)}}`` from autograde's log."""
+    found = {}
+    for student, part in re.findall(r"Sanitizing \S*?/submitted/(\w+)/(.*?)(?=Sanitizing|\Z)",
+                                    log, re.S):
+        found[student] = {cell: (should, got) for cell, should, got in _CHECKSUM.findall(part)}
+    return found
+
+
+def _check_outputs(graded, exercises):
+    """``{name: (error message or None, text of its results)}`` of each check
+    cell of an autograded notebook."""
+    cells = json.loads(graded.read_text())["cells"]
+    found = {}
+    for _solution, check, _module, name in exercises:
+        outputs = cells[check]["outputs"]
+        errors = [o for o in outputs if o["output_type"] == "error"]
+        assert len(errors) <= 1
+        shown = "".join("".join(o["data"].get("text/plain", "")) for o in outputs
+                        if o["output_type"] == "execute_result")
+        found[name] = (f"{errors[0]['ename']}: {errors[0]['evalue']}" if errors else None, shown)
+    return found
+
+
 def test_nbgrader_round_trip(tmp_path, lab="02", wrong_name="first_fit"):
     """Lab 02: three exercises, so a wrong answer to one leaves two points (and
-    notebook runs of a few seconds: autograde runs the lab three times)."""
+    notebook runs of a few seconds: autograde runs the lab four times).
+
+    Also what the teacher reads (newcomer 8's finding 5): a failing check cell
+    of the graded notebook shows the check's own verdict, hint included, a
+    passing one its ✅ line; and nbgrader's "Attribute 'checksum' ... has
+    changed!" warning comes for every check cell of a submission without the
+    hidden tests (a student's copy, untouched or not) and for no cell of one
+    with them, the untouched cell's `got` being the released cell's checksum,
+    as docs/teachers_guide.md says."""
     if os.environ.get("PAGEDKIT_REQUIRE_NBGRADER") != "1":
         pytest.importorskip("nbgrader")
     [path] = [p for p in LABS if p.name.startswith(lab + "_")]
@@ -118,31 +200,74 @@ def test_nbgrader_round_trip(tmp_path, lab="02", wrong_name="first_fit"):
     release = course / "release" / assignment / path.name
     committed, released = _cells(path), _cells(release)
     released_code = "\n".join(ng.text(c) for c in released)
-    for marker in (*ng.SOLUTION, *ng.HIDDEN, "the lab's check did not pass"):
+    for marker in (*ng.SOLUTION, *ng.HIDDEN, ng.GRADED):
         assert marker not in released_code
-    for solution, check, _, _ in ng.exercises(json.loads(path.read_text())):
+    found = ng.exercises(json.loads(path.read_text()))
+    for solution, check, _, _ in found:
         for i in (solution, check):      # the students' copy is the committed lab
             assert ng.text(released[i]) == ng.text(committed[i])
             assert released[i]["metadata"]["nbgrader"]["grade_id"] == \
                 committed[i]["metadata"]["nbgrader"]["grade_id"]
 
-    module = ng.exercises(json.loads(path.read_text()))[0][2]
+    module = found[0][2]
+    checks = importlib.import_module(f"pagedkit.exercises.{module}").CHECKS
+    names = [name for *_, name in found]
+    check_ids = {name: f"lab{lab}-{name}-check" for name in names}
+    all_wrong = json.loads(release.read_text())        # a student's copy, every answer wrong
+    for name in names:
+        all_wrong = _wrong(all_wrong, name, WRONG[(module, name)][0])
+    edited = found[names.index(wrong_name)][1]          # and one check cell edited
+    all_wrong["cells"][edited]["source"] = ng.text(all_wrong["cells"][edited]) + "\n# done!"
     submissions = {"reference": json.loads(source.read_text()),
                    "unsolved": json.loads(release.read_text()),
-                   "wrong": _wrong(source, wrong_name, WRONG[(module, wrong_name)][0])}
+                   "wrong": _wrong(source, wrong_name, WRONG[(module, wrong_name)][0]),
+                   "all_wrong": all_wrong}
     for student, nb in submissions.items():
         target = course / "submitted" / student / assignment / path.name
         target.parent.mkdir(parents=True)
         target.write_text(json.dumps(nb))
-    _nbgrader(course, "autograde", assignment)
+    log = _nbgrader(course, "autograde", assignment)
 
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         scores = {s: gradebook.find_submission(assignment, s).score for s in submissions}
         points = gradebook.find_assignment(assignment).max_score
-    exercises = len(ng.exercises(json.loads(path.read_text())))
-    assert points == exercises
-    assert scores == {"reference": points, "unsolved": 0, "wrong": points - 1}
+        recorded = {name: gradebook.find_source_cell(check_ids[name], path.stem,
+                                                     assignment).checksum for name in names}
+    assert points == len(found)
+    assert scores == {"reference": points, "unsolved": 0, "wrong": points - 1, "all_wrong": 0}
+
+    # what the graded notebooks show
+    def graded(student):
+        return _check_outputs(course / "autograded" / student / assignment / path.name, found)
+
+    for name, (error, _shown) in graded("all_wrong").items():
+        verdict = repr(checks[name](WRONG[(module, name)][0]))
+        assert "  Hint: " in verdict and error == f"AssertionError: {verdict}", name
+    for name, (error, shown) in graded("wrong").items():
+        if name == wrong_name:
+            assert error == f"AssertionError: {checks[name](WRONG[(module, name)][0])!r}"
+        else:
+            assert error is None and shown.startswith(f"✅ {name}: "), (name, shown)
+    for name, (error, shown) in graded("reference").items():
+        assert error is None and shown.startswith(f"✅ {name}: all "), (name, shown)
+    for name, (error, _shown) in graded("unsolved").items():
+        assert error.startswith(f"AssertionError: ❌ {name}: not written yet"), error
+    restored = _cells(course / "autograded" / "all_wrong" / assignment / path.name)[edited]
+    assert ng.text(restored) == ng.text(_cells(source)[edited])   # the edit is undone
+
+    # nbgrader's checksum warning: exactly the check cells of a copy without hidden tests
+    warnings = _checksum_warnings(log)
+    assert set(warnings) == set(submissions)
+    assert warnings["reference"] == warnings["wrong"] == {}
+    releases = {name: released[check]["metadata"]["nbgrader"]["checksum"]
+                for _solution, check, _module, name in found}
+    assert warnings["unsolved"] == {check_ids[n]: (recorded[n], releases[n]) for n in names}
+    assert set(warnings["all_wrong"]) == set(check_ids.values())
+    for name in names:
+        should, got = warnings["all_wrong"][check_ids[name]]
+        assert should == recorded[name] != got
+        assert (got == releases[name]) == (name != wrong_name)   # an edit: another checksum
     shutil.rmtree(course)
 
 
@@ -193,7 +318,9 @@ def test_lab04c_puzzles_filled_are_the_reference_kernels():
 def test_a_teachers_edits_are_kept_unless_forced(tmp_path, capsys):
     """Writing a course again keeps a teacher's edited source/ notebooks and
     config (names them, writes nothing), replaces them with --force, and
-    refuses a file as the course folder (sixth newcomer's N8)."""
+    refuses a file as the course folder (sixth newcomer's N8); the refusal
+    says how to keep a notebook's edits and write the other labs (--labs
+    without the edited ones; newcomer 8's finding 12)."""
     course = tmp_path / "course"
     assert ng.main([str(course), "--labs", "00"]) == 0
     config = course / "nbgrader_config.py"
@@ -205,11 +332,21 @@ def test_a_teachers_edits_are_kept_unless_forced(tmp_path, capsys):
         with pytest.raises(SystemExit):
             ng.main([str(course), "--labs", "00,02"])
         err = capsys.readouterr().err
-        assert str(path) in err and "--force" in err
+        assert str(path) in err and "--force" in err and "another folder" in err
+        # leaving the lab out keeps a notebook's edits; the config is written every time
+        assert ("(here --labs 02)" in err) == (path == notebook), err
         assert path.read_text() == original + " "             # kept
         assert not (course / "source" / "lab02").exists()     # nothing else written
         assert ng.main([str(course), "--labs", "00", "--force"]) == 0
         assert path.read_text() == original                   # replaced when asked
+    # newcomer 8's finding 12: the advice to leave the edited lab out is right
+    edit = notebook.read_text() + " "
+    notebook.write_text(edit)
+    with pytest.raises(SystemExit):
+        ng.main([str(course), "--labs", "00"])
+    assert "every lab asked for is edited: nothing else to write" in capsys.readouterr().err
+    assert ng.main([str(course), "--labs", "02"]) == 0
+    assert (course / "source" / "lab02").is_dir() and notebook.read_text() == edit
     with pytest.raises(SystemExit):
         ng.main([str(config)])
     assert "is a file" in capsys.readouterr().err

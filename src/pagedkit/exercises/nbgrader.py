@@ -12,10 +12,15 @@ id ``labNN-name``) and a *check cell* (the lab's check, ``labNN-name-check``,
 locked, one point). `source_notebook` builds the instructor's version from
 it: every stub gets the reference solution of ``labs/solutions/`` between
 nbgrader's solution markers, and every check cell a hidden assertion that the
-check passed. So ``generate_assignment`` gives back the committed stubs
-(`CODE_STUB`), with no solution and no hidden test left, and under
+check passed, whose message is the check's own verdict (`hidden_test`). So
+``generate_assignment`` gives back the committed stubs (`CODE_STUB`), with no
+solution and no hidden test left, and under
 ``autograde`` a check cell loses its point exactly when the lab's check fails
 (a check itself never raises: a student's notebook always runs through).
+``autograde`` warns that each check cell's checksum "has changed", untouched
+ones too: nbgrader records the checksum with the hidden test in and releases
+the cell without it, then puts the recorded cell back; harmless, and no cell
+can fail without a hidden test (docs/teachers_guide.md, nbgrader issue #1961).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 KERNEL_REGION = ("# ---- YOUR CODE", "# ---- your code ends here")
 #: Lab 04c's puzzle stubs: this comment, then `...`, after the kernel's given first lines.
 PUZZLE_STUB = "# YOUR CODE:"
+#: The hidden test's name for a check's result, where the check cell keeps none.
+GRADED = "_graded"
 
 CONFIG = f'''# nbgrader's configuration for the pagedkit labs (pagedkit.exercises.nbgrader).
 c = get_config()  # noqa: F821
@@ -177,12 +184,24 @@ def fill(stub: str, module: str, name: str, exercises: set[str] = frozenset()) -
 
 
 def hidden_test(check: str) -> str:
-    """The assertion that makes a check cell fail when its check does."""
+    """The assertion that makes a check cell fail when its check does, with the
+    check's own verdict as its message (the failing call, what was expected,
+    the hint), then the verdict itself as the cell's output, as in the lab.
+
+    The check's result must be in a variable for that: a check cell that keeps
+    it in one (lab 04's ``kernel_check = ...``) gives it; one that is just the
+    call gets it by calling the check again, because the call is no longer the
+    cell's last line once the hidden test follows it, so nothing keeps its
+    value (a check is deterministic: the same verdict, at the cost of a second
+    run)."""
     match = _CHECK.search(check)
     variable, module, name, argument = match.groups()
-    expression = variable or f"{module}.check_{name}({argument})"
-    return (f"{HIDDEN[0]}\nassert {expression}, \"{name}: the lab's check did not pass\"\n"
-            f"{HIDDEN[1]}")
+    lines = [HIDDEN[0]]
+    if variable is None:
+        variable = GRADED
+        lines.append(f"{variable} = {module}.check_{name}({argument})")
+    lines += [f"assert {variable}, repr({variable})", variable, HIDDEN[1]]
+    return "\n".join(lines)
 
 
 def source_notebook(path: Path) -> dict:
@@ -205,6 +224,24 @@ def assignment_name(path: Path) -> str:
     return "lab" + path.name.split("_")[0]
 
 
+def _target(root: Path, lab: Path) -> Path:
+    """Where the course at `root` keeps the source version of `lab`."""
+    return root / "source" / assignment_name(lab) / lab.name
+
+
+def _keep_edits(root: Path, labs: list[Path], edited: list[Path]) -> str:
+    """How to write the course and keep the teacher's `edited` files: leave
+    their labs out of ``--labs``, or, for the config (which every run
+    writes), use another folder."""
+    elsewhere = "write the course into another folder (or move them aside)"
+    if root / "nbgrader_config.py" in edited:
+        return elsewhere
+    rest = [lab.name.split("_")[0] for lab in labs if _target(root, lab) not in edited]
+    here = (f"here --labs {','.join(rest)}" if rest
+            else "here every lab asked for is edited: nothing else to write")
+    return f"leave the edited labs out of --labs ({here}), or {elsewhere}"
+
+
 def write_course(root: Path, labs: list[Path], *, force: bool = False) -> list[Path]:
     """An nbgrader course at `root`: its config and each lab's source version.
 
@@ -218,15 +255,15 @@ def write_course(root: Path, labs: list[Path], *, force: bool = False) -> list[P
     files = {root / "nbgrader_config.py": CONFIG.format(
         root=str(root.resolve()), db=str((root / "gradebook.db").resolve()))}
     for path in labs:
-        target = root / "source" / assignment_name(path) / path.name
-        files[target] = json.dumps(source_notebook(path), indent=1, ensure_ascii=False) + "\n"
+        files[_target(root, path)] = json.dumps(source_notebook(path), indent=1,
+                                                ensure_ascii=False) + "\n"
     stale = [t for t, content in files.items() if not t.exists() or t.read_text() != content]
-    edited = [str(t) for t in stale if t.exists()]
+    edited = [t for t in stale if t.exists()]
     if edited and not force:
         raise FileExistsError(
             f"{len(edited)} file(s) of the course differ from what would be written (edited "
-            f"since?): {', '.join(edited)}. Nothing was written; to keep the edits, write the "
-            "course into another folder (or move them aside); to replace them, pass --force")
+            f"since?): {', '.join(map(str, edited))}. Nothing was written; to keep the edits, "
+            f"{_keep_edits(root, labs, edited)}; to replace them, pass --force")
     for target in stale:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(files[target])
