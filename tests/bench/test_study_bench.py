@@ -2,6 +2,8 @@
 known, optional sections found whatever the heading level and wherever a cell
 starts, and the course's promise that every lab's core fits one session."""
 
+import difflib
+
 import nbformat
 import pytest
 
@@ -79,3 +81,35 @@ def test_the_cli_prints_a_table_and_the_rule(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench_cli(["study", "--labs-dir", str(tmp_path), "--labs", "07"])
     assert exit_info.value.code == 2 and "unknown lab(s) ['07']" in capsys.readouterr().err
+
+
+def _table(page, header):
+    """The markdown table of `page` whose first line starts with `header`."""
+    lines = page.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    stop = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:stop]
+
+
+def test_the_teachers_guide_shows_what_bench_study_gives_now():
+    """The guide's time table says it is ``bench study --markdown``'s output;
+    it went stale as the labs changed (newcomer 8's finding 8) because no test
+    compared the two. Its Chinese twin has the same numbers under a translated
+    header and total label."""
+    docs = labs.HOME / "docs"
+    studies = [study.study(p) for p in labs.find_labs(labs.HOME / "labs", None)]
+    computed = study.format_table(studies, markdown=True).splitlines()
+    advice = ("run `python -m pagedkit bench study --markdown` and paste its table into "
+              "docs/teachers_guide.md and docs/zh-CN/teachers_guide.md (there under the Chinese "
+              "header, total row 全部实验), then record the English page's new sha256 in the "
+              "zh page's first line")
+    english = _table(docs / "teachers_guide.md", "| lab | core words")
+    assert english == computed, "\n".join(
+        ["the teachers' guide's time table is stale:",
+         *difflib.unified_diff(english, computed, "guide", "bench study", lineterm=""), advice])
+    chinese = _table(docs / "zh-CN" / "teachers_guide.md", "| 实验 | 核心单词数")
+    assert len(chinese) == len(computed) and chinese[-1].startswith("| 全部实验 |")
+    assert [row.split("|")[2:] for row in chinese[1:]] == \
+        [row.split("|")[2:] for row in computed[1:]], advice
+    assert [row.split("|")[1] for row in chinese[2:-1]] == \
+        [row.split("|")[1] for row in computed[2:-1]], advice
