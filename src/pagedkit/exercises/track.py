@@ -54,6 +54,7 @@ learner's engine to pagedkit's answer either way.
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import contextlib
@@ -62,6 +63,7 @@ import dataclasses
 import inspect
 import math
 import os
+import re
 import textwrap
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -981,46 +983,118 @@ def pieces_path() -> Path | None:
     return Path(path) if path else None
 
 
-_HEADER = ('"""Your engine\'s pieces, saved by pagedkit.exercises.track.save from the labs."""\n'
-           "import heapq\nimport math\n\nimport torch\n\n"
-           "from pagedkit.memory import ROOT_HASH, hash_block\n")
+_HEADER = '''"""Your engine's pieces, saved by pagedkit.exercises.track.save from the labs.
+
+Each piece has a section of its own: the piece, the functions of your notebook
+it calls, and the imports and constants they use, as they were when you saved
+it. track.load runs each section alone, so no two pieces share a name (two
+helpers called alike stay apart), and saving a piece again replaces its whole
+section (a constant you changed, a helper you renamed or dropped)."""
+'''
+
+#: A code's flag for ``from __future__ import annotations``: a saved piece
+#: keeps it if the notebook had it (as no module but this one needs).
+_LAZY_ANNOTATIONS = __future__.annotations.compiler_flag
+
+#: The line that opens a piece's section in the saved file.
+_SECTION = re.compile(r"^# =+ ([A-Za-z_]\w*)\b.*$", re.MULTILINE)
 
 
-def _sources(fn: Callable, found: dict[str, str], imports: dict[str, str]) -> None:
-    """`fn`'s source, that of the functions of its notebook it calls, and
-    the imports and constants of the notebook they use (`_global_line`)."""
-    found[fn.__name__] = textwrap.dedent(inspect.getsource(fn))
-    codes = [fn.__code__]
+def _section_line(name: str) -> str:
+    lab = f" (lab {_LAB[name]})" if name in _LAB else ""
+    return f"# ======== {name}{lab} ========"
+
+
+def _lab_range() -> str:
+    """The labs that save pieces, from `_LAB` ("03-08")."""
+    return f"{min(_LAB.values())}-{max(_LAB.values())}"
+
+
+def _section(fn: Callable) -> str:
+    """The section that keeps `fn`: the imports and constants it and its
+    helpers use, then the helpers (each after the ones it names when it is
+    defined), then `fn`."""
+    functions: dict[str, str] = {}
+    lines: dict[str, str] = {}
+    _sources(fn.__name__, fn, fn, functions, lines, {fn.__name__})
+    lazy = fn.__code__.co_flags & _LAZY_ANNOTATIONS  # the notebook's own future import
+    text = ("from __future__ import annotations\n" * bool(lazy)
+            + "".join(f"{line}\n" for line in sorted(lines.values()))
+            + "".join(f"\n\n{source.rstrip()}\n" for source in functions.values()))
+    marker = _SECTION.search(text)
+    if marker:
+        raise ValueError(f"{fn.__name__}'s source has the line {marker.group(0)!r}, which "
+                         "the saved file uses to open a piece's section: change that line "
+                         "(a comment or string) and save again")
+    return text.strip("\n")
+
+
+def _sources(name: str, value: Callable, piece: Callable, functions: dict[str, str],
+             lines: dict[str, str], seen: set[str]) -> None:
+    """Add the function `value` (the notebook's `name`) to `functions`, after
+    the functions of the notebook it names, and the line giving each other
+    global it names to `lines` (`_global_line`). The names are those its
+    ``def`` names, decorators, defaults and annotations included."""
+    if value.__closure__ or value.__name__ != name:
+        what = ("a function made inside another (it uses "
+                f"{', '.join(value.__code__.co_freevars)})" if value.__closure__
+                else f"the function {value.__name__}")
+        raise TypeError(f"{piece.__name__} uses the notebook's {name!r}, {what}, which save "
+                        f"cannot keep for the next labs: define it with def {name}(...) at "
+                        "the top level of a cell")
+    source = textwrap.dedent(inspect.getsource(value))
+    # the def statement (as the notebook ran it), and every code in it
+    codes = [compile(source, "<saved>", "exec", value.__code__.co_flags & _LAZY_ANNOTATIONS,
+                     dont_inherit=True)]
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if inspect.iscode(c)]
-        for name in code.co_names:
-            if (name not in fn.__globals__ or name in found or name in imports
-                    or name.startswith("__")):  # an attribute like x.__name__
+        for global_name in code.co_names:
+            if (global_name in seen or global_name not in value.__globals__
+                    or global_name.startswith("__")):  # an attribute like x.__name__
                 continue
-            value = fn.__globals__[name]
-            if inspect.isfunction(value) and value.__module__ == fn.__module__:
-                _sources(value, found, imports)
+            seen.add(global_name)
+            found = value.__globals__[global_name]
+            if inspect.isfunction(found) and found.__module__ == piece.__module__:
+                _sources(global_name, found, piece, functions, lines, seen)
             else:
-                imports[name] = _global_line(name, value, fn)
+                lines[global_name] = _global_line(global_name, found, piece)
+    functions[name] = source
 
 
 def _global_line(name: str, value: Any, fn: Callable) -> str:
     """The line that gives a saved piece the notebook global `name`: an
     import for a module or an importable function or class, an assignment
-    for a plain constant (bytes too: lab 07's `ROOT_HASH`); anything else is
-    refused by name."""
+    for a plain constant (`_constant`: bytes too, lab 07's `ROOT_HASH`);
+    anything else is refused by name."""
     if inspect.ismodule(value):
         return (f"import {value.__name__}" if value.__name__ == name
                 else f"import {value.__name__} as {name}")
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     if module and qualname and module != fn.__module__ and "." not in qualname:
         return f"from {module} import {qualname}" + ("" if qualname == name else f" as {name}")
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return f"{name} = {value!r}"
+    constant = _constant(value)
+    if constant is not None:
+        return f"{name} = {constant}"
     raise TypeError(f"{fn.__name__} uses the notebook's {name!r} ({type(value).__name__}), "
                     "which save cannot keep for the next labs: pass it as an argument, or "
                     "build it inside the function")
+
+
+def _constant(value: Any) -> str | None:
+    """The source of a plain constant — None, a bool, an int, a float, a
+    string, bytes, or a tuple of those — that reads back as the same value of
+    the same type; None for anything else."""
+    if value is None or type(value) in (bool, int, str, bytes):
+        return repr(value)
+    if type(value) is float:
+        return repr(value) if math.isfinite(value) else f"float({repr(value)!r})"
+    if type(value) is tuple:
+        parts = [_constant(item) for item in value]
+        if None in parts:
+            return None
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    return None
 
 
 def _is_stub(fn: Callable) -> bool:
@@ -1033,79 +1107,96 @@ def _is_stub(fn: Callable) -> bool:
 
 
 def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | None:
-    """Keep your pieces (with the functions, imports and constants of your
-    notebook they use) for the labs after this one: `load` gives them back.
-    Saving a name again replaces it; a stub (not written yet) is not saved,
+    """Keep your pieces for the labs after this one: `load` gives them back.
+    Each piece is kept in a section of its own, with the functions, imports
+    and constants of your notebook it uses, as they are now; saving a piece
+    again replaces its whole section. A stub (not written yet) is not saved,
     so pagedkit's own piece keeps running in its place; `forget` drops one."""
-    found: dict[str, str] = {}
-    imports: dict[str, str] = {}
-    if pieces_path() is None:
+    path = pieces_path()
+    if path is None:
         log(_("the build track is off here (PAGEDKIT_TRACK is empty): nothing saved"))
         return None
+    sections = _saved_sections(path)
     for fn in functions:
         if not inspect.isfunction(fn):
             raise TypeError(f"save needs your functions, got {fn!r}")
+    for fn in functions:
         if _is_stub(fn):
             log(_("{name} is not written yet: not saved (pagedkit's own runs in its place)")
                   .format(name=fn.__name__))
             continue
-        _sources(fn, found, imports)
-    kept = _saved_sources(pieces_path())
-    kept.update(found)
-    kept.update({f"line: {line}": line for line in imports.values()})
-    return _write(kept)
+        sections[fn.__name__] = (0, _section(fn))
+    return _write(sections)
 
 
 def forget(*names: str) -> Path:
     """Drop saved pieces by name (pagedkit's own runs in their place again)."""
-    if pieces_path() is None:
-        raise ValueError("the build track is off here (PAGEDKIT_TRACK is empty)")
-    kept = _saved_sources(pieces_path())
-    unknown = [n for n in names if n not in kept]
-    if unknown:
-        saved = [k for k in kept if not k.startswith("line: ")]
-        raise ValueError(f"no saved piece named {unknown[0]!r}; saved: "
-                         f"{', '.join(saved) or 'none'}")
-    return _write({k: v for k, v in kept.items() if k not in names})
-
-
-def _write(kept: dict[str, str]) -> Path:
-    """The saved pieces file: the header, the imports and constants, the functions."""
     path = pieces_path()
-    lines = sorted(v for k, v in kept.items()
-                   if k.startswith("line: ") and v not in _HEADER.splitlines())
-    functions = [v for k, v in kept.items() if not k.startswith("line: ")]
+    if path is None:
+        raise ValueError("the build track is off here (PAGEDKIT_TRACK is empty)")
+    sections = _saved_sections(path)
+    unknown = [n for n in names if n not in sections]
+    if unknown:
+        raise ValueError(f"no saved piece named {unknown[0]!r}; saved: "
+                         f"{', '.join(sections) or 'none'}")
+    return _write({k: v for k, v in sections.items() if k not in names})
+
+
+def _write(sections: dict[str, tuple[int, str]]) -> Path:
+    """The saved pieces file: the header, then each piece's section."""
+    path = pieces_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_HEADER + "".join(f"{line}\n" for line in lines)
-                    + "".join(f"\n\n{src.rstrip()}\n" for src in functions))
+    path.write_text(_HEADER + "".join(f"\n\n{_section_line(name)}\n{text.strip()}\n"
+                                      for name, (_line, text) in sections.items()))
     return path
 
 
-def _saved_sources(path: Path) -> dict[str, str]:
-    """The saved functions by name, and the imports and constants after the
-    header as ``"line: ..."``."""
+def _saved_sections(path: Path) -> dict[str, tuple[int, str]]:
+    """The saved file's sections by piece: how many lines come before the
+    line that opens it, and its text after that line. A file with code
+    outside the sections (saved by an earlier pagedkit, which kept every
+    piece in one namespace) or a piece twice is refused."""
     if not path.exists():
         return {}
     text = path.read_text()
-    kept = {}
-    for node in ast.parse(text).body:
-        segment = ast.get_source_segment(text, node)
-        if isinstance(node, ast.FunctionDef):
-            kept[node.name] = segment
-        elif isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign)):
-            kept[f"line: {segment}"] = segment
-    return kept
+    marks = list(_SECTION.finditer(text))
+    before = text[:marks[0].start()] if marks else text
+    if any(not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+           for node in ast.parse(before).body):
+        raise ValueError(
+            f"{path} holds pieces saved by an earlier pagedkit, which kept all pieces' "
+            "constants and helpers in one namespace (a constant saved again could keep its "
+            "old value): move the file aside and run the build-track cells of labs "
+            f"{_lab_range()} again (track.save)")
+    sections: dict[str, tuple[int, str]] = {}
+    for i, mark in enumerate(marks):
+        name, end = mark.group(1), marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        if name in sections:
+            raise ValueError(f"{path} has two sections for {name!r}: delete one (its lines "
+                             f"from {mark.group(0)!r} to the next such line)")
+        sections[name] = (text.count("\n", 0, mark.start()),  # the lines before it
+                          text[mark.end():end])
+    return sections
 
 
 def load() -> Pieces:
-    """The pieces saved so far (`save`), ready to plug in; none saved (or the
-    track off): no pieces."""
+    """The pieces saved so far (`save`), ready to plug in, each run from its
+    own section of the saved file; none saved (or the track off): no pieces."""
     path = pieces_path()
     if path is None or not path.exists():
         return Pieces()
-    namespace: dict[str, Any] = {"__name__": "my_engine"}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
-    return Pieces.from_namespace(namespace)
+    found = {}
+    for name, (line, text) in _saved_sections(path).items():
+        namespace: dict[str, Any] = {"__name__": f"my_engine.{name}"}
+        # blank lines first: an error's line number is the saved file's
+        # (and none of this module's own __future__ imports)
+        exec(compile("\n" * line + text, str(path), "exec", dont_inherit=True), namespace)
+        if name in PIECES:
+            if not callable(namespace.get(name)):
+                raise ValueError(f"{path}: the section {name!r} does not define {name}: "
+                                 f"save it again (track.save({name}))")
+            found[name] = namespace[name]
+    return Pieces(**found)
 
 
 # ---------------------------------------------------------------- workloads

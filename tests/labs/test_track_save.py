@@ -1,0 +1,293 @@
+"""What `track.save` keeps and `track.load` gives back (newcomer 8, findings 1
+and 2): after any sequence of saves, each loaded piece is the learner's latest
+saved function — the same code, and every name it uses bound to what the
+learner's notebook bound it to when it was saved — and it sees nothing else
+(no constant of an earlier save, no other piece's helper of the same name).
+What cannot be kept so is refused at save, by name."""
+
+import importlib.util
+import inspect
+import itertools
+from pathlib import Path
+
+import pytest
+
+from pagedkit.exercises import track
+
+SOLUTIONS = Path(__file__).resolve().parents[2] / "labs" / "solutions"
+TRACK_LABS = ("lab03_paging", "lab04_paged_attention", "lab05_continuous_batching",
+              "lab06_preemption", "lab07_sharing", "lab08_full_engine")
+_counter = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def saved_file(tmp_path, monkeypatch):
+    path = tmp_path / "my_engine.py"
+    monkeypatch.setenv("PAGEDKIT_TRACK", str(path))
+    return path
+
+
+def _notebook(tmp_path, source: str):
+    """`source` run as a notebook of its own (a module read from a file of its
+    own, so `inspect.getsource` finds each function's text)."""
+    path = tmp_path / f"notebook_{next(_counter)}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _codes(code):
+    yield code
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            yield from _codes(const)
+
+
+def _same_code(got, want):
+    for attr in ("co_code", "co_names", "co_varnames", "co_freevars", "co_cellvars",
+                 "co_argcount", "co_kwonlyargcount", "co_posonlyargcount", "co_flags"):
+        assert getattr(got, attr) == getattr(want, attr), attr
+    assert len(got.co_consts) == len(want.co_consts)
+    for a, b in zip(got.co_consts, want.co_consts, strict=True):
+        if inspect.iscode(b):
+            _same_code(a, b)
+        else:
+            assert type(a) is type(b) and repr(a) == repr(b)
+
+
+def _same(got, want, seen=None):
+    """`got` (from the saved file) is `want` (the notebook's): the same object
+    (a module, an imported function), an equal constant of the same type, or a
+    function with the same code whose every global is the same, recursively;
+    and a function's module holds no name the notebook did not have."""
+    seen = set() if seen is None else seen
+    if got is want:
+        return
+    if inspect.isfunction(want):
+        assert inspect.isfunction(got), (got, want)
+        if id(want) in seen:
+            return
+        seen.add(id(want))
+        assert got.__name__ == want.__name__
+        _same_code(got.__code__, want.__code__)
+        _same(got.__defaults__, want.__defaults__, seen)
+        _same(got.__kwdefaults__, want.__kwdefaults__, seen)
+        for name in {n for code in _codes(want.__code__) for n in code.co_names}:
+            if name in want.__globals__ and not name.startswith("__"):
+                assert name in got.__globals__, f"{want.__name__} needs {name}"
+                _same(got.__globals__[name], want.__globals__[name], seen)
+            else:  # a builtin, or an attribute's name: the saved file must not bind it
+                assert name not in got.__globals__, f"{want.__name__}: {name}"
+        for name, value in got.__globals__.items():  # nothing the notebook did not have
+            if not name.startswith("__"):
+                assert name in want.__globals__, f"{want.__name__} sees {name}, not the notebook's"
+                _same(value, want.__globals__[name], seen)
+    elif type(want) in (tuple, dict):
+        assert type(got) is type(want) and len(got) == len(want)
+        for a, b in zip(got.items() if type(want) is dict else got,
+                        want.items() if type(want) is dict else want, strict=True):
+            _same(a, b, seen)
+    else:
+        assert type(got) is type(want) and repr(got) == repr(want), (got, want)
+
+
+def _holds_latest(latest: dict):
+    """The loaded pieces are exactly `latest`'s functions, each alone."""
+    pieces = track.load()
+    assert pieces.plugged() == [p for p in track.PIECES if p in latest]
+    for name, fn in latest.items():
+        _same(getattr(pieces, name), fn)
+        if inspect.signature(fn).parameters.keys() == {"x"}:  # the sequences' pieces
+            got_x, want_x = [3, 1, 2], [3, 1, 2]
+            assert repr(getattr(pieces, name)(got_x)) == repr(fn(want_x))
+            assert got_x == want_x
+
+
+def _piece(name, body, pre=""):
+    return f"{pre}\n\ndef {name}(x):\n    {body}\n"
+
+
+# Each sequence: the notebooks saved one after another, and the pieces each saves.
+SEQUENCES = {
+    "constant changed, then back": [
+        (_piece("append_slots", "return [len(x) + EXTRA]", f"EXTRA = {v}"), ["append_slots"])
+        for v in (0, 1, 0)],
+    "values that sort the other way": [
+        (_piece("append_slots", "return x[:BLOCK]", f"BLOCK = {v}"), ["append_slots"])
+        for v in (16, 4, 16, 100, 9, -1)],
+    "str, bytes, tuple and float constants": [
+        (_piece("chain_hashes", "return (NAME, ROOT, SIZES, SCALE, len(x))",
+                f"NAME = {n!r}\nROOT = {r!r}\nSIZES = {s!r}\nSCALE = {f}"), ["chain_hashes"])
+        for n, r, s, f in [("b", b"\xff" * 4, (1, 2), "0.1"), ("a", b"\x00", (3,), "-0.0"),
+                           ("b\n", b"", ((1, "a"), b"x", None, True), "float('-inf')"),
+                           ("", b"\x00", (), "float('nan')"), ("b", b"\xff" * 4, (1, 2), "0.0")]],
+    "helper renamed": [
+        (_piece("append_slots", "return pick(x)", "def pick(x):\n    return x.pop(0)"),
+         ["append_slots"]),
+        (_piece("append_slots", "return take(x)", "def take(x):\n    return x.pop()"),
+         ["append_slots"])],
+    "helper removed": [
+        (_piece("append_slots", "return pick(x)", "def pick(x):\n    return x.pop(0)"),
+         ["append_slots"]),
+        (_piece("append_slots", "return x.pop(0)"), ["append_slots"])],
+    "helper becomes a constant of its name": [
+        (_piece("append_slots", "return pick(x) if callable(pick) else pick",
+                "def pick(x):\n    return x.pop(0)"), ["append_slots"]),
+        (_piece("append_slots", "return pick(x) if callable(pick) else pick", "pick = 3"),
+         ["append_slots"])],
+    "constant becomes a helper of its name": [
+        (_piece("append_slots", "return pick(x) if callable(pick) else pick", "pick = 3"),
+         ["append_slots"]),
+        (_piece("append_slots", "return pick(x) if callable(pick) else pick",
+                "def pick(x):\n    return x.pop(0)"), ["append_slots"])],
+    "import alias rebound": [
+        (_piece("append_slots", "return m(len(x) / 2)", "from math import floor as m"),
+         ["append_slots"]),
+        (_piece("append_slots", "return m(len(x) / 2)", "from math import ceil as m"),
+         ["append_slots"])],
+    "same-named helpers of two labs": [
+        (_piece("append_slots", "return pick(x)", "def pick(x):\n    return x.pop(0)"),
+         ["append_slots"]),
+        (_piece("copy_on_write", "return pick({}, x)",
+                "def pick(ref_counts, x):\n    ref_counts[x[0]] = 1\n    return x.pop(0), "
+                "ref_counts"), ["copy_on_write"]),
+        (_piece("append_slots", "return pick(x)", "def pick(x):\n    return x.pop()"),
+         ["append_slots"])],
+    "a constant used only by a default": [
+        (_piece("admit", "return pick(x)", f"COUNT = {v}\n\ndef pick(x, n=COUNT):\n"
+                "    return x[:n]"), ["admit"]) for v in (1, 2)],
+    "a name used only by an annotation": [
+        (_piece("admit", "return x", "from collections import OrderedDict as Kind\n\n"
+                "def admit(x: Kind):\n    return len(x)"), ["admit"])],
+    "saved together, then one again": [
+        ("ROOT = 1\n\ndef shared(x):\n    return [ROOT] + x\n"
+         + _piece("copy_on_write", "return shared(x)")
+         + _piece("chain_hashes", "return shared(x[:1])"), ["copy_on_write", "chain_hashes"]),
+        ("ROOT = 2\n\ndef shared(x):\n    return x + [ROOT]\n"
+         + _piece("chain_hashes", "return shared(x[:1])"), ["chain_hashes"])],
+}
+
+
+@pytest.mark.parametrize("steps", SEQUENCES.values(), ids=SEQUENCES.keys())
+def test_every_save_sequence_loads_the_latest_saved_code(tmp_path, steps):
+    latest = {}
+    for source, names in steps:
+        notebook = _notebook(tmp_path, source)
+        track.save(*(getattr(notebook, n) for n in names), log=print)
+        latest.update({n: getattr(notebook, n) for n in names})
+        _holds_latest(latest)
+
+
+def test_saving_again_leaves_nothing_of_the_earlier_save(tmp_path, saved_file):
+    track.save(_notebook(tmp_path, SEQUENCES["helper renamed"][0][0]).append_slots)
+    assert "def pick" in saved_file.read_text()
+    track.save(_notebook(tmp_path, SEQUENCES["helper removed"][1][0]).append_slots)
+    assert "pick" not in saved_file.read_text()
+
+
+def _solutions():
+    spec = {}
+    for stem in TRACK_LABS:
+        s = importlib.util.spec_from_file_location(f"save_{stem}", SOLUTIONS / f"{stem}.py")
+        module = importlib.util.module_from_spec(s)
+        s.loader.exec_module(module)
+        spec[stem] = module
+    return spec
+
+
+def test_every_reference_piece_saved_then_each_saved_again():
+    """Each lab's reference pieces, saved lab by lab as a learner saves them,
+    then each again alone, in both orders: every loaded piece is its lab's
+    function, seeing only its lab's names."""
+    latest = {}
+    for module in _solutions().values():
+        names = [n for n in track.PIECES if callable(getattr(module, n, None))]
+        track.save(*(getattr(module, n) for n in names), log=print)
+        latest.update({n: getattr(module, n) for n in names})
+        _holds_latest(latest)
+    assert list(latest) != [] and set(latest) == set(track.PIECES)
+    for order in (track.PIECES, track.PIECES[::-1]):
+        for name in order:
+            track.save(latest[name], log=print)
+            _holds_latest(latest)
+
+
+def test_sections_come_back_in_place_and_forget_drops_one(tmp_path, saved_file):
+    modules = _solutions()
+    track.save(modules["lab03_paging"].append_slots, modules["lab05_continuous_batching"].admit)
+    track.save(modules["lab03_paging"].append_slots)  # saved again: its section stays first
+    text = saved_file.read_text()
+    assert text.index("# ======== append_slots (lab 03)") < text.index("# ======== admit (lab 05)")
+    track.forget("append_slots")
+    assert track.load().plugged() == ["admit"] and "slot_of" not in saved_file.read_text()
+    with pytest.raises(ValueError, match="no saved piece named 'nope'; saved: admit"):
+        track.forget("nope")
+    track.forget("admit")
+    assert track.load().plugged() == []
+    with pytest.raises(ValueError, match="no saved piece named 'admit'; saved: none"):
+        track.forget("admit")
+
+
+def test_an_error_in_the_saved_file_names_its_line(tmp_path, saved_file):
+    track.save(_notebook(tmp_path, _piece("admit", "return x")).admit)
+    track.save(_notebook(tmp_path, _piece("append_slots", "return 1 / 0")).append_slots)
+    with pytest.raises(ZeroDivisionError) as err:
+        track.load().append_slots([])
+    line = err.traceback[-1].lineno + 1  # pytest's are 0-based
+    assert saved_file.read_text().splitlines()[line - 1].strip() == "return 1 / 0"
+
+
+REFUSED = {
+    "a function made inside another": (
+        "def make(n):\n    def pick(x):\n        return x[n]\n    return pick\n\npick = make(0)\n"
+        + _piece("append_slots", "return pick(x)"),
+        r"uses the notebook's 'pick', a function made inside another \(it uses n\)"),
+    "a function under another name": (
+        "def take(x):\n    return x[0]\n\npick = take\n" + _piece("append_slots", "return pick(x)"),
+        r"uses the notebook's 'pick', the function take, .* def pick\(\.\.\.\)"),
+    "a lambda": ("pick = lambda x: x[0]\n" + _piece("append_slots", "return pick(x)"),
+                 r"uses the notebook's 'pick', the function <lambda>"),
+    "a list": ("LIMIT = [1]\n" + _piece("append_slots", "return LIMIT"),
+               r"uses the notebook's 'LIMIT' \(list\)"),
+    "a tuple holding a list": ("LIMIT = (1, [2])\n" + _piece("append_slots", "return LIMIT"),
+                               r"uses the notebook's 'LIMIT' \(tuple\)"),
+    "an int subclass": ("import enum\n\nclass K(enum.IntEnum):\n    A = 1\n\nLIMIT = K.A\n"
+                        + _piece("append_slots", "return LIMIT"),
+                        r"uses the notebook's 'LIMIT' \(K\)"),
+    "a line that opens a section": (
+        _piece("append_slots", '"""\n# ======== admit (lab 05) ========\n    """\n    return x'),
+        r"has the line '# ======== admit \(lab 05\) ========', which the saved file uses"),
+}
+
+
+@pytest.mark.parametrize("source, match", REFUSED.values(), ids=REFUSED.keys())
+def test_what_cannot_be_kept_is_refused_by_name_and_nothing_changes(tmp_path, saved_file,
+                                                                    source, match):
+    track.save(_notebook(tmp_path, _piece("admit", "return x")).admit)
+    before = saved_file.read_text()
+    with pytest.raises((TypeError, ValueError), match=match):
+        track.save(_notebook(tmp_path, source).append_slots)
+    assert saved_file.read_text() == before
+
+
+OLD_FILE = ('"""Your engine\'s pieces, saved by pagedkit.exercises.track.save from the labs."""\n'
+            "import math\n\nEXTRA = 0\nEXTRA = 1\n\n\ndef append_slots(x):\n    return EXTRA\n")
+
+
+def test_a_file_saved_by_an_earlier_pagedkit_is_refused_naming_it(tmp_path, saved_file):
+    saved_file.write_text(OLD_FILE)
+    for call in (track.load, lambda: track.save(_notebook(tmp_path, _piece("admit", "return x"))
+                                                 .admit), lambda: track.forget("append_slots")):
+        with pytest.raises(ValueError, match=f"{saved_file} holds pieces saved by an earlier "
+                                             "pagedkit.*labs 03-08 again"):
+            call()
+    assert saved_file.read_text() == OLD_FILE
+
+
+def test_a_piece_saved_twice_in_the_file_is_refused(tmp_path, saved_file):
+    track.save(_notebook(tmp_path, _piece("admit", "return x")).admit)
+    saved_file.write_text(saved_file.read_text() * 2)
+    with pytest.raises(ValueError, match="two sections for 'admit'"):
+        track.load()
