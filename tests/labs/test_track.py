@@ -281,6 +281,31 @@ def test_a_stub_is_not_saved_and_a_piece_can_be_forgotten(tmp_path, monkeypatch,
         track.forget("nope")
 
 
+def test_lab08s_cell_with_nothing_saved_says_so_once(tmp_path, monkeypatch, capsys):
+    """Newcomer 8, finding 13: lab 08's build-track cell, nothing saved and its
+    own top_p_filter a stub, says once that nothing is saved, naming the labs
+    that save pieces (lab 08 saves one too: its range comes from track's own
+    list of pieces and labs)."""
+    import json
+
+    monkeypatch.setenv("PAGEDKIT_TRACK", str(tmp_path / "my_engine.py"))
+    cells = json.loads((SOLUTIONS.parent / "08_full_engine.ipynb").read_text())["cells"]
+    [cell] = [c for c in cells if "build-track" in c["metadata"].get("tags", [])
+              and c["cell_type"] == "code"]
+    stub = tmp_path / "lab08_notebook.py"
+    stub.write_text("def top_p_filter(logits, top_p):\n    raise NotImplementedError\n")
+    spec = importlib.util.spec_from_file_location("lab08_notebook", stub)
+    notebook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(notebook)
+    exec("".join(cell["source"]), vars(notebook))
+    labs = sorted(set(track._LAB.values()))
+    assert labs[0] == "03" and "08" in labs
+    assert capsys.readouterr().out.splitlines() == [
+        "top_p_filter is not written yet: not saved (pagedkit's own runs in its place)",
+        f"none of your pieces is saved yet (track.save in labs {labs[0]}-{labs[-1]}): "
+        "nothing to check"]
+
+
 def test_an_empty_track_path_turns_the_track_off(monkeypatch, reference):
     monkeypatch.setenv("PAGEDKIT_TRACK", "")
     said = []

@@ -284,6 +284,11 @@ def test_a_file_saved_by_an_earlier_pagedkit_is_refused_naming_it(tmp_path, save
                                              "pagedkit.*labs 03-08 again"):
             call()
     assert saved_file.read_text() == OLD_FILE
+    # an earlier pagedkit's file with no piece saved (its header's imports alone)
+    saved_file.write_text(OLD_FILE.split("\n\nEXTRA")[0])
+    assert track.load().plugged() == []
+    track.save(_notebook(tmp_path, _piece("admit", "return x")).admit)
+    assert track.load().plugged() == ["admit"] and "import math" not in saved_file.read_text()
 
 
 def test_a_piece_saved_twice_in_the_file_is_refused(tmp_path, saved_file):

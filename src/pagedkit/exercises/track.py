@@ -1,6 +1,6 @@
 """The build track: the learner's own pieces serve pagedkit's engine.
 
-Across labs 03-07 the learner writes the pieces of a serving engine. This
+Across labs 03-08 the learner writes the pieces of a serving engine. This
 module plugs them into a real `LLM` *in place of pagedkit's own* — the same
 objects and calls the engine makes, no second engine — and runs the engine
 beside an untouched one, step by step, so that a wrong piece is caught at
@@ -1153,16 +1153,16 @@ def _write(sections: dict[str, tuple[int, str]]) -> Path:
 
 def _saved_sections(path: Path) -> dict[str, tuple[int, str]]:
     """The saved file's sections by piece: how many lines come before the
-    line that opens it, and its text after that line. A file with code
-    outside the sections (saved by an earlier pagedkit, which kept every
-    piece in one namespace) or a piece twice is refused."""
+    line that opens it, and its text after that line. A file with more than
+    imports outside the sections (saved by an earlier pagedkit, which kept
+    every piece in one namespace) or a piece twice is refused."""
     if not path.exists():
         return {}
     text = path.read_text()
     marks = list(_SECTION.finditer(text))
     before = text[:marks[0].start()] if marks else text
-    if any(not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
-           for node in ast.parse(before).body):
+    if any(not isinstance(node, (ast.Expr, ast.Import, ast.ImportFrom))  # a docstring,
+           for node in ast.parse(before).body):       # an earlier header's imports: no piece
         raise ValueError(
             f"{path} holds pieces saved by an earlier pagedkit, which kept all pieces' "
             "constants and helpers in one namespace (a constant saved again could keep its "
@@ -1294,7 +1294,8 @@ def check(pieces: Pieces, *, scenarios: Sequence[str] = CHECK_ORDER,
         raise ValueError(f"unknown scenario {unknown[0]!r}; the scenarios are "
                          f"{', '.join(SCENARIOS)}")
     if not pieces.plugged():
-        log(_("none of your pieces is saved yet (track.save in labs 03-07): nothing to check"))
+        log(_("none of your pieces is saved yet (track.save in labs {labs}): nothing to check")
+            .format(labs=_lab_range()))
         return None
     requests = bench_requests()
     run = None
