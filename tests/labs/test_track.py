@@ -193,6 +193,22 @@ def test_the_tests_never_overwrite_a_learners_saved_pieces():
     assert Path.home() / ".pagedkit" not in path.parents
 
 
+def test_the_tests_leave_no_track_folder_behind(tmp_path):
+    """Newcomer 8, finding 15: conftest.py's folder for the tests' track file is
+    removed when pytest ends (515 were left in /tmp), here by a pytest run that
+    collects this file, with its temporary folders in a folder of this test's."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", __file__], env=env, cwd=SOLUTIONS.parents[1],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_the_tests_leave_no_track_folder_behind" in done.stdout
+    assert list(tmp_path.glob("pagedkit-track-*")) == []
+
+
 def test_check_runs_every_scenario_for_pieces_that_agree(reference):
     lines = []
     run = track.check(reference, log=lines.append)
