@@ -187,6 +187,15 @@ def test_saving_again_leaves_nothing_of_the_earlier_save(tmp_path, saved_file):
     assert "pick" not in saved_file.read_text()
 
 
+def test_a_loaded_piece_saved_again_is_the_same_section(tmp_path, saved_file):
+    source = SEQUENCES["a constant used only by a default"][0][0]
+    track.save(_notebook(tmp_path, source).admit)
+    before = saved_file.read_text()
+    track.save(track.load().admit)
+    assert saved_file.read_text() == before
+    _holds_latest({"admit": _notebook(tmp_path, source).admit})
+
+
 def _solutions():
     spec = {}
     for stem in TRACK_LABS:

@@ -997,7 +997,7 @@ section (a constant you changed, a helper you renamed or dropped)."""
 _LAZY_ANNOTATIONS = __future__.annotations.compiler_flag
 
 #: The line that opens a piece's section in the saved file.
-_SECTION = re.compile(r"^# =+ ([A-Za-z_]\w*)\b.*$", re.MULTILINE)
+_SECTION = re.compile(r"^# ={8} ([A-Za-z_]\w*)\b.*$", re.MULTILINE)
 
 
 def _section_line(name: str) -> str:
