@@ -200,6 +200,27 @@ def test_a_model_folder_without_a_tokenizer_is_refused_by_name(tmp_path, kind):
         assert out.outputs[0].text
 
 
+@pytest.mark.parametrize("count", [0, 1, 3, 8, 9, 30, 3000])
+def test_a_big_folder_without_a_tokenizer_is_refused_in_a_few_lines(tmp_path, count):
+    """Newcomer 8 finding 9: LLM('/tmp') listed every name in the folder
+    (28,000 characters), burying what is missing and what to do. The refusal
+    names the first 8 and how many more, whatever the folder holds."""
+    from pagedkit.model.loader import LISTED_NAMES
+
+    names = [f"file{i:04d}.bin" for i in range(count)]
+    for name in names:
+        (tmp_path / name).touch()
+    with pytest.raises(OSError) as e:
+        LLM(str(tmp_path))
+    text = str(e.value)
+    shown = ", ".join(names[:LISTED_NAMES]) or "nothing"
+    more = f" and {count - LISTED_NAMES} more" if count > LISTED_NAMES else ""
+    assert ("has no tokenizer: none of tokenizer.json, tokenizer.model, vocab.json, vocab.txt, "
+            "spiece.model, sentencepiece.bpe.model or a *.tiktoken file "
+            f"(it holds {shown}{more}); copy the model's tokenizer files into it") in text
+    assert len(text) < 800, len(text)
+
+
 def test_a_folder_with_its_tokenizer_files_loads(tmp_path):
     import shutil
 

@@ -214,9 +214,24 @@ def _check_holds_tokenizer(folder: Path, what: str, given_as: str) -> None:
     """Refuse a folder with none of `TOKENIZER_FILES`, naming them and what it holds."""
     if any((folder / f).is_file() for f in TOKENIZER_FILES) or any(folder.glob("*.tiktoken")):
         return
-    holds = sorted(p.name for p in folder.iterdir())
+    holds = _listing(sorted(p.name for p in folder.iterdir()))
     raise _no_tokenizer(what, f"none of {', '.join(TOKENIZER_FILES)} or a *.tiktoken file "
-                              f"(it holds {', '.join(holds) if holds else 'nothing'})", given_as)
+                              f"(it holds {holds})", given_as)
+
+
+#: How many of a folder's names a refusal lists (a folder like /tmp holds thousands)
+LISTED_NAMES = 8
+
+
+def _listing(names: list[str]) -> str:
+    """The first `LISTED_NAMES` names and how many more: enough to see what the
+    folder is, short enough that the message's point (what is missing, what to
+    do) is not buried."""
+    if not names:
+        return "nothing"
+    shown = ", ".join(names[:LISTED_NAMES])
+    more = len(names) - LISTED_NAMES
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def _checked(tokenizer, what: str, given_as: str):
