@@ -105,11 +105,15 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str | Cal
 
 def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
                    equal: Callable[[Any, Any], bool] | None = None,
-                   prepare: Callable[[Case], Case] | None = None) -> CheckResult:
+                   prepare: Callable[[Case], Case] | None = None,
+                   show: Callable[[Any], str] = repr) -> CheckResult:
     """Run `fn` on each case; pass if every result equals the expected one.
 
     `equal(got, expected)` compares (default ``==``); `prepare` builds fresh
-    arguments per case (for functions that mutate what they are given).
+    arguments per case (for functions that mutate what they are given);
+    `show` writes a value in a wrong answer's message (default ``repr``; lab 07
+    shortens hashes), and ``repr`` stands in where it would write the two
+    values alike.
     """
     require_function(name, fn)
     equal = equal or (lambda got, want: got == want)
@@ -130,8 +134,11 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
                     "the value is right, its type is not.").format(
                         call=call, got=got, got_type=type(got).__name__,
                         expected=case.expected, want_type=type(case.expected).__name__))
-            return CheckResult(name, False, _("{call} returned {got!r}, expected {expected!r}.")
-                               .format(call=call, got=got, expected=case.expected)
+            got_text, expected_text = show(got), show(case.expected)
+            if got_text == expected_text:  # a short form must not hide the difference
+                got_text, expected_text = repr(got), repr(case.expected)
+            return CheckResult(name, False, _("{call} returned {got}, expected {expected}.")
+                               .format(call=call, got=got_text, expected=expected_text)
                                + hint_text(case.hint))
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
 

@@ -15,6 +15,7 @@ from itertools import product
 
 from ..i18n import N_, _
 from ..memory import BlockAllocator, BlockTable, KVCacheManager
+from ..memory.block_hash import short_hash
 from . import Case, CheckResult, call_learner, check_function, require_function
 from ._boundaries import around, grid_cases
 
@@ -50,7 +51,18 @@ def check_chain_hashes(fn: Callable) -> CheckResult:
              _("block_size 3: 13 tokens make 4 full blocks")),
         Case(([4, 2], 1), _table_hashes([4, 2], 1), _("block_size 1: every token is a block")),
     ]
-    return check_function("chain_hashes", fn, cases + hashes_grid())
+    return check_function("chain_hashes", fn, cases + hashes_grid(), show=_show_hashes)
+
+
+def _show_hashes(value: object) -> str:
+    """A list of block names as `BlockKey` shows one (``1d487a7abc78…``), not
+    as 32 raw bytes each; anything else as ``repr`` writes it."""
+    if not isinstance(value, (list, tuple)):
+        return repr(value)
+    items = [short_hash(h) if isinstance(h, bytes) else repr(h) for h in value]
+    if isinstance(value, tuple):
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    return f"[{', '.join(items)}]"
 
 
 def _hashes_hint(token_ids: list[int], block_size: int) -> str:

@@ -110,7 +110,13 @@ class BlockKey:
         return True
 
     def __repr__(self) -> str:
-        return f"BlockKey({self.hash.hex()[:12]}…, tokens={list(self.token_ids)})"
+        return f"BlockKey({short_hash(self.hash)}, tokens={list(self.token_ids)})"
+
+
+def short_hash(name: BlockHash) -> str:
+    """A block name as people read it: its first 12 hex digits and "…" (32 raw
+    bytes print as unreadable escapes; 48 bits tell names apart in practice)."""
+    return f"{name.hex()[:12]}…"
 
 
 # --------------------------------------------------------------- CBOR, minimal
