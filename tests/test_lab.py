@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -20,6 +21,15 @@ from pagedkit import lab
 from pagedkit.__main__ import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_copies_in_this_checkout(monkeypatch):
+    """`lab --print` makes the copy it opens; the tests that run it on this
+    checkout leave the checkout as it is (a fixture clone gets its copies)."""
+    copy_labs = lab.copy_labs
+    monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": (
+        ([], []) if Path(root).resolve() == ROOT else copy_labs(root, language)))
 
 
 def _clone(tmp_path: Path) -> Path:
@@ -140,6 +150,34 @@ def test_chinese_menus_where_the_language_pack_is_installed(tmp_path, monkeypatc
         **lab.SETTINGS, "@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}
     assert lab.main(["--no-browser"]) == 0  # the English edition: JupyterLab's own default
     assert json.loads(settings.read_text()) == lab.SETTINGS
+
+
+@pytest.mark.parametrize("folder", ["clone", "my clone"])
+@pytest.mark.parametrize("language, name, file", [
+    ("en", "03", "03_paging.ipynb"), ("en", None, lab.FIRST_LAB),
+    ("zh-CN", "00", lab.FIRST_LAB), ("zh-CN", None, lab.FIRST_LAB)])
+def test_the_printed_command_runs_as_printed(tmp_path, monkeypatch, capsys, folder, language,
+                                             name, file):
+    """Newcomer 8 finding 11: `lab 04b --print --lang zh-CN` printed a command
+    opening my-labs/zh-CN/04b_...ipynb, which --print had not copied. It makes
+    the copy, prints a command whose words survive the shell (a folder with a
+    space), and writes no JupyterLab settings but says which it would."""
+    root = _clone_zh(tmp_path / folder)
+    monkeypatch.setattr(lab, "clone_root", lambda: root)
+    monkeypatch.setattr(lab, "settings_dir", lambda: tmp_path / "overrides.d")
+    argv = ["--print", "--no-browser", *([name] if name else []), "--lang", language]
+    assert lab.main(argv) == 0
+    out, err = capsys.readouterr()
+    words = shlex.split(out)
+    assert words[:3] == [sys.executable, "-m", "jupyterlab"] and "--no-browser" in words
+    opened = Path(words[-1])
+    assert opened == root / lab.WORK / lab.EDITIONS[language] / file and opened.is_file()
+    assert opened.read_bytes() == (lab.edition(root, language) / file).read_bytes()
+    assert f"--ServerApp.root_dir={root}" in words
+    assert not (tmp_path / "overrides.d").exists()  # a dry run changes no settings
+    assert (f"unless {tmp_path / 'overrides.d' / 'pagedkit.json'} holds "
+            '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}') in err
+    assert lab.main(argv) == 0 and capsys.readouterr()[0] == out  # again: the same, no copy
 
 
 def test_print_shows_the_command(capsys):

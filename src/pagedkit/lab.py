@@ -21,8 +21,10 @@ what this does instead:
 ``--lang zh-CN`` opens the Simplified Chinese edition instead (``labs/zh-CN/``,
 copied to ``my-labs/zh-CN/``, so its links to ``../../docs/`` resolve the same);
 where JupyterLab's Chinese language pack is installed, JupyterLab's own
-interface is set to Chinese too (the same settings default). ``--print`` shows
-the command instead of running it.
+interface is set to Chinese too (the same settings default). ``--print`` makes
+the copy the command opens and prints the command instead of running it, so it
+runs as printed; it leaves JupyterLab's settings alone and says which default
+it would have written.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -160,7 +163,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=_("the edition: en (default) or zh-CN, the Simplified Chinese labs "
                           "(labs/zh-CN/, copied to my-labs/zh-CN/)"))
     p.add_argument("--print", action="store_true", dest="dry_run",
-                   help=_("print the jupyter command instead of running it"))
+                   help=_("copy the labs as usual, then print the jupyter command instead of "
+                          "running it (JupyterLab's settings are left as they are)"))
     p.add_argument("--no-widget-state", action="store_false", dest="widget_state",
                    help=_("do not set JupyterLab (in this environment) to save widget state "
                         "with a notebook; without it, a reopened lab shows its widgets only "
@@ -293,10 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     args.lab = found
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     argv_ = command(root, args.lab, as_root=as_root, extra=extra, language=args.lang)
-    if args.dry_run:
-        print(" ".join(argv_))
-        return 0
-    copied, changed = copy_labs(root, args.lang)
+    copied, changed = copy_labs(root, args.lang)  # --print too: the command opens the copy
     sub = "" if args.lang == "en" else f"{EDITIONS[args.lang]}/"  # labs/zh-CN/, my-labs/zh-CN/
     notebooks = [name for name in copied if name.endswith(".ipynb")]  # not their README
     if notebooks:
@@ -307,6 +308,15 @@ def main(argv: list[str] | None = None) -> int:
                 "to take the new one)").format(name=sub + name, WORK=WORK + "/" + sub[:-1]
                                                if sub else WORK), file=sys.stderr)
     ui = ui_settings(args.lang)
+    if args.dry_run:
+        if args.widget_state:
+            print(_("lab: --print writes no JupyterLab settings: a reopened lab shows its widgets "
+                    "only once its cells run again, unless {path} holds {settings} (running "
+                    "without --print writes it)")
+                  .format(path=settings_dir() / "pagedkit.json",
+                          settings=json.dumps({**SETTINGS, **ui})), file=sys.stderr)
+        print(shlex.join(argv_))  # quoted where a path has a space: it runs as printed
+        return 0
     if args.lang in LANGUAGE_PACKS and not ui:
         print(f"lab: JupyterLab's own menus stay English: pip install "
               f"{LANGUAGE_PACKS[args.lang][0]} for them in Chinese (then Settings > Language)",
