@@ -189,4 +189,4 @@ class ContiguousVsPaged(View):
 
 def _requests(frame: Frame, owners: tuple) -> str:
     """The requests a paged block's owners serve (sequences of one request once)."""
-    return ", ".join(map(str, dict.fromkeys(map(frame.request, owners)))) or "unknown"
+    return ", ".join(map(str, dict.fromkeys(map(frame.request, owners)))) or _("unknown")

@@ -33,7 +33,8 @@ from .palette import (
 from .view import View, title_layout, title_margin
 
 _MAX_ROWS = 64  # logical blocks drawn; longer sequences are cut with a note
-_OLDEST = "(oldest)"  # the dropdown's value for seq=None (ipywidgets reads None as "no choice")
+_OLDEST = "(oldest)"  # the dropdown's value for seq=None (ipywidgets reads None as "no choice");
+#                       its label is translated, the value never is
 
 
 class PageTable(View):
@@ -102,7 +103,7 @@ class PageTable(View):
 
     def _options(self, index: int) -> list[tuple[str, Hashable | None]]:
         frame = self.recorder[index]
-        options = [("oldest", _OLDEST)] + [(str(s), s) for s in frame.sequences[:200]]
+        options = [(_("oldest"), _OLDEST)] + [(str(s), s) for s in frame.sequences[:200]]
         if self._seq is not None and self._seq not in frame.sequences:
             options.append((_("{seq} (no blocks now)").format(seq=self._seq), self._seq))
         return options
@@ -137,7 +138,8 @@ class PageTable(View):
             xaxis=dict(range=[-0.5, n - 0.5], showgrid=False, zeroline=False, ticks="",
                        showticklabels=False, showline=False, fixedrange=True),
             yaxis=dict(range=[-0.9, 2.35], showgrid=False, zeroline=False, ticks="",
-                       tickvals=[0, 1.85], ticktext=["physical<br>blocks", "logical<br>blocks"],
+                       tickvals=[0, 1.85],
+                       ticktext=[_("physical<br>blocks"), _("logical<br>blocks")],
                        showline=False, fixedrange=True),
         )
 

@@ -66,7 +66,7 @@ class Timeline(View):
         fig.add_bar(name=_("requests preempted"), x=[], y=[], marker=dict(color=PREEMPT_COLOR),
                     row=2, col=1)
         for row in (1, 2):
-            fig.add_scatter(name="now", x=[], y=[], mode="lines", showlegend=row == 1,
+            fig.add_scatter(name=_("now"), x=[], y=[], mode="lines", showlegend=row == 1,
                             line=dict(color="#111", width=2), hoverinfo="skip",
                             row=row, col=1)
         fig.update_layout(template="simple_white", height=460, bargap=0.2,
