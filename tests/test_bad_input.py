@@ -316,7 +316,7 @@ SAMPLING_CASES = [
     ({"max_tokens": 0}, ValueError, "got 0"),
     ({"max_tokens": 4, "min_tokens": 5}, ValueError,
      "min_tokens=5 is more than max_tokens=4: give min_tokens <= max_tokens"),
-    ({"seed": -1}, ValueError, "-1"), ({"seed": 2**64}, ValueError, str(2**64)),
+    ({"seed": -2}, ValueError, "-2"), ({"seed": 2**64}, ValueError, str(2**64)),
     ({"seed": "1"}, TypeError, "'1'"), ({"stop_token_ids": 5}, TypeError, "5"),
     ({"stop_token_ids": [-1]}, ValueError, "-1"),
     ({"ignore_eos": "no"}, TypeError, "'no'"), ({"ignore_eos": 1}, TypeError, "1"),

@@ -42,8 +42,18 @@ def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None,
-              maximum: int | None = None) -> int:
-    """Return `value` as an int, or raise naming `name`, the value and the bound it broke."""
+              maximum: int | None = None, whole_floats: bool = False) -> int:
+    """Return `value` as an int, or raise naming `name`, the value and the bound it broke.
+    With `whole_floats`, a float that is a whole number (``5.0``) is taken as that int;
+    another float (``5.5``) is refused with the two ints around it."""
+    if whole_floats and isinstance(value, numbers.Real) and not isinstance(
+            value, (bool, numbers.Integral)):
+        number = float(value)
+        if not number.is_integer():
+            around = (f": give {math.floor(number)} or {math.ceil(number)}"
+                      if math.isfinite(number) else "")
+            raise ValueError(f"{name} must be a whole number, got {value!r}{around}")
+        value = int(number)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     value = int(value)

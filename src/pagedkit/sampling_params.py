@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import enum
 import functools
@@ -18,7 +17,7 @@ MIN_TEMPERATURE = 0.01
 #: repetition_penalty's range: a logit divided (or multiplied) by more
 #: overflows float32 (whose largest finite value is 3.4e38).
 MIN_PENALTY = 1e-30
-#: Seeds a torch.Generator takes: 0 <= seed < 2**64.
+#: Seeds a torch.Generator takes: 0 <= seed < 2**64 (-1, vLLM's, is None: no seed).
 MAX_SEED = 2**64 - 1
 
 class RequestOutputKind(enum.Enum):
@@ -108,8 +107,8 @@ class SamplingParams:
     top_k: int = -1  # -1: no limit
     max_tokens: int | None = 16  # None: up to the model's length (vLLM's)
     min_tokens: int = 0
-    seed: int | None = None
-    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    seed: int | None = None  # -1: None, as vLLM
+    stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     use_beam_search: bool = False
     beam_width: int | None = None
@@ -118,7 +117,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     min_p: float = 0.0
-    stop: str | tuple[str, ...] | None = None
+    stop: str | list[str] | None = None
     include_stop_str_in_output: bool = False
     logprobs: int | None = None
     prompt_logprobs: int | None = None
@@ -129,11 +128,18 @@ class SamplingParams:
     #: set from `temperature`: is every token the most likely one (argmax)?
     greedy: bool = field(init=False, repr=False, compare=False, default=False)
 
+    #: unhashable, as vLLM's: `stop` and `stop_token_ids` are lists
+    __hash__ = None  # type: ignore[assignment]
+
     def __post_init__(self) -> None:
         check_int("n", self.n, minimum=1)
+        # vLLM takes a float for the two token counts: a whole one (5.0) is
+        # that count, stored as an int; another (5.5) is refused (docs/api.md)
         if self.max_tokens is not None:
-            check_int("max_tokens", self.max_tokens, minimum=1)
-        check_int("min_tokens", self.min_tokens, minimum=0)
+            object.__setattr__(self, "max_tokens", check_int(
+                "max_tokens", self.max_tokens, minimum=1, whole_floats=True))
+        object.__setattr__(self, "min_tokens", check_int(
+            "min_tokens", self.min_tokens, minimum=0, whole_floats=True))
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens={self.min_tokens} is more than max_tokens="
                              f"{self.max_tokens}: give min_tokens <= max_tokens")
@@ -160,19 +166,23 @@ class SamplingParams:
             object.__setattr__(self, "top_k", -1)
         if self.seed is not None:
             # stored as an int: torch.Generator.manual_seed refuses a numpy integer
-            object.__setattr__(self, "seed", check_int("seed", self.seed, minimum=0,
-                                                       maximum=MAX_SEED))
+            seed = check_int("seed", self.seed)
+            if not -1 <= seed <= MAX_SEED:
+                raise ValueError(f"seed must be in [0, 2**64 - 1], or -1 or None for no seed "
+                                 f"(vLLM's), got {seed}")
+            object.__setattr__(self, "seed", None if seed == -1 else seed)  # vLLM's -1: unseeded
         check_bool("ignore_eos", self.ignore_eos)
         check_bool("use_beam_search", self.use_beam_search)
         if self.stop_token_ids is None:  # vLLM's default
-            object.__setattr__(self, "stop_token_ids", ())
+            object.__setattr__(self, "stop_token_ids", [])
         if isinstance(self.stop_token_ids, (str, bytes)) or not hasattr(
                 self.stop_token_ids, "__iter__"):
             raise TypeError(f"stop_token_ids must be a list of token ids, got "
                             f"{self.stop_token_ids!r}")
-        object.__setattr__(self, "stop_token_ids", tuple(
+        # a list of its own, each id once (vLLM's): the caller's list is not kept
+        object.__setattr__(self, "stop_token_ids", list(dict.fromkeys(
             check_int(f"stop_token_ids[{i}]", t, minimum=0)
-            for i, t in enumerate(self.stop_token_ids)))
+            for i, t in enumerate(self.stop_token_ids))))
         self._check_vllm_options()
         if self.use_beam_search:
             width = self.n if self.beam_width is None else check_int(
@@ -242,9 +252,12 @@ class SamplingParams:
         return self.beam_width if self.use_beam_search else self.n
 
     def clone(self) -> SamplingParams:
-        """A copy, as vLLM's ``clone()``; to change a field, make a new one
-        with ``dataclasses.replace(params, max_tokens=...)`` (checked again)."""
-        return copy.copy(self)
+        """A copy with lists of its own, checked again, as vLLM's ``clone()``
+        (a deep copy): the engine takes one of each request's params, so a
+        list changed afterwards (``params.stop.append(...)``) reaches no
+        request already added. To change a field, make a new one with
+        ``dataclasses.replace(params, max_tokens=...)`` (checked again)."""
+        return dataclasses.replace(self)
 
 
 def _is_number(value: object) -> bool:
@@ -255,12 +268,13 @@ def _is_finite(value: object) -> bool:
     return _is_number(value) and math.isfinite(value)
 
 
-def _stop_strings(stop: object) -> tuple[str, ...]:
-    """`stop` as a tuple of non-empty strings (vLLM takes one string or a list)."""
+def _stop_strings(stop: object) -> list[str]:
+    """`stop` as a list of its own of non-empty strings, as vLLM keeps it
+    (vLLM takes one string or a list; a tuple is taken too)."""
     if stop is None:
-        return ()
+        return []
     if isinstance(stop, str):
-        stop = (stop,)
+        stop = [stop]
     if not isinstance(stop, (list, tuple)):
         raise TypeError(f"stop must be a string or a list of strings, got {stop!r} "
                         f"({type(stop).__name__})")
@@ -269,7 +283,7 @@ def _stop_strings(stop: object) -> tuple[str, ...]:
             raise TypeError(f"stop[{i}] must be a string, got {s!r} ({type(s).__name__})")
         if not s:
             raise ValueError(f"stop[{i}] must be a non-empty string, got {s!r}")
-    return tuple(dict.fromkeys(stop))
+    return list(stop)
 
 
 @dataclass(frozen=True)

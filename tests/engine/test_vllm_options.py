@@ -569,7 +569,7 @@ def test_vllms_none_defaults_are_taken(llm):
     """vLLM's SamplingParams takes max_tokens=None (up to the model's
     length) and stop_token_ids=None (none)."""
     params = SamplingParams(temperature=0, max_tokens=None, stop_token_ids=None, ignore_eos=True)
-    assert params.stop_token_ids == ()
+    assert params.stop_token_ids == []
     engine = LLMEngine("tiny", num_blocks=8, block_size=4)  # 32 tokens at most
     engine.add_request("long", [0, 87, 85], params)
     done = []

@@ -95,3 +95,30 @@ def test_every_vllm_sampling_option_pagedkit_lacks_is_refused_by_name():
     assert set(VLLM_ONLY_OPTIONS) <= set(theirs), "an option listed that vLLM does not have"
     for name in VLLM_ONLY_OPTIONS:
         SamplingParams(**{name: getattr(defaults, name)})  # vLLM's default passes
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("kind", ["LLM", "LLMEngine"])
+def test_every_vllm_method_pagedkit_lacks_says_what_to_use(kind):
+    """vLLM 0.32's public methods of `LLM` and `LLMEngine` (called on an
+    object; its class methods aside) are pagedkit's own or listed in
+    `VLLM_ONLY_ATTRIBUTES`, whose every name is vLLM's; vLLM's
+    ``model_config`` is listed too."""
+    import inspect
+
+    import vllm
+
+    import pagedkit
+    from pagedkit.engine.args import VLLM_ONLY_ATTRIBUTES
+
+    theirs_cls, ours_cls = getattr(vllm, kind), getattr(pagedkit, kind)
+    theirs = {n for n in dir(theirs_cls) if not n.startswith("_")
+              and not isinstance(inspect.getattr_static(theirs_cls, n),
+                                 (classmethod, staticmethod))}
+    listed = set(VLLM_ONLY_ATTRIBUTES[kind])
+    on_objects = {"LLM": set(), "LLMEngine": {"tokenizer"}}[kind]  # pagedkit's, set in __init__
+    missing = sorted(n for n in theirs
+                     if not hasattr(ours_cls, n) and n not in listed | on_objects)
+    assert not missing, f"vLLM's {kind} names neither pagedkit's nor listed: {missing}"
+    assert listed - theirs == {"model_config"}  # an attribute of vLLM's objects, not its class
+    assert not [n for n in listed if hasattr(ours_cls, n)], "listed, yet pagedkit has it"

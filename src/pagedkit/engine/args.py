@@ -67,6 +67,79 @@ VLLM_CALL_ARGS: dict[str, tuple[tuple[Any, ...], str]] = {
 }
 
 
+_MODEL = ("pagedkit runs its one model on one device, in this process: it is "
+          "{engine}runner.model, a torch module to call directly")
+_METRICS = ("pagedkit keeps no Prometheus metrics: each RequestOutput carries its request's "
+            "(out.metrics: arrival, first-token and finish times, ...) and "
+            "{engine}memory_stats() the KV cache's (blocks in use, free, cached)")
+_QUEUE = ("pagedkit's LLM queues nothing of its own: queue requests with "
+          "{engine}add_request(...) and call {engine}step() while "
+          "{engine}has_unfinished_requests()")
+_SLEEP = ("pagedkit holds its weights and KV cache for the engine's lifetime: to free "
+          "them, drop the LLM (del llm)")
+_WEIGHTS = ("pagedkit loads the weights once: build a new LLM with the new weights "
+            "(LLM takes a folder or a transformers model object)")
+_PROFILE = "wrap the calls in torch.profiler.profile() instead"
+_POOLING = ("pagedkit serves generative models only, not vLLM's pooling runner (embeddings, "
+            "classes, scores): use generate, or vLLM with a pooling model")
+_TEXT_ONLY = ("pagedkit serves text-only models, so it has no multi-modal or encoder "
+              "cache; reset_prefix_cache() forgets the cached KV blocks")
+_CONFIG = ("pagedkit keeps what it holds on the engine: {engine}max_model_len, dtype, "
+           "device, model_name, tokenizer (get_tokenizer()), and the model's transformers "
+           "config as {engine}runner.model.config")
+_LORA = "pagedkit serves no LoRA adapters"
+
+#: vLLM 0.32's public attributes of `LLM` and `LLMEngine` that pagedkit's have
+#: not: class -> name -> what pagedkit offers instead (``{engine}`` is how
+#: that class reaches the engine). Reading one raises an AttributeError
+#: that says so (`vllm_only_attribute`); tests/vllm checks the list against
+#: vLLM's classes.
+VLLM_ONLY_ATTRIBUTES: dict[str, dict[str, str]] = {
+    "LLM": {
+        "model_config": _CONFIG,
+        "embed": _POOLING, "encode": _POOLING, "classify": _POOLING, "score": _POOLING,
+        "get_metrics": _METRICS,
+        "apply_model": _MODEL, "collective_rpc": _MODEL,
+        "get_world_size": "pagedkit runs on one device: the world size is always 1",
+        "enqueue": _QUEUE, "enqueue_chat": _QUEUE, "wait_for_completion": _QUEUE,
+        "sleep": _SLEEP, "wake_up": _SLEEP, "release_kv_cache_memory": _SLEEP,
+        "start_profile": _PROFILE, "stop_profile": _PROFILE,
+        "reset_mm_cache": _TEXT_ONLY,
+        **dict.fromkeys(("update_weights", "start_weight_update", "finish_weight_update",
+                         "start_draft_weight_update", "get_weight_version",
+                         "update_weight_version", "init_weight_transfer_engine",
+                         "shutdown_weight_transfer_engine"), _WEIGHTS),
+    },
+    "LLMEngine": {
+        "model_config": _CONFIG,
+        "get_metrics": _METRICS, "do_log_stats": _METRICS, "do_log_stats_with_interval": _METRICS,
+        "apply_model": _MODEL, "collective_rpc": _MODEL,
+        "get_supported_tasks": "pagedkit's one task is generation",
+        "has_unfinished_requests_dp": "pagedkit has no data parallelism: "
+                                      "{engine}has_unfinished_requests() says it all",
+        "sleep": _SLEEP, "wake_up": _SLEEP, "is_sleeping": _SLEEP,
+        "release_kv_cache_memory": _SLEEP,
+        "start_profile": _PROFILE, "stop_profile": _PROFILE,
+        "reset_mm_cache": _TEXT_ONLY, "reset_encoder_cache": _TEXT_ONLY,
+        "get_weight_version": _WEIGHTS, "set_weight_version": _WEIGHTS,
+        "add_lora": _LORA, "list_loras": _LORA, "pin_lora": _LORA, "remove_lora": _LORA,
+    },
+}
+_ENGINE = {"LLM": "llm.llm_engine.", "LLMEngine": "engine."}
+
+
+def vllm_only_attribute(kind: str, obj: object, name: str) -> AttributeError:
+    """The AttributeError for `name` missing from `obj` (an `LLM` or
+    `LLMEngine`, as `kind`): for one of vLLM's (`VLLM_ONLY_ATTRIBUTES`), what
+    pagedkit offers instead; for any other name, Python's own message."""
+    why = VLLM_ONLY_ATTRIBUTES[kind].get(name)
+    if why is None:
+        return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}",
+                              name=name, obj=obj)
+    return AttributeError(f"{kind} has no {name} (vLLM's); "
+                          f"{why.format(engine=_ENGINE[kind])}", name=name, obj=obj)
+
+
 def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -> None:
     """Take the vLLM arguments `args` given to `caller` (of those it `takes`,
     each a `VLLM_CALL_ARGS` name) at values that change nothing; refuse

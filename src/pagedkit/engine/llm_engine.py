@@ -52,7 +52,7 @@ from ..model.support import check_supported
 from ..sampling_params import MAX_SEED, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from ..sequence import FinishReason, RequestMetrics, Sequence, SequenceGroup
-from .args import check_call_args, check_engine_args
+from .args import check_call_args, check_engine_args, vllm_only_attribute
 from .beam_search import best_beams
 from .outputs import CompletionOutput, PositionLogprobs, RequestOutput, ScheduledInfo, StepOutput
 from .sampling import StopRule, output_text, record_prompt_logprobs, sample_step
@@ -273,14 +273,11 @@ class LLMEngine:
         """The tokenizer (None without one), as vLLM's ``get_tokenizer()``."""
         return self.tokenizer
 
-    @property
-    def model_config(self) -> Any:
-        """vLLM's ``model_config`` is not here: the facts it holds are the
-        engine's own attributes."""
-        raise AttributeError(
-            "LLMEngine has no model_config (vLLM's); pagedkit keeps what it holds on the engine: "
-            "max_model_len, dtype, device, model_name, tokenizer (get_tokenizer()), and the "
-            "model's transformers config as runner.model.config")
+    def __getattr__(self, name: str) -> Any:
+        """Only for a name the engine has not: vLLM's ``model_config``,
+        ``get_metrics``, ... say what pagedkit offers instead
+        (`pagedkit.engine.args.VLLM_ONLY_ATTRIBUTES`)."""
+        raise vllm_only_attribute("LLMEngine", self, name)
 
     def next_seq_id(self) -> int:
         return next(self._seq_ids)
@@ -300,8 +297,9 @@ class LLMEngine:
         if not request_id:
             raise ValueError("request_id must be a non-empty string, got ''")
         if request_id in self.scheduler.requests:
-            raise ValueError(f"request id {request_id!r} is already in the engine; give "
-                             f"another id, or abort_request({request_id!r}) first")
+            raise ValueError(f"request id {request_id!r} is already in the engine (outputs and "
+                             "abort_request name a request by its id, so each needs one of its "
+                             f"own); give another id, or abort_request({request_id!r}) first")
         return self.check_prompt(prompt, params, who or f"request {request_id!r}")
 
     def check_prompt(self, prompt: str | SequenceLike[int], params: SamplingParams | None = None,
@@ -312,6 +310,9 @@ class LLMEngine:
         params = SamplingParams() if params is None else params
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+        # the request's own copy, checked again (vLLM clones too): a list of the
+        # caller's changed later (params.stop.append) reaches no request in flight
+        params = params.clone()
         text, token_ids = self._tokenize(check_prompt(prompt))
         self._check_prompt_length(who, len(token_ids))
         self._check_params(who, params)
@@ -475,8 +476,10 @@ class LLMEngine:
                    for g in self.scheduler.requests.values())
 
     def has_unfinished_requests(self) -> bool:
-        """Anything still to run, or an aborted request not yet reported?"""
-        return self.scheduler.has_unfinished() or bool(self._aborted)
+        """Anything still to run? As `get_num_unfinished_requests` counts, and
+        vLLM's: an aborted request is finished at once (its output still
+        comes with the next step, if one is run: docs/api.md)."""
+        return self.scheduler.has_unfinished()
 
     # --------------------------------------------------------------------- step
     def step(self) -> StepOutput:
