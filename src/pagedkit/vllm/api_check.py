@@ -211,6 +211,34 @@ def streaming(api, llm):
     return steps
 
 
+@case("`abort_request`, then `get_num_unfinished_requests`, `has_unfinished_requests`")
+def abort_counts(api, llm):
+    engine = llm.llm_engine
+    engine.add_request("abort-me", PROMPTS[0], api.SamplingParams(temperature=0, max_tokens=10))
+    engine.step()
+    engine.abort_request(["abort-me"])
+    after_abort = [engine.get_num_unfinished_requests(), engine.has_unfinished_requests()]
+    engine.step()  # pagedkit's returns the abort, vLLM's nothing (docs/api.md)
+    return [after_abort, [engine.get_num_unfinished_requests(), engine.has_unfinished_requests()]]
+
+
+@case("`SamplingParams`: `stop` and `stop_token_ids` lists, `seed=-1`, `max_tokens=5.0`; "
+      "a list changed after `add_request`")
+def params_forms(api, llm):
+    params = api.SamplingParams(stop="x", stop_token_ids=(1, 2, 2), seed=-1)
+    forms = [params.stop, type(params.stop).__name__, params.stop_token_ids,
+             type(params.stop_token_ids).__name__, params.seed]
+    whole = llm.generate(PROMPTS[:1], api.SamplingParams(temperature=0, max_tokens=5.0),
+                         use_tqdm=False)
+    engine, params = llm.llm_engine, api.SamplingParams(temperature=0, max_tokens=8)
+    engine.add_request("changed", PROMPTS[0], params)
+    params.stop.append(" there")  # in the greedy text: it would stop there
+    last = []
+    while engine.has_unfinished_requests():
+        last = [[c.text, c.finish_reason] for o in engine.step() for c in o.outputs]
+    return [forms, completions(whole), last]
+
+
 @case("`LLM.chat` (the tiny model's chat template)")
 def chat(api, llm):
     conversation = [{"role": "system", "content": "Be kind."},
