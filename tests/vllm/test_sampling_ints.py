@@ -29,7 +29,7 @@ VALUES = {"5": 5, "5.0": 5.0, "5.5": 5.5, "True": True, "False": False, "'5'": "
           "np.int64(5)": np.int64(5), "np.float64(5.0)": np.float64(5.0), "-1": -1, "0": 0,
           "-2": -2, "None": None}
 
-_BOOL = "a bool is refused (vLLM reads True as 1 and False as 0)"
+_BOOL = "a bool is refused (vLLM takes True as 1 and False as 0)"
 _WHOLE = "a float must be a whole number (vLLM stops max_tokens=5.5 after 6 tokens)"
 _ENGINE_FAILS = "refused when built (vLLM builds it, then its engine fails at the first step)"
 _NUMPY = "a numpy integer is taken (vLLM wants a Python int)"
@@ -44,7 +44,7 @@ DIFFERENT = {
     **{(f, v): _ENGINE_FAILS for f in ("logprobs", "prompt_logprobs", "seed")
        for v in ("5.0", "5.5", "np.float64(5.0)")},
     ("seed", "'5'"): _ENGINE_FAILS,
-    ("seed", "-2"): "seed is in [0, 2**64 - 1], or -1 (no seed); vLLM seeds torch with -2",
+    ("seed", "-2"): "seed is in [0, 2**64 - 1], or -1 (no seed); vLLM serves seed=-2",
     ("stop_token_ids", "-1"): "refused when built (vLLM refuses it when the request is added)",
     ("stop_token_ids", "-2"): "refused when built (vLLM refuses it when the request is added)",
     **{(f, "np.int64(5)"): _NUMPY for f in ("n", "top_k", "stop_token_ids")},
