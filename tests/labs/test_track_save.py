@@ -5,6 +5,7 @@ learner's notebook bound it to when it was saved — and it sees nothing else
 (no constant of an earlier save, no other piece's helper of the same name).
 What cannot be kept so is refused at save, by name."""
 
+import dis
 import importlib.util
 import inspect
 import itertools
@@ -45,6 +46,15 @@ def _codes(code):
             yield from _codes(const)
 
 
+def _globals_read(fn):
+    """The global names `fn`'s code (and every code in it) reads or writes:
+    not an attribute's name, which ``co_names`` lists too."""
+    ops = {"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL",
+           "LOAD_FROM_DICT_OR_GLOBALS"}
+    return {ins.argval for code in _codes(fn.__code__) for ins in dis.get_instructions(code)
+            if ins.opname in ops}
+
+
 def _same_code(got, want):
     for attr in ("co_code", "co_names", "co_varnames", "co_freevars", "co_cellvars",
                  "co_argcount", "co_kwonlyargcount", "co_posonlyargcount", "co_flags"):
@@ -74,11 +84,11 @@ def _same(got, want, seen=None):
         _same_code(got.__code__, want.__code__)
         _same(got.__defaults__, want.__defaults__, seen)
         _same(got.__kwdefaults__, want.__kwdefaults__, seen)
-        for name in {n for code in _codes(want.__code__) for n in code.co_names}:
+        for name in _globals_read(want):
             if name in want.__globals__ and not name.startswith("__"):
                 assert name in got.__globals__, f"{want.__name__} needs {name}"
                 _same(got.__globals__[name], want.__globals__[name], seen)
-            else:  # a builtin, or an attribute's name: the saved file must not bind it
+            else:  # a builtin: the saved file must not bind it
                 assert name not in got.__globals__, f"{want.__name__}: {name}"
         for name, value in got.__globals__.items():  # nothing the notebook did not have
             if not name.startswith("__"):
@@ -279,6 +289,79 @@ def test_what_cannot_be_kept_is_refused_by_name_and_nothing_changes(tmp_path, sa
     with pytest.raises((TypeError, ValueError), match=match):
         track.save(_notebook(tmp_path, source).append_slots)
     assert saved_file.read_text() == before
+
+
+#: How a function uses a name only as an attribute's (or binds it itself),
+#: never as a notebook global (``{n}``: the name), and the globals it reads.
+NOT_GLOBAL = {
+    "a method call": ("return x.{n}()", set()),
+    "an attribute read": ("return x.{n}", set()),
+    "an attribute set": ("x.{n} = 1", set()),
+    "torch's function": ("return torch.{n}(x)", {"torch"}),
+    "a nested function's method call": (
+        "def inner(y):\n        return y.{n}()\n    return inner(x)", set()),
+    "a comprehension's attribute": ("return [y.{n} for y in x]", set()),
+    "a lambda's attribute": ("return (lambda y: y.{n})(x)", set()),
+    "an import of its own": ("from math import {n}\n    return {n}", set()),
+}
+#: How a function really reads the notebook global ``{n}``.
+GLOBAL = {
+    "a read": "return {n}",
+    "a method call on it": "return {n}.copy()",
+    "a read beside an attribute of its name": "return x.{n}, {n}",
+    "a nested function's read": "def inner():\n        return {n}\n    return inner()",
+    "a comprehension's read": "return [{n} for y in x]",
+    "a lambda's read": "return (lambda: {n})()",
+}
+#: The notebook globals named alike: kinds save refuses (and their type's
+#: name), and kinds it keeps as a constant line.
+REFUSED_KINDS = {"a list": ("[]", "list"), "an object": ("object()", "object")}
+KEPT_KINDS = {"an int": "3", "a str": "'s'"}
+#: Names labs 05-08 bind at a notebook's top level (lab 08's ``log = []``).
+LAB_GLOBALS = ("log", "view", "size", "index", "tokens")
+
+
+@pytest.mark.parametrize("name", LAB_GLOBALS)
+@pytest.mark.parametrize("kind", [k for k, _type in REFUSED_KINDS.values()]
+                         + list(KEPT_KINDS.values()), ids=[*REFUSED_KINDS, *KEPT_KINDS])
+@pytest.mark.parametrize("body, reads", NOT_GLOBAL.values(), ids=NOT_GLOBAL.keys())
+def test_an_attribute_named_as_a_notebook_global_is_not_that_global(tmp_path, saved_file,
+                                                                   body, reads, kind, name):
+    """Lab 08's top_p_filter calls ``probs.log()`` in a notebook with ``log = []``:
+    saved, and its section binds only the globals it reads."""
+    notebook = _notebook(tmp_path, f"import torch\n\n{name} = {kind}\n"
+                         + _piece("top_p_filter", body.format(n=name)))
+    track.save(notebook.top_p_filter)
+    loaded = track.load().top_p_filter
+    assert {k for k in loaded.__globals__ if not k.startswith("__")} == reads | {"top_p_filter"}
+    assert f"\n{name} = " not in saved_file.read_text()
+    _same(loaded, notebook.top_p_filter)
+
+
+@pytest.mark.parametrize("name", LAB_GLOBALS)
+@pytest.mark.parametrize("kind, type_name", REFUSED_KINDS.values(), ids=REFUSED_KINDS.keys())
+@pytest.mark.parametrize("body", GLOBAL.values(), ids=GLOBAL.keys())
+def test_a_notebook_global_really_read_is_still_refused(tmp_path, saved_file, body, kind,
+                                                        type_name, name):
+    track.save(_notebook(tmp_path, _piece("admit", "return x")).admit)
+    before = saved_file.read_bytes()
+    notebook = _notebook(tmp_path, f"{name} = {kind}\n" + _piece("top_p_filter",
+                                                                 body.format(n=name)))
+    with pytest.raises(TypeError, match=rf"^top_p_filter uses the notebook's '{name}' "
+                                        rf"\({type_name}\)"):
+        track.save(notebook.top_p_filter)
+    assert saved_file.read_bytes() == before
+
+
+@pytest.mark.parametrize("name", LAB_GLOBALS)
+@pytest.mark.parametrize("kind", KEPT_KINDS.values(), ids=KEPT_KINDS.keys())
+@pytest.mark.parametrize("body", GLOBAL.values(), ids=GLOBAL.keys())
+def test_a_notebook_constant_really_read_is_kept(tmp_path, saved_file, body, kind, name):
+    notebook = _notebook(tmp_path, f"{name} = {kind}\n" + _piece("top_p_filter",
+                                                                 body.format(n=name)))
+    track.save(notebook.top_p_filter)
+    assert f"\n{name} = {kind}\n" in saved_file.read_text()
+    _same(track.load().top_p_filter, notebook.top_p_filter)
 
 
 OLD_FILE = ('"""Your engine\'s pieces, saved by pagedkit.exercises.track.save from the labs."""\n'

@@ -60,6 +60,7 @@ import ast
 import contextlib
 import copy
 import dataclasses
+import dis
 import inspect
 import math
 import os
@@ -1033,8 +1034,9 @@ def _sources(name: str, value: Callable, piece: Callable, functions: dict[str, s
              lines: dict[str, str], seen: set[str]) -> None:
     """Add the function `value` (the notebook's `name`) to `functions`, after
     the functions of the notebook it names, and the line giving each other
-    global it names to `lines` (`_global_line`). The names are those its
-    ``def`` names, decorators, defaults and annotations included."""
+    global it names to `lines` (`_global_line`). The names are the globals
+    its ``def`` reads or writes (`_global_names`), decorators, defaults and
+    annotations included; an attribute's name is none of them."""
     if value.__closure__ or value.__name__ != name:
         what = ("a function made inside another (it uses "
                 f"{', '.join(value.__code__.co_freevars)})" if value.__closure__
@@ -1049,9 +1051,9 @@ def _sources(name: str, value: Callable, piece: Callable, functions: dict[str, s
     while codes:
         code = codes.pop()
         codes += [c for c in code.co_consts if inspect.iscode(c)]
-        for global_name in code.co_names:
+        for global_name in _global_names(code):
             if (global_name in seen or global_name not in value.__globals__
-                    or global_name.startswith("__")):  # an attribute like x.__name__
+                    or global_name.startswith("__")):  # a class body's __name__
                 continue
             seen.add(global_name)
             found = value.__globals__[global_name]
@@ -1060,6 +1062,20 @@ def _sources(name: str, value: Callable, piece: Callable, functions: dict[str, s
             else:
                 lines[global_name] = _global_line(global_name, found, piece)
     functions[name] = source
+
+
+#: The instructions that read or write a global name. ``co_names`` lists
+#: attributes' names too (``probs.log()``, ``torch.log``): a notebook global
+#: ``log`` is not used by them.
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL",
+                         "LOAD_FROM_DICT_OR_GLOBALS"})
+
+
+def _global_names(code: Any) -> list[str]:
+    """The global names `code` itself reads or writes (not those of the codes
+    in it), in order of first use."""
+    return list(dict.fromkeys(ins.argval for ins in dis.get_instructions(code)
+                              if ins.opname in _GLOBAL_OPS))
 
 
 def _global_line(name: str, value: Any, fn: Callable) -> str:
