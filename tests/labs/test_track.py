@@ -227,11 +227,11 @@ SCALE = 2
 LIMIT = [1]
 
 
-def uses_globals(x):
+def chain_hashes(x):  # named as a piece: save keeps only pieces
     return F.relu(torch.tensor([x])).item() * SCALE, reference.__name__, name_block.__name__
 
 
-def uses_a_list(x):
+def admit(x):
     return LIMIT[0] + x
 
 
@@ -254,8 +254,8 @@ def _notebook(tmp_path):
 def test_saved_pieces_keep_the_imports_and_constants_they_use(tmp_path, monkeypatch):
     monkeypatch.setenv("PAGEDKIT_TRACK", str(tmp_path / "my_engine.py"))
     notebook = _notebook(tmp_path)
-    track.save(notebook.uses_globals)
-    track.save(notebook.uses_globals)  # saved twice: each line once
+    track.save(notebook.chain_hashes)
+    track.save(notebook.chain_hashes)  # saved twice: each line once
     saved = (tmp_path / "my_engine.py").read_text()
     for line in ("import torch.nn.functional as F",
                  "import pagedkit.kernels.reference as reference",
@@ -263,9 +263,9 @@ def test_saved_pieces_keep_the_imports_and_constants_they_use(tmp_path, monkeypa
         assert saved.count(line) == 1, saved
     namespace = {}
     exec(compile(saved, "my_engine.py", "exec"), namespace)
-    assert namespace["uses_globals"](3) == (6.0, "pagedkit.kernels.reference", "hash_block")
+    assert namespace["chain_hashes"](3) == (6.0, "pagedkit.kernels.reference", "hash_block")
     with pytest.raises(TypeError, match=r"uses the notebook's 'LIMIT' \(list\)"):
-        track.save(notebook.uses_a_list)
+        track.save(notebook.admit)
 
 
 def test_every_reference_piece_saves_and_serves_from_the_saved_file(tmp_path, monkeypatch,

@@ -5,10 +5,12 @@ learner's notebook bound it to when it was saved — and it sees nothing else
 (no constant of an earlier save, no other piece's helper of the same name).
 What cannot be kept so is refused at save, by name."""
 
+import copy
 import dis
 import importlib.util
 import inspect
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -277,7 +279,17 @@ REFUSED = {
                         r"uses the notebook's 'LIMIT' \(K\)"),
     "a line that opens a section": (
         _piece("append_slots", '"""\n# ======== admit (lab 05) ========\n    """\n    return x'),
-        r"has the line '# ======== admit \(lab 05\) ========', which the saved file uses"),
+        r"^append_slots's source has the line '# ======== admit \(lab 05\) ========', which "
+        r"the saved file uses"),
+    "a helper's line that opens a section": (
+        'def pick(x):\n    """\n# ======== admit\n    """\n    return x\n'
+        + _piece("append_slots", "return pick(x)"),
+        r"^pick \(a function append_slots uses\)'s source has the line '# ======== admit'"),
+    "a function not named as a piece": (
+        _piece("my_admit", "return x") + "\n\nappend_slots = my_admit\n",
+        r"^my_admit is not one of the pieces \(admit, choose_victims, chain_hashes, "
+        r"append_slots, copy_on_write, paged_decode_attention, top_p_filter\), so the labs .*"
+        r"name it as the piece it is .*nothing saved"),
 }
 
 
@@ -364,18 +376,85 @@ def test_a_notebook_constant_really_read_is_kept(tmp_path, saved_file, body, kin
     _same(track.load().top_p_filter, notebook.top_p_filter)
 
 
+def test_a_stub_saved_over_a_saved_piece_says_that_piece_keeps_running(tmp_path, saved_file):
+    """What save says of a stub is what runs: pagedkit's own piece, or the one
+    saved before (the stub is not saved over it)."""
+    said = []
+    written = _notebook(tmp_path, _piece("admit", "return x[:1]")).admit
+    stub = _notebook(tmp_path, _piece("admit", "raise NotImplementedError")).admit
+    track.save(stub, log=said.append)
+    assert track.load().plugged() == []
+    track.save(written, log=said.append)
+    before = saved_file.read_bytes()
+    track.save(stub, log=said.append)
+    assert saved_file.read_bytes() == before and track.load().admit([3, 4]) == [3]
+    track.forget("admit")
+    track.save(stub, log=said.append)
+    assert track.load().plugged() == []
+    pagedkits = "admit is not written yet: not saved (pagedkit's own runs in its place)"
+    assert said == [pagedkits, "admit is not written yet: not saved; the admit you saved "
+                    "before keeps running (track.forget('admit') brings back pagedkit's own)",
+                    pagedkits]
+
+
 OLD_FILE = ('"""Your engine\'s pieces, saved by pagedkit.exercises.track.save from the labs."""\n'
             "import math\n\nEXTRA = 0\nEXTRA = 1\n\n\ndef append_slots(x):\n    return EXTRA\n")
+DATA = Path(__file__).resolve().parent / "data"
 
 
-def test_a_file_saved_by_an_earlier_pagedkit_is_refused_naming_it(tmp_path, saved_file):
+def _old_file(saved_file, name: str) -> bytes:
+    """An earlier pagedkit's saved file, written by its own save (data/README.md)."""
+    saved_file.write_bytes((DATA / f"old_my_engine_{name}.txt").read_bytes())
+    return saved_file.read_bytes()
+
+
+def test_a_file_saved_by_an_earlier_pagedkit_loads_as_it_did(tmp_path, saved_file):
+    """A learner who upgrades mid-course can still run track.check: load runs
+    an earlier pagedkit's file in one namespace, as that pagedkit did."""
+    before = _old_file(saved_file, "two_pieces")
+    pieces = track.load()
+    assert pieces.plugged() == ["admit", "append_slots"]
+    want = _solutions()["lab03_paging"].append_slots
+    for args in ([[], 0, 5, 4, [7, 3, 9]], [[2], 3, 2, 4, [8]], [[1], 4, 9, 4, [6]]):
+        got_args, want_args = copy.deepcopy(args), copy.deepcopy(args)
+        assert pieces.append_slots(*got_args) == want(*want_args) and got_args == want_args
+    assert saved_file.read_bytes() == before
     saved_file.write_text(OLD_FILE)
-    for call in (track.load, lambda: track.save(_notebook(tmp_path, _piece("admit", "return x"))
-                                                 .admit), lambda: track.forget("append_slots")):
-        with pytest.raises(ValueError, match=f"{saved_file} holds pieces saved by an earlier "
-                                             "pagedkit.*labs 03-08 again"):
+    assert track.load().append_slots([]) == 1  # one namespace: the last EXTRA, as it ran
+
+
+@pytest.mark.parametrize("old, pieces, labs", [(None, "append_slots", "lab 03"),
+                                              ("two_pieces", "admit, append_slots",
+                                               "labs 03, 05")], ids=["hand-made", "saved"])
+def test_save_and_forget_refuse_an_earlier_pagedkits_file_naming_its_pieces(
+        tmp_path, saved_file, old, pieces, labs):
+    if old is None:
+        saved_file.write_text(OLD_FILE)
+        before = saved_file.read_bytes()
+    else:
+        before = _old_file(saved_file, old)
+    written = _notebook(tmp_path, _piece("admit", "return x")).admit
+    stub = _notebook(tmp_path, _piece("admit", "raise NotImplementedError")).admit
+    for call in (lambda: track.save(written), lambda: track.save(stub),
+                 lambda: track.forget("append_slots"), lambda: track.forget("nope")):
+        with pytest.raises(ValueError, match=re.escape(
+                f"{saved_file} holds pieces saved by an earlier pagedkit ({pieces}), ")
+                + ".*" + re.escape(f"run the build-track cells of {labs} again (track.save)")):
             call()
-    assert saved_file.read_text() == OLD_FILE
+        assert saved_file.read_bytes() == before
+
+
+def test_an_earlier_pagedkits_file_with_no_piece_left_is_empty(tmp_path, saved_file):
+    """That pagedkit's forget left a piece's helpers, imports and constants:
+    no piece, so nothing to refuse or load; save replaces it."""
+    before = _old_file(saved_file, "forgotten")
+    assert "def slot_of" in before.decode() and "ROOT_HASH = b" in before.decode()
+    assert track.load().plugged() == []
+    with pytest.raises(ValueError, match="no saved piece named 'admit'; saved: none"):
+        track.forget("admit")
+    assert saved_file.read_bytes() == before
+    track.save(_solutions()["lab05_continuous_batching"].admit)
+    assert track.load().plugged() == ["admit"] and "slot_of" not in saved_file.read_text()
     # an earlier pagedkit's file with no piece saved (its header's imports alone)
     saved_file.write_text(OLD_FILE.split("\n\nEXTRA")[0])
     assert track.load().plugged() == []

@@ -1022,11 +1022,13 @@ def _section(fn: Callable) -> str:
     text = ("from __future__ import annotations\n" * bool(lazy)
             + "".join(f"{line}\n" for line in sorted(lines.values()))
             + "".join(f"\n\n{source.rstrip()}\n" for source in functions.values()))
-    marker = _SECTION.search(text)
-    if marker:
-        raise ValueError(f"{fn.__name__}'s source has the line {marker.group(0)!r}, which "
-                         "the saved file uses to open a piece's section: change that line "
-                         "(a comment or string) and save again")
+    for name, source in functions.items():
+        marker = _SECTION.search(source)
+        if marker:
+            whose = name if name == fn.__name__ else f"{name} (a function {fn.__name__} uses)"
+            raise ValueError(f"{whose}'s source has the line {marker.group(0)!r}, which the "
+                             "saved file uses to open a piece's section: change that line "
+                             "(a comment or string) and save again")
     return text.strip("\n")
 
 
@@ -1126,8 +1128,10 @@ def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | Non
     """Keep your pieces for the labs after this one: `load` gives them back.
     Each piece is kept in a section of its own, with the functions, imports
     and constants of your notebook it uses, as they are now; saving a piece
-    again replaces its whole section. A stub (not written yet) is not saved,
-    so pagedkit's own piece keeps running in its place; `forget` drops one."""
+    again replaces its whole section. A function not named as a piece is
+    refused, nothing saved. A stub (not written yet) is not saved: the piece
+    saved before keeps running, or pagedkit's own if none was; `forget`
+    drops a saved piece."""
     path = pieces_path()
     if path is None:
         log(_("the build track is off here (PAGEDKIT_TRACK is empty): nothing saved"))
@@ -1136,13 +1140,26 @@ def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | Non
     for fn in functions:
         if not inspect.isfunction(fn):
             raise TypeError(f"save needs your functions, got {fn!r}")
+        if fn.__name__ not in PIECES:
+            raise ValueError(f"{fn.__name__} is not one of the pieces ({', '.join(PIECES)}), "
+                             "so the labs after this one would never run it: name it as the "
+                             "piece it is (def admit(...), say) and save that; nothing saved")
     for fn in functions:
         if _is_stub(fn):
-            log(_("{name} is not written yet: not saved (pagedkit's own runs in its place)")
-                  .format(name=fn.__name__))
+            log(_stub_text(fn.__name__, fn.__name__ in sections))
             continue
         sections[fn.__name__] = (0, _section(fn))
     return _write(sections)
+
+
+def _stub_text(name: str, saved: bool) -> str:
+    """What `save` says of a stub `name`: what runs in its place (the piece
+    saved before, if one was)."""
+    if saved:
+        return _("{name} is not written yet: not saved; the {name} you saved before keeps "
+                 "running (track.forget('{name}') brings back pagedkit's own)").format(name=name)
+    return _("{name} is not written yet: not saved (pagedkit's own runs in its place)").format(
+        name=name)
 
 
 def forget(*names: str) -> Path:
@@ -1169,21 +1186,24 @@ def _write(sections: dict[str, tuple[int, str]]) -> Path:
 
 def _saved_sections(path: Path) -> dict[str, tuple[int, str]]:
     """The saved file's sections by piece: how many lines come before the
-    line that opens it, and its text after that line. A file with more than
-    imports outside the sections (saved by an earlier pagedkit, which kept
-    every piece in one namespace) or a piece twice is refused."""
+    line that opens it, and its text after that line. A file saved by an
+    earlier pagedkit (`_earlier_pieces`) that holds pieces is refused (`load`
+    still runs it); one that holds none is empty. A piece twice is refused."""
     if not path.exists():
         return {}
     text = path.read_text()
-    marks = list(_SECTION.finditer(text))
-    before = text[:marks[0].start()] if marks else text
-    if any(not isinstance(node, (ast.Expr, ast.Import, ast.ImportFrom))  # a docstring,
-           for node in ast.parse(before).body):       # an earlier header's imports: no piece
+    earlier = _earlier_pieces(text)
+    if earlier == []:
+        return {}  # an earlier pagedkit's header and lines, no piece: nothing to keep
+    if earlier:
+        labs = sorted({_LAB[name] for name in earlier})
         raise ValueError(
-            f"{path} holds pieces saved by an earlier pagedkit, which kept all pieces' "
-            "constants and helpers in one namespace (a constant saved again could keep its "
-            "old value): move the file aside and run the build-track cells of labs "
-            f"{_lab_range()} again (track.save)")
+            f"{path} holds pieces saved by an earlier pagedkit ({', '.join(earlier)}), which "
+            "kept all pieces' constants and helpers in one namespace (a constant saved again "
+            "could keep its old value): track.load still runs them as they are, but to save "
+            "or forget a piece, move the file aside and run the build-track cells of "
+            f"lab{'s' * (len(labs) > 1)} {', '.join(labs)} again (track.save)")
+    marks = list(_SECTION.finditer(text))
     sections: dict[str, tuple[int, str]] = {}
     for i, mark in enumerate(marks):
         name, end = mark.group(1), marks[i + 1].start() if i + 1 < len(marks) else len(text)
@@ -1195,18 +1215,38 @@ def _saved_sections(path: Path) -> dict[str, tuple[int, str]]:
     return sections
 
 
+def _earlier_pieces(text: str) -> list[str] | None:
+    """None for a saved file of sections; for a file saved by an earlier
+    pagedkit, which kept every piece in one namespace (more than a docstring
+    and imports before the first section: its constants and functions), the
+    pieces it defines, in `PIECES` order (none: its pieces were forgotten)."""
+    marks = list(_SECTION.finditer(text))
+    before = ast.parse(text[:marks[0].start()] if marks else text).body
+    if all(isinstance(node, (ast.Expr, ast.Import, ast.ImportFrom)) for node in before):
+        return None
+    defined = {node.name for node in before if isinstance(node, ast.FunctionDef)}
+    return [name for name in PIECES if name in defined]
+
+
 def load() -> Pieces:
     """The pieces saved so far (`save`), ready to plug in, each run from its
-    own section of the saved file; none saved (or the track off): no pieces."""
+    own section of the saved file; none saved (or the track off): no pieces.
+    A file saved by an earlier pagedkit runs as that pagedkit ran it: in one
+    namespace (its annotations not evaluated)."""
     path = pieces_path()
     if path is None or not path.exists():
         return Pieces()
+    text = path.read_text()
+    if _earlier_pieces(text):
+        namespace: dict[str, Any] = {"__name__": "my_engine"}
+        exec(compile(text, str(path), "exec", _LAZY_ANNOTATIONS, dont_inherit=True), namespace)
+        return Pieces.from_namespace(namespace)
     found = {}
-    for name, (line, text) in _saved_sections(path).items():
-        namespace: dict[str, Any] = {"__name__": f"my_engine.{name}"}
+    for name, (line, section) in _saved_sections(path).items():
+        namespace = {"__name__": f"my_engine.{name}"}
         # blank lines first: an error's line number is the saved file's
         # (and none of this module's own __future__ imports)
-        exec(compile("\n" * line + text, str(path), "exec", dont_inherit=True), namespace)
+        exec(compile("\n" * line + section, str(path), "exec", dont_inherit=True), namespace)
         if name in PIECES:
             if not callable(namespace.get(name)):
                 raise ValueError(f"{path}: the section {name!r} does not define {name}: "
