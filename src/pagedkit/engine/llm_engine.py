@@ -48,7 +48,7 @@ from ..model.compiled import compile_forward, compile_mode
 from ..model.kv_cache import KVCacheSpec
 from ..model.loader import load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
-from ..model.support import check_supported
+from ..model.support import LONGROPE_LIMIT, check_supported, position_limit
 from ..sampling_params import MAX_SEED, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from ..sequence import FinishReason, RequestMetrics, Sequence, SequenceGroup
@@ -863,20 +863,23 @@ def _check_arrival(arrival_time: float | None) -> None:
             "not vLLM's time.time(); give time.monotonic(), or leave arrival_time unset (now)")
 
 def _max_model_len(config: Any, requested: int | None) -> int:
-    """The longest sequence served: the model's position limit unless the user
-    asks for less (a config without one, as with ALiBi, gets vLLM's default);
+    """The longest sequence served: the model's position limit
+    (`position_limit`: a longrope model's is its original_max_position_embeddings)
+    unless the user asks for less (a config without one, as with ALiBi, gets vLLM's default);
     None or -1 (vLLM's "as long as fits") leave it to `_fit_to_cache`."""
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    positions = getattr(text_config, "max_position_embeddings", None)
+    positions, why = position_limit(config)
     if requested is None or (type(requested) is int and requested == -1):
         return DEFAULT_MAX_MODEL_LEN if positions is None else positions
     if check_int("max_model_len", requested) < 2:
         raise ValueError(f"max_model_len must be >= 2 (a prompt token and a generated one), or "
                          f"-1 (the longest the model and the cache take), got {requested}")
     if positions is not None and requested > positions:
+        beyond = ("; for longer contexts use transformers' generate, one sequence at a time "
+                  "(or vLLM, which uses the long factor for every sequence)"
+                  if why == LONGROPE_LIMIT else "")
         raise ValueError(f"max_model_len={requested} is longer than the model's limit of "
-                         f"{positions} positions (max_position_embeddings in its config); "
-                         f"give max_model_len={positions} or less, or leave it unset")
+                         f"{positions} positions ({why}); give max_model_len={positions} or "
+                         f"less, or leave it unset{beyond}")
     return requested
 
 

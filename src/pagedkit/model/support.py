@@ -130,6 +130,51 @@ def check_config(model: torch.nn.Module) -> None:
                             "pagedkit does not implement")
 
 
+def position_limit(config: Any) -> tuple[int | None, str]:
+    """The longest sequence pagedkit serves exactly, and what sets it: the
+    config's ``max_position_embeddings`` (None where it states none), or less
+    where the rotary embedding changes per forward.
+
+    transformers' `dynamic_rope_update` rebuilds the rotary frequencies of a
+    ``longrope`` model every forward from the *longest* position in it: the
+    short factor while it is under ``original_max_position_embeddings``, the
+    long factor past it. Its `generate` runs one sequence, so that is the
+    sequence's own length; pagedkit packs every sequence of a step into one
+    forward, so one long sequence would switch the factor for all the short
+    ones beside it, and their tokens would depend on the batch. Up to
+    ``original_max_position_embeddings`` every forward uses the short factor,
+    as `generate` does for each sequence alone. (``dynamic`` NTK scaling
+    rebuilds them the same way, but only past ``max_position_embeddings``,
+    which already bounds every sequence: nothing to lower.)"""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    positions = getattr(text, "max_position_embeddings", None)
+    for params in _rope_parameters(text):
+        if (params.get("rope_type") or params.get("type")) != "longrope":
+            continue
+        original = params.get("original_max_position_embeddings",
+                              getattr(text, "original_max_position_embeddings", None))
+        if original is not None and (positions is None or original < positions):
+            return original, LONGROPE_LIMIT
+    return positions, "max_position_embeddings in its config"
+
+
+#: Why a longrope model's limit is its original_max_position_embeddings (see `position_limit`).
+LONGROPE_LIMIT = ("original_max_position_embeddings of its longrope rotary embedding: "
+                  "transformers picks the short or the long factor per forward by the longest "
+                  "position in it, and pagedkit packs every sequence of a step into one forward, "
+                  "so a longer sequence would switch the factor for the others in its batch")
+
+
+def _rope_parameters(text: Any) -> list[dict]:
+    """The config's rotary parameters: one dict, or one per layer type."""
+    params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None)
+    if not isinstance(params, dict):
+        return []
+    if "rope_type" in params or "type" in params:
+        return [params]
+    return [v for v in params.values() if isinstance(v, dict)]
+
+
 def _unset(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, (int, float)) and value == 0) \
         or (isinstance(value, (str, list, tuple, dict)) and not value)
@@ -368,6 +413,18 @@ def render_docs(results: dict[str, dict], transformers_version: str) -> str:
         f"Measured with transformers {transformers_version}; another version has other "
         "architectures and may serve or refuse some differently (the test still requires",
         "one or the other for each, and compares with this table only on that version).",
+        "",
+        "A served model's positions stop at its config's `max_position_embeddings`, or",
+        "earlier where its rotary embedding changes per forward: a `longrope` model (Phi-3",
+        "and Phi-3.5 128k configs) is served up to its `original_max_position_embeddings`",
+        "(Phi-3-mini-128k: 4096, not 131072), where every sequence of any batch uses the short",
+        "factor, as transformers' `generate` does for that sequence alone. transformers picks",
+        "the short or the long factor per forward by the longest position in it, and pagedkit",
+        "packs every sequence of a step into one forward, so past that one long sequence would",
+        "switch the factor for the others (their tokens would depend on the batch); a larger",
+        "`max_model_len` is refused with a `ValueError` saying so",
+        "(`pagedkit.model.support.position_limit`, `tests/model/test_rope_limit.py`). `dynamic`",
+        "NTK scaling changes only past `max_position_embeddings`, the limit already.",
         "",
         f"**{counts['served']} served, {counts['refused']} refused**; "
         f"{counts['not built']} could not be built tiny by the test, "
