@@ -13,9 +13,11 @@ from pagedkit.sim import (
     OPT_13B,
     PAGED,
     PAPER_MANAGERS,
+    BeamSearch,
     LatencyModel,
     ManagerSpec,
     ParallelSampling,
+    SharedPrefix,
     Simulator,
     Trace,
     TraceRequest,
@@ -353,3 +355,46 @@ def test_the_blocked_head_memo_changes_no_decision(manager, options, monkeypatch
     assert calls["off"] > 2 * calls["on"]  # the memo saved asking again
     assert kept.steps == asked.steps
     assert kept.requests == asked.requests
+
+
+# A request id is any hashable value (lab 02 names its requests "A", "B", ...):
+# the simulator keys nothing on its value, so a renamed trace runs exactly alike,
+# its results in trace order. All arrive together and the pool is tight, so
+# preempted requests go back to the queue by arrival order (ties: trace order).
+_ID_KINDS = {"int": [0, 1, 2, 3, 4, 5], "int, not in arrival order": [5, 3, 9, 0, 7, 1],
+             "str": ["A", "B", "C", "D", "E", "F"], "mixed": [3, "A", 0, ("x", 1), "0", 2.5],
+             "negative int": [-1, -2, -3, -4, -5, -6]}
+_ID_RUNS = [(manager, None) for manager in PAPER_MANAGERS] + [
+    (PAGED, sharing) for sharing in (ParallelSampling(2), BeamSearch(2), SharedPrefix(16))]
+
+
+@pytest.mark.parametrize("kind", list(_ID_KINDS))
+@pytest.mark.parametrize("manager, sharing", _ID_RUNS, ids=lambda x: getattr(x, "label", x))
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_any_hashable_request_id_runs_like_its_place_in_the_trace(kind, manager, sharing,
+                                                                  preemption):
+    lens = [(40, 30), (24, 50), (60, 20), (8, 70), (33, 33), (50, 45)]
+    def run(ids):
+        trace = Trace("ids", tuple(TraceRequest(i, 0.0, p, o)
+                                   for i, (p, o) in zip(ids, lens, strict=True)))
+        return simulate(trace, manager, capacity_slots=256, sharing=sharing,
+                        preemption=preemption, progress=False)
+    ids = _ID_KINDS[kind]
+    base, named = run(range(len(lens))), run(ids)
+    assert [r.request_id for r in named.requests] == ids
+    assert [replace(r, request_id=i) for i, r in enumerate(named.requests)] == base.requests
+    assert named.steps == base.steps and named.num_preemptions == base.num_preemptions
+    assert base.num_preemptions > 0 or not manager.paged  # paged: the queue order is used
+
+
+@pytest.mark.parametrize("ids", [[0, 0], ["A", "A"], [1, 1.0], ["A", 0, "A"]])
+def test_a_trace_refuses_two_requests_with_one_id(ids):
+    requests = tuple(TraceRequest(i, 0.0, 4, 4) for i in ids)
+    with pytest.raises(ValueError, match=f"both have the id {ids[-1]!r}"):
+        Trace("dup", requests)
+
+
+@pytest.mark.parametrize("request_id", [[1], {"a": 1}, {1}, ([1], 2)])
+def test_an_unhashable_request_id_is_refused(request_id):
+    with pytest.raises(TypeError, match="not hashable"):
+        TraceRequest(request_id, 0.0, 4, 4)

@@ -15,6 +15,7 @@ A request in flight is a `Group` of sequences: one for plain sampling,
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -94,6 +95,7 @@ class Group:
     done: list[Seq] = field(default_factory=list)
     first_token_time: float | None = None
     num_preemptions: int = 0
+    order: int = 0  # its place in the trace (arrival order)
     token: list[int] = field(default_factory=lambda: [0])  # id of the tokens it appends
     checked: bool = False  # known to fit an empty memory
 
@@ -102,7 +104,7 @@ class Group:
         return prefix + self.token * self.request.prompt_len
 
     @property
-    def request_id(self) -> int:
+    def request_id(self) -> Hashable:
         return self.request.request_id
 
 

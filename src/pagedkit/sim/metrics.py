@@ -11,6 +11,7 @@ could still use is not waste and is left out, as in the paper.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,7 +68,7 @@ class RequestResult:
     """How one request went. `finish_reason` is ``"stop"`` when it produced its
     whole output, or says why it was aborted."""
 
-    request_id: int
+    request_id: Hashable  # the trace's: a number or a name
     arrival: float
     prompt_len: int
     output_len: int

@@ -54,6 +54,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter, deque
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from .._validation import check_choice, check_int, check_number
@@ -190,6 +191,8 @@ class Simulator:
         self.running: list[Group] = []
         self.swapped: deque[Group] = deque()
         self.results: list[RequestResult] = []
+        # results are listed in trace order: ids may be names, or of mixed kinds
+        self._order = {r.request_id: i for i, r in enumerate(trace.requests)}
         self.log = StepLog()
         self.num_preemptions = 0
         self._next_arrival = 0
@@ -210,7 +213,7 @@ class Simulator:
     def result(self) -> SimResult:
         """The measurements so far (complete once `done`)."""
         return SimResult(self.spec.label, self.trace.name, self.capacity,
-                         sorted(self.results, key=lambda r: r.request_id), self.log,
+                         sorted(self.results, key=lambda r: self._order[r.request_id]), self.log,
                          self._wall, self.num_preemptions,
                          {"sharing": self.sharing.label if self.sharing else None,
                           "preemption": self.preemption, "prefill": self.prefill,
@@ -309,10 +312,12 @@ class Simulator:
         requests = self.trace.requests
         while self._next_arrival < len(requests) and \
                 requests[self._next_arrival].arrival <= self.now:
-            self.waiting.append(self._new_group(requests[self._next_arrival]))
+            self.waiting.append(self._new_group(requests[self._next_arrival],
+                                                self._next_arrival))
             self._next_arrival += 1
 
-    def _new_group(self, request) -> Group:
+    def _new_group(self, request, order: int) -> Group:
+        """The group for `request`, the trace's `order`-th (counting from 0)."""
         prompt_len = len(self._prefix) + request.prompt_len
         n = num_sequences(self.sharing)
         if isinstance(self.sharing, ParallelSampling):
@@ -322,8 +327,9 @@ class Simulator:
             lens = [request.output_len] * n
         seqs = [Seq(self._next_seq_id + i, length) for i, length in enumerate(lens)]
         self._next_seq_id += n
-        # a token id no other request uses, for the prompt and generated tokens
-        return Group(request, prompt_len, seqs, token=[-1 - request.request_id])
+        # a token id no other request uses (the prefix's are positive), for the
+        # prompt and generated tokens; from the place in the trace, as an id may be a name
+        return Group(request, prompt_len, seqs, order=order, token=[-1 - order])
 
     def _make_room_for_running(self) -> list[Group]:
         """Give every running request its next slot, oldest first, preempting
@@ -526,12 +532,12 @@ class Simulator:
                                           group.num_preemptions, reason))
 
 
-def _ids(groups: list[Group]) -> tuple[int, ...]:
+def _ids(groups: list[Group]) -> tuple[Hashable, ...]:
     return tuple(g.request_id for g in groups)
 
 
 def _arrival(group: Group) -> tuple[float, int]:
-    return group.request.arrival, group.request_id  # the trace is in arrival order
+    return group.request.arrival, group.order  # the trace is in arrival order
 
 
 def simulate(trace: Trace, manager: ManagerSpec | str = PAGED, *,

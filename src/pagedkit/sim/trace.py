@@ -18,7 +18,7 @@ import csv
 import json
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -31,9 +31,11 @@ from .._validation import check_int, check_number
 @dataclass(frozen=True)
 class TraceRequest:
     """One request of a trace: it arrives at `arrival` seconds, brings a prompt
-    of `prompt_len` tokens and will produce `output_len` tokens."""
+    of `prompt_len` tokens and will produce `output_len` tokens. Its
+    `request_id` is any hashable value, unique in its trace: a number or a
+    name such as ``"A"``."""
 
-    request_id: int
+    request_id: Hashable
     arrival: float
     prompt_len: int
     output_len: int
@@ -42,6 +44,12 @@ class TraceRequest:
         # Checked here, so a hand-built request cannot reach the simulator with a
         # length it would loop on (an arrival of NaN is never reached).
         who = f"request {self.request_id!r}"
+        try:
+            hash(self.request_id)
+        except TypeError:
+            raise TypeError(f"{who}: the id is a {type(self.request_id).__name__}, which is "
+                            "not hashable; a request id is a number or a name such as "
+                            "'A'") from None
         object.__setattr__(self, "prompt_len",
                            check_int(f"prompt_len of {who}", self.prompt_len, minimum=1))
         object.__setattr__(self, "output_len",
@@ -70,9 +78,15 @@ class Trace:
 
     def __post_init__(self) -> None:
         requests = tuple(self.requests)
+        first: dict[Hashable, int] = {}  # request id -> where it first appears
         for i, r in enumerate(requests):
             if not isinstance(r, TraceRequest):
                 raise TypeError(f"trace {self.name!r}: request {i} is {r!r}, not a TraceRequest")
+            if r.request_id in first:
+                raise ValueError(f"trace {self.name!r}: requests {first[r.request_id]} and {i} "
+                                 f"both have the id {r.request_id!r}; give every request its "
+                                 "own id, as results are reported by id")
+            first[r.request_id] = i
             if i and r.arrival < requests[i - 1].arrival:
                 raise ValueError(f"trace {self.name!r}: requests must be in arrival order; "
                                  f"request {i} arrives at {r.arrival:g} s, before request "
