@@ -1,5 +1,6 @@
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from pagedkit.memory import EventBus, EventLog
@@ -104,3 +105,19 @@ def test_beams_are_reshuffled_once_per_iteration_even_when_someone_is_preempted(
     r = sim.run()
     assert r.num_preemptions > 0 and len(r.finished) == 4
     assert max(Counter(calls).values()) == 1
+
+
+@pytest.mark.parametrize("option, field", [(ParallelSampling, "n"), (BeamSearch, "width"),
+                                           (SharedPrefix, "length")])
+@pytest.mark.parametrize("value, error", [(1.5, TypeError), (2.0, TypeError), ("2", TypeError),
+                                          (True, TypeError), (None, TypeError),
+                                          (0, ValueError), (-1, ValueError)])
+def test_a_sharing_option_refuses_a_bad_count_when_built(option, field, value, error):
+    with pytest.raises(error, match=rf"{option.__name__} {field} must be .*got {value!r}"):
+        option(value)
+
+
+@pytest.mark.parametrize("option", [ParallelSampling, BeamSearch, SharedPrefix])
+def test_a_sharing_option_takes_a_numpy_int_as_an_int(option):
+    (value,) = vars(option(np.int64(3))).values()
+    assert value == 3 and type(value) is int

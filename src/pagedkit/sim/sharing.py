@@ -24,14 +24,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .._validation import check_int
+
 
 @dataclass(frozen=True)
 class ParallelSampling:
     n: int
 
     def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"parallel sampling needs n >= 1 samples, got {self.n}")
+        object.__setattr__(self, "n", check_int("ParallelSampling n", self.n, minimum=1))
 
     @property
     def label(self) -> str:
@@ -43,8 +44,7 @@ class BeamSearch:
     width: int
 
     def __post_init__(self) -> None:
-        if self.width < 1:
-            raise ValueError(f"beam search needs width >= 1, got {self.width}")
+        object.__setattr__(self, "width", check_int("BeamSearch width", self.width, minimum=1))
 
     @property
     def label(self) -> str:
@@ -56,8 +56,7 @@ class SharedPrefix:
     length: int
 
     def __post_init__(self) -> None:
-        if self.length < 1:
-            raise ValueError(f"a shared prefix needs length >= 1 tokens, got {self.length}")
+        object.__setattr__(self, "length", check_int("SharedPrefix length", self.length, minimum=1))
 
     @property
     def label(self) -> str:
