@@ -106,14 +106,17 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str | Cal
 def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
                    equal: Callable[[Any, Any], bool] | None = None,
                    prepare: Callable[[Case], Case] | None = None,
-                   show: Callable[[Any], str] = repr) -> CheckResult:
+                   show: Callable[[Any], str] = repr,
+                   diagnose: Callable[[Callable, Any], str] | None = None) -> CheckResult:
     """Run `fn` on each case; pass if every result equals the expected one.
 
     `equal(got, expected)` compares (default ``==``); `prepare` builds fresh
     arguments per case (for functions that mutate what they are given);
     `show` writes a value in a wrong answer's message (default ``repr``; lab 07
     shortens hashes), and ``repr`` stands in where it would write the two
-    values alike.
+    values alike. `diagnose(fn, got)` may name a known mistake that `fn`
+    makes throughout, `got` being one wrong answer (lab 09: a wrong formula);
+    its text ('' for none) then stands in for the case's hint.
     """
     require_function(name, fn)
     equal = equal or (lambda got, want: got == want)
@@ -137,9 +140,10 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
             got_text, expected_text = show(got), show(case.expected)
             if got_text == expected_text:  # a short form must not hide the difference
                 got_text, expected_text = repr(got), repr(case.expected)
+            hint = (diagnose(fn, got) if diagnose else "") or case.hint
             return CheckResult(name, False, _("{call} returned {got}, expected {expected}.")
                                .format(call=call, got=got_text, expected=expected_text)
-                               + hint_text(case.hint))
+                               + hint_text(hint))
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
 
 

@@ -14,7 +14,7 @@ from itertools import product
 
 import torch
 
-from ..i18n import _
+from ..i18n import N_, _
 from ..model.kv_cache import KVCacheSpec
 from . import Case, CheckResult, check_function
 from ._boundaries import grid_cases
@@ -100,10 +100,12 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
 _expected_tokens = expected_tokens_per_step
 
 
-def _best_num_drafts(alpha: float, draft_cost: float, max_drafts: int) -> int:
+def _best_num_drafts(alpha: float, draft_cost: float, max_drafts: int,
+                     expected_tokens: Callable[[float, int], float] = _expected_tokens) -> int:
     """The smallest k in 0..max_drafts with the most tokens per unit of time,
-    E(alpha, k) / (1 + k * draft_cost); the tolerance only breaks float ties."""
-    rate = [_expected_tokens(alpha, k) / (1 + k * draft_cost) for k in range(max_drafts + 1)]
+    E(alpha, k) / (1 + k * draft_cost); the tolerance only breaks float ties.
+    `expected_tokens` is E (another formula: what a learner who used it gets)."""
+    rate = [expected_tokens(alpha, k) / (1 + k * draft_cost) for k in range(max_drafts + 1)]
     best = max(rate)
     return next(k for k, r in enumerate(rate) if r >= best * (1 - 1e-12))
 
@@ -135,7 +137,38 @@ def check_best_num_drafts(fn: Callable) -> CheckResult:
     ]
     cases = [Case(args, _best_num_drafts(*args), hint) for args, hint in specs]
     return check_function("best_num_drafts", fn, cases + drafts_grid(),
-                          equal=lambda got, want: _as_int(got) == want)
+                          equal=lambda got, want: _as_int(got) == want,
+                          diagnose=_wrong_expected_tokens)
+
+
+# Formulas for E(a, k) that a learner may take for the expected tokens per step,
+# each with what it gets wrong.
+WRONG_EXPECTED_TOKENS = {
+    "1 + k x a": (lambda a, k: 1 + k * a,
+                  N_("each draft is counted as if accepted on its own")),
+    "a + a^2 + ... + a^k": (lambda a, k: _expected_tokens(a, k) - 1,
+                            N_("the target model's own token is left out")),
+}
+
+
+def _wrong_expected_tokens(fn: Callable, got) -> str:
+    """If `fn` gives the best k under a known wrong E on every probe (drafts
+    dearer and cheaper than acceptance is likely: so not by chance), say which
+    formula, and what E is."""
+    cases = [(0.8, 0.05, 10), (0.8, 0.2, 10), (0.6, 0.1, 10), (0.95, 0.1, 20),
+             (0.3, 0.05, 10), (0.9, 0.3, 10), (0.3, 0.5, 8), (0.0, 0.1, 5)]
+    try:
+        answers = [_as_int(fn(*args)) for args in cases]
+    except Exception:  # its error shows on its own case
+        return ""
+    for formula, (wrong, why) in WRONG_EXPECTED_TOKENS.items():
+        if answers == [_best_num_drafts(*args, wrong) for args in cases]:
+            return (_("{k} is the best k if E(a, k) = {formula}, but that is not the expected "
+                      "number of tokens per step ({why}). Draft i counts only if drafts 1..i "
+                      "were all accepted, and the target model adds one token of its own: "
+                      "E(a, k) = 1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a)")
+                    .format(k=got, formula=formula, why=_(why)))
+    return ""
 
 
 def _drafts_oracle(alpha: float, draft_cost: float, max_drafts: int) -> int:
