@@ -96,3 +96,15 @@ def test_paged_copy_holds_the_contiguous_tokens():
         for t in range(8):
             block, offset = tables[b, t // 4], t % 4
             assert torch.equal(cache[block, offset], contiguous[b, :, t])
+
+
+@pytest.mark.parametrize("quick", [True, False])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_decode_and_prefill_rows_line_up(device, quick):
+    """Every row's label is as wide, its dtype in one column (the CPU grid's
+    prefill rows, "2 x 128/128", once pushed theirs right)."""
+    shapes = (bench.decode_shapes(torch.device(device), quick)
+              + bench.prefill_shapes(torch.device(device), quick))
+    labels = [bench.shape_label(s) for s in shapes]
+    assert len({len(label) for label in labels}) == 1, labels
+    assert len({label.index(s.dtype) for label, s in zip(labels, shapes, strict=True)}) == 1

@@ -406,14 +406,21 @@ def run(device: torch.device, quick: bool, log: Callable[[str], None] = print) -
     for shape in decode_shapes(device, quick):
         row = bench_decode(shape, device, timer, decode_kernel, skip, peak)
         report["decode"].append(row)
-        log("  " + _describe(row, f"{shape.batch:>4} x {shape.context:<6} {shape.dtype:<9}"))
+        log("  " + _describe(row, shape_label(shape)))
     log("prefill: batch x chunk/context dtype | ms and TFLOP/s per implementation")
     for shape in prefill_shapes(device, quick):
         row = bench_prefill(shape, device, timer, prefill_kernel, skip)
         report["prefill"].append(row)
-        log("  " + _describe(row, f"{shape.batch:>4} x {shape.query_len}/{shape.context:<6} "
-                                  f"{shape.dtype:<9}"))
+        log("  " + _describe(row, shape_label(shape)))
     return report
+
+
+def shape_label(shape: DecodeShape | PrefillShape) -> str:
+    """``batch x context dtype`` (a prefill: ``batch x chunk/context dtype``), in
+    columns that line up down the decode and the prefill rows alike."""
+    size = (f"{shape.query_len}/{shape.context}" if isinstance(shape, PrefillShape)
+            else str(shape.context))
+    return f"{shape.batch:>4} x {size:<11} {shape.dtype:<9}"
 
 
 def _describe(row: dict, label: str) -> str:
