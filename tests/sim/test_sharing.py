@@ -76,7 +76,7 @@ def test_shared_prefix_is_computed_once_then_hit_in_the_cache():
 def test_sharing_needs_paged_memory():
     with pytest.raises(ValueError, match="only the paged manager can do; got Orca \\(Pow2\\)"):
         Simulator(Trace("t", (one(4, 4),)), "pow2", sharing=ParallelSampling(2))
-    with pytest.raises(ValueError, match="parallel sampling needs n >= 1 samples, got 0"):
+    with pytest.raises(ValueError, match="ParallelSampling n must be >= 1, got 0"):
         ParallelSampling(0)
 
 
