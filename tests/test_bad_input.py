@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -369,6 +370,150 @@ def check(call, target, error, named, state):
                          [pytest.param(*c[1:], id=c[0]) for c in MEMORY_CASES])
 def test_memory_entry_points(make, call, error, named, state):
     check(call, make() if make else None, error, named, state)
+
+
+# Every public memory method that takes token ids, counts or a new sequence's id,
+# crossed with every bad value of that kind: refused, named, and nothing changed
+# (the full snapshot, and no event emitted).
+def _ids(make):  # a fresh generator per call: a one-shot iterator is refused too
+    return make() if callable(make) else make
+
+
+BAD_TOKEN_IDS = [  # (id, token_ids, error, named)
+    ("None", None, TypeError, "None"),
+    ("a generator", lambda: (t for t in (1, 2)), TypeError, "generator"),
+    ("a str", "ab", TypeError, "'ab'"),
+    ("a dict", {1: 2}, TypeError, "{1: 2}"),
+    ("None inside", [1, None], TypeError, "token_ids[1] is None"),
+    ("a str inside", [1, "x"], TypeError, "token_ids[1] is 'x'"),
+    ("floats", [1.5, 2.5], TypeError, "token_ids[0] is 1.5"),
+    ("a whole float", [1, 2.0], TypeError, "token_ids[1] is 2.0"),
+    ("a bool", [True], TypeError, "token_ids[0] is True"),
+    ("negative", [-1], ValueError, "token_ids[0] is -1"),
+    ("negative later", (1, 2, -7), ValueError, "token_ids[2] is -7"),
+]
+
+TOKEN_ID_CALLS = [  # (id, make, call(target, token_ids), state)
+    ("kv.allocate_slots new", make_kv, lambda kv, ids: kv.allocate_slots("new", ids), kv_state),
+    ("kv.allocate_slots existing", make_kv, lambda kv, ids: kv.allocate_slots("A", ids),
+     kv_state),
+    ("kv.allocate_slots from live cached blocks", make_kv,
+     lambda kv, ids: kv.allocate_slots("new", ids, cached_blocks=[0, 1]), kv_state),
+    ("kv.allocate_slots reviving a free cached block", make_kv,
+     lambda kv, ids: kv.allocate_slots("new", ids, cached_blocks=[4]), kv_state),
+    ("kv.cached_prefix new", make_kv, lambda kv, ids: kv.cached_prefix("new", ids), kv_state),
+    ("kv.cached_prefix existing", make_kv, lambda kv, ids: kv.cached_prefix("A", ids),
+     kv_state),
+    ("table.append", make_table, lambda t, ids: t.append(ids),
+     lambda t: (table_state(t), pool_state(t.allocator))),
+    ("table.try_append", make_table, lambda t, ids: t.try_append(ids),
+     lambda t: (table_state(t), pool_state(t.allocator))),
+    ("table.cached_prefix", lambda: BlockTable(make_table().allocator, "U"),
+     lambda t, ids: t.cached_prefix(ids), lambda t: (table_state(t), pool_state(t.allocator))),
+]
+
+BAD_COUNTS = [  # (token count, error, named)
+    (-1, ValueError, "got -1"), (-3, ValueError, "got -3"), (1.5, TypeError, "1.5"),
+    (2.0, TypeError, "2.0"), ("2", TypeError, "'2'"), (None, TypeError, "None"),
+    (True, TypeError, "True"),
+]
+
+COUNT_CALLS = [  # (id, make, call(target, n), state)
+    ("kv.blocks_needed existing", make_kv, lambda kv, n: kv.blocks_needed("A", n), kv_state),
+    ("kv.blocks_needed new", make_kv, lambda kv, n: kv.blocks_needed("new", n), kv_state),
+    ("kv.blocks_needed cached", make_kv,
+     lambda kv, n: kv.blocks_needed("new", n, [0, 1]), kv_state),
+    ("kv.can_allocate", make_kv, lambda kv, n: kv.can_allocate("new", n), kv_state),
+    ("kv.blocks_to_admit", make_kv, lambda kv, n: kv.blocks_to_admit("new", n, [], [0]),
+     kv_state),
+    ("kv.blocks_needed_for one", make_kv, lambda kv, n: kv.blocks_needed_for([("A", n)]),
+     kv_state),
+    ("kv.blocks_needed_for a group", make_kv,
+     lambda kv, n: kv.blocks_needed_for([("A", 1), ("B", n)]), kv_state),
+    ("kv.free_uncomputed", make_kv, lambda kv, n: kv.free_uncomputed([("B", 1), ("A", n)]),
+     kv_state),
+    ("kv.allocate_slots computed, existing", make_kv,
+     lambda kv, n: kv.allocate_slots("A", [1], computed=n), kv_state),
+    ("kv.allocate_slots computed, new", make_kv,
+     lambda kv, n: kv.allocate_slots("new", [1, 2, 3], computed=n), kv_state),
+    ("kv.allocate_slots computed, cached", make_kv,
+     lambda kv, n: kv.allocate_slots("new", [1], cached_blocks=[0, 1], computed=n), kv_state),
+    ("table.blocks_needed", make_table, lambda t, n: t.blocks_needed(n), table_state),
+    ("table.append computed", make_table, lambda t, n: t.append([1], computed=n),
+     lambda t: (table_state(t), pool_state(t.allocator))),
+    ("table.name_blocks", make_table, lambda t, n: t.name_blocks(n),
+     lambda t: (table_state(t), pool_state(t.allocator))),
+]
+
+TOO_MANY = [  # past the tokens there are: (id, make, call, error, named, state)
+    ("kv.allocate_slots computed past the tokens, existing", make_kv,
+     lambda kv: kv.allocate_slots("A", [1], computed=11), ValueError, "<= 10, got 11",
+     kv_state),
+    ("kv.allocate_slots computed past the tokens, new", make_kv,
+     lambda kv: kv.allocate_slots("new", [1, 2, 3], computed=100), ValueError,
+     "<= 3, got 100", kv_state),
+    ("kv.allocate_slots computed past the tokens, cached", make_kv,
+     lambda kv: kv.allocate_slots("new", [1], cached_blocks=[0, 1], computed=10), ValueError,
+     "<= 9, got 10", kv_state),
+    ("table.append computed past the tokens", make_table,
+     lambda t: t.append([1], computed=5), ValueError, "<= 4, got 5",
+     lambda t: (table_state(t), pool_state(t.allocator))),
+    ("table.name_blocks past the tokens", make_table, lambda t: t.name_blocks(4), ValueError,
+     "<= 3, got 4", lambda t: (table_state(t), pool_state(t.allocator))),
+    ("kv.free_uncomputed past the tokens", make_kv,
+     lambda kv: kv.free_uncomputed([("B", 1), ("A", 10)]), ValueError, "<= 9, got 10",
+     kv_state),
+    ("kv.allocate_slots for None", make_kv, lambda kv: kv.allocate_slots(None, [1]),
+     TypeError, "sequence None", kv_state),
+    ("kv.allocate_slots for None, cached", make_kv,
+     lambda kv: kv.allocate_slots(None, [1], cached_blocks=[0]), TypeError, "sequence None",
+     kv_state),
+    ("kv.fork into None", make_kv, lambda kv: kv.fork("A", None), TypeError, "sequence None",
+     kv_state),
+    ("KVCacheManager num_swap_blocks=-1", None,
+     lambda _: KVCacheManager(4, 4, num_swap_blocks=-1), ValueError, "num_swap_blocks", nothing),
+]
+
+
+def _silent_state(target, state):
+    """`state`, and the events the target's pool has emitted since this was first called."""
+    pool = target.allocator if target is not None else None
+    events: list = []
+    if pool is not None:
+        pool.events.subscribe(events.append)
+    return lambda t: (state(t), list(events))
+
+
+@pytest.mark.parametrize("make, call, state", [pytest.param(*c[1:], id=c[0])
+                                               for c in TOKEN_ID_CALLS])
+@pytest.mark.parametrize("ids, error, named", [pytest.param(*b[1:], id=b[0])
+                                               for b in BAD_TOKEN_IDS])
+def test_memory_token_ids(make, call, state, ids, error, named):
+    target = make()
+    check(lambda t: call(t, _ids(ids)), target, error, named, _silent_state(target, state))
+
+
+@pytest.mark.parametrize("make, call, state, n, error, named", [
+    pytest.param(*c[1:], *b, id=f"{c[0]}-{b[0]!r}") for c in COUNT_CALLS for b in BAD_COUNTS
+    if not (b[0] is None and "computed" in c[0])])  # computed=None: the default, all of them
+def test_memory_token_counts(make, call, state, n, error, named):
+    target = make()
+    check(lambda t: call(t, n), target, error, named, _silent_state(target, state))
+
+
+@pytest.mark.parametrize("make, call, error, named, state",
+                         [pytest.param(*c[1:], id=c[0]) for c in TOO_MANY])
+def test_memory_limits_and_ids(make, call, error, named, state):
+    target = make() if make else None
+    check(call, target, error, named, _silent_state(target, state))
+
+
+@pytest.mark.parametrize("ids", [[3, 4], (3, 4), range(3, 5), [np.int64(3), np.int32(4)]],
+                         ids=["list", "tuple", "range", "numpy ints"])
+def test_memory_takes_token_ids_of_every_int_kind(ids):
+    kv = make_kv()
+    assert kv.allocate_slots("new", ids) == [] and kv.num_tokens("new") == 2
+    assert kv.allocate_slots("A", ids) == [(2, 6)] and kv.num_tokens("A") == 11
 
 
 @pytest.mark.parametrize("call, error, named", [pytest.param(*c[1:], id=c[0])

@@ -101,7 +101,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         if seq not in self.contents or self._swapped(seq):
             return
         start = len(self.contents[seq])
-        computed = data.draw(st.none() | st.integers(0, start + len(new) + 1), label="computed")
+        computed = data.draw(st.none() | st.integers(0, start + len(new)), label="computed")
         copies = self._evicting_only_without_blanks(
             lambda: self.kv.allocate_slots(seq, new, computed=computed))
         if copies is None:
@@ -122,7 +122,7 @@ class PagedMemoryMachine(RuleBasedStateMachine):
         if seq not in self.contents or self._swapped(seq):
             return
         n = len(self.contents[seq])
-        computed = data.draw(st.integers(0, n + 1), label="computed")
+        computed = data.draw(st.integers(0, n), label="computed")
         assert self.kv.allocate_slots(seq, [], computed=computed) == []
         self.computed[seq] = max(self.computed[seq], min(computed, n))
 

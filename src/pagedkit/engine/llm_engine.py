@@ -40,6 +40,7 @@ from .._validation import (
     check_int,
     check_number,
     check_prompt,
+    check_token_ids,
     warn_at_caller,
 )
 from ..memory import HASH_FUNCTIONS, KVCacheManager, blocks_to_serve
@@ -426,7 +427,7 @@ class LLMEngine:
             # max_model_len) instead of transformers' warning about indexing errors first
             return prompt, list(self.tokenizer(prompt, verbose=False)["input_ids"])
         vocab = self.runner.vocab_size
-        ids = [check_int("prompt token id", t, minimum=0) for t in prompt]
+        ids = check_token_ids("prompt", prompt)
         bad = [t for t in ids if t >= vocab]
         if bad:
             raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab}); "

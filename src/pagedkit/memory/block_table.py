@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+from .._validation import check_int, check_token_ids
 from .allocator import BlockAllocator
 from .block_hash import BlockHash, BlockKey
 from .errors import BlockStateError, OutOfBlocksError
@@ -139,6 +140,7 @@ class BlockTable:
         the blocks the tokens reach past the table's end, plus one copy if they
         write into a partly filled last block that others still read
         (copy-on-write; a released entry is never written)."""
+        check_int("num_new_tokens", num_new_tokens, minimum=0)
         total = -(-(self.num_tokens + num_new_tokens) // self.block_size)
         last = self.blocks[-1] if self.blocks else NULL_BLOCK
         copy = (num_new_tokens > 0 and self.num_tokens % self.block_size > 0
@@ -169,9 +171,13 @@ class BlockTable:
         """`append`, but returns ``None`` (having changed nothing) when the pool is too small."""
         if self._freed:
             self._check_open("append to it")
-        if isinstance(token_ids, (str, bytes)):
-            raise TypeError(f"token_ids must be a list of token ids, got {token_ids!r}")
+        # a list of plain ints >= 0 (the engine's own tokens, each step) passes at
+        # once; anything else meets the rule for token ids
+        if type(token_ids) is not list or any(type(t) is not int or t < 0 for t in token_ids):
+            check_token_ids("token_ids", token_ids)
         end = len(token_ids)
+        if computed is not None:
+            check_int("computed", computed, minimum=0, maximum=self.num_tokens + end)
         pool, blocks, size = self.allocator, self.blocks, self.block_size
         if self.blocks_needed(end) > pool.num_free_blocks:
             return None
@@ -204,6 +210,7 @@ class BlockTable:
         named as those steps append: `KVCacheManager.allocate_slots` with the
         tokens a step computes, or none, names up to them."""
         pool, size = self.allocator, self.block_size
+        check_int("num_tokens", num_tokens, minimum=0, maximum=self.num_tokens)
         if not pool.enable_prefix_caching:
             return
         self._computed = max(self._computed, min(num_tokens, self.num_tokens))
@@ -225,6 +232,7 @@ class BlockTable:
         Each hit's stored key is the parent of the next lookup, so the chain
         compared is the one the cache holds.
         """
+        check_token_ids("token_ids", token_ids)
         pool = self.allocator
         if not pool.enable_prefix_caching or self.blocks:
             return []

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
+from .._validation import check_int, check_token_ids
 from .allocator import BlockAllocator, MemoryStats
 from .block_hash import HashFunction
 from .block_table import NULL_BLOCK, BlockTable
@@ -46,6 +47,7 @@ class KVCacheManager:
                                         events=self.events, hash_fn=hash_fn)
         # The CPU swap space is a second pool of the same kind: a swapped-out
         # table simply points into it instead.
+        num_swap_blocks = check_int("num_swap_blocks", num_swap_blocks, minimum=0)
         self.swap_pool = BlockAllocator(num_swap_blocks, block_size) if num_swap_blocks else None
         self._tables: dict[Hashable, BlockTable] = {}
         self._swapped: dict[Hashable, BlockTable] = {}
@@ -102,9 +104,8 @@ class KVCacheManager:
     # ------------------------------------------------------------------- room
     def cached_prefix(self, seq: Hashable, token_ids: Sequence[int]) -> list[int]:
         """Cached blocks a new sequence could start from (asks only)."""
-        if seq in self:
-            return []
-        return BlockTable(self.allocator, seq).cached_prefix(token_ids)
+        hits = BlockTable(self.allocator, seq).cached_prefix(token_ids)  # checks the ids
+        return [] if seq in self else hits
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached block, as vLLM does: only while no block of the
@@ -122,6 +123,7 @@ class KVCacheManager:
         A new sequence starting from `cached_blocks` takes each cached block
         that sits free in the pool (it leaves the free queue; a live one is
         shared for nothing) and then the blocks its new tokens fill."""
+        check_int("num_new_tokens", num_new_tokens, minimum=0)
         table = self._tables.get(seq)
         if table is not None:  # one table alone: its own count (what `append` checks)
             return table.blocks_needed(num_new_tokens)
@@ -146,6 +148,7 @@ class KVCacheManager:
         tails: dict[tuple[int, int], BlockTable] = {}
         for seq, n in appends:
             table = self.table(seq)
+            check_int(f"the tokens appended to sequence {seq!r}", n, minimum=0)
             if n > 0 and table.num_tokens % self.block_size:  # into a partly filled last block
                 key = (id(table.allocator), table.blocks[-1])
                 writers.setdefault(key, []).append(n)
@@ -199,6 +202,11 @@ class KVCacheManager:
                 raise BlockStateError(
                     f"sequence {seq!r} already exists; cached blocks can only start a sequence")
             return table.try_append(token_ids, computed=computed)  # all or nothing
+        _check_new_seq(seq, "allocate slots for")
+        check_token_ids("token_ids", token_ids)  # before anything changes (cached blocks)
+        if computed is not None:
+            check_int("computed", computed, minimum=0,
+                      maximum=len(cached_blocks) * self.block_size + len(token_ids))
         if cached_blocks:  # an error whether or not the tokens would fit
             self._check_cached(seq, cached_blocks)
         if not self.can_allocate(seq, len(token_ids), cached_blocks):
@@ -224,6 +232,7 @@ class KVCacheManager:
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
         """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""
+        _check_new_seq(child, "fork into")
         if child in self:
             raise BlockStateError(f"cannot fork into {child!r}: it already has a block table")
         self._tables[child] = self.gpu_table(parent).fork(child)
@@ -243,6 +252,9 @@ class KVCacheManager:
         computed, so a later cache hit on one would read K/V never written.
         Names are dropped after every sequence has let go (only a free block
         can lose its name), so blocks the sequences shared are caught too."""
+        seqs = [(seq, check_int(f"the computed tokens of sequence {seq!r}", computed, minimum=0,
+                                maximum=self.gpu_table(seq).num_tokens))
+                for seq, computed in seqs]  # all checked before any is freed
         fresh: list[int] = []
         for seq, computed in seqs:
             fresh += [b for b in self.gpu_table(seq).blocks[computed // self.block_size:]
@@ -389,6 +401,14 @@ def blocks_to_append(num_tokens: int, block_size: int, appends: Sequence[int],
     beyond = sum(-(-(used + n) // block_size) - 1 for n in growing)  # past the last block
     copies = len(growing) - (len(growing) == owners)
     return beyond + copies
+
+def _check_new_seq(seq: Hashable, action: str) -> None:
+    """A new sequence's id: anything hashable but None, which the pool's events
+    use for "no sequence" (`BlockAllocator.allocate(seq=None)`)."""
+    if seq is None:
+        raise TypeError(f"cannot {action} sequence None: None means no sequence in the pool "
+                        "and its events; give the sequence an id (a str or an int)")
+
 
 def _group(seqs: Iterable[Hashable], action: str) -> list[Hashable]:
     """A group's sequences as a list, each named once (checked before anything moves)."""
