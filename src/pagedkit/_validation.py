@@ -67,20 +67,20 @@ def check_int(name: str, value: object, *, minimum: int | None = None,
 def check_token_ids(name: str, ids: object) -> list[int]:
     """Return `ids` as a list of token ids, or raise naming the first bad one.
 
-    The one rule for token ids, the one `LLMEngine` checks a prompt's ids by:
-    a list, tuple or range of ints >= 0 (numpy's ints count; a bool, a float,
-    None or a str does not). A one-shot iterator is refused too: read once to
-    be checked, it would be empty when the tokens are stored."""
+    The one rule for token ids, the one `LLMEngine` checks a prompt's ids by
+    before its vocabulary's range: a list, tuple or range of ints (numpy's
+    ints count; a bool, a float, None or a str does not). A one-shot iterator
+    is refused too: read once to be checked, it would be empty when the
+    tokens are stored. The paged memory takes any int: there an id is only
+    content to compare, and the simulator and lab 07 use negative ones as ids
+    no tokenizer gives."""
     if not isinstance(ids, (list, tuple, range)):
-        raise TypeError(f"{name} must be a list of token ids (ints >= 0), got {_short(ids)} "
+        raise TypeError(f"{name} must be a list of token ids (ints), got {_short(ids)} "
                         f"({type(ids).__name__}); give a list, e.g. list(...) of it")
     for i, t in enumerate(ids):
         if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-            raise TypeError(f"{name}[{i}] is {t!r} ({type(t).__name__}); token ids are ints "
-                            ">= 0, as a tokenizer gives them")
-        if t < 0:
-            raise ValueError(f"{name}[{i}] is {t}; token ids are ints >= 0, as a tokenizer "
-                             "gives them")
+            raise TypeError(f"{name}[{i}] is {t!r} ({type(t).__name__}); token ids are ints, "
+                            "as a tokenizer gives them")
     return [int(t) for t in ids]
 
 

@@ -87,10 +87,10 @@ def test_cbor_refuses_what_it_cannot_encode():
 @pytest.mark.parametrize("hash_name", sorted(ALL_HASHES))
 def test_a_hit_is_never_a_block_computed_after_another_prefix(hash_name):
     kv = manager(hash_fn=ALL_HASHES[hash_name])
-    kv.allocate_slots("A", [11] * 4 + [0])
-    kv.allocate_slots("B", [12] * 4 + [5, 6, 7, 8, 0])
-    assert kv.cached_prefix("C", [11] * 4 + [5, 6, 7, 8, 0]) == kv.block_ids("A")[:1]
-    assert kv.cached_prefix("D", [12] * 4 + [5, 6, 7, 8, 0]) == kv.block_ids("B")[:2]
+    kv.allocate_slots("A", [-1] * 4 + [0])
+    kv.allocate_slots("B", [-2] * 4 + [5, 6, 7, 8, 0])
+    assert kv.cached_prefix("C", [-1] * 4 + [5, 6, 7, 8, 0]) == kv.block_ids("A")[:1]
+    assert kv.cached_prefix("D", [-2] * 4 + [5, 6, 7, 8, 0]) == kv.block_ids("B")[:2]
 
 
 @pytest.mark.parametrize("hash_name", sorted(WEAK_HASHES))

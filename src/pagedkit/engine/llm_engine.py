@@ -428,7 +428,7 @@ class LLMEngine:
             return prompt, list(self.tokenizer(prompt, verbose=False)["input_ids"])
         vocab = self.runner.vocab_size
         ids = check_token_ids("prompt", prompt)
-        bad = [t for t in ids if t >= vocab]
+        bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab}); "
                              f"give ids below {vocab}, from this model's tokenizer "
