@@ -77,6 +77,8 @@ def check_token_ids(name: str, ids: object) -> list[int]:
     if not isinstance(ids, (list, tuple, range)):
         raise TypeError(f"{name} must be a list of token ids (ints), got {_short(ids)} "
                         f"({type(ids).__name__}); give a list, e.g. list(...) of it")
+    if type(ids) is list and all(type(t) is int for t in ids):  # the common case, at once
+        return list(ids)
     for i, t in enumerate(ids):
         if isinstance(t, bool) or not isinstance(t, numbers.Integral):
             raise TypeError(f"{name}[{i}] is {t!r} ({type(t).__name__}); token ids are ints, "
