@@ -1203,6 +1203,11 @@ def _saved_sections(path: Path) -> dict[str, tuple[int, str]]:
             "could keep its old value): track.load still runs them as they are, but to save "
             "or forget a piece, move the file aside and run the build-track cells of "
             f"lab{'s' * (len(labs) > 1)} {', '.join(labs)} again (track.save)")
+    return _sections(text, path)
+
+
+def _sections(text: str, path: Path) -> dict[str, tuple[int, str]]:
+    """The sections of a saved file of sections (`_saved_sections`), by piece."""
     marks = list(_SECTION.finditer(text))
     sections: dict[str, tuple[int, str]] = {}
     for i, mark in enumerate(marks):
@@ -1237,12 +1242,13 @@ def load() -> Pieces:
     if path is None or not path.exists():
         return Pieces()
     text = path.read_text()
-    if _earlier_pieces(text):
+    earlier = _earlier_pieces(text)  # the file is read and parsed once
+    if earlier:
         namespace: dict[str, Any] = {"__name__": "my_engine"}
         exec(compile(text, str(path), "exec", _LAZY_ANNOTATIONS, dont_inherit=True), namespace)
         return Pieces.from_namespace(namespace)
     found = {}
-    for name, (line, section) in _saved_sections(path).items():
+    for name, (line, section) in ({} if earlier == [] else _sections(text, path)).items():
         namespace = {"__name__": f"my_engine.{name}"}
         # blank lines first: an error's line number is the saved file's
         # (and none of this module's own __future__ imports)
