@@ -171,10 +171,7 @@ class BlockTable:
         """`append`, but returns ``None`` (having changed nothing) when the pool is too small."""
         if self._freed:
             self._check_open("append to it")
-        # a list of plain ints (the engine's own tokens, each step) passes at
-        # once; anything else meets the rule for token ids
-        if type(token_ids) is not list or any(type(t) is not int for t in token_ids):
-            check_token_ids("token_ids", token_ids)
+        check_token_ids("token_ids", token_ids)
         end = len(token_ids)
         if computed is not None:
             check_int("computed", computed, minimum=0, maximum=self.num_tokens + end)
