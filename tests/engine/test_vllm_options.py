@@ -393,6 +393,37 @@ def test_engine_args_build_the_same_engine():
         LLMEngine.from_engine_args({"model": "tiny"})
 
 
+@pytest.mark.parametrize("cls", [LLM, LLMEngine], ids=["LLM", "LLMEngine"])
+@pytest.mark.parametrize("wrong", [{"model": "tiny"}, "tiny", None, LLMEngine])
+def test_from_engine_args_refuses_what_is_not_engine_args(cls, wrong):
+    """vLLM has ``from_engine_args`` on `LLM` and `LLMEngine`; both name
+    themselves and what to give."""
+    with pytest.raises(TypeError, match=rf"{cls.__name__}\.from_engine_args takes an "
+                                        r"EngineArgs \(pagedkit\.EngineArgs"):
+        cls.from_engine_args(wrong)
+
+
+def test_llm_from_engine_args_is_llm_of_the_same_arguments():
+    args = EngineArgs(model="tiny", num_blocks=16, block_size=8, seed=3, max_model_len=64)
+    llm = LLM.from_engine_args(args)
+    assert type(llm) is LLM
+    engine = llm.llm_engine
+    kv = engine.kv
+    assert (kv.block_size, kv.allocator.num_blocks, engine.max_model_len) == (8, 16, 64)
+    params = SamplingParams(temperature=0.8, max_tokens=6)
+    direct = LLM("tiny", num_blocks=16, block_size=8, seed=3, max_model_len=64)
+    assert [o.outputs[0].token_ids for o in llm.generate(["Once upon a time"], params,
+                                                         use_tqdm=False)] == \
+        [o.outputs[0].token_ids for o in direct.generate(["Once upon a time"], params,
+                                                         use_tqdm=False)]
+
+
+def test_from_vllm_config_says_pagedkit_has_no_vllm_config():
+    with pytest.raises(TypeError, match=r"from_vllm_config: pagedkit has no VllmConfig.*"
+                                        r"from_engine_args\(EngineArgs"):
+        LLMEngine.from_vllm_config(object())
+
+
 def test_an_engine_error_names_the_class_the_user_called():
     with pytest.raises(TypeError, match=r"^LLM got an engine argument"):
         LLM("tiny", num_blocks=16, tensor_paralel_size=1)

@@ -101,9 +101,10 @@ def test_every_vllm_sampling_option_pagedkit_lacks_is_refused_by_name():
 @pytest.mark.parametrize("kind", ["LLM", "LLMEngine"])
 def test_every_vllm_method_pagedkit_lacks_says_what_to_use(kind):
     """vLLM 0.32's public methods of `LLM` and `LLMEngine` (called on an
-    object; its class methods aside) are pagedkit's own or listed in
-    `VLLM_ONLY_ATTRIBUTES`, whose every name is vLLM's; vLLM's
-    ``model_config`` is listed too."""
+    object) are pagedkit's own or listed in `VLLM_ONLY_ATTRIBUTES`, whose
+    every name is vLLM's; vLLM's ``model_config`` is listed too. Its class
+    methods (``from_engine_args``, ``from_vllm_config``) are pagedkit's
+    class methods too: they build, or say why not."""
     import inspect
 
     import vllm
@@ -115,6 +116,10 @@ def test_every_vllm_method_pagedkit_lacks_says_what_to_use(kind):
     theirs = {n for n in dir(theirs_cls) if not n.startswith("_")
               and not isinstance(inspect.getattr_static(theirs_cls, n),
                                  (classmethod, staticmethod))}
+    builders = {n for n in dir(theirs_cls) if not n.startswith("_")
+                and isinstance(inspect.getattr_static(theirs_cls, n), classmethod)}
+    assert builders and all(isinstance(inspect.getattr_static(ours_cls, n), classmethod)
+                            for n in builders), f"vLLM's {kind} class methods: {builders}"
     listed = set(VLLM_ONLY_ATTRIBUTES[kind])
     on_objects = {"LLM": set(), "LLMEngine": {"tokenizer"}}[kind]  # pagedkit's, set in __init__
     missing = sorted(n for n in theirs

@@ -220,6 +220,16 @@ class EngineArgs:
     def as_kwargs(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+
+def engine_args_kwargs(caller: str, engine_args: Any) -> dict[str, Any]:
+    """The arguments an `EngineArgs` holds, for ``caller.from_engine_args``
+    (`LLM`'s and `LLMEngine`'s, as in vLLM); anything else is refused."""
+    if not isinstance(engine_args, EngineArgs):
+        raise TypeError(f"{caller}.from_engine_args takes an EngineArgs "
+                        f"(pagedkit.EngineArgs(model=..., block_size=...)), "
+                        f"got {type(engine_args).__name__}")
+    return engine_args.as_kwargs()
+
     def __repr__(self) -> str:
         given = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()
                           if k not in ("model", "tokenizer"))

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from .._validation import check_bool, check_int, check_prompt
 from ..sampling_params import SamplingParams
-from .args import check_call_args, split_engine_args, vllm_only_attribute
+from .args import check_call_args, engine_args_kwargs, split_engine_args, vllm_only_attribute
 from .llm_engine import LLMEngine
 from .offline_beam import BeamSearchOutput, BeamSearchParams
 from .offline_beam import beam_search as offline_beam_search
@@ -42,6 +42,11 @@ class LLM:
         split_engine_args("LLM", engine_args)  # a wrong name is the caller's, not the engine's
         self.llm_engine = LLMEngine(model, tokenizer, **engine_args)
         self._ids = itertools.count()
+
+    @classmethod
+    def from_engine_args(cls, engine_args: Any) -> LLM:
+        """vLLM's other way to build an `LLM`: from an `EngineArgs`."""
+        return cls(**engine_args_kwargs("LLM", engine_args))
 
     def __getattr__(self, name: str) -> Any:
         """Only for a name the LLM has not: vLLM's ``embed``, ``get_metrics``,

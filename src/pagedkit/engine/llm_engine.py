@@ -183,12 +183,16 @@ class LLMEngine:
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLMEngine:
         """vLLM's way to build an engine: from an `EngineArgs`."""
-        from .args import EngineArgs
+        from .args import engine_args_kwargs
 
-        if not isinstance(engine_args, EngineArgs):
-            raise TypeError(f"from_engine_args takes an EngineArgs, got "
-                            f"{type(engine_args).__name__}")
-        return cls(**engine_args.as_kwargs())
+        return cls(**engine_args_kwargs("LLMEngine", engine_args))
+
+    @classmethod
+    def from_vllm_config(cls, *args: Any, **kwargs: Any) -> LLMEngine:
+        """vLLM builds an engine from its ``VllmConfig`` too; pagedkit has none."""
+        raise TypeError("LLMEngine.from_vllm_config: pagedkit has no VllmConfig (vLLM's); "
+                        "build the engine with LLMEngine(model, ...) or "
+                        "LLMEngine.from_engine_args(EngineArgs(model=..., ...)) (docs/api.md)")
 
     def _num_blocks(self, spec: KVCacheSpec, block_size: int, num_blocks: int | None,
                     memory: int | None, utilization: float, max_model_len: int) -> int:
