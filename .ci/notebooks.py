@@ -16,7 +16,9 @@ the test suite re-runs them. Tidying keeps them small and comparable:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -67,13 +69,23 @@ def problems(path: Path) -> list[str]:
     return found
 
 
-def run(path: Path, timeout: int) -> None:
+def execute(nb, folder: Path, timeout: int) -> None:
+    """Run `nb` in a fresh kernel whose working folder is `folder`. The kernel
+    keeps the build track in a file of its own, empty at the start (as the
+    test suite's kernels do, conftest.py): the committed outputs never show
+    the pieces saved in ~/.pagedkit by whoever ran the labs on this machine,
+    and running them never overwrites those."""
     from nbclient import NotebookClient
 
+    with tempfile.TemporaryDirectory(prefix="pagedkit-track-") as track:
+        env = dict(os.environ, PAGEDKIT_TRACK=str(Path(track) / "my_engine.py"))
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(folder)}}).execute(env=env)
+
+
+def run(path: Path, timeout: int) -> None:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    execute(nb, path.parent, timeout)
     tidy(nb)
     nbformat.write(nb, path)
 

@@ -46,3 +46,31 @@ def test_runner_means_one_thing(path):
                      if c.cell_type == "code")
     assert not re.search(r"from pagedkit\.model import (.*, )?runner\b(?! as)", code)
     assert not re.search(r"\bimport pagedkit\.model\.runner as runner\b", code)
+
+
+def test_notebooks_run_with_a_build_track_of_their_own(tmp_path, monkeypatch):
+    """`.ci/notebooks.py run` (and the Chinese edition's build, which calls its
+    `execute`) gives the kernel an empty track file of its own: a piece saved
+    in ~/.pagedkit/my_engine.py by whoever runs it never reaches the
+    committed outputs, and the notebook's own saves never reach that file."""
+    home = tmp_path / "home"
+    mine = home / ".pagedkit" / "my_engine.py"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("# a learner's pieces\n")
+    monkeypatch.setenv("HOME", str(home))
+    for variable in ("PAGEDKIT_TRACK", "USERPROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from pagedkit.exercises import track\n"
+        "path = track.pieces_path()\n"
+        "print(path.parent.name.startswith('pagedkit-track-'), path.exists(), "
+        "path.parent.is_dir())\n"
+        "_ = path.write_text('# saved by the notebook\\n')")])
+    nb.metadata["kernelspec"] = ci_notebooks.KERNELSPEC
+    path = tmp_path / "lab.ipynb"
+    nbformat.write(nb, path)
+    ci_notebooks.run(path, timeout=120)
+    out = nbformat.read(path, as_version=4).cells[0].outputs
+    assert [o.get("text") for o in out] == ["True False True\n"]
+    assert mine.read_text() == "# a learner's pieces\n"
+    assert not list((tmp_path).glob("pagedkit-track-*"))

@@ -373,7 +373,7 @@ def index_problems(root: Path, stems: list[str]) -> list[str]:
 # --- building --------------------------------------------------------------
 
 def _ci_notebooks(root: Path):
-    """.ci/notebooks.py (its `tidy`), the one tidying the English labs use."""
+    """.ci/notebooks.py (its `execute` and `tidy`), the ones the English labs use."""
     spec = importlib.util.spec_from_file_location("ci_notebooks", root / ".ci" / "notebooks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -394,14 +394,12 @@ def build(root: Path, stem: str, *, execute: bool = True, timeout: int = 600) ->
                                      read_json(catalog_path(root, stem))))
     out = output_path(root, stem)
     out.parent.mkdir(parents=True, exist_ok=True)
+    ci = _ci_notebooks(root)
     if execute:
-        from nbclient import NotebookClient
-
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(out.parent)}}).execute()
+        ci.execute(nb, out.parent, timeout)
     else:
         keep_outputs(nb, out)
-    _ci_notebooks(root).tidy(nb)
+    ci.tidy(nb)
     nbformat.write(nb, out)
     return out
 
