@@ -167,6 +167,9 @@ class KVCacheManager:
         `cached_blocks`), forked into ``len(appends)`` sequences of which the
         i-th then appends ``appends[i]`` tokens (a group coming back after a
         recompute preemption)."""
+        for i, n in enumerate(appends):
+            check_int(f"appends[{i}] (the tokens sequence {i} of the group appends)", n,
+                      minimum=0)
         need = self.blocks_needed(seq, num_new_tokens, cached_blocks)
         if not any(appends):  # a first admission: the sequences write nothing yet
             return need
