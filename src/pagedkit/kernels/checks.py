@@ -91,9 +91,6 @@ def check_tokens(name: str, x: torch.Tensor, k_cache: torch.Tensor, *, gqa: bool
         raise TypeError(f"{name} dtype {x.dtype} differs from the cache dtype {k_cache.dtype}")
     if x.device != k_cache.device:
         raise ValueError(f"{name} is on {x.device} but the cache is on {k_cache.device}")
-    if x.shape[0] and x.stride(2) != 1:
-        raise ValueError(f"{name} must be contiguous in head_dim (stride 1), got strides "
-                         f"{list(x.stride())}")
 
 
 def check_options(query: torch.Tensor, sliding_window: int | None, softcap: float | None,

@@ -45,6 +45,7 @@ from . import checks, launch
 from .triton_support import (
     check_attention_dtype,
     dot_precision,
+    head_dim_at_stride_1,
     interpreter_on,
     next_power_of_2,
     tl,
@@ -283,6 +284,7 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
         checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
                             sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     check_attention_dtype(query, "paged_decode_attention")
+    query = head_dim_at_stride_1(query)
     num_seqs, num_q_heads, head_dim = query.shape
     out = torch.empty((num_seqs, num_q_heads, head_dim), dtype=query.dtype, device=query.device)
     if num_seqs == 0:

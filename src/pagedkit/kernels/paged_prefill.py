@@ -37,6 +37,7 @@ from .paged_decode import _softcapped
 from .triton_support import (
     check_attention_dtype,
     dot_precision,
+    head_dim_at_stride_1,
     interpreter_on,
     next_power_of_2,
     tl,
@@ -181,6 +182,7 @@ def paged_prefill_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache:
         checks.check_prefill(query, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens,
                              sliding_window=sliding_window, softcap=softcap, sinks=sinks)
     check_attention_dtype(query, "paged_prefill_attention")
+    query = head_dim_at_stride_1(query)
     total_tokens, num_q_heads, head_dim = query.shape
     out = torch.empty((total_tokens, num_q_heads, head_dim), dtype=query.dtype,
                       device=query.device)

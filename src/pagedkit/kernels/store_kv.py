@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import checks
-from .triton_support import interpreter_on, next_power_of_2, tl, triton
+from .triton_support import head_dim_at_stride_1, interpreter_on, next_power_of_2, tl, triton
 
 INTERPRETED = interpreter_on()  # fixed now, when the kernels below are decorated
 
@@ -52,6 +52,7 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor,
     """
     if check:
         checks.check_store_kv(key, value, k_cache, v_cache, slot_mapping)
+    key, value = head_dim_at_stride_1(key), head_dim_at_stride_1(value)
     num_tokens, num_kv_heads, head_dim = key.shape
     if num_tokens == 0:
         return

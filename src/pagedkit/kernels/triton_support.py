@@ -24,6 +24,7 @@ __all__ = [
     "TRITON_INTERPRETED",
     "check_attention_dtype",
     "dot_precision",
+    "head_dim_at_stride_1",
     "interpreter_on",
     "next_power_of_2",
     "tl",
@@ -91,6 +92,13 @@ def check_attention_dtype(x: torch.Tensor, what: str) -> None:
             f"{what}: bfloat16 on CPU is refused because Triton's interpreter computes tl.dot on "
             "bfloat16 wrongly (triton-lang/triton issue 11584). Use float32 or float16 here, or "
             "the torch reference (pagedkit.kernels.reference), which handles bfloat16")
+
+
+def head_dim_at_stride_1(x: torch.Tensor) -> torch.Tensor:
+    """`x` ([tokens, heads, head_dim]) itself when its head_dim lies at stride 1,
+    as the kernels read it (every query, key and value an engine makes does:
+    no copy); else a contiguous copy. The torch paths take any strides."""
+    return x if x.stride(2) == 1 else x.contiguous()
 
 
 def dot_precision(dtype: torch.dtype) -> str:
