@@ -13,7 +13,7 @@ import pytest
 import torch
 from tiny_configs import tiny_model
 
-from pagedkit import LLM, ops
+from pagedkit import LLM, SamplingParams, ops
 from pagedkit.model import attention, support
 from pagedkit.model.runner import ModelRunner
 
@@ -117,3 +117,35 @@ def test_window_softcap_and_sink_models_served_through_the_torch_reference(model
 
     with ops.use_backend("torch"):
         assert check_architecture(model_type)["status"] == "served"
+
+
+#: the multi-head architectures the tenth newcomer served beside transformers
+#: (their configs state no num_key_value_heads)
+MULTI_HEAD_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "codegen", "biogpt")
+
+
+@pytest.mark.parametrize("model_type", MULTI_HEAD_TYPES)
+def test_a_stray_num_key_value_heads_is_named_with_what_to_do(model_type):
+    """Tenth newcomer's N9: a multi-head model whose config carries a stray
+    num_key_value_heads (which its attention ignores: transformers attends with
+    every head) was refused with the shapes only. pagedkit sizes its cache from
+    the config, so it still refuses, naming the value, why and what to do; and
+    what it says to do serves the model, token for token with generate."""
+    model = tiny_model(model_type)
+    heads = model.config.num_attention_heads
+    assert getattr(model.config, "num_key_value_heads", heads) == heads
+    expected = greedy(model, PROMPT)
+    model.config.num_key_value_heads = heads // 2
+    assert greedy(model, PROMPT) == expected  # transformers ignores it
+    with pytest.raises(NotImplementedError) as err:
+        LLM(model, num_blocks=16, block_size=4, device="cpu")
+    said = str(err.value)
+    assert f"its config sets num_key_value_heads = {heads // 2}, which " in said
+    assert f"does not use: it attends with {heads} KV heads of " in said
+    assert (f"Set num_key_value_heads to {heads} in the config (model.config."
+            f"num_key_value_heads = {heads} before giving pagedkit the model") in said
+    model.config.num_key_value_heads = heads
+    out = LLM(model, num_blocks=16, block_size=4, device="cpu").generate(
+        [{"prompt_token_ids": PROMPT}], SamplingParams(temperature=0, max_tokens=8,
+                                                       ignore_eos=True), use_tqdm=False)
+    assert list(out[0].outputs[0].token_ids) == expected

@@ -69,6 +69,29 @@ PASSED_THROUGH = frozenset({
 })
 
 
+def _cache_shape_differs(module, query, key, value, k_cache) -> str:
+    """Why `module`'s keys and values do not fit the paged cache, sized from
+    the config: a config's num_key_value_heads the architecture ignores (GPT-2
+    and GPT-NeoX attend with all their heads whatever it says) is named with
+    what to do; any other shape (e.g. multi-head latent attention) is described."""
+    name = f"{type(module).__name__} (layer {module.layer_idx})"
+    stated = getattr(getattr(module, "config", None), "num_key_value_heads", None)
+    if (key.shape == value.shape and key.shape[3] == k_cache.shape[3] == query.shape[3]
+            and stated == k_cache.shape[2] != key.shape[1]):
+        return (f"its config sets num_key_value_heads = {stated}, which {name} does not use: "
+                f"it attends with {key.shape[1]} KV heads of {key.shape[3]} (keys "
+                f"{list(key.shape)}, [1, heads, tokens, head_dim]), and pagedkit sizes its "
+                f"cache from the config, so it would hold {stated}. Set num_key_value_heads to "
+                f"{key.shape[1]} in the config (model.config.num_key_value_heads = "
+                f"{key.shape[1]} before giving pagedkit the model, or in its config.json), or "
+                "leave it out")
+    return (f"{name} attends with queries {list(query.shape)}, keys {list(key.shape)} and "
+            f"values {list(value.shape)} ([1, heads, tokens, head_dim]), but the paged cache "
+            f"holds K and V alike as {k_cache.shape[2]} KV heads of {k_cache.shape[3]}, sized "
+            "from the config (e.g. multi-head latent attention, or heads the config does not "
+            "state)")
+
+
 def attention_options(module: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The paged kernels' options for one attention call; raises on anything else.
 
@@ -183,12 +206,7 @@ def paged_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     k_cache, v_cache = meta.kv_caches[module.layer_idx]
     if key.shape != value.shape or key.shape[1] != k_cache.shape[2] \
             or key.shape[3] != k_cache.shape[3] or query.shape[3] != key.shape[3]:
-        raise NotImplementedError(
-            f"{type(module).__name__} (layer {module.layer_idx}) attends with queries "
-            f"{list(query.shape)}, keys {list(key.shape)} and values {list(value.shape)} "
-            f"([1, heads, tokens, head_dim]), but the paged cache holds K and V alike as "
-            f"{k_cache.shape[2]} KV heads of {k_cache.shape[3]}, sized from the config "
-            "(e.g. multi-head latent attention, or heads the config does not state)")
+        raise NotImplementedError(_cache_shape_differs(module, query, key, value, k_cache))
     check = rec is not None  # the support probe (recording) checks each op in full; a
     #                          step's metadata was checked once, in forward_context
     # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim], the ops' layout
