@@ -572,15 +572,151 @@ def test_vllm_compare_refuses_bad_options_as_usage_errors(argv, said, capsys):
     assert said in capsys.readouterr().err
 
 
-def test_vllm_compare_of_one_system_prints_its_figures_by_name(capsys):
-    """The smallest cache the check allows serves the workload; one system's
-    figures print one per line, not as a Python dict."""
+def test_vllm_compare_of_one_system_prints_the_table_of_two(capsys, tmp_path):
+    """The smallest cache the check allows serves the workload. Tenth
+    newcomer's N7: one system's figures were a raw ``key: value`` dump
+    (``seconds: 0.13137798700336134``, an empty ``note:``) where two systems
+    print a table; now the same table, its line saying there is nothing to
+    compare. Its --json (a KeyError 'vllm' before) leaves the comparison out."""
+    import json
+
     from pagedkit.vllm.__main__ import main as vllm_main
 
+    path = tmp_path / "one.json"
     assert vllm_main(["compare", "--num-blocks", "4", "--systems", "pagedkit",
-                      "--requests", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "system: pagedkit\n" in out and "tokens_per_s: " in out and "{" not in out
+                      "--requests", "2", "--json", str(path)]) == 0
+    head, columns, row = capsys.readouterr().out.splitlines()
+    assert head == "model=tiny workload=shared_prefix requests=2 pagedkit alone: nothing to compare"
+    assert columns.split() == ["system", "tok/s", "TTFT", "mean", "latency", "steps", "peak",
+                               "blocks", "preempt", "hit", "tokens", "events", "cached", "load"]
+    assert row.split()[0] == "pagedkit" and re.search(r" \d+/4 ", row)
+    saved = json.loads(path.read_text())
+    assert saved["tokens_equal"] is None and saved["caches_equal"] is None
+    assert [r["equal"] for r in saved["per_request"]] == [None, None]
+    assert list(saved["systems"]) == ["pagedkit"]
+
+
+def test_one_systems_rows_are_the_rows_the_two_system_table_prints():
+    from pagedkit.vllm import compare as cmp
+
+    work = cmp.shared_prefix_workload(2)
+
+    def system(name, seconds):
+        return cmp.SystemRun(name, [[1, 2], [3]], seconds, [0.1, 0.2], [0.5, 0.7], [1, 2], 8,
+                             0, [0, 32], load_average=[1.5, 1.0, 0.5])
+
+    both = cmp.Comparison(work, {"vllm": system("vllm", 1.0),
+                                 "pagedkit": system("pagedkit", 2.0)}, "tiny").table()
+    for name, seconds in (("vllm", 1.0), ("pagedkit", 2.0)):
+        alone = cmp.Comparison(work, {name: system(name, seconds)}, "tiny").table()
+        lines = alone.splitlines()
+        assert lines[0] == f"model=tiny workload=shared_prefix requests=2 {name} alone: " \
+                           "nothing to compare"
+        assert lines[1:] == [line for line in both.splitlines()[1:]
+                             if not line.startswith(("vllm", "pagedkit"))
+                             or line.startswith(name)]
+
+
+def bench_and_vllm_commands():
+    """Every benchmark and every ``vllm`` command, enumerated from the parsers."""
+    from pagedkit.vllm.__main__ import _parser as vllm_parser
+
+    for name, (module, _help) in BENCHMARKS.items():
+        yield pytest.param(module, [], id=f"bench {name}")
+    sub = next(a for a in vllm_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        positionals = ["x" for a in parser._actions if not a.option_strings]
+        yield pytest.param("pagedkit.vllm.__main__", [name, *positionals], id=f"vllm {name}")
+
+
+class _Parsed(Exception):
+    """What parse_args raises in the test below: the options were taken."""
+
+
+@pytest.mark.parametrize("module, argv", list(bench_and_vllm_commands()))
+def test_every_bench_and_vllm_command_takes_no_progress(module, argv, monkeypatch, capsys):
+    """Tenth newcomer's N6: api.md said ``--no-progress`` leaves out bench's
+    progress lines, and only ``bench engine`` took it (every other benchmark and
+    ``vllm compare``: 'unrecognized arguments', exit 2). One rule
+    (`pagedkit.bench.add_no_progress`) gives it to each: where the command
+    prints progress its help names what it leaves out, elsewhere that it
+    changes nothing. Only the options are parsed here (nothing runs)."""
+    import importlib
+
+    from pagedkit.bench import NO_PROGRESS_HERE
+
+    main = importlib.import_module(module).main
+    assert run(main, [*argv, "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--no-progress" in help_text
+    assert "--no-progress leave out " in help_text or " ".join(NO_PROGRESS_HERE.split()) \
+        in help_text
+
+    def parsed(self, args=None, namespace=None):
+        raise _Parsed(self.parse_known_args(args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parsed)
+    with pytest.raises(_Parsed) as got:
+        main([*argv, "--no-progress"])
+    namespace, unknown = got.value.args[0]
+    assert namespace.no_progress is True and unknown == []
+
+
+def test_vllm_compare_no_progress_leaves_out_the_loading_bars(capsys):
+    from pagedkit.vllm.__main__ import main as vllm_main
+
+    argv = ["compare", "--num-blocks", "4", "--systems", "pagedkit", "--requests", "1"]
+    assert vllm_main(argv) == 0
+    assert "Loading weights" in capsys.readouterr().err
+    assert vllm_main([*argv, "--no-progress"]) == 0
+    assert "Loading weights" not in capsys.readouterr().err
+
+
+def test_vllm_events_says_when_nothing_arrived(capsys, tmp_path):
+    """Tenth newcomer's N8: with no publisher it printed nothing and exited 0."""
+    pytest.importorskip("zmq")
+    from pagedkit.vllm.__main__ import main as vllm_main
+
+    endpoint = f"ipc://{tmp_path}/kv"
+    assert vllm_main(["events", endpoint, "--seconds", "0.2"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"no KV event batches arrived from {endpoint} in 0.2 s: is a vLLM "
+                          "publishing there (--kv-events-config with enable_kv_cache_events")
+    assert "--seconds" in err and "--replay" in err
+
+
+def test_vllm_events_prints_what_arrives_and_exits_0(capsys, monkeypatch):
+    from pagedkit.vllm import reader
+    from pagedkit.vllm.__main__ import main as vllm_main
+    from pagedkit.vllm.wire import BlockStored, EventBatch
+
+    class OneBatch:
+        """A publisher that sent one batch (the CLI's loop, without a socket)."""
+        missed = 0
+
+        def __init__(self, endpoint, replay_endpoint=None):
+            self.batches = [EventBatch(0.0, [BlockStored([b"a" * 32], None, [1, 2], 2)])]
+
+        def receive(self, timeout_ms):
+            got, self.batches = self.batches, []
+            return list(enumerate(got))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(reader, "ZmqEventStream", OneBatch)
+    assert vllm_main(["events", "ipc:///nowhere", "--seconds", "0.2"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "batch 0: BlockStored -> 1 cached blocks (1 copies)\n" and err == ""
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "x"])
+def test_vllm_events_refuses_a_time_that_is_not_positive(seconds, capsys):
+    from pagedkit.vllm.__main__ import main as vllm_main
+
+    assert run(vllm_main, ["events", "ipc:///nowhere", "--seconds", seconds]) == 2
+    assert "--seconds" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, content", [("t.json", b"hello world\n"), ("t.json", b""),

@@ -31,6 +31,18 @@ def test_each_cell_is_one_bench_engine_command():
     assert "--threads" not in bv.engine_argv("tiny", 1, "default", "x.json")
 
 
+def test_no_progress_is_passed_on_to_each_cell():
+    """``bench vllm --no-progress`` leaves out its bench engine runs' progress
+    lines: it passes the option on (tenth newcomer's N6)."""
+    from pagedkit.bench.engine import _parser
+
+    for threads in ("1", "default"):
+        argv = bv.engine_argv("tiny", 8, threads, "x.json", progress=False)
+        assert argv[3:5] == ["bench", "engine"] and argv[-1] == "--no-progress"
+        assert _parser().parse_args(argv[5:]).no_progress is True
+        assert "--no-progress" not in bv.engine_argv("tiny", 8, threads, "x.json")
+
+
 def test_the_table_has_both_systems_the_ratio_and_the_load_and_names_missing_cells(tmp_path):
     up = {"before": "03:33:14 up 3:09,  0 user,  load average: 1.32, 0.98, 1.01",
           "after": "03:33:33 up 3:09,  0 user,  load average: 1.87, 1.13, 1.06"}

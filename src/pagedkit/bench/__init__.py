@@ -6,6 +6,20 @@ a ``--quick`` smoke run that checks the shape of the JSON report.
 
 import os
 
+#: what ``--no-progress`` says where a command prints no progress to leave out
+NO_PROGRESS_HERE = ("taken by every bench and vllm command, so that a script can pass it to "
+                    "any of them; this one prints no progress lines, so it changes nothing")
+
+
+def add_no_progress(parser, leaves_out: str | None = None) -> None:
+    """Give `parser` ``--no-progress``, by one rule for every benchmark and both
+    ``vllm`` commands: `leaves_out` names what it leaves out of this command's
+    output; None, that the command prints no progress (its lines are its
+    results), and the option is accepted and changes nothing."""
+    parser.add_argument("--no-progress", action="store_true",
+                        help=f"leave out {leaves_out} (for logs and CI)" if leaves_out
+                        else NO_PROGRESS_HERE)
+
 
 def load_average() -> list[float] | None:
     """The machine's 1/5/15-minute load averages, where the OS tells them."""

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from .._validation import PROG, positive_int
+from . import add_no_progress
 
 START = "<!-- beside-vllm-table:start -->"
 END = "<!-- beside-vllm-table:end -->"
@@ -38,12 +39,15 @@ def cell_name(model: str, requests: int, threads: str) -> str:
     return f"{model}-b{requests}-t{threads}"
 
 
-def engine_argv(model: str, requests: int, threads: str, json_path: Path) -> list[str]:
-    """The ``bench engine`` command line of one cell."""
+def engine_argv(model: str, requests: int, threads: str, json_path: Path,
+                progress: bool = True) -> list[str]:
+    """The ``bench engine`` command line of one cell (`progress` False: with
+    ``--no-progress``)."""
     argv = [sys.executable, "-m", "pagedkit", "bench", "engine", "--model", model,
             "--requests", str(requests), "--systems", "pagedkit,vllm", "--rounds", "1",
             "--json", str(json_path)]
-    return argv + (["--threads", threads] if threads != "default" else [])
+    return (argv + (["--threads", threads] if threads != "default" else [])
+            + ([] if progress else ["--no-progress"]))
 
 
 def uptime() -> str:
@@ -51,12 +55,13 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def run_cell(model: str, requests: int, threads: str, out: Path) -> Path:
+def run_cell(model: str, requests: int, threads: str, out: Path, progress: bool = True) -> Path:
     """One ``bench engine`` run; its JSON gains ``uptime`` before and after."""
     path = out / f"{cell_name(model, requests, threads)}.json"
+    argv = engine_argv(model, requests, threads, path, progress)
     before = uptime()
-    print(f"$ {' '.join(engine_argv(model, requests, threads, path))}\n  {before}", flush=True)
-    subprocess.run(engine_argv(model, requests, threads, path), check=True)
+    print(f"$ {' '.join(argv)}\n  {before}", flush=True)
+    subprocess.run(argv, check=True)
     after = uptime()
     print(f"  {after}", flush=True)
     reports = json.loads(path.read_text())
@@ -166,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                    "docs/benchmarks.md, a tracked file)")
     p.add_argument("--table-only", action="store_true",
                    help="only rewrite the table, from the JSON already in --out")
+    add_no_progress(p, "each bench engine run's progress lines (it is passed on to them)")
     args = p.parse_args(argv)
     try:
         models = _choices(args.models, MODELS, "--models")
@@ -180,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         for model in models:
             for n in requests:
                 for t in threads:
-                    run_cell(model, n, t, out)
+                    run_cell(model, n, t, out, progress=not args.no_progress)
     table = markdown(out, models, requests, threads)
     print(table)
     write_table(args.doc, table)

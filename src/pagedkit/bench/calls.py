@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from .._validation import PROG, positive_int
+from . import add_no_progress
 
 #: the folders whose functions are counted: the package and its kernels
 ROOTS = (Path(__file__).resolve().parents[1],)
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads for the step (default 1: with more, the thread "
                         "chooser's own functions run too)")
+    add_no_progress(p)
     args = p.parse_args(argv)
     print(format_counts(decode_step_calls(threads=args.threads), names=args.names))
     return 0

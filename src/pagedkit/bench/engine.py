@@ -80,7 +80,7 @@ import numpy as np
 import torch
 
 from .._validation import PROG, positive_float, positive_int, writable_file
-from . import check_choice, device_unavailable, load_average
+from . import add_no_progress, check_choice, device_unavailable, load_average
 
 MODELS = ("tiny", "larger")
 SYSTEMS = ("pagedkit", "hf_static", "hf_continuous", "floor", "vllm", "pagedkit_unpacked",
@@ -753,10 +753,8 @@ def _parser() -> argparse.ArgumentParser:
                         "by load)")
     p.add_argument("--json", metavar="PATH", type=writable_file,
                    help="write the reports here (checked before the run)")
-    p.add_argument("--no-progress", action="store_true",
-                   help="leave out which system runs, its progress line every 10 s and its "
-                        "speed as it ends: stdout holds the reports and any system that fails "
-                        "(for logs and CI)")
+    add_no_progress(p, "which system runs, its progress line every 10 s and its speed as it "
+                       "ends: stdout holds the reports and any system that fails")
     return p
 
 

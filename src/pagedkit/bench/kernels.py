@@ -56,7 +56,7 @@ from pagedkit import ops
 from pagedkit.kernels import reference
 
 from .._validation import PROG, positive_int, writable_file
-from . import device_unavailable
+from . import add_no_progress, device_unavailable
 
 # Spec-sheet peak HBM bandwidth (bytes/s), matched against the device name.
 # Where the name is unknown, the peak is computed from the memory clock and
@@ -458,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=positive_int, default=1, metavar="N",
                         help="CPU threads for torch on a CPU run (default 1: steadier timings "
                              "on a shared machine)")
+    add_no_progress(parser)
     args = parser.parse_args(argv)
     why = device_unavailable(args.device) if args.device else None
     if why:

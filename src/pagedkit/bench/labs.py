@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._validation import PROG, writable_file
-from . import check_choice, load_average
+from . import add_no_progress, check_choice, load_average
 
 #: The checkout this pagedkit was imported from (its labs are the default).
 HOME = Path(__file__).resolve().parents[3]
@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="an environment variable for the runs (repeatable)")
     p.add_argument("--json", metavar="PATH", type=writable_file, help="write the report here")
+    add_no_progress(p)
     args = p.parse_args(argv)
     missing = missing_tools()
     if missing:

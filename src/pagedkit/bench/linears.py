@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from .._validation import PROG, writable_file
 from ..model import accel
-from . import load_average
+from . import add_no_progress, load_average
 
 SHAPES = {"q/o h x h": (1, 1), "k/v h x h/4": (1, 0.25), "gate/up h x 2.7h": (1, 2.7),
           "down 2.7h x h": (2.7, 1), "output h x 4096": (1, None)}
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=_ints, default=[1, 2, 4, 8, 16, 64, 256],
                    help="tokens per call (default 1,2,4,8,16,64,256)")
     p.add_argument("--json", metavar="PATH", type=writable_file, help="write every time here")
+    add_no_progress(p)
     args = p.parse_args(argv)
     why = accel.prepack_unavailable()
     if why:

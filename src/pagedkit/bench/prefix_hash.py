@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from .._validation import PROG, positive_int, writable_file
 from ..memory import ROOT_HASH, BlockAllocator, BlockKey, sha256, sha256_cbor
+from . import add_no_progress
 
 clock = time.process_time
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=positive_int, default=5, help="rounds; the fastest counts (5)")
     p.add_argument("--json", metavar="PATH", type=writable_file,
                    help="write the numbers here as JSON")
+    add_no_progress(p)
     args = p.parse_args(argv)
     rows = {bs: measure(bs, args.blocks, args.rounds) for bs in (16, 32)}
     print(f"CPU microseconds per block ({args.blocks} blocks, fastest of {args.rounds} rounds)")

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._validation import PROG
+from . import add_no_progress
 from .labs import HOME, find_labs
 
 WORDS_PER_MINUTE = 100
@@ -159,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labs-dir", type=Path, default=HOME / "labs",
                    help="the folder of notebooks (default: this checkout's labs/)")
     p.add_argument("--markdown", action="store_true", help="a markdown table")
+    add_no_progress(p)
     args = p.parse_args(argv)
     try:
         names = None if args.labs is None else [n.strip() for n in args.labs.split(",")

@@ -38,6 +38,7 @@ from ..viz.block_grid import block_map_data
 from ..viz.block_map import BlockMap
 from ..viz.recorder import Recorder
 from ..viz.timeline_view import Timeline
+from . import add_no_progress
 
 #: The two halves of the workload: (name, sharing)
 WORKLOADS = (("parallel sampling n=2", ParallelSampling(2)),
@@ -206,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="bare/recorded rounds, interleaved; the fastest counts (default 2)")
     p.add_argument("--json", metavar="PATH", type=writable_file,
                    help="write the numbers here as JSON")
+    add_no_progress(p)
     args = p.parse_args(argv)
     if all(getattr(args, k) == p.get_default(k) for k in ("blocks", "steps", "rounds")):
         print(f"bench widgets: {DURATION}", file=sys.stderr, flush=True)

@@ -14,10 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-from .._validation import PROG, num_blocks_option, positive_int, writable_file
+from .._validation import PROG, num_blocks_option, positive_float, positive_int, writable_file
 
 
-def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
+def _parser(prog: str = f"{PROG} vllm") -> argparse.ArgumentParser:
+    from ..bench import add_no_progress
+
     p = argparse.ArgumentParser(
         prog=prog, description="pagedkit beside the real vLLM (its CPU build; docs/vllm.md).")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
@@ -39,14 +41,23 @@ def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
     c.add_argument("--systems", default="vllm,pagedkit",
                    help="comma-separated, from vllm, pagedkit (default both)")
     c.add_argument("--json", metavar="PATH", type=writable_file, help="write the comparison here")
+    add_no_progress(c, "the progress bars while each system's weights load")
     e = sub.add_parser("events", help="print the cache a vLLM's KV events describe",
                        description="Follow a vLLM's KV-cache events (its ZeroMQ publisher) and "
                        "print the cached blocks they describe, batch by batch.")
     e.add_argument("endpoint", help="vLLM's KVEventsConfig endpoint, e.g. ipc:///tmp/kv")
     e.add_argument("--replay", help="its replay_endpoint: start from every buffered batch")
-    e.add_argument("--seconds", type=float, default=60.0, help="stop after this long")
+    e.add_argument("--seconds", type=positive_float, default=60.0,
+                   help="stop after this long (default 60); if no batch arrived by then, it "
+                   "says so and what to check, exit status 1")
     e.add_argument("--tree", action="store_true",
                    help="after each batch, the cache as a prefix tree in characters")
+    add_no_progress(e)
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
+    p = _parser(prog)
     args = p.parse_args(argv)
     if args.command == "compare":
         return _compare(args, p)
@@ -83,16 +94,12 @@ def _compare(args, parser) -> int:
     try:  # pagedkit's engine is built first: a cache larger than memory is refused there
         result = cmp.compare(work, model, num_blocks=args.num_blocks,
                              max_num_batched_tokens=args.max_num_batched_tokens,
-                             systems=systems)
+                             systems=systems, progress=not args.no_progress)
     except ValueError as e:
         if not num_blocks_option(str(e), args.num_blocks):
             raise
         parser.error(num_blocks_option(str(e), args.num_blocks))
-    if len(result.runs) == 2:
-        print(result.table())
-    else:  # one system: its figures, one per line
-        for run in result.runs.values():
-            print("\n".join(f"{key}: {value}" for key, value in run.summary().items()))
+    print(result.table())
     if args.json:
         cmp.save_json(result, args.json)
     return 0 if len(result.runs) < 2 or all(result.equal) else 1
@@ -123,18 +130,31 @@ def _events(args) -> int:
         for seq, batch in stream.replay(0):
             recording.feed(batch, seq)
             stream.next_seq = seq + 1
-    end = time.monotonic() + args.seconds
+    start = time.monotonic()
+    waited = args.seconds
     try:
-        while time.monotonic() < end:
+        while time.monotonic() < start + args.seconds:
             for seq, batch in stream.receive(200):
                 print(describe_batch(recording, seq, batch, args.tree), flush=True)
     except KeyboardInterrupt:
-        pass
+        waited = time.monotonic() - start
     finally:
         stream.close()
     if stream.missed:
         print(f"missed {stream.missed} batches (give --replay)", file=sys.stderr)
+    if not recording.batches:
+        print(nothing_arrived(args.endpoint, waited), file=sys.stderr)
+        return 1
     return 0
+
+
+def nothing_arrived(endpoint: str, seconds: float) -> str:
+    """What ``events`` says when no batch came (it printed nothing else)."""
+    return (f"no KV event batches arrived from {endpoint} in {seconds:.3g} s: is a vLLM "
+            "publishing there (--kv-events-config with enable_kv_cache_events true and "
+            "publisher zmq, its endpoint this one), and has it cached or evicted a full block "
+            "since? Give --seconds longer, or --replay its replay_endpoint for what it sent "
+            "before")
 
 
 if __name__ == "__main__":

@@ -174,6 +174,11 @@ class Comparison:
     model: str = ""
 
     @property
+    def compared(self) -> bool:
+        """Did both systems run? (One alone has figures but nothing to compare.)"""
+        return {"vllm", "pagedkit"} <= self.runs.keys()
+
+    @property
     def equal(self) -> list[bool]:
         """Per request: did vLLM and pagedkit produce the same tokens?"""
         a, b = self.runs["vllm"].tokens, self.runs["pagedkit"].tokens
@@ -186,23 +191,33 @@ class Comparison:
         return self.runs["vllm"].cache.state() == self.runs["pagedkit"].cache.state()
 
     def as_dict(self) -> dict[str, Any]:
+        """The comparison as JSON-ready values (one system alone: None where
+        the two would be compared)."""
+        equal = self.equal if self.compared else [None] * len(self.workload.prompts)
         return {"model": self.model, "workload": self.workload.name,
                 "requests": len(self.workload.prompts),
-                "tokens_equal": sum(self.equal), "caches_equal": self.caches_equal,
+                "tokens_equal": sum(equal) if self.compared else None,
+                "caches_equal": self.caches_equal if self.compared else None,
                 "per_request": [{"equal": eq, **{f"{name}_{k}": getattr(run, k)[i]
                                                  for name, run in self.runs.items()
                                                  for k in ("ttft_s", "latency_s",
                                                            "cached_tokens")}}
-                                for i, eq in enumerate(self.equal)],
+                                for i, eq in enumerate(equal)],
                 "systems": {name: run.summary() for name, run in self.runs.items()},
                 "blocks_used": {name: run.blocks_used for name, run in self.runs.items()},
                 "workload_detail": asdict(self.workload)}
 
     def table(self) -> str:
-        eq = self.equal
+        """A row of figures per system under a line that says what matched (one
+        system alone: the same row, under a line that says so)."""
+        if self.compared:
+            eq = self.equal
+            matched = (f"tokens equal: {sum(eq)}/{len(eq)}; cached blocks equal hash for hash: "
+                       f"{'yes' if self.caches_equal else 'NO'}")
+        else:
+            eq, matched = [], f"{', '.join(self.runs)} alone: nothing to compare"
         lines = [f"model={self.model} workload={self.workload.name} "
-                 f"requests={len(eq)} tokens equal: {sum(eq)}/{len(eq)}; cached blocks "
-                 f"equal hash for hash: {'yes' if self.caches_equal else 'NO'}",
+                 f"requests={len(self.workload.prompts)} {matched}",
                  f"{'system':<10}{'tok/s':>9}{'TTFT mean':>11}{'latency':>10}{'steps':>7}"
                  f"{'peak blocks':>13}{'preempt':>9}{'hit tokens':>12}{'events':>8}"
                  f"{'cached':>8}{'load':>7}"]
@@ -279,7 +294,8 @@ class VllmEngine:
     workloads, `close`."""
 
     def __init__(self, model_dir: str | Path, *, num_blocks: int, block_size: int = BLOCK_SIZE,
-                 max_num_batched_tokens: int = 2048, max_model_len: int | None = None) -> None:
+                 max_num_batched_tokens: int = 2048, max_model_len: int | None = None,
+                 progress: bool = True) -> None:
         require_vllm()
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
@@ -298,7 +314,7 @@ class VllmEngine:
                        max_model_len=max_model_len,
                        max_num_batched_tokens=max_num_batched_tokens,
                        kv_cache_memory_bytes=_kv_bytes(model_dir, num_blocks + 1, block_size),
-                       seed=0, disable_log_stats=False,
+                       seed=0, disable_log_stats=False, use_tqdm_on_load=progress,
                        kv_events_config=KVEventsConfig(
                            enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint,
                            replay_endpoint=replay))
@@ -393,21 +409,23 @@ def tiny_model_dir() -> str:
 
 def compare(workload: Workload, model: str | Path | None = None, *, num_blocks: int = 256,
             block_size: int = BLOCK_SIZE, max_num_batched_tokens: int = 2048,
-            max_model_len: int | None = None, systems: Sequence[str] = SYSTEMS) -> Comparison:
+            max_model_len: int | None = None, systems: Sequence[str] = SYSTEMS,
+            progress: bool = True) -> Comparison:
     """Serve `workload` on vLLM and on pagedkit with the weights in `model` (a
     transformers model folder; default: pagedkit's tiny model) and compare.
 
     Both engines get `num_blocks` KV blocks of `block_size` tokens, the same
-    token budget per step and the same length limit."""
+    token budget per step and the same length limit. `progress` False: no
+    progress bars while the weights load (vLLM's ``use_tqdm_on_load``)."""
     return compare_all([workload], model, num_blocks=num_blocks, block_size=block_size,
                        max_num_batched_tokens=max_num_batched_tokens,
-                       max_model_len=max_model_len, systems=systems)[0]
+                       max_model_len=max_model_len, systems=systems, progress=progress)[0]
 
 
 def compare_all(workloads: Sequence[Workload], model: str | Path | None = None, *,
                 num_blocks: int = 256, block_size: int = BLOCK_SIZE,
                 max_num_batched_tokens: int = 2048, max_model_len: int | None = None,
-                systems: Sequence[str] = SYSTEMS) -> list[Comparison]:
+                systems: Sequence[str] = SYSTEMS, progress: bool = True) -> list[Comparison]:
     """`compare` for several workloads, one after the other on one vLLM engine
     (built once: most of a small comparison's time) and fresh pagedkit ones."""
     systems = check_choice("system", systems, SYSTEMS)
@@ -420,11 +438,11 @@ def compare_all(workloads: Sequence[Workload], model: str | Path | None = None, 
     # pagedkit first: building vLLM's CPU worker pins this process's threads
     # (one torch thread, bound to a core), which would slow whatever runs after it
     if "pagedkit" in systems:
-        weights = _load_for_pagedkit(model_dir)
+        weights = _load_for_pagedkit(model_dir, progress)
         for work, got in zip(workloads, runs, strict=True):
             got["pagedkit"] = run_pagedkit(weights, work, **options)
     if "vllm" in systems:
-        engine = VllmEngine(model_dir, **options)
+        engine = VllmEngine(model_dir, **options, progress=progress)
         try:
             engine.warm_up(workloads[0].prompts[0])
             for work, got in zip(workloads, runs, strict=True):
@@ -451,12 +469,16 @@ def _drop_leading_clear(run: SystemRun) -> None:
             run.batches.pop(0)
 
 
-def _load_for_pagedkit(model_dir: str):
-    """The same weights as vLLM loads, in float32 (pagedkit takes the object)."""
+def _load_for_pagedkit(model_dir: str, progress: bool = True):
+    """The same weights as vLLM loads, in float32 (pagedkit takes the object);
+    transformers' loading bar shown as `progress` says."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    from ..model.loader import loading_bars
+
+    with loading_bars(progress):
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
 def save_json(comparison: Comparison, path: str | Path) -> None:
