@@ -10,11 +10,23 @@ import os
 import re
 import sys
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 #: What `check_prompt` accepts, as said in its errors (vLLM's prompt forms).
 PROMPT_FORMS = ("a string, a list of token ids (ints), {'prompt': str} or "
-                "{'prompt_token_ids': [int, ...]}")
+                "{'prompt_token_ids': [int, ...]} (with its text as 'prompt' if you like; "
+                "either dict may carry a 'cache_salt': str)")
+
+
+class PromptInput(NamedTuple):
+    """A prompt as `check_prompt` gives it: its text, its token ids, or both
+    (vLLM's ``TokensPrompt`` may carry the text its ids came from: the ids
+    are served, the text is the output's ``prompt``), and its cache salt
+    (None: none)."""
+
+    text: str | None
+    token_ids: list[int] | None
+    cache_salt: str | None = None
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -127,34 +139,59 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value  # type: ignore[return-value]
 
 
-def check_prompt(prompt: Any, name: str = "prompt") -> str | list[int]:
-    """A prompt as text or as a list of token ids, from any of vLLM's forms.
+def check_prompt(prompt: Any, name: str = "prompt") -> PromptInput:
+    """A prompt's text or token ids (and cache salt), from any of vLLM's forms.
 
     Anything else is refused by name: iterating a dict, a tensor or a number
     would otherwise serve something the caller never wrote (``{1: 2, 3: 4}``
-    read as the tokens ``[1, 3]``)."""
-    if isinstance(prompt, str):
+    read as the tokens ``[1, 3]``). A `PromptInput` (checked already) is
+    returned as it is."""
+    if isinstance(prompt, PromptInput):
         return prompt
+    if isinstance(prompt, str):
+        return PromptInput(prompt, None)
     if isinstance(prompt, dict):
-        prompt = _without_vllms_keys(prompt, name)
-        if set(prompt) == {"prompt"} and isinstance(prompt["prompt"], str):
-            return prompt["prompt"]
-        if set(prompt) == {"prompt_token_ids"}:
-            return _token_ids(prompt["prompt_token_ids"], f"{name}['prompt_token_ids']")
-        raise TypeError(f"{name} {_short(prompt)} is a dict with keys {sorted(map(str, prompt))}; "
-                        f"a prompt is {PROMPT_FORMS}")
+        return _prompt_dict(prompt, name)
     if isinstance(prompt, (list, tuple, range)):
-        return _token_ids(prompt, name)
+        return PromptInput(None, _token_ids(prompt, name))
     hint = " (a tensor or array: pass .tolist())" if hasattr(prompt, "tolist") else ""
     raise TypeError(f"{name} {_short(prompt)} ({type(prompt).__name__}) is not a prompt{hint}; "
                     f"a prompt is {PROMPT_FORMS}")
 
 
+def _prompt_dict(prompt: dict, name: str) -> PromptInput:
+    """vLLM's ``TextPrompt`` (``prompt``) or ``TokensPrompt`` (``prompt_token_ids``,
+    and ``prompt``, its text, if given), each with an optional ``cache_salt``."""
+    prompt = _without_vllms_keys(prompt, name)
+    salt = check_cache_salt(prompt.pop("cache_salt", None), f"{name}['cache_salt']")
+    text = prompt.get("prompt")
+    if set(prompt) in ({"prompt"}, {"prompt", "prompt_token_ids"}) and not isinstance(text, str):
+        raise TypeError(f"{name}['prompt'] must be a string (the prompt's text), got "
+                        f"{_short(text)} ({type(text).__name__})")
+    if set(prompt) == {"prompt"}:
+        return PromptInput(text, None, salt)
+    if set(prompt) in ({"prompt_token_ids"}, {"prompt", "prompt_token_ids"}):
+        return PromptInput(text, _token_ids(prompt["prompt_token_ids"],
+                                            f"{name}['prompt_token_ids']"), salt)
+    raise TypeError(f"{name} {_short(prompt)} is a dict with keys {sorted(map(str, prompt))}; "
+                    f"a prompt is {PROMPT_FORMS}")
+
+
+def check_cache_salt(salt: object, name: str = "cache_salt") -> str | None:
+    """A prompt's ``cache_salt`` (vLLM's): a string, or None for none. An
+    empty string salts nothing, as in vLLM (its salt is keyed only if
+    non-empty): it is None here."""
+    if salt is None:
+        return None
+    if not isinstance(salt, str):
+        raise TypeError(f"{name} must be a string, got {_short(salt)} ({type(salt).__name__}); "
+                        "requests with equal salts share cached prefixes, others never do")
+    return salt or None
+
+
 #: Keys of vLLM's prompt dicts pagedkit does not serve, and why (None is taken: it
 #: changes nothing).
 VLLM_PROMPT_KEYS = {
-    "cache_salt": "it keeps one user's prefix-cache blocks from another's; pagedkit's "
-                  "blocks are hashed by their tokens only",
     "multi_modal_data": "pagedkit serves text-only models",
     "multi_modal_uuids": "pagedkit serves text-only models",
     "mm_processor_kwargs": "pagedkit serves text-only models",

@@ -169,16 +169,20 @@ class SequenceGroup:
     #: the random generator its samples are drawn from: its own if seeded, else
     #: its engine's (a torch.Generator; None where nothing samples, as in the simulator)
     generator: Any = field(default=None, repr=False, compare=False)
+    #: vLLM's ``cache_salt``: names its first block with the tokens (`salt_keys`), so
+    #: only requests with the same salt share its cached prefix blocks (None: unsalted)
+    cache_salt: str | None = None
 
     @classmethod
     def new(cls, request_id: str, prompt: str | None, prompt_token_ids: list[int],
             params: SamplingParams, arrival_time: float | None = None, *,
-            seq_id: int) -> SequenceGroup:
+            seq_id: int, cache_salt: str | None = None) -> SequenceGroup:
         now = time.monotonic() if arrival_time is None else arrival_time
         first = Sequence(prompt_token_ids, seq_id=seq_id)
         return cls(request_id, prompt, list(prompt_token_ids), params, [first],
                    RequestMetrics(now), arrival_order=first.seq_id,
-                   prompt_logprobs=None if params.prompt_logprobs is None else [None])
+                   prompt_logprobs=None if params.prompt_logprobs is None else [None],
+                   cache_salt=cache_salt)
 
     def unfinished_seqs(self) -> list[Sequence]:
         return [s for s in self.seqs if s.status is not SequenceStatus.FINISHED]

@@ -108,7 +108,7 @@ def test_n_past_the_cache_is_lowered_to_a_value_n_can_take(num_blocks, n, advice
 
 
 @pytest.mark.parametrize("key, value", [
-    ("cache_salt", "a"), ("cache_salt", ""), ("multi_modal_data", {}),
+    ("multi_modal_data", {}),
     ("multi_modal_data", {"image": 1}), ("multi_modal_uuids", {}), ("mm_processor_kwargs", {}),
     ("prompt_embeds", [[0.0]]), ("token_type_ids", [0, 0])])
 @pytest.mark.parametrize("base", [{"prompt": "Once"}, {"prompt_token_ids": [0, 611]}])

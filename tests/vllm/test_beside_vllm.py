@@ -141,3 +141,50 @@ def test_profile_splits_vllms_step_as_pagedkits_and_leaves_vllm_as_it_was():
     text = format_report(report)
     # one row per part, vLLM's beside pagedkit's (the report's prepack line names them too)
     assert "vllm profile" in text and text.count("\n  linear layers") == 1
+
+
+@pytest.mark.parametrize("algo", ["sha256", "sha256_cbor"])
+@pytest.mark.parametrize("salt", [None, "", "a", "b", "é" * 40])
+def test_a_salted_block_is_named_as_vllm_names_it(algo, salt):
+    """vLLM's own functions (kv_cache_utils) name a request's blocks from its
+    cache_salt; pagedkit's table gives each the same name."""
+    from vllm import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core import kv_cache_utils as theirs
+    from vllm.v1.request import Request
+
+    from pagedkit.memory import KVCacheManager
+    from pagedkit.memory.block_hash import HASH_FUNCTIONS
+
+    tokens = list(range(3, 3 + 70))
+    request = Request("r", tokens, SamplingParams(max_tokens=1), None, cache_salt=salt)
+    names, parent = [], None
+    theirs.init_none_hash(get_hash_fn_by_name(algo))
+    try:
+        for start in range(0, 64, 32):
+            extra, _ = theirs.generate_block_hash_extra_keys(request, start, start + 32, 0)
+            parent = theirs.hash_block_tokens(get_hash_fn_by_name(algo), parent,
+                                              tokens[start:start + 32], extra)
+            names.append(parent)
+    finally:  # vLLM's default, as an engine built next would set it
+        theirs.init_none_hash(get_hash_fn_by_name("sha256"))
+    kv = KVCacheManager(8, 32, enable_prefix_caching=True, hash_fn=HASH_FUNCTIONS[algo])
+    kv.allocate_slots("A", tokens, cache_salt=salt)
+    assert kv.table("A").block_hashes == names
+
+
+def test_salted_requests_share_blocks_and_events_as_in_vllm():
+    """Both engines serve the same salted requests (vLLM's TokensPrompt with a
+    cache_salt): the same tokens, the same prefix hits (the same salt shares,
+    another salt or none never does; "" is none), and the same events, so
+    the same names hash for hash, the salt published on each first block."""
+    work = cmp.shared_prefix_workload(6, max_tokens=8)
+    work.cache_salts = ["a", "a", "b", None, "b", ""]
+    c = cmp.compare(work, num_blocks=64)
+    v, p = c.runs["vllm"], c.runs["pagedkit"]
+    assert all(c.equal), c.table()
+    assert v.cached_tokens == p.cached_tokens == [0, 64, 0, 0, 64, 64]
+    assert event_lists(v) == event_lists(p)
+    assert c.caches_equal
+    stored = [e for e in event_lists(p) if isinstance(e, BlockStored)]
+    assert [e.extra_keys[0] for e in stored] == [("a",), ("b",), None]

@@ -194,3 +194,18 @@ def test_removed_of_an_unknown_name_is_counted():
     cache = CachedBlocks()
     cache.apply(BlockRemoved([b"x"]))
     assert cache.unknown_removals == 1 and len(cache) == 0
+
+
+@pytest.mark.parametrize("salt", [None, "", "a", "tenant-7"])
+def test_a_salted_first_block_publishes_the_salt_alone_as_vllm_does(salt):
+    """The hash keys the salt tagged, ``(("cache_salt", "a"),)``; vLLM's events
+    carry the value alone, ``("a",)`` (its ``to_event_extra_keys``), and only
+    on the first block."""
+    kv = manager()
+    pub = WirePublisher(kv, int_hashes=False)
+    kv.allocate_slots("A", list(range(10)), cache_salt=salt)
+    (stored,) = events(pub)
+    assert stored.extra_keys == [(salt,) if salt else None, None]
+    assert stored.block_hashes == kv.table("A").block_hashes
+    kv.allocate_slots("A", [10, 11])  # the third block fills: no salt there
+    assert events(pub)[1].extra_keys == [None]

@@ -209,8 +209,10 @@ def split_engine_args(caller: str, args: dict[str, Any]) -> None:
 
 class EngineArgs:
     """vLLM's ``EngineArgs``: every engine argument in one object, for
-    ``LLMEngine.from_engine_args(EngineArgs(model=..., block_size=...))``.
-    Checked when built, as `LLM` checks them; read back as attributes."""
+    ``LLMEngine.from_engine_args(EngineArgs(model=..., block_size=...))``;
+    read back as attributes. Built, it checks the names (an unknown one, a
+    vLLM value that would change something), as `LLM` does; the values are
+    checked when the engine is built from it, by the engine's own rules."""
 
     def __init__(self, model: Any = "tiny", tokenizer: Any = None, **engine_args: Any) -> None:
         split_engine_args("EngineArgs", engine_args)
@@ -219,6 +221,11 @@ class EngineArgs:
 
     def as_kwargs(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()
+                          if k not in ("model", "tokenizer"))
+        return f"EngineArgs(model={self.model!r}, {given})"
 
 
 def engine_args_kwargs(caller: str, engine_args: Any) -> dict[str, Any]:
@@ -229,8 +236,3 @@ def engine_args_kwargs(caller: str, engine_args: Any) -> dict[str, Any]:
                         f"(pagedkit.EngineArgs(model=..., block_size=...)), "
                         f"got {type(engine_args).__name__}")
     return engine_args.as_kwargs()
-
-    def __repr__(self) -> str:
-        given = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items()
-                          if k not in ("model", "tokenizer"))
-        return f"EngineArgs(model={self.model!r}, {given})"

@@ -3,15 +3,16 @@ carries over to vLLM itself."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from collections.abc import Sequence as SequenceLike
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._validation import check_bool, check_int, check_prompt
+from .._validation import PromptInput, check_bool, check_int, check_prompt
 from ..sampling_params import SamplingParams
 from .args import check_call_args, engine_args_kwargs, split_engine_args, vllm_only_attribute
 from .llm_engine import LLMEngine
@@ -64,7 +65,8 @@ class LLM:
         max_new_tokens as max_tokens)."""
         return SamplingParams(**self.llm_engine.generation_defaults)
 
-    def chat(self, messages: Any, sampling_params: Any = None, use_tqdm: bool = True, *,
+    def chat(self, messages: Any, sampling_params: Any = None,
+             use_tqdm: bool | Callable[..., Any] = True, *,
              chat_template: str | None = None, add_generation_prompt: bool = True,
              continue_final_message: bool = False,
              chat_template_kwargs: dict[str, Any] | None = None,
@@ -127,14 +129,17 @@ class LLM:
         # an error names a prompt as generate's do: its place in the list, if more than one
         names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
                  else ["beam_search()"] * len(prompts))
-        ids = [self.llm_engine.check_prompt(p, who=who)[1]
-               for p, who in zip(prompts, names, strict=True)]
+        checked = [self.llm_engine.check_prompt(p, who=who)
+                   for p, who in zip(prompts, names, strict=True)]
+        ids = [token_ids for _, token_ids, *_ in checked]
+        salts = [salt for *_, salt in checked]  # each beam's requests carry its prompt's
         limit = concurrency_limit or max(1, len(ids))  # no prompts: [] (vLLM's)
         outputs = []
         with self.llm_engine.one_warning(names):  # the prompts cut short, said once
             for start in range(0, len(ids), limit):
                 outputs += offline_beam_search(self, ids[start:start + limit], params, use_tqdm,
-                                               names[start:start + limit])
+                                               names[start:start + limit],
+                                               salts[start:start + limit])
         return outputs
 
     def _check_beam_width(self, width: int) -> None:
@@ -171,16 +176,21 @@ class LLM:
 
     def generate(self, prompts: Prompt | SequenceLike[Prompt],
                  sampling_params: SamplingParams | SequenceLike[SamplingParams] | None = None,
-                 use_tqdm: bool = True,
+                 use_tqdm: bool | Callable[..., Any] = True,
                  on_step: Callable[[StepOutput], Any] | None = None,
                  **vllm_args: Any) -> list[RequestOutput]:
         """Run prompts to completion; outputs come back in input order.
 
         A prompt is a string, a list of token ids, ``{"prompt": str}`` or
-        ``{"prompt_token_ids": [...]}`` (vLLM's forms); `prompts` is one
-        prompt or a list of them. `sampling_params` is one for all prompts or
-        a list with one per prompt. `on_step(step_output)` is called after
-        every engine step (the widgets' live mode uses it).
+        ``{"prompt_token_ids": [...]}`` (vLLM's forms; the second may carry
+        its text as ``"prompt"``, which becomes the output's `prompt`, and
+        either a ``"cache_salt"``: only requests with the same salt share
+        cached prefix blocks); `prompts` is one prompt or a list of them.
+        `sampling_params` is one for all prompts or a list with one per
+        prompt. `use_tqdm` is True, False, or a function called as
+        ``use_tqdm(total=..., desc=...)`` for a tqdm-like bar (vLLM's form).
+        `on_step(step_output)` is called after every engine step (the
+        widgets' live mode uses it).
 
         A call that does not return — an exception in the model or in
         `on_step`, or a KeyboardInterrupt (a notebook's "interrupt") — aborts
@@ -195,7 +205,7 @@ class LLM:
         prompts = _prompt_list(prompts)
         params = _params_list(sampling_params if sampling_params is not None
                               else self.get_default_sampling_params(), len(prompts))
-        check_bool("use_tqdm", use_tqdm)
+        _check_use_tqdm(use_tqdm)
         if on_step is not None and not callable(on_step):
             raise TypeError(f"on_step must be a function of a StepOutput, got {on_step!r}")
         engine = self.llm_engine
@@ -211,8 +221,7 @@ class LLM:
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}
         try:  # the requests a small KV cache cut short are said in one warning
-            with engine.one_warning(names), tqdm(total=len(prompts), desc="generate",
-                                                 disable=not use_tqdm) as bar:
+            with engine.one_warning(names), _progress_bar(use_tqdm, len(prompts)) as bar:
                 while len(done) < len(ids) and engine.has_unfinished_requests():
                     step = engine.step()
                     for output in step.finished:
@@ -240,7 +249,31 @@ class LLM:
                    for request_id in request_ids)
 
 
-def _prompt_list(prompts: Any) -> list[str | list[int]]:
+def _check_use_tqdm(use_tqdm: Any) -> None:
+    """True, False or a function making a tqdm-like bar (vLLM's ``use_tqdm``)."""
+    if not isinstance(use_tqdm, bool) and not callable(use_tqdm):
+        raise TypeError(f"use_tqdm must be True, False or a function returning a tqdm-like "
+                        f"bar (such as tqdm itself), got {use_tqdm!r} "
+                        f"({type(use_tqdm).__name__})")
+
+
+@contextlib.contextmanager
+def _progress_bar(use_tqdm: bool | Callable[..., Any], total: int) -> Iterator[Any]:
+    """`generate`'s bar, closed however the call ends: tqdm's (hidden for
+    False), or the one `use_tqdm` makes when it is a function, called as
+    vLLM calls it, with the total and a description; pagedkit then calls
+    only its ``update(n)`` and ``close()``."""
+    if isinstance(use_tqdm, bool):
+        bar = tqdm(total=total, desc="generate", disable=not use_tqdm)
+    else:
+        bar = use_tqdm(total=total, desc="generate")
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def _prompt_list(prompts: Any) -> list[PromptInput]:
     """One prompt or a list of prompts, as a list of checked prompts."""
     if isinstance(prompts, (str, dict)):
         return [check_prompt(prompts)]

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from .._validation import (
+    PromptInput,
     check_bool,
     check_choice,
     check_int,
@@ -265,9 +266,9 @@ class LLMEngine:
         if len(set(ids)) != len(ids):
             raise ValueError(f"request ids repeat within one call: {ids}; give each request "
                              "an id of its own")
-        for (request_id, text, token_ids, params), who in zip(checked, names, strict=True):
+        for (request_id, text, token_ids, params, salt), who in zip(checked, names, strict=True):
             group = SequenceGroup.new(request_id, text, token_ids, params, arrival_time,
-                                      seq_id=self.next_seq_id())
+                                      seq_id=self.next_seq_id(), cache_salt=salt)
             self._prompt_logprob_groups += params.prompt_logprobs is not None
             self._names[request_id] = who
             group.generator = (self._generator if params.seed is None else
@@ -289,10 +290,11 @@ class LLMEngine:
 
     def check_request(self, request_id: str, prompt: str | SequenceLike[int],
                       params: SamplingParams | None = None, who: str | None = None
-                      ) -> tuple[str | None, list[int], SamplingParams]:
+                      ) -> tuple[str | None, list[int], SamplingParams, str | None]:
         """Everything `add_request` checks, without queueing: returns the prompt's
-        text (if any), its token ids and the sampling params. `who` starts the
-        error messages (by default ``request '<id>'``)."""
+        text (if any), its token ids, the sampling params and its cache salt
+        (None: none). `who` starts the error messages (by default
+        ``request '<id>'``)."""
         # vLLM's request_id is a str; an int is taken as its digits, but None (an unset
         # variable) or '' would hide a bug in the caller's script as the id 'None' or ''
         if isinstance(request_id, bool) or not isinstance(request_id, (str, numbers.Integral)):
@@ -308,7 +310,8 @@ class LLMEngine:
         return self.check_prompt(prompt, params, who or f"request {request_id!r}")
 
     def check_prompt(self, prompt: str | SequenceLike[int], params: SamplingParams | None = None,
-                     who: str = "the prompt") -> tuple[str | None, list[int], SamplingParams]:
+                     who: str = "the prompt"
+                     ) -> tuple[str | None, list[int], SamplingParams, str | None]:
         """`check_request` without a request id (`LLM.beam_search`'s prompts):
         the prompt fits the engine, the params fit the model. `who` starts
         the error messages."""
@@ -318,11 +321,12 @@ class LLMEngine:
         # the request's own copy, checked again (vLLM clones too): a list of the
         # caller's changed later (params.stop.append) reaches no request in flight
         params = params.clone()
-        text, token_ids = self._tokenize(check_prompt(prompt))
+        prompt = check_prompt(prompt)
+        text, token_ids = self._tokenize(prompt)
         self._check_prompt_length(who, len(token_ids))
         self._check_params(who, params)
         self._check_sequences_fit(who, len(token_ids), params)
-        return text, token_ids, params
+        return text, token_ids, params, prompt.cache_salt
 
     def _check_prompt_length(self, who: str, n: int) -> None:
         if n == 0:
@@ -422,22 +426,25 @@ class LLMEngine:
                              f"vocabulary [0, {vocab}); give stop_token_ids below {vocab} "
                              "(this model's token ids)")
 
-    def _tokenize(self, prompt) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, str):
+    def _tokenize(self, prompt: PromptInput) -> tuple[str | None, list[int]]:
+        """A checked prompt's text (None if it came as ids alone) and token ids:
+        given ids are served as they are (their text, if given, is only the
+        output's `prompt`, as in vLLM); a text alone is tokenized."""
+        if prompt.token_ids is None:
             if self.tokenizer is None:
                 raise ValueError("this engine has no tokenizer: pass prompts as lists of token "
                                  "ids, or give LLM a tokenizer")
             # verbose=False: an over-long prompt gets pagedkit's own error (naming
             # max_model_len) instead of transformers' warning about indexing errors first
-            return prompt, list(self.tokenizer(prompt, verbose=False)["input_ids"])
+            return prompt.text, list(self.tokenizer(prompt.text, verbose=False)["input_ids"])
         vocab = self.runner.vocab_size
-        ids = check_token_ids("prompt", prompt)
+        ids = check_token_ids("prompt", prompt.token_ids)
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab}); "
                              f"give ids below {vocab}, from this model's tokenizer "
                              "(llm.get_tokenizer()), or the prompt as text")
-        return None, ids
+        return prompt.text, ids
 
     @property
     def groups(self) -> Mapping[str, SequenceGroup]:

@@ -86,8 +86,8 @@ def _end_too_long(live: list[list[BeamSearchSequence]], completed: list[list[Bea
 
 
 def beam_search(llm: Any, prompts: list[list[int]], params: BeamSearchParams,
-                use_tqdm: bool = False, names: list[str] | None = None
-                ) -> list[BeamSearchOutput]:
+                use_tqdm: bool = False, names: list[str] | None = None,
+                cache_salts: list[str | None] | None = None) -> list[BeamSearchOutput]:
     """Search `prompts` (token ids) with `llm` (an `LLM`); see the module.
 
     Each step sends every live beam to the engine as a prompt, so a beam can
@@ -97,8 +97,11 @@ def beam_search(llm: Any, prompts: list[list[int]], params: BeamSearchParams,
     max_model_len (vLLM's own beam search would refuse the longer prompt
     part-way through); if it is the KV cache that cut them short, a
     `KVCacheTooSmallWarning` names the prompt (`names`: how errors call each,
-    ``prompts[i]``) and what serves it whole."""
+    ``prompts[i]``) and what serves it whole. A prompt's cache salt
+    (`cache_salts`, None: none) goes with each of its beams' requests, as
+    in vLLM."""
     names = names or [f"prompts[{i}]" for i in range(len(prompts))]
+    cache_salts = cache_salts or [None] * len(prompts)
     longest = llm.llm_engine.longest_prompt()
     tokenizer = llm.get_tokenizer()
     eos = None if tokenizer is None else tokenizer.eos_token_id
@@ -113,10 +116,11 @@ def beam_search(llm: Any, prompts: list[list[int]], params: BeamSearchParams,
     for step in tqdm(range(params.max_tokens), desc="beam search", disable=not use_tqdm):
         for i in _end_too_long(live, completed, longest):
             llm.llm_engine.warn_beams_cut(names[i], len(prompts[i]), step, params)
-        beams = [b for group in live for b in group]
+        beams = [{"prompt_token_ids": b.tokens, "cache_salt": salt}
+                 for group, salt in zip(live, cache_salts, strict=True) for b in group]
         if not beams:
             break
-        outs = iter(llm.generate([b.tokens for b in beams], step_params, use_tqdm=False))
+        outs = iter(llm.generate(beams, step_params, use_tqdm=False))
         for i, group in enumerate(live):
             grown = _grow(group, outs, eos, params.ignore_eos, completed[i])
             live[i] = sorted(grown, key=key, reverse=True)[:params.beam_width]

@@ -79,6 +79,15 @@ def hash_block(parent_hash: BlockHash, token_ids: Sequence[int], extra_keys: Any
     return hash_fn((parent_hash, tuple(token_ids), extra_keys))
 
 
+def salt_keys(cache_salt: str | None) -> tuple[tuple[str, str], ...] | None:
+    """The extra keys of a sequence's first block: its request's cache salt
+    (vLLM's ``cache_salt``), tagged as vLLM tags it, ``(("cache_salt", salt),)``;
+    None without a salt. Only the first block carries it, and every later
+    name chains from the first, so requests with equal salts share cached
+    prefixes and requests with other salts (or none) never do."""
+    return (("cache_salt", cache_salt),) if cache_salt else None
+
+
 class BlockKey:
     """Exactly what a full block holds: its tokens (and extra keys) after its
     parent's content, plus its name.

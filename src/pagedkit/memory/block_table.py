@@ -17,10 +17,11 @@ onwards) but owns nothing. vLLM V1 does the same with its null block.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from .._validation import check_int, check_token_ids
 from .allocator import BlockAllocator
-from .block_hash import BlockHash, BlockKey
+from .block_hash import BlockHash, BlockKey, salt_keys
 from .errors import BlockStateError, OutOfBlocksError
 
 #: The entry of a logical block given back to the pool (`BlockTable.release_before`).
@@ -57,10 +58,12 @@ class BlockTable:
     ([0, 1], 5, 4)
     """
 
-    def __init__(self, allocator: BlockAllocator, seq: Hashable | None = None) -> None:
+    def __init__(self, allocator: BlockAllocator, seq: Hashable | None = None, *,
+                 cache_salt: str | None = None) -> None:
         self.allocator = allocator
         self.block_size = allocator.block_size
         self.seq = seq
+        self.cache_salt = cache_salt  # names the first block with the tokens (`salt_keys`)
         self.blocks: list[int] = []
         self.num_tokens = 0
         # With prefix caching: the keys of the named full blocks, in order, and
@@ -213,7 +216,7 @@ class BlockTable:
         self._computed = max(self._computed, min(num_tokens, self.num_tokens))
         while (len(self.block_keys) + 1) * size <= self._computed:
             key = pool.new_key(self.block_keys[-1] if self.block_keys else None,
-                               self._unnamed[:size])
+                               self._unnamed[:size], self._extra_keys(len(self.block_keys)))
             del self._unnamed[:size]
             block = self.blocks[len(self.block_keys)]
             if block != NULL_BLOCK and not pool.register(block, key):
@@ -237,12 +240,17 @@ class BlockTable:
         parent: BlockKey | None = None
         usable = len(token_ids) - 1
         for start in range(0, usable - self.block_size + 1, self.block_size):
-            block = pool.find_cached(pool.new_key(parent, token_ids[start:start + self.block_size]))
+            block = pool.find_cached(pool.new_key(parent, token_ids[start:start + self.block_size],
+                                                  self._extra_keys(len(hits))))
             if block is None:
                 break
             hits.append(block)
             parent = pool.block_key(block)
         return hits
+
+    def _extra_keys(self, index: int) -> Any:
+        """The extra keys of the block at `index`: the cache salt's, for the first."""
+        return salt_keys(self.cache_salt) if index == 0 else None
 
     def adopt_cached(self, blocks: Sequence[int]) -> None:
         """Start this (empty) table with cached blocks from `cached_prefix`."""
@@ -265,7 +273,7 @@ class BlockTable:
     def fork(self, seq: Hashable | None = None) -> BlockTable:
         """A new table sharing every block with this one (ref counts +1)."""
         self._check_open("fork it")
-        child = BlockTable(self.allocator, seq)
+        child = BlockTable(self.allocator, seq, cache_salt=self.cache_salt)
         child.blocks = [b if b == NULL_BLOCK else self.allocator.fork(b, seq)
                         for b in self.blocks]  # released entries stay released
         child.num_tokens = self.num_tokens

@@ -102,9 +102,11 @@ class KVCacheManager:
             swapped_blocks=self.swap_pool.num_used_blocks if self.swap_pool else 0)
 
     # ------------------------------------------------------------------- room
-    def cached_prefix(self, seq: Hashable, token_ids: Sequence[int]) -> list[int]:
-        """Cached blocks a new sequence could start from (asks only)."""
-        hits = BlockTable(self.allocator, seq).cached_prefix(token_ids)  # checks the ids
+    def cached_prefix(self, seq: Hashable, token_ids: Sequence[int], *,
+                      cache_salt: str | None = None) -> list[int]:
+        """Cached blocks a new sequence (of a request salted `cache_salt`, if
+        given: `salt_keys`) could start from (asks only)."""
+        hits = BlockTable(self.allocator, seq, cache_salt=cache_salt).cached_prefix(token_ids)
         return [] if seq in self else hits
 
     def reset_prefix_cache(self) -> bool:
@@ -183,8 +185,8 @@ class KVCacheManager:
         return needed + reserve <= self.allocator.num_free_blocks
 
     def allocate_slots(self, seq: Hashable, token_ids: Sequence[int],
-                       cached_blocks: Sequence[int] = (), *, computed: int | None = None
-                       ) -> list[BlockCopy] | None:
+                       cached_blocks: Sequence[int] = (), *, computed: int | None = None,
+                       cache_salt: str | None = None) -> list[BlockCopy] | None:
         """Give `token_ids` slots at the end of `seq` (creating its table if new,
         starting from `cached_blocks` if given). Returns the copy-on-write copies
         to perform, or ``None`` — with nothing changed — if the pool is too small.
@@ -195,7 +197,9 @@ class KVCacheManager:
         by default all of them. Tokens appended ahead of the steps that
         compute them (a recomputation spread over steps) give a smaller
         `computed`, and each later step names up to its own tokens (an
-        empty `token_ids` appends nothing and names).
+        empty `token_ids` appends nothing and names). A new sequence's
+        `cache_salt` (its request's) names its first block with the tokens
+        (`salt_keys`), as `cached_prefix` looked it up.
         """
         if seq in self._swapped:
             raise BlockStateError(f"sequence {seq!r} is swapped out; swap it in before appending")
@@ -214,7 +218,7 @@ class KVCacheManager:
             self._check_cached(seq, cached_blocks)
         if not self.can_allocate(seq, len(token_ids), cached_blocks):
             return None
-        table = BlockTable(self.allocator, seq)
+        table = BlockTable(self.allocator, seq, cache_salt=cache_salt)
         table.adopt_cached(cached_blocks)  # checks them all before taking any
         try:
             copies = table.append(token_ids, computed=computed)

@@ -33,18 +33,25 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return device
 
 
+#: The dtype names a model may be given as: vLLM 0.32's (``ModelConfig``'s
+#: ``--dtype`` choices, case as written), and pagedkit's own float64 for exact references.
+DTYPES: dict[str, torch.dtype] = {
+    "half": torch.float16, "float16": torch.float16, "float": torch.float32,
+    "float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
 def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dtype:
-    """``"auto"``: the model's own dtype (so a model passed in is not converted)."""
+    """``"auto"``: the model's own dtype (so a model passed in is not converted);
+    a name of `DTYPES`; or a torch.dtype."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
         return next(model.parameters()).dtype
-    names = {"float32": torch.float32, "float16": torch.float16, "half": torch.float16,
-             "bfloat16": torch.bfloat16, "float64": torch.float64}
-    if dtype not in names:
-        raise ValueError(f"dtype must be 'auto', a torch.dtype or one of {sorted(names)}; "
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"dtype must be 'auto', a torch.dtype or one of "
+                         f"{', '.join(map(repr, DTYPES))} (vLLM's names, and float64); "
                          f"got {dtype!r}")
-    return names[dtype]
+    return DTYPES[dtype]
 
 
 #: What to give instead of a model that cannot load (the command line says it in its own terms)

@@ -342,7 +342,7 @@ class Scheduler:
         # a group of several shares only its prompt: its cached blocks lie within it
         shared = first.token_ids if len(seqs) == 1 else first.token_ids[:first.prompt_len]
         # prompt logprobs need every prompt token computed: no cache hits (vLLM's rule)
-        cached = (self.kv.cached_prefix(first.seq_id, shared)
+        cached = (self.kv.cached_prefix(first.seq_id, shared, cache_salt=group.cache_salt)
                   if group.params.prompt_logprobs is None else [])
         prompt_len, block_size = first.prompt_len, self.kv.block_size
         shared_start = prompt_len - prompt_len % block_size  # the forks' start
@@ -408,7 +408,8 @@ class Scheduler:
         first = head.seq
         shared_end = first.prompt_len if len(plan.seqs) > 1 else head.start
         copies = self.kv.allocate_slots(first.seq_id, first.token_ids[head.start:shared_end],
-                                        plan.cached, computed=0)  # named as steps compute it
+                                        plan.cached, computed=0,  # named as steps compute it
+                                        cache_salt=group.cache_salt)
         if copies is None:
             raise self._refused(plan)
         out.block_copies += copies

@@ -78,7 +78,8 @@ def require_vllm() -> None:
 
 @dataclass
 class Workload:
-    """Prompts (token ids) and each request's output length; greedy by default."""
+    """Prompts (token ids) and each request's output length; greedy by default.
+    `cache_salts` gives each request a ``cache_salt`` (None: none)."""
 
     prompts: list[list[int]]
     max_tokens: list[int]
@@ -86,11 +87,21 @@ class Workload:
     ignore_eos: bool = True
     seed: int | None = None
     name: str = "custom"
+    cache_salts: list[str | None] | None = None
 
     def __post_init__(self) -> None:
         if len(self.prompts) != len(self.max_tokens):
             raise ValueError(f"{len(self.prompts)} prompts but {len(self.max_tokens)} "
                              "max_tokens: give one output length per prompt")
+        if self.cache_salts is not None and len(self.cache_salts) != len(self.prompts):
+            raise ValueError(f"{len(self.prompts)} prompts but {len(self.cache_salts)} "
+                             "cache_salts: give one salt (or None) per prompt")
+
+    def request_prompt(self, i: int) -> dict[str, Any]:
+        """Request `i`'s prompt as both engines take it (vLLM's ``TokensPrompt``)."""
+        salt = None if self.cache_salts is None else self.cache_salts[i]
+        return {"prompt_token_ids": list(self.prompts[i]),
+                **({} if salt is None else {"cache_salt": salt})}
 
     @property
     def num_output_tokens(self) -> int:
@@ -264,8 +275,8 @@ def run_pagedkit(model: Any, work: Workload, *, num_blocks: int, block_size: int
               for n in work.max_tokens]
     ids = [f"r{i}" for i in range(len(work.prompts))]
     start, cpu = time.monotonic(), time.process_time()
-    for rid, prompt, p in zip(ids, work.prompts, params, strict=True):
-        engine.add_request(rid, list(prompt), p, arrival_time=start)
+    for i, (rid, p) in enumerate(zip(ids, params, strict=True)):
+        engine.add_request(rid, work.request_prompt(i), p, arrival_time=start)
     done: dict[str, Any] = {}
     finish: dict[str, float] = {}
     used: list[int] = []
@@ -339,8 +350,8 @@ class VllmEngine:
         ids = [f"run{self._runs}-r{i}" for i in range(len(work.prompts))]
         self._runs += 1
         start, cpu = time.monotonic(), time.process_time()
-        for rid, prompt, p in zip(ids, work.prompts, params, strict=True):
-            engine.add_request(rid, {"prompt_token_ids": list(prompt)}, p)
+        for i, (rid, p) in enumerate(zip(ids, params, strict=True)):
+            engine.add_request(rid, work.request_prompt(i), p)
         done: dict[str, Any] = {}
         finish: dict[str, float] = {}
         used: list[int] = []

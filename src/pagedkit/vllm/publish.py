@@ -173,10 +173,11 @@ class WirePublisher:
                     and run.block_hashes[-1] == parent):  # the chain goes on
                 run.block_hashes.append(name)
                 run.token_ids.extend(key.token_ids)
-                run.extra_keys.append(key.extra_keys)
+                run.extra_keys.append(event_extra_keys(key.extra_keys))
                 continue
             self._close_open()
-            self._open = self._stored([name], parent, list(key.token_ids), key.extra_keys)
+            self._open = self._stored([name], parent, list(key.token_ids),
+                                      event_extra_keys(key.extra_keys))
             self._open_seq = seq
         self._filled = pending
 
@@ -227,8 +228,15 @@ class WirePublisher:
             self._named[b] = name = self._external(key.hash)
             parent = None if key.parent is None else self._external(key.parent.hash)
             self._events.append(self._stored([name], parent, list(key.token_ids),
-                                             key.extra_keys))
+                                             event_extra_keys(key.extra_keys)))
         self.flush()
+
+
+def event_extra_keys(extra_keys: Any) -> tuple[Any, ...] | None:
+    """A block's extra keys as vLLM's events carry them: its hash tags each key
+    (``("cache_salt", "a")``, `memory.block_hash.salt_keys`), its events give
+    the values alone (``("a",)``, vLLM's ``to_event_extra_keys``)."""
+    return None if extra_keys is None else tuple(value for _, value in extra_keys)
 
 
 def int_hashes_default() -> bool:
