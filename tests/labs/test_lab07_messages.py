@@ -27,11 +27,13 @@ def hashes_as_hex_text(tokens, bs):
     return [h.hex() for h in chain(tokens, bs)]
 
 
-def hashes_as_a_tuple(tokens, bs):
-    return tuple(chain(tokens, bs))
+def hashes_of_half_blocks_as_a_tuple(tokens, bs):
+    """Wrong names (blocks of half the size), in a tuple: a tuple of the right
+    ones passes (tests/labs/test_check_rules.py), a wrong one shows as a tuple."""
+    return tuple(chain(tokens, max(1, bs // 2)))
 
 
-SHORT = [*WRONG[("lab07", "chain_hashes")], hashes_as_a_tuple]
+SHORT = [*WRONG[("lab07", "chain_hashes")], hashes_of_half_blocks_as_a_tuple]
 NAME = r"[0-9a-f]{12}…"
 
 

@@ -13,14 +13,15 @@ suite runs every check against them, so checks and solutions cannot drift.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..i18n import N_, _
 
-__all__ = ["NOT_WRITTEN", "Case", "CheckResult", "call_learner", "check_function",
-           "hint_text", "not_written", "require_function"]
+__all__ = ["NOT_WRITTEN", "Case", "CheckResult", "as_items", "call_learner", "check_function",
+           "function_name", "hint_text", "is_sequence", "not_written", "require_function",
+           "same_items", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
 """English, as every message is written; `_(NOT_WRITTEN)` is what the learner reads."""
@@ -67,18 +68,29 @@ class CheckResult:
                 f"{mark}</span> {self.name}: {self.message}")
 
 
-def not_written(name: str, fn: Callable, err: NotImplementedError) -> CheckResult:
-    """The stub's NotImplementedError — raised by `fn` itself, or by another
-    stub it calls (say an earlier exercise's function still unwritten)."""
+def _raised_in(err: NotImplementedError):
+    """The code object of the function that raised `err` (None if unknown)."""
     tb = err.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    code = getattr(fn, "__code__", None)
-    if tb is not None and code is not None and tb.tb_frame.f_code is not code:
-        culprit = tb.tb_frame.f_code.co_name
+    return None if tb is None else tb.tb_frame.f_code
+
+
+def stub_name(fn: Callable, err: NotImplementedError) -> str:
+    """The function whose stub raised `err` while `fn` ran: `fn`'s own name, or
+    that of another stub it calls (say an earlier exercise's, still unwritten)."""
+    code = _raised_in(err)
+    return code.co_name if code is not None else getattr(fn, "__name__", repr(fn))
+
+
+def not_written(name: str, fn: Callable, err: NotImplementedError) -> CheckResult:
+    """The stub's NotImplementedError — raised by `fn` itself, or by another
+    stub it calls (`stub_name`)."""
+    code, own = _raised_in(err), getattr(fn, "__code__", None)
+    if code is not None and own is not None and code is not own:
         return CheckResult(name, False, _("your function calls `{culprit}`, which is not "
                                           "written yet: write it first, or call pagedkit's "
-                                          "own version").format(culprit=culprit))
+                                          "own version").format(culprit=code.co_name))
     return CheckResult(name, False, _(NOT_WRITTEN))
 
 
@@ -93,14 +105,78 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str | Cal
                  **kwargs: Any) -> tuple[Any, CheckResult | None]:
     """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
     it raised — "not written yet" for the stub's NotImplementedError, else the
-    call, the exception and the hint."""
+    call, the exception and the hint. A generator it returns is run to its end
+    here, as a list, so that its errors are the call's (and a message shows
+    its items)."""
     try:
-        return fn(*args, **kwargs), None
+        result = fn(*args, **kwargs)
+        return (list(result) if isinstance(result, Iterator) else result), None
     except NotImplementedError as err:
         return None, not_written(name, fn, err)
     except Exception as err:  # the learner's bug, reported instead of raised
         return None, CheckResult(name, False, _("{call} raised {error}: {message}").format(
             call=call, error=type(err).__name__, message=err) + hint_text(hint))
+
+
+def function_name(fn: Callable, name: str) -> str:
+    """The name a check's message calls the learner's function by: its own
+    (``ff_first_hole_any``, ``<lambda>``), or the exercise's if it has none."""
+    return getattr(fn, "__name__", name)
+
+
+def is_sequence(value: Any) -> bool:
+    """The one rule for answers that are sequences: a list, a tuple, a range, a
+    generator, a numpy array or a tensor with a dimension — anything iterable
+    but text (str, bytes), a mapping or a set (which has no order)."""
+    if isinstance(value, (str, bytes, bytearray, Mapping, Set)):
+        return False
+    try:
+        iter(value)  # a 0-d array or tensor refuses: it is one number
+    except TypeError:
+        return False
+    return True
+
+
+def as_items(value: Any) -> Any:
+    """`value` with every sequence in it (`is_sequence`) made a list, at every
+    depth: ``((1, 2), [3])`` and ``[[1, 2], (3,)]`` both read ``[[1, 2], [3]]``."""
+    return [as_items(item) for item in value] if is_sequence(value) else value
+
+
+def same_items(got: Any, want: Any) -> bool:
+    """Equal answers, whatever sequence holds them: a tuple of the right items
+    is as right as a list of them (the default comparison of `check_function`;
+    every check that compares sequences compares them by this rule)."""
+    return as_items(got) == as_items(want)
+
+
+def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Callable = "", *,
+                 none_is_an_answer: bool = False, show: Callable[[Any], str] = repr
+                 ) -> CheckResult:
+    """The failure for a wrong return value, in the words every check uses.
+
+    `None` from a function that never answers `None` is most likely a missing
+    ``return``, and says so; where `None` is one of the answers
+    (`none_is_an_answer`: "return None if there is none"), it was returned on
+    purpose and is judged like any other value: what was expected, and the
+    case's hint. A number of the right value but another type (``2.0`` for
+    ``2``) says that, not the hint; `show` writes the values (``repr`` stands
+    in where it would write the two alike)."""
+    if got is None and not none_is_an_answer:
+        return CheckResult(name, False, _("{call} returned None — did you forget `return`?")
+                           .format(call=call))
+    if _numbers_equal(got, expected):  # refused by type alone: say so, not the hint
+        return CheckResult(name, False, _(
+            "{call} returned {got!r} ({got_type}), expected {expected!r} ({want_type}): "
+            "the value is right, its type is not.").format(
+                call=call, got=got, got_type=type(got).__name__,
+                expected=expected, want_type=type(expected).__name__))
+    got_text, expected_text = show(got), show(expected)
+    if got_text == expected_text:  # a short form must not hide the difference
+        got_text, expected_text = repr(got), repr(expected)
+    return CheckResult(name, False, _("{call} returned {got}, expected {expected}.")
+                       .format(call=call, got=got_text, expected=expected_text)
+                       + hint_text(hint))
 
 
 def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
@@ -110,40 +186,30 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
                    diagnose: Callable[[Callable, Any], str] | None = None) -> CheckResult:
     """Run `fn` on each case; pass if every result equals the expected one.
 
-    `equal(got, expected)` compares (default ``==``); `prepare` builds fresh
-    arguments per case (for functions that mutate what they are given);
-    `show` writes a value in a wrong answer's message (default ``repr``; lab 07
-    shortens hashes), and ``repr`` stands in where it would write the two
-    values alike. `diagnose(fn, got)` may name a known mistake that `fn`
-    makes throughout, `got` being one wrong answer (lab 09: a wrong formula);
-    its text ('' for none) then stands in for the case's hint.
+    `equal(got, expected)` compares (default `same_items`: ``==``, a tuple
+    and a list of equal items alike); `prepare` builds fresh arguments per
+    case (for functions that mutate what they are given); `show` writes a
+    value in a wrong answer's message (default ``repr``; lab 07 shortens
+    hashes). `diagnose(fn, got)` may name a known mistake that `fn` makes
+    throughout, `got` being one wrong answer (lab 09: a wrong formula); its
+    text ('' for none) then stands in for the case's hint. If any case
+    expects `None`, `None` is one of the function's answers and a wrong
+    `None` is judged like any wrong value (`wrong_answer`).
     """
     require_function(name, fn)
-    equal = equal or (lambda got, want: got == want)
+    equal = equal or same_items
     cases = list(cases)
+    none_is_an_answer = any(case.expected is None for case in cases)
     for case in cases:
         case = prepare(case) if prepare else case
-        call = case.call_text(getattr(fn, "__name__", name))
+        call = case.call_text(function_name(fn, name))
         got, failed = call_learner(name, fn, call, *case.args, hint=case.hint, **case.kwargs)
         if failed is not None:
             return failed
-        if got is None and case.expected is not None:
-            return CheckResult(name, False, _("{call} returned None — did you forget `return`?")
-                               .format(call=call))
         if not equal(got, case.expected):
-            if _numbers_equal(got, case.expected):  # refused by type alone: say so, not the hint
-                return CheckResult(name, False, _(
-                    "{call} returned {got!r} ({got_type}), expected {expected!r} ({want_type}): "
-                    "the value is right, its type is not.").format(
-                        call=call, got=got, got_type=type(got).__name__,
-                        expected=case.expected, want_type=type(case.expected).__name__))
-            got_text, expected_text = show(got), show(case.expected)
-            if got_text == expected_text:  # a short form must not hide the difference
-                got_text, expected_text = repr(got), repr(case.expected)
-            hint = (diagnose(fn, got) if diagnose else "") or case.hint
-            return CheckResult(name, False, _("{call} returned {got}, expected {expected}.")
-                               .format(call=call, got=got_text, expected=expected_text)
-                               + hint_text(hint))
+            hint = (diagnose(fn, got) if diagnose and got is not None else "") or case.hint
+            return wrong_answer(name, call, got, case.expected, hint,
+                                none_is_an_answer=none_is_an_answer, show=show)
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
 
 

@@ -26,9 +26,9 @@ def check_cached_kv_reads(fn: Callable[[int, int], int]) -> CheckResult:
     """`cached_kv_reads(prompt_len, new_tokens)`: token positions whose K/V the
     decode steps read (per layer and KV head) while a cached generation writes
     `new_tokens` tokens after a prompt; the prefill pass is not counted."""
-    steps = (_("the prefill pass yields the first new token; only the new_tokens - 1 later "
+    steps = (_("The prefill pass yields the first new token; only the new_tokens - 1 later "
              "tokens are fed back, one decode step each"))
-    grows = (_("the step that feeds the token at position p attends over positions 0..p, its "
+    grows = (_("The step that feeds the token at position p attends over positions 0..p, its "
              "own included: every step reads one position more than the last"))
     cases = [
         Case((5, 1), 0, _("one new token comes from the prefill alone: no decode step. {steps}")
@@ -52,7 +52,7 @@ def check_max_batch(fn: Callable[[int, int, int, int, int], int]) -> CheckResult
     how many sequences of `seq_len` tokens have room for their whole KV cache in
     what the weights leave of the GPU's memory."""
     weights = _("the weights come first: num_params x param_bytes bytes, the rest holds K/V")
-    floor = _("a sequence whose cache does not fit whole does not fit: round down")
+    floor = _("A sequence whose cache does not fit whole does not fit: round down")
     cases = [
         Case((40 * GIB, 13 * 10**9, 2, 819_200, 2048), 10,
              _("OPT-13B on a 40 GiB GPU: {weights}; 16.9e9 bytes / (2048 x 800 KiB) = 10.1")

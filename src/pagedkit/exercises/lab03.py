@@ -12,7 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..i18n import N_, _
-from . import Case, CheckResult, call_learner, check_function, require_function
+from . import (
+    Case,
+    CheckResult,
+    call_learner,
+    check_function,
+    function_name,
+    require_function,
+    same_items,
+    wrong_answer,
+)
 
 __all__ = ["CHECKS", "check_append_slots", "check_blocks_needed", "check_token_at"]
 
@@ -22,9 +31,9 @@ def check_token_at(fn: Callable[[list[int], int, int, int], int | None]) -> Chec
     sequence's token whose K/V sit in physical `slot`, or ``None`` if that slot
     holds none of its `num_tokens` tokens — what a debugger of the paged cache
     (or the kernel's bounds check) must answer, the block table read backwards."""
-    find = (_("slot // block_size is a *physical* block: find where it sits in the table — that "
-            "index is the logical block — then position = logical x block_size + offset"))
-    tail = (_("the last block's slots past num_tokens hold no token yet: check the position "
+    find = (_("Here slot // block_size is a *physical* block: find where it sits in the table — "
+            "that index is the logical block — then position = logical x block_size + offset"))
+    tail = (_("The last block's slots past num_tokens hold no token yet: check the position "
             "against num_tokens"))
     table, big = [7, 2, 5], [3, 0, 5]
     cases = [
@@ -89,9 +98,9 @@ _APPEND_CASES = [
 ]
 
 
-def _call_text(args: tuple) -> str:
+def _call_text(fn_name: str, args: tuple) -> str:
     table, num_tokens, new, block_size, free = args
-    return f"append_slots({table}, {num_tokens}, {new}, {block_size}, {free})"
+    return f"{fn_name}({table}, {num_tokens}, {new}, {block_size}, {free})"
 
 
 def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[int] | None]
@@ -106,19 +115,13 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
     for args, slots, table_after, free_after, hint in _APPEND_CASES:
         hint = _(hint)
         table, free = list(args[0]), list(args[4])
-        call = _call_text(args)
+        call = _call_text(function_name(fn, name), args)
         got, failed = call_learner(name, fn, call, table, args[1], args[2], args[3], free,
                                    hint=hint)
         if failed is not None:
             return failed
-        got = list(got) if isinstance(got, (tuple, range)) else got
-        if got is None and slots is not None:
-            return CheckResult(name, False, _("{call} returned None — did you forget `return`? "
-                                              " Hint: {hint}").format(call=call, hint=hint))
-        if got != slots:
-            return CheckResult(name, False, _("{call} returned {got!r}, expected {slots!r}.  "
-                                              "Hint: {hint}")
-                                             .format(call=call, got=got, slots=slots, hint=hint))
+        if not same_items(got, slots):
+            return wrong_answer(name, call, got, slots, hint, none_is_an_answer=True)
         if table != table_after or free != free_after:
             return CheckResult(name, False,
                                _("after {call} the block table is {table} and the free list "

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..i18n import N_, _, ngettext
-from . import CheckResult, not_written, require_function
+from . import CheckResult, function_name, not_written, require_function
 
 __all__ = [
     "CHECKS",
@@ -45,9 +45,10 @@ class PagedExample:
     context_len: int
 
     def describe(self) -> str:
+        """The cache and the block table as a check's message shows them."""
         nb, bs, h, d = self.k_cache.shape
         return (f"cache [{nb} blocks x {bs} slots x {h} KV heads x {d}], "
-                f"block_table={self.block_table.tolist()}, context_len={self.context_len}")
+                f"block_table={self.block_table.tolist()}")
 
 
 def paged_example(context_len: int, block_size: int, num_kv_heads: int = 2, head_dim: int = 8,
@@ -151,7 +152,7 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
     def body() -> CheckResult:
         for seed, (n, bs) in enumerate(GATHER_CASES):
             ex = paged_example(n, bs, seed=seed)
-            call = f"gather_kv({ex.describe()}, num_tokens={n})"
+            call = f"{function_name(gather_kv, name)}({ex.describe()}, num_tokens={n})"
             for cache, want in ((ex.k_cache, ex.key), (ex.v_cache, ex.value)):
                 got, failed = _call(name, gather_kv, call, cache.clone(), ex.block_table.clone(),
                                     n, hint=_padding_hint)
@@ -234,7 +235,8 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
             ex = paged_example(n, bs, num_kv_heads=hkv, head_dim=d, seed=100 + seed)
             query = torch.randn(hq, d, generator=torch.Generator().manual_seed(seed)) * big
             label = _decode_label(n, bs, hq, hkv, d, big)
-            call = f"paged_decode_attention(query [{hq} heads x {d}], {ex.describe()})"
+            call = (f"{function_name(paged_decode_attention, name)}(query [{hq} heads x {d}], "
+                    f"{ex.describe()}, context_len={n})")
             got, failed = _call(name, paged_decode_attention, call, query.clone(),
                                 ex.k_cache.clone(), ex.v_cache.clone(), ex.block_table.clone(), n)
             if failed is not None:
@@ -325,10 +327,9 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
             m, s, acc = torch.tensor(float("-inf"), dtype=torch.float64), \
                 torch.tensor(0.0, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
             for t, tile in enumerate(_tiles(len(scores), size)):
-                call = (_("online_softmax_update(...) on tile {t} ({label}: scores {value}, "
-                          "tiles of {size})")
-                          .format(t=t, label=label, value=[round(x, 2) for x in scores.tolist()],
-                                  size=size))
+                call = (_("{fn}(...) on tile {t} ({label}: scores {value}, tiles of {size})")
+                        .format(fn=function_name(online_softmax_update, name), t=t, label=label,
+                                value=[round(x, 2) for x in scores.tolist()], size=size))
                 got, failed = _call(name, online_softmax_update, call, m.clone(), s.clone(),
                                     acc.clone(), scores[tile].clone(), v[tile].clone())
                 if failed is not None:
@@ -450,8 +451,9 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
 
             def emit(x, y, label=label, scores=scores, v=v, keys_of=keys_of):
                 (oa, la), (ob, lb) = x, y
-                call = (_("merge_states(out_a, lse_a={item:.4g}, out_b, lse_b={item2:.4g})  # "
-                          "{label}").format(item=la.item(), item2=lb.item(), label=label))
+                call = (_("{fn}(out_a, lse_a={item:.4g}, out_b, lse_b={item2:.4g})  # {label}")
+                        .format(fn=function_name(merge_states, name), item=la.item(),
+                                item2=lb.item(), label=label))
                 got, failed = _call(name, merge_states, call, oa.clone(), la.clone(), ob.clone(),
                                     lb.clone())
                 if failed is not None:

@@ -16,7 +16,16 @@ from itertools import product
 from ..i18n import N_, _
 from ..memory import BlockAllocator, BlockTable, KVCacheManager
 from ..memory.block_hash import short_hash
-from . import Case, CheckResult, call_learner, check_function, require_function
+from . import (
+    Case,
+    CheckResult,
+    call_learner,
+    check_function,
+    function_name,
+    require_function,
+    same_items,
+    wrong_answer,
+)
 from ._boundaries import around, grid_cases
 
 __all__ = ["CHECKS", "check_chain_hashes", "check_copy_on_write", "check_sharing_blocks"]
@@ -192,7 +201,7 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
     cases = _cow_cases()
     for ref_counts, free_blocks, table, want, (want_refs, want_free, want_table), hint in cases:
         args = (copy.deepcopy(ref_counts), copy.deepcopy(free_blocks), copy.deepcopy(table))
-        call = f"copy_on_write({ref_counts}, {free_blocks}, {table})"
+        call = f"{function_name(fn, name)}({ref_counts}, {free_blocks}, {table})"
         if want is RAISES:
             try:
                 got = fn(*args)
@@ -217,11 +226,8 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
         got, failed = call_learner(name, fn, call, *args, hint=hint)
         if failed is not None:
             return failed
-        got = tuple(got) if isinstance(got, list) else got
-        if got != want:
-            return CheckResult(name, False, _("{call} returned {got!r}, expected {want!r}.  "
-                                              "Hint: {hint}")
-                                             .format(call=call, got=got, want=want, hint=hint))
+        if not same_items(got, want):
+            return wrong_answer(name, call, got, want, hint, none_is_an_answer=True)
         if args != (want_refs, want_free, want_table):
             return CheckResult(
                 name, False,
@@ -266,9 +272,7 @@ def check_sharing_blocks(fn: Callable) -> CheckResult:
                                 "block; every sample that wrote got its own copy")),
     ]
     cases = [Case(args, _blocks_by_pagedkit(*args), hint) for args, hint in specs]
-    return check_function("sharing_blocks", fn, cases + sharing_grid(),
-                          equal=lambda got, want: tuple(got) == want
-                          if isinstance(got, (tuple, list)) else False)
+    return check_function("sharing_blocks", fn, cases + sharing_grid())
 
 
 def _sharing_hint(prompt_len: int, output_lens: list[int], block_size: int) -> str:

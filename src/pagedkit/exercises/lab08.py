@@ -20,7 +20,7 @@ from ..model.sampler import filter_logits
 from ..sampling_params import SamplingParams
 from ..scheduler.scheduler import ScheduledSeq, SchedulerOutput
 from ..sequence import Sequence
-from . import Case, CheckResult, call_learner, check_function, require_function
+from . import Case, CheckResult, call_learner, check_function, function_name, require_function
 
 __all__ = ["CHECKS", "check_pack_step", "check_top_p_filter", "engine_packing"]
 
@@ -138,7 +138,7 @@ def check_pack_step(fn: Callable) -> CheckResult:
     }
     for seqs, block_size, hint in specs:
         learner, expected = engine_packing(seqs, block_size)
-        call = Case((learner, block_size), expected).call_text(name)
+        call = Case((learner, block_size), expected).call_text(function_name(fn, name))
         got, failed = call_learner(name, fn, call, learner, block_size, hint=hint)
         if failed is not None:
             return failed

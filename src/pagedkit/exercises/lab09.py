@@ -121,7 +121,7 @@ def check_best_num_drafts(fn: Callable) -> CheckResult:
              "draft_cost)")
     specs = [
         ((0.8, 0.05, 10), _("more drafts are not always better: {cost}").format(cost=cost)),
-        ((0.8, 0.2, 10), _("dearer drafts, fewer of them. {chain}").format(chain=chain)),
+        ((0.8, 0.2, 10), _("dearer drafts, fewer of them: {chain}").format(chain=chain)),
         ((0.6, 0.1, 10), _("{chain}: E is not 1 + k x a (acceptances must chain)")
                           .format(chain=chain)),
         ((0.95, 0.1, 20), _("a good draft model: {chain}").format(chain=chain)),
