@@ -101,3 +101,65 @@ def test_the_gqa_groups_and_head_dims_said_are_the_checks_own(what, text, groups
         group = [int(m) for m in re.findall(named, text)]
         assert len(group) == 1 and group[0] in run_groups and group[0] & (group[0] - 1)
     assert [list(map(int, m)) for m in re.findall(dims, text)] == [run_dims], what
+
+
+# ---- newcomer 11 finding 8: exercise 3 said 2^31 where the check says 2^32
+EXERCISE_3_FAR = {"en": r"starts past 2\^(\d+) elements", "zh": r"从 2\^(\d+) 个元素之后开始"}
+FAR_MESSAGES = [", in a cache so big that its blocks start past", ", a cache past",
+                " (the cache past", "block * stride_block is past"]
+
+
+def far_exponent() -> int:
+    """N of the check's far cache, whose blocks start past 2^N elements (read
+    from the runner's source: importing it would switch Triton's interpreter on)."""
+    source = (ROOT / "src" / "pagedkit" / "exercises" / "_kernel_runner.py").read_text()
+    return int(re.search(r"^FAR_BLOCKS = 2\*\*(\d+)", source, re.M).group(1))
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_the_far_cache_said_is_the_checks_own(language):
+    lab = ROOT / "labs" / (LAB if language == "en" else f"zh-CN/{LAB}")
+    said = re.findall(EXERCISE_3_FAR[language], cell_text(lab, EXERCISE_3))
+    in_messages = [re.findall(r"2\^(\d+)", pass_message(start, language)) for start in FAR_MESSAGES]
+    assert said == [str(far_exponent())], said
+    assert all(found == [str(far_exponent())] for found in in_messages), in_messages
+
+
+# ---- newcomer 11 finding 9: the stand-in cell blamed exercise 2 for exercise 1's stub
+STAND_IN = "0160b0ff"
+
+
+def stand_in_choice(paged_decode_attention) -> str:
+    """What the stand-in cell says it runs, for this exercise-2 function (the
+    cell up to the run itself)."""
+    import torch
+
+    from pagedkit.kernels import reference
+
+    cells = json.loads((ROOT / "labs" / LAB).read_text(encoding="utf-8"))["cells"]
+    code = "".join(next(c["source"] for c in cells if c.get("id") == STAND_IN))
+    assert "tiny = LLM(" in code
+    namespace = {"torch": torch, "reference": reference, "HQ": 4, "D": 8, "k_cache": None,
+                 "v_cache": None, "table_a": None, "T": 3,
+                 "paged_decode_attention": paged_decode_attention}
+    exec(code.split("tiny = LLM(")[0], namespace)
+    return namespace["who"]
+
+
+def test_the_stand_in_names_the_function_not_written():
+    def gather_kv(cache, block_table, num_tokens):
+        raise NotImplementedError
+
+    def written_on_gather_kv(query, k_cache, v_cache, block_table, context_len):
+        return gather_kv(k_cache, block_table, context_len)
+
+    def paged_decode_attention(query, k_cache, v_cache, block_table, context_len):
+        raise NotImplementedError
+
+    def written(query, k_cache, v_cache, block_table, context_len):
+        return query
+
+    assert stand_in_choice(written_on_gather_kv) == "the stand-in (gather_kv is not written yet)"
+    assert stand_in_choice(paged_decode_attention) == \
+        "the stand-in (paged_decode_attention is not written yet)"
+    assert stand_in_choice(written) == "your paged_decode_attention"
