@@ -49,6 +49,14 @@ ONE_DEVICE_ARGS: dict[str, tuple[tuple[Any, ...] | None, str]] = {
     "kv_cache_memory_bytes": ("int", "vLLM's name for kv_cache_memory"),
 }
 
+#: The values of the integer ones ("int" above): name -> (the least value,
+#: whether None is taken (vLLM's "unset"), the values said in words)
+INT_ARGS: dict[str, tuple[int, bool, str]] = {
+    "max_logprobs": (-1, False, "an integer >= 0 (or -1: no limit)"),
+    "kv_cache_memory_bytes": (1, True, "a whole number of bytes >= 1 (or None: unset, "
+                                       "vLLM's default)"),
+}
+
 
 #: vLLM's arguments of its calls (`LLM.generate`, `chat`, `beam_search`,
 #: `LLMEngine.add_request`) that change nothing in pagedkit at these values:
@@ -170,12 +178,14 @@ def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:
                             "and the vLLM ones it accepts")
         accepted, why = ONE_DEVICE_ARGS[name]
         if accepted == "int":
+            least, unset, values = INT_ARGS[name]
+            if value is None and unset:
+                continue
             if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{caller}: {name} must be an integer >= 0 (or -1: no "
-                                f"limit), got {value!r} ({type(value).__name__})")
-            if value < -1:  # the right type, a value out of range
-                raise ValueError(f"{caller}: {name} must be an integer >= 0 (or -1: no "
-                                 f"limit), got {value!r}")
+                raise TypeError(f"{caller}: {name} must be {values}, got {value!r} "
+                                f"({type(value).__name__})")
+            if value < least:  # the right type, a value out of range
+                raise ValueError(f"{caller}: {name} must be {values}, got {value!r}")
         elif accepted is None:
             if not isinstance(value, bool):
                 raise TypeError(f"{caller}: {name} must be True or False, got {value!r}")

@@ -92,10 +92,12 @@ class LLMEngine:
                  seed: int = 0, prefix_caching_hash_algo: str = "sha256",
                  **vllm_args: Any) -> None:
         vllm_args = check_engine_args("LLMEngine", vllm_args)  # vLLM's one-device ones
-        if "kv_cache_memory_bytes" in vllm_args:
+        memory_name = "kv_cache_memory"  # the byte budget's name as given, for messages
+        if vllm_args.get("kv_cache_memory_bytes") is not None:  # None: unset, as in vLLM
             if kv_cache_memory is not None:
                 raise ValueError("give kv_cache_memory or kv_cache_memory_bytes, not both")
             kv_cache_memory = vllm_args["kv_cache_memory_bytes"]
+            memory_name = "kv_cache_memory_bytes"
         #: the most logprobs a request may ask for (vLLM's max_logprobs; -1: the vocabulary)
         self.max_logprobs = vllm_args.get("max_logprobs", 20)
         check_int("block_size", block_size, minimum=1)
@@ -138,15 +140,15 @@ class LLMEngine:
         self.release_window = (max(windows) if windows and None not in windows else None)
         spec = KVCacheSpec.from_config(config, self.dtype)
         asked = (f"num_blocks={num_blocks}" if num_blocks is not None else
-                 f"kv_cache_memory={kv_cache_memory}" if kv_cache_memory is not None else None)
+                 f"{memory_name}={kv_cache_memory}" if kv_cache_memory is not None else None)
         num_blocks = self._num_blocks(spec, block_size, num_blocks, kv_cache_memory,
-                                      gpu_memory_utilization, self.max_model_len)
+                                      gpu_memory_utilization, self.max_model_len, memory_name)
         num_swap_blocks = (_num_swap_blocks(spec.bytes_per_block(block_size), num_blocks,
                                             swap_space) if preemption_mode == "swap" else 0)
         # refused here, before torch is asked for it (its error names no argument)
         check_cache_memory(spec.bytes_per_block(block_size), block_size, num_blocks,
                            num_swap_blocks, self.device, asked=asked, swap_space=swap_space,
-                           max_model_len=self.max_model_len)
+                           max_model_len=self.max_model_len, memory_name=memory_name)
         #: the model's (or the asked) max_model_len before the cache caps it: a
         #: prompt past it must be shortened, one past the cache needs more blocks
         self._context_len = self.max_model_len
@@ -196,14 +198,16 @@ class LLMEngine:
                         "LLMEngine.from_engine_args(EngineArgs(model=..., ...)) (docs/api.md)")
 
     def _num_blocks(self, spec: KVCacheSpec, block_size: int, num_blocks: int | None,
-                    memory: int | None, utilization: float, max_model_len: int) -> int:
-        """KV cache size: given in blocks, as a byte budget, or (on CUDA) what
-        the GPU has left after a profiling forward pass at full step size."""
+                    memory: int | None, utilization: float, max_model_len: int,
+                    memory_name: str = "kv_cache_memory") -> int:
+        """KV cache size: given in blocks, as a byte budget (`memory`, given
+        as `memory_name`), or (on CUDA) what the GPU has left after a
+        profiling forward pass at full step size."""
         if num_blocks is not None:
             if memory is not None:
-                raise ValueError("give num_blocks or kv_cache_memory, not both")
+                raise ValueError(f"give num_blocks or {memory_name}, not both")
             return check_int("num_blocks", num_blocks, minimum=1)
-        budget = (f"kv_cache_memory={memory} bytes" if memory is not None else
+        budget = (f"{memory_name}={memory} bytes" if memory is not None else
                   f"the default KV cache budget of {DEFAULT_CPU_KV_CACHE_BYTES // 2**20} MiB "
                   f"({DEFAULT_CPU_KV_CACHE_BYTES} bytes; kv_cache_memory unset, off CUDA)")
         if memory is None and self.device.type == "cuda":
@@ -231,7 +235,7 @@ class LLMEngine:
             smaller = f"block_size={largest} or less (vLLM's default is 16), or " * (largest > 0)
             raise ValueError(f"block_size={block_size} makes a KV block of {per_block} bytes, "
                              f"more than {budget}: the cache would hold no block; give "
-                             f"{smaller}kv_cache_memory={per_block} or more (one block), or "
+                             f"{smaller}{memory_name}={per_block} or more (one block), or "
                              "num_blocks")
         return blocks
 
@@ -1005,7 +1009,8 @@ def block_past_sequences(block_size: int, max_model_len: int, cost: str) -> str:
 def check_cache_memory(bytes_per_block: int, block_size: int, num_blocks: int,
                        num_swap_blocks: int, device: torch.device, *, asked: str | None,
                        swap_space: float | None = None,
-                       max_model_len: int | None = None) -> None:
+                       max_model_len: int | None = None,
+                       memory_name: str = "kv_cache_memory") -> None:
     """Refuse a KV cache (or swap space) larger than the memory it would live
     in, naming the bytes, the memory and what fits, before any is allocated:
     torch's own error names no argument, and on Linux a lazily zeroed
@@ -1033,9 +1038,9 @@ def check_cache_memory(bytes_per_block: int, block_size: int, num_blocks: int,
             wants = (f"a KV cache of {num_blocks} blocks x {block_size} tokens "
                      f"({bytes_per_block} bytes a block) needs {cache} bytes "
                      f"({cache / gib:.2f} GiB)")
-            todo = (f"give num_blocks={room} or fewer (or kv_cache_memory="
+            todo = (f"give num_blocks={room} or fewer (or {memory_name}="
                     f"{room * bytes_per_block} or less), or leave num_blocks and "
-                    "kv_cache_memory unset (on a GPU: the memory left after the model; "
+                    f"{memory_name} unset (on a GPU: the memory left after the model; "
                     "elsewhere 256 MiB)")
         else:
             given = (f"swap_space={swap_space} (GiB)" if swap_space is not None
