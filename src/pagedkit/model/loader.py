@@ -27,9 +27,16 @@ def resolve_device(device: str | torch.device) -> torch.device:
     except (RuntimeError, TypeError) as err:
         raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:1', ... or a "
                          f"torch.device; got {device!r}") from err
+    if device.type not in ("cpu", "cuda"):  # meta holds no values; mps, xla, ...: untested
+        raise ValueError(f"device {str(device)!r}: pagedkit runs on 'cpu' and 'cuda' devices "
+                         "only; use device='cpu', 'cuda', or 'auto' (a GPU where there is one)")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r} was asked for but CUDA is not available "
                          "here; use device='cpu', or 'auto' (a GPU where there is one)")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {str(device)!r}: this machine has "
+                         f"{torch.cuda.device_count()} CUDA device(s), numbered from 0; use "
+                         "device='cuda' (the current one), or 'auto'")
     return device
 
 
