@@ -127,6 +127,8 @@ def is_value(value: object, accepted: object) -> bool:
     member of one of vLLM's enums counts as its value."""
     if isinstance(value, enum.Enum):
         value = value.value
+    if isinstance(accepted, enum.Enum):
+        accepted = accepted.value
     if isinstance(accepted, int) and not isinstance(accepted, bool):
         return isinstance(value, int) and not isinstance(value, bool) and value == accepted
     return type(value) is type(accepted) and value == accepted

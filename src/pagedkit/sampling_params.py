@@ -50,8 +50,9 @@ VLLM_ONLY_OPTIONS: dict[str, tuple[tuple, str]] = {
                                           "tokens only"),
     "prompt_logprob_start": ((None,), "prompt_logprobs covers the whole prompt"),
     "flat_logprobs": ((False,), "logprobs come as one dict per position (vLLM's default)"),
-    "output_kind": ((0,), "outputs are cumulative, vLLM's default: each carries the whole "
-                          "completion so far; 0 is RequestOutputKind.CUMULATIVE"),
+    "output_kind": ((RequestOutputKind.CUMULATIVE, 0), "outputs are cumulative, vLLM's "
+                                                       "default: each carries the whole "
+                                                       "completion so far"),
     "stream_interval": ((None, 1), "LLMEngine.step() returns every request's output after "
                                    "each step"),
     "output_text_buffer_length": ((0,), "texts are held back only inside a character"),
@@ -77,8 +78,16 @@ def check_vllm_only_options(options: dict) -> None:
         accepted, why = VLLM_ONLY_OPTIONS[name]
         if not any(is_value(value, a) for a in accepted):
             raise TypeError(f"SamplingParams: {name}={value!r} is vLLM's, not pagedkit's "
-                            f"({why}); pagedkit takes {name}={accepted[0]!r} (docs/api.md, "
+                            f"({why}); pagedkit takes {name}={shown(accepted[0])} (docs/api.md, "
                             "'Sampling options vLLM has and pagedkit does not')")
+
+
+def shown(value: object) -> str:
+    """`value` as a script spells it: ``RequestOutputKind.CUMULATIVE`` for a
+    member of an enum, repr() for anything else."""
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__name__}.{value.name}"
+    return repr(value)
 
 
 @dataclass(frozen=True)

@@ -157,8 +157,9 @@ def test_a_block_larger_than_the_budget_names_block_size_the_budget_and_each_adv
         assert llm.llm_engine.kv.allocator.num_blocks == 1
 
 
-@pytest.mark.parametrize("count, said", [(1, "its 1 unfinished request was aborted"),
-                                         (2, "its 2 unfinished requests were aborted")])
+@pytest.mark.parametrize("count, said", [
+    (1, "its 1 unfinished request was aborted and its KV blocks freed"),
+    (2, "its 2 unfinished requests were aborted and their KV blocks freed")])
 def test_a_failed_generate_counts_its_aborted_requests_in_good_english(count, said):
     def fail(step):
         raise RuntimeError("injected")

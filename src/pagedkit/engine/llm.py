@@ -233,10 +233,11 @@ class LLM:
         except BaseException as error:
             aborted = self._abort_unfinished([i for i in ids if i not in done])
             if aborted and hasattr(error, "add_note"):  # Python 3.11+
+                were = "s were" if aborted != 1 else " was"
+                their = "their" if aborted != 1 else "its"
                 error.add_note(f"pagedkit: generate() did not finish; its {aborted} unfinished "
-                               f"request{'s were' if aborted != 1 else ' was'} aborted and "
-                               "their KV "
-                               "blocks freed (the engine is ready for the next call)")
+                               f"request{were} aborted and {their} KV blocks freed (the "
+                               "engine is ready for the next call)")
             raise
         return [done[i] for i in ids]
 
