@@ -28,6 +28,7 @@ calls of a probe forward (`recording`).
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,7 +78,7 @@ def _cache_shape_differs(module, query, key, value, k_cache) -> str:
     name = f"{type(module).__name__} (layer {module.layer_idx})"
     stated = getattr(getattr(module, "config", None), "num_key_value_heads", None)
     if (key.shape == value.shape and key.shape[3] == k_cache.shape[3] == query.shape[3]
-            and stated == k_cache.shape[2] != key.shape[1]):
+            and stated == k_cache.shape[2] != key.shape[1] and not _reads_kv_heads(module)):
         return (f"its config sets num_key_value_heads = {stated}, which {name} does not use: "
                 f"it attends with {key.shape[1]} KV heads of {key.shape[3]} (keys "
                 f"{list(key.shape)}, [1, heads, tokens, head_dim]), and pagedkit sizes its "
@@ -90,6 +91,16 @@ def _cache_shape_differs(module, query, key, value, k_cache) -> str:
             f"holds K and V alike as {k_cache.shape[2]} KV heads of {k_cache.shape[3]}, sized "
             "from the config (e.g. multi-head latent attention, or heads the config does not "
             "state)")
+
+
+def _reads_kv_heads(module) -> bool:
+    """Whether `module`'s class reads num_key_value_heads (JetMoe's does: its
+    keys are that many heads, repeated per expert), so a config's value is
+    the model's, not a stray one; True where its source cannot be read."""
+    try:
+        return "num_key_value_heads" in inspect.getsource(type(module))
+    except (OSError, TypeError):
+        return True
 
 
 def attention_options(module: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
