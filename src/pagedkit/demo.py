@@ -1,8 +1,10 @@
 """``python -m pagedkit demo``: the embedded model serving a batch, headless.
 
 Prints each completion, then what the paged cache did: steps, tokens per
-second, peak blocks in use and the KV usage (share of allocated slots that
-held a token) averaged over steps.
+second, the peak of blocks in use (the engine's own count, taken while a step
+runs: read after a step, the finished requests have already given theirs back)
+and the KV usage (share of allocated slots that held a token) averaged over
+steps.
 """
 
 from __future__ import annotations
@@ -57,6 +59,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress bars (a model folder's loading bar too)")
     return p
+
+
+def _check_samples(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse more completions per prompt than one step computes: a prompt's
+    -n completions run together as one group, so they need -n of the
+    scheduler's max_num_seqs sequence slots at once (the demo builds its
+    engine with the default, vLLM's 256)."""
+    from .scheduler.scheduler import SchedulerConfig
+
+    most = SchedulerConfig.max_num_seqs
+    if args.n > most:
+        parser.error(f"-n {args.n} is more than the engine's max_num_seqs ({most}): a prompt's "
+                     f"-n completions run together in one step; give -n {most} or less")
 
 
 def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -154,6 +169,7 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    _check_samples(parser, args)
     # importing torch and transformers took 16 s at load 1.5 on 2 cores: say so first
     print(f"demo: loading {args.model!r} (torch and transformers first: 10-20 s on a busy "
           "machine) ...", file=sys.stderr, flush=True)
@@ -187,15 +203,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(temperature 0 is greedy: a prompt's {args.n} completions are the same; give "
               "--temperature 0.8 to sample different ones)")
     generated = sum(len(c.token_ids) for o in outputs for c in o.outputs)
-    peak = max(s.memory["used_blocks"] for s in steps)
-    usage = statistics.mean(s.memory["kv_usage"] for s in steps if s.memory["used_blocks"])
+    # the engine counts while a step runs; each step's own memory reading comes after the
+    # finished requests gave their blocks back, so the largest of those can fall short
+    peak = llm.llm_engine.memory_stats()["peak_used_blocks"]
+    # read after each step: one that ended every request it held has none to average
+    held = [s.memory["kv_usage"] for s in steps if s.memory["used_blocks"]]
+    usage = (f"KV usage {statistics.mean(held):.1%} (allocated slots holding a token, mean "
+             "over the steps)" if held else
+             "KV usage not measured (it is read after each step, and every request had "
+             "ended by then)")
     print(f"\n{len(PROMPTS)} requests, {plural(generated, 'token')} in "
           f"{plural(len(steps), 'step')}, "
           f"{seconds:.2f} s ({generated / seconds:.1f} tokens/s)")
     print(f"KV cache: {plural(args.num_blocks, 'block')} x {plural(args.block_size, 'slot')}; "
           f"peak {plural(peak, 'block')} "
-          f"in use; KV usage {usage:.1%} (allocated slots holding a token, mean over "
-          f"the steps); "
+          f"in use; {usage}; "
           f"{plural(sum(len(s.preempted) for s in steps), 'preemption')}")
     return 0
 

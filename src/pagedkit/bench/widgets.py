@@ -102,7 +102,7 @@ def time_recording(num_blocks: int, block_size: int, num_steps: int, sharing: An
             "cutting_per_step_ms": min(cutting) / steps * 1e3,
             "preemptions": sum(f.preemptions for f in recorder),
             "copies": sum(len(f.copies) for f in recorder),
-            "peak_used": max(f.memory.used for f in recorder),
+            "peak_used": max(f.peak_used for f in recorder),  # not the steps' ends
             "event_counts": _totals(recorder), "recorder": recorder}
 
 

@@ -83,7 +83,9 @@ class RequestCounts:
 
 @dataclass(frozen=True)
 class Frame:
-    """The pool at the end of one step, and what happened during it.
+    """The pool at the end of one step, and what happened during it: its
+    counts are the step's end, after the finished sequences freed their
+    blocks; `peak_used` is the most the step held at once.
 
     `index` is the frame's place in its recording (0 is the state before the
     first step); `step` is the scheduler's own step number, ``None`` for a
@@ -108,6 +110,10 @@ class Frame:
     copies: tuple[tuple[int, int], ...] = ()  # copy-on-write (src, dst)
     preemptions: int = 0  # requests preempted (all sequences of each at once)
     event_counts: Mapping[str, int] = field(default_factory=dict)
+    # the most GPU blocks in use at once since the frame before, this frame's end included:
+    # while the step ran, before its finished sequences gave theirs back (None: the
+    # source cannot say, as a view of vLLM's pool read after its steps)
+    peak_used: int | None = None
 
     @property
     def num_blocks(self) -> int:

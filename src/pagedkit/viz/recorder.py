@@ -18,7 +18,9 @@ the recorder *reads* what it draws, never re-derives it (issue #11):
 
 Events stay what they are: the log of what happened during the step —
 copy-on-write copies, preemptions, the GPU block each CPU block was swapped
-out from, how many events of each kind — all typed fields, no text to parse.
+out from, how many events of each kind, the most blocks in use at any of them
+(the step's peak, which its end can be short of: finished sequences free
+theirs before the step ends) — all typed fields, no text to parse.
 They also say *where* to look: a step re-reads only the blocks its events
 name (every change to a block is announced on the bus) and keeps the
 records of the others, so a 4,096-block pool costs what the step touched,
@@ -84,7 +86,7 @@ class Recorder:
         self.kv, self.scheduler = kv, scheduler
         self.request_name = request_name
         self.cut_on_step = cut_on_step
-        pool = kv.allocator
+        pool = self._pool = kv.allocator
         self.num_blocks, self.block_size = pool.num_blocks, pool.block_size
         self.frames: list[Frame] = []
         #: Requests (or sequences without one) in the order first seen holding
@@ -104,6 +106,7 @@ class Recorder:
         self._copies: list[tuple[int, int]] = []
         self._preempted: set[Hashable] = set()
         self._kinds: Counter[EventKind | SchedulerEventKind] = Counter()
+        self._peak = 0  # the most blocks in use at any event since the last cut
         self._step_counts: RequestCounts | None = None
         self._from_gpu: dict[int, int] = {}  # CPU block -> the GPU block it was swapped out from
         self._last_swap: tuple[dict, dict[int, SwappedBlock]] = ({}, {})
@@ -193,6 +196,7 @@ class Recorder:
                 self.shades[seq] = self._seen_per_request.get(key, 0)
                 self._seen_per_request[key] = self.shades[seq] + 1
         stats = kv.stats()
+        peak, self._peak = max(self._peak, stats.used_blocks), stats.used_blocks
         frame = Frame(
             index=len(self.frames),
             step=step,
@@ -210,6 +214,7 @@ class Recorder:
             copies=tuple(self._copies),
             preemptions=len(self._preempted),
             event_counts={kind.value: n for kind, n in self._kinds.items()},
+            peak_used=peak,
         )
         self.frames.append(frame)
         self._copies, self._preempted, self._kinds = [], set(), Counter()
@@ -310,6 +315,9 @@ class Recorder:
         what the step's log keeps of it."""
         kind = event.kind
         self._kinds[kind] += 1
+        # read at every event (a free announces itself before it counts): the most in
+        # use at once, which the step's end, after the finished freed theirs, can miss
+        self._peak = max(self._peak, self._pool.num_used_blocks)
         handler = self._handlers.get(kind)
         if handler is None:  # allocate, free, fork, cache hit, evict
             self._dirty.add(event.block)

@@ -16,7 +16,7 @@ from .frames import Frame
 @dataclass(frozen=True)
 class TimelineData:
     index: tuple[int, ...]  # frame index (the x axis)
-    used: tuple[int, ...]
+    used: tuple[int, ...]  # at each step's end, after the finished requests freed theirs
     cached: tuple[int, ...]
     free: tuple[int, ...]
     swapped_blocks: tuple[int, ...]  # CPU blocks
@@ -25,6 +25,7 @@ class TimelineData:
     swapped: tuple[int, ...]  # requests
     preemptions: tuple[int, ...]
     num_blocks: int
+    peak: tuple[int, ...] = ()  # the most in use at once during each frame's step
 
     def __len__(self) -> int:
         return len(self.index)
@@ -35,7 +36,11 @@ class TimelineData:
 
     @property
     def peak_used(self) -> int:
-        return max(self.used, default=0)
+        """The most blocks in use at once: each frame's own peak (while its step
+        ran), not the largest of `used` (each step's end, after the finished
+        requests freed theirs); a frame that cannot say (a view of vLLM's pool)
+        counts its end."""
+        return max(self.peak, default=0)
 
 
 def timeline(frames: Sequence[Frame]) -> TimelineData:
@@ -55,4 +60,5 @@ def timeline(frames: Sequence[Frame]) -> TimelineData:
         swapped=tuple(x.swapped for x in r),
         preemptions=tuple(f.preemptions for f in frames),
         num_blocks=frames[0].num_blocks,
+        peak=tuple(f.memory.used if f.peak_used is None else f.peak_used for f in frames),
     )
