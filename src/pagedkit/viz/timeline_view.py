@@ -1,7 +1,9 @@
 """The timeline view: blocks and queues over the whole recording, with a cursor.
 
 Top: used, cached and free blocks stacked to the pool size (and the CPU
-blocks holding swapped-out KV, dashed). Bottom: running, waiting and swapped
+blocks holding swapped-out KV, dashed), each at its step's end, after the
+requests that finished in it freed theirs: the most in use at once is the
+frames' ``peak_used`` (`TimelineData.peak_used`), which the curve can miss. Bottom: running, waiting and swapped
 requests, with a bar for every step that preempted someone. The cursor is
 the step the other views show; only the cursor moves when scrubbing, so a
 long recording stays cheap to browse.
@@ -52,7 +54,7 @@ class Timeline(View):
 
         make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                       subplot_titles=(_("GPU blocks"), _("requests")), figure=fig)
-        for name, color in ((_("used blocks"), OWNER_COLORS[0]),
+        for name, color in ((_("used blocks (each step's end)"), OWNER_COLORS[0]),
                             (_("cached blocks"), CACHED_COLOR), (_("free blocks"), FREE_COLOR)):
             fig.add_scatter(name=name, x=[], y=[], mode="lines", stackgroup="mem",
                             line=dict(width=0.5, color=color), fillcolor=color,
