@@ -3,10 +3,10 @@
 Top: used, cached and free blocks stacked to the pool size (and the CPU
 blocks holding swapped-out KV, dashed), each at its step's end, after the
 requests that finished in it freed theirs: the most in use at once is the
-frames' ``peak_used`` (`TimelineData.peak_used`), which the curve can miss. Bottom: running, waiting and swapped
-requests, with a bar for every step that preempted someone. The cursor is
-the step the other views show; only the cursor moves when scrubbing, so a
-long recording stays cheap to browse.
+frames' ``peak_used`` (`TimelineData.peak_used`), which the curve can miss.
+Bottom: running, waiting and swapped requests, with a bar for every step
+that preempted someone. The cursor is the step the other views show; only
+the cursor moves when scrubbing, so a long recording stays cheap to browse.
 """
 
 from __future__ import annotations
