@@ -446,6 +446,11 @@ COUNT_CALLS = [  # (id, make, call(target, n), state)
      lambda t: (table_state(t), pool_state(t.allocator))),
     ("table.name_blocks", make_table, lambda t, n: t.name_blocks(n),
      lambda t: (table_state(t), pool_state(t.allocator))),
+    ("pool.stats swapped_blocks", make_pool, lambda p, n: p.stats(swapped_blocks=n), pool_state),
+    ("kv.can_allocate reserve", make_kv, lambda kv, n: kv.can_allocate("new", 1, reserve=n),
+     kv_state),
+    ("kv.can_swap_in reserve", make_kv, lambda kv, n: kv.can_swap_in(["S"], reserve=n),
+     kv_state),
 ]
 
 TOO_MANY = [  # past the tokens there are: (id, make, call, error, named, state)
@@ -478,9 +483,124 @@ TOO_MANY = [  # past the tokens there are: (id, make, call, error, named, state)
 ]
 
 
+# Newcomer 12 finding 5: token positions and block indices of a table (3 tokens
+# in 2 blocks of 2), each crossed with every bad position; `limit` is the first
+# position past the end. slot_mapping runs 0 <= start <= end <= num_tokens.
+POSITION_CALLS = [  # (id, call(table, p), limit)
+    ("table.slot", lambda t, p: t.slot(p), 3),
+    ("table.physical_block", lambda t, p: t.physical_block(p), 2),
+    ("table.slot_mapping start", lambda t, p: t.slot_mapping(p), 4),
+    ("table.slot_mapping end", lambda t, p: t.slot_mapping(0, p), 4),
+    ("table.slot_mapping start, end 3", lambda t, p: t.slot_mapping(p, 3), 4),
+]
+
+BAD_POSITIONS = [  # (id, position, or a function of the limit; error, named)
+    ("None", None, TypeError, "got None (NoneType)"),
+    ("a str", "0", TypeError, "got '0' (str)"),
+    ("a float", 1.0, TypeError, "got 1.0 (float)"),
+    ("a bool", True, TypeError, "got True (bool)"),
+    ("-1", -1, IndexError, "-1"),
+    ("past the end", lambda limit: limit, IndexError, "{p}"),
+    ("far past the end", lambda limit: limit + 100, IndexError, "{p}"),
+]
+
+
+def _position(p, limit):
+    return p(limit) if callable(p) else p
+
+
+@pytest.mark.parametrize("call, limit, p, error, named", [
+    pytest.param(*c[1:], *b[1:], id=f"{c[0]}-{b[0]}") for c in POSITION_CALLS for b in BAD_POSITIONS
+    if not (b[1] is None and c[0] == "table.slot_mapping end")])  # end=None: the default, all
+def test_memory_positions(call, limit, p, error, named):
+    target, p = make_table(), _position(p, limit)
+    check(lambda t: call(t, p), target, error, named.format(p=p),
+          _silent_state(target, lambda t: (table_state(t), pool_state(t.allocator))))
+    if isinstance(p, int) and not isinstance(p, bool) and p >= 0:  # the limit is said too
+        with pytest.raises(IndexError, match=r"\[0, [23]\)|<= 3 "):
+            call(target, p)
+
+
+@pytest.mark.parametrize("start, end", [(0, -1), (4, 2), (2, 1), (3, 2), (1, 0), (4, 3)])
+def test_slot_mapping_of_a_backward_range_is_refused_not_empty(start, end):
+    """slot_mapping(0, -1) and (4, 2) gave []: the range is refused, naming it."""
+    target = make_table()
+    check(lambda t: t.slot_mapping(start, end), target, IndexError,
+          f"slot_mapping({start}, {end}): positions run 0 <= start <= end <= 3",
+          _silent_state(target, lambda t: (table_state(t), pool_state(t.allocator))))
+
+
+def test_slot_mapping_takes_every_range_inside_the_tokens():
+    table = make_table()  # blocks [0, 1]: slots 0, 1, 2
+    assert [table.slot_mapping(s, e) for s in range(4) for e in range(s, 4)] == [
+        [], [0], [0, 1], [0, 1, 2], [], [1], [1, 2], [], [2], []]
+    assert table.slot_mapping() == [0, 1, 2] and table.slot(np.int64(2)) == 2
+
+
+BAD_POOLS = [  # (id, make the would-be allocator, named)
+    ("None", lambda: None, "got None (NoneType)"),
+    ("a KVCacheManager", make_kv, "a KVCacheManager's pool is kv.allocator"),
+    ("a ContiguousAllocator", make_contiguous, "(ContiguousAllocator)"),
+    ("a block count", lambda: 8, "got 8 (int)"),
+    ("a str", lambda: "pool", "got 'pool' (str)"),
+]
+
+
+@pytest.mark.parametrize("make, named", [pytest.param(*b[1:], id=b[0]) for b in BAD_POOLS])
+def test_block_table_takes_only_a_block_allocator(make, named):
+    """BlockTable(KVCacheManager(8, 4)) was built, and failed later with an AttributeError."""
+    target = make()
+    state = (kv_state if isinstance(target, KVCacheManager) else
+             contiguous_state if isinstance(target, ContiguousAllocator) else repr)
+    check(lambda t: BlockTable(t, seq="X"), target, TypeError, named,
+          _silent_state(target, state) if isinstance(target, KVCacheManager) else state)
+    with pytest.raises(TypeError, match="BlockTable needs a BlockAllocator"):
+        BlockTable(target)
+
+
+# Every KVCacheManager method that takes a sequence id, crossed with ids that
+# cannot key a table: a TypeError naming the id, not Python's "unhashable type".
+SEQ_CALLS = [  # (id, call(kv, seq))
+    ("in", lambda kv, s: s in kv),
+    ("table", lambda kv, s: kv.table(s)),
+    ("gpu_table", lambda kv, s: kv.gpu_table(s)),
+    ("block_ids", lambda kv, s: kv.block_ids(s)),
+    ("num_tokens", lambda kv, s: kv.num_tokens(s)),
+    ("cached_prefix", lambda kv, s: kv.cached_prefix(s, [1, 2, 3, 4, 5])),
+    ("blocks_needed", lambda kv, s: kv.blocks_needed(s, 1)),
+    ("blocks_needed_for one", lambda kv, s: kv.blocks_needed_for([(s, 1)])),
+    ("blocks_needed_for a group", lambda kv, s: kv.blocks_needed_for([("A", 1), (s, 1)])),
+    ("blocks_to_admit", lambda kv, s: kv.blocks_to_admit(s, 1, [], [0])),
+    ("can_allocate", lambda kv, s: kv.can_allocate(s, 1)),
+    ("allocate_slots", lambda kv, s: kv.allocate_slots(s, [1])),
+    ("allocate_slots cached", lambda kv, s: kv.allocate_slots(s, [1], cached_blocks=[0])),
+    ("fork parent", lambda kv, s: kv.fork(s, "X")),
+    ("fork child", lambda kv, s: kv.fork("A", s)),
+    ("free", lambda kv, s: kv.free(s)),
+    ("free_uncomputed", lambda kv, s: kv.free_uncomputed([("B", 1), (s, 1)])),
+    ("release_outside_window", lambda kv, s: kv.release_outside_window(s, 4, 2)),
+    ("can_swap_out", lambda kv, s: kv.can_swap_out(["A", s])),
+    ("can_swap_in", lambda kv, s: kv.can_swap_in([s])),
+    ("swap_out", lambda kv, s: kv.swap_out(["A", s])),
+    ("swap_in", lambda kv, s: kv.swap_in(["S", s])),
+]
+
+BAD_SEQS = [("a list", ["x"]), ("a dict", {"a": 1}), ("a set", {1}),
+            ("a tuple holding a list", ([1],))]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c[1], id=c[0]) for c in SEQ_CALLS])
+@pytest.mark.parametrize("seq", [pytest.param(b[1], id=b[0]) for b in BAD_SEQS])
+def test_memory_sequence_ids_must_be_hashable(call, seq):
+    target = make_kv()
+    check(lambda kv: call(kv, seq), target, TypeError,
+          f"sequence id {seq!r} ({type(seq).__name__}) is not hashable",
+          _silent_state(target, kv_state))
+
+
 def _silent_state(target, state):
     """`state`, and the events the target's pool has emitted since this was first called."""
-    pool = target.allocator if target is not None else None
+    pool = target if isinstance(target, BlockAllocator) else getattr(target, "allocator", None)
     events: list = []
     if pool is not None:
         pool.events.subscribe(events.append)

@@ -138,7 +138,13 @@ def test_slot_mapping_by_blocks_equals_slot_per_token_and_refuses_released_block
             f()
         return str(info.value)
 
-    for start, end in [(0, 3), (live - 1, n), (n - 1, n + 1), (-1, 2)]:
+    for start, end in [(0, 3), (live - 1, n)]:
         assert error(lambda: table.slot_mapping(start, end)) == \
             error(lambda: per_token(start, end))  # noqa: B023
+    for start, end in [(n - 1, n + 1), (-1, 2)]:  # outside the tokens: the range is refused
+        assert error(lambda: table.slot_mapping(start, end)) == (  # noqa: B023
+            f"slot_mapping({start}, {end}): positions run 0 <= start <= end <= {n} "
+            "(the tokens of sequence 'A')")
+        assert f"token position {n if start >= 0 else -1} is outside [0, {n})" in error(
+            lambda: per_token(start, end))  # noqa: B023
     assert table.slot_mapping(live, n) == per_token(live, n)

@@ -143,6 +143,7 @@ class BlockAllocator:
     def stats(self, *, swapped_blocks: int = 0) -> MemoryStats:
         """A snapshot, from counters kept as blocks change hands (O(1)).
         `swapped_blocks` is for `KVCacheManager`, which owns a swap pool too."""
+        swapped_blocks = check_int("swapped_blocks", swapped_blocks, minimum=0)
         used = self.num_used_blocks
         slots = used * self.block_size
         return MemoryStats(

@@ -60,6 +60,12 @@ class BlockTable:
 
     def __init__(self, allocator: BlockAllocator, seq: Hashable | None = None, *,
                  cache_salt: str | None = None) -> None:
+        if not isinstance(allocator, BlockAllocator):
+            hint = (": a KVCacheManager's pool is kv.allocator (or let the manager keep the "
+                    "tables: kv.allocate_slots(seq, token_ids))"
+                    if hasattr(allocator, "allocate_slots") else "")
+            raise TypeError(f"BlockTable needs a BlockAllocator (the pool its blocks come from), "
+                            f"got {allocator!r} ({type(allocator).__name__}){hint}")
         self.allocator = allocator
         self.block_size = allocator.block_size
         self.seq = seq
@@ -96,6 +102,7 @@ class BlockTable:
 
     # ------------------------------------------------------------------ reading
     def physical_block(self, logical_index: int) -> int:
+        logical_index = check_int("logical_index", logical_index)
         if not 0 <= logical_index < len(self.blocks):
             raise IndexError(f"logical block {logical_index} is outside the table "
                              f"[0, {len(self.blocks)}) of sequence {self.seq!r}")
@@ -119,18 +126,26 @@ class BlockTable:
 
     def slot(self, position: int) -> int:
         """Physical slot of token `position`: ``block * block_size + offset``."""
+        position = check_int("position", position)
+        if not 0 <= position < self.num_tokens:
+            raise IndexError(f"token position {position} is outside [0, {self.num_tokens}) "
+                             f"(the {self.num_tokens} tokens of sequence {self.seq!r})")
         return self.slot_mapping(position, position + 1)[0]
 
     def slot_mapping(self, start: int = 0, end: int | None = None) -> list[int]:
         """Slots of tokens ``start..end-1`` (all tokens by default): the list
         the kernels write the new K/V through. Token p sits in logical block
         ``p // block_size`` at offset ``p % block_size``, so its slot is
-        ``block * block_size + offset``."""
-        end = self.num_tokens if end is None else end
+        ``block * block_size + offset``. Positions run
+        ``0 <= start <= end <= num_tokens``; anything else is refused (an
+        empty list would hide the mistake)."""
+        start = check_int("start", start)
+        end = self.num_tokens if end is None else check_int("end", end)
+        if not 0 <= start <= end <= self.num_tokens:  # one comparison on the decode path
+            raise IndexError(f"slot_mapping({start}, {end}): positions run 0 <= start <= end "
+                             f"<= {self.num_tokens} (the tokens of sequence {self.seq!r})")
         slots = []
         for position in range(start, end):
-            if not 0 <= position < self.num_tokens:
-                raise IndexError(f"token position {position} is outside [0, {self.num_tokens})")
             block, offset = divmod(position, self.block_size)
             if self.blocks[block] == NULL_BLOCK:
                 raise IndexError(f"token position {position} of sequence {self.seq!r} lies in "

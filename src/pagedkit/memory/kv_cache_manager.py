@@ -57,12 +57,17 @@ class KVCacheManager:
         return self.allocator.block_size
 
     def __contains__(self, seq: Hashable) -> bool:
+        _check_seq(seq)
         return seq in self._tables or seq in self._swapped
 
     def table(self, seq: Hashable) -> BlockTable:
         """A sequence's block table wherever it is: in GPU memory, or swapped
         out (then it points into `swap_pool`; see `swapped_tables`)."""
-        table = self._tables.get(seq)
+        try:
+            table = self._tables.get(seq)
+        except TypeError:  # only on the error path: a step's ids are fine
+            _check_seq(seq)
+            raise
         if table is None:
             table = self._swapped.get(seq)
         if table is None:
@@ -75,6 +80,9 @@ class KVCacheManager:
         it is otherwise."""
         try:
             return self._tables[seq]
+        except TypeError:
+            _check_seq(seq)
+            raise
         except KeyError:
             where = "swapped out" if seq in self._swapped else "unknown"
             raise KeyError(f"sequence {seq!r} has no GPU block table ({where})") from None
@@ -106,6 +114,7 @@ class KVCacheManager:
                       cache_salt: str | None = None) -> list[int]:
         """Cached blocks a new sequence (of a request salted `cache_salt`, if
         given: `salt_keys`) could start from (asks only)."""
+        _check_seq(seq)
         hits = BlockTable(self.allocator, seq, cache_salt=cache_salt).cached_prefix(token_ids)
         return [] if seq in self else hits
 
@@ -125,6 +134,7 @@ class KVCacheManager:
         A new sequence starting from `cached_blocks` takes each cached block
         that sits free in the pool (it leaves the free queue; a live one is
         shared for nothing) and then the blocks its new tokens fill."""
+        _check_seq(seq)
         check_int("num_new_tokens", num_new_tokens, minimum=0)
         table = self._tables.get(seq)
         if table is not None:  # one table alone: its own count (what `append` checks)
@@ -181,6 +191,7 @@ class KVCacheManager:
     def can_allocate(self, seq: Hashable, num_new_tokens: int,
                      cached_blocks: Sequence[int] = (), *, reserve: int = 0) -> bool:
         """Would the tokens fit, leaving at least `reserve` blocks free?"""
+        check_int("reserve", reserve, minimum=0)
         needed = self.blocks_needed(seq, num_new_tokens, cached_blocks)
         return needed + reserve <= self.allocator.num_free_blocks
 
@@ -201,7 +212,12 @@ class KVCacheManager:
         `cache_salt` (its request's) names its first block with the tokens
         (`salt_keys`), as `cached_prefix` looked it up.
         """
-        if seq in self._swapped:
+        try:
+            swapped = seq in self._swapped
+        except TypeError:
+            _check_seq(seq)
+            raise
+        if swapped:
             raise BlockStateError(f"sequence {seq!r} is swapped out; swap it in before appending")
         table = self._tables.get(seq)
         if table is not None:
@@ -246,6 +262,7 @@ class KVCacheManager:
 
     def free(self, seq: Hashable) -> None:
         """Release a sequence's blocks, wherever they are."""
+        _check_seq(seq)
         table = self._tables.pop(seq, None)
         if table is None:
             table = self._swapped.pop(seq, None)
@@ -305,6 +322,7 @@ class KVCacheManager:
         return self.swap_pool is not None and needed <= self.swap_pool.num_free_blocks
 
     def _swapped_table(self, seq: Hashable) -> BlockTable:
+        _check_seq(seq)
         try:
             return self._swapped[seq]
         except KeyError:
@@ -313,6 +331,7 @@ class KVCacheManager:
 
     def can_swap_in(self, seqs: Iterable[Hashable], *, reserve: int = 0) -> bool:
         seqs = _group(seqs, "swap in")
+        check_int("reserve", reserve, minimum=0)
         needed = len(self._distinct_blocks(self._swapped_table(s) for s in seqs))
         return needed + reserve <= self.allocator.num_free_blocks
 
@@ -415,6 +434,19 @@ def _check_new_seq(seq: Hashable, action: str) -> None:
     if seq is None:
         raise TypeError(f"cannot {action} sequence None: None means no sequence in the pool "
                         "and its events; give the sequence an id (a str or an int)")
+    _check_seq(seq)
+
+
+def _check_seq(seq: object) -> None:
+    """A sequence's id keys the manager's tables, so it must be hashable (a
+    str, an int, a tuple of them); a list is refused by name, not by Python's
+    "unhashable type"."""
+    try:
+        hash(seq)
+    except TypeError:
+        raise TypeError(f"sequence id {seq!r} ({type(seq).__name__}) is not hashable, and a "
+                        "sequence's id keys its block table: give a str, an int or a tuple "
+                        "(e.g. tuple(...) of a list)") from None
 
 
 def _group(seqs: Iterable[Hashable], action: str) -> list[Hashable]:
@@ -424,6 +456,7 @@ def _group(seqs: Iterable[Hashable], action: str) -> list[Hashable]:
     seqs = list(seqs)
     seen: set[Hashable] = set()
     for seq in seqs:
+        _check_seq(seq)
         if seq in seen:
             raise BlockStateError(f"cannot {action} {seqs!r}: sequence {seq!r} is named twice")
         seen.add(seq)
