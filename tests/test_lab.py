@@ -416,6 +416,69 @@ def test_an_ambiguous_or_unknown_lab_is_refused_listing_the_labs(capsys, name, c
         assert f"no lab {name!r} in" in err and "its number (03)" in err
 
 
+LABS = sorted((ROOT / "labs").glob("*.ipynb"))
+
+
+def _word_starts(stem: str) -> set[str]:
+    """Every start of a word of a lab's name after its number (``pag``, ``paging``)."""
+    return {word[:k] for word in stem.lower().split("_")[1:] for k in range(1, len(word) + 1)}
+
+
+def _inner_pieces(stem: str) -> set[str]:
+    """Pieces from inside a word of a lab's name, at no word's start in any lab."""
+    starts = set().union(*(_word_starts(p.stem) for p in LABS))
+    return {word[i:i + k] for word in stem.lower().split("_")[1:] for i in range(1, len(word))
+            for k in (2, 3, len(word) - i)} - starts - {""}
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.stem)
+def test_a_lab_is_named_by_the_start_of_a_word_never_by_a_piece_inside_one(path):
+    """Newcomer 12: `lab zz` opened 04c_triton_puzzles silently, "zz" being inside
+    "puzzles". The start of a word of one lab's name names it; a piece from inside
+    a word names none, and is refused listing the labs."""
+    others = set().union(*(_word_starts(p.stem) for p in LABS if p != path))
+    for start in sorted(_word_starts(path.stem) - others):
+        assert lab.find_lab(ROOT / "labs", start) == (path.name, []), start
+    for piece in sorted(_inner_pieces(path.stem)):
+        assert lab.find_lab(ROOT / "labs", piece) == (None, []), piece
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.stem)
+def test_bench_labs_and_study_name_labs_by_the_labs_rule(path, capsys):
+    """Newcomer 12: `lab 3` opened lab 03 while `bench study --labs 3` and
+    `bench labs --labs 3` said "unknown lab(s) ['3']": one rule now."""
+    from pagedkit.bench import labs as bench_labs
+
+    for name in _names_of(path):
+        assert bench_labs.find_labs(ROOT / "labs", [name]) == [path], name
+    assert cli(["bench", "study", "--markdown", "--labs", str(int(path.stem[:2]))
+                if path.stem[2] == "_" else path.stem[:3]]) == 0
+    assert f"| {path.stem} |" in capsys.readouterr().out
+    for piece in sorted(_inner_pieces(path.stem))[:3]:
+        with pytest.raises(ValueError, match=rf"unknown lab\(s\) \[{piece!r}\]"):
+            bench_labs.find_labs(ROOT / "labs", [piece])
+
+
+def test_bench_refuses_an_ambiguous_lab_name_listing_what_it_could_be():
+    from pagedkit.bench import labs as bench_labs
+
+    with pytest.raises(ValueError) as info:
+        bench_labs.find_labs(ROOT / "labs", ["05", "pag"])
+    assert str(info.value).startswith(
+        "lab 'pag' could be any of 03_paging.ipynb, 04_paged_attention.ipynb: give its number; "
+        "choose from 00, 01")
+
+
+@pytest.mark.parametrize("spelling, edition", [
+    ("zh-cn", "zh-CN"), ("ZH-CN", "zh-CN"), ("Zh-Cn", "zh-CN"), ("zh-CN", "zh-CN"), ("EN", "."),
+    ("en", ".")])
+def test_lang_is_read_without_regard_to_case(capsys, spelling, edition):
+    """Newcomer 12: `--lang zh-cn` was refused."""
+    assert _run(["lab", "3", "--lang", spelling, "--print", "--no-browser"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[-1] == str((ROOT / lab.WORK / edition / "03_paging.ipynb").resolve())
+
+
 #: options that take no value, ours and jupyter's: the word after one is the lab
 FLAGS = ["--print", "--no-widget-state", "--no-browser", "--allow-root", "--debug",
          "--core-mode", "--dev-mode", "--collaborative"]

@@ -101,8 +101,10 @@ def find_lab(labs: Path, name: str) -> tuple[str | None, list[str]]:
     when it names exactly one, else ``(None, the labs it could mean)`` —
     several, or none. A lab is named by its file name (``03_paging.ipynb``),
     its stem (``03_paging``), its number (``03``, ``3``, ``04b``), a path to it
-    (``labs/03_paging.ipynb``), or a piece of its name (``paging``); the
-    closest kind of match wins (``04`` is ``04_paged_attention``, not 04b or 04c)."""
+    (``labs/03_paging.ipynb``), or the start of a word of its name (``paging``,
+    ``puzz``; not ``zz`` from the middle of ``puzzles``); the closest kind of
+    match wins (``04`` is ``04_paged_attention``, not 04b or 04c). The one rule
+    for lab names on every command line (``lab``, ``bench labs``, ``bench study``)."""
     stems = sorted(p.stem for p in labs.glob("*.ipynb"))
     word = Path(name).name.removesuffix(".ipynb")
     word = word.zfill(2) if word.isdigit() else word
@@ -111,7 +113,7 @@ def find_lab(labs: Path, name: str) -> tuple[str | None, list[str]]:
     for matches in ([s for s in stems if s == word],
                     [s for s in stems if s.startswith(word + "_")],
                     [s for s in stems if s.startswith(word)],
-                    [s for s in stems if word.lower() in s.lower()]):
+                    [s for s in stems if f"_{word.lower()}" in f"_{s.lower()}"]):
         if len(matches) == 1:
             return matches[0] + ".ipynb", []
         if matches:
@@ -279,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                      "installed without one: git clone https://github.com/pagedkit/pagedkit, "
                      "then in it pip install -r requirements.txt and run this again (or open "
                      "a lab on Colab)"))
+    args.lang = {lang.lower(): lang for lang in EDITIONS}.get(args.lang.lower(), args.lang)
     if args.lang not in EDITIONS:
         parser.error(_("--lang {lang!r}: the labs come in {editions} (e.g. --lang zh-CN for "
                        "the Simplified Chinese edition)")

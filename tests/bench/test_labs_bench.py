@@ -29,7 +29,8 @@ def test_labs_are_found_by_number_in_order_and_bad_names_are_refused(tmp_path):
 
 
 def test_usage_errors_name_the_value(capsys):
-    for argv, message in ((["--labs", "5"], "unknown lab(s) ['5']"),
+    for argv, message in ((["--labs", "99"], "unknown lab(s) ['99']"),
+                          (["--labs", "zz"], "unknown lab(s) ['zz']"),  # not 04c's puZZles
                           (["--labs", ","], "no lab named; choose from 00"),
                           (["--env", "=1"], "takes KEY=VALUE")):
         with pytest.raises(SystemExit) as exit_info:

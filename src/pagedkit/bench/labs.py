@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._validation import PROG, writable_file
+from ..lab import find_lab
 from . import add_no_progress, check_choice, load_average
 
 #: The checkout this pagedkit was imported from (its labs are the default).
@@ -80,8 +81,10 @@ class Report:
 
 
 def find_labs(labs_dir: Path, names: list[str] | None) -> list[Path]:
-    """The notebooks named by their number (``05``, ``04b``), in that order,
-    or every lab in `labs_dir`; a ValueError names an unknown one and the choices."""
+    """The notebooks `names` name, in that order, or every lab in `labs_dir`.
+    A lab is named as ``python -m pagedkit lab`` names it (`pagedkit.lab.find_lab`:
+    ``05``, ``5``, ``04b``, ``05_continuous_batching``, ``paging``); a ValueError
+    names an unknown or ambiguous one, or one named twice, and the choices."""
     if not labs_dir.is_dir():
         raise ValueError(f"no labs directory at {labs_dir}")
     notebooks = {p.name.split("_")[0]: p for p in sorted(labs_dir.glob("*.ipynb"))}
@@ -89,7 +92,14 @@ def find_labs(labs_dir: Path, names: list[str] | None) -> list[Path]:
         raise ValueError(f"no notebooks (*.ipynb) in {labs_dir}")
     if names is None:
         return list(notebooks.values())
-    return [notebooks[n] for n in check_choice("lab", names, notebooks)]
+    numbers = []
+    for name in names:
+        file, could_be = find_lab(labs_dir, name)
+        if could_be:
+            raise ValueError(f"lab {name!r} could be any of {', '.join(could_be)}: give its "
+                             f"number; choose from {', '.join(notebooks)}")
+        numbers.append(file.split("_")[0] if file else name)  # an unknown one as given
+    return [notebooks[n] for n in check_choice("lab", numbers, notebooks)]
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
