@@ -276,7 +276,17 @@ TRACE_CASES = [
     ("Simulator swap_slots -1", lambda: Simulator(TRACE, swap_slots=-1), ValueError, "-1"),
     ("Simulator seed str", lambda: Simulator(TRACE, seed="x"), TypeError, "'x'"),
     ("Simulator sharing", lambda: Simulator(TRACE, sharing=5), TypeError, "5"),
-    ("Simulator model", lambda: Simulator(TRACE, model="opt"), TypeError, "'opt'"),
+    ("Simulator model", lambda: Simulator(TRACE, model="opt"), ValueError,
+     "model 'opt' is not a preset: give one of 'opt-13b', 'opt-66b', 'opt-175b'"),
+    ("Simulator model int", lambda: Simulator(TRACE, model=13), TypeError,
+     "or a preset's name ('opt-13b', 'opt-66b', 'opt-175b'), got 13"),
+    # Newcomer 12: advance_to(nan) and advance_to(-1) returned [], advance_to('x') a raw TypeError
+    *[(f"Simulator.advance_to({t!r})", lambda t=t: Simulator(TRACE).advance_to(t), error, named)
+      for t, error, named in [(math.nan, ValueError, "got nan"), (math.inf, ValueError, "got inf"),
+                              (-math.inf, ValueError, "got -inf"), (-1, ValueError, ">= 0"),
+                              (-0.5, ValueError, ">= 0, got -0.5"),
+                              ("x", TypeError, "got 'x' (str)"), (None, TypeError, "got None"),
+                              ([1.0], TypeError, "got [1.0]"), (True, TypeError, "got True")]],
 ]
 
 LOAD_CASES = [  # (file name, contents, keyword arguments, error, named)

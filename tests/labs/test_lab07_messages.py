@@ -73,5 +73,5 @@ def test_a_block_key_and_the_check_write_a_name_alike():
 
     key = BlockKey(None, [5, 9, 2, 7])
     assert key.hash == chain([5, 9, 2, 7], 4)[0]
-    assert repr(key) == f"BlockKey({key.hash.hex()[:12]}…, tokens=[5, 9, 2, 7])"
+    assert repr(key) == f"BlockKey({key.hash.hex()[:12]}…, token_ids=[5, 9, 2, 7])"
     assert short_hash(key.hash) == key.hash.hex()[:12] + "…"

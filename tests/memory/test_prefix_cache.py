@@ -214,3 +214,22 @@ def test_off_means_no_names_and_no_hashing():
     assert calls == [DEFAULT_ROOT_SEED] or calls[0].isdigit()  # the root's seed, no block
     assert kv.table("A").block_hashes == []
     assert kv.cached_prefix("B", list(range(20))) == []
+
+
+def test_reprs_name_their_objects_attributes():
+    """Newcomer 12: BlockKey's repr said tokens= while the attribute is token_ids.
+    Every ``name=value`` a memory object's repr shows is that attribute's value."""
+    import re
+
+    from pagedkit.memory import BlockAllocator, BlockTable
+    from pagedkit.memory.block_hash import BlockKey
+
+    table = BlockTable(BlockAllocator(4, 2, enable_prefix_caching=True), seq="A")
+    table.append([1, 2, 3])
+    for obj in (BlockKey(None, [5, 9]), table.block_keys[0], table):
+        fields = re.findall(r"(\w+)=((?:\[[^\]]*\])|'[^']*'|\d+)", repr(obj))
+        assert fields, repr(obj)
+        for name, value in fields:
+            assert hasattr(obj, name), (repr(obj), name)
+            assert repr(list(getattr(obj, name)) if value.startswith("[") else
+                        getattr(obj, name)) == value, (repr(obj), name)

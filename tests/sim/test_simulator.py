@@ -1,3 +1,4 @@
+import math
 from collections import Counter
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from pagedkit.sim import (
     OPT_13B,
     PAGED,
     PAPER_MANAGERS,
+    PRESETS,
     BeamSearch,
     LatencyModel,
     ManagerSpec,
@@ -59,6 +61,28 @@ def test_idle_time_is_skipped_and_arrivals_wait_for_their_time():
     assert records[0].admitted == (0,) and records[2].admitted == (1,)
     assert records[2].time == 100.0 and records[3].finished == (1,)
     assert sim.step() is None and sim.done
+
+
+def test_a_refused_advance_to_leaves_the_simulator_as_it_was():
+    """Newcomer 12: advance_to(nan) / advance_to(-1) returned [] as if they meant
+    something; refused now, and a time already reached still runs nothing."""
+    sim = Simulator(make_trace((0.0, 4, 2), (100.0, 4, 2)), PAGED)
+    sim.advance_to(1.0)
+    for bad in (math.nan, -1, "x"):
+        with pytest.raises((ValueError, TypeError), match="seconds must be"):
+            sim.advance_to(bad)
+        assert sim.now == 1.0 and sim.next_step_time == 100.0
+    assert sim.advance_to(0.5) == [] and sim.now == 1.0  # in the past: already there
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_simulate_takes_a_presets_name_as_the_command_line_does(name):
+    """Newcomer 12: simulate(..., model="opt-13b") was a TypeError, while the CLI
+    takes --model opt-13b."""
+    trace = make_trace((0.0, 4, 2), (0.5, 8, 3))
+    expected = simulate(trace, PAGED, model=PRESETS[name]).finished
+    for spelling in (name, name.upper()):
+        assert simulate(trace, PAGED, model=spelling).finished == expected
 
 
 def test_advance_to_crosses_an_idle_stretch_only_up_to_the_target():

@@ -119,7 +119,7 @@ class BlockKey:
         return True
 
     def __repr__(self) -> str:
-        return f"BlockKey({short_hash(self.hash)}, tokens={list(self.token_ids)})"
+        return f"BlockKey({short_hash(self.hash)}, token_ids={list(self.token_ids)})"
 
 
 def short_hash(name: BlockHash) -> str:

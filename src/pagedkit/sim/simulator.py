@@ -69,7 +69,7 @@ from ..scheduler.policy import (
     make_room,
     preemption_mode,
 )
-from .latency import LatencyModel, ModelPreset
+from .latency import PRESETS, LatencyModel, ModelPreset
 from .managers import PAGED, ContiguousMemory, Group, ManagerSpec, PagedMemory, Seq, Usage
 from .metrics import RequestResult, SimResult, StepLog
 from .sharing import (
@@ -110,8 +110,9 @@ class Simulator:
     """Run `trace` through one memory manager, one iteration per `step()`.
 
     `manager` is a `ManagerSpec` or its text (``"max"``, ``"pow2"``,
-    ``"oracle"``, ``"paged"``, ``"paged:32"``); `model` a `LatencyModel` or a
-    `ModelPreset`, whose KV slots are the capacity unless `capacity_slots`
+    ``"oracle"``, ``"paged"``, ``"paged:32"``); `model` a `LatencyModel`, a
+    `ModelPreset` or a preset's name as the command line takes it (``"opt-13b"``:
+    `PRESETS`), whose KV slots are the capacity unless `capacity_slots`
     says otherwise. `prefill` is ``"separate"`` (the paper's vLLM: new prompts
     run in an iteration of their own) or ``"mixed"`` (Orca: they join the
     decoding batch); `batching` is ``"iteration"`` (Orca, vLLM: requests
@@ -128,7 +129,7 @@ class Simulator:
     """
 
     def __init__(self, trace: Trace, manager: ManagerSpec | str = PAGED, *,
-                 model: LatencyModel | ModelPreset | None = None,
+                 model: LatencyModel | ModelPreset | str | None = None,
                  capacity_slots: int | None = None, max_num_seqs: int = 256,
                  preemption: str = "recompute", prefill: str = "separate",
                  batching: str = "iteration", swap_slots: int | None = None,
@@ -141,8 +142,16 @@ class Simulator:
             raise TypeError(f"manager must be a ManagerSpec or one of 'max', 'pow2', 'oracle', "
                             f"'paged', 'paged:BLOCK_SIZE'; got {manager!r}")
         self.spec = ManagerSpec.parse(manager) if isinstance(manager, str) else manager
+        if isinstance(model, str):
+            model = PRESETS.get(model.lower(), model)
+        if isinstance(model, str):
+            raise ValueError(f"model {model!r} is not a preset: give one of "
+                             f"{', '.join(map(repr, PRESETS))} (pagedkit.sim.PRESETS), a "
+                             "ModelPreset (pagedkit.sim.OPT_13B) or a LatencyModel")
         if model is not None and not isinstance(model, (LatencyModel, ModelPreset)):
-            raise TypeError(f"model must be a LatencyModel or a ModelPreset, got {model!r}")
+            raise TypeError(f"model must be a LatencyModel, a ModelPreset (pagedkit.sim.OPT_13B) "
+                            f"or a preset's name ({', '.join(map(repr, PRESETS))}), got "
+                            f"{model!r}")
         if sharing is not None and not isinstance(sharing, (ParallelSampling, BeamSearch,
                                                             SharedPrefix)):
             raise TypeError(f"sharing must be ParallelSampling, BeamSearch or SharedPrefix, got "
@@ -256,7 +265,10 @@ class Simulator:
     def advance_to(self, seconds: float) -> list[StepRecord]:
         """Run the iterations that start before `seconds`, e.g. to show two
         managers side by side at the same moment. The last one may end past
-        it; an idle stretch is crossed only up to `seconds`."""
+        it; an idle stretch is crossed only up to `seconds`. `seconds` is a time
+        on the trace's clock (a finite number >= 0); one already reached runs
+        nothing."""
+        seconds = check_number("seconds", seconds, minimum=0)
         records = []
         while self.now < seconds and (start := self.next_step_time) is not None:
             if start >= seconds:  # idle until then
