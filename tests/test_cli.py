@@ -587,9 +587,13 @@ def test_vllm_compare_of_one_system_prints_the_table_of_two(capsys, tmp_path):
                       "--requests", "2", "--json", str(path)]) == 0
     head, columns, row = capsys.readouterr().out.splitlines()
     assert head == "model=tiny workload=shared_prefix requests=2 pagedkit alone: nothing to compare"
-    assert columns.split() == ["system", "tok/s", "TTFT", "mean", "latency", "steps", "peak",
-                               "blocks", "preempt", "hit", "tokens", "events", "cached", "load"]
+    assert columns.split() == ["system", "tok/s", "TTFT", "mean", "latency", "steps",
+                               "step-end", "peak", "preempt", "hit", "tokens", "events",
+                               "cached", "load"]
     assert row.split()[0] == "pagedkit" and re.search(r" \d+/4 ", row)
+    # the column reads the blocks in use after each step, and says so; its
+    # header ends where its "used/total" field does
+    assert columns.index("peak") + len("peak") == row.index("/") + len("/4   ")
     saved = json.loads(path.read_text())
     assert saved["tokens_equal"] is None and saved["caches_equal"] is None
     assert [r["equal"] for r in saved["per_request"]] == [None, None]

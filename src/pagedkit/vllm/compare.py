@@ -169,7 +169,10 @@ class SystemRun:
                 "ttft_mean_s": statistics.mean(self.ttft_s),
                 "latency_mean_s": statistics.mean(self.latency_s),
                 "latency_max_s": max(self.latency_s), "steps": len(self.blocks_used),
-                "peak_blocks_used": max(self.blocks_used, default=0),
+                # the most in use at a step's end: a step's finished requests have
+                # freed theirs by then, on both engines alike (their true peaks
+                # can be higher)
+                "step_end_peak_blocks": max(self.blocks_used, default=0),
                 "num_blocks": self.num_blocks, "preemptions": self.preemptions,
                 "cached_tokens": sum(self.cached_tokens),
                 "event_batches": len(self.batches),
@@ -230,13 +233,13 @@ class Comparison:
         lines = [f"model={self.model} workload={self.workload.name} "
                  f"requests={len(self.workload.prompts)} {matched}",
                  f"{'system':<10}{'tok/s':>9}{'TTFT mean':>11}{'latency':>10}{'steps':>7}"
-                 f"{'peak blocks':>13}{'preempt':>9}{'hit tokens':>12}{'events':>8}"
+                 f"{'step-end peak':>14}{'preempt':>9}{'hit tokens':>12}{'events':>8}"
                  f"{'cached':>8}{'load':>7}"]
         for run in self.runs.values():
             s = run.summary()
             lines.append(f"{run.system:<10}{s['tokens_per_s']:>9.1f}{s['ttft_mean_s']:>10.2f}s"
                          f"{s['latency_mean_s']:>9.2f}s{s['steps']:>7}"
-                         f"{s['peak_blocks_used']:>8}/{run.num_blocks:<4}"
+                         f"{s['step_end_peak_blocks']:>9}/{run.num_blocks:<4}"
                          f"{s['preemptions']:>9}{s['cached_tokens']:>12}{s['events']:>8}"
                          f"{s['cached_blocks_at_end']:>8}"
                          f"{s['load_average'][0] if s['load_average'] else '-':>7}")
