@@ -12,6 +12,7 @@ suite runs every check against them, so checks and solutions cannot drift.
 
 from __future__ import annotations
 
+import copy
 import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 from ..i18n import N_, _
 
 __all__ = ["NOT_WRITTEN", "Case", "CheckResult", "as_items", "call_learner", "check_function",
-           "function_name", "hint_text", "is_sequence", "not_written", "require_function",
+           "fresh", "function_name", "hint_text", "is_sequence", "not_written", "require_function",
            "same_items", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
@@ -92,6 +93,18 @@ def not_written(name: str, fn: Callable, err: NotImplementedError) -> CheckResul
                                           "written yet: write it first, or call pagedkit's "
                                           "own version").format(culprit=code.co_name))
     return CheckResult(name, False, _(NOT_WRITTEN))
+
+
+def fresh(args: Any) -> Any:
+    """The one rule for what a learner's function is given: a deep copy of a
+    case's arguments, made anew for each call. A correct answer may change
+    what it is given (pop from a queue, sort a table, clear a list) without
+    failing a later case or a later run: the cases (module-level, and some
+    sharing one list) stay as written, and a message shows the arguments as
+    they were before the call. An exercise whose contract is to change its
+    input (lab 03's `append_slots`, lab 07's `copy_on_write`) calls the
+    function on its fresh copy and then reads that copy."""
+    return copy.deepcopy(args)
 
 
 def require_function(name: str, fn: object) -> None:
@@ -170,7 +183,8 @@ def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Call
             "{call} returned {got!r} ({got_type}), expected {expected!r} ({want_type}): "
             "the value is right, its type is not.").format(
                 call=call, got=got, got_type=type(got).__name__,
-                expected=expected, want_type=type(expected).__name__))
+                expected=expected, want_type=type(expected).__name__)
+            + hint_text(FLOAT_FOR_INT if _float_for_int(got, expected) else ""))
     got_text, expected_text = show(got), show(expected)
     if got_text == expected_text:  # a short form must not hide the difference
         got_text, expected_text = repr(got), repr(expected)
@@ -181,14 +195,14 @@ def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Call
 
 def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
                    equal: Callable[[Any, Any], bool] | None = None,
-                   prepare: Callable[[Case], Case] | None = None,
                    show: Callable[[Any], str] = repr,
                    diagnose: Callable[[Callable, Any], str] | None = None) -> CheckResult:
     """Run `fn` on each case; pass if every result equals the expected one.
 
     `equal(got, expected)` compares (default `same_items`: ``==``, a tuple
-    and a list of equal items alike); `prepare` builds fresh arguments per
-    case (for functions that mutate what they are given); `show` writes a
+    and a list of equal items alike); each call gets `fresh` arguments, so
+    `fn` may change what it is given, and the message shows the case's
+    arguments as they were before the call; `show` writes a
     value in a wrong answer's message (default ``repr``; lab 07 shortens
     hashes). `diagnose(fn, got)` may name a known mistake that `fn` makes
     throughout, `got` being one wrong answer (lab 09: a wrong formula); its
@@ -201,9 +215,9 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
     cases = list(cases)
     none_is_an_answer = any(case.expected is None for case in cases)
     for case in cases:
-        case = prepare(case) if prepare else case
         call = case.call_text(function_name(fn, name))
-        got, failed = call_learner(name, fn, call, *case.args, hint=case.hint, **case.kwargs)
+        args, kwargs = fresh((case.args, case.kwargs))
+        got, failed = call_learner(name, fn, call, *args, hint=case.hint, **kwargs)
         if failed is not None:
             return failed
         if not equal(got, case.expected):
@@ -211,6 +225,18 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
             return wrong_answer(name, call, got, case.expected, hint,
                                 none_is_an_answer=none_is_an_answer, show=show)
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
+
+
+FLOAT_FOR_INT = N_("a count is an int, but `/` (and numpy's ceil) give floats, even 8 / 4 = "
+                   "2.0: count with `//`, which keeps an int (to round up: -(-a // b))")
+"""The hint for a whole float where an int was expected (`wrong_answer`)."""
+
+
+def _float_for_int(got: Any, expected: Any) -> bool:
+    """A whole number of the wrong kind: a float (or other non-integral
+    number) where an integer was expected — most often from `/`."""
+    return (isinstance(expected, numbers.Integral)
+            and isinstance(got, numbers.Real) and not isinstance(got, numbers.Integral))
 
 
 def _numbers_equal(a: Any, b: Any) -> bool:

@@ -86,6 +86,8 @@ class _Config:
         self._config, self._name = config, name
 
     def __getattr__(self, attr: str) -> Any:
+        if attr == "_config":  # not set yet (a copy being made): no config to ask
+            raise AttributeError(attr)
         return getattr(self._config, attr)
 
     def __repr__(self) -> str:

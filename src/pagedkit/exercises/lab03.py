@@ -17,6 +17,7 @@ from . import (
     CheckResult,
     call_learner,
     check_function,
+    fresh,
     function_name,
     require_function,
     same_items,
@@ -114,7 +115,7 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
     require_function(name, fn)
     for args, slots, table_after, free_after, hint in _APPEND_CASES:
         hint = _(hint)
-        table, free = list(args[0]), list(args[4])
+        table, free = fresh(args[0]), fresh(args[4])  # the lists it changes, read after
         call = _call_text(function_name(fn, name), args)
         got, failed = call_learner(name, fn, call, table, args[1], args[2], args[3], free,
                                    hint=hint)

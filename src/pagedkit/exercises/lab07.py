@@ -8,7 +8,6 @@ the learner's function agrees with the allocator the engine runs on.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from functools import cache
 from itertools import product
@@ -21,6 +20,7 @@ from . import (
     CheckResult,
     call_learner,
     check_function,
+    fresh,
     function_name,
     require_function,
     same_items,
@@ -200,7 +200,7 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
     require_function(name, fn)
     cases = _cow_cases()
     for ref_counts, free_blocks, table, want, (want_refs, want_free, want_table), hint in cases:
-        args = (copy.deepcopy(ref_counts), copy.deepcopy(free_blocks), copy.deepcopy(table))
+        args = fresh((ref_counts, free_blocks, table))  # the pool it changes, read after
         call = f"{function_name(fn, name)}({ref_counts}, {free_blocks}, {table})"
         if want is RAISES:
             try:

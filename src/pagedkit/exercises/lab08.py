@@ -20,7 +20,15 @@ from ..model.sampler import filter_logits
 from ..sampling_params import SamplingParams
 from ..scheduler.scheduler import ScheduledSeq, SchedulerOutput
 from ..sequence import Sequence
-from . import Case, CheckResult, call_learner, check_function, function_name, require_function
+from . import (
+    Case,
+    CheckResult,
+    call_learner,
+    check_function,
+    fresh,
+    function_name,
+    require_function,
+)
 
 __all__ = ["CHECKS", "check_pack_step", "check_top_p_filter", "engine_packing"]
 
@@ -41,6 +49,10 @@ class _Logits(torch.Tensor):
     def __repr__(self) -> str:
         values = ", ".join("-inf" if v == float("-inf") else f"{v:.2f}" for v in self.tolist())
         return f"tensor([{values}])"
+
+    def __deepcopy__(self, memo: dict) -> torch.Tensor:
+        """A fresh copy for each call (`fresh`): a clone, still a `_Logits`."""
+        return self.clone()
 
 
 def _logits(values) -> torch.Tensor:
@@ -139,7 +151,7 @@ def check_pack_step(fn: Callable) -> CheckResult:
     for seqs, block_size, hint in specs:
         learner, expected = engine_packing(seqs, block_size)
         call = Case((learner, block_size), expected).call_text(function_name(fn, name))
-        got, failed = call_learner(name, fn, call, learner, block_size, hint=hint)
+        got, failed = call_learner(name, fn, call, fresh(learner), block_size, hint=hint)
         if failed is not None:
             return failed
         if not isinstance(got, (tuple, list)) or len(got) != 4:
