@@ -349,3 +349,28 @@ def test_top_p_filter_serves_sampled_requests_like_pagedkit(reference):
 
 
 _TIE = 0.75
+
+
+def test_salted_prompts_serve_like_pagedkit(reference):
+    """vLLM's cache_salt reached the engine's cached_prefix and allocate_slots
+    (f6964d6), and the track's stand-ins refused the keyword: every plugged
+    engine failed at its first step. A salted request's blocks are named with
+    the salt, which lab 07's chain_hashes does not know, so pagedkit looks
+    them up; unsalted ones still go through the learner's names. Tokens and
+    cache hits equal pagedkit's own, prompt by prompt (equal salts share,
+    other salts and none do not)."""
+    prefix = "Once upon a time there was a little robot who lived in a big city and "
+    prompts = [{"prompt": prefix + end, "cache_salt": salt} if salt else prefix + end
+               for end, salt in (("it", "a"), ("she", "a"), ("he", "b"), ("we", None),
+                                 ("they", None), ("you", "b"))]
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+
+    def serve(llm):
+        outs = [llm.generate([p], params, use_tqdm=False)[0] for p in prompts]
+        return [(o.outputs[0].token_ids, o.num_cached_tokens) for o in outs]
+
+    mine = track.plug_in(LLM("tiny", num_blocks=64, block_size=4), reference)
+    want = serve(LLM("tiny", num_blocks=64, block_size=4))
+    assert serve(mine) == want
+    hits = [num_cached for _ids, num_cached in want]
+    assert [bool(h) for h in hits] == [False, True, False, False, True, True], hits

@@ -523,12 +523,13 @@ def _probe_cow_out_of_blocks(plug: _Plug, kv, seq, table: list[int]) -> None:
 
 
 def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
-    def allocate_slots(seq, token_ids, cached_blocks=(), *, computed=None):
+    def allocate_slots(seq, token_ids, cached_blocks=(), *, computed=None, cache_salt=None):
         table = kv.tables().get(seq)
         if seq in kv.swapped_tables() or (table is not None and cached_blocks) \
                 or not token_ids or (table is not None and table.num_released):
             # errors, sliding windows
-            return original(seq, token_ids, cached_blocks, computed=computed)
+            return original(seq, token_ids, cached_blocks, computed=computed,
+                            cache_salt=cache_salt)
         pool, size = kv.allocator, kv.block_size
         blocks = list(table.blocks) if table is not None else list(cached_blocks)
         num_tokens = table.num_tokens if table is not None else len(cached_blocks) * size
@@ -540,7 +541,8 @@ def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
             blocks, taken = _learner_cow(plug, kv, seq, blocks)
             plug.took.setdefault(seq, {}).update(dict.fromkeys(taken, "copy_on_write"))
         elif shared:
-            return original(seq, token_ids, cached_blocks, computed=computed)  # pagedkit's own copy
+            return original(seq, token_ids, cached_blocks, computed=computed,
+                            cache_salt=cache_salt)  # pagedkit's own copy
         if plug.pieces.append_slots:
             free = [b for b in _free_list(pool) if b not in taken and b not in cached_blocks]
             needed = -(-(num_tokens + len(token_ids)) // size) - len(blocks)
@@ -551,7 +553,8 @@ def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
             taken += appended
             blocks = blocks + appended
         _steer(pool, taken)
-        copies = original(seq, token_ids, cached_blocks, computed=computed)
+        copies = original(seq, token_ids, cached_blocks, computed=computed,
+                          cache_salt=cache_salt)
         got = kv.tables()[seq].blocks
         if plug.pieces.append_slots and got != blocks:  # a fault of this module, not yours
             raise AssertionError(f"track: sequence {seq}'s table is {got}, not {blocks}")
@@ -561,8 +564,10 @@ def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
 
 # ------------------------------------------------------------------- lab 07
 def _cached_prefix(kv, plug: _Plug, original: Callable) -> Callable:
-    def cached_prefix(seq, token_ids):
+    def cached_prefix(seq, token_ids, *, cache_salt=None):
         pool, size = kv.allocator, kv.block_size
+        if cache_salt:  # lab 07 names unsalted blocks: a salted request is looked up by pagedkit
+            return original(seq, token_ids, cache_salt=cache_salt)
         if seq in kv or not pool.enable_prefix_caching:
             return []
         usable = list(token_ids[:len(token_ids) - 1])  # the last token is always computed
@@ -596,7 +601,8 @@ def _to_compute(scheduler, group) -> int | None:
     if len(seqs) != 1 or group.params.num_sequences != 1 or seqs[0].num_output_tokens:
         return None
     kv = scheduler.kv
-    hits = type(kv).cached_prefix(kv, seqs[0].seq_id, seqs[0].token_ids)  # pagedkit's own
+    hits = type(kv).cached_prefix(kv, seqs[0].seq_id, seqs[0].token_ids,  # pagedkit's own
+                                  cache_salt=group.cache_salt)
     if any(kv.allocator.is_free(b) for b in hits):  # a free cached block leaves the free queue
         return None
     return len(seqs[0].token_ids) - len(hits) * kv.block_size
