@@ -167,6 +167,8 @@ def _prompt_dict(prompt: dict, name: str) -> PromptInput:
     prompt = _without_vllms_keys(prompt, name)
     salt = check_cache_salt(prompt.pop("cache_salt", None), f"{name}['cache_salt']")
     text = prompt.get("prompt")
+    if set(prompt) == {"prompt", "prompt_token_ids"} and text is None:
+        del prompt["prompt"]  # token ids with no text, as vLLM takes them
     if set(prompt) in ({"prompt"}, {"prompt", "prompt_token_ids"}) and not isinstance(text, str):
         raise TypeError(f"{name}['prompt'] must be a string (the prompt's text), got "
                         f"{_short(text)} ({type(text).__name__})")

@@ -76,6 +76,21 @@ def test_the_text_of_a_tokens_prompt_is_only_reported(llm):
         assert out.outputs[0].token_ids == plain.outputs[0].token_ids
 
 
+@pytest.mark.parametrize("salt", [None, "a"])
+def test_token_ids_with_a_text_of_none_are_the_ids_alone(llm, salt):
+    """Thirteenth newcomer: vLLM serves ``{"prompt_token_ids": ids, "prompt":
+    None}`` (no text) and reports ``prompt=None``; pagedkit refused it. A
+    text of None alone is still no prompt."""
+    plain = run(llm, IDS)
+    given = {"prompt_token_ids": IDS, "prompt": None, "cache_salt": salt}
+    out = run(llm, given)
+    assert (out.prompt, list(out.prompt_token_ids)) == (None, IDS)
+    assert out.outputs[0].token_ids == plain.outputs[0].token_ids
+    assert given == {"prompt_token_ids": IDS, "prompt": None, "cache_salt": salt}  # untouched
+    with pytest.raises(TypeError, match=r"\['prompt'\] must be a string"):
+        run(llm, {"prompt": None})
+
+
 @pytest.mark.parametrize("salt", ["a", "tenant-7", "é" * 40])
 @pytest.mark.parametrize("algo", ["sha256", "sha256_cbor"])
 def test_the_salt_is_an_extra_key_of_the_first_block_only(salt, algo):
@@ -108,7 +123,7 @@ def test_a_salt_that_is_not_a_string_is_refused_by_name(llm, form, salt, kind):
     assert not llm.llm_engine.has_unfinished_requests()
 
 
-@pytest.mark.parametrize("text", [5, None, ["my", "text"], b"my text"])
+@pytest.mark.parametrize("text", [5, ["my", "text"], b"my text"])
 def test_a_text_beside_the_ids_that_is_not_a_string_is_refused_by_name(llm, text):
     with pytest.raises(TypeError, match=r"prompt\['prompt'\] must be a string \(the prompt's "
                                         r"text\), got"):
@@ -154,9 +169,53 @@ def test_one_table_of_names_vllms_and_float64():
 def test_a_name_vllm_refuses_is_refused_listing_the_names(name):
     with pytest.raises(ValueError) as refused:
         LLM("tiny", dtype=name, num_blocks=8)
-    assert str(refused.value) == (
-        "dtype must be 'auto', a torch.dtype or one of 'half', 'float16', 'float', 'float32', "
-        f"'bfloat16', 'float64' (vLLM's names, and float64); got {name!r}")
+    assert str(refused.value) == DTYPE_REFUSAL.format(name=repr(name))
+
+
+DTYPE_REFUSAL = ("dtype must be 'auto', one of 'half', 'float16', 'float', 'float32', "
+                 "'bfloat16', 'float64' (vLLM's names, and float64) or one of torch.bfloat16, "
+                 "torch.float16, torch.float32, torch.float64; got {name}")
+SERVED_TORCH = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@pytest.mark.parametrize("dtype", [getattr(torch, n) for n in dir(torch)
+                                   if isinstance(getattr(torch, n), torch.dtype)],
+                         ids=str)
+def test_a_torch_dtype_is_served_only_where_a_name_is(dtype):
+    """Thirteenth newcomer: a torch.dtype was never checked, so complex64
+    served (its imaginary parts dropped), float8 was blamed on the model and
+    int8 met torch's own error. Every torch dtype is either one of the names'
+    or refused by the same message."""
+    if dtype in SERVED_TORCH:
+        assert LLM("tiny", dtype=dtype, num_blocks=8).llm_engine.dtype == dtype
+        return
+    with pytest.raises(ValueError) as refused:
+        LLM("tiny", dtype=dtype, num_blocks=8)
+    assert str(refused.value) == DTYPE_REFUSAL.format(name=repr(dtype))
+
+
+@pytest.mark.parametrize("dtype", ["FLOAT32", "fp16", torch.int8])
+def test_a_bad_dtype_is_refused_before_the_model_loads(dtype, monkeypatch):
+    import pagedkit.engine.llm_engine as llm_engine
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before its dtype was checked")
+
+    monkeypatch.setattr(llm_engine, "load_model", no_load)
+    with pytest.raises(ValueError, match="dtype must be"):
+        LLM("tiny", dtype=dtype, num_blocks=8)
+
+
+@pytest.mark.parametrize("request_id", ["r", "a b", 7])
+def test_add_request_returns_the_id_abort_request_takes(request_id):
+    """Thirteenth newcomer: vLLM's add_request returns an id, pagedkit's
+    returned None, so ``rid = add_request(...); abort_request(rid)`` aborted
+    nothing and the request ran on."""
+    engine = LLMEngine("tiny", num_blocks=8)
+    rid = engine.add_request(request_id, [1, 2, 3], SamplingParams(max_tokens=4))
+    assert rid == str(request_id)
+    assert engine.abort_request(rid) is True
+    assert not engine.has_unfinished_requests()
 
 
 # ---------------------------------------------------------------- use_tqdm

@@ -48,7 +48,7 @@ from ..memory import HASH_FUNCTIONS, KVCacheManager, blocks_to_serve
 from ..model.accel import prepack_linears, prepack_mode
 from ..model.compiled import compile_forward, compile_mode
 from ..model.kv_cache import KVCacheSpec
-from ..model.loader import load_model, resolve_device, resolve_dtype
+from ..model.loader import check_dtype, load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
 from ..model.support import LONGROPE_LIMIT, check_supported, position_limit
 from ..sampling_params import MAX_SEED, SamplingParams
@@ -115,6 +115,7 @@ class LLMEngine:
         # read once, so a bad PAGEDKIT_* switch is refused before the model changes
         prepack, compiled = prepack_mode(), compile_mode()
         self.device = resolve_device(device)
+        check_dtype(dtype)  # before the weights load
         # skip_tokenizer_init (vLLM's): prompts are token ids, and no tokenizer is loaded
         model, self.tokenizer, self.model_name = load_model(
             model, tokenizer, skip_tokenizer=bool(vllm_args.get("skip_tokenizer_init")),
@@ -242,13 +243,16 @@ class LLMEngine:
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: str, prompt: str | SequenceLike[int],
                     params: SamplingParams | None = None,
-                    arrival_time: float | None = None, **vllm_args: Any) -> None:
+                    arrival_time: float | None = None, **vllm_args: Any) -> str:
         """Queue a request; every check happens before anything changes.
+        Returns its id (as `abort_request` and the outputs name it; vLLM
+        returns its own internal id, the given one with a suffix).
         vLLM's other arguments (``lora_request``, ``priority``, ...) are
         taken where they change nothing (`VLLM_CALL_ARGS`)."""
         check_call_args("LLMEngine.add_request()", vllm_args, (
             "lora_request", "priority", "tokenization_kwargs", "trace_headers"))
         self.add_requests([(request_id, prompt, params)], arrival_time=arrival_time)
+        return str(request_id)
 
     def add_requests(self, requests: SequenceLike[tuple[str, Any, SamplingParams | None]], *,
                      arrival_time: float | None = None,

@@ -47,17 +47,25 @@ DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
+def check_dtype(dtype: str | torch.dtype) -> None:
+    """The one rule for a `dtype` argument, checked before a model loads:
+    ``"auto"``, a name of `DTYPES`, or one of their torch dtypes."""
+    if dtype == "auto" or (isinstance(dtype, str) and dtype in DTYPES) or (
+            isinstance(dtype, torch.dtype) and dtype in DTYPES.values()):
+        return
+    served = sorted({str(d) for d in DTYPES.values()})
+    raise ValueError(f"dtype must be 'auto', one of {', '.join(map(repr, DTYPES))} (vLLM's "
+                     f"names, and float64) or one of {', '.join(served)}; got {dtype!r}")
+
+
 def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dtype:
     """``"auto"``: the model's own dtype (so a model passed in is not converted);
-    a name of `DTYPES`; or a torch.dtype."""
+    a name of `DTYPES`; or one of their torch dtypes (`check_dtype`)."""
+    check_dtype(dtype)
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
         return next(model.parameters()).dtype
-    if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise ValueError(f"dtype must be 'auto', a torch.dtype or one of "
-                         f"{', '.join(map(repr, DTYPES))} (vLLM's names, and float64); "
-                         f"got {dtype!r}")
     return DTYPES[dtype]
 
 
