@@ -100,14 +100,15 @@ def find_lab(labs: Path, name: str) -> tuple[str | None, list[str]]:
     """The lab `name` names in the folder `labs`: ``(its file name, [])``
     when it names exactly one, else ``(None, the labs it could mean)`` —
     several, or none. A lab is named by its file name (``03_paging.ipynb``),
-    its stem (``03_paging``), its number (``03``, ``3``, ``04b``), a path to it
+    its stem (``03_paging``), its number (``03``, ``3``, ``04b``, ``4b``), a path to it
     (``labs/03_paging.ipynb``), or the start of a word of its name (``paging``,
     ``puzz``; not ``zz`` from the middle of ``puzzles``); the closest kind of
     match wins (``04`` is ``04_paged_attention``, not 04b or 04c). The one rule
     for lab names on every command line (``lab``, ``bench labs``, ``bench study``)."""
     stems = sorted(p.stem for p in labs.glob("*.ipynb"))
     word = Path(name).name.removesuffix(".ipynb")
-    word = word.zfill(2) if word.isdigit() else word
+    digits = len(word) - len(word.lstrip("0123456789"))  # a number, as 3 or 4b, is 03 or 04b
+    word = word[:digits].zfill(2) + word[digits:] if digits else word
     if not word:
         return None, []
     for matches in ([s for s in stems if s == word],
