@@ -85,7 +85,7 @@ class LLMEngine:
     def __init__(self, model: Any = "tiny", tokenizer: Any = None, *, block_size: int = 16,
                  num_blocks: int | None = None, kv_cache_memory: int | None = None,
                  enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
-                 swap_space: float | None = None, max_num_seqs: int = 256,
+                 swap_space: float | None = None, max_num_seqs: int = SchedulerConfig.max_num_seqs,
                  max_num_batched_tokens: int | None = None, enable_chunked_prefill: bool = False,
                  max_model_len: int | None = None, device: str | torch.device = "auto",
                  dtype: str | torch.dtype = "auto", gpu_memory_utilization: float = 0.9,
