@@ -169,9 +169,14 @@ def test_one_table_of_names_vllms_and_float64():
 def test_a_name_vllm_refuses_is_refused_listing_the_names(name):
     with pytest.raises(ValueError) as refused:
         LLM("tiny", dtype=name, num_blocks=8)
-    assert str(refused.value) == DTYPE_REFUSAL.format(name=repr(name))
+    meant = CASE_SLIPS.get(name) if isinstance(name, str) else None
+    hint = f" (names are lower-case without spaces, as vLLM takes them: use {meant!r})"
+    assert str(refused.value) == DTYPE_REFUSAL.format(name=repr(name)) + (hint if meant else "")
 
 
+#: The names above vLLM refuses only for their case or spaces: the refusal names the one meant
+CASE_SLIPS = {"AUTO": "auto", "HALF": "half", "Half": "half", "FLOAT": "float",
+              "BFloat16": "bfloat16", " float16": "float16"}
 DTYPE_REFUSAL = ("dtype must be 'auto', one of 'half', 'float16', 'float', 'float32', "
                  "'bfloat16', 'float64' (vLLM's names, and float64) or one of torch.bfloat16, "
                  "torch.float16, torch.float32, torch.float64; got {name}")

@@ -41,7 +41,9 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 #: The dtype names a model may be given as: vLLM 0.32's (``ModelConfig``'s
-#: ``--dtype`` choices, case as written), and pagedkit's own float64 for exact references.
+#: ``--dtype`` choices, lower-case as written: vLLM refuses ``"HALF"`` and
+#: ``"Float32"`` before its own code would lower-case them), and pagedkit's
+#: own float64 for exact references.
 DTYPES: dict[str, torch.dtype] = {
     "half": torch.float16, "float16": torch.float16, "float": torch.float32,
     "float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -54,8 +56,11 @@ def check_dtype(dtype: str | torch.dtype) -> None:
             isinstance(dtype, torch.dtype) and dtype in DTYPES.values()):
         return
     served = sorted({str(d) for d in DTYPES.values()})
+    meant = dtype.strip().lower() if isinstance(dtype, str) else None
+    hint = (f" (names are lower-case without spaces, as vLLM takes them: use {meant!r})"
+            if meant == "auto" or meant in DTYPES else "")
     raise ValueError(f"dtype must be 'auto', one of {', '.join(map(repr, DTYPES))} (vLLM's "
-                     f"names, and float64) or one of {', '.join(served)}; got {dtype!r}")
+                     f"names, and float64) or one of {', '.join(served)}; got {dtype!r}{hint}")
 
 
 def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dtype:
