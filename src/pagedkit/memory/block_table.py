@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from .._validation import check_int, check_token_ids
+from .._validation import check_cache_salt, check_int, check_token_ids
 from .allocator import BlockAllocator
 from .block_hash import BlockHash, BlockKey, salt_keys
 from .errors import BlockStateError, OutOfBlocksError
@@ -69,6 +69,8 @@ class BlockTable:
         self.allocator = allocator
         self.block_size = allocator.block_size
         self.seq = seq
+        if cache_salt is not None:  # a request's salt, as the engine checks it ("": none)
+            cache_salt = check_cache_salt(cache_salt)
         self.cache_salt = cache_salt  # names the first block with the tokens (`salt_keys`)
         self.blocks: list[int] = []
         self.num_tokens = 0

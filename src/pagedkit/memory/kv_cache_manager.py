@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 
-from .._validation import check_int, check_token_ids
+from .._validation import check_cache_salt, check_int, check_token_ids
 from .allocator import BlockAllocator, MemoryStats
-from .block_hash import HashFunction
+from .block_hash import HashFunction, salt_keys
 from .block_table import NULL_BLOCK, BlockTable
 from .errors import BlockStateError, OutOfBlocksError
 from .events import Event, EventBus, EventKind
@@ -210,7 +210,9 @@ class KVCacheManager:
         `computed`, and each later step names up to its own tokens (an
         empty `token_ids` appends nothing and names). A new sequence's
         `cache_salt` (its request's) names its first block with the tokens
-        (`salt_keys`), as `cached_prefix` looked it up.
+        (`salt_keys`), as `cached_prefix` looked it up: its `cached_blocks`
+        must be a chain cached under that salt. An existing sequence keeps
+        the salt it started with (another one given is refused).
         """
         try:
             swapped = seq in self._swapped
@@ -224,14 +226,19 @@ class KVCacheManager:
             if cached_blocks:
                 raise BlockStateError(
                     f"sequence {seq!r} already exists; cached blocks can only start a sequence")
+            if cache_salt is not None and check_cache_salt(cache_salt) != table.cache_salt:
+                raise BlockStateError(
+                    f"sequence {seq!r} started with cache_salt {table.cache_salt!r}, not "
+                    f"{cache_salt!r}: a sequence keeps its salt (give None, or the same salt)")
             return table.try_append(token_ids, computed=computed)  # all or nothing
         _check_new_seq(seq, "allocate slots for")
+        cache_salt = check_cache_salt(cache_salt)
         check_token_ids("token_ids", token_ids)  # before anything changes (cached blocks)
         if computed is not None:
             check_int("computed", computed, minimum=0,
                       maximum=len(cached_blocks) * self.block_size + len(token_ids))
         if cached_blocks:  # an error whether or not the tokens would fit
-            self._check_cached(seq, cached_blocks)
+            self._check_cached(seq, cached_blocks, cache_salt)
         if not self.can_allocate(seq, len(token_ids), cached_blocks):
             return None
         table = BlockTable(self.allocator, seq, cache_salt=cache_salt)
@@ -244,7 +251,12 @@ class KVCacheManager:
         self._tables[seq] = table
         return copies
 
-    def _check_cached(self, seq: Hashable, cached_blocks: Sequence[int]) -> None:
+    def _check_cached(self, seq: Hashable, cached_blocks: Sequence[int],
+                      cache_salt: str | None) -> None:
+        """`cached_blocks` can start `seq`: distinct blocks of the prefix cache,
+        each the next block of one chain from the first, cached under
+        `cache_salt` (its first block's key holds the salt, `salt_keys`: a
+        block cached for another salt, or none, is never shared with this one)."""
         blocks = list(cached_blocks)
         if len(set(blocks)) != len(blocks):
             raise BlockStateError(f"cached blocks {blocks} for sequence {seq!r} name a block twice")
@@ -252,6 +264,21 @@ class KVCacheManager:
         if stray:
             raise BlockStateError(f"cached blocks {stray} for sequence {seq!r} are not in the "
                                   "prefix cache (take them from cached_prefix)")
+        take = f"take them from cached_prefix(seq, token_ids, cache_salt={cache_salt!r})"
+        keys = [self.allocator.block_key(b) for b in blocks]
+        if keys[0].parent is not None:
+            raise BlockStateError(f"cached block {blocks[0]} does not start a sequence (it "
+                                  f"follows other tokens), so it cannot start {seq!r}; {take}")
+        if keys[0].extra_keys != salt_keys(cache_salt):
+            raise BlockStateError(
+                f"cached block {blocks[0]} was cached under extra keys {keys[0].extra_keys!r}, "
+                f"and sequence {seq!r} has cache_salt {cache_salt!r}: requests share cached "
+                f"blocks only within one salt; {take}")
+        for i in range(1, len(keys)):
+            if keys[i].parent is None or not keys[i].parent.same_content(keys[i - 1]):
+                raise BlockStateError(
+                    f"cached block {blocks[i]} does not follow block {blocks[i - 1]} in the "
+                    f"cache, so cached blocks {blocks} are not one prefix; {take}")
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
         """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""
@@ -440,13 +467,14 @@ def _check_new_seq(seq: Hashable, action: str) -> None:
 def _check_seq(seq: object) -> None:
     """A sequence's id keys the manager's tables, so it must be hashable (a
     str, an int, a tuple of them); a list is refused by name, not by Python's
-    "unhashable type"."""
+    "unhashable type". The advice holds for every unhashable id: ``tuple(...)``
+    would not do for a list holding a list, nor a tuple holding a dict."""
     try:
         hash(seq)
     except TypeError:
         raise TypeError(f"sequence id {seq!r} ({type(seq).__name__}) is not hashable, and a "
-                        "sequence's id keys its block table: give a str, an int or a tuple "
-                        "(e.g. tuple(...) of a list)") from None
+                        "sequence's id keys its block table: give a str, an int, or a tuple "
+                        "holding only str and int") from None
 
 
 def _group(seqs: Iterable[Hashable], action: str) -> list[Hashable]:
