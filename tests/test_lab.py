@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -416,7 +417,8 @@ def test_an_ambiguous_or_unknown_lab_is_refused_listing_the_labs(capsys, name, c
     err = capsys.readouterr().err
     assert ", ".join(labs) in err  # every lab, to choose from
     if could_be:
-        assert f"{name!r} could be any of {', '.join(could_be)}: give more of its name" in err
+        assert (f"{name!r} could be any of {', '.join(could_be)}: give more of its name, or "
+                "its number") in err
     else:
         assert f"no lab {name!r} in" in err and "its number (03)" in err
 
@@ -429,9 +431,15 @@ def _word_starts(stem: str) -> set[str]:
     return {word[:k] for word in stem.lower().split("_")[1:] for k in range(1, len(word) + 1)}
 
 
+def _title_starts(path: Path) -> set[str]:
+    """Every start of a word of a lab's title (``whe``, ``memory``)."""
+    return _word_starts("_" + "_".join(re.findall(r"[^\W_]+", lab.lab_title(path).lower())))
+
+
 def _inner_pieces(stem: str) -> set[str]:
-    """Pieces from inside a word of a lab's name, at no word's start in any lab."""
-    starts = set().union(*(_word_starts(p.stem) for p in LABS))
+    """Pieces from inside a word of a lab's name, at no word's start in any lab
+    (its name or its title)."""
+    starts = set().union(*(_word_starts(p.stem) | _title_starts(p) for p in LABS))
     return {word[i:i + k] for word in stem.lower().split("_")[1:] for i in range(1, len(word))
             for k in (2, 3, len(word) - i)} - starts - {""}
 
@@ -464,14 +472,76 @@ def test_bench_labs_and_study_name_labs_by_the_labs_rule(path, capsys):
             bench_labs.find_labs(ROOT / "labs", [piece])
 
 
-def test_bench_refuses_an_ambiguous_lab_name_listing_what_it_could_be():
+@pytest.mark.parametrize("name", ["kv", "pag", "KV", "the", "a", "s"])
+def test_an_ambiguous_lab_name_gets_one_message_on_every_command_line(capsys, name):
+    """Newcomer 13: `lab kv` said "give more of its name" and `bench study --labs
+    kv` "give its number": one message now (`lab.unnamed_lab`), on all three."""
     from pagedkit.bench import labs as bench_labs
 
+    found, could_be = lab.find_lab(ROOT / "labs", name)
+    assert found is None and len(could_be) > 1, name
+    said = lab.unnamed_lab(ROOT / "labs", name, could_be)
+    assert said.startswith(f"{name!r} could be any of {', '.join(could_be)}: give more of "
+                           "its name, or its number (the labs: 00_start_here.ipynb, "), said
+    assert _run(["lab", name, "--print"]) == 2
+    assert f"pagedkit lab: error: {said}\n" in capsys.readouterr().err
+    assert _run(["bench", "study", "--labs", f"05,{name}"]) == 2
+    assert f"pagedkit bench study: error: {said}\n" in capsys.readouterr().err
     with pytest.raises(ValueError) as info:
-        bench_labs.find_labs(ROOT / "labs", ["05", "pag"])
-    assert str(info.value).startswith(
-        "lab 'pag' could be any of 03_paging.ipynb, 04_paged_attention.ipynb: give its number; "
-        "choose from 00, 01")
+        bench_labs.find_labs(ROOT / "labs", ["05", name])  # bench labs' own
+    assert str(info.value) == said
+
+
+def _table_titles(page: Path) -> list[tuple[str, str]]:
+    """(title, lab file) for each lab a table of `page` lists: README.md's
+    ``[04 PagedAttention](labs/04_paged_attention.ipynb)``, labs/README.md's
+    ``| [04](04_paged_attention.ipynb) | PagedAttention |``."""
+    text = page.read_text(encoding="utf-8")
+    rows = re.findall(r"^\| \[\w+\]\((\w+\.ipynb)\) \| ([^|]+?) \|", text, re.M)
+    rows = [(title, file) for file, title in rows]
+    links = re.findall(r"^\| \[\d\d\w? ([^\]]+)\]\(labs/(\w+\.ipynb)\)", text, re.M)
+    return rows + links
+
+
+TABLES = [(ROOT / "README.md", ROOT / "labs"), (ROOT / "labs" / "README.md", ROOT / "labs"),
+          (ROOT / "labs" / "zh-CN" / "README.md", ROOT / "labs" / "zh-CN")]
+
+
+@pytest.mark.parametrize("page, labs", TABLES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_title_a_table_shows_names_its_lab(page, labs):
+    """Newcomer 13: `lab "KV cache"`, the README table's title, was no lab. A title
+    the tables show names its lab, in any case; the titles are read from the
+    notebooks' first headings (`lab.lab_title`), so a table that drifts from them
+    fails here."""
+    titles = _table_titles(page)
+    assert sorted(file for _, file in titles) == sorted(p.name for p in labs.glob("*.ipynb"))
+    for title, file in titles:
+        for spelling in (title, title.lower(), title.upper()):
+            assert lab.find_lab(labs, spelling) == (file, []), (page.name, spelling)
+
+
+@pytest.mark.parametrize("name, file", [
+    ("KV cache", "01_kv_cache.ipynb"), ("kv-cache", "01_kv_cache.ipynb"),
+    ("The KV cache", "01_kv_cache.ipynb"), ("paged attention", "04_paged_attention.ipynb"),
+    ("PagedAttention", "04_paged_attention.ipynb"), ("when", "06_preemption.ipynb"),
+    ("memory", "06_preemption.ipynb"), ("When memory runs out", "06_preemption.ipynb"),
+    ("page", "04_paged_attention.ipynb"), ("paging", "03_paging.ipynb"),
+    ("Paging", "03_paging.ipynb"), ("split-kv decoding", "04b_split_kv_and_prefill.ipynb"),
+    ("Triton puzzles (optional)", "04c_triton_puzzles.ipynb"),
+    ("meet the real", "10_meet_vllm.ipynb"), ("4b", "04b_split_kv_and_prefill.ipynb"),
+    ("04", "04_paged_attention.ipynb"), ("puzz", "04c_triton_puzzles.ipynb")])
+def test_the_names_a_newcomer_gave_open_their_lab_on_every_command_line(capsys, name, file):
+    """Newcomer 13's spellings, refused before: through `lab`, `bench study` and
+    `bench labs` alike. ``page`` opens 04_paged_attention: it starts a word of
+    that lab's name (``paged``) and of no other's (03's is ``paging``)."""
+    from pagedkit.bench import labs as bench_labs
+
+    assert lab.find_lab(ROOT / "labs", name) == (file, []), name
+    assert cli(["lab", name, "--print"]) == 0
+    assert capsys.readouterr().out.split()[-1].endswith(f"my-labs/{file}")
+    assert bench_labs.find_labs(ROOT / "labs", [name]) == [ROOT / "labs" / file]
+    assert cli(["bench", "study", "--markdown", "--labs", name]) == 0
+    assert f"| {file.removesuffix('.ipynb')} |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("spelling, edition", [

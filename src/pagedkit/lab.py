@@ -33,6 +33,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -96,30 +97,77 @@ def clone_root(package_file: str | Path | None = None) -> Path | None:
     return root if root is not None and (root / "labs" / FIRST_LAB).is_file() else None
 
 
+def lab_title(path: Path) -> str:
+    """A lab's title: its notebook's first heading after the dash (``# Lab 06 —
+    When memory runs out: preemption, swap or recompute``), the one source the
+    labs' tables (README.md, labs/README.md) copy from (tests/test_lab.py holds
+    them to it)."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    heading = next(("".join(c["source"]).strip().splitlines() for c in cells
+                    if c["cell_type"] == "markdown"), [""])[0]
+    before, dash, title = heading.partition("—")
+    return (title if dash else before.lstrip("#")).strip()
+
+
+def _words(text: str) -> str:
+    """`text` as the lab names read it: its words, lower case, joined by ``_``; a
+    remark in brackets left out (``Split-KV and paged prefill (optional)`` is
+    ``split_kv_and_paged_prefill``)."""
+    text = re.sub(r"[(（][^)）]*[)）]", " ", text)
+    return "_".join(re.findall(r"[^\W_]+", text.lower()))
+
+
 def find_lab(labs: Path, name: str) -> tuple[str | None, list[str]]:
     """The lab `name` names in the folder `labs`: ``(its file name, [])``
     when it names exactly one, else ``(None, the labs it could mean)`` —
     several, or none. A lab is named by its file name (``03_paging.ipynb``),
     its stem (``03_paging``), its number (``03``, ``3``, ``04b``, ``4b``), a path to it
-    (``labs/03_paging.ipynb``), or the start of a word of its name (``paging``,
-    ``puzz``; not ``zz`` from the middle of ``puzzles``); the closest kind of
-    match wins (``04`` is ``04_paged_attention``, not 04b or 04c). The one rule
-    for lab names on every command line (``lab``, ``bench labs``, ``bench study``)."""
-    stems = sorted(p.stem for p in labs.glob("*.ipynb"))
+    (``labs/03_paging.ipynb``), the start of a word of its name (``paging``,
+    ``puzz``, ``kv cache``; not ``zz`` from the middle of ``puzzles``), its title
+    as the tables give it (`lab_title`: ``"When memory runs out"``) or the start
+    of a word of it (``when``, ``memory``); case, spaces and dashes aside. The
+    closest kind of match wins (``04`` is ``04_paged_attention``, not 04b or 04c;
+    ``page`` starts a word of its name, ``paged``, where 03's is ``paging``). The one
+    rule for lab names on every command line (``lab``, ``bench labs``, ``bench study``);
+    `unnamed_lab` says what is wrong when none is found."""
     word = Path(name).name.removesuffix(".ipynb")
     digits = len(word) - len(word.lstrip("0123456789"))  # a number, as 3 or 4b, is 03 or 04b
     word = word[:digits].zfill(2) + word[digits:] if digits else word
-    if not word:
+    if not _words(word):
         return None, []
-    for matches in ([s for s in stems if s == word],
-                    [s for s in stems if s.startswith(word + "_")],
-                    [s for s in stems if s.startswith(word)],
-                    [s for s in stems if f"_{word.lower()}" in f"_{s.lower()}"]):
+    for matches in _matches(sorted(labs.glob("*.ipynb")), word):
         if len(matches) == 1:
             return matches[0] + ".ipynb", []
         if matches:
             return None, [m + ".ipynb" for m in matches]
     return None, []
+
+
+def _matches(paths: list[Path], word: str):
+    """The stems of the labs in `paths` that `word` names, by each kind of match in
+    turn, the closest first (`find_lab`); the titles are read only when no name matches."""
+    stems, words = [p.stem for p in paths], _words(word)
+    yield [s for s in stems if s == word]
+    yield [s for s in stems if s.startswith(word + "_")]
+    yield [s for s in stems if s.startswith(word)]
+    yield [s for s in stems if f"_{words}" in f"_{s.lower()}"]
+    titles = {p.stem: _words(lab_title(p)) for p in paths}
+    yield [s for s in stems if titles[s] == words]
+    yield [s for s in stems if titles[s].startswith(words)]
+    yield [s for s in stems if f"_{words}" in f"_{titles[s]}"]
+
+
+def unnamed_lab(labs: Path, name: str, could_be: list[str]) -> str:
+    """What is wrong with a lab name `find_lab` found no one lab for (`could_be`:
+    the labs it could mean): one wording for ``lab``, ``bench labs`` and ``bench study``."""
+    names = ", ".join(p.name for p in sorted(labs.glob("*.ipynb")))
+    if could_be:
+        return (_("{lab!r} could be any of {matches}: give more of its name, or its number "
+                  "(the labs: {names})")
+                .format(lab=name, matches=", ".join(could_be), names=names))
+    return (_("no lab {lab!r} in {folder}; name one by its number (03), name (03_paging), "
+              "title (Paging) or file (03_paging.ipynb): {names}")
+            .format(lab=name, folder=labs, names=names))
 
 
 def copy_labs(root: Path, language: str = "en") -> tuple[list[str], list[str]]:
@@ -159,8 +207,8 @@ def _parser() -> argparse.ArgumentParser:
                       "labs/ keeps the originals.").format(WORK=WORK),
         epilog=_("Any other option goes to jupyter lab, e.g. --no-browser or --port 8889."))
     p.add_argument("lab", nargs="?", default=FIRST_LAB,
-                   help=(_("the lab to open: its number, name or file, e.g. 03, 03_paging "
-                           "or 03_paging.ipynb (default: {FIRST_LAB})")
+                   help=(_("the lab to open: its number, name, title or file, e.g. 03, "
+                           "03_paging, Paging or 03_paging.ipynb (default: {FIRST_LAB})")
                           .format(FIRST_LAB=FIRST_LAB)))
     p.add_argument("--lang", default="en", metavar="LANG",
                    help=_("the edition: en (default) or zh-CN, the Simplified Chinese labs "
@@ -290,14 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     labs = edition(root, args.lang)
     found, could_be = find_lab(labs, args.lab)
     if found is None:
-        names = ", ".join(p.name for p in sorted(labs.glob("*.ipynb")))
-        if could_be:
-            parser.error(_("{lab!r} could be any of {matches}: give more of its name (the "
-                           "labs: {names})").format(lab=args.lab, matches=", ".join(could_be),
-                                                    names=names))
-        parser.error(_("no lab {lab!r} in {folder}; name one by its number (03), name "
-                       "(03_paging) or file (03_paging.ipynb): {names}")
-                     .format(lab=args.lab, folder=labs, names=names))
+        parser.error(unnamed_lab(labs, args.lab, could_be))
     args.lab = found
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     argv_ = command(root, args.lab, as_root=as_root, extra=extra, language=args.lang)

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._validation import PROG, writable_file
-from ..lab import find_lab
+from ..lab import find_lab, unnamed_lab
 from . import add_no_progress, check_choice, load_average
 
 #: The checkout this pagedkit was imported from (its labs are the default).
@@ -96,8 +96,7 @@ def find_labs(labs_dir: Path, names: list[str] | None) -> list[Path]:
     for name in names:
         file, could_be = find_lab(labs_dir, name)
         if could_be:
-            raise ValueError(f"lab {name!r} could be any of {', '.join(could_be)}: give its "
-                             f"number; choose from {', '.join(notebooks)}")
+            raise ValueError(unnamed_lab(labs_dir, name, could_be))
         numbers.append(file.split("_")[0] if file else name)  # an unknown one as given
     return [notebooks[n] for n in check_choice("lab", numbers, notebooks)]
 
@@ -189,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.splitlines()[0],
                                 epilog=f"It runs pytest --nbval (pip install -r "
                                        f"requirements-dev.txt); {DURATION}.")
-    p.add_argument("--labs", help="comma-separated lab numbers, e.g. 05,08 (default: all)")
+    p.add_argument("--labs", help="comma-separated labs, each named as `lab` names one (number, "
+                   "name or title), e.g. 05,08 (default: all)")
     p.add_argument("--repo", default=str(HOME),
                    help="the checkout whose labs and pagedkit run (default: this one)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
