@@ -569,7 +569,66 @@ def test_vllm_compare_refuses_bad_options_as_usage_errors(argv, said, capsys):
     with pytest.raises(SystemExit) as exit_:
         vllm_main(["compare", *argv])
     assert exit_.value.code == 2
-    assert said in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert said in err
+    # newcomer 13: these were printed under `vllm [-h] COMMAND ...`, the parent's usage
+    assert err.startswith("usage: python -m pagedkit vllm compare [-h]"), err
+    assert "\npython -m pagedkit vllm compare: error: --" in err
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["skeleton", "nope.ipynb"], "skeleton"), (["skeleton", "labs/99_no.ipynb"], "skeleton"),
+    (["build", "--no-execute", "nope.ipynb"], "build"),
+    (["build", "labs/00_start_here.ipynb", "x.ipynb"], "build")])
+def test_the_i18n_commands_usage_errors_print_their_own_usage(argv, command, capsys):
+    """The other command line with subcommands: its errors after parsing (a lab
+    that is not one) printed `python -m pagedkit.i18n`'s usage, not the command's."""
+    from pagedkit.i18n.__main__ import main as i18n_main
+
+    assert run(i18n_main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: python -m pagedkit.i18n {command} [-h]"), err
+    assert f"python -m pagedkit.i18n {command}: error: " in err and "is not an English lab" in err
+
+
+@pytest.mark.parametrize("spelling", ["PagedKit", "PAGEDKIT", " Pagedkit ", "pagedkit"])
+@pytest.mark.parametrize("vllm", ["VLLM", "vLLM", "vllm", "Vllm"])
+def test_vllm_compare_reads_system_names_without_regard_to_case(spelling, vllm, monkeypatch):
+    """Newcomer 13: `--systems PagedKit` was refused while lab names, --lang and
+    the simulator's managers and presets ignore case: one rule for them all now
+    (`_validation.choice_name`). The systems reach the comparison as named."""
+    from pagedkit.vllm import compare as cmp
+    from pagedkit.vllm.__main__ import main as vllm_main
+
+    class Reached(Exception):
+        pass
+
+    def compare(work, model, **options):
+        raise Reached(options["systems"])
+
+    monkeypatch.setattr(cmp, "vllm_available", lambda: True)
+    monkeypatch.setattr(cmp, "compare", compare)
+    for systems, reached in ((spelling, ("pagedkit",)), (f"{vllm},{spelling}",
+                                                         ("vllm", "pagedkit"))):
+        with pytest.raises(Reached) as got:
+            vllm_main(["compare", "--systems", systems, "--requests", "1"])
+        assert got.value.args[0] == reached, systems
+
+
+@pytest.mark.parametrize("option, spelling, read", [
+    ("--batching", "Static", "static"), ("--batching", "ITERATION", "iteration"),
+    ("--preemption", "Swap", "swap"), ("--prefill", "Mixed", "mixed"),
+    ("--model", "OPT-13B", "opt-13b"), ("--dataset", "ShareGPT", "sharegpt"),
+    ("--scale", "Quick", "quick"), ("--manager", "Max", None)])
+def test_simulates_names_are_read_without_regard_to_case(option, spelling, read, monkeypatch):
+    """`simulate --batching Static` was refused as `Simulator(batching="Static")`
+    was, while `--manager Max` was taken: every name of the simulator's command
+    line is read as its managers' are now."""
+    p = sim_cli._parser()
+    args = p.parse_args([option, spelling])
+    assert getattr(args, option[2:]) == (read if read else [sim_cli._manager("max")])
+    with pytest.raises(SystemExit):
+        p.parse_args([option, spelling + "x"])  # still checked
 
 
 def test_vllm_compare_of_one_system_prints_the_table_of_two(capsys, tmp_path):
@@ -664,6 +723,49 @@ def test_every_bench_and_vllm_command_takes_no_progress(module, argv, monkeypatc
         main([*argv, "--no-progress"])
     namespace, unknown = got.value.args[0]
     assert namespace.no_progress is True and unknown == []
+
+
+def dispatched_commands():
+    """Every benchmark and every ``vllm`` command, as the dispatchers run them:
+    (the words before --no-progress can go, the words after it)."""
+    from pagedkit.vllm.__main__ import _parser as vllm_parser
+
+    for name in BENCHMARKS:
+        yield pytest.param(["bench"], [name], id=f"bench {name}")
+    sub = next(a for a in vllm_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        positionals = ["x" for a in parser._actions if not a.option_strings]
+        yield pytest.param(["vllm"], [name, *positionals], id=f"vllm {name}")
+
+
+@pytest.mark.parametrize("where", ["after", "before", "twice before"])
+@pytest.mark.parametrize("parent, argv", list(dispatched_commands()))
+def test_no_progress_is_taken_before_the_command_name_too(parent, argv, where, monkeypatch):
+    """Newcomer 13: `bench --no-progress study` ran the engine's parser ("bench
+    engine: error: unrecognized arguments: study") and `vllm --no-progress
+    compare` said "unrecognized arguments: --no-progress", while the help says
+    every bench and vllm command takes it. It goes after the name now
+    (`bench.no_progress_after_name`), on every one; only the options are parsed."""
+    original = argparse.ArgumentParser.parse_args
+
+    def parsed(self, args=None, namespace=None):
+        if self.prog in ("python -m pagedkit", "python -m pagedkit bench"):  # dispatchers
+            return original(self, args, namespace)
+        raise _Parsed(self.parse_known_args(args, namespace), self.prog)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parsed)
+    name, rest = argv[0], argv[1:]
+    words = {"after": [name, "--no-progress", *rest],
+             "before": ["--no-progress", name, *rest],
+             "twice before": ["--no-progress", "--no-progress", name, *rest]}[where]
+    with pytest.raises(_Parsed) as got:
+        cli([*parent, *words])
+    (namespace, unknown), prog = got.value.args
+    assert namespace.no_progress is True and unknown == [], words
+    if parent == ["vllm"]:
+        assert namespace.command == name and prog == "python -m pagedkit vllm"
+    else:  # the benchmark named, not the default one
+        assert prog == f"python -m pagedkit bench {name}"
 
 
 def test_vllm_compare_no_progress_leaves_out_the_loading_bars(capsys):

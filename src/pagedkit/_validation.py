@@ -141,6 +141,22 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value  # type: ignore[return-value]
 
 
+def choice_name(value: object) -> object:
+    """A name given for one of pagedkit's own choices, read the one way all of them
+    are: case and surrounding spaces aside (``"Max"``, ``"OPT-13B"``, ``"Static"``,
+    ``"PagedKit"``: the simulator's managers, presets, datasets and modes, ``vllm
+    compare``'s systems). Anything but a string is returned as it is, for its check
+    to refuse."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def check_name(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """`value` read as `choice_name` reads it, if that is one of `choices` (all
+    lower case); else raise listing them, naming `value` as it was given."""
+    read = choice_name(value)
+    return read if read in choices else check_choice(name, value, choices)
+
+
 def check_prompt(prompt: Any, name: str = "prompt") -> PromptInput:
     """A prompt's text or token ids (and cache salt), from any of vLLM's forms.
 

@@ -110,3 +110,26 @@ def test_cli_takes_batching(capsys):
     with pytest.raises(SystemExit):
         main([*argv, "--batching", "dynamic"])
     assert "invalid choice: 'dynamic'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, spellings", [
+    ("batching", ["Static", "STATIC", " static ", "Iteration", "ITERATION"]),
+    ("preemption", ["Swap", "SWAP", "Recompute"]), ("prefill", ["Mixed", "SEPARATE"])])
+def test_mode_names_are_read_without_regard_to_case(option, spellings):
+    """Newcomer 13: `Simulator(batching="Static")` was refused while `manager="Max"`
+    and `model="OPT-13B"` were taken: the simulator's modes are read as its
+    managers are (`_validation.choice_name`), and simulate the same; a wrong
+    one is still refused, naming it as given."""
+    trace = synthetic_trace("sharegpt", rate=4.0, num_requests=12, seed=1)
+    for spelling in spellings:
+        options = {option: spelling, "swap_slots": 4000}
+        read = spelling.strip().lower()
+        sim = Simulator(trace, "paged", capacity_slots=2048, **options)
+        assert getattr(sim, option) == read
+        result = sim.run()
+        same = Simulator(trace, "paged", capacity_slots=2048, **{**options, option: read}).run()
+        timeless = [{k: v for k, v in r.summary().items() if k != "wall_seconds"}
+                    for r in (result, same)]
+        assert timeless[0] == timeless[1], spelling
+        with pytest.raises(ValueError, match=f"{option} must be one of .*; got {spelling + 'x'!r}"):
+            Simulator(trace, "paged", **{option: spelling + "x"})

@@ -21,6 +21,20 @@ def add_no_progress(parser, leaves_out: str | None = None) -> None:
                         else NO_PROGRESS_HERE)
 
 
+def no_progress_after_name(argv: list[str]) -> list[str]:
+    """`argv` with a ``--no-progress`` given before the command's name moved after
+    it (``bench --no-progress study`` is ``bench study --no-progress``, ``vllm
+    --no-progress compare`` is ``vllm compare --no-progress``), where the command's
+    own parser takes it: every bench and vllm command takes it on either side of
+    its name. Any other word before the name is left for the parser to judge."""
+    lead = 0
+    while lead < len(argv) and argv[lead] == "--no-progress":
+        lead += 1
+    if 0 < lead < len(argv) and not argv[lead].startswith("-"):
+        return [argv[lead], *argv[:lead], *argv[lead + 1:]]
+    return list(argv)
+
+
 def load_average() -> list[float] | None:
     """The machine's 1/5/15-minute load averages, where the OS tells them."""
     try:

@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None, prog: str = f"{PROG} bench",
          default: str | None = None) -> int:
     """Run benchmark ``argv[0]`` with the rest; `default` runs when no name is
     given (``python -m pagedkit bench`` alone is the engine benchmark)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    from . import no_progress_after_name
+
+    argv = no_progress_after_name(sys.argv[1:] if argv is None else list(argv))
     if default and (not argv or (argv[0].startswith("-")
                                  and argv[0] not in ("-h", "--help"))):
         argv = [default, *argv]

@@ -188,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__.splitlines()[0],
                                 epilog=f"It runs pytest --nbval (pip install -r "
                                        f"requirements-dev.txt); {DURATION}.")
-    p.add_argument("--labs", help="comma-separated labs, each named as `lab` names one (number, "
-                   "name or title), e.g. 05,08 (default: all)")
+    p.add_argument("--labs", help="comma-separated labs, each named as the lab command names "
+                   "one (number, name or title), e.g. 05,08 (default: all)")
     p.add_argument("--repo", default=str(HOME),
                    help="the checkout whose labs and pagedkit run (default: this one)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",

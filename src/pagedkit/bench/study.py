@@ -156,8 +156,8 @@ def rule_text() -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench study",
                                 description="Estimated student time per lab, by a stated rule.")
-    p.add_argument("--labs", help="comma-separated labs, each named as `lab` names one (number, "
-                   "name or title), e.g. 05,08 (default: all)")
+    p.add_argument("--labs", help="comma-separated labs, each named as the lab command names "
+                   "one (number, name or title), e.g. 05,08 (default: all)")
     p.add_argument("--labs-dir", type=Path, default=HOME / "labs",
                    help="the folder of notebooks (default: this checkout's labs/)")
     p.add_argument("--markdown", action="store_true", help="a markdown table")

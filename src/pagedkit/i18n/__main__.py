@@ -44,11 +44,13 @@ def _parser() -> argparse.ArgumentParser:
                         "Chinese notebook already there (same id and code), else the English "
                         "run's; enough when only markdown changed")
     b.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    b.set_defaults(parser=b)  # a command's usage error prints its own usage
     sub.add_parser("check", help="catalogs complete and fresh, glossary terms kept, generated "
                                  "notebooks as the generator makes them now")
     s = sub.add_parser("skeleton", help="write or refresh a lab's catalog (empty \"zh\" for new "
                                         "cells; translations kept, changed ones marked stale)")
     s.add_argument("lab", help="the English lab, e.g. labs/03_paging.ipynb")
+    s.set_defaults(parser=s)
     return p
 
 
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = (args.root or nbs.repo_root()).resolve()
     if args.command == "skeleton":
-        path, counts = nbs.skeleton(root, root / "labs" / f"{_stem(root, args.lab, parser)}.ipynb")
+        stem = _stem(root, args.lab, args.parser)
+        path, counts = nbs.skeleton(root, root / "labs" / f"{stem}.ipynb")
         print(f"{path.relative_to(root)}: {counts['new']} to translate, {counts['kept']} kept, "
               f"{counts['stale']} stale (English changed: revise, then remove \"stale\"), "
               f"{counts['dropped']} dropped (their cells are gone)")
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(stems)} catalogs, {len(found)} problems", file=sys.stderr if found else
               sys.stdout)
         return 1 if found else 0
-    stems = ([_stem(root, a, parser) for a in args.labs] if args.labs
+    stems = ([_stem(root, a, args.parser) for a in args.labs] if args.labs
              else nbs.stems_with_catalogs(root))
     failed = 0
     for stem in stems:

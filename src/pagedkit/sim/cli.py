@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from .._validation import PROG, non_negative_int, positive_float, positive_int
+from .._validation import PROG, choice_name, non_negative_int, positive_float, positive_int
 from ..i18n import N_, _
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         description=_("Trace-driven simulation of KV-cache memory managers (no GPU)."),
         epilog=_("Without options it runs the paper comparison, which {default}.").format(
             default=_(SCALE_TIMES["default"])))
-    p.add_argument("--scale", choices=sorted(SCALES), default="default",
+    p.add_argument("--scale", type=choice_name, choices=sorted(SCALES), default="default",
                    help=_("how much to simulate for the paper comparison: quick (3-50 s), "
                         "default (1.5-5 minutes on a 2-core machine) or full (the paper's "
                         "hour-long traces, much longer)"))
@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=_("time the same hour through the engine's own Scheduler and "
                         "KVCacheManager, without a model (what unifying them would cost)"))
     one = p.add_argument_group(_("one trace instead of the paper comparison"))
-    one.add_argument("--dataset", choices=sorted(DATASETS),
+    one.add_argument("--dataset", type=choice_name, choices=sorted(DATASETS),
                      help=_("a synthetic trace shaped like this dataset"))
     one.add_argument("--trace", metavar="FILE", help=_("a JSON or CSV file of request lengths"))
     one.add_argument("--rate", type=positive_float,
@@ -79,18 +79,19 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--manager", action="append", metavar="KIND", type=_manager,
                      help=_("max, pow2, oracle, paged or paged:BLOCK_SIZE (repeatable; "
                           "default: the paper's four)"))
-    one.add_argument("--model", choices=sorted(PRESETS), default="opt-13b",
+    one.add_argument("--model", type=choice_name, choices=sorted(PRESETS), default="opt-13b",
                      help=_("the model and GPUs whose KV capacity and step times are simulated "
                           "(default: opt-13b)"))
-    one.add_argument("--preemption", choices=PREEMPTION_MODES, default="recompute",
+    one.add_argument("--preemption", type=choice_name, choices=PREEMPTION_MODES,
+                     default="recompute",
                      help=_("how the paged manager frees memory when it runs out (default: "
                           "recompute)"))
-    one.add_argument("--prefill", choices=PREFILL_MODES, default="separate",
+    one.add_argument("--prefill", type=choice_name, choices=PREFILL_MODES, default="separate",
                      help=_("separate (default, as the Simulator's: the paper's vLLM ran newly "
                           "admitted prompts in an iteration of their own, and every paper "
                           "experiment here does) or mixed (Orca's: new prompts join the "
                           "decoding batch)"))
-    one.add_argument("--batching", choices=BATCHING_MODES, default="iteration",
+    one.add_argument("--batching", type=choice_name, choices=BATCHING_MODES, default="iteration",
                      help=_("iteration (default: Orca's and vLLM's, requests join and leave the "
                           "batch every iteration) or static (request-level, as "
                           "FasterTransformer: a batch forms only when none runs and runs to "

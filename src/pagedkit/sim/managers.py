@@ -19,6 +19,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from .._validation import choice_name
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..memory.kv_cache_manager import blocks_to_append
 from .trace import TraceRequest
@@ -52,7 +53,7 @@ class ManagerSpec:
     @classmethod
     def parse(cls, text: str) -> ManagerSpec:
         """``"max"``, ``"pow2"``, ``"oracle"``, ``"paged"`` or ``"paged:32"``."""
-        kind, colon, size = text.strip().lower().partition(":")
+        kind, colon, size = choice_name(text).partition(":")
         kind = {"vllm": "paged", "orca-max": "max", "orca-pow2": "pow2",
                 "orca-oracle": "oracle"}.get(kind, kind)
         if not colon:

@@ -57,7 +57,7 @@ from collections import Counter, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from .._validation import check_choice, check_int, check_number
+from .._validation import check_int, check_name, check_number, choice_name
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..scheduler import PREEMPTION_MODES, Admit, Finish, Preempt, Step
 from ..scheduler.policy import (
@@ -143,7 +143,7 @@ class Simulator:
                             f"'paged', 'paged:BLOCK_SIZE'; got {manager!r}")
         self.spec = ManagerSpec.parse(manager) if isinstance(manager, str) else manager
         if isinstance(model, str):
-            model = PRESETS.get(model.lower(), model)
+            model = PRESETS.get(choice_name(model), model)
         if isinstance(model, str):
             raise ValueError(f"model {model!r} is not a preset: give one of "
                              f"{', '.join(map(repr, PRESETS))} (pagedkit.sim.PRESETS), a "
@@ -167,9 +167,9 @@ class Simulator:
         self.capacity = preset.kv_slots if capacity_slots is None else check_int(
             "capacity_slots", capacity_slots, minimum=1)
         check_int("max_num_seqs", max_num_seqs, minimum=1)
-        check_choice("preemption", preemption, PREEMPTION_MODES)
-        check_choice("prefill", prefill, PREFILL_MODES)
-        check_choice("batching", batching, BATCHING_MODES)
+        preemption = check_name("preemption", preemption, PREEMPTION_MODES)
+        prefill = check_name("prefill", prefill, PREFILL_MODES)
+        batching = check_name("batching", batching, BATCHING_MODES)
         if not 0 <= watermark < 1:
             raise ValueError(f"watermark must be a fraction in [0, 1), got {watermark}")
         if sharing is not None and not self.spec.paged:

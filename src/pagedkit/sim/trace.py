@@ -25,7 +25,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from .._validation import check_int, check_number
+from .._validation import check_int, check_number, choice_name
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,7 @@ def _shape(dataset: str | DatasetShape) -> DatasetShape:
     if isinstance(dataset, DatasetShape):
         return dataset
     try:
-        return DATASETS[dataset.lower()]
+        return DATASETS[choice_name(dataset)]
     except KeyError:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of "
                          f"{', '.join(map(repr, DATASETS))} or pass a DatasetShape") from None

@@ -14,7 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-from .._validation import PROG, num_blocks_option, positive_float, positive_int, writable_file
+from .._validation import (
+    PROG,
+    choice_name,
+    num_blocks_option,
+    positive_float,
+    positive_int,
+    writable_file,
+)
 
 
 def _parser(prog: str = f"{PROG} vllm") -> argparse.ArgumentParser:
@@ -30,7 +37,7 @@ def _parser(prog: str = f"{PROG} vllm") -> argparse.ArgumentParser:
                        "throughput, latency, KV blocks, preemptions, prefix-cache hits, events.")
     c.add_argument("--model", default="tiny",
                    help="'tiny' (the embedded model) or a transformers model folder")
-    c.add_argument("--workload", choices=("shared_prefix", "sharegpt", "alpaca"),
+    c.add_argument("--workload", type=choice_name, choices=("shared_prefix", "sharegpt", "alpaca"),
                    default="shared_prefix", help="requests sharing a prompt prefix (default), "
                    "or the bench's ShareGPT- or Alpaca-shaped ones")
     c.add_argument("--requests", type=positive_int, default=8, help="how many requests (default 8)")
@@ -42,6 +49,7 @@ def _parser(prog: str = f"{PROG} vllm") -> argparse.ArgumentParser:
                    help="comma-separated, from vllm, pagedkit (default both)")
     c.add_argument("--json", metavar="PATH", type=writable_file, help="write the comparison here")
     add_no_progress(c, "the progress bars while each system's weights load")
+    c.set_defaults(parser=c)  # its own usage errors print its usage, not vllm's
     e = sub.add_parser("events", help="print the cache a vLLM's KV events describe",
                        description="Follow a vLLM's KV-cache events (its ZeroMQ publisher) and "
                        "print the cached blocks they describe, batch by batch.")
@@ -53,14 +61,17 @@ def _parser(prog: str = f"{PROG} vllm") -> argparse.ArgumentParser:
     e.add_argument("--tree", action="store_true",
                    help="after each batch, the cache as a prefix tree in characters")
     add_no_progress(e)
+    e.set_defaults(parser=e)
     return p
 
 
 def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
+    from ..bench import no_progress_after_name
+
     p = _parser(prog)
-    args = p.parse_args(argv)
+    args = p.parse_args(no_progress_after_name(sys.argv[1:] if argv is None else argv))
     if args.command == "compare":
-        return _compare(args, p)
+        return _compare(args, args.parser)
     return _events(args)
 
 
@@ -70,7 +81,7 @@ def _compare(args, parser) -> int:
     from . import compare as cmp
 
     try:  # the check compare_all makes, said before anything loads
-        systems = check_choice("system", (s.strip() for s in args.systems.split(",")
+        systems = check_choice("system", (choice_name(s) for s in args.systems.split(",")
                                           if s.strip()), cmp.SYSTEMS)
     except ValueError as e:
         parser.error(f"--systems {args.systems!r}: {e}")

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._validation import choice_name
 from ..bench import check_choice, load_average
 from .reader import CachedBlocks, ZmqEventStream
 from .wire import EventBatch
@@ -442,7 +443,7 @@ def compare_all(workloads: Sequence[Workload], model: str | Path | None = None, 
                 systems: Sequence[str] = SYSTEMS, progress: bool = True) -> list[Comparison]:
     """`compare` for several workloads, one after the other on one vLLM engine
     (built once: most of a small comparison's time) and fresh pagedkit ones."""
-    systems = check_choice("system", systems, SYSTEMS)
+    systems = check_choice("system", map(choice_name, systems), SYSTEMS)  # "PagedKit" too
     model_dir = str(model) if model is not None else tiny_model_dir()
     if "vllm" in systems:
         require_vllm()
