@@ -62,16 +62,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check_samples(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse more completions per prompt than one step computes: a prompt's
-    -n completions run together as one group, so they need -n of the
-    scheduler's max_num_seqs sequence slots at once (the demo builds its
-    engine with the default, vLLM's 256)."""
+    """Refuse more completions per prompt than one step computes, by the engine's
+    own rule (`group_past_max_num_seqs`), before the model loads: the demo builds
+    its engine with the scheduler's default max_num_seqs, vLLM's 256."""
+    from .engine.llm_engine import group_past_max_num_seqs
     from .scheduler.scheduler import SchedulerConfig
 
     most = SchedulerConfig.max_num_seqs
-    if args.n > most:
-        parser.error(f"-n {args.n} is more than the engine's max_num_seqs ({most}): a prompt's "
-                     f"-n completions run together in one step; give -n {most} or less")
+    crowded = group_past_max_num_seqs("n", "completions", args.n, most)
+    if crowded:
+        parser.error(f"-n {args.n}: {crowded}; give -n {most} or less")
 
 
 def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,

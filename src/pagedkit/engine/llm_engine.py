@@ -79,6 +79,19 @@ class KVCacheTooSmallWarning(UserWarning):
     request."""
 
 
+
+def group_past_max_num_seqs(name: str, kind: str, seqs: int, max_num_seqs: int) -> str | None:
+    """What is wrong when a request's `seqs` samples or beams (`name` its option,
+    n or beam_width; `kind` theirs) are more than one step holds: they run together
+    as one group, in the same step, so they need `seqs` of its `max_num_seqs`
+    sequence slots; None when they fit. The rule of `LLMEngine._check_sequences_fit`,
+    and of the demo's -n before its model loads."""
+    if seqs <= max_num_seqs:
+        return None
+    return (f"the {name}={seqs} {kind} run together as one group (sharing the prompt's "
+            f"blocks), so they need {seqs} sequence slots in the same step, but max_num_seqs "
+            f"is {max_num_seqs}")
+
 class LLMEngine:
     """A paged LLM serving engine, one step at a time (vLLM's ``LLMEngine``)."""
 
@@ -387,19 +400,17 @@ class LLMEngine:
         if seqs <= most:
             return
         name, kind = ("beam_width", "beams") if params.use_beam_search else ("n", "samples")
+        crowded = group_past_max_num_seqs(name, kind, seqs, cap)
         blocks = f"num_blocks={full + seqs} or more"
         advice = (f"lower {name} to {most}{' or less' * (most > 1)}, or " if most >= 1 else "")
         advice += (f"build the engine with max_num_seqs={seqs} or more"
-                   + f" and {blocks}" * (seqs > in_cache) if seqs > cap else
+                   + f" and {blocks}" * (seqs > in_cache) if crowded else
                    f"give the engine {blocks}")
-        if seqs > cap:
+        if crowded:
             vllm = ("LLM.beam_search, vLLM's way, runs each beam as a request of its own"
                     if params.use_beam_search else
                     "vLLM runs each sample as a request of its own, a few at a time")
-            raise ValueError(f"{who}: the {name}={seqs} {kind} run together as one group "
-                             f"(sharing the prompt's blocks), so they need {seqs} sequence "
-                             f"slots in the same step, but max_num_seqs is {cap} ({vllm}); "
-                             f"{advice}")
+            raise ValueError(f"{who}: {crowded} ({vllm}); {advice}")
         raise ValueError(
             f"{who}: {name}={seqs} sequences share {full} full blocks of the prompt and each "
             f"needs a block of its own for its next token: {full + seqs} blocks, but the "
