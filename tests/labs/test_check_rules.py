@@ -217,33 +217,6 @@ def test_stub_name_names_the_stub_that_raised():
 
 
 
-def floats_for_ints(value):
-    """`value` with every int in it (not a bool) made a float, at every depth."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(floats_for_ints(v) for v in value)
-    return value
-
-
-def test_a_whole_float_for_an_int_gets_the_division_hint():
-    """Newcomer 12: `blocks_for` returning 1.0 read "the value is right, its
-    type is not." and nothing more. Over every check: where the reference's
-    answers made floats are refused for their type, the message says why a
-    float came back and what gives an int."""
-    refused = []
-    for param in function_checks():
-        path, lab, name = param.values
-        solution = getattr(load(path), name)
-        result = check_of(lab, name)(lambda *a, _f=solution, **k: floats_for_ints(_f(*a, **k)))
-        if "its type is not" in repr(result):
-            refused.append(f"{lab}.{name}")
-            assert "Hint: " in repr(result) and "`//`" in repr(result), repr(result)
-    assert "lab00.blocks_for" in refused, refused
-
-
 @pytest.mark.parametrize("got, want, hint", [(2.0, 2, True), (np.float64(3.0), 3, True),
                                              (2, 2.0, False), (True, 1, False)])
 def test_the_division_hint_only_for_a_float_where_an_int_is_expected(got, want, hint):

@@ -16,13 +16,14 @@ import copy
 import numbers
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
-from ..i18n import N_, _
+from ..i18n import N_, _, ngettext
 
 __all__ = ["NOT_WRITTEN", "Case", "CheckResult", "as_items", "call_learner", "check_function",
-           "fresh", "function_name", "hint_text", "is_sequence", "not_written", "require_function",
-           "same_items", "stub_name", "wrong_answer"]
+           "fresh", "function_name", "hint_text", "is_count", "is_sequence", "not_written",
+           "require_function", "same_items", "same_values", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
 """English, as every message is written; `_(NOT_WRITTEN)` is what the learner reads."""
@@ -114,16 +115,28 @@ def require_function(name: str, fn: object) -> None:
                           "got {type}").format(name=name, type=type(fn).__name__))
 
 
-def call_learner(name: str, fn: Callable, call: str, *args: Any, hint: str | Callable = "",
-                 **kwargs: Any) -> tuple[Any, CheckResult | None]:
+def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
+                 hint: str | Callable = "", **kwargs: Any) -> tuple[Any, CheckResult | None]:
     """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
     it raised — "not written yet" for the stub's NotImplementedError, else the
-    call, the exception and the hint. A generator it returns is run to its end
-    here, as a list, so that its errors are the call's (and a message shows
-    its items)."""
+    call, the exception and the hint. A generator (any iterator) it returns is
+    read here, as a list, so that its errors are the call's (and a message
+    shows its items) — but never past one item more than the `expected`
+    answer holds (none where that is not a sequence): an endless generator
+    fails, saying so, instead of hanging the check."""
     try:
         result = fn(*args, **kwargs)
-        return (list(result) if isinstance(result, Iterator) else result), None
+        if isinstance(result, Iterator):
+            most = len(expected) if is_sequence(expected) else 0
+            result = list(islice(result, most + 1))
+            if len(result) > most:
+                return None, CheckResult(name, False, ngettext(
+                    "{call} returned an iterator that gives more than {n} item (an endless "
+                    "generator?), expected {expected!r}.",
+                    "{call} returned an iterator that gives more than {n} items (an endless "
+                    "generator?), expected {expected!r}.", most).format(
+                        call=call, n=most, expected=expected))
+        return result, None
     except NotImplementedError as err:
         return None, not_written(name, fn, err)
     except Exception as err:  # the learner's bug, reported instead of raised
@@ -156,11 +169,73 @@ def as_items(value: Any) -> Any:
     return [as_items(item) for item in value] if is_sequence(value) else value
 
 
+def is_count(value: Any) -> bool:
+    """The one rule for a count: an integer by value and by kind — an int, a
+    numpy integer, a 0-d integer array or tensor. Not ``2.0`` (from ``/``: a
+    block table cannot have 2.0 entries, ``range(2.0)`` raises), nor a
+    numpy or torch float, nor ``True`` (a comparison's answer, not a count,
+    though ``True == 1``)."""
+    return isinstance(_scalar(value), numbers.Integral) and not isinstance(_scalar(value), bool)
+
+
+def _scalar(value: Any) -> Any:
+    """A numpy or torch scalar (0-d) as the Python number it holds (its kind
+    kept: ``np.int64(2)`` -> 2, ``torch.tensor(2.0)`` -> 2.0); else `value`."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        return value.item()
+    return value
+
+
+def _differences(got: Any, want: Any) -> Iterator[tuple[str, Any, Any]]:
+    """Where `got` differs from the expected `want`, one ``(kind, got part,
+    expected part)`` each: ``"type"`` for a number of the right value that is
+    not a count where a count is expected (`is_count`), ``"value"`` for
+    anything else. Sequences (`is_sequence`) are compared item by item, read
+    no further than one item past the expected length (an endless generator
+    ends the comparison, unequal); mappings key by key."""
+    if is_sequence(want):
+        items = list(islice(got, len(want) + 1)) if is_sequence(got) else None
+        if items is None or len(items) != len(want):
+            yield "value", got, want
+            return
+        for got_item, want_item in zip(items, want, strict=True):
+            yield from _differences(got_item, want_item)
+    elif isinstance(want, Mapping):
+        if not isinstance(got, Mapping) or set(got) != set(want):
+            yield "value", got, want
+            return
+        for key in want:
+            yield from _differences(got[key], want[key])
+    elif is_sequence(got) or not _equal(got, want):
+        yield "value", got, want
+    elif is_count(want) and not is_count(got):
+        yield "type", got, want
+
+
+def _equal(got: Any, want: Any) -> bool:
+    """``got == want`` as a bool; False where the two cannot be compared."""
+    try:
+        return bool(got == want)
+    except (TypeError, ValueError, RuntimeError):  # say, an array compared with text
+        return False
+
+
 def same_items(got: Any, want: Any) -> bool:
-    """Equal answers, whatever sequence holds them: a tuple of the right items
-    is as right as a list of them (the default comparison of `check_function`;
-    every check that compares sequences compares them by this rule)."""
-    return as_items(got) == as_items(want)
+    """The one rule for a right answer (the default comparison of
+    `check_function`; every check that compares answers compares them by
+    it): equal items, whatever sequence holds them — a tuple of the right
+    items is as right as a list of them, at every depth, and a dict is
+    compared key by key — and where the expected answer is a count, a count
+    (`is_count`): ``2.0`` and ``True`` are refused where ``2`` and ``1`` are
+    expected, ``np.int64(2)`` is not. A float expected stays a float (any
+    number of its value passes)."""
+    return next(_differences(got, want), None) is None
+
+
+def same_values(got: Any, want: Any) -> bool:
+    """`same_items` by value alone: only counts of the wrong type differ
+    (``[2.0]`` for ``[2]``), which `wrong_answer` then says."""
+    return all(kind == "type" for kind, _got, _want in _differences(got, want))
 
 
 def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Callable = "", *,
@@ -173,18 +248,30 @@ def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Call
     (`none_is_an_answer`: "return None if there is none"), it was returned on
     purpose and is judged like any other value: what was expected, and the
     case's hint. A number of the right value but another type (``2.0`` for
-    ``2``) says that, not the hint; `show` writes the values (``repr`` stands
-    in where it would write the two alike)."""
+    ``2``), alone or as an item of the answer (`same_values`), says that and
+    why, not the case's hint; `show` writes the values (``repr`` stands in
+    where it would write the two alike)."""
     if got is None and not none_is_an_answer:
         return CheckResult(name, False, _("{call} returned None — did you forget `return`?")
                            .format(call=call))
-    if _numbers_equal(got, expected):  # refused by type alone: say so, not the hint
+    if _numbers_equal(_scalar(got), _scalar(expected)):  # refused by type alone: say so
         return CheckResult(name, False, _(
             "{call} returned {got!r} ({got_type}), expected {expected!r} ({want_type}): "
             "the value is right, its type is not.").format(
                 call=call, got=got, got_type=type(got).__name__,
                 expected=expected, want_type=type(expected).__name__)
-            + hint_text(FLOAT_FOR_INT if _float_for_int(got, expected) else ""))
+            + hint_text(_type_hint(got, expected)))
+    wrong_type = next(_differences(got, expected), None)
+    if wrong_type is not None and same_values(got, expected):  # an item's type, not its value
+        _kind, got_item, want_item = wrong_type
+        return CheckResult(name, False, _(
+            "{call} returned {got}, expected {expected}: the values are right, not all their "
+            "types: {got_item!r} ({got_type}) stands where {want_item!r} ({want_type}) is "
+            "expected.").format(
+                call=call, got=show(got), expected=show(expected), got_item=got_item,
+                got_type=type(got_item).__name__, want_item=want_item,
+                want_type=type(want_item).__name__)
+            + hint_text(_type_hint(got_item, want_item)))
     got_text, expected_text = show(got), show(expected)
     if got_text == expected_text:  # a short form must not hide the difference
         got_text, expected_text = repr(got), repr(expected)
@@ -200,7 +287,7 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
     """Run `fn` on each case; pass if every result equals the expected one.
 
     `equal(got, expected)` compares (default `same_items`: ``==``, a tuple
-    and a list of equal items alike); each call gets `fresh` arguments, so
+    and a list of equal items alike, a count only by a count); each call gets `fresh` arguments, so
     `fn` may change what it is given, and the message shows the case's
     arguments as they were before the call; `show` writes a
     value in a wrong answer's message (default ``repr``; lab 07 shortens
@@ -217,7 +304,8 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
     for case in cases:
         call = case.call_text(function_name(fn, name))
         args, kwargs = fresh((case.args, case.kwargs))
-        got, failed = call_learner(name, fn, call, *args, hint=case.hint, **kwargs)
+        got, failed = call_learner(name, fn, call, *args, expected=case.expected,
+                                   hint=case.hint, **kwargs)
         if failed is not None:
             return failed
         if not equal(got, case.expected):
@@ -231,12 +319,22 @@ FLOAT_FOR_INT = N_("a count is an int, but `/` (and numpy's ceil) give floats, e
                    "2.0: count with `//`, which keeps an int (to round up: -(-a // b))")
 """The hint for a whole float where an int was expected (`wrong_answer`)."""
 
+BOOL_FOR_INT = N_("a comparison gives a bool (True or False), not a count, although True == 1: "
+                  "return the number itself, an int")
+"""The hint for a bool where an int was expected (`wrong_answer`)."""
 
-def _float_for_int(got: Any, expected: Any) -> bool:
-    """A whole number of the wrong kind: a float (or other non-integral
-    number) where an integer was expected — most often from `/`."""
-    return (isinstance(expected, numbers.Integral)
-            and isinstance(got, numbers.Real) and not isinstance(got, numbers.Integral))
+
+def _type_hint(got: Any, expected: Any) -> str:
+    """Why a number of the right value has the wrong type, where a count was
+    expected: a float (most often from `/`) or a bool (from a comparison)."""
+    got = _scalar(got)
+    if not is_count(expected):
+        return ""
+    if isinstance(got, bool):
+        return BOOL_FOR_INT
+    if isinstance(got, numbers.Real) and not isinstance(got, numbers.Integral):
+        return FLOAT_FOR_INT
+    return ""
 
 
 def _numbers_equal(a: Any, b: Any) -> bool:

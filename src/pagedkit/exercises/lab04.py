@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..i18n import N_, _, ngettext
-from . import CheckResult, function_name, not_written, require_function
+from . import CheckResult, function_name, not_written, require_function, wrong_answer
 
 __all__ = [
     "CHECKS",
@@ -90,8 +90,7 @@ def _first_problem(name: str, got, want: torch.Tensor, call: str, *, exact: bool
                    atol: float = 1e-5) -> CheckResult | None:
     """None if `got` matches `want`; else a failing result saying how it differs."""
     if got is None:
-        return CheckResult(name, False, (_("{call} returned None — did you forget `return`?")
-                                          .format(call=call)))
+        return wrong_answer(name, call, got, want)  # "did you forget `return`?"
     if not isinstance(got, torch.Tensor):
         return CheckResult(name, False, (_("{call} returned {shape}; expected a tensor of shape "
                                           "{list}")
@@ -334,14 +333,13 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
                                     acc.clone(), scores[tile].clone(), v[tile].clone())
                 if failed is not None:
                     return failed
+                want_m, want_s, want_acc = _softmax_state(scores[:tile.stop], v[:tile.stop])
                 if got is None:
-                    return CheckResult(name, False, _("{call} returned None — did you forget "
-                                                      "`return`?").format(call=call))
+                    return wrong_answer(name, call, got, (want_m, want_s, want_acc))
                 if not isinstance(got, tuple | list) or len(got) != 3:
                     return CheckResult(name, False, (_("{call} returned {name}; return the "
                                                       "three new values (row_max, row_sum, acc)")
                                                       .format(call=call, name=type(got).__name__)))
-                want_m, want_s, want_acc = _softmax_state(scores[:tile.stop], v[:tile.stop])
                 gm, gs, gacc = (torch.as_tensor(x, dtype=torch.float64) for x in got)
                 if any(torch.isnan(x).any() for x in (gm, gs, gacc)):
                     return CheckResult(name, False, _("{call} returned NaN.  Hint: while every "

@@ -22,6 +22,7 @@ from . import (
     check_function,
     fresh,
     function_name,
+    not_written,
     require_function,
     same_items,
     wrong_answer,
@@ -205,8 +206,8 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
         if want is RAISES:
             try:
                 got = fn(*args)
-            except NotImplementedError:
-                return CheckResult(name, False, _("not written yet"))
+            except NotImplementedError as err:
+                return not_written(name, fn, err)
             except Exception:
                 if args != (ref_counts, free_blocks, table):
                     return CheckResult(name, False, _("{call} raised, but changed the pool first: "
@@ -223,7 +224,7 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
             return CheckResult(name, False, (_("{call} returned {got!r}, expected it to raise "
                                               "an error and change nothing.  Hint: {hint}")
                                               .format(call=call, got=got, hint=hint)))
-        got, failed = call_learner(name, fn, call, *args, hint=hint)
+        got, failed = call_learner(name, fn, call, *args, expected=want, hint=hint)
         if failed is not None:
             return failed
         if not same_items(got, want):

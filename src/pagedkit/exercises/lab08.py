@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import islice
 
 import torch
 
@@ -27,7 +28,11 @@ from . import (
     check_function,
     fresh,
     function_name,
+    is_sequence,
     require_function,
+    same_items,
+    same_values,
+    wrong_answer,
 )
 
 __all__ = ["CHECKS", "check_pack_step", "check_top_p_filter", "engine_packing"]
@@ -151,20 +156,27 @@ def check_pack_step(fn: Callable) -> CheckResult:
     for seqs, block_size, hint in specs:
         learner, expected = engine_packing(seqs, block_size)
         call = Case((learner, block_size), expected).call_text(function_name(fn, name))
-        got, failed = call_learner(name, fn, call, fresh(learner), block_size, hint=hint)
+        got, failed = call_learner(name, fn, call, fresh(learner), block_size,
+                                   expected=expected, hint=hint)
         if failed is not None:
             return failed
         if not isinstance(got, (tuple, list)) or len(got) != 4:
             return CheckResult(name, False, _("{call} returned {got!r}; expected four lists: "
                                               "{items}")
                                              .format(call=call, got=got, items=', '.join(fields)))
+        # each list read no further than one item past its expected length (an endless
+        # generator ends there), then judged by the one rule (`same_items`): counts, not floats
+        got = tuple(list(islice(g, len(want) + 1)) if is_sequence(g) else g
+                    for g, want in zip(got, expected, strict=True))
         for (field, field_hint), g, want in zip(fields.items(), got, expected, strict=True):
-            if [int(x) for x in g] != want:
+            if not same_values(g, want):
                 return CheckResult(name, False, _("{call}: {field} is {got}, expected {want}. "
                                                   " Hint: {field_hint}. ({hint})")
-                                                 .format(call=call, field=field, got=list(g),
+                                                 .format(call=call, field=field, got=g,
                                                          want=want, field_hint=field_hint,
                                                          hint=hint))
+        if not same_items(got, expected):  # right values, but a float (or bool) for a count
+            return wrong_answer(name, call, got, expected)
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(specs)))
 
 

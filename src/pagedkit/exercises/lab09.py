@@ -16,7 +16,7 @@ import torch
 
 from ..i18n import N_, _
 from ..model.kv_cache import KVCacheSpec
-from . import Case, CheckResult, check_function
+from . import Case, CheckResult, check_function, same_items
 from ._boundaries import grid_cases
 
 __all__ = ["CHECKS", "check_best_num_drafts", "check_tokens_that_fit", "expected_tokens_per_step"]
@@ -137,8 +137,7 @@ def check_best_num_drafts(fn: Callable) -> CheckResult:
     ]
     cases = [Case(args, _best_num_drafts(*args), hint) for args, hint in specs]
     return check_function("best_num_drafts", fn, cases + drafts_grid(),
-                          equal=lambda got, want: _as_int(got) == want,
-                          diagnose=_wrong_expected_tokens)
+                          diagnose=_wrong_expected_tokens)  # k is a count: same_items
 
 
 # Formulas for E(a, k) that a learner may take for the expected tokens per step,
@@ -158,11 +157,11 @@ def _wrong_expected_tokens(fn: Callable, got) -> str:
     cases = [(0.8, 0.05, 10), (0.8, 0.2, 10), (0.6, 0.1, 10), (0.95, 0.1, 20),
              (0.3, 0.05, 10), (0.9, 0.3, 10), (0.3, 0.5, 8), (0.0, 0.1, 5)]
     try:
-        answers = [_as_int(fn(*args)) for args in cases]
+        answers = [fn(*args) for args in cases]
     except Exception:  # its error shows on its own case
         return ""
     for formula, (wrong, why) in WRONG_EXPECTED_TOKENS.items():
-        if answers == [_best_num_drafts(*args, wrong) for args in cases]:
+        if same_items(answers, [_best_num_drafts(*args, wrong) for args in cases]):
             return (_("{k} is the best k if E(a, k) = {formula}, but that is not the expected "
                       "number of tokens per step ({why}). Draft i counts only if drafts 1..i "
                       "were all accepted, and the target model adds one token of its own: "
@@ -208,15 +207,6 @@ def drafts_grid() -> list[Case]:
     return grid_cases(product((0.0, 0.1, 0.3, 0.5, 0.8, 0.95, 1.0),
                               (0.0, 0.05, 0.2, 0.5, 1.0, 2.0), (0, 1, 3, 8)),
                       _drafts_oracle, _drafts_hint)
-
-
-def _as_int(value) -> int | None:
-    """An integer in any form a learner may return (int, numpy or torch scalar)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(number) if number == int(number) else None
 
 
 CHECKS = {
