@@ -79,7 +79,8 @@ def test_one_trace_mode(capsys, tmp_path):
      "only the paged manager takes a block size"),
     (["--trace", "{csv}", "--duration", "60"], "--duration draws a synthetic trace"),
     (["--trace", "{csv}", "--dataset", "alpaca"], "not both"),
-    (["--trace", "{bare}"], "no arrival times; pass --rate (requests/s)"),
+    (["--trace", "{bare}"], "no arrival times (a column arrival, arrival_time, timestamp, or a "
+                            "pair's third value); pass --rate (requests/s)"),
     (["--benchmark", "--batching", "static"], "--batching: for one trace's run only"),
     (["--scale", "quick", "--manager", "max", "--preemption", "swap"],
      "--manager, --preemption: for one trace's run only"),
@@ -161,3 +162,45 @@ def test_aborted_requests_are_said_under_the_table(capsys, tmp_path, lengths, ab
         assert (f"  request {i} (prompt_len {p}, output_len {o}): needs {p + o} tokens > "
                 "max_seq_len 2048") in out
     assert ("... and 2 more" in out) == (count == 5)
+
+
+def _simulated(argv, capsys):
+    """The command's JSON rows, or its usage error's message."""
+    try:
+        main([*argv, "--manager", "paged", "--json", "--no-progress"])
+    except SystemExit as e:
+        assert e.code == 2
+        return capsys.readouterr().err.splitlines()[-1].split("error: ", 1)[1]
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("rate", [[], ["--rate", "0.5"]], ids=["no rate", "rate"])
+@pytest.mark.parametrize("header", ["arrival,prompt_len,output_len",
+                                    "prompt_len,output_len,arrival",
+                                    "output_len,arrival,prompt_len", "prompt_len,output_len",
+                                    "output_len,prompt_len", "arrival, prompt_len, output_len"])
+def test_a_trace_with_a_byte_order_mark_runs_as_without(tmp_path, capsys, header, rate):
+    """Newcomer 15, finding 3, on the command line: Excel's "CSV UTF-8" file
+    ran with Poisson arrivals in place of its own under --rate, and was refused
+    as having no arrival times without it."""
+    values = {"arrival": ("0", "0"), "prompt_len": ("10", "20"), "output_len": ("5", "3")}
+    names = [n.strip() for n in header.split(",")]
+    text = "\n".join([header, *(",".join(values[n][i] for n in names) for i in range(2))])
+    outcomes = []
+    for bom in ("", "\ufeff"):
+        path = tmp_path / f"t{len(bom)}.csv"
+        path.write_text(bom + text + "\n", encoding="utf-8")
+        got = _simulated(["--trace", str(path), *rate], capsys)
+        outcomes.append(got.replace(str(path), "FILE") if isinstance(got, str)
+                        else [{k: v for k, v in row.items() if k not in ("trace", "wall_seconds")}
+                              for row in got])
+    assert outcomes[0] == outcomes[1]
+    has_arrivals = "arrival" in names
+    if has_arrivals and not rate:  # the newcomer's hand-checked run: 5 steps, mean batch 1.6
+        assert (outcomes[1][0]["steps"], outcomes[1][0]["mean_batch_size"]) == (5, 1.6)
+    elif has_arrivals:
+        assert outcomes[1].startswith("--trace: FILE: the file gives every request an arrival")
+    elif not rate:
+        assert outcomes[1].startswith("--trace: FILE: the file has no arrival times")
+    else:
+        assert outcomes[1][0]["requests"] == 2

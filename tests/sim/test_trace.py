@@ -1,3 +1,4 @@
+import itertools
 import json
 
 import numpy as np
@@ -84,7 +85,8 @@ def test_load_csv(tmp_path):
 def test_load_errors_name_the_problem(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps([[10, 20]]))
-    with pytest.raises(ValueError, match="no arrival times; pass rate="):
+    with pytest.raises(ValueError, match=r"no arrival times \(a column arrival, arrival_time, "
+                                         r"timestamp, or a pair's third value\); pass rate="):
         load_trace(path)
     path.write_text(json.dumps([[10, 0]]))
     with pytest.raises(ValueError, match="output_len of request 0 must be >= 1, got 0"):
@@ -170,9 +172,9 @@ UNREADABLE = [
     ("numbers.json", b"[1, 2, 3]", "request 0 is neither a list nor an object: 1; expected a "
                                    "JSON list"),
     ("empty.csv", b"", "the file is empty; expected a CSV file whose header row names"),
-    ("other.csv", b"x,y\n1,2\n", r"request 0 has none of the columns prompt_len, .* \(its "
-                                 "header row reads x,y; expected a CSV file whose header"),
-    ("headless.csv", b"10,20\n5,7\n", r"\(its header row reads 10,20; expected a CSV file"),
+    ("other.csv", b"x,y\n1,2\n", r"request 0 has none of the columns prompt_len, .* \(the "
+                                 "columns it has: 'x', 'y'\\); expected a CSV file whose header"),
+    ("headless.csv", b"10,20\n5,7\n", r"\(the columns it has: '10', '20'\); expected a CSV file"),
     ("nul.csv", b"prompt_len,output_len\n1\x00,2\n", "(not a CSV file|whole number of tokens)"),
 ]
 
@@ -189,3 +191,134 @@ def test_an_unreadable_trace_is_refused_naming_the_file_and_the_form(tmp_path, n
     with pytest.raises(ValueError, match=message) as e:
         load_trace(path, rate=1.0)
     assert str(e.value).startswith(f"{path}: ")
+
+
+# ------------------------------------------------- how a CSV file is written
+#: a trace written by hand or by a spreadsheet: every order of its columns, with and
+#: without arrivals (newcomer 15, finding 3)
+COLUMNS = [list(order) for order in itertools.permutations(("arrival", "prompt_len",
+                                                            "output_len"))]
+COLUMNS += [list(order) for order in itertools.permutations(("prompt_len", "output_len"))]
+VALUES = {"arrival": ("0", "0.5"), "prompt_len": ("10", "20"), "output_len": ("5", "3")}
+BOM = "\ufeff"  # what Excel's "CSV UTF-8" writes first
+
+
+def _csv(columns, *, bom="", header=None) -> str:
+    rows = [",".join(VALUES[c][i] for c in columns) for i in range(2)]
+    return bom + "\n".join([header or ",".join(columns), *rows]) + "\n"
+
+
+def _outcome(path, rate):
+    """What load_trace makes of `path`: its requests, or its error with the path cut."""
+    try:
+        return [(r.arrival, r.prompt_len, r.output_len) for r in load_trace(path, rate=rate)]
+    except ValueError as e:
+        return str(e).removeprefix(f"{path}: ")
+
+
+def _expected(columns, rate):
+    if "arrival" not in columns:
+        return ("the file has no arrival times" if rate is None
+                else [(t, p, o) for t, p, o in zip(poisson_arrivals(2, rate), (10, 20), (5, 3),
+                                                   strict=True)])
+    return ([(0.0, 10, 5), (0.5, 20, 3)] if rate is None
+            else "the file gives every request an arrival time")
+
+
+@pytest.mark.parametrize("rate", [None, 0.5])
+@pytest.mark.parametrize("columns", COLUMNS, ids=",".join)
+@pytest.mark.parametrize("bom", ["", BOM], ids=["plain", "bom"])
+def test_a_csv_file_reads_the_same_with_or_without_a_byte_order_mark(tmp_path, bom, columns,
+                                                                     rate):
+    """Newcomer 15, finding 3: with Excel's BOM the first column read as
+    '\\ufeffarrival', so with a rate the file's arrivals were silently replaced by
+    Poisson draws, and without one the refusal said the file had none (or, with
+    prompt_len first, that it had no prompt_len column)."""
+    path = tmp_path / "t.csv"
+    path.write_text(_csv(columns, bom=bom), encoding="utf-8")
+    got = _outcome(path, rate)
+    expected = _expected(columns, rate)
+    if isinstance(expected, str):
+        assert isinstance(got, str) and got.startswith(expected), got
+    else:
+        assert got == expected
+    assert got == _outcome(_plain(tmp_path, columns), rate)
+
+
+def _plain(tmp_path, columns):
+    path = tmp_path / "plain.csv"
+    path.write_text(_csv(columns), encoding="utf-8")
+    return path
+
+
+#: header rows that name the columns as a hand or a spreadsheet writes them
+HEADERS = ["arrival, prompt_len, output_len", " arrival ,prompt_len ,output_len ",
+           "Arrival,Prompt_Len,Output_Len", "ARRIVAL, PROMPT_LEN, OUTPUT_LEN",
+           "arrival,\tprompt_len,\toutput_len"]
+
+
+@pytest.mark.parametrize("bom", ["", BOM], ids=["plain", "bom"])
+@pytest.mark.parametrize("header", HEADERS, ids=repr)
+def test_a_header_row_is_read_case_and_spaces_aside(tmp_path, header, bom):
+    """Finding 3's 'arrival, prompt_len, output_len' (a space after each comma)
+    was refused as having no prompt_len column while the message showed one."""
+    path = tmp_path / "t.csv"
+    path.write_text(_csv(["arrival", "prompt_len", "output_len"], bom=bom, header=header),
+                    encoding="utf-8")
+    assert _outcome(path, None) == [(0.0, 10, 5), (0.5, 20, 3)]
+
+
+@pytest.mark.parametrize("separator, what", [(";", "semicolons"), ("\t", "tabs")])
+@pytest.mark.parametrize("columns", [["prompt_len", "output_len"],
+                                     ["arrival", "prompt_len", "output_len"]], ids=",".join)
+def test_a_file_separated_otherwise_than_by_commas_is_refused_saying_so(tmp_path, separator,
+                                                                        what, columns):
+    path = tmp_path / "t.csv"
+    path.write_text(_csv(columns).replace(",", separator))
+    expected = (f"the header row {separator.join(columns)!r} is separated by {what}, not "
+                "commas; save the file comma-separated")
+    for rate in (None, 1.0):
+        assert _outcome(path, rate).startswith(expected)
+
+
+@pytest.mark.parametrize("header, twice", [
+    ("prompt_len,output_len,prompt_len", "'prompt_len' twice ('prompt_len' and 'prompt_len')"),
+    ("Prompt_Len,output_len,prompt_len", "'prompt_len' twice ('Prompt_Len' and 'prompt_len')"),
+    ("arrival,prompt_len,output_len, Arrival", "'arrival' twice ('arrival' and ' Arrival')")])
+def test_two_columns_that_read_the_same_are_refused(tmp_path, header, twice):
+    """Before, the last of two equal names silently won; read case aside, two
+    different names may read the same."""
+    path = tmp_path / "t.csv"
+    path.write_text(header + "\n" + ",".join(["1"] * header.count(",")) + ",1\n")
+    assert _outcome(path, 1.0) == f"the header row names the column {twice}; keep one"
+    objects = tmp_path / "t.json"
+    objects.write_text(json.dumps([{"prompt_len": 1, "output_len": 1, "Output_Len ": 2}]))
+    assert _outcome(objects, 1.0) == ("request 0 names the column 'output_len' twice "
+                                      "('output_len' and 'Output_Len '); keep one")
+
+
+def test_json_objects_are_read_case_and_spaces_aside_and_a_json_bom_skipped(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(BOM + json.dumps([{"Prompt_Len": 3, " output_len": 4, "ARRIVAL": 1}]),
+                    encoding="utf-8")
+    assert _outcome(path, None) == [(1.0, 3, 4)]
+
+
+@pytest.mark.parametrize("header", ["prompt_len\u200b,output_len", "x,output_len"])
+def test_a_missing_column_is_named_and_the_columns_shown_as_read(tmp_path, header):
+    """The refusal shows each column name as Python writes it, so a hidden
+    character (here a zero-width space) shows, and never a name it says is missing."""
+    path = tmp_path / "t.csv"
+    path.write_text(_csv(["prompt_len", "output_len"], bom=BOM, header=header),
+                    encoding="utf-8")
+    first = header.split(",")[0]
+    assert _outcome(path, 1.0) == (
+        "request 0 has none of the columns prompt_len, input_len, prompt_tokens, "
+        f"input_tokens, prompt, input (the columns it has: {first!r}, 'output_len'); "
+        "expected a CSV file whose header row names the columns, e.g. prompt_len,output_len")
+
+
+def test_a_byte_that_is_not_utf8_is_counted_from_the_files_start(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbfprompt_len\xff,output_len\n")
+    assert _outcome(path, 1.0).startswith("not a text file (byte 13 is not UTF-8)")

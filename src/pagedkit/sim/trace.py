@@ -26,6 +26,7 @@ from statistics import NormalDist
 import numpy as np
 
 from .._validation import check_int, check_number, choice_name
+from ..i18n import N_, _
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ def _solve_mu(target: float, sigma: float, his: Iterable[float]) -> float:
     if not 1 <= target <= max(his):
         raise ValueError(f"a mean length of {target} is outside [1, {max(his)}]")
     lo, hi = -20.0, 20.0
-    for _ in range(100):  # the mean grows with mu: bisect
+    for _step in range(100):  # the mean grows with mu: bisect
         mid = (lo + hi) / 2
         mean = sum(_truncated_lognormal_mean(mid, sigma, 0.5, h) for h in his) / len(his)
         lo, hi = (mid, hi) if mean < target else (lo, mid)
@@ -187,7 +188,7 @@ def _draw_truncated(rng: np.random.Generator, mu: float, sigma: float,
     room for the output) are drawn exactly by inverting the normal CDF."""
     out = np.zeros(len(his), dtype=np.int64)
     todo = np.arange(len(his))
-    for _ in range(8):
+    for _try in range(8):
         if not len(todo):
             return out
         x = np.rint(rng.lognormal(mu, sigma, size=len(todo))).astype(np.int64)
@@ -289,57 +290,69 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
     JSON: a list of ``[prompt_len, output_len]`` pairs (optionally with an
     arrival third) or of objects; CSV: a header row. Columns may be called
     ``prompt_len``/``input_len`` and ``output_len``/``output_tokens`` (and a
-    few aliases). Lengths are whole numbers of tokens (``12`` or ``12.0``,
-    never ``12.7``). Arrival times (seconds, an ``arrival`` column) are used
+    few aliases), in any case and with spaces around them (``Arrival,
+    Prompt_Len``); a file may start with a UTF-8 byte-order mark (Excel's
+    "CSV UTF-8" writes one). Lengths are whole numbers of tokens (``12`` or
+    ``12.0``, never ``12.7``). Arrival times (seconds, an ``arrival`` column) are used
     when every request has one; a file without any takes Poisson arrivals
     at `rate`. A file where only some requests have one, or one with
     arrivals and a `rate`, is refused rather than half used; the error
-    calls the rate `rate_option` (the command line's ``--rate``).
+    calls the rate `rate_option` (the command line's ``--rate``). The errors
+    come in the language of the moment (`pagedkit.set_language`).
     """
     path = Path(path)
     if not path.is_file():  # before the suffix: a missing file is not a format problem
-        raise FileNotFoundError(f"{path}: no such trace file (a .json or .csv file of "
-                                "request lengths)")
+        raise FileNotFoundError(_("{path}: no such trace file (a .json or .csv file of "
+                                  "request lengths)").format(path=path))
     rows = _read_rows(path)
     lengths, arrivals = [], []
     for i, row in enumerate(rows):
         if isinstance(row, (list, tuple)):
             if len(row) not in (2, 3):
-                raise ValueError(f"{path}: request {i} should be [prompt_len, output_len] "
-                                 f"(optionally + arrival), got {row!r}")
+                raise ValueError(_("{path}: request {i} should be [prompt_len, output_len] "
+                                   "(optionally + arrival), got {row!r}")
+                                 .format(path=path, i=i, row=row))
             lengths.append((row[0], row[1]))
             arrivals.append(row[2] if len(row) == 3 else None)
         elif isinstance(row, dict):
+            row = _named_columns(row.items(), path, i)
             lengths.append((_field(row, _PROMPT_KEYS, path, i), _field(row, _OUTPUT_KEYS, path, i)))
             arrivals.append(next((row[k] for k in _ARRIVAL_KEYS if row.get(k) not in (None, "")),
                                  None))
         else:
-            raise ValueError(f"{path}: request {i} is neither a list nor an object: {row!r}; "
-                             f"expected {_JSON_FORM}")
+            raise ValueError(_("{path}: request {i} is neither a list nor an object: {row!r}; "
+                               "expected {form}").format(path=path, i=i, row=row,
+                                                          form=_(_JSON_FORM)))
     if not lengths:
-        raise ValueError(f"{path}: the trace holds no requests")
+        raise ValueError(_("{path}: the trace holds no requests").format(path=path))
     pairs = [(_length(p, "prompt_len", path, i), _length(o, "output_len", path, i))
              for i, (p, o) in enumerate(lengths)]
     missing = [i for i, a in enumerate(arrivals) if a is None]
+    rate_given = f"{rate_option}{'' if rate_option.endswith('=') else ' '}{rate!r}"
     if not missing:
         if rate is not None:
-            raise ValueError(f"{path}: the file gives every request an arrival time; leave out "
-                             f"{rate_option}{'' if rate_option.endswith('=') else ' '}{rate!r} "
-                             "(it would replace them) or drop the arrivals")
+            raise ValueError(_("{path}: the file gives every request an arrival time; leave "
+                               "out {rate} (it would replace them) or drop the arrivals")
+                             .format(path=path, rate=rate_given))
         times = np.array([_arrival(a, path, i) for i, a in enumerate(arrivals)])
         if np.any(np.diff(times) < 0):
             at = int(np.argmax(np.diff(times) < 0)) + 1
-            raise ValueError(f"{path}: arrival times must be non-decreasing; request {at} "
-                             f"arrives at {times[at]:g} s, before request {at - 1} "
-                             f"({times[at - 1]:g} s)")
+            raise ValueError(_("{path}: arrival times must be non-decreasing; request {i} "
+                               "arrives at {t:g} s, before request {before} ({t_before:g} s)")
+                             .format(path=path, i=at, t=times[at], before=at - 1,
+                                     t_before=times[at - 1]))
     elif len(missing) < len(arrivals):
         given = next(i for i, a in enumerate(arrivals) if a is not None)
-        raise ValueError(f"{path}: request {missing[0]} has no arrival time but request {given} "
-                         f"has one ({len(missing)} of {len(arrivals)} lack one); give every "
-                         f"request an arrival, or none and pass {rate_option}")
+        raise ValueError(_("{path}: request {i} has no arrival time but request {given} has "
+                           "one ({lack} of {n} lack one); give every request an arrival, or "
+                           "none and pass {rate}")
+                         .format(path=path, i=missing[0], given=given, lack=len(missing),
+                                 n=len(arrivals), rate=rate_option))
     elif rate is None:
-        raise ValueError(f"{path}: the file has no arrival times; pass {rate_option} "
-                         "(requests/s) to draw Poisson arrivals")
+        raise ValueError(_("{path}: the file has no arrival times (a column {names}, or a "
+                           "pair's third value); pass {rate} (requests/s) to draw Poisson "
+                           "arrivals")
+                         .format(path=path, names=", ".join(_ARRIVAL_KEYS), rate=rate_option))
     else:
         times = poisson_arrivals(len(pairs), rate, seed)
     requests = tuple(TraceRequest(i, float(t), p, o)
@@ -357,9 +370,12 @@ def _length(value, what: str, path: Path, i: int) -> int:
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         number = value
     if number is None or not math.isfinite(number) or number != int(number):
-        raise ValueError(f"{path}: {what} of request {i} must be a whole number of tokens, "
-                         f"got {value!r}")
-    return check_int(f"{path}: {what} of request {i}", int(number), minimum=1)
+        raise ValueError(_("{path}: {what} of request {i} must be a whole number of tokens, "
+                           "got {value!r}").format(path=path, what=what, i=i, value=value))
+    if number < 1:
+        raise ValueError(_("{path}: {what} of request {i} must be >= 1, got {value}")
+                         .format(path=path, what=what, i=i, value=int(number)))
+    return int(number)
 
 
 def _arrival(value, path: Path, i: int) -> float:
@@ -368,52 +384,108 @@ def _arrival(value, path: Path, i: int) -> float:
     except (TypeError, ValueError):
         t = math.nan
     if isinstance(value, bool) or not math.isfinite(t) or t < 0:
-        raise ValueError(f"{path}: the arrival of request {i} must be a time >= 0 in seconds, "
-                         f"got {value!r}")
+        raise ValueError(_("{path}: the arrival of request {i} must be a time >= 0 in "
+                           "seconds, got {value!r}").format(path=path, i=i, value=value))
     return t
 
 
 #: what a trace file holds, said where one cannot be read
-_JSON_FORM = ("a JSON list of [prompt_len, output_len] pairs or of objects such as "
-              '{"prompt_len": 12, "output_len": 30}')
-_CSV_FORM = "a CSV file whose header row names the columns, e.g. prompt_len,output_len"
+_JSON_FORM = N_("a JSON list of [prompt_len, output_len] pairs or of objects such as "
+                '{{"prompt_len": 12, "output_len": 30}}')
+_CSV_FORM = N_("a CSV file whose header row names the columns, e.g. prompt_len,output_len")
+#: what a CSV file's header row may be separated by, if not commas: said, not misread
+_OTHER_SEPARATORS = {";": N_("semicolons"), "\t": N_("tabs")}
+
+
+def _form(path: Path) -> str:
+    """What a trace file of `path`'s suffix holds, in the language of the moment."""
+    form = _JSON_FORM if path.suffix.lower() == ".json" else _CSV_FORM
+    return _(form).format()  # format: the JSON example's braces are doubled
 
 
 def _read_rows(path: Path) -> list:
     """A trace file's requests, unchecked: a JSON list, or a CSV file's rows
-    as dicts. A file that is not text, not JSON, or not a list is refused
-    naming the file, what went wrong (the line) and the form expected."""
+    as dicts. A UTF-8 byte-order mark before the first character is skipped
+    (Excel's "CSV UTF-8" writes one; read as text it would be part of the
+    first column's name, and that column lost). A file that is not text,
+    not JSON, or not a list is refused naming the file, what went wrong (the
+    line) and the form expected."""
     suffix = path.suffix.lower()
     if suffix not in (".json", ".csv"):
-        raise ValueError(f"{path}: unsupported trace format {path.suffix!r} (use .json or .csv)")
-    form = _JSON_FORM if suffix == ".json" else _CSV_FORM
-    try:
-        text = path.read_text(encoding="utf-8")
+        raise ValueError(_("{path}: unsupported trace format {suffix!r} (use .json or .csv)")
+                         .format(path=path, suffix=path.suffix))
+    data = path.read_bytes()
+    try:  # decoded whole, so an error's byte is the file's byte, mark or none
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not a text file (byte {e.start} is not UTF-8); expected "
-                         f"{form}") from None
+        raise ValueError(_("{path}: not a text file (byte {byte} is not UTF-8); expected "
+                           "{form}").format(path=path, byte=e.start, form=_form(path))) from None
     if not text.strip():
-        raise ValueError(f"{path}: the file is empty; expected {form}")
+        raise ValueError(_("{path}: the file is empty; expected {form}")
+                         .format(path=path, form=_form(path)))
     if suffix == ".csv":
         try:
-            return list(csv.DictReader(text.splitlines()))
+            reader = csv.DictReader(text.splitlines())
+            reader.fieldnames = _header(reader.fieldnames or [], path)
+            return list(reader)
         except csv.Error as e:
-            raise ValueError(f"{path}: not a CSV file ({e}); expected {form}") from None
+            raise ValueError(_("{path}: not a CSV file ({error}); expected {form}")
+                             .format(path=path, error=e, form=_form(path))) from None
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
-                         f"expected {form}") from None
+        raise ValueError(_("{path}: not JSON (line {line}, column {column}: {error}); "
+                           "expected {form}").format(path=path, line=e.lineno, column=e.colno,
+                                                     error=e.msg, form=_form(path))) from None
     if not isinstance(rows, list):
-        raise ValueError(f"{path}: expected {form}, got a JSON {type(rows).__name__}")
+        raise ValueError(_("{path}: expected {form}, got a JSON {kind}")
+                         .format(path=path, form=_form(path), kind=type(rows).__name__))
     return rows
+
+
+def _header(names: list[str], path: Path) -> list[str]:
+    """A CSV header row's column names as `_named_columns` reads them. A row
+    of one name holding a semicolon or a tab is a file separated by those,
+    refused by name (read with commas, it is one column named
+    ``"prompt_len;output_len"``)."""
+    if len(names) == 1:
+        for separator, what in _OTHER_SEPARATORS.items():
+            if separator in names[0]:
+                raise ValueError(_("{path}: the header row {header!r} is separated by {what}, "
+                                   "not commas; save the file comma-separated, as {form}")
+                                 .format(path=path, header=names[0], what=_(what),
+                                         form=_form(path)))
+    return list(_named_columns([(name, None) for name in names], path, None))
+
+
+def _named_columns(row: Iterable[tuple], path: Path, i: int | None) -> dict:
+    """A row's (column, value) pairs as a dict, its column names read as pagedkit reads every name
+    (`choice_name`: case and surrounding spaces aside, so ``" Prompt_Len"``
+    is ``prompt_len``); two names that read the same are refused, naming both
+    (one would silently hide the other). `i` is the request, or None for a
+    CSV header row."""
+    named: dict = {}
+    given: dict = {}
+    for key, value in row:
+        name = choice_name(key)
+        if name in named and i is None:
+            raise ValueError(_("{path}: the header row names the column {name!r} twice "
+                               "({first!r} and {second!r}); keep one")
+                             .format(path=path, name=name, first=given[name], second=key))
+        if name in named:
+            raise ValueError(_("{path}: request {i} names the column {name!r} twice ({first!r} "
+                               "and {second!r}); keep one")
+                             .format(path=path, i=i, name=name, first=given[name], second=key))
+        named[name], given[name] = value, key
+    return named
 
 
 def _field(row: dict, keys: tuple[str, ...], path: Path, i: int):
     for key in keys:
         if row.get(key) not in (None, ""):
             return row[key]
-    header = (f" (its header row reads {','.join(k for k in row if isinstance(k, str))}; "
-              f"expected {_CSV_FORM})"
-              if path.suffix.lower() == ".csv" else "")
-    raise ValueError(f"{path}: request {i} has none of the columns {', '.join(keys)}{header}")
+    columns = ", ".join(repr(k) for k in row if isinstance(k, str)) or _("none")
+    raise ValueError(_("{path}: request {i} has none of the columns {names} (the columns it "
+                       "has: {columns}); expected {form}")
+                     .format(path=path, i=i, names=", ".join(keys), columns=columns,
+                             form=_form(path)))
