@@ -1,6 +1,8 @@
 """Each paper figure on a small trace, its numbers checked against bands the
 mechanism implies (not against the paper's values, which depend on real data)."""
 
+import re
+
 import plotly.graph_objects as go
 import pytest
 
@@ -240,3 +242,41 @@ def test_batching_and_memory_work_together():
         batching_and_memory(saturated_trace("sharegpt", 20), paged="oracle")
     with pytest.raises(ValueError, match="must be contiguous"):
         batching_and_memory(saturated_trace("sharegpt", 20), contiguous="paged")
+
+
+@pytest.mark.parametrize("num_requests", [20, 60])
+def test_a_trace_too_short_to_saturate_says_how_many_requests_do(num_requests):
+    """Newcomer 15: 'simulate more requests' said neither how many there were nor
+    how many would do (60 ShareGPT-like requests fail, 100 work). The counts the
+    message gives are simulated: the one said to work keeps a request waiting,
+    the one said not to does not."""
+    from pagedkit.sim.experiments import _ever_waited, _repeated, _simulate
+    from pagedkit.sim.managers import PAGED
+
+    trace = saturated_trace("sharegpt", num_requests)
+    with pytest.raises(ValueError) as refused:
+        batching_and_memory(trace, contiguous="max")
+    message = str(refused.value)
+    found = re.search(r"more requests than it holds at once: (\d+) keep one waiting, (\d+) did "
+                      r"not \(simulated: these (\d+) requests repeated, all at time 0\); 6 times "
+                      r"that, saturated_trace\(dataset, (\d+)\)", message)
+    assert message.startswith(f"vLLM on sharegpt saturated: no request ever waited: all "
+                              f"{num_requests} requests ran at once"), message
+    assert found, message
+    works, fails, n, enough = map(int, found.groups())
+    assert n == num_requests and fails == works - 1 and enough == 6 * works
+    assert _ever_waited(_simulate(_repeated(trace, works), PAGED, batching="static"))
+    assert not _ever_waited(_simulate(_repeated(trace, fails), PAGED, batching="static"))
+
+
+def test_a_trace_that_never_saturates_says_what_to_change():
+    trace = Trace("two", (TraceRequest(0, 0.0, 10, 5), TraceRequest(1, 0.0, 10, 5)))
+    with pytest.raises(ValueError, match=r"vLLM on two: no request ever waited: all 2 requests "
+                                         r"ran at once, .*; even these requests 16 times over "
+                                         r"\(32 at time 0\) never waited: give the manager less "
+                                         r"memory \(capacity_slots=\) or longer requests"):
+        capacity(trace, "paged")
+    result = simulate(trace, "paged", progress=False)
+    with pytest.raises(ValueError, match=r"no request ever waited \(the running batch peaked "
+                                         r"at 2 of 2 requests\), so the run never saturated"):
+        saturated_rate(result, 10)

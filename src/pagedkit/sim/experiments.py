@@ -14,8 +14,9 @@ your own `Trace` to use real lengths.
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -311,10 +312,53 @@ def saturated_rate(result: SimResult, tokens_per_request: float) -> float:
     waiting = result.steps.array("num_waiting") > 0
     seconds = float(result.steps.array("duration")[waiting].sum())
     if not seconds:
-        raise ValueError(f"{result.manager} on {result.trace}: no request ever waited, so the "
-                         "run never saturated the server; simulate more requests")
+        raise ValueError(_("{manager} on {trace}: no request ever waited (the running batch "
+                           "peaked at {peak} of {n} requests), so the run never saturated the "
+                           "server; simulate more requests than it holds at once (`capacity` "
+                           "says how many)")
+                         .format(manager=result.manager, trace=result.trace,
+                                 peak=int(result.steps.array("num_running").max(initial=0)),
+                                 n=len(result.requests)))
     tokens = float(result.steps.array("num_scheduled_seqs")[waiting].sum())
     return tokens / seconds / tokens_per_request
+
+
+def _ever_waited(result: SimResult) -> bool:
+    """Whether a request waited in some iteration: a saturated run's condition."""
+    return bool((result.steps.array("num_waiting") > 0).any())
+
+
+def _repeated(trace: Trace, num_requests: int) -> Trace:
+    """`trace`'s requests over and over (the first `num_requests`), all at time 0."""
+    requests = tuple(TraceRequest(i, 0.0, r.prompt_len, r.output_len) for i, r in
+                     zip(range(num_requests), itertools.cycle(trace.requests)))
+    return Trace(trace.name, requests, trace.source)
+
+
+#: How many times over `_requests_that_saturate` repeats a trace at most.
+MOST_REPEATS = 16
+
+
+def _requests_that_saturate(trace: Trace, waits: Callable[[Trace], bool]
+                            ) -> tuple[int, int] | None:
+    """For a `trace` too short to saturate a manager: the fewest of its requests,
+    repeated at time 0 (`_repeated`), found to keep one waiting, and the most
+    found not to, both simulated (`waits` runs one): twice, three times ...
+    `MOST_REPEATS` times over first, then halving the gap. None when even that
+    many never wait."""
+    n = len(trace)
+    low = n
+    for times in range(2, MOST_REPEATS + 1):
+        if waits(_repeated(trace, times * n)):
+            high = times * n
+            break
+        low = times * n
+    else:
+        return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if waits(_repeated(trace, mid)) else (mid, high)
+    return high, low
 
 
 def capacity(trace: Trace, manager: ManagerSpec | str, *, sharing: Sharing | None = None,
@@ -329,22 +373,51 @@ def capacity(trace: Trace, manager: ManagerSpec | str, *, sharing: Sharing | Non
     sequences), ``mean_batch_size`` (Fig. 13's running batch, in requests of
     `trace`), ``preemptions`` and ``aborted``."""
     spec = ManagerSpec.parse(manager) if isinstance(manager, str) else manager
-    model = options.get("model")
-    preset = getattr(model, "preset", model) or OPT_13B
-    served, per_request = trace, 1
-    if sharing is not None and not spec.paged:
-        served, _ = unshared_trace(trace, sharing, seed=seed, max_seq_len=preset.max_seq_len)
-        per_request = num_sequences(sharing)
-        sharing = None
-    r = _simulate(served, spec, sharing=sharing, seed=seed, **options)
+    r, per_request = _saturated_run(trace, spec, sharing, seed, options)
     if r.aborted:
         raise ValueError(f"{spec.label} aborted {len(r.aborted)} requests of {trace.name}: "
                          f"{r.aborted[0].finish_reason}; a capacity needs every request served")
+    if not _ever_waited(r):
+        raise ValueError(_never_saturated(trace, spec, lambda t: _ever_waited(
+            _saturated_run(t, spec, sharing, seed, options)[0])))
     tokens = float(r.steps.array("num_scheduled_seqs").sum())  # every sequence's every token
     rate = saturated_rate(r, tokens / len(trace))
     return {"requests_per_s": rate, "tokens_per_s": rate * tokens / len(trace),
             "mean_batch_size": r.mean_batch_size() / per_request,
             "preemptions": r.num_preemptions, "aborted": len(r.aborted)}
+
+
+def _saturated_run(trace: Trace, spec: ManagerSpec, sharing: Sharing | None, seed: int,
+                   options: dict) -> tuple[SimResult, int]:
+    """`capacity`'s run, and how many sequences it ran per request of `trace`: with
+    `sharing`, paged memory shares; a contiguous manager runs `unshared_trace`."""
+    if sharing is None or spec.paged:
+        return _simulate(trace, spec, sharing=sharing, seed=seed, **options), 1
+    model = options.get("model")
+    preset = getattr(model, "preset", model) or OPT_13B
+    served, _owner = unshared_trace(trace, sharing, seed=seed, max_seq_len=preset.max_seq_len)
+    return _simulate(served, spec, seed=seed, **options), num_sequences(sharing)
+
+
+def _never_saturated(trace: Trace, spec: ManagerSpec, waits: Callable[[Trace], bool]) -> str:
+    """Why a run measured no capacity, with a count of requests that does
+    (`_requests_that_saturate`, simulated)."""
+    n = len(trace)
+    said = _("{manager} on {trace}: no request ever waited: all {n} requests ran at once, so "
+             "the run never saturated the server and measures no rate").format(
+                 manager=spec.label, trace=trace.name, n=n)
+    found = _requests_that_saturate(trace, waits)
+    if found is None:
+        return said + _("; even these requests {times} times over ({count} at time 0) never "
+                        "waited: give the manager less memory (capacity_slots=) or longer "
+                        "requests").format(times=MOST_REPEATS, count=MOST_REPEATS * n)
+    works, fails = found
+    return said + _("; give it more requests than it holds at once: {works} keep one waiting, "
+                    "{fails} did not (simulated: these {n} requests repeated, all at time 0); "
+                    "{turnovers} times that, saturated_trace(dataset, {enough}), lets the steady "
+                    "state, not the first fill, set the rate").format(
+                        works=works, fails=fails, n=n, turnovers=TURNOVERS,
+                        enough=TURNOVERS * works)
 
 
 @dataclass(frozen=True)
