@@ -12,6 +12,8 @@ import sys
 import warnings
 from typing import Any, NamedTuple
 
+from .i18n import _
+
 #: What `check_prompt` accepts, as said in its errors (vLLM's prompt forms).
 PROMPT_FORMS = ("a string, a list of token ids (ints), {'prompt': str} or "
                 "{'prompt_token_ids': [int, ...]} (with its text as 'prompt' if you like; "
@@ -257,10 +259,11 @@ def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got "
-                                         f"{text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected a whole number >= {minimum}, got {text!r}")
+                                         .format(minimum=minimum, text=text)) from None
     if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        raise argparse.ArgumentTypeError(_("must be >= {minimum}, got {value}")
+                                         .format(minimum=minimum, value=value))
     return value
 
 
@@ -322,7 +325,8 @@ def positive_float(text: str) -> float:
     try:
         return check_number("value", float(text), positive=True)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected a finite number > 0, got {text!r}")
+                                         .format(text=text)) from None
 
 
 def non_negative_float(text: str) -> float:
@@ -330,7 +334,8 @@ def non_negative_float(text: str) -> float:
     try:
         return check_number("value", float(text), minimum=0)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected a finite number >= 0, got {text!r}")
+                                         .format(text=text)) from None
 
 
 # ------------------------------------------------------------------- words

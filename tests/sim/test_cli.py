@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -204,3 +205,138 @@ def test_a_trace_with_a_byte_order_mark_runs_as_without(tmp_path, capsys, header
         assert outcomes[1].startswith("--trace: FILE: the file has no arrival times")
     else:
         assert outcomes[1][0]["requests"] == 2
+
+
+# ------------------------------------------------------------ in Chinese
+@pytest.fixture
+def chinese(monkeypatch):
+    """The command line under PAGEDKIT_LANGUAGE=zh-CN; English again afterwards."""
+    import pagedkit
+    monkeypatch.setenv("PAGEDKIT_LANGUAGE", "zh-CN")
+    yield
+    pagedkit.set_language("en")
+
+
+def _run(argv, capsys) -> tuple[int, str, str]:
+    from pagedkit.__main__ import main as pagedkit_main
+    try:
+        code = pagedkit_main(["simulate", *argv, "--no-progress"])
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+#: trace files, each refused for another reason: every refusal `load_trace` makes
+BAD_FILES = {
+    "t.parquet": "x", "empty.csv": "", "words.json": "hello", "list.json": '{"a": 1}',
+    "pair.json": "[[1, 2, 3, 4]]", "number.json": "[1]", "none.json": "[]",
+    "length.json": "[[1.5, 2]]", "zero.json": "[[0, 2]]", "arrival.json": "[[1, 2, -1]]",
+    "order.json": "[[1, 2, 1], [1, 2, 0]]", "half.json": "[[1, 2, 0], [1, 2]]",
+    "columns.csv": "x,y\n1,2\n", "semicolon.csv": "prompt_len;output_len\n1;2\n",
+    "twice.csv": "prompt_len,Prompt_Len,output_len\n1,1,2\n",
+    "bare.csv": "prompt_len,output_len\n1,2\n",
+}
+#: (arguments, needs the rate): each usage error of simulate that pagedkit words
+USAGE_ERRORS = [
+    ["--dataset", "alpaca"], ["--dataset", "alpaca", "--rate", "0"],
+    ["--dataset", "alpaca", "--rate", "nan"], ["--dataset", "alpaca", "--rate", "2",
+                                               "--requests", "0"],
+    ["--dataset", "alpaca", "--rate", "2", "--requests", "x"], ["--seed", "-1"], ["--seed", "x"],
+    ["--dataset", "alpaca", "--rate", "2", "--duration", "-1"],
+    ["--dataset", "alpaca", "--rate", "2", "--duration", "1e9"],
+    ["--dataset", "alpaca", "--rate", "2", "--requests", "2000000"],
+    *[["--dataset", "alpaca", "--rate", "2", "--manager", kind]
+      for kind in ("lru", "paged:0", "paged:big", "pow2:16", "paged:99999")],
+    ["--dataset", "alpaca", "--trace", "{dir}/bare.csv"],
+    ["--trace", "{dir}/bare.csv", "--duration", "5"], ["--rate", "3"],
+    ["--benchmark", "--batching", "static"], ["--trace", "{dir}/bare.csv", "--markdown"],
+    ["--trace", "{dir}/bare.csv", "--rate", "1", "--requests", "5"],
+    ["--trace", "{dir}/nonexist.csv", "--rate", "1"], ["--trace", "{dir}/arrivals.csv", "--rate",
+                                                       "1"],
+    *[["--trace", f"{{dir}}/{name}", *([] if name == "bare.csv" else ["--rate", "1"])]
+      for name in BAD_FILES],
+]
+#: what argparse itself says, in English in every language (docs/i18n.md)
+ARGPARSE_OWN = [(["--dataset", "lmsys"], "argument --dataset: invalid choice: 'lmsys'"),
+                (["--model", "gpt"], "argument --model: invalid choice: 'gpt'"),
+                (["--bogus"], "unrecognized arguments: --bogus"),
+                (["--dataset", "alpaca", "--rate", "2", "--requests", "5", "--duration", "5"],
+                 "argument --duration: not allowed with argument --requests"),
+                (["--rate"], "argument --rate: expected one argument")]
+#: words a Chinese message keeps as they are: names of things, formats, units
+KEPT = {"trace", "token", "KV", "vLLM", "JSON", "CSV", "UTF", "dict", "dataset",
+        *("prompt", "input", "output", "arrival", "timestamp")}  # a trace file's column names
+#: what Python's json module says of a file it cannot read (its own words, as argparse's)
+JSON_SAYS = r"(?<=：)Expecting value(?=）)"
+
+
+def _english_left(message: str) -> list[str]:
+    """The English words of a message once its quoted values, option names, file
+    names, code (``paged:BLOCK_SIZE``, ``prompt_len``) and `KEPT` words are set aside."""
+    rest = re.sub(r"'[^']*'|\"[^\"]*\"|--[\w-]+|/[\w./-]*|\.\w+|\w+[_:.=][\w:.=,]*|\w+-[\w-]+|"
+                  + JSON_SAYS, " ", message)
+    return [w for w in re.findall(r"[A-Za-z]{2,}", rest) if w not in KEPT]
+
+
+@pytest.mark.parametrize("argv", USAGE_ERRORS, ids=" ".join)
+def test_every_usage_error_speaks_chinese(tmp_path, capsys, chinese, argv):
+    """Newcomer 15, finding 10: under zh-CN half of simulate's usage errors were
+    English ('argument --rate: expected a finite number > 0', 'no such trace file',
+    'manager kind must be ...'). Each is checked here for English words left."""
+    for name, text in {**BAD_FILES, "arrivals.csv": "prompt_len,output_len,arrival\n1,2,0\n"
+                       }.items():
+        (tmp_path / name).write_text(text)
+    code, out, err = _run([a.format(dir=tmp_path) for a in argv], capsys)
+    assert code == 2 and not out
+    message = err.strip().splitlines()[-1].split(" error: ", 1)[1]
+    message = re.sub(r"^argument --[\w-]+: ", "", message)  # argparse's own words
+    assert re.search("[\u4e00-\u9fff]", message) and not _english_left(message), message
+
+
+@pytest.mark.parametrize("argv, english", ARGPARSE_OWN, ids=[" ".join(a) for a, _ in ARGPARSE_OWN])
+def test_argparses_own_errors_stay_english(capsys, chinese, argv, english):
+    code, _out, err = _run(argv, capsys)
+    assert code == 2 and english in err
+
+
+def test_the_one_trace_table_speaks_chinese_and_its_json_does_not(tmp_path, capsys, chinese,
+                                                                  monkeypatch):
+    """Finding 10: the table's headers stayed English under zh-CN. The JSON's keys
+    are data: the same in every language."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrival,prompt_len,output_len\n0,10,5\n0,20,3\n")
+    argv = ["--trace", str(path), "--manager", "paged", "--manager", "max"]
+    tables, jsons = [], []
+    for language in ("zh-CN", "en"):
+        monkeypatch.setenv("PAGEDKIT_LANGUAGE", language)
+        tables.append(_run(argv, capsys)[1].splitlines())
+        jsons.append([{k: v for k, v in row.items() if k != "wall_seconds"}
+                      for row in json.loads(_run([*argv, "--json"], capsys)[1])])
+    assert jsons[0] == jsons[1] and [*jsons[0][0], "wall_seconds"] == tables[1][0].split()
+    header = tables[0][0].split("  ")
+    assert [h for h in header if h and re.search("[\u4e00-\u9fff]", h)] and \
+        not _english_left(" ".join(header)), tables[0][0]
+    assert tables[0][1:] != [] and [r.split()[-2] for r in tables[0][1:]] == \
+        [r.split()[-2] for r in tables[1][1:]]  # the numbers are the same
+
+
+def test_the_comparisons_json_is_english_and_its_table_chinese(capsys, chinese):
+    """Finding 10: under zh-CN the JSON's "quantity" (and "not reported") came out
+    translated, so a script read language-dependent data."""
+    import pagedkit
+    from pagedkit.sim.report import Scale
+
+    tiny = Scale("tiny", 20, 5, 10, 10, 10, rate_points=3)
+    reports = {}
+    for language in ("zh-CN", "en"):
+        pagedkit.set_language(language)
+        reports[language] = compare(tiny)
+    rows = {language: report.as_dict()["rows"] for language, report in reports.items()}
+    assert rows["zh-CN"] == rows["en"]
+    assert "token states, vLLM" in [r["quantity"] for r in rows["en"]]
+    assert "not reported" in [r["paper"] for r in rows["en"]]
+    pagedkit.set_language("zh-CN")
+    table = format_table(reports["en"])
+    assert "外部碎片，Orca (Max)" in table and "token states" not in table
+    assert "not reported" not in table

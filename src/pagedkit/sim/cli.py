@@ -13,11 +13,11 @@ import json
 import sys
 
 from .._validation import PROG, choice_name, non_negative_int, positive_float, positive_int
-from ..i18n import N_, _
+from ..i18n import N_, _, ngettext
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
 from .managers import PAPER_MANAGERS, ManagerSpec
-from .report import SCALES, benchmark, compare, format_table, scheduler_benchmark
+from .report import SCALES, benchmark, compare, format_table, scheduler_benchmark, text_width
 from .simulator import BATCHING_MODES, PREFILL_MODES, simulate
 from .trace import DATASETS, load_trace, synthetic_trace
 
@@ -183,9 +183,10 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     slots = PRESETS[args.model].kv_slots
     for spec in managers:  # before any run: a usage error, as the other --manager ones
         if spec.paged and spec.block_size > slots:
-            parser.error(f"argument --manager: paged:{spec.block_size}: a block of "
-                         f"{spec.block_size} slots is more than {args.model}'s {slots:,} KV "
-                         f"slots; use a block size of {slots} or less (16 is vLLM's default)")
+            parser.error("argument --manager: " + _(
+                "paged:{size}: a block of {size} slots is more than {model}'s {slots:,} KV "
+                "slots; use a block size of {most} or less (16 is vLLM's default)").format(
+                    size=spec.block_size, model=args.model, slots=slots, most=slots))
     model = LatencyModel(PRESETS[args.model])
     runs = [simulate(trace, m, model=model, preemption=args.preemption,
                      prefill=args.prefill, batching=args.batching, seed=args.seed,
@@ -200,25 +201,45 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 
 
 def _print_aborted(runs: list, summaries: list[dict], shown: int = 3) -> None:
-    """Under the table, why requests were aborted (a row's nan latency says nothing)."""
+    """Under the table, why requests were aborted (a row's nan latency says nothing).
+    The reason is the run's record (`RequestResult.finish_reason`), in English."""
     for run, summary in zip(runs, summaries, strict=True):
         aborted = run.aborted
         if not aborted:
             continue
-        print(f"{summary['manager']}: {len(aborted)} request{'s' * (len(aborted) != 1)} "
-              "aborted:")
+        print(ngettext("{manager}: {n} request aborted:", "{manager}: {n} requests aborted:",
+                       len(aborted)).format(manager=summary["manager"], n=len(aborted)))
         for r in aborted[:shown]:
-            print(f"  request {r.request_id} (prompt_len {r.prompt_len}, output_len "
-                  f"{r.output_len}): {r.finish_reason.removeprefix('abort: ')}")
+            print("  " + _("request {id} (prompt_len {prompt_len}, output_len {output_len}): "
+                           "{reason}").format(id=r.request_id, prompt_len=r.prompt_len,
+                                              output_len=r.output_len,
+                                              reason=r.finish_reason.removeprefix("abort: ")))
         if len(aborted) > shown:
-            print(f"  ... and {len(aborted) - shown} more")
+            print("  " + _("... and {n} more").format(n=len(aborted) - shown))
+
+
+#: The headers of the one-trace table and of the benchmarks' table: their rows'
+#: keys, which ``--json`` prints as they are (English in every language, as the
+#: data of a script), said here in the language of the moment.
+HEADERS = {
+    "manager": N_("manager"), "trace": N_("trace"), "requests": N_("requests"),
+    "aborted": N_("aborted"), "steps": N_("steps"), "preemptions": N_("preemptions"),
+    "mean_batch_size": N_("mean_batch_size"), "mean_scheduled": N_("mean_scheduled"),
+    "token_state_share": N_("token_state_share"),
+    "normalized_latency_s_per_token": N_("normalized_latency_s_per_token"),
+    "makespan_s": N_("makespan_s"), "wall_seconds": N_("wall_seconds"),
+    "iterations": N_("iterations"), "cpu_seconds": N_("cpu_seconds"),
+    "simulated_seconds": N_("simulated_seconds"), "finished": N_("finished"),
+}
 
 
 def _print_rows(rows: list[dict]) -> None:
     keys = list(rows[0])
-    widths = [max(len(k), *(len(str(row[k])) for row in rows)) for k in keys]
-    for row in [dict(zip(keys, keys, strict=True)), *rows]:
-        print("  ".join(str(row[k]).ljust(w) for k, w in zip(keys, widths, strict=True)))
+    table = [[_(HEADERS[k]) for k in keys], *([str(row[k]) for k in keys] for row in rows)]
+    widths = [max(text_width(line[i]) for line in table) for i in range(len(keys))]
+    for line in table:
+        print("  ".join(cell + " " * (w - text_width(cell))
+                        for cell, w in zip(line, widths, strict=True)))
 
 
 if __name__ == "__main__":

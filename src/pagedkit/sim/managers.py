@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .._validation import choice_name
+from ..i18n import _
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..memory.kv_cache_manager import blocks_to_append
 from .trace import TraceRequest
@@ -35,10 +36,12 @@ class ManagerSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in ("max", "pow2", "oracle", "paged"):
-            raise ValueError(f"manager kind must be 'max', 'pow2', 'oracle', 'paged' or "
-                             f"'paged:BLOCK_SIZE' (e.g. 'paged:32'); got {self.kind!r}")
+            raise ValueError(_("manager kind must be 'max', 'pow2', 'oracle', 'paged' or "
+                               "'paged:BLOCK_SIZE' (e.g. 'paged:32'); got {kind!r}")
+                             .format(kind=self.kind))
         if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+            raise ValueError(_("block_size must be >= 1, got {block_size}")
+                             .format(block_size=self.block_size))
 
     @property
     def paged(self) -> bool:
@@ -59,11 +62,11 @@ class ManagerSpec:
         if not colon:
             return cls(kind)
         if kind != "paged":
-            raise ValueError(f"only the paged manager takes a block size ('paged:32'); "
-                             f"got {text!r}")
+            raise ValueError(_("only the paged manager takes a block size ('paged:32'); got "
+                               "{text!r}").format(text=text))
         if not size.strip().isdigit():
-            raise ValueError(f"the block size in {text!r} must be a whole number of tokens, "
-                             "as in 'paged:32'")
+            raise ValueError(_("the block size in {text!r} must be a whole number of tokens, "
+                               "as in 'paged:32'").format(text=text))
         return cls(kind, int(size))
 
 

@@ -16,6 +16,7 @@ instead of measured GPU time, and a neutral model of beam search.
 from __future__ import annotations
 
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -97,9 +98,16 @@ NOTES = {
 }
 
 
+#: What the paper does not state (a `Comparison`'s `paper`), in English.
+NOT_REPORTED = N_("not reported")
+
+
 @dataclass(frozen=True)
 class Comparison:
-    """One number of the paper and ours."""
+    """One number of the paper and ours. Its words are English (what ``--json``
+    prints, the same in every language); `format_table` says them in the
+    language of the moment: the quantity from `template` and `values` (made by
+    `_row`), the unit and `NOT_REPORTED` as they are."""
 
     figure: str
     quantity: str
@@ -107,6 +115,21 @@ class Comparison:
     paper: float | str
     unit: str = ""
     note: str = ""  # a key of NOTES
+    template: str = field(default="", compare=False, repr=False)  # quantity's message
+    values: tuple = field(default=(), compare=False, repr=False)  # ((name, value), ...)
+
+    def label(self) -> str:
+        """The quantity in the language of the moment."""
+        if not self.template:
+            return self.quantity
+        return _(self.template).format(**dict(self.values))
+
+
+def _row(figure: str, template: str, values: dict, ours: float | str, paper: float | str,
+         unit: str = "", note: str = "") -> Comparison:
+    """A `Comparison` whose quantity is `template` (marked N_) filled with `values`."""
+    return Comparison(figure, template.format(**values), ours, paper, unit, note, template,
+                      tuple(values.items()))
 
 
 @dataclass
@@ -118,7 +141,9 @@ class Report:
     figures: dict = field(default_factory=dict, repr=False)  # FigureData, for plotting
 
     def as_dict(self) -> dict:
-        return {"scale": self.scale, "rows": [asdict(r) for r in self.rows],
+        rows = [{k: v for k, v in asdict(r).items() if k not in ("template", "values")}
+                for r in self.rows]
+        return {"scale": self.scale, "rows": rows,
                 "notes": {k: NOTES[k] for k in dict.fromkeys(r.note for r in self.rows) if k},
                 "seconds": self.seconds, "speed": self.speed}
 
@@ -165,14 +190,14 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
 
 def _table1_and_fig11(report: Report, sharegpt: Trace, alpaca: Trace) -> None:
     add = report.rows.append
-    add(Comparison("Table 1", _("OPT-13B KV cache slots"), OPT_13B.kv_slots,
-                   ref.TABLE1_KV_SLOTS["OPT-13B"], N_("slots"), "exact"))
+    add(_row("Table 1", N_("OPT-13B KV cache slots"), {}, OPT_13B.kv_slots,
+             ref.TABLE1_KV_SLOTS["OPT-13B"], N_("slots"), "exact"))
     for name, trace in (("sharegpt", sharegpt), ("alpaca", alpaca)):
         for i, what in enumerate(("prompt", "output")):
             mean = trace.mean_prompt_len() if i == 0 else trace.mean_output_len()
-            add(Comparison("Fig. 11", (_("{name}-like mean {what} length")
-                                        .format(name=name, what=what)), round(mean, 2),
-                           ref.FIG11_MEANS[name][i], N_("tokens"), "lengths"))
+            add(_row("Fig. 11", N_("{name}-like mean {what} length"),
+                     {"name": name, "what": what}, round(mean, 2),
+                     ref.FIG11_MEANS[name][i], N_("tokens"), "lengths"))
 
 
 def _run_fig2_and_fig13(report: Report, sharegpt: Trace, alpaca: Trace,
@@ -201,19 +226,18 @@ def _fig2(report: Report, sharegpt: Trace, results: dict[str, SimResult]):
     for manager, paper in ref.FIG2_BREAKDOWN.items():
         note = "max" if manager == "Orca (Max)" else "paged" if manager == "vLLM" else \
             "placement"
-        add(Comparison("Fig. 2", _("token states, {manager}").format(manager=manager),
-                       round(fig2.value("token_states", manager=manager), 1),
-                       paper["token_states"], "%", note))
+        add(_row("Fig. 2", N_("token states, {manager}"), {"manager": manager},
+                 round(fig2.value("token_states", manager=manager), 1),
+                 paper["token_states"], "%", note))
         if manager != "vLLM":
-            add(Comparison("Fig. 2", _("external fragmentation, {manager}").format(manager=manager),
-                           round(fig2.value("external_fragmentation", manager=manager), 1),
-                           paper["external_fragmentation"], "%", note))
+            add(_row("Fig. 2", N_("external fragmentation, {manager}"), {"manager": manager},
+                     round(fig2.value("external_fragmentation", manager=manager), 1),
+                     paper["external_fragmentation"], "%", note))
     for manager in ("Orca (Max)", "Orca (Pow2)"):
         ours = {k: fig2.value(k, manager=manager) for k in RESERVED_PARTS}
-        add(Comparison("Fig. 2", _("internal fragmentation, {percent} of reserved slots, "
-                                   "{manager}").format(percent="%", manager=manager),
-                       round(_internal_share(ours), 1),
-                       round(_internal_share(ref.FIG2_BREAKDOWN[manager]), 1), "%", "policy"))
+        add(_row("Fig. 2", N_("internal fragmentation, {percent} of reserved slots, {manager}"),
+                 {"percent": "%", "manager": manager}, round(_internal_share(ours), 1),
+                 round(_internal_share(ref.FIG2_BREAKDOWN[manager]), 1), "%", "policy"))
     return fig2
 
 
@@ -223,17 +247,16 @@ def _fig13(report: Report, sharegpt: Trace, alpaca: Trace,
     fig13 = fig13_batch_sizes([sharegpt, alpaca], results=results)
     for trace in (sharegpt, alpaca):
         for manager, paper in ref.FIG13_BATCH[trace.name.split("@")[0]].items():
-            add(Comparison("Fig. 13", (_("batched requests, {name}, {manager}")
-                                        .format(name=trace.name, manager=manager)),
-                           round(fig13.value("mean_batch_size", trace=trace.name,
-                                             manager=manager), 2),
-                           paper, N_("requests"), {"Orca (Max)": "max", "vLLM": "speed"}.get(
-                               manager, "placement")))
+            add(_row("Fig. 13", N_("batched requests, {name}, {manager}"),
+                     {"name": trace.name, "manager": manager},
+                     round(fig13.value("mean_batch_size", trace=trace.name, manager=manager), 2),
+                     paper, N_("requests"), {"Orca (Max)": "max", "vLLM": "speed"}.get(
+                         manager, "placement")))
     for trace in (sharegpt, alpaca):
-        add(Comparison("Fig. 13", (_("requests an iteration computes, {name}, vLLM")
-                                    .format(name=trace.name)),
-                       round(fig13.value("mean_scheduled", trace=trace.name, manager="vLLM"),
-                             2), _("not reported"), N_("requests"), "scheduled"))
+        add(_row("Fig. 13", N_("requests an iteration computes, {name}, vLLM"),
+                 {"name": trace.name},
+                 round(fig13.value("mean_scheduled", trace=trace.name, manager="vLLM"), 2),
+                 NOT_REPORTED, N_("requests"), "scheduled"))
     return fig13
 
 
@@ -245,9 +268,9 @@ def _fig12(report: Report, sc: Scale, seed: int,
                       fig12_latency_vs_rate(d, r, duration=sc.latency_seconds, seed=seed))
         knees = sustainable_rates(data)
         for base, (low, high) in ref.FIG12_RATE_GAIN.items():
-            report.rows.append(Comparison(
-                "Fig. 12", (_("rate vLLM sustains / {base}, {dataset}")
-                             .format(base=base, dataset=dataset)),
+            report.rows.append(_row(
+                "Fig. 12", N_("rate vLLM sustains / {base}, {dataset}"),
+                {"base": base, "dataset": dataset},
                 round(knees["vLLM"] / knees[base], 2), f"{low}-{high}", "x", "knee"))
         on_dataset()
 
@@ -260,14 +283,12 @@ def _fig15(report: Report, sc: Scale, seed: int):
         sharing_trace, scenarios=SHARING_SCENARIOS))
     for kind, by_size in ref.FIG15_SAVING.items():
         for size, paper in by_size.items():
-            add(Comparison("Fig. 15", _("memory saved, {kind} {size}")
-                           .format(kind=kind, size=size),
-                           round(fig15.value("saving", scenario=kind, size=size), 2), paper,
-                           "%", kind))
+            add(_row("Fig. 15", N_("memory saved, {kind} {size}"), {"kind": kind, "size": size},
+                     round(fig15.value("saving", scenario=kind, size=size), 2), paper, "%",
+                     kind))
     for row in fig15.select(scenario="prefix"):
-        add(Comparison("§6.4", _("memory saved, {label}").format(label=row["label"]),
-                       round(row["saving"], 2),
-                       _("not reported"), "%", "prefix"))
+        add(_row("§6.4", N_("memory saved, {label}"), {"label": row["label"]},
+                 round(row["saving"], 2), NOT_REPORTED, "%", "prefix"))
     return fig15
 
 
@@ -278,9 +299,9 @@ def _fig18b(report: Report, sc: Scale, seed: int):
     for trace in traces:
         best = best_block_sizes(fig18, trace.name)
         low, high = ref.FIG18B_BEST_BLOCK_SIZES[trace.name.split("@")[0]]
-        report.rows.append(Comparison(
-            "Fig. 18b", _("block sizes within {share} of the best, {name}")
-            .format(share="5%", name=trace.name),
+        report.rows.append(_row(
+            "Fig. 18b", N_("block sizes within {share} of the best, {name}"),
+            {"share": "5%", "name": trace.name},
             " ".join(map(str, best)), f"{low}-{high}", N_("tokens"), "blocks"))
     return fig18
 
@@ -366,14 +387,15 @@ def format_table(report: Report, markdown: bool = False) -> str:
     """The comparison as a text (or Markdown) table with numbered notes."""
     keys = list(dict.fromkeys(r.note for r in report.rows if r.note))
     header = (_("figure"), _("quantity"), _("ours"), _("paper"), _("unit"), _("note"))
-    body = [(r.figure, r.quantity, _fmt(r.ours), _fmt(r.paper), _(r.unit),
+    body = [(r.figure, r.label(), _fmt(r.ours), _fmt(r.paper), _(r.unit) if r.unit else "",
              str(keys.index(r.note) + 1) if r.note else "") for r in report.rows]
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
     else:
-        widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        widths = [max(text_width(row[i]) for row in [header, *body]) for i in range(len(header))]
+        lines = ["  ".join(cell + " " * (w - text_width(cell))
+                           for cell, w in zip(row, widths, strict=True)).rstrip()
                  for row in [header, *body]]
         lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append("")
@@ -388,7 +410,15 @@ def format_table(report: Report, markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
+def text_width(text: str) -> int:
+    """Columns `text` takes in a terminal: a wide (Chinese) character takes two,
+    so a table's columns line up in both languages."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
 def _fmt(value: float | str) -> str:
+    if value == NOT_REPORTED:
+        return _(NOT_REPORTED)
     if isinstance(value, float):
         return f"{value:,.2f}".rstrip("0").rstrip(".") if value != int(value) else f"{value:,.0f}"
     if isinstance(value, int):

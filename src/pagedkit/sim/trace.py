@@ -252,14 +252,15 @@ def synthetic_trace(dataset: str | DatasetShape = "sharegpt", *, rate: float,
     if num_requests is None:
         duration = check_number("duration", duration, positive=True)
         num_requests = max(1, round(rate * duration))
-        asked = f"rate {rate:g} req/s x duration {duration:g} s = {num_requests:,} requests"
+        asked = _("rate {rate:g} req/s x duration {duration:g} s = {n:,} requests").format(
+            rate=rate, duration=duration, n=num_requests)
     else:
         asked = f"num_requests={num_requests:,}"
     check_int("num_requests", num_requests, minimum=1)
     if num_requests > MAX_SYNTHETIC_REQUESTS:  # before allocating: 2e9 took a 23 GB machine
-        raise ValueError(f"{asked} is more than a synthetic trace holds "
-                         f"({MAX_SYNTHETIC_REQUESTS:,}, five times the paper's largest: an "
-                         "hour at 55 req/s); give fewer requests or a shorter duration")
+        raise ValueError(_("{asked} is more than a synthetic trace holds ({most:,}, five times "
+                           "the paper's largest: an hour at 55 req/s); give fewer requests or "
+                           "a shorter duration").format(asked=asked, most=MAX_SYNTHETIC_REQUESTS))
     prompts, outputs = sample_lengths(shape, num_requests, seed)
     arrivals = poisson_arrivals(num_requests, rate, seed + 1)
     requests = tuple(TraceRequest(i, float(t), int(p), int(o))
