@@ -113,3 +113,76 @@ def test_the_teachers_guide_shows_what_bench_study_gives_now():
         [row.split("|")[2:] for row in computed[1:]], advice
     assert [row.split("|")[1] for row in chinese[2:-1]] == \
         [row.split("|")[1] for row in computed[2:-1]], advice
+
+
+def _zh_labs():
+    return labs.find_labs(labs.HOME / "labs" / "zh-CN", None)
+
+
+@pytest.mark.parametrize("zh_path", _zh_labs(), ids=lambda p: p.stem)
+def test_a_chinese_lab_is_timed_as_its_english_original(zh_path):
+    """Newcomer 15, finding 4: ``--labs-dir labs/zh-CN`` counted Chinese prose as
+    words (lab 00: 513 for 1,570) and found no section optional (选做 is not
+    "optional"): 763 core + 0 optional min against 759 + 219, silently. A
+    translated lab is timed by its original: the same core and optional parts."""
+    english = study.study(labs.HOME / "labs" / zh_path.name)
+    chinese = study.study(zh_path)
+    assert chinese.original == labs.HOME / "labs" / zh_path.name
+    assert (chinese.core, chinese.optional) == (english.core, english.optional)
+
+
+def test_the_zh_headings_mark_as_optional_what_the_english_ones_do():
+    """The optional sections come from the English headings (one source); a zh
+    reader must see the same sections marked: 选做 in exactly the headings whose
+    English says optional."""
+    heading = study._HEADING
+    wrong = []
+    for zh_path in _zh_labs():
+        english = {c["id"]: c.source for c in nbformat.read(labs.HOME / "labs" / zh_path.name,
+                                                            as_version=4).cells}
+        for cell in nbformat.read(zh_path, as_version=4).cells:
+            if cell.cell_type != "markdown":
+                continue
+            en = [m.group(2) for line in english[cell.id].splitlines()
+                  if (m := heading.match(line.strip()))]
+            zh = [m.group(2) for line in cell.source.splitlines()
+                  if (m := heading.match(line.strip()))]
+            marks = ([bool(study._OPTIONAL.search(h)) for h in en], ["选做" in h for h in zh])
+            if marks[0] != marks[1]:
+                wrong.append((zh_path.stem, cell.id, en, zh))
+    assert not wrong
+
+
+def test_the_cli_times_the_zh_folder_as_the_english_one_and_says_so(capsys):
+    assert bench_cli(["study", "--markdown"]) == 0
+    english = capsys.readouterr().out
+    assert bench_cli(["study", "--labs-dir", str(labs.HOME / "labs" / "zh-CN"), "--markdown"]) == 0
+    chinese = capsys.readouterr().out
+    table = [line for line in english.splitlines() if line.startswith("|")]
+    assert [line for line in chinese.splitlines() if line.startswith("|")] == table
+    assert f"{len(table) - 3} zh-CN lab(s) timed by their English originals" in chinese
+
+
+def test_chinese_prose_the_rule_cannot_count_is_refused(tmp_path, capsys):
+    """A notebook mostly in CJK characters that is no generated edition, and an
+    edition whose cells are not its original's, are refused, naming what to do."""
+    _notebook(tmp_path, [md("# 实验\n\n" + "中文的说明文字。" * 20)], "00_zh.ipynb")
+    with pytest.raises(SystemExit) as exit_info:
+        bench_cli(["study", "--labs-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "not English (142 CJK characters)" in err
+    assert "time its English original instead" in err
+    # English with a few Chinese words stays English
+    path = _notebook(tmp_path, [md("# Lab\n\nThe word 页块 means block, 中文 Chinese.")], "x.ipynb")
+    assert study.study(path).core.words == 9
+    # an edition (the language cell) whose cells are not its original's
+    original = labs.HOME / "labs" / "00_start_here.ipynb"
+    nb = nbformat.read(labs.HOME / "labs" / "zh-CN" / original.name, as_version=4)
+    del nb.cells[-1]
+    nbformat.write(nb, tmp_path / original.name)
+    with pytest.raises(ValueError, match=r"its cells are not the original's .*rebuild it"):
+        study.study(tmp_path / original.name)
+    renamed = tmp_path / "00_renamed.ipynb"
+    nbformat.write(nb, renamed)
+    with pytest.raises(ValueError, match=r"00_renamed\.ipynb does not exist"):
+        study.study(renamed)

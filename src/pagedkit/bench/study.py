@@ -22,6 +22,16 @@ rule was set against a careful read-through of the labs as they were before
 issue #27 (12 to 14 hours in all; lab 04 100-140 minutes, lab 09 100-130), which
 it puts (the labs at commit 8c8936b) at 13.4 hours, lab 04 at 100 minutes and lab 09 at 102: an
 estimate of that kind of reading, not a measurement of any class.
+
+The Chinese edition (``labs/zh-CN/``, made by ``python -m pagedkit.i18n``)
+is timed by its English original: a translated lab is the same cells, so it is
+counted as ``labs/<lab>.ipynb`` of this checkout, optional sections found by the
+English headings (one source for both editions). Counting Chinese characters at a
+reading rate of its own would price the translation's length, which varies with
+the translator, so the two editions' figures could part with no lab changed; the
+original's count cannot. A notebook whose markdown is mostly CJK characters but is
+not such an edition (no language cell, or cells that are not its original's) is
+refused: the rule counts English words.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._validation import PROG
+from ..i18n.notebooks import LANGUAGE, SET_LANGUAGE_ID
 from . import add_no_progress
 from .labs import HOME, find_labs
 
@@ -46,6 +57,8 @@ SESSION_MINUTES = 90
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _OPTIONAL = re.compile(r"\boptional\b", re.IGNORECASE)
+#: CJK ideographs (Unified, Extension A, Compatibility): what a Chinese text is written in
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
 
 @dataclass
@@ -78,6 +91,8 @@ class LabStudy:
     name: str
     core: Tally
     optional: Tally
+    #: the English lab a translated one was timed by (None: the notebook itself)
+    original: Path | None = None
 
     @property
     def core_minutes(self) -> float:
@@ -113,10 +128,15 @@ class _Sections:
 def study(path: Path) -> LabStudy:
     """Tally a notebook's core and optional parts, line by line of its markdown
     (one cell may hold several sections); a code cell belongs to the part its
-    cell starts in."""
+    cell starts in. A Chinese edition is tallied as its English original
+    (`english_original`); a ValueError refuses a notebook the rule cannot count."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    original = english_original(path, nb)
+    if original is not None:
+        nb = json.loads(original.read_text(encoding="utf-8"))
     core, optional = Tally(), Tally()
     sections = _Sections()
-    for cell in json.loads(path.read_text())["cells"]:
+    for cell in nb["cells"]:
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
             for line in source.splitlines():
@@ -124,7 +144,39 @@ def study(path: Path) -> LabStudy:
                 (optional if sections.optional else core).add_words(line)
         elif cell["cell_type"] == "code":
             (optional if sections.optional else core).add_code(source)
-    return LabStudy(path.stem, core, optional)
+    return LabStudy(path.stem, core, optional, original)
+
+
+def english_original(path: Path, nb: dict, labs: Path = HOME / "labs") -> Path | None:
+    """The English lab (``labs/<stem>.ipynb``) that `nb`, at `path`, is the Chinese
+    edition of, or None when `nb` is English. A translated lab is one with the
+    language cell ``python -m pagedkit.i18n`` adds; its other cells must be its
+    original's, in order (their ids). A ValueError refuses a notebook mostly in CJK
+    characters that is not such an edition, and an edition whose original is missing
+    or has other cells: a count of either would be silently wrong."""
+    cells = nb["cells"]
+    if not any(c.get("id") == SET_LANGUAGE_ID for c in cells):
+        prose = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        han = len(_CJK.findall(prose))
+        if han > len(prose.split()):
+            raise ValueError(
+                f"{path}: its markdown is not English ({han:,} CJK characters) and it is not "
+                f"an edition made by python -m pagedkit.i18n (no {SET_LANGUAGE_ID!r} cell); "
+                f"the rule counts English words: time its English original instead")
+        return None
+    original = labs / f"{path.stem}.ipynb"
+    fix = (f"rebuild it (python -m pagedkit.i18n build labs/{path.stem}.ipynb) or time the "
+           f"English labs (--labs-dir {labs})")
+    if not original.is_file():
+        raise ValueError(f"{path} is a {LANGUAGE} edition, timed by its English original, "
+                         f"but {original} does not exist: {fix}")
+    ids = [c.get("id") for c in cells if c.get("id") != SET_LANGUAGE_ID]
+    english = [c.get("id") for c in json.loads(original.read_text(encoding="utf-8"))["cells"]]
+    if ids != english:
+        raise ValueError(f"{path} is a {LANGUAGE} edition, timed by its English original "
+                         f"{original}, but its cells are not the original's "
+                         f"({len(ids)} cells, the original {len(english)}): {fix}")
+    return original
 
 
 def format_table(studies: list[LabStudy], markdown: bool = False) -> str:
@@ -169,9 +221,17 @@ def main(argv: list[str] | None = None) -> int:
         paths = find_labs(args.labs_dir, names)
     except ValueError as err:
         p.error(str(err))
-    studies = [study(path) for path in paths]
+    try:
+        studies = [study(path) for path in paths]
+    except ValueError as err:
+        p.error(str(err))
     print(format_table(studies, args.markdown))
     print(rule_text())
+    timed_by = [s for s in studies if s.original is not None]
+    if timed_by:
+        print(f"{len(timed_by)} {LANGUAGE} lab(s) timed by their English originals "
+              f"(in {timed_by[0].original.parent}): a translation is read in its original's "
+              f"time, optional sections as the original marks them")
     over = [s.name for s in studies if s.core_minutes > SESSION_MINUTES]
     print(f"core over {SESSION_MINUTES} min: {', '.join(over) if over else 'none'}")
     return 0
