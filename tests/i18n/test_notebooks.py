@@ -136,6 +136,53 @@ def test_links_rewritten_for_the_deeper_folder():
          "`python -m pagedkit lab --help`")
 
 
+CODE_FORMS = [  # each holds what the link rewriter would rewrite outside code
+    "`kernel[grid](args)`",
+    "``a `b` [c](d)``",
+    "`[x](y.md) across\na line`",
+    '`<a href="y.md">`',
+    "```python\nkernel[grid](args)\n[r]: y.md\n```",
+    "~~~\n[x](y.md)\n~~~",
+    "  ```\n<img src=\"p.png\">\n  ```",
+]
+
+
+@pytest.mark.parametrize("code", CODE_FORMS)
+def test_code_is_no_link(code):
+    """Newcomer 15, finding 6: zh lab 04 showed `kernel[grid](../args)`, a code
+    span taken for a relative link. Code stays as written; a link beside it is
+    still rewritten."""
+    text = f"see [docs](../docs/x.md) and\n{code}\nthen [sol](solutions/a.py)"
+    assert nbs.rewrite_links(text) == \
+        f"see [docs](../../docs/x.md) and\n{code}\nthen [sol](../solutions/a.py)"
+
+
+def _edition(span: str) -> str:
+    """An English code span as the Chinese edition quotes it on purpose: the command
+    and Binder's folder opening the Chinese labs (`rewrite_links`'s last steps)."""
+    span = span.replace("python -m pagedkit lab`", "python -m pagedkit lab --lang zh-CN`")
+    return span.replace("urlpath=lab/tree/labs`", "urlpath=lab/tree/labs/zh-CN`")
+
+
+def test_every_zh_cell_quotes_the_english_code():
+    """Every code span and block of every zh lab's markdown is its English cell's
+    (whitespace aside: a span may break across lines elsewhere), over all labs."""
+    def code(text):
+        return sorted(" ".join(m.group(0).split()) for m in nbs._CODE.finditer(text))
+
+    differ = []
+    for stem in nbs.stems_with_catalogs(ROOT):
+        english = {c.id: c.source for c in nbs.markdown_cells(
+            nbs.read_notebook(ROOT / "labs" / f"{stem}.ipynb"))}
+        for cell in nbs.markdown_cells(nbs.read_notebook(nbs.output_path(ROOT, stem))):
+            want = sorted(_edition(s) for s in code(english[cell.id]))
+            if code(cell.source) != want:
+                differ.append((stem, cell.id, set(code(cell.source)) ^ set(want)))
+    assert not differ
+    assert sum(len(code(c.source)) for c in nbs.markdown_cells(
+        nbs.read_notebook(nbs.output_path(ROOT, "04_paged_attention")))) > 50
+
+
 def test_a_changed_english_cell_fails_until_revised(clone, capsys):
     edit_english(clone, "cow", "## 1. Copy-on-write, again\n\nNew words.")
     found = nbs.problems(clone)

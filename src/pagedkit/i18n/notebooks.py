@@ -82,6 +82,10 @@ _HOSTED = re.compile(r"(github/pagedkit/pagedkit/blob/main/labs/|lab/tree/labs/)
 #: Binder's folder of the labs, and the command that opens them, as the text quotes them
 _HOSTED_FOLDER = re.compile(r"(urlpath=lab/tree/labs)(?=[`)\s\"'>]|$)")
 _LAB_COMMAND = re.compile(r"(python -m pagedkit lab)(?=`)")
+#: code, whose text is shown as written: a fenced block (``` or ~~~), or a code span
+#: (a run of backticks up to the next run of as many, across lines as in CommonMark)
+_CODE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})[^\n]*\n[\s\S]*?^[ ]{0,3}\1[^\n]*$"
+                   r"|(?<!`)(`+)(?!`)[\s\S]*?(?<!`)\2(?!`)", re.M)
 
 
 def rewrite_target(target: str) -> str:
@@ -100,14 +104,23 @@ def rewrite_target(target: str) -> str:
 def rewrite_links(markdown: str) -> str:
     """`markdown` with every relative link rewritten by `rewrite_target`, and the
     lab's Colab and Binder addresses (a lab's, or Binder's folder of the labs) and the
-    command ``python -m pagedkit lab`` (as inline code) opening the Chinese edition."""
-    markdown = _INLINE.sub(lambda m: m.group(1) + rewrite_target(m.group(2)), markdown)
-    markdown = _HTML.sub(lambda m: m.group(1) + rewrite_target(m.group(2)), markdown)
-    markdown = _REFERENCE.sub(
-        lambda m: m.group(1) + rewrite_target(m.group(2)) + m.group(3), markdown)
+    command ``python -m pagedkit lab`` (as inline code) opening the Chinese edition.
+    Code (spans and fenced blocks) is no link: ``kernel[grid](args)`` stays."""
+    pieces, start = [], 0
+    for code in _CODE.finditer(markdown):
+        pieces += [_relative_links(markdown[start:code.start()]), code.group(0)]
+        start = code.end()
+    markdown = "".join([*pieces, _relative_links(markdown[start:])])
     markdown = _HOSTED.sub(lambda m: f"{m.group(1)}{LANGUAGE}/{m.group(2)}", markdown)
     markdown = _HOSTED_FOLDER.sub(lambda m: f"{m.group(1)}/{LANGUAGE}", markdown)
     return _LAB_COMMAND.sub(lambda m: f"{m.group(1)} --lang {LANGUAGE}", markdown)
+
+
+def _relative_links(text: str) -> str:
+    """`text` (markdown without code) with its relative links rewritten by `rewrite_target`."""
+    text = _INLINE.sub(lambda m: m.group(1) + rewrite_target(m.group(2)), text)
+    text = _HTML.sub(lambda m: m.group(1) + rewrite_target(m.group(2)), text)
+    return _REFERENCE.sub(lambda m: m.group(1) + rewrite_target(m.group(2)) + m.group(3), text)
 
 
 # --- catalogs --------------------------------------------------------------
