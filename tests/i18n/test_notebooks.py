@@ -183,6 +183,45 @@ def test_every_zh_cell_quotes_the_english_code():
         nbs.read_notebook(nbs.output_path(ROOT, "04_paged_attention")))) > 50
 
 
+def _blocks(markdown: str) -> list[str]:
+    """The block structure of `markdown` as a CommonMark reader (mistune, which
+    nbconvert renders with) parses it: headings, paragraphs, list items, code..."""
+    import mistune
+
+    def walk(nodes):
+        for node in nodes:
+            if node["type"] not in ("text", "softbreak", "linebreak", "blank_line"):
+                yield node["type"]
+            yield from walk(node.get("children") or [])
+
+    parse = mistune.create_markdown(renderer="ast", plugins=["table", "math"])
+    return [t for t in walk(parse(markdown)) if t in BLOCKS]
+
+
+BLOCKS = {"heading", "paragraph", "block_text", "list", "list_item", "block_code",
+          "block_quote", "table", "block_math", "thematic_break", "block_html"}
+
+
+def test_every_zh_cell_has_its_english_cells_blocks():
+    """Newcomer 15, finding 5: two zh cells lost bullets (a line break before
+    ``* `` dropped in translation, so they read as literal "* " in a paragraph).
+    Every zh lab's markdown cell has the English cell's headings, paragraphs, list
+    items and code blocks, in order, over all labs."""
+    differ, cells = [], 0
+    for stem in nbs.stems_with_catalogs(ROOT):
+        english = {c.id: c.source for c in nbs.markdown_cells(
+            nbs.read_notebook(ROOT / "labs" / f"{stem}.ipynb"))}
+        for cell in nbs.markdown_cells(nbs.read_notebook(nbs.output_path(ROOT, stem))):
+            cells += 1
+            if _blocks(cell.source) != _blocks(english[cell.id]):
+                differ.append((stem, cell.id, nbs.first_words(cell.source),
+                               _blocks(english[cell.id]), _blocks(cell.source)))
+    assert not differ
+    assert cells > 200 and _blocks("text\n* a\n* b") == \
+        ["paragraph", "list", "list_item", "block_text", "list_item", "block_text"]
+    assert _blocks("text * a * b") == ["paragraph"]
+
+
 def test_a_changed_english_cell_fails_until_revised(clone, capsys):
     edit_english(clone, "cow", "## 1. Copy-on-write, again\n\nNew words.")
     found = nbs.problems(clone)
