@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import pagedkit
 from pagedkit import lab
 from pagedkit.__main__ import main as cli
 
@@ -128,8 +129,8 @@ def test_lang_is_validated_and_names_the_editions(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "--lang 'fr': the labs come in en, zh-CN" in err
     assert _run(["lab", "99_nope.ipynb", "--lang", "zh-CN", "--print"]) == 2
-    err = capsys.readouterr().err
-    assert "no lab '99_nope.ipynb' in" in err and "zh-CN" in err and lab.FIRST_LAB in err
+    err = capsys.readouterr().err  # the Chinese edition's command speaks Chinese
+    assert "中没有实验 '99_nope.ipynb'" in err and "zh-CN" in err and lab.FIRST_LAB in err
     assert _run(["lab", "--lang", "zh-CN", "--print", "--no-browser"]) == 0
     out = capsys.readouterr().out.split()
     assert out[-1] == str(ROOT / lab.WORK / "zh-CN" / lab.FIRST_LAB)
@@ -146,7 +147,7 @@ def test_chinese_menus_where_the_language_pack_is_installed(tmp_path, monkeypatc
     assert json.loads(settings.read_text()) == lab.SETTINGS
     monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: object())
     assert lab.main(["--lang", "zh-CN", "--no-browser"]) == 0
-    assert "menus in Chinese" in capsys.readouterr().err
+    assert "以中文显示它自己的菜单" in capsys.readouterr().err
     assert json.loads(settings.read_text()) == {
         **lab.SETTINGS, "@jupyterlab/translation-extension:plugin": {"locale": "zh_CN"}}
     assert lab.main(["--no-browser"]) == 0  # the English edition: JupyterLab's own default
@@ -176,8 +177,9 @@ def test_the_printed_command_runs_as_printed(tmp_path, monkeypatch, capsys, fold
     assert opened.read_bytes() == (lab.edition(root, language) / file).read_bytes()
     assert f"--ServerApp.root_dir={root}" in words
     assert not (tmp_path / "overrides.d").exists()  # a dry run changes no settings
-    assert (f"unless {tmp_path / 'overrides.d' / 'pagedkit.json'} holds "
-            '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}') in err
+    said = ("unless {path} holds {settings}" if language == "en" else "除非 {path} 里有 {settings}")
+    assert said.format(path=tmp_path / 'overrides.d' / 'pagedkit.json', settings='{"@jupyter-'
+                       'widgets/jupyterlab-manager:plugin": {"saveState": true}}') in err
     assert lab.main(argv) == 0 and capsys.readouterr()[0] == out  # again: the same, no copy
 
 
@@ -377,6 +379,23 @@ def test_it_counts_notebooks_and_says_which_options_go_to_jupyter(tmp_path, monk
     err = capsys.readouterr().err
     assert "copied 2 of the labs" in err
     assert "lab: passing --dry-run on to jupyter lab" in err
+
+
+@pytest.mark.parametrize("lang, said", [
+    ("zh-CN", "lab：已把 1 个实验复制到"), ("zh-cn", "lab：已把 1 个实验复制到"),
+    ("en", "lab: copied 2 of the labs into"), (None, "lab: copied 2 of the labs into")])
+def test_lang_names_the_language_the_command_speaks(tmp_path, monkeypatch, capsys, lang, said):
+    """Newcomer 15, finding 10: `lab --lang zh-CN` opened the Chinese labs but said
+    so in English (only PAGEDKIT_LANGUAGE=zh-CN switched it). The edition's language
+    is the command's while it runs; the language spoken before comes back after."""
+    root = _clone_zh(tmp_path)
+    monkeypatch.setattr(lab, "clone_root", lambda: root)
+    monkeypatch.setattr(lab, "run_until_it_exits", lambda argv: 0)
+    monkeypatch.setattr(lab, "settings_dir", lambda: tmp_path / "overrides.d")
+    assert lab.main(["--no-browser", *(["--lang", lang] if lang else [])]) == 0
+    err = capsys.readouterr().err
+    assert said in err, err
+    assert pagedkit.get_language() == "en"
 
 
 def _names_of(path: Path) -> list[str]:

@@ -21,7 +21,8 @@ what this does instead:
 ``--lang zh-CN`` opens the Simplified Chinese edition instead (``labs/zh-CN/``,
 copied to ``my-labs/zh-CN/``, so its links to ``../../docs/`` resolve the same);
 where JupyterLab's Chinese language pack is installed, JupyterLab's own
-interface is set to Chinese too (the same settings default). ``--print`` makes
+interface is set to Chinese too (the same settings default), and this command
+speaks Chinese (as ``PAGEDKIT_LANGUAGE=zh-CN`` makes every command do). ``--print`` makes
 the copy the command opens and prints the command instead of running it, so it
 runs as printed; it leaves JupyterLab's settings alone and says which default
 it would have written.
@@ -42,7 +43,7 @@ import sys
 from pathlib import Path
 
 from ._validation import PROG
-from .i18n import _
+from .i18n import _, speaking
 
 #: The folder of the learner's copies, beside labs/ in the clone (in .gitignore).
 WORK = "my-labs"
@@ -210,9 +211,10 @@ def _parser() -> argparse.ArgumentParser:
                    help=(_("the lab to open: its number, name, title or file, e.g. 03, "
                            "03_paging, Paging or 03_paging.ipynb (default: {FIRST_LAB})")
                           .format(FIRST_LAB=FIRST_LAB)))
-    p.add_argument("--lang", default="en", metavar="LANG",
+    p.add_argument("--lang", default=None, metavar="LANG",
                    help=_("the edition: en (default) or zh-CN, the Simplified Chinese labs "
-                          "(labs/zh-CN/, copied to my-labs/zh-CN/)"))
+                          "(labs/zh-CN/, copied to my-labs/zh-CN/); this command then speaks "
+                          "its language too"))
     p.add_argument("--print", action="store_true", dest="dry_run",
                    help=_("copy the labs as usual, then print the jupyter command instead of "
                           "running it (JupyterLab's settings are left as they are)"))
@@ -330,11 +332,21 @@ def main(argv: list[str] | None = None) -> int:
                      "installed without one: git clone https://github.com/pagedkit/pagedkit, "
                      "then in it pip install -r requirements.txt and run this again (or open "
                      "a lab on Colab)"))
+    if args.lang is None:  # the English edition; messages in PAGEDKIT_LANGUAGE's language
+        args.lang = "en"
+        return _open(parser, root, args, extra)
     args.lang = {lang.lower(): lang for lang in EDITIONS}.get(args.lang.lower(), args.lang)
     if args.lang not in EDITIONS:
         parser.error(_("--lang {lang!r}: the labs come in {editions} (e.g. --lang zh-CN for "
                        "the Simplified Chinese edition)")
                      .format(lang=args.lang, editions=", ".join(EDITIONS)))
+    with speaking(args.lang):  # the edition's language is this command's too
+        return _open(parser, root, args, extra)
+
+
+def _open(parser: argparse.ArgumentParser, root: Path, args: argparse.Namespace,
+          extra: list[str]) -> int:
+    """Copy the labs of `args.lang`'s edition and open `args.lab` (or print the command)."""
     labs = edition(root, args.lang)
     found, could_be = find_lab(labs, args.lab)
     if found is None:
@@ -363,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         print(shlex.join(argv_))  # quoted where a path has a space: it runs as printed
         return 0
     if args.lang in LANGUAGE_PACKS and not ui:
-        print(f"lab: JupyterLab's own menus stay English: pip install "
-              f"{LANGUAGE_PACKS[args.lang][0]} for them in Chinese (then Settings > Language)",
+        print(_("lab: JupyterLab's own menus stay English: pip install {pack} for them in "
+                "Chinese (then Settings > Language)").format(pack=LANGUAGE_PACKS[args.lang][0]),
               file=sys.stderr)
     if args.widget_state:
         written = write_settings(settings_dir(), ui)
@@ -377,11 +389,11 @@ def main(argv: list[str] | None = None) -> int:
                     .format(written=written)),
                   file=sys.stderr)
             if ui:
-                print("lab: and shows its own menus in Chinese (the same file; Settings > "
-                      "Language changes it)", file=sys.stderr)
+                print(_("lab: and shows its own menus in Chinese (the same file; Settings > "
+                        "Language changes it)"), file=sys.stderr)
     elif ui:
-        print("lab: JupyterLab's menus in Chinese: Settings > Language (--no-widget-state "
-              "leaves JupyterLab's defaults as they are)", file=sys.stderr)
+        print(_("lab: JupyterLab's menus in Chinese: Settings > Language (--no-widget-state "
+                "leaves JupyterLab's defaults as they are)"), file=sys.stderr)
     if as_root:
         print(_("lab: running as root, so with --allow-root (JupyterLab refuses root without "
               "it)"), file=sys.stderr)

@@ -337,3 +337,42 @@ def test_the_command_line_help_speaks_chinese_when_asked(monkeypatch, capsys):
     i18n.set_language("en")
     monkeypatch.delenv("PAGEDKIT_LANGUAGE")
     assert help_text() == english
+
+
+#: an ASCII semicolon right after Chinese text (a CJK character or full-width punctuation)
+ASCII_AFTER_CHINESE = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]; ")
+
+
+def _joined_clauses():
+    """Every message pagedkit makes by joining clauses: the dashboard's line, a page
+    table in words (a window's release and its blocks), lab 04's, 05's and 06's hints."""
+    from pagedkit.exercises import lab04, lab05, lab06
+    from pagedkit.memory import KVCacheManager
+    from pagedkit.viz import Dashboard, Recorder
+    from pagedkit.viz.page_table import page_table
+
+    kv = KVCacheManager(16, 4)
+    recorder = Recorder.attach(kv)
+    kv.allocate_slots("A", list(range(14)))
+    kv.release_outside_window("A", 14, 5)
+    recorder.cut()
+    dash = Dashboard(recorder)
+    dash.index = len(recorder) - 1
+    return [repr(dash), page_table(recorder[-1], "A").described(),
+            lab04._decode_label(8, 4, 4, 2, 6, 2.0),
+            lab05._admit_hint([("a", 10), ("b", 3)], 6, 8, 10, 4),
+            lab06._victims_hint([("A", 3, 2), ("B", 2, 2), ("C", 1, 3)], 1)]
+
+
+def test_clauses_are_joined_with_the_languages_semicolon():
+    """Newcomer 15, finding 13: ``……14 个已换出; 序列 0``, ``只有 1 个空闲; 先来先服务``:
+    clauses joined in code with an ASCII "; " inside Chinese sentences."""
+    english = _joined_clauses()
+    assert all("; " in text for text in english), english
+    pagedkit.set_language("zh-CN")
+    try:
+        chinese = _joined_clauses()
+    finally:
+        pagedkit.set_language("en")
+    assert all("；" in text and not ASCII_AFTER_CHINESE.search(text) for text in chinese), chinese
+    assert chinese[-1].endswith("）") and english[-1].endswith(")")  # lab 06's rule, in brackets

@@ -9,6 +9,7 @@ or outputs kept from the English run), which nbval then fails in CI."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,17 @@ def test_chinese_labs_hold_no_english_check_output(path):
 
 def test_there_are_chinese_labs():
     assert len(ZH_LABS) >= 13
+
+
+#: what an English message left in a Chinese one looks like: an ASCII "; " or " (" right
+#: after Chinese text, or the PrefixCacheMap's English summary (newcomer 15, findings 10, 13)
+ENGLISH_SEAMS = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef](?:; | \()"
+                           r"|PrefixCacheMap\(batch ")
+
+
+@pytest.mark.parametrize("path", ZH_LABS, ids=lambda p: p.name)
+def test_chinese_outputs_hold_no_english_seams(path):
+    found = [(cell, m.group(0)) for cell, text in _output_texts(path)
+             for m in ENGLISH_SEAMS.finditer(text)]
+    assert not found, (f"{path.name}: cells {found}: rebuild it "
+                       f"(python -m pagedkit.i18n build labs/{path.name})")

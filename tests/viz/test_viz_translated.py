@@ -24,9 +24,9 @@ from pagedkit.sim import TraceRequest
 from pagedkit.viz import ContiguousVsPaged, Dashboard, PageTable, Recorder, replay
 from pagedkit.viz.page_table_view import _OLDEST
 
-#: Latin words the Chinese edition keeps (its glossary: "token", GPU/CPU, KV),
-#: and the names of the contiguous policies, which are data
-KEPT = {"token", "GPU", "CPU", "cpu", "KV", "max", "oracle"}
+#: Latin words the Chinese edition keeps (its glossary: "token", GPU/CPU, KV, KV Cache),
+#: the names of the contiguous policies, which are data, and of the two systems
+KEPT = {"token", "GPU", "CPU", "cpu", "KV", "Cache", "max", "oracle", "vLLM", "pagedkit"}
 #: a word of two or more letters, not part of an identifier with digits (r1, L0, pow2)
 WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z-]+(?![A-Za-z0-9_])")
 
@@ -113,6 +113,8 @@ def every_view_shown():
     yield "sliding window", [*control_strings(view.widget),
                              *figure_strings(view._figure_widget)]
 
+    yield from prefix_cache_maps_shown()
+
     trace = [TraceRequest("a", 0, 5, 3), TraceRequest("b", 0, 9, 3),
              TraceRequest("c", 1, 20, 5), TraceRequest("d", 1, 30, 2)]
     for policy in ("max", "pow2", "oracle"):
@@ -121,6 +123,31 @@ def every_view_shown():
             view.index = i
             yield f"{policy} step {i}", [*control_strings(view.widget),
                                          *figure_strings(view._figure_widget)]
+
+
+def prefix_cache_maps_shown():
+    """Lab 10's `PrefixCacheMap` (newcomer 15, finding 10: all English in zh lab 10)
+    over a recording whose batches store chains and a branch, a second copy of a
+    content, a block whose parent came before the stream, a removal and a clear;
+    with each title it is given in lab 10 and by default; its summary too."""
+    from pagedkit.vllm import cache_view
+    from pagedkit.vllm.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
+
+    batches = [EventBatch(0.0, [BlockStored([1, 2], None, list(range(8)), 4)]),
+               EventBatch(1.0, [BlockStored([3], 1, [9, 9, 9, 9], 4),
+                                BlockStored([2], 1, list(range(4, 8)), 4)]),
+               EventBatch(2.0, [BlockStored([7], 99, [5, 5, 5, 5], 4), BlockRemoved([3])]),
+               EventBatch(3.0, [AllBlocksCleared()])]
+    for title in (cache_view.DEFAULT_TITLE, cache_view.PAGEDKIT_TITLE, cache_view.VLLM_TITLE):
+        recording = cache_view.CacheRecording()
+        for seq, batch in enumerate(batches):
+            recording.feed(batch, seq)
+        view = cache_view.PrefixCacheMap(recording, title=title)
+        for i in range(len(recording)):
+            view.index = i
+            yield f"prefix cache map step {i}", [
+                ("summary (its repr and text form, after the class name)", view.summary(i)),
+                *control_strings(view.widget), *figure_strings(view._figure_widget)]
 
 
 def untranslated(language: str) -> tuple[int, dict[str, str]]:
@@ -150,8 +177,14 @@ def test_the_same_reading_finds_the_english_words():
     """The reader is not blind: in English, the labels the Chinese test checks
     are all found to be English."""
     _, english = untranslated("en")
-    for text in ("logical<br>blocks", "physical<br>blocks", "oldest", "now", "free", "play"):
+    for text in ("logical<br>blocks", "physical<br>blocks", "oldest", "now", "free", "play",
+                 "chain", "stored by this batch", "×n: held by n physical blocks"):
         assert text in english, text
+    seen = " ".join(english)
+    for words in ("cached blocks (2 copies), this batch +2 stored", "all cleared",
+                  "physical copies: 2", "(parent stored before the stream began)",
+                  "publisher seq 2", "pagedkit's prefix cache", "vLLM's prefix cache, live"):
+        assert words in seen, words
 
 
 @pytest.mark.parametrize("language", ["en", "zh-CN"])

@@ -19,7 +19,7 @@ from itertools import pairwise
 import torch
 import torch.nn.functional as F
 
-from ..i18n import N_, _, ngettext
+from ..i18n import N_, _, join_clauses, ngettext
 from . import CheckResult, function_name, not_written, require_function, wrong_answer
 
 __all__ = [
@@ -217,7 +217,7 @@ def _decode_label(n: int, bs: int, hq: int, hkv: int, d: int, big: float) -> str
         parts.append(_("the scores reach the hundreds: exp(score) overflows float32 (inf / inf "
                      "= NaN) unless you subtract the largest score first, or use "
                      "torch.softmax"))
-    return "; ".join(parts)
+    return join_clauses(parts)
 
 
 def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResult:

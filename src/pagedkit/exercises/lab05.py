@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import cache
 from itertools import product
 
-from ..i18n import N_, _, ngettext
+from ..i18n import N_, _, join_clauses, ngettext
 from . import Case, CheckResult, check_function
 from ._boundaries import Keywords, around, grid_cases
 
@@ -165,7 +165,7 @@ def _admit_oracle(*args, **kwargs):
 def _admit_hint(*args, **kwargs) -> str:
     admitted, why = _admit_walk(*args, **kwargs)
     after = _("after {n} admitted, ").format(n=len(admitted)) if admitted else ""
-    return f"{after}{why}; " + _(_FCFS)
+    return join_clauses([after + why, _(_FCFS)])
 
 
 def _admit_grid():

@@ -13,7 +13,7 @@ from fractions import Fraction
 from functools import cache
 from itertools import product
 
-from ..i18n import N_, _
+from ..i18n import N_, _, join_clauses
 from . import Case, CheckResult, check_function
 from ._boundaries import around, grid_cases
 
@@ -240,7 +240,7 @@ def _victims_hint(running, free_blocks) -> str:
     story = _victims_walk(running, free_blocks)[1]
     if not story:
         return _("nobody running, nobody preempted")
-    return "; ".join(story) + " (" + _(_NEWEST) + ")"
+    return _("{story} ({rule})").format(story=join_clauses(story), rule=_(_NEWEST))
 
 
 @cache

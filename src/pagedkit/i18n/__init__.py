@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import gettext
 import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 LANGUAGES = ("en", "zh-CN")
@@ -49,6 +51,18 @@ def set_language(language: str) -> None:
     _state.update(language=language, translations=translations)
 
 
+@contextmanager
+def speaking(language: str) -> Iterator[None]:
+    """Speak `language` inside a ``with`` block (a command whose own option names
+    the language: ``lab --lang zh-CN``), then the language spoken before."""
+    before = get_language()
+    set_language(language)
+    try:
+        yield
+    finally:
+        set_language(before)
+
+
 def language_from_environment(variable: str = "PAGEDKIT_LANGUAGE") -> None:
     """Speak the language named by the environment variable `variable`, if set
     (``PAGEDKIT_LANGUAGE=zh-CN pagedkit --help``): for the command line, which
@@ -77,6 +91,12 @@ def N_(message: str) -> str:
     """Mark `message` for translation without translating it (yet): for a
     message made once at import time, which `_` translates where it is shown."""
     return message
+
+
+def join_clauses(clauses: Iterable[str]) -> str:
+    """Clauses of one sentence joined as the current language joins them: ``"; "``
+    in English, a full-width ``"；"`` in Chinese (docs/i18n.md's punctuation)."""
+    return _("; ").join(clauses)
 
 
 def ngettext(singular: str, plural: str, n: int) -> str:

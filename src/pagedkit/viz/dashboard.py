@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..i18n import join_clauses
 from .block_map import BlockMap, as_recorder
 from .controls import Played, Player
 from .frontend import display_mode, enable_colab_widgets
@@ -36,7 +37,7 @@ class Dashboard(Played):
         """One line, labelled (a saved notebook shows it in the widget's place):
         the block map's counts at the step, then whose page table and where
         its blocks lie."""
-        return f"Dashboard({self.block_map.summary()}; {self.page_table.describe()})"
+        return f"Dashboard({join_clauses([self.block_map.summary(), self.page_table.describe()])})"
 
     def __str__(self) -> str:
         return "\n".join(v.text() for v in self.views)

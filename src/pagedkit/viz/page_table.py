@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from ..i18n import _, ngettext
+from ..i18n import _, join_clauses, ngettext
 from ..memory.block_table import NULL_BLOCK
 from .frames import Frame
 
@@ -90,7 +90,7 @@ class PageTableData:
         swapped = _(", swapped out") if self.where == "cpu" else ""
         return (_("page table of sequence {seq}{request}{swapped}: {blocks}")
                 .format(seq=self.seq, request=request, swapped=swapped,
-                        blocks="; ".join(parts) or _("(no blocks)")))
+                        blocks=join_clauses(parts) or _("(no blocks)")))
 
 
 def _span(first: int, last: int) -> str:

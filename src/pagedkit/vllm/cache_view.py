@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..i18n import N_, _, counted, ngettext
 from ..viz.controls import Player
 from ..viz.palette import COW_COLOR, OWNER_COLORS
 from ..viz.view import View, title_layout, title_margin, wrap_title
@@ -41,6 +42,12 @@ from .wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, decod
 
 REMOVED_COLOR = "#212121"  # not a row color: rows use the request palette, red included
 EDGE_COLOR = "#9E9E9E"
+
+#: a map's title when none is given, and the two lab 10 gives its maps: messages, shown in
+#: the language of the moment (a title given in other words is shown as it is)
+DEFAULT_TITLE = N_("the prefix cache, from KV-cache events")
+PAGEDKIT_TITLE = N_("pagedkit's prefix cache, from its events")
+VLLM_TITLE = N_("vLLM's prefix cache, live from its KV events")
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +265,7 @@ class PrefixCacheMap(View):
     CELL_PX = 30
 
     def __init__(self, recording: CacheRecording, *, player: Player | None = None,
-                 title: str = "the prefix cache, from KV-cache events") -> None:
+                 title: str = DEFAULT_TITLE) -> None:
         self.recording = recording
         self.name = title
         super().__init__(player or Player(recording))
@@ -270,10 +277,19 @@ class PrefixCacheMap(View):
     def summary(self, index: int | None = None) -> str:
         i = self._at(index)
         f = self.recording[i]
-        cleared = ", all cleared" if f.cleared else ""
-        return (f"batch {i}/{self.player.last}: {f.num_cached} cached blocks "
-                f"({f.num_copies} copies), this batch +{f.stored} stored, "
-                f"-{f.removed_count} removed{cleared}")
+        return _("batch {i}/{last}: {cached} ({copies}), this batch +{stored} stored, "
+                 "-{removed} removed{cleared}").format(
+            i=i, last=self.player.last, cached=self._cached(f.num_cached),
+            copies=ngettext("{n} copy", "{n} copies", f.num_copies).format(n=f.num_copies),
+            stored=f.stored, removed=f.removed_count, cleared=self._cleared(f))
+
+    @staticmethod
+    def _cached(n: int) -> str:
+        return ngettext("{n} cached block", "{n} cached blocks", n).format(n=n)
+
+    @staticmethod
+    def _cleared(f: CacheFrame) -> str:
+        return _(", all cleared") if f.cleared else ""
 
     def text(self, index: int | None = None) -> str:
         """The summary and the tree in letters, a row per line: ``#`` a cached
@@ -314,11 +330,11 @@ class PrefixCacheMap(View):
         fig.add_scatter(name="copies", x=[], y=[], mode="text", text=[],
                         textfont=dict(size=11, color="white"), hoverinfo="skip",
                         showlegend=False)
-        for name, color, symbol in (("cached block (color: its row)", OWNER_COLORS[0],
+        for name, color, symbol in ((_("cached block (color: its row)"), OWNER_COLORS[0],
                                      "square"),
-                                    ("stored by this batch", COW_COLOR, "square-open"),
-                                    ("removed by this batch", REMOVED_COLOR, "x-thin-open"),
-                                    ("×n: held by n physical blocks", "white", "square")):
+                                    (_("stored by this batch"), COW_COLOR, "square-open"),
+                                    (_("removed by this batch"), REMOVED_COLOR, "x-thin-open"),
+                                    (_("×n: held by n physical blocks"), "white", "square")):
             fig.add_scatter(name=name, x=[None], y=[None], mode="markers",
                             marker=dict(symbol=symbol, size=11, color=color,
                                         line=dict(width=2 if symbol != "square" else 1,
@@ -329,11 +345,11 @@ class PrefixCacheMap(View):
                           hovermode="closest", title=title_layout(),
                           legend=dict(orientation="h", yanchor="top", y=-0.2, x=0,
                                       font=dict(size=11)),
-                          xaxis=dict(title=dict(text="block of the prompt (0: its first "
-                                                "block_size tokens)", font=dict(size=11)),
+                          xaxis=dict(title=dict(text=_("block of the prompt (0: its first "
+                                                  "block_size tokens)"), font=dict(size=11)),
                                      showgrid=False, zeroline=False, fixedrange=True,
                                      dtick=1),
-                          yaxis=dict(title=dict(text="chain", font=dict(size=11)),
+                          yaxis=dict(title=dict(text=_("chain"), font=dict(size=11)),
                                      showgrid=False, zeroline=False, fixedrange=True,
                                      showticklabels=False))
 
@@ -370,15 +386,21 @@ class PrefixCacheMap(View):
     def _hover(self, c: CacheCell) -> str:
         bs = self.recording.block_size or c.num_tokens
         start = c.place.depth * bs
-        return (f"block {hash_label(c.hash)} (name's last 4 bytes)<br>"
-                f"prompt tokens {start}..{start + c.num_tokens - 1}"
-                f"{'' if c.prefix_known else ' (parent stored before the stream began)'}"
-                f"<br>first tokens {list(c.first_tokens)}<br>physical copies: {c.copies}")
+        unknown = "" if c.prefix_known else _(" (parent stored before the stream began)")
+        return _("block {name} (name's last 4 bytes)<br>prompt tokens {first}..{last}{unknown}"
+                 "<br>first tokens {tokens}<br>physical copies: {copies}").format(
+            name=hash_label(c.hash), first=start, last=start + c.num_tokens - 1,
+            unknown=unknown, tokens=list(c.first_tokens), copies=c.copies)
 
     def _title(self, f: CacheFrame, index: int) -> str:
-        seq = f" (publisher seq {f.seq})" if f.seq is not None else ""
-        bs = f"blocks of {self.recording.block_size} tokens" if self.recording.block_size else ""
-        return wrap_title([f"<b>{self.name}</b>", f"<b>batch {index}/{self.player.last}</b>{seq}",
-                           f"{f.num_cached} cached blocks ({f.num_copies} physical)",
-                           f"this batch: +{f.stored} stored, −{f.removed_count} removed"
-                           + (", all cleared" if f.cleared else ""), bs], 700)
+        seq = _(" (publisher seq {seq})").format(seq=f.seq) if f.seq is not None else ""
+        size = self.recording.block_size
+        bs = _("blocks of {tokens}").format(tokens=counted(size, "token")) if size else ""
+        batch = _("batch {i}/{last}").format(i=index, last=self.player.last)
+        name = _(self.name)  # one of the titles above, translated; any other as given
+        return wrap_title([f"<b>{name}</b>", f"<b>{batch}</b>{seq}",
+                           _("{cached} ({n} physical)").format(cached=self._cached(f.num_cached),
+                                                               n=f.num_copies),
+                           _("this batch: +{stored} stored, −{removed} removed{cleared}").format(
+                               stored=f.stored, removed=f.removed_count,
+                               cleared=self._cleared(f)), bs], 700)

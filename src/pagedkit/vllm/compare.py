@@ -32,6 +32,7 @@ from typing import Any
 
 from .._validation import choice_name
 from ..bench import check_choice, load_average
+from ..i18n import _
 from .reader import CachedBlocks, ZmqEventStream
 from .wire import EventBatch
 
@@ -51,6 +52,15 @@ INSTALL_STEPS = (
 #: What to do where vLLM is missing, on one line.
 INSTALL_HINT = ("install vLLM's CPU build in a venv of its own (docs/vllm.md), from the "
                 "repository's root: " + "; ".join(INSTALL_STEPS))
+
+
+def no_vllm_note() -> str:
+    """What a lab cell that needs vLLM prints instead of running, where vLLM is not
+    installed (lab 10's ``NO_VLLM``), in the language of the moment."""
+    return _("vLLM is not installed in this environment, so this cell did not run. To run "
+             "it, install vLLM's CPU build in a venv of its own (docs/vllm.md), from the "
+             "repository's root: {steps}; then start this notebook's kernel from that "
+             "venv.").format(steps="; ".join(INSTALL_STEPS))
 
 
 def vllm_available() -> bool:
