@@ -717,18 +717,19 @@ ENGINE_CASES = [
     ("generate(negative token id)", generate([[1, -1]]), ValueError, "-1"),
     ("generate(empty prompt)", generate([[1, 2], []]), ValueError, "empty"),
     ("generate(too long)", generate([[5] * 3000]), ValueError,
-     "3000 tokens but max_model_len is 2048 (room is needed for at least one generated "
-     "token); shorten it to 2047 tokens or fewer, or use a model with a longer context"),
+     "3000 tokens, so the request needs 3001 positions (3000 of the prompt + 1 generated), "
+     "but max_model_len is 2048; shorten the prompt to 2047 tokens or fewer, or use a model "
+     "with a longer context"),
     # named by its place in the caller's list, not by LLM's internal request id
     ("generate(second too long)", generate(["a", [5] * 3000]), ValueError,
      "prompts[1]: the prompt has 3000 tokens"),
     ("generate(one too long)", generate([5] * 3000), ValueError,
      "generate(): the prompt has 3000 tokens"),
     ("generate(longer than the cache)", generate([[5] * 200]), ValueError,
-     "200 tokens but the whole KV cache holds 128 (num_blocks=32 x block_size=4); "
-     "max_model_len, left unset, was lowered from the model's 2048 to the 128 the cache "
-     "holds; give the engine num_blocks=51 or more (room for the prompt and one generated "
-     "token), or shorten the prompt to 127 tokens or fewer"),
+     "200 tokens, so the request needs 201 slots (200 of the prompt + 1 generated), but the "
+     "whole KV cache holds 128 (num_blocks=32 x block_size=4); max_model_len, left unset, "
+     "was lowered from the model's 2048 to the 128 the cache holds; give the engine "
+     "num_blocks=51 or more, or shorten the prompt to 127 tokens or fewer"),
     ("generate(sampling_params=5)", generate(["a"], 5), TypeError, "5"),
     ("generate(sampling_params=[ok, 5])", generate(["a", "b"], [GREEDY, 5]), TypeError,
      "sampling_params[1]"),

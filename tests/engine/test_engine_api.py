@@ -27,13 +27,17 @@ def snapshot(engine):
 @pytest.mark.parametrize("prompt, params, error, message", [
     ([], None, ValueError, "the prompt is empty"),
     # past the model's 256 positions: shorten it (more blocks would not help)
-    (list(range(60)) * 5, None, ValueError, r"300 tokens but max_model_len is 256 \(room is "
-     r"needed for at least one generated token\); shorten it to 255 tokens or fewer"),
-    (list(range(50)) * 4, None, ValueError, r"200 tokens but the whole KV cache holds 128 "
-     r"\(num_blocks=32 x block_size=4\); max_model_len, left unset, was lowered from the "
-     r"model's 256 to the 128 the cache holds; give the engine num_blocks=51 or more \(room "
-     r"for the prompt and one generated token\), or shorten the prompt to 127 tokens or fewer"),
-    (list(range(64)) * 2, None, ValueError, "128 tokens but the whole KV cache holds 128"),
+    (list(range(60)) * 5, None, ValueError,
+     r"300 tokens, so the request needs 301 positions \(300 of the prompt \+ 1 generated\), but "
+     r"max_model_len is 256; shorten the prompt to 255 tokens or fewer"),
+    (list(range(50)) * 4, None, ValueError,
+     r"200 tokens, so the request needs 201 slots \(200 of the prompt \+ 1 generated\), but the "
+     r"whole KV cache holds 128 \(num_blocks=32 x block_size=4\); max_model_len, left "
+     r"unset, was lowered from the model's 256 to the 128 the cache holds; give the engine "
+     r"num_blocks=51 or more, or shorten the prompt to 127 tokens or fewer"),
+    (list(range(64)) * 2, None, ValueError,
+     r"128 tokens, so the request needs 129 slots \(128 of the prompt \+ 1 generated\), but "
+     r"the whole KV cache holds 128"),
     (list(range(70)), None, ValueError, "70 tokens but max_num_batched_tokens is 64"),
     ([1, 2, 300], None, ValueError, r"token id 300 is outside the vocabulary \[0, 96\)"),
     ("hello", None, ValueError, "no tokenizer"),

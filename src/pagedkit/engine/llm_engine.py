@@ -179,7 +179,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.scheduler_config, self.kv,
                                    release_window=self.release_window)
         self._seq_ids = itertools.count()  # per engine, so ids do not depend on other engines
-        self._aborted: list[RequestOutput] = []  # reported by the next step
+        self._aborted: list[tuple[SequenceGroup, RequestOutput]] = []  # reported by the next step
         self._names: dict[str, str] = {}  # how warnings call each request in flight
         #: inside `one_warning`: the requests cut short so far, (name, what is said)
         self._cut_notes: list[tuple[str, str]] | None = None
@@ -357,20 +357,21 @@ class LLMEngine:
         if n >= limit:
             instead = ("give a larger max_model_len" if self._max_model_len_given
                        else "use a model with a longer context")
-            raise ValueError(f"{who}: the prompt has {n} tokens but max_model_len is {limit} "
-                             "(room is needed for at least one generated token); shorten it "
-                             f"to {limit - 1} tokens or fewer, or {instead}")
+            raise ValueError(f"{who}: the prompt has {n} tokens, so the request needs "
+                             f"{n + 1} positions ({n} of the prompt + 1 generated), but "
+                             f"max_model_len is {limit}; shorten the prompt to {limit - 1} "
+                             f"tokens or fewer, or {instead}")
         block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
         capacity = num_blocks * block_size
         if n + 1 > capacity:
             lowered = (f"; max_model_len, left unset, was lowered from the model's {limit} to "
                        f"the {capacity} the cache holds" if self.max_model_len < limit else "")
-            raise ValueError(f"{who}: the prompt has {n} tokens but the whole KV "
-                             f"cache holds {capacity} (num_blocks={num_blocks} x block_size="
+            raise ValueError(f"{who}: the prompt has {n} tokens, so the request needs "
+                             f"{n + 1} slots ({n} of the prompt + 1 generated), but the whole "
+                             f"KV cache holds {capacity} (num_blocks={num_blocks} x block_size="
                              f"{block_size}){lowered}; give the engine num_blocks="
-                             f"{n // block_size + 1} or more (room for the prompt and one "
-                             f"generated token), or shorten the prompt to {capacity - 1} "
-                             "tokens or fewer")
+                             f"{n // block_size + 1} or more, or shorten the prompt to "
+                             f"{capacity - 1} tokens or fewer")
         budget = self.scheduler_config.max_num_batched_tokens
         if n > budget and not self.scheduler_config.enable_chunked_prefill:
             raise ValueError(f"{who}: the prompt has {n} tokens but "
@@ -484,7 +485,7 @@ class LLMEngine:
             return False
         output = self._retire(group)
         if report:
-            self._aborted.append(output)
+            self._aborted.append((group, output))
         return True
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
@@ -523,8 +524,8 @@ class LLMEngine:
         rows = _sampling_rows(plan)
         sampled = sample_step(rows, logits, self.stop_rule, self.next_seq_id) if rows else None
         finished = self.scheduler.update(plan, sampled)
-        out = StepOutput(step=plan.step, finished=self._aborted)
-        self._aborted = []
+        aborted, self._aborted = self._aborted, []
+        out = StepOutput(step=plan.step, finished=[output for _, output in aborted])
         out.scheduled = [ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
                                        s.num_tokens > 1 or s.start < s.seq.prompt_len)
                          for s in plan.scheduled]  # prefill: anything but one generated token
@@ -543,15 +544,23 @@ class LLMEngine:
                      self._metrics_now(g)))
                    for g, _ in rows]
         done = out.finished
-        out.build_outputs = lambda: self._step_outputs(pending, done)
+        # n > 1 samples that ended without sampling, by the reason they ended with
+        ended = [(g, "abort") for g, _ in aborted] + [(g, "length") for g in plan.ended]
+        alone = {g.request_id: reason for g, reason in ended
+                 if g.params.n > 1 and not g.params.use_beam_search}
+        out.build_outputs = lambda: self._step_outputs(pending, done, alone)
         out.memory = self.memory_stats()
         out.duration_s = time.perf_counter() - start
         return out
 
-    def _step_outputs(self, pending: list, finished: list[RequestOutput]) -> list[RequestOutput]:
+    def _step_outputs(self, pending: list, finished: list[RequestOutput],
+                      alone: dict[str, str]) -> list[RequestOutput]:
         """vLLM's ``step()`` result: per request that sampled, its output as
-        of that step (partial or final); with n > 1, one output per
-        completion that got a token, as vLLM streams them; then the aborted."""
+        of that step (partial or final); then those that ended without
+        sampling (aborted, or outgrown the cache). With n > 1 samples every
+        output holds one completion, as vLLM streams them: one per
+        completion that got a token, or that the group's end ended (`alone`:
+        such requests' ids, with the reason they ended with)."""
         final = {o.request_id: o for o in finished}
         outs = []
         for group, then in pending:
@@ -566,7 +575,10 @@ class LLMEngine:
                 last = len(seqs) - 1  # vLLM: finished with the last completion to end
                 outs += [self._output_of(group, [s], finished=done is not None and j == last,
                                          counts=counts) for j, s in enumerate(seqs)]
-        return outs + list(final.values())
+        for output in final.values():
+            reason = alone.get(output.request_id)
+            outs += [output] if reason is None else _per_completion(output, reason)
+        return outs
 
     def _execute_for_prompt_logprobs(self, plan: SchedulerOutput) -> torch.Tensor | None:
         """`runner.execute` keeping every token's logits: the prompt tokens'
@@ -868,6 +880,16 @@ def _sampling_rows(plan: SchedulerOutput) -> list[tuple[SequenceGroup, list[tupl
             groups.setdefault(id(s.group), s.group)
     return [(group, [(seq, rows[seq.seq_id]) for seq in group.unfinished_seqs()
                      if seq.seq_id in rows]) for group in groups.values()]
+
+
+def _per_completion(output: RequestOutput, reason: str) -> list[RequestOutput]:
+    """The end of n > 1 samples that ended without sampling (aborted, or
+    outgrown the cache), one output per completion it ended, finished with
+    the last: those with its finish `reason`. A completion that ended before
+    has another (a stop, or the end of sequence): none ends by length before
+    the others, as the n take their tokens in the same steps."""
+    ended = [c for c in output.outputs if c.finish_reason == reason]
+    return [dataclasses.replace(output, outputs=[c], finished=c is ended[-1]) for c in ended]
 
 
 def _check_seed(seed: Any) -> None:
