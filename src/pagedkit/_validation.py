@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import enum
 import math
 import numbers
@@ -90,7 +91,7 @@ def check_token_ids(name: str, ids: object) -> list[int]:
     no tokenizer gives."""
     if not isinstance(ids, (list, tuple, range)):
         raise TypeError(f"{name} must be a list of token ids (ints), got {_short(ids)} "
-                        f"({type(ids).__name__}); give a list, e.g. list(...) of it")
+                        f"({type(ids).__name__}){_as_token_ids(ids)}")
     if type(ids) is list and all(type(t) is int for t in ids):  # the common case, at once
         return list(ids)
     for i, t in enumerate(ids):
@@ -232,10 +233,28 @@ def _without_vllms_keys(prompt: dict, name: str) -> dict:
     return {k: v for k, v in prompt.items() if k not in VLLM_PROMPT_KEYS}
 
 
+def _as_token_ids(ids: object) -> str:
+    """What to give in place of `ids`, not a list of token ids (`check_token_ids`),
+    as "; advice", true for its kind, or "" where there is none to give. Bytes
+    are refused: their values are a byte-level tokenizer's input, not its ids."""
+    if isinstance(ids, str):
+        return "; a string is text: tokenize it first (tokenizer.encode(text))"
+    if isinstance(ids, (bytes, bytearray)):
+        return ("; bytes are not token ids: decode them to text and tokenize it "
+                "(tokenizer.encode(text))")
+    if isinstance(ids, numbers.Integral) and not isinstance(ids, bool):
+        return f"; one token is a list of one: [{ids}]"
+    if hasattr(ids, "tolist"):
+        return "; a tensor or array: give ids.tolist()"
+    if isinstance(ids, collections.abc.Iterator):
+        return "; an iterator: give list(...) of it (read once, it would be empty when stored)"
+    return ""
+
+
 def _token_ids(ids: Any, name: str) -> list[int]:
     if not isinstance(ids, (list, tuple, range)):
         raise TypeError(f"{name} must be a list of token ids (ints), got {_short(ids)} "
-                        f"({type(ids).__name__})")
+                        f"({type(ids).__name__}){_as_token_ids(ids)}")
     for i, t in enumerate(ids):
         if isinstance(t, bool) or not isinstance(t, numbers.Integral):
             raise TypeError(f"{name}[{i}] is {t!r} ({type(t).__name__}); token ids are ints, "
