@@ -16,7 +16,10 @@ time, next to the device's peak. Three implementations see the same tokens:
   un-paged upper bound (a decode query's group of heads is passed as that
   many query rows, so K/V is read once per KV head, as in our kernel);
 * ``gather_sdpa_reference``: the torch reference, which gathers each
-  sequence's blocks and calls SDPA; what paging costs without a kernel.
+  sequence's blocks and calls SDPA; what paging costs without a kernel;
+* ``batched_torch`` (on a CPU only): the batched torch path
+  (`pagedkit.kernels.batched`), all sequences at once: what the engine runs
+  on a CPU.
 
 The paper's claim (§4.1, §6) is that the paged kernel costs little over the
 contiguous one; the target here is >= 80% of peak bandwidth at large batch x
@@ -27,8 +30,9 @@ On a GPU the grid is batch {1, 16, 64, 256} x context {512, 2k, 8k, 32k},
 float16 and bfloat16, Llama-3-8B / Mistral-7B-like heads (32 query heads, 8
 KV heads, head dim 128; Llama-2-7B has 32 KV heads); shapes that do not fit
 in free memory are skipped and say so. Without a GPU, ``--quick`` runs small
-shapes and times only the torch reference against SDPA (Triton's interpreter
-is for reading kernels, not for timing them).
+float32 shapes and times SDPA, the torch reference and the batched path the
+CPU engine runs, not the Triton kernels (Triton's interpreter is for reading
+kernels, not for timing them).
 
 Each GPU timing is the median over repetitions, with the L2 cache flushed
 before each, so that small caches are not served from L2. The Triton
@@ -53,7 +57,7 @@ import torch.nn.functional as F
 
 import pagedkit
 from pagedkit import ops
-from pagedkit.kernels import reference
+from pagedkit.kernels import batched, reference
 
 from .._validation import PROG, positive_int, writable_file
 from . import add_no_progress, device_unavailable
@@ -304,6 +308,12 @@ def bench_decode(shape: DecodeShape, device: torch.device, timer, decode_kernel,
         (gather_reference().float() - expected.float()).abs().max())
     results["gather_sdpa_reference"] = _result(timer(gather_reference), row["bytes_moved"],
                                                peak=peak)
+    if device.type == "cpu":  # the engine's path on a CPU (on a GPU: the Triton kernels)
+        def batched_torch():
+            return batched.paged_decode_attention(query, k_cache, v_cache, tables, context_lens,
+                                                  check=False)
+        row["batched_max_abs_diff"] = float((batched_torch() - expected).abs().max())
+        results["batched_torch"] = _result(timer(batched_torch), row["bytes_moved"], peak=peak)
     row["results"] = results
     if "ms" in results["paged_triton"]:
         row["paged_over_sdpa"] = round(results["paged_triton"]["ms"]
@@ -375,6 +385,12 @@ def bench_prefill(shape: PrefillShape, device: torch.device, timer, prefill_kern
     row["reference_max_abs_diff"] = float(
         (gather_reference().float() - expected.float()).abs().max())
     results["gather_sdpa_reference"] = _result(timer(gather_reference), flops=flops)
+    if device.type == "cpu":  # the engine's path on a CPU (on a GPU: the Triton kernels)
+        def batched_torch():
+            return batched.paged_prefill_attention(query, k_cache, v_cache, tables, cu_seqlens,
+                                                   context_lens, check=False)
+        row["batched_max_abs_diff"] = float((batched_torch() - expected).abs().max())
+        results["batched_torch"] = _result(timer(batched_torch), flops=flops)
     row["results"] = results
     if "ms" in results["paged_triton"]:
         row["paged_over_sdpa"] = round(results["paged_triton"]["ms"]
@@ -450,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} bench kernels",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="a few small shapes (the only mode that makes sense on CPU)")
+                        help="a few small shapes (the only mode that makes sense on CPU, "
+                             "where it times SDPA, the torch reference and the batched path "
+                             "the CPU engine runs, not the Triton kernels)")
     parser.add_argument("--json", metavar="PATH", type=writable_file,
                         help="write the full report here as JSON")
     parser.add_argument("--device", default=None,
@@ -467,8 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type != "cuda" and not args.quick:
         # the GPU grid (up to 256 x 32k) would not fit a CPU's time or memory
-        print(f"note: no GPU ({device}): running the small CPU grid (as --quick), torch "
-              "reference vs SDPA; the Triton kernels are timed on a GPU only")
+        print(f"note: no GPU ({device}): running the small CPU grid (as --quick): SDPA, the "
+              "torch reference and the batched path the CPU engine runs; the Triton kernels "
+              "are timed on a GPU only")
         args.quick = True
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
