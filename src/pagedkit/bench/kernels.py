@@ -7,7 +7,7 @@ says so)
 Decode attention is bound by memory traffic: each step reads every cached
 key and value once. So it is measured as achieved bandwidth, the bytes it
 must move (K/V of every context, the queries and the outputs) divided by the
-time, next to the device's peak. Three implementations see the same tokens:
+time, next to the device's peak. These implementations see the same tokens:
 
 * ``paged_triton``: our kernel (`pagedkit.kernels.paged_decode`), reading
   through shuffled block tables, block size 16;
