@@ -22,14 +22,16 @@ import sys
 from .._validation import PROG
 
 #: name -> (module whose ``main(argv)`` runs it, one line of help). The times: on 2
-#: shared cores at load 3-4 (2026-12-02), calls 3.1 s, hash 4.0 s, kernels (CPU) 3.0 s,
+#: shared cores at load 3-4 (2026-12-02), calls 3.1 s, hash 4.0 s, kernels (CPU) 3.0 s
+#: (3.0-3.4 s at load 4 with its batched row, 2026-12-03),
 #: linears 32 s, study 0.1 s; engine, widgets and labs as their modules measured;
 #: vllm as docs/benchmarks.md's "Beside vLLM again" ran (16:46-16:54 UTC).
 BENCHMARKS = {
     "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate (17 minutes on "
                "2 busy cores; --quick: 10 s to 2 minutes)"),
     "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA (on a CPU: "
-                "the small grid, seconds)"),
+                "the small grid, seconds, timing SDPA, the torch reference and the batched "
+                "path the CPU engine runs, not the Triton kernels)"),
     "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost "
                 "(3.5-7.5 minutes on 2 busy cores; --steps 300 --rounds 1: a quick look)"),
     "labs": ("pagedkit.bench.labs", "each lab's nbval run time, wall and CPU (needs "
