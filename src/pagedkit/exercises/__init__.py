@@ -116,14 +116,16 @@ def require_function(name: str, fn: object) -> None:
 
 
 def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
-                 hint: str | Callable = "", **kwargs: Any) -> tuple[Any, CheckResult | None]:
+                 hint: str | Callable = "", show: Callable[[Any], str] = repr,
+                 **kwargs: Any) -> tuple[Any, CheckResult | None]:
     """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
     it raised — "not written yet" for the stub's NotImplementedError, else the
     call, the exception and the hint. A generator (any iterator) it returns is
     read here, as a list, so that its errors are the call's (and a message
     shows its items) — but never past one item more than the `expected`
     answer holds (none where that is not a sequence): an endless generator
-    fails, saying so, instead of hanging the check."""
+    fails, saying so (`show` writes the expected answer, as in `wrong_answer`),
+    instead of hanging the check."""
     try:
         result = fn(*args, **kwargs)
         if isinstance(result, Iterator):
@@ -132,10 +134,10 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
             if len(result) > most:
                 return None, CheckResult(name, False, ngettext(
                     "{call} returned an iterator that gives more than {n} item (an endless "
-                    "generator?), expected {expected!r}.",
+                    "generator?), expected {expected}.",
                     "{call} returned an iterator that gives more than {n} items (an endless "
-                    "generator?), expected {expected!r}.", most).format(
-                        call=call, n=most, expected=expected))
+                    "generator?), expected {expected}.", most).format(
+                        call=call, n=most, expected=show(expected)))
         return result, None
     except NotImplementedError as err:
         return None, not_written(name, fn, err)
@@ -272,6 +274,8 @@ def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Call
                 got_type=type(got_item).__name__, want_item=want_item,
                 want_type=type(want_item).__name__)
             + hint_text(_type_hint(got_item, want_item)))
+    if isinstance(got, Set) and is_sequence(expected):  # never right: say why, not the case
+        hint = SET_FOR_LIST
     got_text, expected_text = show(got), show(expected)
     if got_text == expected_text:  # a short form must not hide the difference
         got_text, expected_text = repr(got), repr(expected)
@@ -305,7 +309,7 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
         call = case.call_text(function_name(fn, name))
         args, kwargs = fresh((case.args, case.kwargs))
         got, failed = call_learner(name, fn, call, *args, expected=case.expected,
-                                   hint=case.hint, **kwargs)
+                                   hint=case.hint, show=show, **kwargs)
         if failed is not None:
             return failed
         if not equal(got, case.expected):
@@ -318,6 +322,10 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
 FLOAT_FOR_INT = N_("a count is an int, but `/` (and numpy's ceil) give floats, even 8 / 4 = "
                    "2.0: count with `//`, which keeps an int (to round up: -(-a // b))")
 """The hint for a whole float where an int was expected (`wrong_answer`)."""
+
+SET_FOR_LIST = N_("a set has no order (and no repeats), so it is never the answer: "
+                  "return a list, in the order the exercise asks for")
+"""The hint for a set where a sequence was expected (`wrong_answer`)."""
 
 BOOL_FOR_INT = N_("a comparison gives a bool (True or False), not a count, although True == 1: "
                   "return the number itself, an int")

@@ -393,6 +393,27 @@ def _state(scores: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return torch.softmax(scores, 0) @ v, torch.logsumexp(scores, 0)
 
 
+def _out_and_lse(got) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """A merge's two returned values as float64 tensors, the lse one number;
+    ``(None, None)`` where they are not (text, None, complex, a list of lse's ...)."""
+    try:
+        out, lse = (torch.as_tensor(x) for x in got)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None, None
+    if out.is_complex() or lse.is_complex() or lse.numel() != 1:
+        return None, None
+    return out.double(), lse.double()
+
+
+def _brief(x) -> str:
+    """A returned value in a few words: an array's or tensor's shape, else its
+    repr, cut short."""
+    if isinstance(getattr(x, "shape", None), tuple):  # torch.Size is a tuple
+        return f"shape {list(x.shape)}"
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 MERGE_CASES = (  # (description, scores, split boundaries, merge order)
     (N_("two splits"), torch.linspace(-2.0, 2.0, 9), (0, 5, 9), "left"),
     (N_("four splits, merged left to right"), torch.tensor([3.0, 1.0, -2.0, 0.0, 5.0, 4.0, -1.0,
@@ -461,7 +482,12 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
                                                              "two values: (out, lse)")
                                                              .format(call=call,
                                                                      shape=_shape(got)))))
-                out, lse = (torch.as_tensor(x, dtype=torch.float64) for x in got)
+                out, lse = _out_and_lse(got)
+                if out is None:
+                    raise _Failed(CheckResult(name, False, _(
+                        "{call} returned ({out}, {lse}); return two values: (out, lse), out "
+                        "a tensor of shape [D] and lse one number").format(
+                            call=call, out=_brief(got[0]), lse=_brief(got[1]))))
                 a0, a1 = keys_of[id(x)]
                 b0, b1 = keys_of[id(y)]
                 lo, hi = min(a0, b0), max(a1, b1)
@@ -611,12 +637,14 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
 
 
 def _kernel_unwritten(source: str) -> str | None:
-    """Lab 04's kernel is written once the block-table lines hold no `...`."""
+    """Lab 04's kernel is written once the block-table lines hold no `...` (the
+    committed lab) and no ``raise NotImplementedError`` (nbgrader's released copy)."""
     from ._interpreter import still_a_stub
 
     region = source.split("# ---- your code ends here", 1)[0].split("YOUR CODE", 1)[-1]
     if still_a_stub(region):
-        return _("not written yet: replace the `...` in the block-table lines with your code")
+        return _("not written yet: replace the `...` / NotImplementedError in the "
+                 "block-table lines with your code")
     return None
 
 

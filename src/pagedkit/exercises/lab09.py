@@ -62,9 +62,10 @@ def _fit_hint(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, blo
         where = _("and {spare} byte(s) more, not a whole block").format(spare=spare)
     big = (_(" — the budget is past 2^53 bytes, where a float division rounds: divide whole "
            "numbers with //") if memory_bytes > 2**53 else "")
-    return (_("a block of {block_size} tokens takes 2 (K and V) x {num_layers} layers x "
-              "{num_kv_heads} KV heads x {head_dim} x {dtype_bytes} B = {per_block} B; the "
-              "budget holds {blocks} whole block(s) {where}{big}")
+    return (_("a block takes {block_size} (block_size) x 2 (K and V) x {num_layers} "
+              "(num_layers) x {num_kv_heads} (num_kv_heads) x {head_dim} (head_dim) x "
+              "{dtype_bytes} B = {per_block} B; the budget holds {blocks} whole block(s) "
+              "{where}{big}")
               .format(block_size=block_size, num_layers=num_layers, num_kv_heads=num_kv_heads,
                       head_dim=head_dim, dtype_bytes=dtype_bytes, per_block=per_block,
                       blocks=blocks, where=where, big=big))
