@@ -102,7 +102,8 @@ def test_a_graded_check_cell_fails_with_the_checks_own_verdict(path):
     for _solution, check, module, name in ng.exercises(source):
         code = ng.text(source["cells"][check])
         *body, last = ast.parse(code).body
-        assert isinstance(last, ast.Expr), f"{name}: the cell's output is not the verdict"
+        assert ast.unparse(last).startswith("display("), \
+            f"{name}: the cell does not display the verdict"
         argument = re.search(rf"check_{name}\((\w+)\)", code).group(1)
         for passed in (False, True):
             verdict = CheckResult(name, passed, f"{name}(3, 4) returned 1, expected 2.  "
@@ -118,8 +119,10 @@ def test_a_graded_check_cell_fails_with_the_checks_own_verdict(path):
             run = compile(ast.Module(body, type_ignores=[]), f"<{name}-check>", "exec")
             if passed:
                 exec(run, namespace)
-                assert eval(compile(ast.Expression(last.value), "<last>", "eval"),
-                            namespace) is verdict
+                shown = []
+                namespace["display"] = shown.append
+                exec(compile(ast.Module([last], type_ignores=[]), "<last>", "exec"), namespace)
+                assert shown == [verdict]
             else:
                 with pytest.raises(AssertionError) as failure:
                     exec(run, namespace)
@@ -174,7 +177,7 @@ def _check_outputs(graded, exercises):
         errors = [o for o in outputs if o["output_type"] == "error"]
         assert len(errors) <= 1
         shown = "".join("".join(o["data"].get("text/plain", "")) for o in outputs
-                        if o["output_type"] == "execute_result")
+                        if o["output_type"] in ("execute_result", "display_data"))
         found[name] = (f"{errors[0]['ename']}: {errors[0]['evalue']}" if errors else None, shown)
     return found
 
@@ -194,7 +197,7 @@ def test_nbgrader_round_trip(tmp_path, lab="02", wrong_name="first_fit"):
         pytest.importorskip("nbgrader")
     [path] = [p for p in LABS if p.name.startswith(lab + "_")]
     course, assignment = tmp_path / "course", ng.assignment_name(path)
-    [source] = ng.write_course(course, [path])
+    [source], _note = ng.write_course(course, [path])
     _nbgrader(course, "generate_assignment", assignment)
 
     release = course / "release" / assignment / path.name
@@ -256,6 +259,10 @@ def test_nbgrader_round_trip(tmp_path, lab="02", wrong_name="first_fit"):
     restored = _cells(course / "autograded" / "all_wrong" / assignment / path.name)[edited]
     assert ng.text(restored) == ng.text(_cells(source)[edited])   # the edit is undone
 
+    # no "Cell output is ✅ ... cannot be converted to a float" for a passing check cell
+    # (newcomer 15, finding 8: the verdict was the cell's value, read as partial credit)
+    assert "cannot be converted to" not in log, log[-3000:]
+
     # nbgrader's checksum warning: exactly the check cells of a copy without hidden tests
     warnings = _checksum_warnings(log)
     assert set(warnings) == set(submissions)
@@ -316,8 +323,8 @@ def test_lab04c_puzzles_filled_are_the_reference_kernels():
 
 
 def test_a_teachers_edits_are_kept_unless_forced(tmp_path, capsys):
-    """Writing a course again keeps a teacher's edited source/ notebooks and
-    config (names them, writes nothing), replaces them with --force, and
+    """Writing a course again keeps a teacher's edited source/ notebooks
+    (names them, writes nothing), replaces them with --force, and
     refuses a file as the course folder (sixth newcomer's N8); the refusal
     says how to keep a notebook's edits and write the other labs (--labs
     without the edited ones; newcomer 8's finding 12)."""
@@ -326,19 +333,17 @@ def test_a_teachers_edits_are_kept_unless_forced(tmp_path, capsys):
     config = course / "nbgrader_config.py"
     [notebook] = (course / "source" / "lab00").glob("*.ipynb")
     assert ng.main([str(course), "--labs", "00"]) == 0       # unchanged: written again quietly
-    for path in (config, notebook):
-        original = path.read_text()
-        path.write_text(original + " ")                       # a teacher's edit
-        with pytest.raises(SystemExit):
-            ng.main([str(course), "--labs", "00,02"])
-        err = capsys.readouterr().err
-        assert str(path) in err and "--force" in err and "another folder" in err
-        # leaving the lab out keeps a notebook's edits; the config is written every time
-        assert ("(here --labs 02)" in err) == (path == notebook), err
-        assert path.read_text() == original + " "             # kept
-        assert not (course / "source" / "lab02").exists()     # nothing else written
-        assert ng.main([str(course), "--labs", "00", "--force"]) == 0
-        assert path.read_text() == original                   # replaced when asked
+    original = notebook.read_text()
+    notebook.write_text(original + " ")                      # a teacher's edit
+    with pytest.raises(SystemExit):
+        ng.main([str(course), "--labs", "00,02"])
+    err = capsys.readouterr().err
+    assert str(notebook) in err and "--force" in err and "another folder" in err
+    assert "(here --labs 02)" in err, err
+    assert notebook.read_text() == original + " "            # kept
+    assert not (course / "source" / "lab02").exists()        # nothing else written
+    assert ng.main([str(course), "--labs", "00", "--force"]) == 0
+    assert notebook.read_text() == original                  # replaced when asked
     # newcomer 8's finding 12: the advice to leave the edited lab out is right
     edit = notebook.read_text() + " "
     notebook.write_text(edit)
@@ -350,3 +355,53 @@ def test_a_teachers_edits_are_kept_unless_forced(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ng.main([str(config)])
     assert "is a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("keeps_needed_lines", [True, False])
+def test_an_edited_config_is_kept_and_labs_are_added(tmp_path, capsys, keeps_needed_lines):
+    """Newcomer 15, finding 9: a teacher edits nbgrader_config.py (course_id,
+    exchange, as nbgrader's docs say); adding a lab then refused to write
+    anything. Now the config is kept, the lab written, and the teacher told
+    so, and told which lines the labs need if the edit dropped them; --force
+    writes pagedkit's config over it."""
+    course = tmp_path / "course"
+    assert ng.main([str(course), "--labs", "00"]) == 0
+    capsys.readouterr()
+    config = course / "nbgrader_config.py"
+    pagedkits = config.read_text()
+    edited = pagedkits + 'c.CourseDirectory.course_id = "pa101"\n'
+    if not keeps_needed_lines:
+        edited = edited.replace('os.environ["PAGEDKIT_TRACK"] = ""', "")
+    config.write_text(edited)
+    assert ng.main([str(course), "--labs", "09,05"]) == 0
+    out, err = capsys.readouterr()
+    assert config.read_text() == edited                           # kept
+    assert (course / "source" / "lab09").is_dir() and (course / "source" / "lab05").is_dir()
+    assert "lab09" in out and f"kept {config} as you edited it" in err and "--force" in err
+    assert ("PAGEDKIT_TRACK" in err) is not keeps_needed_lines, err
+    assert ng.main([str(course), "--labs", "00", "--force"]) == 0
+    assert config.read_text() == pagedkits                        # replaced when asked
+    capsys.readouterr()
+    assert ng.main([str(course), "--labs", "00"]) == 0          # pagedkit's: nothing to say
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("name, lab", [("9", "lab09"), ("09", "lab09"), ("4b", "lab04b"),
+                                       ("paging", "lab03"), ("Paging", "lab03"),
+                                       ("03_paging.ipynb", "lab03")])
+def test_labs_are_named_as_the_lab_command_names_them(tmp_path, capsys, name, lab):
+    """Newcomer 15, finding 13: `--labs 9` was refused while `lab 9` and
+    `bench study --labs 9` take it (pagedkit.lab.find_lab, the one rule)."""
+    assert ng.main([str(tmp_path / "course"), "--labs", name]) == 0
+    assert [p.name for p in (tmp_path / "course" / "source").iterdir()] == [lab]
+
+
+@pytest.mark.parametrize("name, said", [("99", "no lab '99'"), ("04", None), ("0", None)])
+def test_a_lab_name_that_names_no_one_lab_is_refused(tmp_path, capsys, name, said):
+    if said is None:  # names exactly one: accepted
+        assert ng.main([str(tmp_path / "course"), "--labs", name]) == 0
+        return
+    with pytest.raises(SystemExit):
+        ng.main([str(tmp_path / "course"), "--labs", name])
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "course").exists()

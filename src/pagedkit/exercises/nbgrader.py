@@ -33,6 +33,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ..lab import find_lab, unnamed_lab
+
 #: The checkout's labs and their reference solutions.
 HOME = Path(__file__).resolve().parents[3]
 LABS = HOME / "labs"
@@ -193,14 +195,20 @@ def hidden_test(check: str) -> str:
     call gets it by calling the check again, because the call is no longer the
     cell's last line once the hidden test follows it, so nothing keeps its
     value (a check is deterministic: the same verdict, at the cost of a second
-    run)."""
+    run).
+
+    The verdict is shown by ``display()``, not as the cell's value: autograde
+    reads a graded cell's value as partial credit, and one that is no number
+    (a ✅ line) drew a warning for every passing check cell ("cannot be
+    converted to a float ... future releases may treat as error"); a
+    displayed output it leaves alone (nbgrader 0.9's `determine_grade`)."""
     match = _CHECK.search(check)
     variable, module, name, argument = match.groups()
     lines = [HIDDEN[0]]
     if variable is None:
         variable = GRADED
         lines.append(f"{variable} = {module}.check_{name}({argument})")
-    lines += [f"assert {variable}, repr({variable})", variable, HIDDEN[1]]
+    lines += [f"assert {variable}, repr({variable})", f"display({variable})", HIDDEN[1]]
     return "\n".join(lines)
 
 
@@ -230,34 +238,57 @@ def _target(root: Path, lab: Path) -> Path:
 
 
 def _keep_edits(root: Path, labs: list[Path], edited: list[Path]) -> str:
-    """How to write the course and keep the teacher's `edited` files: leave
-    their labs out of ``--labs``, or, for the config (which every run
-    writes), use another folder."""
-    elsewhere = "write the course into another folder (or move them aside)"
-    if root / "nbgrader_config.py" in edited:
-        return elsewhere
+    """How to write the course and keep the teacher's `edited` notebooks:
+    leave their labs out of ``--labs``, or use another folder."""
     rest = [lab.name.split("_")[0] for lab in labs if _target(root, lab) not in edited]
     here = (f"here --labs {','.join(rest)}" if rest
             else "here every lab asked for is edited: nothing else to write")
-    return f"leave the edited labs out of --labs ({here}), or {elsewhere}"
+    return (f"leave the edited labs out of --labs ({here}), or write the course into another "
+            f"folder (or move them aside)")
 
 
-def write_course(root: Path, labs: list[Path], *, force: bool = False) -> list[Path]:
-    """An nbgrader course at `root`: its config and each lab's source version.
+#: The lines of `CONFIG` that grading the labs needs (a teacher's config may lack them).
+NEEDED = ("c.ClearSolutions.code_stub", 'os.environ["PAGEDKIT_TRACK"] = ""')
 
-    A file of the course already there with other content (a teacher's
-    edits to ``source/`` or the config) is kept: nothing is written and the
-    files are named, unless `force` replaces them. A file equal to what
-    would be written is left as it is."""
+
+def kept_config(config: Path) -> str:
+    """What to tell a teacher whose edited `config` (course_id, exchange: nbgrader's
+    own docs send one there) was kept, naming any line of pagedkit's it lacks."""
+    lacks = [line for line in NEEDED if line not in config.read_text()]
+    note = (f"kept {config} as you edited it (pagedkit's differs; --force writes pagedkit's "
+            f"over it)")
+    if lacks:
+        note += (f"; it lacks {', '.join(lacks)}, which grading the labs needs: copy those "
+                 f"lines from pagedkit's (python -m pagedkit.exercises.nbgrader OTHER_FOLDER "
+                 f"writes one)")
+    return note
+
+
+def write_course(root: Path, labs: list[Path], *, force: bool = False
+                 ) -> tuple[list[Path], str | None]:
+    """An nbgrader course at `root`: its config and each lab's source version;
+    returns the labs' files and a note for the teacher (None for none).
+
+    A ``source/`` notebook already there with other content (a teacher's
+    edits) is kept: nothing is written and the files are named, unless
+    `force` replaces them. A config already there with other content is
+    kept and the labs are written (the note says so, and names any line
+    the labs need that it lacks); `force` replaces it too. A file equal to
+    what would be written is left as it is."""
     if root.exists() and not root.is_dir():
         raise NotADirectoryError(f"the course folder {root} is a file; give a folder (new or "
                                  "one written before)")
-    files = {root / "nbgrader_config.py": CONFIG.format(
-        root=str(root.resolve()), db=str((root / "gradebook.db").resolve()))}
+    config = root / "nbgrader_config.py"
+    files = {config: CONFIG.format(root=str(root.resolve()),
+                                   db=str((root / "gradebook.db").resolve()))}
     for path in labs:
         files[_target(root, path)] = json.dumps(source_notebook(path), indent=1,
                                                 ensure_ascii=False) + "\n"
     stale = [t for t, content in files.items() if not t.exists() or t.read_text() != content]
+    note = None
+    if config in stale and config.exists() and not force:
+        stale.remove(config)
+        note = kept_config(config)
     edited = [t for t in stale if t.exists()]
     if edited and not force:
         raise FileExistsError(
@@ -267,14 +298,15 @@ def write_course(root: Path, labs: list[Path], *, force: bool = False) -> list[P
     for target in stale:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(files[target])
-    return list(files)[1:]
+    return list(files)[1:], note
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pagedkit.exercises.nbgrader",
                                 description="Write an nbgrader course of the pagedkit labs.")
     p.add_argument("course", type=Path, help="the course folder to write")
-    p.add_argument("--labs", help="comma-separated lab numbers, e.g. 00,02 (default: all)")
+    p.add_argument("--labs", help="comma-separated labs, named as `python -m pagedkit lab` "
+                                  "names them: 00,2,4b,paging (default: all)")
     p.add_argument("--force", action="store_true",
                    help="replace files of the course that differ from what would be written "
                         "(a teacher's edits); without it they are kept and nothing is written")
@@ -283,16 +315,22 @@ def main(argv: list[str] | None = None) -> int:
     if not notebooks:
         p.error(f"no labs in {LABS}: the course is built from a clone of the repository (git "
                 "clone https://github.com/pagedkit/pagedkit, then pip install -e . in it)")
-    names = list(notebooks) if args.labs is None else [n.strip() for n in args.labs.split(",")]
-    unknown = [n for n in names if n not in notebooks]
-    if unknown:
-        p.error(f"unknown lab(s) {unknown}; choose from {', '.join(notebooks)}")
+    chosen = list(notebooks.values())
+    if args.labs is not None:
+        chosen = []
+        for name in (n.strip() for n in args.labs.split(",")):
+            file, could_be = find_lab(LABS, name)  # the one rule for lab names
+            if file is None:
+                p.error(unnamed_lab(LABS, name, could_be))
+            chosen.append(LABS / file)
     try:
-        written = write_course(args.course, [notebooks[n] for n in names], force=args.force)
+        written, note = write_course(args.course, chosen, force=args.force)
     except (FileExistsError, NotADirectoryError) as e:
         p.error(str(e))
     for target in written:
         print(target)
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 
