@@ -97,7 +97,65 @@ def test_other_endings_are_not_called_memory_faults():
         result = lab04c._verdict("gather", [], code, stderr)
         assert not result.passed
         assert "died" not in result.message and "interpreter process failed" in result.message
-    result = lab04c._verdict("gather", [{"max_diff": 0.0, "nan": False}] * 6, 1, "Boom")
+    every = len(lab04c.PUZZLES["gather"])
+    result = lab04c._verdict("gather", [{"max_diff": 0.0, "nan": False}] * every, 1, "Boom")
     assert not result.passed and "stopped early (exit 1): Boom" in result.message
-    result = lab04c._verdict("gather", [{"max_diff": 0.0, "nan": False}] * 6, 0, "")
+    result = lab04c._verdict("gather", [{"max_diff": 0.0, "nan": False}] * every, 0, "")
     assert result.passed
+
+
+#: what a NaN on each case says caused it (newcomer 14: one text blamed a read of
+#: "a slot outside the sequence" in the merge, which has none, and for a decode
+#: kernel that read a KV head past the cache's)
+def _nan_causes(puzzle, case):
+    if puzzle == "gather":
+        return ("so your kernel read one", "a padding element of a block or a head")
+    if puzzle == "decode":
+        return ("read one", "a KV head past the cache's", "h // GROUP", "online softmax")
+    splits, empty, shift = case[1:4]
+    if len(empty) == splits:
+        return ("every split is empty", "use 0 in place of the largest lse")
+    if shift:
+        return (f"around {shift:g}", "subtract the largest lse before exp",
+                "overflows" if shift > 0 else "underflows")
+    return ("subtract the largest lse", "mask")
+
+
+@pytest.mark.parametrize("puzzle, done", [
+    (puzzle, done) for puzzle in ("gather", "decode", "merge")
+    for done in range(len(lab04c.PUZZLES[puzzle]))])
+def test_a_nan_names_its_likely_cause_in_each_case(puzzle, done):
+    cases = lab04c.PUZZLES[puzzle]
+    results = [{"max_diff": 0.0, "nan": False}] * done + [{"max_diff": 0.0, "nan": True}]
+    result = lab04c._verdict(puzzle, results, 0, "")
+    assert not result.passed
+    assert result.message.startswith(f"on {lab04c._DESCRIBE[puzzle](cases[done])}: returned "
+                                     "NaN: "), result.message
+    for words in _nan_causes(puzzle, cases[done]):
+        assert words in result.message, (words, result.message)
+    if puzzle == "merge":                      # the merge reads no slot of any sequence
+        assert "slot" not in result.message, result.message
+
+
+@pytest.mark.parametrize("puzzle", ["gather", "decode"])
+def test_a_far_case_is_in_gather_and_decode_and_its_miss_names_64_bits(puzzle):
+    """Newcomer 14: 32-bit block offsets passed lab 04c while lab 04 stopped
+    them. Each of these puzzles has one case whose blocks start past 2^32
+    elements; a difference there names the cast, a pass says it was checked,
+    and a far cache that could not be mapped is said to leave it unchecked."""
+    cases = lab04c.PUZZLES[puzzle]
+    far = [i for i, case in enumerate(cases) if case[-1] is True]
+    assert len(far) == 1
+    right = [{"max_diff": 0.0, "nan": False}]
+    result = lab04c._verdict(puzzle, right * far[0] + [{"max_diff": 2.0, "nan": False}], 0, "")
+    assert not result.passed
+    assert "its blocks start past 2^32 elements: is off by up to 2" in result.message
+    assert "Cast the block ids to tl.int64" in result.message
+    result = lab04c._verdict(puzzle, right * len(cases), 0, "")
+    assert result.passed and "a cache past 2^32 elements" in result.message
+    results = right * far[0] + [{"skipped": "OSError: no room"}] + right * (len(cases) - 1
+                                                                             - far[0])
+    result = lab04c._verdict(puzzle, results, 0, "")
+    assert result.passed and f"all {len(cases) - 1} cases" in result.message
+    assert "could not be mapped here, so 64-bit offsets went unchecked: OSError: no room" \
+        in result.message

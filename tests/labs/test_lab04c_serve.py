@@ -3,10 +3,12 @@
 The reference kernels serve it with tokens equal to transformers' `generate`
 and to pagedkit's own run, every call held to pagedkit's: the decode and
 store kernels, and the gather and merge kernels composed into a split-KV
-decode attention. Each wrong kernel of `wrong_answers.WRONG_SERVED` stops the
-run with that kernel named, and a wrong store kernel is told apart from the
-right decode kernel beside it. One interpreter process per run (15-25 s on a
-2-core machine), so only what no faster test covers runs here."""
+decode attention. Each wrong kernel of `wrong_answers.WRONG_SERVED` (of all
+four puzzles: newcomer 14 served a decode kernel without the online
+softmax's rescaling and a store kernel without the slot guard) stops the run
+with that kernel named, beside the right kernel of the other puzzle. One
+interpreter process per run (10-25 s on a 2-core machine), so only what no
+faster test covers runs here."""
 
 import importlib.util
 
@@ -17,7 +19,12 @@ from pagedkit.exercises import lab04c
 from .wrong_answers import WRONG, WRONG_SERVED, _solution
 
 #: wrong kernels that serve the tiny model's own calls right: only the large-score probe stops them
-ONLY_WITH_LARGE_SCORES = {"merge_weights_without_the_max"}
+ONLY_WITH_LARGE_SCORES = {"merge_weights_without_the_max", "merge_exp_without_any_max"}
+#: wrong store kernels right on the engine's batches: only the padding-token probe stops them
+ONLY_WITH_A_PADDING_TOKEN = {"store_without_the_slot_guard"}
+#: the right kernel each puzzle's kernel serves beside
+BESIDE = {"decode_kernel": "store_kv", "store_kv_kernel": "decode", "gather_kernel": "merge",
+          "merge_kernel": "gather"}
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="Triton has no wheels here (macOS)")
@@ -43,8 +50,8 @@ def test_the_reference_kernels_serve_the_tiny_model_like_transformers(solutions,
         assert f"{puzzle}_kernel " in result.message.split("calls:")[1]
 
 
-def test_three_wrong_kernels_each_for_serving_gather_and_merge():
-    assert sorted(WRONG_SERVED) == ["gather_kernel", "merge_kernel"]
+def test_three_wrong_kernels_each_for_serving_each_puzzle():
+    assert sorted(WRONG_SERVED) == sorted(BESIDE)
     assert all(len(kernels) >= 3 for kernels in WRONG_SERVED.values()) or \
         importlib.util.find_spec("triton") is None
 
@@ -53,14 +60,29 @@ def test_three_wrong_kernels_each_for_serving_gather_and_merge():
 @pytest.mark.parametrize("keyword, wrong", [
     pytest.param(keyword, kernel, id=kernel.__name__)
     for keyword, kernels in WRONG_SERVED.items() for kernel in kernels])
-def test_a_wrong_gather_or_merge_kernel_stops_serving_by_name(solutions, keyword, wrong):
-    result = lab04c.serve(**_kernels(solutions, "gather", "merge", **{keyword: wrong}))
+def test_a_wrong_kernel_stops_serving_by_name(solutions, keyword, wrong):
+    result = lab04c.serve(**_kernels(solutions, BESIDE[keyword], **{keyword: wrong}))
     assert not result.passed
-    assert result.message.startswith(f"your {keyword} stopped serving at decode-attention "
-                                     "call"), result.message
+    where = "K/V store" if keyword == "store_kv_kernel" else "decode-attention call"
+    assert result.message.startswith(f"your {keyword} stopped serving at {where} "), \
+        result.message
     assert f"lab04c.check_{keyword.removesuffix('_kernel')}_kernel" in result.message
     if wrong.__name__ in ONLY_WITH_LARGE_SCORES:    # right on the tiny model's small scores
         assert "asked again with the query scaled by 64" in result.message, result.message
+    if wrong.__name__ in ONLY_WITH_A_PADDING_TOKEN:  # the engine's batches have no slot -1
+        assert "asked again with a padding token (slot -1)" in result.message, result.message
+
+
+def test_the_serve_reaches_a_second_tile():
+    """Newcomer 14: with contexts of at most 16 tokens (one tile of BLOCK_N)
+    a decode kernel that never rescales served right. The default prompts'
+    decode contexts take one tile and two."""
+    from pagedkit.models import load_tiny
+
+    _, tokenizer = load_tiny()
+    lengths = [len(tokenizer(prompt)["input_ids"])
+               for prompt in lab04c.serve.__kwdefaults__["prompts"]]
+    assert min(lengths) + 1 <= lab04c.BLOCK_N < max(lengths) + 1, lengths
 
 
 @needs_triton

@@ -374,3 +374,32 @@ def test_salted_prompts_serve_like_pagedkit(reference):
     assert serve(mine) == want
     hits = [num_cached for _ids, num_cached in want]
     assert [bool(h) for h in hits] == [False, True, False, False, True, True], hits
+
+
+#: the wrong attentions whose scaled probe gives inf or NaN: exp() overflows float32
+OVERFLOWING = {"attention_softmax_without_the_max"}
+
+
+@pytest.mark.parametrize("wrong", WRONG[("lab04", "paged_decode_attention")],
+                         ids=lambda fn: fn.__name__)
+def test_only_an_overflow_is_told_it_overflows(reference, requests, wrong):
+    # newcomer 14: a finite difference (heads tiled, a head_dim scale) was blamed on exp()
+    run = track.lockstep(dataclasses.replace(reference, paged_decode_attention=wrong),
+                         requests[:3], **track.SCENARIOS["recompute"])
+    assert not run.passed
+    assert ("exp(score) overflows float32" in repr(run)) == (wrong.__name__ in OVERFLOWING), \
+        repr(run)
+    if "scaled by 64" in repr(run) and wrong.__name__ not in OVERFLOWING:
+        assert "all finite, so not an overflow" in repr(run), repr(run)
+
+
+def test_the_build_track_doc_reads_at_the_study_rules_rate():
+    # newcomer 14: docs/build_track.md read at 200 words a minute, `bench study` at 100
+    import re
+
+    from pagedkit.bench.study import SECONDS_PER_CELL, SECONDS_PER_CODE_LINE, WORDS_PER_MINUTE
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "build_track.md").read_text()
+    rates = re.findall(r"(\d+) words (?:of prose )?a minute", doc)
+    assert rates and set(rates) == {str(WORDS_PER_MINUTE)}, rates
+    assert f"{SECONDS_PER_CODE_LINE} s per line of code, {SECONDS_PER_CELL} s per code cell" in doc

@@ -1041,6 +1041,10 @@ def _wrong_puzzles():
                "row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_slot")),
             v("gather_kernel", "gather_out_heads_head_dim_apart",
               ("head * stride_out_head + d[None, :]", "head * HEAD_DIM + d[None, :]")),
+            v("gather_kernel", "gather_block_ids_in_32_bits",    # newcomer 14: passed once
+              ("mask=mask, other=0).to(tl.int64)", "mask=mask, other=0)")),
+            v("gather_kernel", "gather_block_ids_unsigned_32_bits",
+              ("mask=mask, other=0).to(tl.int64)", "mask=mask, other=0).to(tl.uint32)")),
         ],
         "decode_kernel": [
             v("decode_kernel", "decode_acc_not_rescaled",
@@ -1057,6 +1061,12 @@ def _wrong_puzzles():
             v("decode_kernel", "decode_unmasked_table_load",
               ("tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0)",
                "tl.load(block_table_ptr + n // BLOCK_SIZE)")),
+            v("decode_kernel", "decode_block_ids_in_32_bits",    # newcomer 14: passed once
+              ("mask=mask, other=0).to(tl.int64)", "mask=mask, other=0)")),
+            v("decode_kernel", "decode_alpha_inverted",          # exp(new - old): grows
+              ("alpha = tl.exp(row_max - new_max)", "alpha = tl.exp(new_max - row_max)")),
+            v("decode_kernel", "decode_sum_not_rescaled",        # acc rescaled, row_sum not
+              ("row_sum = row_sum * alpha + tl.sum(p, 0)", "row_sum = row_sum + tl.sum(p, 0)")),
         ],
         "merge_kernel": [
             v("merge_kernel", "merge_without_the_max",
@@ -1071,6 +1081,9 @@ def _wrong_puzzles():
             v("merge_kernel", "merge_weights_without_the_max",   # the lse subtracts it, out not
               ("merged = tl.sum(w[:, None] * parts, 0) / tl.where(total > 0, total, 1.0)",
                "merged = tl.sum(tl.exp(lse)[:, None] * parts, 0) / tl.sum(tl.exp(lse), 0)")),
+            v("merge_kernel", "merge_exp_without_any_max",  # right until exp(900) is inf
+              ("w = tl.exp(lse - safe)", "w = tl.exp(lse)"),
+              ("tl.full([1], safe, tl.float32) + tl.log(", "tl.log(")),
             v("merge_kernel", "merge_unmasked_loads",    # splits past num_splits read past
               (", mask=mask, other=float(\"-inf\"))", ")"),  # the end of the inputs
               (",\n                    mask=mask[:, None], other=0.0)", ")")),
@@ -1082,18 +1095,25 @@ for _kernel_name, _kernels in _wrong_puzzles().items():
     WRONG[("lab04c", _kernel_name)] = _kernels
 
 
-#: Lab 04c's `serve` (#28): the wrong gather and merge kernels that serving
-#: LLM("tiny") through them must stop, naming the kernel, by `serve`'s keyword.
-#: Not those serving cannot tell from the right kernel (their puzzles' checks
-#: stop them): merge_no_empty_guard differs only where every split of a row is
-#: empty, and a decode attention always has a key; the engine's tensors are not
-#: padded, so a size used for a stride is right there; serving merges
-#: NUM_SPLITS splits, a power of two, so no lane runs past them.
-NOT_SERVED = {"merge_no_empty_guard", "gather_ignores_the_block_stride",
-              "gather_out_heads_head_dim_apart", "merge_unmasked_loads"}
+#: Lab 04c's `serve` (#28): the wrong kernels that serving LLM("tiny") through
+#: them must stop, naming the kernel, by `serve`'s keyword (newcomer 14: of all
+#: four puzzles; a decode kernel without the rescaling and a store kernel
+#: without the slot guard once served right). Not those serving cannot tell
+#: from the right kernel (their puzzles' checks stop them): merge_no_empty_guard
+#: differs only where every split of a row is empty, and a decode attention
+#: always has a key; the engine's tensors are not padded, so a size used for a
+#: stride is right there; serving merges NUM_SPLITS splits, a power of two, so
+#: no lane runs past them; the tiny model's cache is far from 2^31 elements,
+#: so block offsets in 32 bits are right there.
+NOT_SERVED = {"merge_no_empty_guard", "merge_unmasked_loads",
+              "gather_ignores_the_block_stride", "gather_out_heads_head_dim_apart",
+              "decode_ignores_the_block_stride", "store_sizes_for_strides",
+              "store_ignores_the_block_stride",
+              "gather_block_ids_in_32_bits", "gather_block_ids_unsigned_32_bits",
+              "decode_block_ids_in_32_bits"}
 WRONG_SERVED: dict[str, list] = {
     name: [k for k in WRONG.get(("lab04c", name), []) if k.__name__ not in NOT_SERVED]
-    for name in ("gather_kernel", "merge_kernel")}
+    for name in ("store_kv_kernel", "gather_kernel", "decode_kernel", "merge_kernel")}
 
 #: What a check's message must say of a wrong answer, beyond failing: the
 #: case, and the cause. Lab 04c's stride mistakes (a size used where a stride
@@ -1111,6 +1131,18 @@ MESSAGES: dict[str, tuple[str, ...]] = {
     "gather_unmasked_table_load": ("on 5 tokens", "process died", "mask=n < num_tokens"),
     "decode_unmasked_table_load": ("on 5 tokens", "process died", "mask=n < context_len"),
     "merge_unmasked_loads": ("on 3 splits", "process died", "mask=s < num_splits"),
+    # newcomer 14: 32-bit block offsets passed gather and decode; a NaN blamed a read
+    "gather_block_ids_in_32_bits": ("blocks start past 2^32 elements: is off by",
+                                    "Cast the block ids to tl.int64"),
+    "gather_block_ids_unsigned_32_bits": ("blocks start past 2^32 elements: is off by",
+                                          "Cast the block ids to tl.int64"),
+    "decode_block_ids_in_32_bits": ("blocks start past 2^32 elements: is off by",
+                                    "Cast the block ids to tl.int64"),
+    "decode_kv_head_is_query_head": ("4 query heads over 2 KV heads", "returned NaN",
+                                     "a KV head past the cache's (query head h reads KV "
+                                     "head h // GROUP)"),
+    "decode_alpha_inverted": ("returned NaN", "or its online softmax made one"),
+    "merge_exp_without_any_max": ("scores around 900: returned NaN: exp(lse) overflows",),
 }
 
 

@@ -93,16 +93,30 @@ def sparse_cache(num_blocks: int, block_size: int, num_heads: int, head_dim: int
 FAR_BLOCKS = 2**32  # elements: the far case's blocks start past this (past 2^31 and 2^32)
 
 
+def far_cache(used: int, block_size: int, num_heads: int, head_dim: int, gen):
+    """K and V caches (`sparse_cache`, fp16, heads padded) so big that each of
+    `used` shuffled blocks, the ones returned for a sequence, starts past
+    `FAR_BLOCKS` elements: block * stride_block overflows 32 bits, signed or
+    not, and only an offset computed in 64 bits finds them. Lab 04's kernel
+    check and lab 04c's gather and decode puzzles take their far case from
+    here. ``(k_cache, v_cache, blocks)``; OSError where it cannot be mapped."""
+    import torch
+
+    block_stride = 2**26 + 1                      # a block every 64 Mi elements
+    first = -(-FAR_BLOCKS // block_stride)       # the first block past 2^32 elements
+    k_cache, v_cache = sparse_cache(first + used + 2, block_size, num_heads, head_dim,
+                                    block_stride, head_dim + 3)
+    return k_cache, v_cache, first + torch.randperm(used + 2, generator=gen)[:used]
+
+
 def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int, seed: int,
                far: bool = False):
     """One sequence's K/V in shuffled blocks of a cache whose blocks and heads are
     padded (a spare token row per block and spare elements per head, so no stride
     is the product of the sizes after it), every slot outside the sequence NaN, a
     block table that ends at an unreadable page (`guarded_table`), and a query
-    per head. With `far`, the cache is fp16 and so big that every block of the
-    sequence starts past 2^32 elements (`sparse_cache`): block * stride_block
-    overflows 32 bits, signed or not, and only an offset computed in 64 bits
-    finds the tokens."""
+    per head. With `far`, the cache is `far_cache`'s: fp16, and so big that every
+    block of the sequence starts past 2^32 elements."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -112,12 +126,7 @@ def paged_case(context_len: int, block_size: int, num_heads: int, head_dim: int,
     used = -(-context_len // block_size)
     if far:
         key, value = key.half(), value.half()
-        block_stride = 2**26 + 1                      # a block every 64 Mi elements
-        first = -(-FAR_BLOCKS // block_stride)       # the first block past 2^32 elements
-        num_blocks = first + used + 2
-        k_cache, v_cache = sparse_cache(num_blocks, block_size, num_heads, head_dim,
-                                        block_stride, head_dim + 3)
-        blocks = first + torch.randperm(used + 2, generator=gen)[:used]
+        k_cache, v_cache, blocks = far_cache(used, block_size, num_heads, head_dim, gen)
     else:
         num_blocks = used + 3
         storage_k = torch.full((num_blocks, block_size + 1, num_heads, head_dim + 3),

@@ -6,7 +6,10 @@ here; this process sets the variable before anything imports Triton, runs
 the puzzle's cases and prints one JSON line per case as it finishes: the
 largest difference from a float64 (or exact) reference, or the error. A
 case whose values are wrong is run again on unpadded tensors, so the check
-can say when a size was used where a stride belongs.
+can say when a size was used where a stride belongs. A gather or decode
+case marked far puts the sequence's blocks past 2^32 elements of a sparse
+cache (`_kernel_runner.far_cache`, as lab 04's kernel check): a block offset
+computed in 32 bits misses them.
 ``serve`` mode instead has the learner's kernels serve a real `LLM("tiny")`
 (`_serving`) and prints how its calls and tokens compare with pagedkit's.
 
@@ -23,7 +26,7 @@ import json
 import sys
 import traceback
 
-from ._kernel_runner import guarded, guarded_table
+from ._kernel_runner import far_cache, guarded, guarded_table
 
 SENTINEL = 7.25  # what a slot nothing may write holds: a write there shows
 
@@ -99,13 +102,20 @@ def store_kv(kernel, case, pad=True):
 def gather(kernel, case, block_n, pad=True):
     import torch
 
-    num_tokens, block_size, heads, head_dim, seed = case
+    num_tokens, block_size, heads, head_dim, seed, far = case
     gen = torch.Generator().manual_seed(seed)
     key = torch.randn(num_tokens, heads, head_dim, generator=gen)
     used = -(-num_tokens // block_size)
-    num_blocks = used + 3
-    cache = _padded((num_blocks, block_size, heads, head_dim), float("nan"), pad=pad)
-    blocks = torch.randperm(num_blocks, generator=gen)[:used]
+    if far:
+        key = key.half()
+        try:
+            cache, _, blocks = far_cache(used, block_size, heads, head_dim, gen)
+        except OSError as err:  # no room to map it here (a strict overcommit policy)
+            return {"skipped": f"{type(err).__name__}: {err}"}
+    else:
+        num_blocks = used + 3
+        cache = _padded((num_blocks, block_size, heads, head_dim), float("nan"), pad=pad)
+        blocks = torch.randperm(num_blocks, generator=gen)[:used]
     for i in range(num_tokens):
         cache[blocks[i // block_size], i % block_size] = key[i]
     table = guarded_table(blocks)
@@ -146,16 +156,23 @@ def attend(query, keys, values, dtype=None):
 def decode(kernel, case, block_n, pad=True):
     import torch
 
-    context_len, block_size, q_heads, kv_heads, head_dim, seed = case
+    context_len, block_size, q_heads, kv_heads, head_dim, seed, far = case
     gen = torch.Generator().manual_seed(seed)
     key = torch.randn(context_len, kv_heads, head_dim, generator=gen)
     value = torch.randn(context_len, kv_heads, head_dim, generator=gen)
     query = torch.randn(q_heads, head_dim, generator=gen)
     used = -(-context_len // block_size)
-    num_blocks = used + 3
-    k_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"), pad=pad)
-    v_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"), pad=pad)
-    blocks = torch.randperm(num_blocks, generator=gen)[:used]
+    if far:
+        key, value = key.half(), value.half()
+        try:
+            k_cache, v_cache, blocks = far_cache(used, block_size, kv_heads, head_dim, gen)
+        except OSError as err:  # no room to map it here (a strict overcommit policy)
+            return {"skipped": f"{type(err).__name__}: {err}"}
+    else:
+        num_blocks = used + 3
+        k_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"), pad=pad)
+        v_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"), pad=pad)
+        blocks = torch.randperm(num_blocks, generator=gen)[:used]
     for i in range(context_len):
         k_cache[blocks[i // block_size], i % block_size] = key[i]
         v_cache[blocks[i // block_size], i % block_size] = value[i]
@@ -224,7 +241,13 @@ CASES_RUN = {"store_kv": lambda k, c, spec, pad: store_kv(k, c, pad),
 def wrong(result: dict, tolerance: float) -> bool:
     """Did the kernel get the case wrong (other than by raising)?"""
     return bool(result.get("outside") or result.get("nan") or result.get("tail_written")
-                or result["max_diff"] > tolerance or result.get("lse_diff", 0.0) > tolerance)
+                or result.get("max_diff", 0.0) > tolerance
+                or result.get("lse_diff", 0.0) > tolerance)
+
+
+def is_far(puzzle: str, case) -> bool:
+    """Is `case` of `puzzle` a far one (its blocks past 2^32 elements)?"""
+    return puzzle in ("gather", "decode") and bool(case[-1])
 
 
 def run(spec: dict) -> None:
@@ -244,7 +267,8 @@ def run(spec: dict) -> None:
     for case in spec["cases"]:
         try:
             result = CASES_RUN[spec["puzzle"]](kernel, case, spec, True)
-            if spec["puzzle"] != "merge" and wrong(result, spec["tolerance"]):
+            if spec["puzzle"] != "merge" and not is_far(spec["puzzle"], case) \
+                    and wrong(result, spec["tolerance"]):  # (pad leaves a far cache as it is)
                 again = CASES_RUN[spec["puzzle"]](kernel, case, spec, False)
                 result["unpadded_right"] = not wrong(again, spec["tolerance"])
             _report(result)

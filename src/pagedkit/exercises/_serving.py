@@ -18,8 +18,11 @@ Every call is held to pagedkit's own answer on the same inputs (the cache its
 keys and its lse), and the decode attention of each step's first call is
 asked again with the query scaled by `LARGE_SCORES`: the tiny model's scores
 are small, and a softmax or merge that overflows float32 would serve it
-unnoticed. The first difference stops the run with the kernel named, before
-any token is compared. The kernels get a block table that ends where
+unnoticed. The engine never pads a batch, so the store kernel's first call is
+asked again, on copies of the caches, with a padding token (slot -1) after
+the others, as a padded batch has (vLLM pads its CUDA-graph batches so): it
+must write nothing. The first difference stops the run with the kernel
+named, before any token is compared. The kernels get a block table that ends where
 unreadable memory begins (`guarded_table`), and each call is announced on
 stdout before it runs, so a kernel that dies of a segmentation fault is named
 too.
@@ -65,16 +68,18 @@ class _Calls:
         self.counts: dict[str, int] = {}
         self.attention = 0
 
-    def run(self, kernel: str, where: dict, launch, *args, **meta) -> None:
+    def run(self, kernel: str, where: dict, launch, *args, count: bool = True,
+            **meta) -> None:
         """Announce the call (so a segmentation fault names it), then run it;
-        an error it raises stops the run with the kernel named."""
+        an error it raises stops the run with the kernel named. A probe's call
+        (not `count`) is not one of the engine's calls."""
         print(json.dumps({"calling": kernel, **where}), flush=True)
         try:
             launch(*args, **meta)
         except Exception as err:
             lines = traceback.format_exception_only(type(err), err)
             raise Stopped(kernel, where, "raised", error="".join(lines).strip()[-600:]) from err
-        self.counts[kernel] = self.counts.get(kernel, 0) + 1
+        self.counts[kernel] = self.counts.get(kernel, 0) + count
 
 
 def _held(kernel: str, where: dict, got: torch.Tensor, want: torch.Tensor,
@@ -96,18 +101,46 @@ def store_kv(kernel, calls: _Calls):
     """The ``store_kv`` op by the learner's store kernel, held to pagedkit's
     ``store_kv`` on copies of the same caches."""
     def store(key, value, k_cache, v_cache, slot_mapping, check=True):
-        want_k, want_v = k_cache.clone(), v_cache.clone()
-        reference.store_kv(key, value, want_k, want_v, slot_mapping)
-        tokens, heads, head_dim = key.shape
-        where = {"call": calls.counts.get("store_kv_kernel", 0) + 1, "tokens": tokens}
-        calls.run("store_kv_kernel", where, kernel[(tokens, heads)], key, value, k_cache,
-                  v_cache, slot_mapping, key.stride(0), key.stride(1), *_strides(k_cache),
-                  BLOCK_SIZE=k_cache.shape[1], HEAD_DIM=head_dim)
-        for got, want in ((k_cache, want_k), (v_cache, want_v)):
-            if not torch.allclose(got, want, rtol=0.0, atol=0.0, equal_nan=True):
-                diff = (got - want).abs().nan_to_num(float("inf")).max().item()
-                raise Stopped("store_kv_kernel", where, "differs", diff=diff)
+        where = {"call": calls.counts.get("store_kv_kernel", 0) + 1, "tokens": key.shape[0]}
+        _stored(kernel, key, value, k_cache, v_cache, slot_mapping, calls, where)
+        if where["call"] == 1:    # the same rows again, on copies: they write what is there
+            _padding_probe(kernel, key, value, k_cache, v_cache, slot_mapping, calls,
+                           {**where, "padded": True})
     return store
+
+
+def _stored(kernel, key, value, k_cache, v_cache, slot_mapping, calls: _Calls,
+            where: dict, count: bool = True) -> None:
+    """One call of the store kernel, held to pagedkit's ``store_kv`` on copies."""
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    reference.store_kv(key, value, want_k, want_v, slot_mapping)
+    tokens, heads, head_dim = key.shape
+    calls.run("store_kv_kernel", where, kernel[(tokens, heads)], key, value, k_cache,
+              v_cache, slot_mapping, key.stride(0), key.stride(1), *_strides(k_cache),
+              count=count, BLOCK_SIZE=k_cache.shape[1], HEAD_DIM=head_dim)
+    for got, want in ((k_cache, want_k), (v_cache, want_v)):
+        if not torch.allclose(got, want, rtol=0.0, atol=0.0, equal_nan=True):
+            diff = (got - want).abs().nan_to_num(float("inf")).max().item()
+            raise Stopped("store_kv_kernel", where, "differs", diff=diff)
+
+
+def _padding_probe(kernel, key, value, k_cache, v_cache, slot_mapping, calls: _Calls,
+                   where: dict) -> None:
+    """The call again on copies of the caches, each with a spare block before
+    and after it, and a padding token (slot -1) after the new ones: held to
+    ``store_kv``, which skips it, and nothing may land in the spare blocks (a
+    slot -1 stored anyway lands just before the cache)."""
+    padded_key = torch.cat([key, torch.full_like(key[:1], 1.0)])
+    padded_value = torch.cat([value, torch.full_like(value[:1], 1.0)])
+    slots = torch.cat([slot_mapping, slot_mapping.new_full((1,), -1)])
+    spares = [torch.full((cache.shape[0] + 2, *cache.shape[1:]), SENTINEL, dtype=cache.dtype)
+              for cache in (k_cache, v_cache)]
+    for spare, cache in zip(spares, (k_cache, v_cache), strict=True):
+        spare[1:-1] = cache
+    _stored(kernel, padded_key, padded_value, *(spare[1:-1] for spare in spares), slots, calls,
+            where, count=False)
+    if any((spare[[0, -1]] != SENTINEL).any() for spare in spares):
+        raise Stopped("store_kv_kernel", where, "padding")
 
 
 # ------------------------------------------------------------ decode attention

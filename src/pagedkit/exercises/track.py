@@ -280,14 +280,21 @@ def _probe_large_scores(fn: Callable, query, k_cache, v_cache, block_table, cont
         return  # the engine's own call already names a result of the wrong shape
     if not torch.isfinite(got).all() or not torch.allclose(got.float(), want.float(),
                                                            rtol=1e-3, atol=1e-3):
-        diff = (got.float() - want.float()).abs().nan_to_num(float("inf")).max().item()
-        what = _("inf or NaN") if not torch.isfinite(got).all() else _("values")
+        if not torch.isfinite(got).all():     # only an overflow makes inf or NaN of these
+            raise TrackError("paged_decode_attention", _(
+                "with the query scaled by {scale:g} (scores in the hundreds, over a context of "
+                "{n} tokens) returned inf or NaN where pagedkit's attention is finite: "
+                "exp(score) overflows float32 past ~88 unless the largest score is subtracted "
+                "first (or use torch.softmax)").format(scale=LARGE_SCORES, n=int(context_len)))
+        diff = (got.float() - want.float()).abs().max().item()
         raise TrackError("paged_decode_attention", _(
             "with the query scaled by {scale:g} (scores in the hundreds, over a context of "
-            "{n} tokens) returned {what} off by up to {diff:.3g} from pagedkit's attention: "
-            "exp(score) overflows float32 past ~88 unless the largest score is subtracted "
-            "first (or use torch.softmax)").format(scale=LARGE_SCORES, n=int(context_len),
-                                                   what=what, diff=diff))
+            "{n} tokens) returned values off by up to {diff:.3g} from pagedkit's attention, "
+            "all finite, so not an overflow: most likely the unscaled call is off too. Check "
+            "which KV head each query head reads (h // group: repeat_interleave, not repeat), "
+            "the scale (1/sqrt(head_dim)) and the keys read (the context's first {n} tokens); "
+            "lab04.check_paged_decode_attention names the case").format(
+                scale=LARGE_SCORES, n=int(context_len), diff=diff))
 
 
 def _broken_text(engine: Any, err: BaseException) -> str:
