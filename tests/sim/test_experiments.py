@@ -269,6 +269,33 @@ def test_a_trace_too_short_to_saturate_says_how_many_requests_do(num_requests):
     assert not _ever_waited(_simulate(_repeated(trace, fails), PAGED, batching="static"))
 
 
+@pytest.mark.parametrize("dataset, rate, num_requests", [
+    ("sharegpt", 0.05, 100), ("sharegpt", 0.02, 300), ("alpaca", 0.5, 100), ("alpaca", 0.2, 400)])
+def test_a_spread_out_trace_too_short_to_saturate_gives_simulated_counts(dataset, rate,
+                                                                         num_requests):
+    """Review 41: the search assumed the trace's own n requests, all at time 0,
+    never wait, and said "all n requests ran at once" of a Poisson trace: for
+    2000 spread-out requests "2001 keep one waiting, 2000 did not" where even
+    100 at time 0 wait. Both counts are simulated here, whether they lie below
+    or above the trace's length."""
+    from pagedkit.sim.experiments import _ever_waited, _repeated, _simulate
+    from pagedkit.sim.managers import PAGED
+
+    trace = synthetic_trace(dataset, rate=rate, num_requests=num_requests, seed=0)
+    with pytest.raises(ValueError) as refused:
+        capacity(trace, "paged")
+    message = str(refused.value)
+    assert "ran at once" not in message, message
+    assert message.startswith(f"vLLM on {trace.name}: no request ever waited: each of its "
+                              f"{num_requests} requests started on arriving"), message
+    found = re.search(r"(\d+) keep one waiting, (\d+) did not", message)
+    assert found, message
+    works, fails = map(int, found.groups())
+    assert fails == works - 1
+    assert _ever_waited(_simulate(_repeated(trace, works), PAGED))
+    assert not _ever_waited(_simulate(_repeated(trace, fails), PAGED))
+
+
 def test_a_trace_that_never_saturates_says_what_to_change():
     trace = Trace("two", (TraceRequest(0, 0.0, 10, 5), TraceRequest(1, 0.0, 10, 5)))
     with pytest.raises(ValueError, match=r"vLLM on two: no request ever waited: all 2 requests "

@@ -193,6 +193,26 @@ def test_an_unreadable_trace_is_refused_naming_the_file_and_the_form(tmp_path, n
     assert str(e.value).startswith(f"{path}: ")
 
 
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
+@pytest.mark.parametrize("name, content, message", UNREADABLE,
+                         ids=[n for n, _, _ in UNREADABLE])
+def test_a_refusal_shows_the_json_example_with_single_braces(tmp_path, name, content, message,
+                                                             language):
+    """Review 41: a row that is neither a list nor an object showed the form's
+    example as {{"prompt_len": ...}}, its braces still doubled, in en and zh."""
+    import pagedkit
+
+    path = tmp_path / name
+    path.write_bytes(content)
+    pagedkit.set_language(language)
+    try:
+        with pytest.raises(ValueError) as e:
+            load_trace(path, rate=1.0)
+    finally:
+        pagedkit.set_language("en")
+    assert "{{" not in str(e.value) and "}}" not in str(e.value), str(e.value)
+
+
 # ------------------------------------------------- how a CSV file is written
 #: a trace written by hand or by a spreadsheet: every order of its columns, with and
 #: without arrivals (newcomer 15, finding 3)

@@ -343,12 +343,14 @@ def _requests_that_saturate(trace: Trace, waits: Callable[[Trace], bool]
                             ) -> tuple[int, int] | None:
     """For a `trace` too short to saturate a manager: the fewest of its requests,
     repeated at time 0 (`_repeated`), found to keep one waiting, and the most
-    found not to, both simulated (`waits` runs one): twice, three times ...
-    `MOST_REPEATS` times over first, then halving the gap. None when even that
-    many never wait."""
+    found not to, both simulated (`waits` runs one): once, twice ...
+    `MOST_REPEATS` times over first, then halving the gap. Once over is
+    simulated too: `trace` itself may spread its requests out, and the same
+    requests all at time 0 may well wait. None when even `MOST_REPEATS` times
+    over never wait."""
     n = len(trace)
-    low = n
-    for times in range(2, MOST_REPEATS + 1):
+    low = 0
+    for times in range(1, MOST_REPEATS + 1):
         if waits(_repeated(trace, times * n)):
             high = times * n
             break
@@ -403,9 +405,14 @@ def _never_saturated(trace: Trace, spec: ManagerSpec, waits: Callable[[Trace], b
     """Why a run measured no capacity, with a count of requests that does
     (`_requests_that_saturate`, simulated)."""
     n = len(trace)
-    said = _("{manager} on {trace}: no request ever waited: all {n} requests ran at once, so "
-             "the run never saturated the server and measures no rate").format(
-                 manager=spec.label, trace=trace.name, n=n)
+    if len({r.arrival for r in trace.requests}) == 1:  # none waited, so all ran at once
+        said = _("{manager} on {trace}: no request ever waited: all {n} requests ran at once, "
+                 "so the run never saturated the server and measures no rate")
+    else:
+        said = _("{manager} on {trace}: no request ever waited: each of its {n} requests "
+                 "started on arriving, so the run never saturated the server and measures no "
+                 "rate")
+    said = said.format(manager=spec.label, trace=trace.name, n=n)
     found = _requests_that_saturate(trace, waits)
     if found is None:
         return said + _("; even these requests {times} times over ({count} at time 0) never "

@@ -323,7 +323,7 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
         else:
             raise ValueError(_("{path}: request {i} is neither a list nor an object: {row!r}; "
                                "expected {form}").format(path=path, i=i, row=row,
-                                                          form=_(_JSON_FORM)))
+                                                          form=_(_JSON_FORM).format()))
     if not lengths:
         raise ValueError(_("{path}: the trace holds no requests").format(path=path))
     pairs = [(_length(p, "prompt_len", path, i), _length(o, "output_len", path, i))
