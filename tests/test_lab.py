@@ -295,6 +295,32 @@ def test_the_widget_state_default_is_said_and_can_be_left_off(tmp_path, monkeypa
     assert all("--no-widget-state" not in argv for argv in written)  # not passed to jupyter
 
 
+def test_no_widget_state_takes_out_the_setting_an_earlier_run_wrote(tmp_path, monkeypatch, capsys):
+    """Newcomer 16, finding 4: `lab` said "run with --no-widget-state, to stop", but the
+    flag only skipped writing: the file an earlier run wrote kept widget state on. Only
+    pagedkit's own file is changed, and only its widget setting (a language stays)."""
+    folder = tmp_path / "overrides.d"
+    path = folder / "pagedkit.json"
+    monkeypatch.setattr(lab, "settings_dir", lambda: folder)
+    monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": ([], []))
+    monkeypatch.setattr(lab, "run_until_it_exits", lambda argv: 0)
+    assert lab.main(["--no-browser"]) == 0 and path.exists()
+    capsys.readouterr()
+    assert lab.main(["--no-widget-state", "--no-browser"]) == 0
+    assert not path.exists()
+    assert str(path) in capsys.readouterr().err
+    assert lab.main(["--no-widget-state", "--no-browser"]) == 0  # nothing left: nothing said
+    assert "widget state" not in capsys.readouterr().err
+    language = {lab.UI_LANGUAGE: {"locale": "zh_CN"}}
+    path.write_text(json.dumps({**lab.SETTINGS, **language}))
+    assert lab.remove_widget_state(folder) == path
+    assert json.loads(path.read_text()) == language
+    for foreign in ({**lab.SETTINGS, "someone/else:plugin": {}}, [1], "not json"):
+        text = foreign if isinstance(foreign, str) else json.dumps(foreign)
+        path.write_text(text)
+        assert lab.remove_widget_state(folder) is None and path.read_text() == text
+
+
 #: a fake JupyterLab: a real process that stops on TERM, HUP or INT, exiting 100 + the signal
 CHILD = ("import signal, sys, time\n"
          "for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):\n"

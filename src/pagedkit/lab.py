@@ -55,6 +55,8 @@ EDITIONS = {"en": ".", "zh-CN": "zh-CN"}
 #: JupyterLab's language pack for an edition (PyPI name, module, JupyterLab's locale)
 LANGUAGE_PACKS = {"zh-CN": ("jupyterlab-language-pack-zh-CN", "jupyterlab_language_pack_zh_CN",
                             "zh_CN")}
+#: JupyterLab's setting of its interface language (`ui_settings`)
+UI_LANGUAGE = "@jupyterlab/translation-extension:plugin"
 
 
 def edition(root: Path, language: str) -> Path:
@@ -68,7 +70,7 @@ def ui_settings(language: str) -> dict:
     pack = LANGUAGE_PACKS.get(language)
     if pack is None or importlib.util.find_spec(pack[1]) is None:
         return {}
-    return {"@jupyterlab/translation-extension:plugin": {"locale": pack[2]}}
+    return {UI_LANGUAGE: {"locale": pack[2]}}
 
 
 def settings_dir() -> Path:
@@ -85,6 +87,31 @@ def write_settings(folder: Path, extra: dict | None = None) -> Path | None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**SETTINGS, **(extra or {})}, indent=2) + "\n")
+    except OSError:
+        return None
+    return path
+
+
+def remove_widget_state(folder: Path) -> Path | None:
+    """Take `SETTINGS` out of the pagedkit.json an earlier run wrote in `folder`, so
+    ``--no-widget-state`` stops widget state as it says (the flag alone only skipped the
+    writing); the file is deleted when nothing else is left in it (a language kept from
+    `ui_settings` stays). The path changed, or None: no such file, not pagedkit's (a key
+    pagedkit never writes), no widget setting in it, or not writable."""
+    path = folder / "pagedkit.json"
+    ours = {*SETTINGS, UI_LANGUAGE}
+    try:
+        held = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(held, dict) or not set(held) <= ours or not set(held) & set(SETTINGS):
+        return None
+    rest = {key: value for key, value in held.items() if key not in SETTINGS}
+    try:
+        if rest:
+            path.write_text(json.dumps(rest, indent=2) + "\n")
+        else:
+            path.unlink()
     except OSError:
         return None
     return path
@@ -391,7 +418,11 @@ def _open(parser: argparse.ArgumentParser, root: Path, args: argparse.Namespace,
             if ui:
                 print(_("lab: and shows its own menus in Chinese (the same file; Settings > "
                         "Language changes it)"), file=sys.stderr)
-    elif ui:
+    elif (removed := remove_widget_state(settings_dir())) is not None:
+        print(_("lab: JupyterLab in this environment no longer saves widget state with a "
+                "notebook (the setting an earlier run wrote is taken out of {removed})")
+              .format(removed=removed), file=sys.stderr)
+    if not args.widget_state and ui:
         print(_("lab: JupyterLab's menus in Chinese: Settings > Language (--no-widget-state "
                 "leaves JupyterLab's defaults as they are)"), file=sys.stderr)
     if as_root:
