@@ -116,11 +116,11 @@ def require_function(name: str, fn: object) -> None:
 
 
 def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
-                 hint: str | Callable = "", show: Callable[[Any], str] = repr,
-                 **kwargs: Any) -> tuple[Any, CheckResult | None]:
+                 show: Callable[[Any], str] = repr, **kwargs: Any) -> tuple[Any, CheckResult | None]:
     """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
     it raised — "not written yet" for the stub's NotImplementedError, else the
-    call, the exception and the hint. A generator (any iterator) it returns is
+    call and the exception, and no case hint (a typo's NameError is not the case's
+    idea). A generator (any iterator) it returns is
     read here, as a list, so that its errors are the call's (and a message
     shows its items) — but never past one item more than the `expected`
     answer holds (none where that is not a sequence): an endless generator
@@ -143,7 +143,7 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
         return None, not_written(name, fn, err)
     except Exception as err:  # the learner's bug, reported instead of raised
         return None, CheckResult(name, False, _("{call} raised {error}: {message}").format(
-            call=call, error=type(err).__name__, message=err) + hint_text(hint))
+            call=call, error=type(err).__name__, message=err))
 
 
 def function_name(fn: Callable, name: str) -> str:
@@ -309,7 +309,7 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
         call = case.call_text(function_name(fn, name))
         args, kwargs = fresh((case.args, case.kwargs))
         got, failed = call_learner(name, fn, call, *args, expected=case.expected,
-                                   hint=case.hint, show=show, **kwargs)
+                                   show=show, **kwargs)
         if failed is not None:
             return failed
         if not equal(got, case.expected):

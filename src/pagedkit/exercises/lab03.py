@@ -118,7 +118,7 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
         table, free = fresh(args[0]), fresh(args[4])  # the lists it changes, read after
         call = _call_text(function_name(fn, name), args)
         got, failed = call_learner(name, fn, call, table, args[1], args[2], args[3], free,
-                                   expected=slots, hint=hint)
+                                   expected=slots)
         if failed is not None:
             return failed
         if not same_items(got, slots):

@@ -224,7 +224,7 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
             return CheckResult(name, False, (_("{call} returned {got!r}, expected it to raise "
                                               "an error and change nothing.  Hint: {hint}")
                                               .format(call=call, got=got, hint=hint)))
-        got, failed = call_learner(name, fn, call, *args, expected=want, hint=hint)
+        got, failed = call_learner(name, fn, call, *args, expected=want)
         if failed is not None:
             return failed
         if not same_items(got, want):

@@ -157,7 +157,7 @@ def check_pack_step(fn: Callable) -> CheckResult:
         learner, expected = engine_packing(seqs, block_size)
         call = Case((learner, block_size), expected).call_text(function_name(fn, name))
         got, failed = call_learner(name, fn, call, fresh(learner), block_size,
-                                   expected=expected, hint=hint)
+                                   expected=expected)
         if failed is not None:
             return failed
         if not isinstance(got, (tuple, list)) or len(got) != 4:
