@@ -116,7 +116,8 @@ def require_function(name: str, fn: object) -> None:
 
 
 def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
-                 show: Callable[[Any], str] = repr, **kwargs: Any) -> tuple[Any, CheckResult | None]:
+                 show: Callable[[Any], str] = repr,
+                 **kwargs: Any) -> tuple[Any, CheckResult | None]:
     """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
     it raised — "not written yet" for the stub's NotImplementedError, else the
     call and the exception, and no case hint (a typo's NameError is not the case's
