@@ -640,3 +640,33 @@ def test_jupyter_options_are_read_from_jupyterlab():
     flags, valued = lab.jupyter_options()
     assert {"--no-browser", "--allow-root"} <= flags and {"--port", "--ip"} <= valued
     assert not flags & valued
+
+
+LINK = re.compile(r"\]\(\s*<?([^)\s>]+)")
+
+
+@pytest.mark.parametrize("language", list(lab.EDITIONS))
+def test_every_link_of_the_copied_readme_resolves_from_my_labs(tmp_path, language):
+    """Newcomer 16, finding 5: my-labs/README.md, copied from labs/README.md, linked
+    ``solutions/`` and ``zh-CN/README.md``, which are not in my-labs/ (and the Chinese
+    copy ``../solutions/``): a click in JupyterLab did nothing. Each edition's copy is
+    made alone (the other edition not copied), then every relative link in it must
+    name something that exists from where the copy lives."""
+    root = tmp_path / "clone"
+    shutil.copytree(ROOT / "labs", root / "labs")
+    shutil.copytree(ROOT / "docs", root / "docs")
+    lab.copy_labs(root, language)
+    copy = root / lab.WORK / lab.EDITIONS[language] / "README.md"
+    links = [t.split("#")[0] for t in LINK.findall(copy.read_text(encoding="utf-8"))
+             if not re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|#|/", t)]
+    assert len(links) > 10
+    broken = [t for t in links if not (copy.parent / t).exists()]
+    assert not broken, broken
+    original = ROOT / "labs" / lab.EDITIONS[language] / "README.md"
+    readme = root / "labs" / lab.EDITIONS[language] / "README.md"
+    os.utime(readme, (time.time() + 60, time.time() + 60))  # touched, the same text
+    assert lab.copy_labs(root, language) == ([], [])
+    readme.write_text(readme.read_text(encoding="utf-8") + "\nmore\n", encoding="utf-8")
+    os.utime(readme, (time.time() + 120, time.time() + 120))
+    assert lab.copy_labs(root, language) == ([], ["README.md"])
+    assert copy.read_text(encoding="utf-8") != original.read_text(encoding="utf-8")

@@ -209,12 +209,37 @@ def copy_labs(root: Path, language: str = "en") -> tuple[list[str], list[str]]:
     for original in [*sorted(labs.glob("*.ipynb")), labs / "README.md"]:
         copy = work / original.name
         if not copy.exists():
-            shutil.copy2(original, copy)
+            if original.suffix == ".md":  # its links rewritten to resolve from the copy
+                copy.write_bytes(_readme_copy(original, work))
+            else:
+                shutil.copy2(original, copy)
             copied.append(original.name)
         elif original.stat().st_mtime > copy.stat().st_mtime and \
-                original.read_bytes() != copy.read_bytes():
+                (_readme_copy(original, work) if original.suffix == ".md"
+                 else original.read_bytes()) != copy.read_bytes():
             changed.append(original.name)
     return copied, changed
+
+
+def _readme_copy(original: Path, work: Path) -> bytes:
+    """The labs' README `original` as its copy in `work` reads: a link to one of the
+    labs copied beside it stays; every other relative link (``solutions/``,
+    ``zh-CN/README.md``, ``../docs/``) is rewritten to reach what it names in the
+    clone from `work`, where the copy lives (newcomer 16: ``solutions/`` was no
+    folder of ``my-labs/``)."""
+    from .i18n.notebooks import is_relative, relative_links
+
+    labs = original.parent
+
+    def from_work(target: str) -> str:
+        path, hash_, anchor = target.partition("#")
+        beside = (labs / path).parent == labs and path.endswith(".ipynb")  # copied too
+        if not is_relative(target) or not path or beside:
+            return target
+        moved = os.path.relpath(labs / path, work).replace(os.sep, "/")
+        return moved + ("/" if path.endswith("/") else "") + hash_ + anchor
+
+    return relative_links(original.read_text(encoding="utf-8"), from_work).encode("utf-8")
 
 
 def command(root: Path, lab: str, *, as_root: bool, extra: list[str],

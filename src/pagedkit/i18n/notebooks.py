@@ -30,6 +30,7 @@ import hashlib
 import importlib.util
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,21 +107,33 @@ def rewrite_links(markdown: str) -> str:
     lab's Colab and Binder addresses (a lab's, or Binder's folder of the labs) and the
     command ``python -m pagedkit lab`` (as inline code) opening the Chinese edition.
     Code (spans and fenced blocks) is no link: ``kernel[grid](args)`` stays."""
-    pieces, start = [], 0
-    for code in _CODE.finditer(markdown):
-        pieces += [_relative_links(markdown[start:code.start()]), code.group(0)]
-        start = code.end()
-    markdown = "".join([*pieces, _relative_links(markdown[start:])])
+    markdown = relative_links(markdown, rewrite_target)
     markdown = _HOSTED.sub(lambda m: f"{m.group(1)}{LANGUAGE}/{m.group(2)}", markdown)
     markdown = _HOSTED_FOLDER.sub(lambda m: f"{m.group(1)}/{LANGUAGE}", markdown)
     return _LAB_COMMAND.sub(lambda m: f"{m.group(1)} --lang {LANGUAGE}", markdown)
 
 
-def _relative_links(text: str) -> str:
-    """`text` (markdown without code) with its relative links rewritten by `rewrite_target`."""
-    text = _INLINE.sub(lambda m: m.group(1) + rewrite_target(m.group(2)), text)
-    text = _HTML.sub(lambda m: m.group(1) + rewrite_target(m.group(2)), text)
-    return _REFERENCE.sub(lambda m: m.group(1) + rewrite_target(m.group(2)) + m.group(3), text)
+def relative_links(markdown: str, rewrite: Callable[[str], str]) -> str:
+    """`markdown` with every link's target rewritten by `rewrite` (which leaves
+    absolute ones alone); code (spans and fenced blocks) is no link and stays."""
+    pieces, start = [], 0
+    for code in _CODE.finditer(markdown):
+        pieces += [_relative_links(markdown[start:code.start()], rewrite), code.group(0)]
+        start = code.end()
+    return "".join([*pieces, _relative_links(markdown[start:], rewrite)])
+
+
+def _relative_links(text: str, rewrite: Callable[[str], str]) -> str:
+    """`text` (markdown without code) with its links' targets rewritten by `rewrite`."""
+    text = _INLINE.sub(lambda m: m.group(1) + rewrite(m.group(2)), text)
+    text = _HTML.sub(lambda m: m.group(1) + rewrite(m.group(2)), text)
+    return _REFERENCE.sub(lambda m: m.group(1) + rewrite(m.group(2)) + m.group(3), text)
+
+
+def is_relative(target: str) -> bool:
+    """A link target that names a path relative to its page (not a URL, an anchor or
+    an absolute path)."""
+    return not _ABSOLUTE.match(target)
 
 
 # --- catalogs --------------------------------------------------------------
