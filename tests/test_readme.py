@@ -92,6 +92,17 @@ def test_the_api_pages_code_runs_or_says_it_is_signatures():
     assert namespace["engine"].get_num_unfinished_requests() == 0
 
 
+def test_the_widgets_pages_quick_start_runs_as_written():
+    """Newcomer 16, finding 11: docs/widgets.md's Quick start called
+    llm.generate(prompts, ...) and never defined prompts (NameError when pasted).
+    Its first block runs as written, and the dashboard recorded the run."""
+    page = (ROOT / "docs" / "widgets.md").read_text()
+    code = re.search(r"## Quick start\n.*?```python\n(.*?)```", page, re.S).group(1)
+    namespace = {}
+    exec(compile(code, "docs/widgets.md", "exec"), namespace)
+    assert len(namespace["dash"].recorder.frames) > 1
+
+
 def _snippets(kind: str) -> list[str]:
     return re.findall(rf"```{kind}\n(.*?)```", README.read_text(), re.S)
 
