@@ -117,6 +117,53 @@ def test_cached_blocks_of_one_salt_never_start_a_sequence_of_another(s1, s2):
     assert [kv.allocator.block_hash(b) for b in kv.block_ids("B")[:3]] == recount(kv, TOKENS, s2)
 
 
+@pytest.mark.parametrize("s1, s2", list(itertools.product(SALTS, repeat=2)), ids=repr)
+def test_a_block_table_adopts_cached_blocks_of_its_own_salt_only(s1, s2):
+    """Review 41: the salt rule lived in the manager only, and the public
+    `BlockTable.adopt_cached` let a table salted s2 adopt blocks cached under
+    s1, then name its next block in s1's chain. Now the table refuses them,
+    with nothing taken; only equal salts share."""
+    from pagedkit.memory import BlockTable
+
+    kv = manager()
+    kv.allocate_slots("A", TOKENS, cache_salt=s1)
+    a_blocks = kv.block_ids("A")[:3]
+    table = BlockTable(kv.allocator, "B", cache_salt=s2)
+    before = state(kv)
+    if same(s1, s2):
+        table.adopt_cached(a_blocks)
+        assert table.blocks == a_blocks
+    else:
+        with pytest.raises(BlockStateError, match="only within one salt"):
+            table.adopt_cached(a_blocks)
+        assert state(kv) == before and table.blocks == [] and table.num_tokens == 0
+        table.append(TOKENS)
+        assert not set(table.blocks) & set(a_blocks)
+    assert [kv.allocator.block_hash(b) for b in table.blocks[:3]] == recount(kv, TOKENS, s2)
+
+
+@pytest.mark.parametrize("hash_fn", [None, lambda obj: b"\x00"], ids=["sha256", "constant"])
+def test_a_block_table_adopts_one_chain_from_the_start_only(hash_fn):
+    """The chain rule, asked of `BlockTable.adopt_cached` directly."""
+    from pagedkit.memory import BlockTable
+
+    kv = manager(hash_fn)
+    kv.allocate_slots("A", TOKENS)
+    kv.allocate_slots("C", [t + 100 for t in TOKENS])
+    a, c = kv.block_ids("A")[:3], kv.block_ids("C")[:3]
+    before = state(kv)
+    for blocks, says in [(a[1:], "does not start a sequence"), (a[:1] + a[2:], "does not follow"),
+                         (a[:1] + c[1:2], "does not follow"), (a[1::-1], "does not start"),
+                         (c[:1] + a[1:2], "does not follow"), (a[:1] + a[:1], "twice")]:
+        table = BlockTable(kv.allocator, "B")
+        with pytest.raises(BlockStateError, match=says):
+            table.adopt_cached(blocks)
+        assert state(kv) == before and table.blocks == []
+    table = BlockTable(kv.allocator, "B")
+    table.adopt_cached(a[:2])
+    assert table.blocks == a[:2]
+
+
 @pytest.mark.parametrize("hash_fn", [None, lambda obj: b"\x00"], ids=["sha256", "constant"])
 def test_cached_blocks_must_be_one_chain_from_the_start(hash_fn):
     """Blocks that are cached but are not the first blocks of one prefix, in

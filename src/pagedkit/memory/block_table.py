@@ -269,18 +269,47 @@ class BlockTable:
         """The extra keys of the block at `index`: the cache salt's, for the first."""
         return salt_keys(self.cache_salt) if index == 0 else None
 
-    def adopt_cached(self, blocks: Sequence[int]) -> None:
-        """Start this (empty) table with cached blocks from `cached_prefix`."""
+    def check_cached(self, blocks: Sequence[int]) -> None:
+        """Raise unless cached `blocks` can start this (empty) table: distinct
+        blocks of the prefix cache, each the next block of one chain from the
+        first, cached under this table's `cache_salt` (its first block's key
+        holds the salt, `salt_keys`: a block cached for another salt, or none,
+        is never shared with this one). Asks only: takes nothing."""
         self._check_open("adopt cached blocks")
         if self.blocks:
             raise BlockStateError(
                 f"sequence {self.seq!r} already has {len(self.blocks)} blocks; "
                 "cached blocks can only start a sequence")
+        blocks = list(blocks)
         if len(set(blocks)) != len(blocks):
-            raise BlockStateError(f"cached blocks {list(blocks)} name a block twice")
+            raise BlockStateError(
+                f"cached blocks {blocks} for sequence {self.seq!r} name a block twice")
         stray = [b for b in blocks if self.allocator.block_hash(b) is None]
         if stray:
-            raise BlockStateError(f"blocks {stray} are not in the prefix cache")
+            raise BlockStateError(f"cached blocks {stray} for sequence {self.seq!r} are not in "
+                                  "the prefix cache (take them from cached_prefix)")
+        if not blocks:
+            return
+        take = f"take them from cached_prefix(seq, token_ids, cache_salt={self.cache_salt!r})"
+        keys = [self.allocator.block_key(b) for b in blocks]
+        if keys[0].parent is not None:
+            raise BlockStateError(f"cached block {blocks[0]} does not start a sequence (it "
+                                  f"follows other tokens), so it cannot start {self.seq!r}; {take}")
+        if keys[0].extra_keys != salt_keys(self.cache_salt):
+            raise BlockStateError(
+                f"cached block {blocks[0]} was cached under extra keys {keys[0].extra_keys!r}, "
+                f"and sequence {self.seq!r} has cache_salt {self.cache_salt!r}: requests share "
+                f"cached blocks only within one salt; {take}")
+        for i in range(1, len(keys)):
+            if keys[i].parent is None or not keys[i].parent.same_content(keys[i - 1]):
+                raise BlockStateError(
+                    f"cached block {blocks[i]} does not follow block {blocks[i - 1]} in the "
+                    f"cache, so cached blocks {blocks} are not one prefix; {take}")
+
+    def adopt_cached(self, blocks: Sequence[int]) -> None:
+        """Start this (empty) table with cached blocks from `cached_prefix`
+        (`check_cached` first: all are checked before any is taken)."""
+        self.check_cached(blocks)
         for block in blocks:
             self.blocks.append(self.allocator.touch(block, self.seq))
             self.block_keys.append(self.allocator.block_key(block))

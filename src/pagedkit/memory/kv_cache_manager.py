@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from .._validation import check_cache_salt, check_int, check_token_ids
 from .allocator import BlockAllocator, MemoryStats
-from .block_hash import HashFunction, salt_keys
+from .block_hash import HashFunction
 from .block_table import NULL_BLOCK, BlockTable
 from .errors import BlockStateError, OutOfBlocksError
 from .events import Event, EventBus, EventKind
@@ -237,12 +237,12 @@ class KVCacheManager:
         if computed is not None:
             check_int("computed", computed, minimum=0,
                       maximum=len(cached_blocks) * self.block_size + len(token_ids))
+        table = BlockTable(self.allocator, seq, cache_salt=cache_salt)
         if cached_blocks:  # an error whether or not the tokens would fit
-            self._check_cached(seq, cached_blocks, cache_salt)
+            table.check_cached(cached_blocks)
         if not self.can_allocate(seq, len(token_ids), cached_blocks):
             return None
-        table = BlockTable(self.allocator, seq, cache_salt=cache_salt)
-        table.adopt_cached(cached_blocks)  # checks them all before taking any
+        table.adopt_cached(cached_blocks)
         try:
             copies = table.append(token_ids, computed=computed)
         except BaseException:  # bad token ids: the new sequence never existed
@@ -250,35 +250,6 @@ class KVCacheManager:
             raise
         self._tables[seq] = table
         return copies
-
-    def _check_cached(self, seq: Hashable, cached_blocks: Sequence[int],
-                      cache_salt: str | None) -> None:
-        """`cached_blocks` can start `seq`: distinct blocks of the prefix cache,
-        each the next block of one chain from the first, cached under
-        `cache_salt` (its first block's key holds the salt, `salt_keys`: a
-        block cached for another salt, or none, is never shared with this one)."""
-        blocks = list(cached_blocks)
-        if len(set(blocks)) != len(blocks):
-            raise BlockStateError(f"cached blocks {blocks} for sequence {seq!r} name a block twice")
-        stray = [b for b in blocks if self.allocator.block_hash(b) is None]
-        if stray:
-            raise BlockStateError(f"cached blocks {stray} for sequence {seq!r} are not in the "
-                                  "prefix cache (take them from cached_prefix)")
-        take = f"take them from cached_prefix(seq, token_ids, cache_salt={cache_salt!r})"
-        keys = [self.allocator.block_key(b) for b in blocks]
-        if keys[0].parent is not None:
-            raise BlockStateError(f"cached block {blocks[0]} does not start a sequence (it "
-                                  f"follows other tokens), so it cannot start {seq!r}; {take}")
-        if keys[0].extra_keys != salt_keys(cache_salt):
-            raise BlockStateError(
-                f"cached block {blocks[0]} was cached under extra keys {keys[0].extra_keys!r}, "
-                f"and sequence {seq!r} has cache_salt {cache_salt!r}: requests share cached "
-                f"blocks only within one salt; {take}")
-        for i in range(1, len(keys)):
-            if keys[i].parent is None or not keys[i].parent.same_content(keys[i - 1]):
-                raise BlockStateError(
-                    f"cached block {blocks[i]} does not follow block {blocks[i - 1]} in the "
-                    f"cache, so cached blocks {blocks} are not one prefix; {take}")
 
     def fork(self, parent: Hashable, child: Hashable) -> None:
         """Let `child` share all of `parent`'s blocks (parallel sampling, beams)."""
