@@ -48,9 +48,12 @@ def run(engine, params, abort_after=None):
     """Every step's outputs (the stream) and its `finished` field."""
     engine.add_request("r", {"prompt_token_ids": PROMPT}, params)
     streamed, final, steps = [], [], 0
+    if abort_after == 0:  # before the first step: the samples are not forked yet
+        assert engine.abort_request("r")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the outgrown group's warning, tested elsewhere
-        while engine.has_unfinished_requests() or (abort_after and steps == abort_after):
+        while engine.has_unfinished_requests() or (abort_after is not None
+                                                   and steps <= abort_after and not final):
             step = engine.step()
             steps += 1
             streamed += list(step)
@@ -68,6 +71,31 @@ def test_every_streamed_output_holds_one_completion_and_each_end_is_seen(referen
     kw = {"stop_token_ids": [first_new_token(build, n)]} if end == "stop" else {}
     streamed, final = run(engine_for(build, n, end), params_for(n, **kw),
                           abort_after=2 if end == "abort" else None)
+    check_stream(streamed, final, n, reason)
+    if end == "outgrown":  # cut short, as the group outgrew the cache
+        assert all(len(c.token_ids) < MAX_TOKENS for c in final[0].outputs)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "chunked"])
+@pytest.mark.parametrize("abort_after", [0, 1, 2])
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_an_abort_before_the_samples_fork_streams_all_n_ends(reference, n, abort_after, chunked):
+    """Review 41: aborted before its first step, or mid chunked prefill (4
+    tokens a step: the 10-token prompt samples at step 3), a group of n had
+    not forked its samples yet, and its abort streamed ONE completion and
+    finished with one. Every step count here, forked or not, ends all n."""
+    build, _, _ = reference("llama")
+    engine = LLMEngine(build(), block_size=BLOCK, num_blocks=64,
+                       **({"enable_chunked_prefill": True, "max_num_batched_tokens": 4}
+                          if chunked else {}))
+    streamed, final = run(engine, params_for(n), abort_after=abort_after)
+    check_stream(streamed, final, n, "abort")
+    if abort_after == 0 or chunked:  # before any sample: no token
+        assert all(c.token_ids == [] for c in final[0].outputs)
+
+
+def check_stream(streamed, final, n, reason):
+    """Each of the n completions seen ending with `reason`, one per output."""
     # streaming: one completion per output, each index's last one ends with the
     # reason, nothing after an index ended, finished with the last output only
     assert all(len(o.outputs) == 1 for o in streamed)
@@ -85,8 +113,6 @@ def test_every_streamed_output_holds_one_completion_and_each_end_is_seen(referen
     assert [c.index for c in whole] == list(range(n))
     assert [(c.token_ids, c.finish_reason) for c in whole] == [
         (last[i].token_ids, last[i].finish_reason) for i in range(n)]
-    if end == "outgrown":  # cut short, as the group outgrew the cache
-        assert all(len(c.token_ids) < MAX_TOKENS for c in whole)
 
 
 def test_an_abort_after_some_samples_stopped_streams_only_those_it_ended(reference):

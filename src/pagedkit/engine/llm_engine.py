@@ -602,10 +602,15 @@ class LLMEngine:
         return self.output(group)
 
     def output(self, group: SequenceGroup) -> RequestOutput:
-        """The request's completions so far (final once it is finished)."""
+        """The request's completions so far (final once it is finished). A
+        request of n samples that ended before they forked (aborted before
+        its first token, or mid chunked prefill) ends n completions, as vLLM
+        made n requests of it when it was added."""
         seqs = best_beams(group) if group.params.use_beam_search else group.seqs
-        return self._output_of(group, [(s, len(s.token_ids), s.finish_reason) for s in seqs],
-                               finished=group.is_finished)
+        snapshots = [(s, len(s.token_ids), s.finish_reason) for s in seqs]
+        if group.is_finished and len(seqs) < group.params.n and not group.params.use_beam_search:
+            snapshots *= group.params.n  # the one unforked sequence, for each sample
+        return self._output_of(group, snapshots, finished=group.is_finished)
 
     def longest_prompt(self) -> int:
         """The most tokens a prompt may have (`check_prompt`): room for one

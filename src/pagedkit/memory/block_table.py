@@ -270,16 +270,11 @@ class BlockTable:
         return salt_keys(self.cache_salt) if index == 0 else None
 
     def check_cached(self, blocks: Sequence[int]) -> None:
-        """Raise unless cached `blocks` can start this (empty) table: distinct
+        """Raise unless cached `blocks` can start a sequence of this table: distinct
         blocks of the prefix cache, each the next block of one chain from the
         first, cached under this table's `cache_salt` (its first block's key
         holds the salt, `salt_keys`: a block cached for another salt, or none,
         is never shared with this one). Asks only: takes nothing."""
-        self._check_open("adopt cached blocks")
-        if self.blocks:
-            raise BlockStateError(
-                f"sequence {self.seq!r} already has {len(self.blocks)} blocks; "
-                "cached blocks can only start a sequence")
         blocks = list(blocks)
         if len(set(blocks)) != len(blocks):
             raise BlockStateError(
@@ -309,6 +304,11 @@ class BlockTable:
     def adopt_cached(self, blocks: Sequence[int]) -> None:
         """Start this (empty) table with cached blocks from `cached_prefix`
         (`check_cached` first: all are checked before any is taken)."""
+        self._check_open("adopt cached blocks")
+        if self.blocks:
+            raise BlockStateError(
+                f"sequence {self.seq!r} already has {len(self.blocks)} blocks; "
+                "cached blocks can only start a sequence")
         self.check_cached(blocks)
         for block in blocks:
             self.blocks.append(self.allocator.touch(block, self.seq))
