@@ -134,9 +134,12 @@ def test_every_session_snippet_prints_what_it_shows():
 
 def _run_time_table() -> tuple[list[int], list[int], str]:
     """The wall and CPU seconds of the teachers' guide's run-time table (the rows
-    with both figures), and the load it was measured at."""
+    with both figures at the table's load: a row measured later says its own
+    load, as 04c's does), and the load it was measured at."""
     guide = (ROOT / "docs" / "teachers_guide.md").read_text()
-    rows = re.findall(r"^\| \d\d\w? [^|]+\| (\d+)[^|]*\| (\d+) \|$", guide, re.M)
+    assert re.search(r"^\| 04c [^|]+\| \d+ at load [\d.]+ [^|]*\| \d+ at load [\d.]+ \|$",
+                     guide, re.M), "newcomer 16, finding 10: the table has no row for lab 04c"
+    rows = re.findall(r"^\| \d\d\w? [^|]+\| (\d+)(?! at load)[^|]*\| (\d+) \|$", guide, re.M)
     load = re.search(r"load\s+averages (\d[\d.]*–\d[\d.]*)", guide).group(1)
     return [int(w) for w, _ in rows], [int(c) for _, c in rows], load
 
@@ -171,3 +174,24 @@ def test_every_lab_run_time_claim_is_the_teachers_guides_table():
         assert cpu_text is None or cpu_text in flat, page
         assert f"load {load}" in flat or f"负载 {load}" in flat, page
         assert "running nothing else" not in flat and "只跑它" not in flat, page
+
+
+def test_pages_that_promise_the_check_marks_name_what_jupyterlab_shows():
+    """Newcomer 16, finding 6: the labs and the teachers' guide promised ✅/❌, but
+    JupyterLab shows a check's Markdown, ✔/✘ (issue #26: no emoji font needed); the
+    emoji are only in the plain-text output. Every page that promises the emoji
+    names the marks too."""
+    import json
+
+    from pagedkit.exercises import CheckResult
+
+    right, wrong = (CheckResult("f", ok, "m")._repr_markdown_() for ok in (True, False))
+    assert "✔" in right and "✘" in wrong
+    pages = {p: (ROOT / p).read_text() for p in (
+        "labs/README.md", "labs/zh-CN/README.md", "docs/teachers_guide.md",
+        "docs/zh-CN/teachers_guide.md")}
+    for lab in ("labs/00_start_here.ipynb", "labs/zh-CN/00_start_here.ipynb"):
+        pages[lab] = "".join("".join(c["source"]) for c in json.loads(
+            (ROOT / lab).read_text())["cells"] if c["cell_type"] == "markdown")
+    for page, text in pages.items():
+        assert "✅" in text and "✔" in text and "✘" in text, page
