@@ -244,8 +244,9 @@ def _as_token_ids(ids: object) -> str:
                 "(tokenizer.encode(text))")
     if isinstance(ids, numbers.Integral) and not isinstance(ids, bool):
         return f"; one token is a list of one: [{ids}]"
-    if hasattr(ids, "tolist"):
-        return "; a tensor or array: give ids.tolist()"
+    if hasattr(ids, "tolist"):  # a 0-d one's tolist() is an int
+        return ("; a 0-d tensor or array holds one token: give [ids.item()]"
+                if getattr(ids, "ndim", None) == 0 else "; a tensor or array: give ids.tolist()")
     if isinstance(ids, collections.abc.Iterator):
         return "; an iterator: give list(...) of it (read once, it would be empty when stored)"
     return ""

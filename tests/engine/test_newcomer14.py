@@ -46,7 +46,8 @@ def _kinds():
     import torch
     return {"str": "abc", "bytes": b"abc", "bytearray": bytearray(b"abc"), "int": 5,
             "numpy int": np.int64(5), "numpy array": np.array([1, 2, 3]),
-            "tensor": torch.tensor([1, 2, 3]), "generator": (t for t in [1, 2, 3]),
+            "tensor": torch.tensor([1, 2, 3]), "0-d numpy array": np.array(5),
+            "0-d tensor": torch.tensor(5), "generator": (t for t in [1, 2, 3]),
             "iterator": iter([1, 2, 3]), "set": {1, 2}, "dict": {1: 2}, "None": None,
             "float": 1.5}
 
@@ -59,6 +60,11 @@ ADVICE = {  # kind -> what its advice says, and what following it gives (None: n
     "numpy int": ("one token is a list of one: [5]", lambda x: [x]),
     "numpy array": ("a tensor or array: give ids.tolist()", lambda x: x.tolist()),
     "tensor": ("a tensor or array: give ids.tolist()", lambda x: x.tolist()),
+    # review 41: a 0-d one's .tolist() is an int, refused again
+    "0-d numpy array": ("a 0-d tensor or array holds one token: give [ids.item()]",
+                        lambda x: [x.item()]),
+    "0-d tensor": ("a 0-d tensor or array holds one token: give [ids.item()]",
+                   lambda x: [x.item()]),
     "generator": ("an iterator: give list(...) of it", list),
     "iterator": ("an iterator: give list(...) of it", list),
     "set": ("", None), "dict": ("", None), "None": ("", None), "float": ("", None),

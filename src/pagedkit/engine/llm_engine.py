@@ -79,7 +79,6 @@ class KVCacheTooSmallWarning(UserWarning):
     request."""
 
 
-
 def group_past_max_num_seqs(name: str, kind: str, seqs: int, max_num_seqs: int) -> str | None:
     """What is wrong when a request's `seqs` samples or beams (`name` its option,
     n or beam_width; `kind` theirs) are more than one step holds: they run together
@@ -91,6 +90,7 @@ def group_past_max_num_seqs(name: str, kind: str, seqs: int, max_num_seqs: int) 
     return (f"the {name}={seqs} {kind} run together as one group (sharing the prompt's "
             f"blocks), so they need {seqs} sequence slots in the same step, but max_num_seqs "
             f"is {max_num_seqs}")
+
 
 class LLMEngine:
     """A paged LLM serving engine, one step at a time (vLLM's ``LLMEngine``)."""
