@@ -670,3 +670,14 @@ def test_every_link_of_the_copied_readme_resolves_from_my_labs(tmp_path, languag
     os.utime(readme, (time.time() + 120, time.time() + 120))
     assert lab.copy_labs(root, language) == ([], ["README.md"])
     assert copy.read_text(encoding="utf-8") != original.read_text(encoding="utf-8")
+
+
+def test_the_no_widget_state_help_says_what_the_flag_and_the_setting_do():
+    """Newcomer 16, findings 3 and 4: the help said only that without the setting a
+    reopened lab shows its widgets once its cells run, which read as "with it they
+    work"; a saved widget is a picture whose controls work once its cell runs again.
+    And the flag now takes out a setting an earlier run wrote."""
+    action = next(a for a in lab._parser()._actions if "--no-widget-state" in a.option_strings)
+    text = " ".join(action.help.split())
+    assert "take out the setting an earlier run wrote" in text
+    assert "pictures" in text and "controls work once the cells run again" in text

@@ -272,8 +272,10 @@ def _parser() -> argparse.ArgumentParser:
                           "running it (JupyterLab's settings are left as they are)"))
     p.add_argument("--no-widget-state", action="store_false", dest="widget_state",
                    help=_("do not set JupyterLab (in this environment) to save widget state "
-                        "with a notebook; without it, a reopened lab shows its widgets only "
-                        "once its cells run again"))
+                        "with a notebook, and take out the setting an earlier run wrote; without "
+                        "it, a reopened lab shows its widgets only once its cells run again (with "
+                        "it, a lab saved after Run All shows pictures of them, whose controls work "
+                        "once the cells run again)"))
     return p
 
 
