@@ -591,7 +591,7 @@ def test_the_names_a_newcomer_gave_open_their_lab_on_every_command_line(capsys, 
 
 @pytest.mark.parametrize("spelling, edition", [
     ("zh-cn", "zh-CN"), ("ZH-CN", "zh-CN"), ("Zh-Cn", "zh-CN"), ("zh-CN", "zh-CN"), ("EN", "."),
-    ("en", ".")])
+    ("en", "."), (" zh-CN", "zh-CN"), ("zh-cn ", "zh-CN"), (" EN ", ".")])
 def test_lang_is_read_without_regard_to_case(capsys, spelling, edition):
     """Newcomer 12: `--lang zh-cn` was refused."""
     assert _run(["lab", "3", "--lang", spelling, "--print", "--no-browser"]) == 0

@@ -42,7 +42,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ._validation import PROG
+from ._validation import PROG, choice_name
 from .i18n import _, speaking
 
 #: The folder of the learner's copies, beside labs/ in the clone (in .gitignore).
@@ -265,8 +265,8 @@ def _parser() -> argparse.ArgumentParser:
                           .format(FIRST_LAB=FIRST_LAB)))
     p.add_argument("--lang", default=None, metavar="LANG",
                    help=_("the edition: en (default) or zh-CN, the Simplified Chinese labs "
-                          "(labs/zh-CN/, copied to my-labs/zh-CN/); this command then speaks "
-                          "its language too"))
+                          "(labs/zh-CN/, copied to my-labs/zh-CN/); this command's messages are "
+                          "then in that language too"))
     p.add_argument("--print", action="store_true", dest="dry_run",
                    help=_("copy the labs as usual, then print the jupyter command instead of "
                           "running it (JupyterLab's settings are left as they are)"))
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.lang is None:  # the English edition; messages in PAGEDKIT_LANGUAGE's language
         args.lang = "en"
         return _open(parser, root, args, extra)
-    args.lang = {lang.lower(): lang for lang in EDITIONS}.get(args.lang.lower(), args.lang)
+    args.lang = {lang.lower(): lang for lang in EDITIONS}.get(choice_name(args.lang), args.lang)
     if args.lang not in EDITIONS:
         parser.error(_("--lang {lang!r}: the labs come in {editions} (e.g. --lang zh-CN for "
                        "the Simplified Chinese edition)")

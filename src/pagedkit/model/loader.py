@@ -18,6 +18,8 @@ from urllib.parse import urlparse
 
 import torch
 
+from .._validation import choice_name
+
 
 def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
@@ -56,7 +58,7 @@ def check_dtype(dtype: str | torch.dtype) -> None:
             isinstance(dtype, torch.dtype) and dtype in DTYPES.values()):
         return
     served = sorted({str(d) for d in DTYPES.values()})
-    meant = dtype.strip().lower() if isinstance(dtype, str) else None
+    meant = choice_name(dtype) if isinstance(dtype, str) else None
     hint = (f" (names are lower-case without spaces, as vLLM takes them: use {meant!r})"
             if meant == "auto" or meant in DTYPES else "")
     raise ValueError(f"dtype must be 'auto', one of {', '.join(map(repr, DTYPES))} (vLLM's "
