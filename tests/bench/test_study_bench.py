@@ -131,6 +131,30 @@ def test_a_chinese_lab_is_timed_as_its_english_original(zh_path):
     assert (chinese.core, chinese.optional) == (english.core, english.optional)
 
 
+@pytest.mark.parametrize("zh_path", _zh_labs(), ids=lambda p: p.stem)
+def test_a_chinese_lab_of_another_tree_is_timed_by_that_trees_english(tmp_path, zh_path):
+    """Review 41: the English original was always this checkout's labs/, so
+    --labs-dir of another checkout's zh-CN timed its labs by this one's English.
+    A copied tree whose English lab has more words: its Chinese edition is
+    timed by that copy, with those words."""
+    import json
+    import shutil
+
+    tree = tmp_path / "labs"
+    (tree / "zh-CN").mkdir(parents=True)
+    shutil.copy(zh_path, tree / "zh-CN" / zh_path.name)
+    nb = json.loads((labs.HOME / "labs" / zh_path.name).read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+    cell["source"] = "".join(cell["source"]) + "\n\n" + "word " * 500
+    (tree / zh_path.name).write_text(json.dumps(nb), encoding="utf-8")
+    copied, here = study.study(tree / zh_path.name), study.study(labs.HOME / "labs" / zh_path.name)
+    chinese = study.study(tree / "zh-CN" / zh_path.name)
+    assert chinese.original == tree / zh_path.name
+    assert (chinese.core, chinese.optional) == (copied.core, copied.optional)
+    assert (copied.core.words + copied.optional.words
+            == here.core.words + here.optional.words + 500)
+
+
 def test_the_zh_headings_mark_as_optional_what_the_english_ones_do():
     """The optional sections come from the English headings (one source); a zh
     reader must see the same sections marked: 选做 in exactly the headings whose

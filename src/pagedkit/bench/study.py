@@ -147,9 +147,11 @@ def study(path: Path) -> LabStudy:
     return LabStudy(path.stem, core, optional, original)
 
 
-def english_original(path: Path, nb: dict, labs: Path = HOME / "labs") -> Path | None:
+def english_original(path: Path, nb: dict, labs: Path | None = None) -> Path | None:
     """The English lab (``labs/<stem>.ipynb``) that `nb`, at `path`, is the Chinese
-    edition of, or None when `nb` is English. A translated lab is one with the
+    edition of, or None when `nb` is English. `labs` is the English labs' folder:
+    by default the one above `path`'s when `path` lies in a ``zh-CN`` folder (the
+    labs' tree, in any checkout or copy), else this checkout's. A translated lab is one with the
     language cell ``python -m pagedkit.i18n`` adds; its other cells must be its
     original's, in order (their ids). A ValueError refuses a notebook mostly in CJK
     characters that is not such an edition, and an edition whose original is missing
@@ -164,6 +166,8 @@ def english_original(path: Path, nb: dict, labs: Path = HOME / "labs") -> Path |
                 f"an edition made by python -m pagedkit.i18n (no {SET_LANGUAGE_ID!r} cell); "
                 f"the rule counts English words: time its English original instead")
         return None
+    if labs is None:
+        labs = path.parent.parent if path.parent.name == LANGUAGE else HOME / "labs"
     original = labs / f"{path.stem}.ipynb"
     fix = (f"rebuild it (python -m pagedkit.i18n build labs/{path.stem}.ipynb) or time the "
            f"English labs (--labs-dir {labs})")
