@@ -154,8 +154,23 @@ def test_an_endless_generator_fails_without_hanging(path, lab, name):
     assert not result.passed, repr(result)
     assert "Hung" not in result.message, repr(result)
     if lab != "lab04":  # lab 04's checks want tensors and never read an iterator
-        assert "returned an iterator that gives more than" in result.message, repr(result)
-        assert "(an endless generator?)" in result.message, repr(result)
+        assert (("returned an iterator that gives more than" in result.message
+                 and "(an endless generator?)" in result.message)
+                or "returned an iterator, expected " in result.message), repr(result)
+
+
+@pytest.mark.parametrize("expected", [5, 2.5, None, True, "text"])
+@pytest.mark.parametrize("items", [0, 1, 2])
+def test_an_iterator_where_one_answer_is_expected_is_said_so(expected, items):
+    """Review 41: with an answer that is not a sequence, a one-item generator
+    was called "an iterator that gives more than 0 items (an endless
+    generator?)"."""
+    from pagedkit.exercises import call_learner
+
+    result, failure = call_learner("x", lambda: iter([expected] * items), "f()",
+                                   expected=expected)
+    assert result is None and not failure.passed
+    assert failure.message == f"f() returned an iterator, expected {expected!r}.", failure.message
 
 
 _BARE_COUNT = """
@@ -194,7 +209,8 @@ def test_a_bare_itertools_count_fails_every_check():
     for line in lines:
         assert "❌" in line and "MemoryError" not in line, line
         if not line.startswith("lab04."):
-            assert "returned an iterator that gives more than" in line, line
+            assert ("returned an iterator that gives more than" in line
+                    or "returned an iterator, expected " in line), line
 
 
 @pytest.mark.parametrize("path, lab, name", list(function_checks()))

@@ -124,13 +124,17 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
     idea). A generator (any iterator) it returns is
     read here, as a list, so that its errors are the call's (and a message
     shows its items) — but never past one item more than the `expected`
-    answer holds (none where that is not a sequence): an endless generator
-    fails, saying so (`show` writes the expected answer, as in `wrong_answer`),
-    instead of hanging the check."""
+    answer holds: an endless generator fails, saying so (`show` writes the
+    expected answer, as in `wrong_answer`), instead of hanging the check.
+    Where `expected` is not a sequence, any iterator fails unread."""
     try:
         result = fn(*args, **kwargs)
         if isinstance(result, Iterator):
-            most = len(expected) if is_sequence(expected) else 0
+            if not is_sequence(expected):  # one answer, not a sequence of them: never an iterator
+                return None, CheckResult(name, False, _(
+                    "{call} returned an iterator, expected {expected}.").format(
+                        call=call, expected=show(expected)))
+            most = len(expected)
             result = list(islice(result, most + 1))
             if len(result) > most:
                 return None, CheckResult(name, False, ngettext(
