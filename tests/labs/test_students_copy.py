@@ -37,12 +37,16 @@ def test_the_wheel_has_no_solutions_and_its_checks_run(tmp_path):
     assert not [n for n in names if "solutions" in n or n.startswith("labs/")], names[:5]
     check = ("import pagedkit\nfrom pagedkit.exercises import lab05\n"
              "print(pagedkit.__file__)\n"
-             "print(lab05.check_finish_steps(lambda lens, n, policy: [0] * len(lens)))\n")
+             "print(lab05.check_finish_steps(lambda lens, n, policy: [0] * len(lens)))\n"
+             "import right\nprint(lab05.check_finish_steps(right.finish_steps))\n")
+    # a student's right answer, written where the student works (review 41)
+    shutil.copy(ROOT / "labs" / "solutions" / "lab05_continuous_batching.py", tmp_path / "right.py")
     ran = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, capture_output=True,
                          text=True, timeout=600,
                          env={"PYTHONPATH": str(tmp_path / "installed"), "PATH": "/usr/bin:/bin",
                               "HOME": str(tmp_path)})
     assert ran.returncode == 0, ran.stderr[-2000:]
-    where, verdict = ran.stdout.splitlines()[:2]
+    where, verdict, right = ran.stdout.splitlines()[:3]
     assert where.startswith(str(tmp_path / "installed")), where
     assert verdict.startswith("❌ finish_steps: "), verdict
+    assert right.startswith("✅ finish_steps"), right
