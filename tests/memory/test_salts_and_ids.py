@@ -142,19 +142,26 @@ def test_a_block_table_adopts_cached_blocks_of_its_own_salt_only(s1, s2):
     assert [kv.allocator.block_hash(b) for b in table.blocks[:3]] == recount(kv, TOKENS, s2)
 
 
+def two_chains(hash_fn):
+    """A manager holding two cached prefixes, A's and C's: ``(kv, A's first three
+    blocks, [(block ids that are no chain from the start, what the refusal says)])``."""
+    kv = manager(hash_fn)
+    kv.allocate_slots("A", TOKENS)
+    kv.allocate_slots("C", [t + 100 for t in TOKENS])
+    a, c = kv.block_ids("A")[:3], kv.block_ids("C")[:3]
+    return kv, a, [(a[1:], "does not start a sequence"), (a[:1] + a[2:], "does not follow"),
+                   (a[:1] + c[1:2], "does not follow"), (a[1::-1], "does not start"),
+                   (c[:1] + a[1:2], "does not follow")]
+
+
 @pytest.mark.parametrize("hash_fn", [None, lambda obj: b"\x00"], ids=["sha256", "constant"])
 def test_a_block_table_adopts_one_chain_from_the_start_only(hash_fn):
     """The chain rule, asked of `BlockTable.adopt_cached` directly."""
     from pagedkit.memory import BlockTable
 
-    kv = manager(hash_fn)
-    kv.allocate_slots("A", TOKENS)
-    kv.allocate_slots("C", [t + 100 for t in TOKENS])
-    a, c = kv.block_ids("A")[:3], kv.block_ids("C")[:3]
+    kv, a, broken = two_chains(hash_fn)
     before = state(kv)
-    for blocks, says in [(a[1:], "does not start a sequence"), (a[:1] + a[2:], "does not follow"),
-                         (a[:1] + c[1:2], "does not follow"), (a[1::-1], "does not start"),
-                         (c[:1] + a[1:2], "does not follow"), (a[:1] + a[:1], "twice")]:
+    for blocks, says in [*broken, (a[:1] + a[:1], "twice")]:
         table = BlockTable(kv.allocator, "B")
         with pytest.raises(BlockStateError, match=says):
             table.adopt_cached(blocks)
@@ -168,14 +175,9 @@ def test_a_block_table_adopts_one_chain_from_the_start_only(hash_fn):
 def test_cached_blocks_must_be_one_chain_from_the_start(hash_fn):
     """Blocks that are cached but are not the first blocks of one prefix, in
     order, are refused (under a hash where every name collides too)."""
-    kv = manager(hash_fn)
-    kv.allocate_slots("A", TOKENS)
-    kv.allocate_slots("C", [t + 100 for t in TOKENS])
-    a, c = kv.block_ids("A")[:3], kv.block_ids("C")[:3]
+    kv, a, broken = two_chains(hash_fn)
     before = state(kv)
-    for blocks, says in [(a[1:], "does not start a sequence"), (a[:1] + a[2:], "does not follow"),
-                         (a[:1] + c[1:2], "does not follow"), (a[1::-1], "does not start"),
-                         (c[:1] + a[1:2], "does not follow")]:
+    for blocks, says in broken:
         with pytest.raises(BlockStateError, match=says):
             kv.allocate_slots("B", [1], blocks)
         assert state(kv) == before
