@@ -99,23 +99,34 @@ def store_kv(kernel, case, pad=True):
 
 
 # ------------------------------------------------------------------ puzzle 2
+def _paged_caches(used, block_size, kv_heads, head_dim, gen, far, pad):
+    """``(k_cache, v_cache, blocks)`` for the gather and decode puzzles: `used`
+    blocks in a random order among 3 spare ones, every slot NaN until written;
+    with `far`, lab 04's caches whose blocks start past 2^32 elements
+    (`far_cache`, which raises OSError where they cannot be mapped)."""
+    import torch
+
+    if far:
+        return far_cache(used, block_size, kv_heads, head_dim, gen)
+    num_blocks = used + 3
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    return (_padded(shape, float("nan"), pad=pad), _padded(shape, float("nan"), pad=pad),
+            torch.randperm(num_blocks, generator=gen)[:used])
+
+
 def gather(kernel, case, block_n, pad=True):
     import torch
 
     num_tokens, block_size, heads, head_dim, seed, far = case
     gen = torch.Generator().manual_seed(seed)
     key = torch.randn(num_tokens, heads, head_dim, generator=gen)
-    used = -(-num_tokens // block_size)
     if far:
         key = key.half()
-        try:
-            cache, _, blocks = far_cache(used, block_size, heads, head_dim, gen)
-        except OSError as err:  # no room to map it here (a strict overcommit policy)
-            return {"skipped": f"{type(err).__name__}: {err}"}
-    else:
-        num_blocks = used + 3
-        cache = _padded((num_blocks, block_size, heads, head_dim), float("nan"), pad=pad)
-        blocks = torch.randperm(num_blocks, generator=gen)[:used]
+    try:
+        cache, _, blocks = _paged_caches(-(-num_tokens // block_size), block_size, heads,
+                                         head_dim, gen, far, pad)
+    except OSError as err:  # no room to map a far cache here (a strict overcommit policy)
+        return {"skipped": f"{type(err).__name__}: {err}"}
     for i in range(num_tokens):
         cache[blocks[i // block_size], i % block_size] = key[i]
     table = guarded_table(blocks)
@@ -161,18 +172,13 @@ def decode(kernel, case, block_n, pad=True):
     key = torch.randn(context_len, kv_heads, head_dim, generator=gen)
     value = torch.randn(context_len, kv_heads, head_dim, generator=gen)
     query = torch.randn(q_heads, head_dim, generator=gen)
-    used = -(-context_len // block_size)
     if far:
         key, value = key.half(), value.half()
-        try:
-            k_cache, v_cache, blocks = far_cache(used, block_size, kv_heads, head_dim, gen)
-        except OSError as err:  # no room to map it here (a strict overcommit policy)
-            return {"skipped": f"{type(err).__name__}: {err}"}
-    else:
-        num_blocks = used + 3
-        k_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"), pad=pad)
-        v_cache = _padded((num_blocks, block_size, kv_heads, head_dim), float("nan"), pad=pad)
-        blocks = torch.randperm(num_blocks, generator=gen)[:used]
+    try:
+        k_cache, v_cache, blocks = _paged_caches(-(-context_len // block_size), block_size,
+                                                 kv_heads, head_dim, gen, far, pad)
+    except OSError as err:  # no room to map a far cache here (a strict overcommit policy)
+        return {"skipped": f"{type(err).__name__}: {err}"}
     for i in range(context_len):
         k_cache[blocks[i // block_size], i % block_size] = key[i]
         v_cache[blocks[i // block_size], i % block_size] = value[i]
