@@ -1143,6 +1143,9 @@ MESSAGES: dict[str, tuple[str, ...]] = {
                                      "head h // GROUP)"),
     "decode_alpha_inverted": ("returned NaN", "or its online softmax made one"),
     "merge_exp_without_any_max": ("scores around 900: returned NaN: exp(lse) overflows",),
+    # an answer that raises: lab 04's hint for an IndexError, on any case
+    "gather_every_table_entry": ("raised IndexError", "Hint: the table is padded past the "
+                                 "sequence's last block"),
 }
 
 

@@ -21,9 +21,10 @@ from typing import Any
 
 from ..i18n import N_, _, ngettext
 
-__all__ = ["NOT_WRITTEN", "Case", "CheckResult", "as_items", "call_learner", "check_function",
-           "fresh", "function_name", "hint_text", "is_count", "is_sequence", "not_written",
-           "require_function", "same_items", "same_values", "stub_name", "wrong_answer"]
+__all__ = ["EXPECTED_LATER", "NOT_WRITTEN", "Case", "CheckResult", "as_items", "call_learner",
+           "check_function", "fresh", "function_name", "hint_text", "is_count", "is_sequence",
+           "not_written", "require_function", "same_items", "same_values", "stub_name",
+           "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
 """English, as every message is written; `_(NOT_WRITTEN)` is what the learner reads."""
@@ -115,21 +116,31 @@ def require_function(name: str, fn: object) -> None:
                           "got {type}").format(name=name, type=type(fn).__name__))
 
 
-def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
+EXPECTED_LATER = object()
+"""`call_learner`'s `expected` (and a `Case`'s) where the check works the
+expected answer out only after the call (lab 04: from the case's tensors),
+and judges what comes back itself: an iterator is returned unread."""
+
+
+def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any = EXPECTED_LATER,
                  show: Callable[[Any], str] = repr,
+                 error_hint: Callable[[Exception], str] | None = None,
                  **kwargs: Any) -> tuple[Any, CheckResult | None]:
     """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
     it raised — "not written yet" for the stub's NotImplementedError, else the
     call and the exception, and no case hint (a typo's NameError is not the case's
-    idea). A generator (any iterator) it returns is
+    idea), only the check's hint for that error, if it has one (`error_hint(err)`:
+    lab 04's IndexError from reading the table's padding, on any case).
+    A generator (any iterator) it returns is
     read here, as a list, so that its errors are the call's (and a message
     shows its items) — but never past one item more than the `expected`
     answer holds: an endless generator fails, saying so (`show` writes the
     expected answer, as in `wrong_answer`), instead of hanging the check.
-    Where `expected` is not a sequence, any iterator fails unread."""
+    Where `expected` is not a sequence, any iterator fails unread; where it
+    is `EXPECTED_LATER`, any iterator is returned unread."""
     try:
         result = fn(*args, **kwargs)
-        if isinstance(result, Iterator):
+        if isinstance(result, Iterator) and expected is not EXPECTED_LATER:
             if not is_sequence(expected):  # one answer, not a sequence of them: never an iterator
                 return None, CheckResult(name, False, _(
                     "{call} returned an iterator, expected {expected}.").format(
@@ -148,7 +159,8 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any,
         return None, not_written(name, fn, err)
     except Exception as err:  # the learner's bug, reported instead of raised
         return None, CheckResult(name, False, _("{call} raised {error}: {message}").format(
-            call=call, error=type(err).__name__, message=err))
+            call=call, error=type(err).__name__, message=err)
+            + hint_text(error_hint(err) if error_hint else ""))
 
 
 def function_name(fn: Callable, name: str) -> str:

@@ -20,7 +20,13 @@ import torch
 import torch.nn.functional as F
 
 from ..i18n import N_, _, join_clauses, ngettext
-from . import CheckResult, function_name, not_written, require_function, wrong_answer
+from . import (
+    CheckResult,
+    call_learner,
+    function_name,
+    require_function,
+    wrong_answer,
+)
 
 __all__ = [
     "CHECKS",
@@ -114,29 +120,6 @@ def _first_problem(name: str, got, want: torch.Tensor, call: str, *, exact: bool
     return None
 
 
-def _run(name: str, fn: Callable, body: Callable[[], CheckResult]) -> CheckResult:
-    require_function(name, fn)
-    try:
-        return body()
-    except NotImplementedError as err:
-        return not_written(name, fn, err)
-
-
-def _call(name: str, fn: Callable, call: str, *args,
-          hint: Callable[[Exception], str] | None = None):
-    """(result, None), or (None, failing CheckResult) if `fn` raised; `hint(err)`
-    may add a hint for a particular exception."""
-    try:
-        return fn(*args), None
-    except NotImplementedError:
-        raise
-    except Exception as err:  # the learner's bug, reported instead of raised
-        extra = hint(err) if hint else ""
-        return None, CheckResult(name, False, (_("{call} raised {name}: {err}{extra}")
-                                                .format(call=call, name=type(err).__name__, err=err,
-                                                        extra=extra)))
-
-
 # ------------------------------------------------------------------ gather_kv
 GATHER_CASES = (  # (context_len, block_size)
     (5, 4), (8, 4), (1, 16), (3, 1), (33, 16), (16, 16),
@@ -153,8 +136,8 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
             ex = paged_example(n, bs, seed=seed)
             call = f"{function_name(gather_kv, name)}({ex.describe()}, num_tokens={n})"
             for cache, want in ((ex.k_cache, ex.key), (ex.v_cache, ex.value)):
-                got, failed = _call(name, gather_kv, call, cache.clone(), ex.block_table.clone(),
-                                    n, hint=_padding_hint)
+                got, failed = call_learner(name, gather_kv, call, cache.clone(),
+                                           ex.block_table.clone(), n, error_hint=_padding_hint)
                 if failed is not None:
                     return failed
                 problem = _first_problem(name, got, want, call, exact=True)
@@ -165,14 +148,15 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
                     return CheckResult(name, False, problem.message + hint)
         return CheckResult(name, True, _("all {n} cases pass (shuffled blocks, padded tables, "
                                          "block sizes 1 to 16)").format(n=len(GATHER_CASES)))
-    return _run(name, gather_kv, body)
+    require_function(name, gather_kv)
+    return body()
 
 
 def _padding_hint(err: Exception) -> str:
+    """The hint for an IndexError, on any case: every table has padding."""
     if isinstance(err, IndexError):
-        return (_("  Hint: the table is padded past the sequence's last block with ids outside "
-                "the cache; read only the ceil(num_tokens / block_size) blocks that hold its "
-                "tokens"))
+        return _("the table is padded past the sequence's last block with ids outside the "
+                 "cache; read only the ceil(num_tokens / block_size) blocks that hold its tokens")
     return ""
 
 
@@ -236,8 +220,9 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
             label = _decode_label(n, bs, hq, hkv, d, big)
             call = (f"{function_name(paged_decode_attention, name)}(query [{hq} heads x {d}], "
                     f"{ex.describe()}, context_len={n})")
-            got, failed = _call(name, paged_decode_attention, call, query.clone(),
-                                ex.k_cache.clone(), ex.v_cache.clone(), ex.block_table.clone(), n)
+            got, failed = call_learner(name, paged_decode_attention, call, query.clone(),
+                                       ex.k_cache.clone(), ex.v_cache.clone(),
+                                       ex.block_table.clone(), n)
             if failed is not None:
                 return failed
             want = _sdpa(query, ex.key, ex.value)
@@ -254,7 +239,8 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
         return CheckResult(name, True, (_("all {n} cases match SDPA on the un-paged K/V (GQA "
                                          "groups of 1 to 4, head_dim 8 and 12, huge scores)")
                                          .format(n=len(cases))))
-    return _run(name, paged_decode_attention, body)
+    require_function(name, paged_decode_attention)
+    return body()
 
 
 def _decode_hint(got, query: torch.Tensor, ex: PagedExample) -> str:
@@ -329,8 +315,9 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
                 call = (_("{fn}(...) on tile {t} ({label}: scores {value}, tiles of {size})")
                         .format(fn=function_name(online_softmax_update, name), t=t, label=label,
                                 value=[round(x, 2) for x in scores.tolist()], size=size))
-                got, failed = _call(name, online_softmax_update, call, m.clone(), s.clone(),
-                                    acc.clone(), scores[tile].clone(), v[tile].clone())
+                got, failed = call_learner(name, online_softmax_update, call, m.clone(),
+                                           s.clone(), acc.clone(), scores[tile].clone(),
+                                           v[tile].clone())
                 if failed is not None:
                     return failed
                 want_m, want_s, want_acc = _softmax_state(scores[:tile.stop], v[:tile.stop])
@@ -382,7 +369,8 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
         return CheckResult(name, True, (_("all {n} cases pass, tile by tile (huge scores and "
                                          "fully masked tiles included)")
                                          .format(n=len(SOFTMAX_CASES))))
-    return _run(name, online_softmax_update, body)
+    require_function(name, online_softmax_update)
+    return body()
 
 
 # ----------------------------------------------------------------- merge_states
@@ -473,8 +461,8 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
                 call = (_("{fn}(out_a, lse_a={item:.4g}, out_b, lse_b={item2:.4g})  # {label}")
                         .format(fn=function_name(merge_states, name), item=la.item(),
                                 item2=lb.item(), label=label))
-                got, failed = _call(name, merge_states, call, oa.clone(), la.clone(), ob.clone(),
-                                    lb.clone())
+                got, failed = call_learner(name, merge_states, call, oa.clone(), la.clone(),
+                                           ob.clone(), lb.clone())
                 if failed is not None:
                     raise _Failed(failed)
                 if not isinstance(got, tuple | list) or len(got) != 2:
@@ -528,7 +516,8 @@ def check_merge_states(merge_states: Callable) -> CheckResult:
                 return failed.result
         return CheckResult(name, True, _("all {n} cases pass (chained and tree merges, empty "
                                          "splits, huge scores)").format(n=len(MERGE_CASES)))
-    return _run(name, merge_states, body)
+    require_function(name, merge_states)
+    return body()
 
 
 
