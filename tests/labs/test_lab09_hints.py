@@ -1,8 +1,9 @@
 """Lab 09's `best_num_drafts` check names a wrong formula for the expected
 tokens per step before anything else; every other wrong answer keeps its hint,
-except one that raises: it gets its call and its error alone (the one rule for
-raised answers, tests/labs/test_raised_answers.py), and the call shows the case
-(``(1.0, 0.1, 6) raised ZeroDivisionError``)."""
+one that raises too: the closed form divides by zero at a = 1 alone, so by the
+one rule for raised answers (tests/labs/test_raised_answers.py) it gets that
+case's hint, which says to mind the division (``(1.0, 0.1, 6) raised
+ZeroDivisionError: ...  Hint: every draft accepted: ...``)."""
 
 import pytest
 
@@ -21,7 +22,10 @@ def test_a_wrong_expected_tokens_formula_is_named_first(wrong):
     message = lab09.check_best_num_drafts(wrong).message
     formula = _WRONG_E.get(wrong, "")
     if " raised " in message:
-        assert not formula and "Hint" not in message, message
+        assert not formula, message
+        assert message.endswith("(1.0, 0.1, 6) raised ZeroDivisionError: float division by "
+                                "zero  Hint: every draft accepted: E = k + 1 (mind a division "
+                                "by zero), so the most drafts allowed win"), message
         return
     hint = message.split("Hint: ", 1)[1]
     if formula:

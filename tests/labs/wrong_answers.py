@@ -1143,9 +1143,18 @@ MESSAGES: dict[str, tuple[str, ...]] = {
                                      "head h // GROUP)"),
     "decode_alpha_inverted": ("returned NaN", "or its online softmax made one"),
     "merge_exp_without_any_max": ("scores around 900: returned NaN: exp(lse) overflows",),
-    # an answer that raises: lab 04's hint for an IndexError, on any case
+    # answers that raise (the one rule, exercises.raised): lab 04's hint for an
+    # IndexError on any case; else the case's hint where the error is the case's alone
     "gather_every_table_entry": ("raised IndexError", "Hint: the table is padded past the "
                                  "sequence's last block"),
+    "drafts_closed_form_divides_by_zero": ("(1.0, 0.1, 6) raised ZeroDivisionError",
+                                           "Hint: every draft accepted: E = k + 1 (mind a "
+                                           "division by zero)"),
+    "victims_zero_need_not_served": ("raised ValueError: B does not fit even alone",
+                                     "Hint: A takes 0, 0 left; B needs 1, 0 free"),
+    "cow_refuses_a_sole_owner_when_the_pool_is_full": (
+        "raised MemoryError: no free block", "Hint: the last block (2) has ref count 1: this "
+        "sequence is its sole owner, so it writes in place"),
 }
 
 

@@ -23,8 +23,8 @@ from ..i18n import N_, _, ngettext
 
 __all__ = ["EXPECTED_LATER", "NOT_WRITTEN", "Case", "CheckResult", "as_items", "call_learner",
            "check_function", "fresh", "function_name", "hint_text", "is_count", "is_sequence",
-           "not_written", "require_function", "same_items", "same_values", "stub_name",
-           "wrong_answer"]
+           "not_written", "other_cases", "raised", "require_function", "same_items",
+           "same_values", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
 """English, as every message is written; `_(NOT_WRITTEN)` is what the learner reads."""
@@ -123,14 +123,14 @@ and judges what comes back itself: an iterator is returned unread."""
 
 
 def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any = EXPECTED_LATER,
-                 show: Callable[[Any], str] = repr,
+                 show: Callable[[Any], str] = repr, hint: str | Callable[[], str] = "",
+                 elsewhere: Iterable[Case] = (),
                  error_hint: Callable[[Exception], str] | None = None,
                  **kwargs: Any) -> tuple[Any, CheckResult | None]:
     """Run the learner's function: ``(result, None)``, or ``(None, failure)`` if
     it raised — "not written yet" for the stub's NotImplementedError, else the
-    call and the exception, and no case hint (a typo's NameError is not the case's
-    idea), only the check's hint for that error, if it has one (`error_hint(err)`:
-    lab 04's IndexError from reading the table's padding, on any case).
+    call and the exception, with a hint by the one rule for raised answers
+    (`raised`: this case's `hint` if `fn` runs on a case `elsewhere`).
     A generator (any iterator) it returns is
     read here, as a list, so that its errors are the call's (and a message
     shows its items) — but never past one item more than the `expected`
@@ -141,26 +141,74 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any =
     try:
         result = fn(*args, **kwargs)
         if isinstance(result, Iterator) and expected is not EXPECTED_LATER:
-            if not is_sequence(expected):  # one answer, not a sequence of them: never an iterator
-                return None, CheckResult(name, False, _(
-                    "{call} returned an iterator, expected {expected}.").format(
-                        call=call, expected=show(expected)))
-            most = len(expected)
-            result = list(islice(result, most + 1))
-            if len(result) > most:
-                return None, CheckResult(name, False, ngettext(
-                    "{call} returned an iterator that gives more than {n} item (an endless "
-                    "generator?), expected {expected}.",
-                    "{call} returned an iterator that gives more than {n} items (an endless "
-                    "generator?), expected {expected}.", most).format(
-                        call=call, n=most, expected=show(expected)))
+            return _read_iterator(name, call, result, expected, show)
         return result, None
     except NotImplementedError as err:
         return None, not_written(name, fn, err)
     except Exception as err:  # the learner's bug, reported instead of raised
-        return None, CheckResult(name, False, _("{call} raised {error}: {message}").format(
-            call=call, error=type(err).__name__, message=err)
-            + hint_text(error_hint(err) if error_hint else ""))
+        return None, raised(name, fn, call, err, hint, elsewhere, error_hint)
+
+
+def _read_iterator(name: str, call: str, result: Iterator, expected: Any,
+                   show: Callable[[Any], str]) -> tuple[Any, CheckResult | None]:
+    """An iterator the learner's function returned, read as `call_learner` says."""
+    if not is_sequence(expected):  # one answer, not a sequence of them: never an iterator
+        return None, CheckResult(name, False, _(
+            "{call} returned an iterator, expected {expected}.").format(
+                call=call, expected=show(expected)))
+    most = len(expected)
+    items = list(islice(result, most + 1))
+    if len(items) > most:
+        return None, CheckResult(name, False, ngettext(
+            "{call} returned an iterator that gives more than {n} item (an endless "
+            "generator?), expected {expected}.",
+            "{call} returned an iterator that gives more than {n} items (an endless "
+            "generator?), expected {expected}.", most).format(
+                call=call, n=most, expected=show(expected)))
+    return items, None
+
+
+def raised(name: str, fn: Callable, call: str, err: Exception,
+           hint: str | Callable[[], str] = "", elsewhere: Iterable[Case] = (),
+           error_hint: Callable[[Exception], str] | None = None) -> CheckResult:
+    """The one rule for an answer that raised `err` (not the stub's
+    NotImplementedError): the call and the error, and a hint only where one
+    helps —
+
+    - the check's hint for this error itself, whatever the case
+      (`error_hint(err)`; lab 04's IndexError from reading the table's padding);
+    - else this case's `hint`, if the error is the case's: `fn` runs (returns,
+      right or wrong) on another of the check's cases, `elsewhere` (lab 09's
+      closed form divides by zero at a = 1 alone, and that case's hint says
+      to mind it);
+    - else none: an error on every case is the code's (a typo's NameError),
+      and a case's idea would be beside the point.
+
+    Trying the other cases stops at the first that runs; `elsewhere` lists the
+    earlier ones first, which ran already."""
+    message = _("{call} raised {error}: {message}").format(
+        call=call, error=type(err).__name__, message=err)
+    known = error_hint(err) if error_hint else ""
+    if not known:
+        case_hint = hint() if callable(hint) else hint
+        if case_hint and _runs_on_any(fn, elsewhere):
+            known = case_hint
+    return CheckResult(name, False, message + hint_text(known))
+
+
+def _runs_on_any(fn: Callable, cases: Iterable[Case]) -> bool:
+    """Whether `fn` returns without raising on any of `cases` (each called on
+    `fresh` arguments, an iterator it returns read as `call_learner` reads it)."""
+    for case in cases:
+        args, kwargs = fresh((case.args, case.kwargs))
+        try:
+            result = fn(*args, **kwargs)
+            if isinstance(result, Iterator) and case.expected is not EXPECTED_LATER:
+                _read_iterator("", "", result, case.expected, repr)
+        except Exception:  # NotImplementedError too: it did not run there
+            continue
+        return True
+    return False
 
 
 def function_name(fn: Callable, name: str) -> str:
@@ -325,8 +373,8 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
     for case in cases:
         call = case.call_text(function_name(fn, name))
         args, kwargs = fresh((case.args, case.kwargs))
-        got, failed = call_learner(name, fn, call, *args, expected=case.expected,
-                                   show=show, **kwargs)
+        got, failed = call_learner(name, fn, call, *args, expected=case.expected, show=show,
+                                   hint=case.hint, elsewhere=other_cases(cases, case), **kwargs)
         if failed is not None:
             return failed
         if not equal(got, case.expected):
@@ -334,6 +382,12 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
             return wrong_answer(name, call, got, case.expected, hint,
                                 none_is_an_answer=none_is_an_answer, show=show)
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
+
+
+def other_cases(cases: list[Case], case: Case) -> Iterator[Case]:
+    """Every case of `cases` but `case`, in order: where `raised` tries the
+    function when it raised on `case`."""
+    return (other for other in cases if other is not case)
 
 
 FLOAT_FOR_INT = N_("a count is an int, but `/` (and numpy's ceil) give floats, even 8 / 4 = "

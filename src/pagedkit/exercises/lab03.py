@@ -19,6 +19,7 @@ from . import (
     check_function,
     fresh,
     function_name,
+    other_cases,
     require_function,
     same_items,
     wrong_answer,
@@ -113,12 +114,14 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
     is too short, return ``None`` and change nothing."""
     name = "append_slots"
     require_function(name, fn)
-    for args, slots, table_after, free_after, hint in _APPEND_CASES:
+    cases = [Case(args, slots) for args, slots, *_after in _APPEND_CASES]
+    for case, (args, slots, table_after, free_after, hint) in zip(cases, _APPEND_CASES,
+                                                                  strict=True):
         hint = _(hint)
         table, free = fresh(args[0]), fresh(args[4])  # the lists it changes, read after
         call = _call_text(function_name(fn, name), args)
         got, failed = call_learner(name, fn, call, table, args[1], args[2], args[3], free,
-                                   expected=slots)
+                                   expected=slots, hint=hint, elsewhere=other_cases(cases, case))
         if failed is not None:
             return failed
         if not same_items(got, slots):

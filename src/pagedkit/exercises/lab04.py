@@ -12,7 +12,7 @@ the un-paged K/V, never from the code under test.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -21,6 +21,8 @@ import torch.nn.functional as F
 
 from ..i18n import N_, _, join_clauses, ngettext
 from . import (
+    EXPECTED_LATER,
+    Case,
     CheckResult,
     call_learner,
     function_name,
@@ -215,14 +217,14 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
 
     def body() -> CheckResult:
         for seed, (n, bs, hq, hkv, d, big) in enumerate(cases):
-            ex = paged_example(n, bs, num_kv_heads=hkv, head_dim=d, seed=100 + seed)
-            query = torch.randn(hq, d, generator=torch.Generator().manual_seed(seed)) * big
+            ex, query = _decode_inputs(seed, cases[seed])
             label = _decode_label(n, bs, hq, hkv, d, big)
             call = (f"{function_name(paged_decode_attention, name)}(query [{hq} heads x {d}], "
                     f"{ex.describe()}, context_len={n})")
             got, failed = call_learner(name, paged_decode_attention, call, query.clone(),
                                        ex.k_cache.clone(), ex.v_cache.clone(),
-                                       ex.block_table.clone(), n)
+                                       ex.block_table.clone(), n, hint=label,
+                                       elsewhere=_decode_calls(cases, skip=seed))
             if failed is not None:
                 return failed
             want = _sdpa(query, ex.key, ex.value)
@@ -241,6 +243,22 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
                                          .format(n=len(cases))))
     require_function(name, paged_decode_attention)
     return body()
+
+
+def _decode_inputs(seed: int, case: tuple) -> tuple[PagedExample, torch.Tensor]:
+    """Decode case number `seed`'s paged K/V and query."""
+    n, bs, hq, hkv, d, big = case
+    ex = paged_example(n, bs, num_kv_heads=hkv, head_dim=d, seed=100 + seed)
+    return ex, torch.randn(hq, d, generator=torch.Generator().manual_seed(seed)) * big
+
+
+def _decode_calls(cases: list[tuple], skip: int) -> Iterator[Case]:
+    """The decode cases but number `skip`, as calls (made one at a time, when
+    asked for): where `call_learner` tries an answer that raised on that one."""
+    for seed, case in enumerate(cases):
+        if seed != skip:
+            ex, query = _decode_inputs(seed, case)
+            yield Case((query, ex.k_cache, ex.v_cache, ex.block_table, case[0]), EXPECTED_LATER)
 
 
 def _decode_hint(got, query: torch.Tensor, ex: PagedExample) -> str:

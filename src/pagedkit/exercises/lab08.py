@@ -29,6 +29,7 @@ from . import (
     fresh,
     function_name,
     is_sequence,
+    other_cases,
     require_function,
     same_items,
     same_values,
@@ -153,11 +154,16 @@ def check_pack_step(fn: Callable) -> CheckResult:
                       "sequences)"),
         "context_lens": _("every token in the cache once this step is done: start + num_tokens"),
     }
+    cases = []
     for seqs, block_size, hint in specs:
         learner, expected = engine_packing(seqs, block_size)
-        call = Case((learner, block_size), expected).call_text(function_name(fn, name))
+        cases.append(Case((learner, block_size), expected, hint))
+    for case in cases:
+        (learner, block_size), expected, hint = case.args, case.expected, case.hint
+        call = case.call_text(function_name(fn, name))
         got, failed = call_learner(name, fn, call, fresh(learner), block_size,
-                                   expected=expected)
+                                   expected=expected, hint=hint,
+                                   elsewhere=other_cases(cases, case))
         if failed is not None:
             return failed
         if not isinstance(got, (tuple, list)) or len(got) != 4:
