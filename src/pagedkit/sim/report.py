@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 import unicodedata
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from ..i18n import N_, _
 from . import paper as ref
@@ -102,34 +102,56 @@ NOTES = {
 NOT_REPORTED = N_("not reported")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)  # both from `as_dict`, below
 class Comparison:
-    """One number of the paper and ours. Its words are English (what ``--json``
-    prints, the same in every language); `format_table` says them in the
-    language of the moment: the quantity from `template` and `values` (made by
-    `_row`), the unit and `NOT_REPORTED` as they are."""
+    """One number of the paper and ours. Its quantity is one message, `template`
+    (English, marked N_) filled with `values`, kept as the two and said from
+    them: in English as `quantity` (what ``--json`` prints, the same in every
+    language), in the language of the moment as `label` (what `format_table`
+    prints); the unit and `NOT_REPORTED` are kept as they are. Two comparisons
+    are equal when they say the same, in English: `quantity`, not how it is
+    made. A quantity without values is its template (``Comparison("Fig. 2",
+    "token states, vLLM", 96.3, 96.3, "%")``)."""
 
     figure: str
-    quantity: str
+    template: str  # the quantity's message, English
     ours: float | str
     paper: float | str
     unit: str = ""
     note: str = ""  # a key of NOTES
-    template: str = field(default="", compare=False, repr=False)  # quantity's message
-    values: tuple = field(default=(), compare=False, repr=False)  # ((name, value), ...)
+    values: tuple = ()  # ((name, value), ...) for the template's fields
+
+    @property
+    def quantity(self) -> str:
+        """The quantity, in English."""
+        return self.template.format(**dict(self.values))
 
     def label(self) -> str:
         """The quantity in the language of the moment."""
-        if not self.template:
-            return self.quantity
         return _(self.template).format(**dict(self.values))
+
+    def as_dict(self) -> dict:
+        """What ``--json`` prints of it: English words."""
+        return {"figure": self.figure, "quantity": self.quantity, "ours": self.ours,
+                "paper": self.paper, "unit": self.unit, "note": self.note}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Comparison):
+            return NotImplemented
+        return self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.as_dict().values()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"Comparison({fields})"
 
 
 def _row(figure: str, template: str, values: dict, ours: float | str, paper: float | str,
          unit: str = "", note: str = "") -> Comparison:
     """A `Comparison` whose quantity is `template` (marked N_) filled with `values`."""
-    return Comparison(figure, template.format(**values), ours, paper, unit, note, template,
-                      tuple(values.items()))
+    return Comparison(figure, template, ours, paper, unit, note, tuple(values.items()))
 
 
 @dataclass
@@ -141,8 +163,7 @@ class Report:
     figures: dict = field(default_factory=dict, repr=False)  # FigureData, for plotting
 
     def as_dict(self) -> dict:
-        rows = [{k: v for k, v in asdict(r).items() if k not in ("template", "values")}
-                for r in self.rows]
+        rows = [r.as_dict() for r in self.rows]
         return {"scale": self.scale, "rows": rows,
                 "notes": {k: NOTES[k] for k in dict.fromkeys(r.note for r in self.rows) if k},
                 "seconds": self.seconds, "speed": self.speed}
