@@ -449,6 +449,27 @@ def test_a_lab_is_opened_by_its_number_name_file_or_path(capsys, path):
         assert "--port=8889" in out and out[-1].endswith(f"my-labs/{path.name}"), name
 
 
+@pytest.mark.parametrize("language", list(lab.EDITIONS))
+@pytest.mark.parametrize("path", sorted((ROOT / "labs").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_a_lab_is_named_alike_in_both_editions(capsys, path, language):
+    """Newcomer (issue #26): `lab "When memory runs out" --lang zh-CN`, the README's own
+    example title, was "no lab" in the Chinese edition, whose tables give Chinese titles.
+    One rule in both: a lab's number, its English title and its Chinese one (each
+    edition's first heading, `lab.lab_title`) open it in the edition asked for."""
+    twins = [folder / path.name for folder in (ROOT / "labs", ROOT / "labs" / "zh-CN")]
+    titles = [lab.lab_title(twin) for twin in twins if twin.is_file()]
+    opened = lab.edition(ROOT, language) / path.name
+    if not opened.is_file():
+        pytest.skip(f"no {language} edition of {path.name}")
+    number = path.stem.split("_", 1)[0]
+    for name in [number, _unpadded(number), *titles, *(title.upper() for title in titles)]:
+        assert lab.find_lab(lab.edition(ROOT, language), name) == (path.name, []), name
+        assert cli(["lab", name, "--lang", language, "--print"]) == 0, name
+        sub = lab.EDITIONS[language]
+        assert Path(capsys.readouterr().out.split()[-1]) == (ROOT / lab.WORK / sub
+                                                            / path.name).resolve(), name
+
+
 @pytest.mark.parametrize("name, could_be", [
     ("pag", ["03_paging.ipynb", "04_paged_attention.ipynb"]),
     ("04_p", None), ("99", []), ("99_nope.ipynb", []), ("labs/", [])])

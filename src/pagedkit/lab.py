@@ -153,7 +153,9 @@ def find_lab(labs: Path, name: str) -> tuple[str | None, list[str]]:
     (``labs/03_paging.ipynb``), the start of a word of its name (``paging``,
     ``puzz``, ``kv cache``; not ``zz`` from the middle of ``puzzles``), its title
     as the tables give it (`lab_title`: ``"When memory runs out"``) or the start
-    of a word of it (``when``, ``memory``); case, spaces and dashes aside. The
+    of a word of it (``when``, ``memory``), in either edition's language (`_titles`:
+    ``"当显存耗尽时"`` names lab 06 too, in labs/ as in labs/zh-CN/; a title of the
+    edition asked for before its twin's); case, spaces and dashes aside. The
     closest kind of match wins (``04`` is ``04_paged_attention``, not 04b or 04c;
     ``page`` starts a word of its name, ``paged``, where 03's is ``paging``). The one
     rule for lab names on every command line (``lab``, ``bench labs``, ``bench study``);
@@ -179,10 +181,22 @@ def _matches(paths: list[Path], word: str):
     yield [s for s in stems if s.startswith(word + "_")]
     yield [s for s in stems if s.startswith(word)]
     yield [s for s in stems if f"_{words}" in f"_{s.lower()}"]
-    titles = {p.stem: _words(lab_title(p)) for p in paths}
-    yield [s for s in stems if titles[s] == words]
-    yield [s for s in stems if titles[s].startswith(words)]
-    yield [s for s in stems if f"_{words}" in f"_{titles[s]}"]
+    titles = {p.stem: _titles(p) for p in paths}  # each lab's own first, then its twins'
+    for match in (lambda title: title == words, lambda title: title.startswith(words),
+                  lambda title: f"_{words}" in f"_{title}"):
+        yield [s for s in stems if match(titles[s][0])]
+        yield [s for s in stems if any(match(title) for title in titles[s][1:])]
+
+
+def _titles(path: Path) -> list[str]:
+    """The titles of the lab `path` as its names read them (`_words`): its own first, then
+    its twin's in each other edition of the labs that has it (labs/06_preemption.ipynb and
+    labs/zh-CN/06_preemption.ipynb are one lab), so a lab's English title and its
+    Chinese one name it in both editions."""
+    folder = path.parent
+    labs = folder.parent if folder.name in EDITIONS.values() else folder  # labs/ itself
+    twins = dict.fromkeys([path, *(labs / sub / path.name for sub in EDITIONS.values())])
+    return [_words(lab_title(twin)) for twin in twins if twin.is_file()]
 
 
 def unnamed_lab(labs: Path, name: str, could_be: list[str]) -> str:
