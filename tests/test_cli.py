@@ -769,6 +769,54 @@ def test_no_progress_is_taken_before_the_command_name_too(parent, argv, where, m
         assert prog == f"python -m pagedkit bench {name}"
 
 
+def every_command():
+    """Every command as its own parser takes it: (the command, the words naming one
+    of its leaves: a benchmark, a vllm command and its positionals, or none)."""
+    from pagedkit.vllm.__main__ import _parser as vllm_parser
+
+    sub = next(a for a in vllm_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    leaves = {"bench": [[name] for name in BENCHMARKS],
+              "vllm": [[name, *("x" for a in parser._actions if not a.option_strings)]
+                       for name, parser in sub.choices.items()]}
+    for command in COMMANDS:
+        for leaf in leaves.get(command, [[]]):
+            yield pytest.param(command, leaf, id=" ".join([command, *leaf[:1]]))
+
+
+@pytest.mark.parametrize("command, leaf", list(every_command()))
+def test_no_progress_before_the_command_is_its_own(command, leaf, monkeypatch, capsys):
+    """Newcomer (issue #26): `python -m pagedkit --no-progress bench` said "unrecognized
+    arguments: --no-progress", while every bench and vllm command (and demo and
+    simulate) take it after their name. Given before the command it is the command's
+    own option (`NO_PROGRESS`, held here to each command's --help); a command that
+    takes none refuses it, saying what to run instead. Only the options are parsed."""
+    from pagedkit.__main__ import NO_PROGRESS
+
+    assert run(cli, [command, *leaf[:1], "--help"]) == 0
+    takes_it = "--no-progress" in capsys.readouterr().out
+    assert takes_it == (command in NO_PROGRESS)
+    original = argparse.ArgumentParser.parse_args
+
+    def parsed(self, args=None, namespace=None):
+        if self.prog in ("python -m pagedkit", "python -m pagedkit bench"):  # dispatchers
+            return original(self, args, namespace)
+        raise _Parsed(self.parse_known_args(args, namespace), self.prog)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parsed)
+    if not takes_it:
+        assert run(cli, ["--no-progress", command, *leaf]) == 2
+        err = capsys.readouterr().err
+        assert (f"--no-progress: {command} shows no progress to leave out; run python -m "
+                f"pagedkit {command} without it") in err
+        return
+    with pytest.raises(_Parsed) as got:
+        cli(["--no-progress", command, *leaf])
+    (namespace, unknown), prog = got.value.args
+    assert namespace.no_progress is True and unknown == []
+    named = leaf[:1] if command == "bench" else []  # the benchmark's parser, or vllm's
+    assert prog == " ".join(["python -m pagedkit", command, *named])
+
+
 def test_vllm_compare_no_progress_leaves_out_the_loading_bars(capsys):
     from pagedkit.vllm.__main__ import main as vllm_main
 

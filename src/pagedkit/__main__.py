@@ -36,6 +36,12 @@ COMMANDS = {
 """(The help line is English, marked for translation; `_parser` shows it in the
 language of the moment, the benchmarks' names put in.)"""
 
+#: the commands that take ``--no-progress`` (each benchmark and each ``vllm`` command
+#: too), so it is taken before the command's name as well: ``python -m pagedkit
+#: --no-progress demo`` is ``python -m pagedkit demo --no-progress`` (tests/test_cli.py
+#: holds this list to the commands' own parsers)
+NO_PROGRESS = ("demo", "bench", "simulate", "vllm")
+
 
 def _parser() -> argparse.ArgumentParser:
     names = ", ".join(BENCHMARKS)
@@ -48,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
                  "--help").format(lines=lines, prog=PROG),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"pagedkit {__version__}")
+    p.add_argument("--no-progress", action="store_true",
+                   help=_("leave out the command's progress output: its own --no-progress, given "
+                          "before its name ({commands} take it)")
+                   .format(commands=", ".join(NO_PROGRESS)))
     p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
                    help=_("one of: {commands}").format(commands=", ".join(COMMANDS)))
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
@@ -79,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     args = parser.parse_args(argv)  # --help, --version, a usage error: SystemExit, as argparse
+    if args.no_progress:  # the command's own option, given before its name
+        if args.command not in NO_PROGRESS:
+            parser.error(_("--no-progress: {command} shows no progress to leave out; run "
+                           "{prog} {command} without it (--no-progress is for {commands})")
+                         .format(command=args.command, prog=PROG,
+                                 commands=", ".join(NO_PROGRESS)))
+        args.args = ["--no-progress", *args.args]
     run = importlib.import_module(COMMANDS[args.command][0]).main
     options = {"default": "engine"} if args.command == "bench" else {}
     try:
