@@ -321,6 +321,78 @@ def test_no_widget_state_takes_out_the_setting_an_earlier_run_wrote(tmp_path, mo
         assert lab.remove_widget_state(folder) is None and path.read_text() == text
 
 
+#: what pagedkit.json holds before a run, in each case: none, an English run's, a Chinese
+#: run's with the language pack, a Chinese --no-widget-state run's with it
+EARLIER = {"none": None, "widgets": lab.SETTINGS,
+           "widgets and menus": {**lab.SETTINGS, lab.UI_LANGUAGE: {"locale": "zh_CN"}},
+           "menus": {lab.UI_LANGUAGE: {"locale": "zh_CN"}}}
+
+
+@pytest.mark.parametrize("earlier", list(EARLIER))
+@pytest.mark.parametrize("pack", [True, False], ids=["pack", "no pack"])
+@pytest.mark.parametrize("widget_state", [True, False], ids=["", "--no-widget-state"])
+@pytest.mark.parametrize("language", list(lab.EDITIONS))
+def test_jupyterlabs_settings_are_said_in_one_statement(tmp_path, monkeypatch, capsys, language,
+                                                        widget_state, pack, earlier):
+    """Newcomer (issue #26): `lab --lang zh-CN --no-widget-state` (the language pack
+    installed, after an earlier `lab`) said "no longer saves widget state (the setting is
+    taken out of pagedkit.json)", then "menus in Chinese: Settings > Language
+    (--no-widget-state leaves JupyterLab's defaults as they are)": the defaults had just
+    changed, and the file still held the Chinese menus. The file holds what the run asks
+    for (widget state unless --no-widget-state, the menus' language where the pack is
+    installed), and one statement says it, naming the file; else nothing is written and an
+    earlier run's widget setting is taken out, said where there was one."""
+    folder = tmp_path / "overrides.d"
+    path = folder / "pagedkit.json"
+    monkeypatch.setattr(lab, "settings_dir", lambda: folder)
+    monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": ([], []))
+    monkeypatch.setattr(lab, "run_until_it_exits", lambda argv: 0)
+    monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: object() if pack else None)
+    if EARLIER[earlier] is not None:
+        folder.mkdir()
+        path.write_text(json.dumps(EARLIER[earlier]))
+    argv = ["--lang", language, "--no-browser", *([] if widget_state else ["--no-widget-state"])]
+    assert lab.main(argv) == 0
+    said = [line for line in capsys.readouterr().err.splitlines()
+            if "--allow-root" not in line and "--no-browser" not in line]
+    ui = lab.ui_settings(language)
+    assert bool(ui) == (pack and language == "zh-CN")
+    wanted = {**(lab.SETTINGS if widget_state else {}), **ui}
+    held = {key: value for key, value in (EARLIER[earlier] or {}).items()
+            if key not in lab.SETTINGS}  # --no-widget-state, nothing to write: the rest stays
+    assert (json.loads(path.read_text()) if path.exists() else None) == (wanted or held or None)
+    pip = [said.pop(0)] if language == "zh-CN" and not pack else []
+    assert all("pip install jupyterlab-language-pack-zh-CN" in line for line in pip)
+    if wanted:  # one statement (a second line continues it: "and shows its own menus")
+        assert len(said) == 1 + (widget_state and bool(ui)) and str(path) in said[0], said
+    else:  # said only where an earlier run's widget setting was taken out
+        taken_out = lab.SETTINGS.keys() <= (EARLIER[earlier] or {}).keys()
+        assert len(said) == taken_out and all(str(path) in line for line in said), said
+    if ui and not widget_state:
+        assert said == [f"lab：此环境中的 JupyterLab 以中文显示它自己的菜单，且不把小部件状态随 "
+                        f"notebook 保存（两者都写在 {path} 中；Settings > Language 可以更改语言）"]
+
+
+@pytest.mark.parametrize("pack", [True, False], ids=["pack", "no pack"])
+@pytest.mark.parametrize("widget_state", [True, False], ids=["", "--no-widget-state"])
+@pytest.mark.parametrize("language", list(lab.EDITIONS))
+def test_print_says_the_settings_it_would_write(tmp_path, monkeypatch, capsys, language,
+                                                widget_state, pack):
+    """--print writes no settings and says the ones a run would write, in every case the
+    run writes some (`set_jupyterlab`): the menus' language alone with --no-widget-state too."""
+    folder = tmp_path / "overrides.d"
+    monkeypatch.setattr(lab, "settings_dir", lambda: folder)
+    monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": ([], []))
+    monkeypatch.setattr(lab.importlib.util, "find_spec", lambda name: object() if pack else None)
+    argv = ["--lang", language, "--print", *([] if widget_state else ["--no-widget-state"])]
+    assert lab.main(argv) == 0
+    err = capsys.readouterr().err
+    wanted = {**(lab.SETTINGS if widget_state else {}), **lab.ui_settings(language)}
+    assert not folder.exists()
+    assert (str(folder / "pagedkit.json") in err) == bool(wanted), err
+    assert (json.dumps(wanted) in err) == bool(wanted), err
+
+
 #: a fake JupyterLab: a real process that stops on TERM, HUP or INT, exiting 100 + the signal
 CHILD = ("import signal, sys, time\n"
          "for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):\n"

@@ -80,13 +80,13 @@ def settings_dir() -> Path:
     return Path(get_app_dir()) / "settings" / "overrides.d"
 
 
-def write_settings(folder: Path, extra: dict | None = None) -> Path | None:
-    """Put `SETTINGS` (and `extra`) in `folder` as pagedkit.json; the path, or None where
-    the environment is not writable (JupyterLab then runs with its own defaults)."""
+def write_settings(folder: Path, settings: dict = SETTINGS) -> Path | None:
+    """Put `settings` in `folder` as pagedkit.json; the path, or None where the
+    environment is not writable (JupyterLab then runs with its own defaults)."""
     path = folder / "pagedkit.json"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({**SETTINGS, **(extra or {})}, indent=2) + "\n")
+        path.write_text(json.dumps(settings, indent=2) + "\n")
     except OSError:
         return None
     return path
@@ -385,6 +385,39 @@ def exit_status(code: int, received: list[int]) -> int:
     return 128 - code if code < 0 else code
 
 
+def set_jupyterlab(widget_state: bool, ui: dict) -> None:
+    """Make pagedkit.json in JupyterLab's settings hold what this run asks for, and say
+    so in one statement: widget state saved with a notebook, unless `widget_state` is
+    False (``--no-widget-state``: the setting an earlier run wrote is taken out), and
+    JupyterLab's menus in the edition's language, where its pack is installed (`ui`).
+    Where it asks for neither, no file is written."""
+    if not widget_state and not ui:
+        if (removed := remove_widget_state(settings_dir())) is not None:
+            print(_("lab: JupyterLab in this environment no longer saves widget state with a "
+                    "notebook (the setting an earlier run wrote is taken out of {removed})")
+                  .format(removed=removed), file=sys.stderr)
+        return
+    written = write_settings(settings_dir(), {**(SETTINGS if widget_state else {}), **ui})
+    if written is None and widget_state:
+        print(_("lab: could not write {settings_dir}: widgets in a reopened lab show again "
+                "once its cells run").format(settings_dir=settings_dir()), file=sys.stderr)
+    elif written is None:
+        print(_("lab: could not write {settings_dir}: JupyterLab's own menus stay as they are "
+                "(Settings > Language sets them to Chinese)").format(settings_dir=settings_dir()),
+              file=sys.stderr)
+    elif widget_state:
+        print(_("lab: JupyterLab in this environment saves widget state with a notebook "
+                "({written}; delete it, or run with --no-widget-state, to stop)")
+              .format(written=written), file=sys.stderr)
+        if ui:
+            print(_("lab: and shows its own menus in Chinese (the same file; Settings > "
+                    "Language changes it)"), file=sys.stderr)
+    else:
+        print(_("lab: JupyterLab in this environment shows its own menus in Chinese and saves "
+                "no widget state with a notebook (both set in {written}; Settings > Language "
+                "changes the language)").format(written=written), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     root = clone_root()
@@ -440,32 +473,18 @@ def _open(parser: argparse.ArgumentParser, root: Path, args: argparse.Namespace,
                     "without --print writes it)")
                   .format(path=settings_dir() / "pagedkit.json",
                           settings=json.dumps({**SETTINGS, **ui})), file=sys.stderr)
+        elif ui:
+            print(_("lab: --print writes no JupyterLab settings: running without --print writes "
+                    "{settings} into {path} (its menus in Chinese, no widget state)")
+                  .format(path=settings_dir() / "pagedkit.json", settings=json.dumps(ui)),
+                  file=sys.stderr)
         print(shlex.join(argv_))  # quoted where a path has a space: it runs as printed
         return 0
     if args.lang in LANGUAGE_PACKS and not ui:
         print(_("lab: JupyterLab's own menus stay English: pip install {pack} for them in "
                 "Chinese (then Settings > Language)").format(pack=LANGUAGE_PACKS[args.lang][0]),
               file=sys.stderr)
-    if args.widget_state:
-        written = write_settings(settings_dir(), ui)
-        if written is None:
-            print(_("lab: could not write {settings_dir}: widgets in a reopened lab show again "
-                    "once its cells run").format(settings_dir=settings_dir()), file=sys.stderr)
-        else:
-            print((_("lab: JupyterLab in this environment saves widget state with a notebook "
-                    "({written}; delete it, or run with --no-widget-state, to stop)")
-                    .format(written=written)),
-                  file=sys.stderr)
-            if ui:
-                print(_("lab: and shows its own menus in Chinese (the same file; Settings > "
-                        "Language changes it)"), file=sys.stderr)
-    elif (removed := remove_widget_state(settings_dir())) is not None:
-        print(_("lab: JupyterLab in this environment no longer saves widget state with a "
-                "notebook (the setting an earlier run wrote is taken out of {removed})")
-              .format(removed=removed), file=sys.stderr)
-    if not args.widget_state and ui:
-        print(_("lab: JupyterLab's menus in Chinese: Settings > Language (--no-widget-state "
-                "leaves JupyterLab's defaults as they are)"), file=sys.stderr)
+    set_jupyterlab(args.widget_state, ui)
     if as_root:
         print(_("lab: running as root, so with --allow-root (JupyterLab refuses root without "
               "it)"), file=sys.stderr)
