@@ -24,7 +24,8 @@ def kernel_source(name: str, kernel: Callable, unwritten: Callable[[str], str | 
     """``(source, function name)`` of a ``@triton.jit`` kernel, or the result
     that says why there is none to run: a stub, a plain Python function, a
     source that cannot be read, or one `unwritten` finds not written yet
-    (it returns the message)."""
+    (it returns the message). Ask `no_triton` first: without Triton, a
+    notebook's stand-in ``jit`` leaves a plain function, not a kernel."""
     fn = getattr(kernel, "fn", None)
     if fn is None:  # not a Triton kernel: a stub, or a plain Python function
         require_function(name, kernel)

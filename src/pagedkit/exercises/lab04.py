@@ -572,12 +572,12 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
     from ._interpreter import kernel_source, no_triton, run_in_interpreter
 
     name = "paged_kernel"
+    missing = no_triton(name, _("this exercise needs"))  # first: without Triton, @jit is no jit
+    if missing is not None:  # a CheckResult that failed is falsy
+        return missing
     source = kernel_source(name, kernel, _kernel_unwritten)
     if isinstance(source, CheckResult):
         return source
-    missing = no_triton(name, _("this exercise needs"))
-    if missing:
-        return missing
     spec = {"source": source[0], "name": source[1], "cases": KERNEL_CASES,
             "block_n": KERNEL_BLOCK_N}
     try:

@@ -168,12 +168,12 @@ def check(name: str, kernel, *, timeout: float = 600.0) -> CheckResult:
     the first hint, or a pass."""
     if name not in PUZZLES:
         raise ValueError(f"no puzzle named {name!r}; one of {sorted(PUZZLES)}")
+    missing = no_triton(name, _("the puzzles need"))  # first: without Triton, @jit is no jit
+    if missing is not None:  # a CheckResult that failed is falsy
+        return missing
     source = _source(name, kernel)
     if isinstance(source, CheckResult):
         return source
-    missing = no_triton(name, _("the puzzles need"))
-    if missing:
-        return missing
     spec = {"puzzle": name, "source": source[0], "name": source[1],
             "cases": PUZZLES[name], "block_n": BLOCK_N, "tolerance": TOLERANCE}
     try:
@@ -391,15 +391,15 @@ def serve(decode_kernel=None, store_kv_kernel=None, *, gather_kernel=None, merge
     if "decode" in given and ("gather" in given or "merge" in given):
         raise ValueError("serve's decode attention is either your decode_kernel (one pass) or "
                          "your gather_kernel and merge_kernel (split-KV), not both: give one")
+    missing = no_triton(name, _("the puzzles need"))  # first: without Triton, @jit is no jit
+    if missing is not None:  # a CheckResult that failed is falsy
+        return missing
     sources = {}
     for puzzle, kernel in given.items():
         source = _source(puzzle, kernel)
         if isinstance(source, CheckResult):
             return source
         sources[puzzle] = source
-    missing = no_triton(name, _("the puzzles need"))
-    if missing:
-        return missing
     spec = {"puzzle": "serve", "kernels": sources, "prompts": list(prompts),
             "max_tokens": max_tokens, "block_size": block_size, "block_n": BLOCK_N}
     try:
