@@ -142,9 +142,13 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
         tokenizer = load_tiny_tokenizer()
         _check_blocks(parser, args, tokenizer, _position_limit(AutoConfig.from_pretrained(
             TINY_DIR, local_files_only=True)))
-    from . import LLM
-    from .model.loader import INSTEAD, NO_TOKENIZER_INSTEAD
+    from . import LLM, ops
+    from .model.loader import INSTEAD, NO_TOKENIZER_INSTEAD, resolve_device
 
+    try:  # the kernel setting (PAGEDKIT_KERNELS) is the environment's, not --model's
+        ops.backend(resolve_device("auto"))
+    except (RuntimeError, ValueError) as e:
+        parser.exit(2, f"{PROG} demo: {e}\n")
     try:
         llm = LLM(args.model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks,
                   use_tqdm_on_load=not args.no_progress)

@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
+import importlib.util
 import os
 import sys
 import warnings
@@ -243,21 +243,34 @@ def backend(device: torch.device | str) -> Backend:
     if mode == "triton":
         problem = _forced_triton_problem(device)
         if problem:
-            raise RuntimeError(f"{source} forces the Triton kernels, but {problem}")
+            install = ("install it (Linux only: pip install triton; Colab has it), or "
+                       if problem == _triton_import_error() else "or ")
+            raise RuntimeError(f"{source} forces the Triton kernels, but {problem}; "
+                               f"{install}{_torch_instead(source)}")
         where = "in the interpreter" if device.type == "cpu" else f"on {device}"
         return Backend("triton", f"forced by {source}; running {where}")
 
     # auto
     if device.type != "cuda":
+        triton = (f"the Triton kernels with {ENV_VAR}=triton and TRITON_INTERPRET=1"
+                  if importlib.util.find_spec("triton") else  # asked, not imported
+                  "the Triton kernels need Triton, which is not installed here")
         return Backend("batched", f"{device.type} device: the batched torch path runs, one "
                                   f"call per layer for all sequences (the per-sequence "
-                                  f"reference with {ENV_VAR}=torch; the Triton kernels with "
-                                  f"{ENV_VAR}=triton and TRITON_INTERPRET=1)")
+                                  f"reference with {ENV_VAR}=torch; {triton})")
     problem = _triton_import_error() or _gpu_too_old(device)
     if problem is None:
         return Backend("triton", f"CUDA device {device} with Triton")
     _notice(str(device), problem)
     return Backend("batched", f"{problem}: the batched torch path runs instead")
+
+
+def _torch_instead(source: str) -> str:
+    """How to run a torch path instead of a forced Triton that cannot run here
+    (auto runs the batched path wherever forcing Triton fails)."""
+    if source.startswith("set_backend"):
+        return "call set_backend('batched') or set_backend('torch') for a torch path"
+    return f"unset {ENV_VAR} (auto: the batched torch path here), or set it to batched or torch"
 
 
 def _forced_triton_problem(device: torch.device) -> str | None:

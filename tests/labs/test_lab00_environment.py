@@ -47,8 +47,8 @@ def test_the_environment_check_runs_alone_and_its_report_is_committed(edition):
     ("Python       3.12.1\n", "Python       VERSION\n"),
     ("torch        2.9.0+cu128\n", "torch        VERSION\n"),
     ("transformers 5.30.0\n", "transformers VERSION\n"),
-    ("triton       not available (No module named 'triton'): the torch reference kernels "
-     "run everywhere\n", "triton       VERSION\n"),
+    ("triton       not available (No module named 'triton'): the torch paths run "
+     "everywhere\n", "triton       VERSION\n"),
     ("device       CUDA: NVIDIA H200, compute capability 9.0, 140 GiB\n",
      "device       DEVICE\n"),
     ("kernels on cuda: triton — CUDA device cuda with Triton\n", ""),

@@ -17,7 +17,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised where Triton is absent
     raise ImportError(
         "the pagedkit.kernels Triton modules need Triton, which installs on Linux only; "
-        "pagedkit.ops runs the torch references (pagedkit.kernels.reference) without it") from exc
+        "pagedkit.ops runs its torch paths without it (by default the batched one, "
+        "pagedkit.kernels.batched; the per-sequence reference is pagedkit.kernels.reference)"
+        ) from exc
 
 __all__ = [
     "ATTENTION_DTYPES",

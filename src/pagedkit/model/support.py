@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from .. import ops
 from .attention import (
     ATTENTION_NAME,
     AttentionCall,
@@ -191,6 +192,9 @@ def check_supported(model: torch.nn.Module, *, block_size: int, max_model_len: i
     the window may be given back."""
     check_config(model)
     param = next(model.parameters())
+    # the kernel setting first: a bad PAGEDKIT_KERNELS or a forced Triton that cannot run
+    # here raises its own error (the user's setting to fix), not a refusal of the model
+    ops.backend(param.device)
     spec = spec or KVCacheSpec.from_config(model.config, param.dtype)
     register()
     previous = getattr(model.config, "_attn_implementation", None)
