@@ -171,9 +171,87 @@ def test_dashboard_follows_its_controls(browser_page):
     for i in range(plots.count()):  # the box is taller than the notebook's visible area
         plots.nth(i).screenshot(path=ARTIFACTS / f"dashboard-figure{i}.png")
     box.locator(".widget-play button").nth(1).click()  # stop
+    _check_fits(page, box, narrow=False)  # this page's 1400 x 1000: every figure whole
+    wide = page.page.viewport_size
+    page.page.set_viewport_size(NARROW)
+    try:
+        _check_fits(page, box, narrow=True)
+    finally:
+        page.page.set_viewport_size(wide)
     warnings = plotly_warnings(page.since(mark))
     assert not warnings, (len(warnings), warnings[:5])
     page.close_notebook()
+
+
+#: issue #26: JupyterLab at 1024 x 768 with the file browser open, an output area of
+#: ~580 px; the block map is 714 px wide (16 columns of square cells)
+NARROW = {"width": 1024, "height": 768}
+
+#: the dashboard's layout against its output area: what sticks out past the area's
+#: right edge outside a figure's scroll box (`pagedkit.viz.view.scroll_box`), and each
+#: box: its right edge, its overflow, its width and its content's, and whether its
+#: figure's right end can be scrolled into view
+_FITS_JS = """(box) => {
+    const out = box.closest('.jp-OutputArea-output');
+    const edge = out.getBoundingClientRect().right + 1;
+    const shown = e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+    const name = e => e.tagName.toLowerCase() + '.' + String(e.className.baseVal ?? e.className)
+        .trim().split(/\\s+/).slice(0, 3).join('.');
+    const loose = [...box.querySelectorAll('*')].filter(e => shown(e)
+        && e.getBoundingClientRect().right > edge && !e.closest('.pagedkit-scroll'))
+        .map(e => name(e) + ' ends at ' + Math.round(e.getBoundingClientRect().right));
+    const boxes = [...box.querySelectorAll('.pagedkit-scroll')].map(b => {
+        const left = b.scrollLeft;
+        b.scrollLeft = b.scrollWidth;  // to the far right, as a learner drags the scrollbar
+        const svg = b.querySelector('svg.main-svg');
+        const reached = !!svg
+            && svg.getBoundingClientRect().right <= b.getBoundingClientRect().right + 1;
+        b.scrollLeft = left;
+        return {right: b.getBoundingClientRect().right, overflow: getComputedStyle(b).overflowX,
+                scrolls: b.scrollWidth > b.clientWidth + 1, reached,
+                width: b.clientWidth, content: b.scrollWidth}; });
+    return {edge, loose, boxes, figures: box.querySelectorAll('.js-plotly-plot').length,
+            dashboard: box.scrollWidth <= box.clientWidth + 1,
+            output: out.scrollWidth <= out.clientWidth + 1,
+            browser: !window.jupyterapp.shell.leftCollapsed};
+}"""
+
+
+def _fits(layout: dict, narrow: bool) -> bool:
+    """Nothing past the output area's right edge outside a figure's scroll box, each box
+    within the area with its figure's right end in reach, no scrollbar on the dashboard
+    or the output area (it would sit out of sight, below the controls). Narrow: every
+    figure in a box, and the block map's scrolls (else the check proves nothing); wide:
+    no box needs to scroll."""
+    boxes = layout["boxes"]
+    whole = (not layout["loose"] and layout["dashboard"] and layout["output"]
+             and layout["browser"]
+             and all(b["right"] <= layout["edge"] and b["overflow"] in ("auto", "scroll")
+                     and b["reached"] for b in boxes))
+    if narrow:
+        return whole and len(boxes) == layout["figures"] == 3 and boxes[0]["scrolls"]
+    return whole and not any(b["scrolls"] for b in boxes)
+
+
+def _check_fits(page: LabPage, box, *, narrow: bool) -> None:
+    """Wait (on the page's layout, up to a minute: the window may just have been resized)
+    until the dashboard fits its output area as `_fits` says, or fail with what sticks out."""
+    label = "narrow" if narrow else "wide"
+    page.page.evaluate("() => window.jupyterapp.shell.activateById('filebrowser')")
+    deadline = time.monotonic() + 60
+    layout = box.evaluate(_FITS_JS)
+    while not _fits(layout, narrow) and time.monotonic() < deadline:
+        page.page.wait_for_timeout(250)
+        layout = box.evaluate(_FITS_JS)
+    block_map = box.locator(".js-plotly-plot").first
+    block_map.scroll_into_view_if_needed()
+    page.page.screenshot(path=ARTIFACTS / f"dashboard-{label}.png")
+    if narrow:  # its right end, scrolled into view (headless Chromium hides scrollbars)
+        scroll = "(p, x) => { const b = p.closest('.pagedkit-scroll'); if (b) b.scrollLeft = x; }"
+        block_map.evaluate(scroll, 10_000)
+        page.page.screenshot(path=ARTIFACTS / "dashboard-narrow-scrolled.png")
+        block_map.evaluate(scroll, 0)
+    assert _fits(layout, narrow), (label, page.page.viewport_size, layout)
 
 
 # ------------------------------------------------- the block map notebook: cells and reload

@@ -226,8 +226,9 @@ class _Controls:
         self.slider.observe(self._slid, names="value")
         self.speed.observe(lambda ch: self._pace(), names="value")
         self.live.observe(self._toggled, names="value")
+        # 650 px of controls: on a narrower output area they wrap onto a second row
         self.box = w.HBox([self.play, self.back, self.forward, self.slider, self.speed,
-                           self.live])
+                           self.live], layout=w.Layout(flex_flow="row wrap"))
 
     def _slid(self, change: dict) -> None:
         if not self.player._syncing:

@@ -98,7 +98,7 @@ class View(Played):
             # complete traces and layout to the browser in one piece.
             fig = figure_widget(self.figure(self.index))
             self._figure_widget = fig
-            self._widget = w.VBox([self._figure_widget, *self._extra_controls(),
+            self._widget = w.VBox([scroll_box(fig), *self._extra_controls(),
                                    self.player.widget])
         return self._widget
 
@@ -125,6 +125,25 @@ class View(Played):
             return {"text/plain": self.text()}
         bundle["text/plain"] = repr(self)
         return bundle
+
+
+#: The class of the box around each figure (the browser tests find the boxes by it).
+SCROLL_CLASS = "pagedkit-scroll"
+
+
+def scroll_box(figure: Any) -> Any:
+    """`figure` in a box of its own that scrolls sideways where the output area is
+    narrower than the figure, with the scrollbar right under it.
+
+    A figure keeps its size: the block map's cells are square and fixed (16 columns:
+    714 px), the comparison is 840 px. JupyterLab at 1024 px with its file browser open
+    gives an output area of 592 px (issue #26): there the right of a figure was cut
+    off, and the only scrollbar was at the foot of the whole dashboard, out of sight."""
+    import ipywidgets as w
+
+    box = w.VBox([figure], layout=w.Layout(overflow="auto hidden"))  # x: scroll; y: grow
+    box.add_class(SCROLL_CLASS)
+    return box
 
 
 #: Titles sit below plotly's toolbar (the mode bar, ~30 px at the top right, shown on
