@@ -55,3 +55,31 @@ def test_chinese_outputs_hold_no_english_seams(path):
              for m in ENGLISH_SEAMS.finditer(text)]
     assert not found, (f"{path.name}: cells {found}: rebuild it "
                        f"(python -m pagedkit.i18n build labs/{path.name})")
+
+
+def _say_messages() -> list[str]:
+    """Every sentence pagedkit.vllm.say makes (lab 10's printed run figures), as in the source."""
+    from babel.messages.extract import extract_from_file
+
+    path = ROOT / "src" / "pagedkit" / "vllm" / "say.py"
+    return [message for _, message, _, _ in extract_from_file("python", str(path))]
+
+
+def _words(message: str) -> str:
+    """A message's longest stretch of words between its placeholders."""
+    return max(re.split(r"\{[^}]*\}", message), key=len).strip()
+
+
+def test_lab10_prints_its_run_sentences_in_the_labs_language():
+    """Lab 10's code cells are shared; the sentences around its run figures come from
+    pagedkit.vllm.say in the language the lab set (they were f-strings, English in both
+    editions). Each sentence's words: in the English lab's outputs where its cell keeps
+    them (the timings' cell does not), in the Chinese lab's never."""
+    english = "\n".join(t for _, t in _output_texts(ROOT / "labs" / "10_meet_vllm.ipynb"))
+    chinese = "\n".join(t for _, t in _output_texts(ROOT / "labs" / "zh-CN" /
+                                                    "10_meet_vllm.ipynb"))
+    messages = _say_messages()
+    assert len(messages) >= 20
+    untimed = [m for m in messages if "tokens/s" not in m and "load average" not in m]
+    assert [m for m in untimed if _words(m) not in english] == []
+    assert [m for m in messages if _words(m) in chinese] == []
