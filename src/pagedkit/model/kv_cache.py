@@ -44,7 +44,8 @@ class KVCacheSpec:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * elem
 
     def bytes_per_block(self, block_size: int) -> int:
-        return self.bytes_per_token * block_size
+        """Bytes of one block of `block_size` tokens (a whole number >= 1)."""
+        return self.bytes_per_token * check_int("block_size", block_size, minimum=1)
 
     def num_blocks_for(self, memory_bytes: int, block_size: int) -> int:
         """How many blocks a memory budget holds."""

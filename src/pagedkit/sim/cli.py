@@ -16,7 +16,7 @@ from .._validation import PROG, choice_name, non_negative_int, positive_float, p
 from ..i18n import N_, _, ngettext
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
-from .managers import PAPER_MANAGERS, ManagerSpec
+from .managers import PAPER_MANAGERS, ManagerSpec, block_past_capacity
 from .report import SCALES, benchmark, compare, format_table, scheduler_benchmark, text_width
 from .simulator import BATCHING_MODES, PREFILL_MODES, simulate
 from .trace import DATASETS, load_trace, synthetic_trace
@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     size.add_argument("--requests", type=positive_int, metavar="N",
                       help=_("number of requests (with --trace: the file's first N)"))
     size.add_argument("--duration", type=positive_float, metavar="SECONDS",
-                      help=_("seconds of arrivals (--dataset only)"))
+                      help=_("sizes the trace as about --rate x SECONDS requests (--dataset "
+                             "only); their Poisson arrivals may run past SECONDS"))
     one.add_argument("--manager", action="append", metavar="KIND", type=_manager,
                      help=_("max, pow2, oracle, paged or paged:BLOCK_SIZE (repeatable; "
                           "default: the paper's four)"))
@@ -85,7 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--preemption", type=choice_name, choices=PREEMPTION_MODES,
                      default="recompute",
                      help=_("how the paged manager frees memory when it runs out (default: "
-                          "recompute)"))
+                          "recompute); swap moves the blocks out and back over a 25 GB/s "
+                          "CPU-GPU link per GPU (lab 06's figure), charged to the iterations "
+                          "that move them; only the bandwidth is counted, not the per-copy cost "
+                          "that makes small blocks slower still (paper Fig. 19)"))
     one.add_argument("--prefill", type=choice_name, choices=PREFILL_MODES, default="separate",
                      help=_("separate (default, as the Simulator's: the paper's vLLM ran newly "
                           "admitted prompts in an iteration of their own, and every paper "
@@ -102,10 +106,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.json and args.markdown:
+        parser.error(_("--json, --markdown: give one of them (each says how the table prints)"))
     if args.dataset or args.trace:
         return _one_trace(parser, args)
     _refuse_one_trace_options(parser, args)
     if args.benchmark or args.benchmark_scheduler:
+        given = _given(parser, args, ("scale", "markdown"))
+        if given:
+            parser.error(_("{items}: for the paper comparison only, not with --benchmark or "
+                           "--benchmark-scheduler (the benchmarks time a fixed hour of traffic "
+                           "and print a plain table, or JSON with --json)")
+                         .format(items=", ".join(given)))
         rows = benchmark(seed=args.seed) if args.benchmark else []
         if args.benchmark_scheduler:
             rows.append(scheduler_benchmark(seed=args.seed))
@@ -126,12 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _given(parser: argparse.ArgumentParser, args: argparse.Namespace,
+           names: tuple[str, ...]) -> list[str]:
+    """Which of the options `names` were given (differ from their defaults), as
+    typed. The refusal rule of `main`: an option the run asked for does not
+    read is refused, naming it, rather than silently ignored."""
+    return [f"--{name.replace('_', '-')}" for name in names
+            if getattr(args, name) != parser.get_default(name)]
+
+
 def _refuse_one_trace_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The comparison and the benchmarks run fixed settings: an option of the
     one-trace mode given without --dataset/--trace would be silently ignored."""
-    given = [f"--{name.replace('_', '-')}" for name in
-             ("rate", "requests", "duration", "manager", "model", "preemption", "prefill",
-              "batching") if getattr(args, name) != parser.get_default(name)]
+    given = _given(parser, args, ("rate", "requests", "duration", "manager", "model",
+                                  "preemption", "prefill", "batching"))
     if given:
         parser.error(_("{items}: for one trace's run only; give --dataset or --trace too "
                        "(the paper comparison and the benchmarks use fixed settings)")
@@ -141,9 +161,7 @@ def _refuse_one_trace_options(parser: argparse.ArgumentParser, args: argparse.Na
 def _refuse_comparison_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The converse: an option of the paper comparison or the benchmarks given
     with --dataset/--trace would be silently ignored by the one-trace run."""
-    given = [f"--{name.replace('_', '-')}" for name in
-             ("scale", "markdown", "benchmark", "benchmark_scheduler")
-             if getattr(args, name) != parser.get_default(name)]
+    given = _given(parser, args, ("scale", "markdown", "benchmark", "benchmark_scheduler"))
     if given:
         parser.error(_("{items}: for the paper comparison or the benchmarks only, not with "
                        "--dataset or --trace (one trace runs as asked: size it with --requests "
@@ -182,11 +200,9 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     managers = args.manager or PAPER_MANAGERS
     slots = PRESETS[args.model].kv_slots
     for spec in managers:  # before any run: a usage error, as the other --manager ones
-        if spec.paged and spec.block_size > slots:
-            parser.error("argument --manager: " + _(
-                "paged:{size}: a block of {size} slots is more than {model}'s {slots:,} KV "
-                "slots; use a block size of {most} or less (16 is vLLM's default)").format(
-                    size=spec.block_size, model=args.model, slots=slots, most=slots))
+        problem = spec.paged and block_past_capacity(spec.block_size, slots, args.model)
+        if problem:
+            parser.error(f"argument --manager: paged:{spec.block_size}: {problem}")
     model = LatencyModel(PRESETS[args.model])
     runs = [simulate(trace, m, model=model, preemption=args.preemption,
                      prefill=args.prefill, batching=args.batching, seed=args.seed,
@@ -202,7 +218,8 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 
 def _print_aborted(runs: list, summaries: list[dict], shown: int = 3) -> None:
     """Under the table, why requests were aborted (a row's nan latency says nothing).
-    The reason is the run's record (`RequestResult.finish_reason`), in English."""
+    The reason is the run's record (`RequestResult.finish_reason`), written in
+    the language of the moment when the request was aborted."""
     for run, summary in zip(runs, summaries, strict=True):
         aborted = run.aborted
         if not aborted:

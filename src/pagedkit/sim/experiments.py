@@ -30,11 +30,12 @@ from .sharing import (
     ParallelSampling,
     SharedPrefix,
     Sharing,
+    group_past_max_num_seqs,
     num_sequences,
     sample_output_lens,
 )
-from .simulator import simulate
-from .trace import DATASETS, Trace, TraceRequest, synthetic_trace
+from .simulator import DEFAULT_MAX_NUM_SEQS, simulate
+from .trace import DATASETS, Trace, TraceRequest, dataset_name, synthetic_trace
 
 #: Simulator options that mimic the system the paper measured (``"separate"`` is
 #: also `Simulator`'s default; it is stated so that the figures never depend on it).
@@ -83,6 +84,7 @@ class FigureData:
 def paper_trace(dataset: str, *, rate: float | None = None, num_requests: int | None = None,
                 duration: float | None = None, seed: int = 0) -> Trace:
     """A synthetic trace of `dataset` at the paper's rate for it (Fig. 13) by default."""
+    dataset = dataset_name(dataset)  # "Alpaca" as synthetic_trace reads it
     rate = PAPER_RATES[dataset] if rate is None else rate
     if num_requests is None and duration is None:
         num_requests = 1000
@@ -144,7 +146,7 @@ def default_rates(dataset: str, points: int = 11) -> tuple[float, ...]:
     """`points` evenly spaced request rates up to one past every manager's knee
     on `dataset` (OPT-13B): 0.25 .. 2.75 req/s on ShareGPT, 5 .. 55 on Alpaca."""
     check_int("points", points, minimum=1)
-    top = TOP_RATES[dataset]
+    top = TOP_RATES[dataset_name(dataset)]
     return tuple(round(top * i / points, 3) for i in range(1, points + 1))
 
 
@@ -159,7 +161,10 @@ def fig12_latency_vs_rate(dataset: str = "sharegpt", rates: Sequence[float] | No
     latency shoots up: the knee. Paging moves the knee right. Once a
     manager's latency passes `cutoff` s/token (the top of the paper's
     axes), higher rates can only be worse and are not simulated for it."""
-    rates = sorted(rates or default_rates(dataset))
+    rates = default_rates(dataset) if rates is None else sorted(rates)
+    if not rates:
+        raise ValueError("rates is empty: give at least one request rate (req/s), or leave "
+                         "rates out for the default sweep (default_rates)")
     managers = tuple(managers)
     rows, overloaded = [], set()
     for rate in rates:
@@ -210,6 +215,12 @@ def fig15_sharing_savings(trace: Trace | None = None, *,
     """KV blocks saved by sharing (%): ``1 - blocks used / blocks the sequences
     would hold alone``, time-averaged (paper Fig. 15 for parallel sampling
     and beam search on Alpaca; the shared prefix goes beyond it)."""
+    scenarios = tuple(scenarios)
+    max_num_seqs = options.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)
+    for sharing in scenarios:  # before the first run, not minutes later
+        problem = group_past_max_num_seqs(sharing, max_num_seqs)
+        if problem:
+            raise ValueError(problem)
     trace = trace or paper_trace("alpaca", rate=SHARING_RATE, num_requests=500)
     rows = []
     for sharing in scenarios:
@@ -249,6 +260,10 @@ def fig18b_block_size_sweep(block_sizes: Sequence[int] = BLOCK_SIZES,
 def best_block_sizes(data: FigureData, trace: str, tolerance: float = 0.05) -> list[int]:
     """Block sizes within `tolerance` of the lowest latency on `trace`."""
     rows = data.select(trace=trace)
+    if not rows:
+        traces = ", ".join(map(repr, dict.fromkeys(data.column("trace"))))
+        raise ValueError(f"{data.figure} has no rows for trace {trace!r}; its traces are "
+                         f"{traces or 'none'}")
     best = min(row["normalized_latency"] for row in rows)
     return [row["block_size"] for row in rows
             if row["normalized_latency"] <= best * (1 + tolerance)]

@@ -25,6 +25,16 @@ with the default 4 tokens, block size 16 reads KV 25% slower, and tiny
 blocks are much slower, which is why the paper's Fig. 18b curve rises at
 the left. Contiguous managers read at full efficiency.
 
+Swapping (``preemption="swap"``) moves a preempted request's blocks to CPU
+memory and later back over the CPU-GPU link, which computes nothing but
+takes time: `swap_time` charges ``blocks * block_bytes / link_bandwidth``
+each way (so ``2 x blocks x block_bytes / link_bandwidth`` out and back,
+lab 06's cost model), with each GPU moving its share of every block over
+its own link, at ``link_bandwidth`` = 25 GB/s (PCIe 4.0 x16, lab 06's
+figure), and the iteration that swaps waits for it. Only the bandwidth is
+counted: not the cost of each copy, which makes many small blocks slower
+still (the paper's Fig. 19).
+
 Left out on purpose: the quadratic attention FLOPs of long prompts,
 tensor-parallel communication, and kernel-launch details. Numbers are
 physical datasheet values; the efficiencies and overhead are documented
@@ -34,6 +44,8 @@ assumptions, not fits to the paper's measurements.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .._validation import check_number, choice_name
 
 GiB = 1 << 30
 
@@ -53,6 +65,7 @@ class ModelPreset:
     bandwidth: float  # bytes/s per GPU (HBM)
     peak_flops: float  # FLOP/s per GPU (fp16 tensor cores)
     max_seq_len: int = 2048
+    link_bandwidth: float = 25e9  # bytes/s per GPU, CPU<->GPU each way (PCIe 4.0 x16)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -94,6 +107,25 @@ class LatencyModel:
     overhead: float = 0.005  # seconds per step outside the GPU kernels
     block_overhead_tokens: float = 4.0  # paged gather cost, in tokens per block
 
+    def __post_init__(self) -> None:
+        preset = self.preset
+        if isinstance(preset, str):  # a preset's name, as Simulator(model=...) takes it
+            found = PRESETS.get(choice_name(preset))
+            if found is None:
+                raise ValueError(f"preset {preset!r} is not a preset: give one of "
+                                 f"{', '.join(map(repr, PRESETS))} (pagedkit.sim.PRESETS) or a "
+                                 "ModelPreset (pagedkit.sim.OPT_13B)")
+            object.__setattr__(self, "preset", found)
+        elif not isinstance(preset, ModelPreset):
+            raise TypeError(f"preset must be a ModelPreset (pagedkit.sim.OPT_13B) or a preset's "
+                            f"name ({', '.join(map(repr, PRESETS))}), got {preset!r}")
+        for name in ("mem_efficiency", "flop_efficiency"):  # shares of a peak: (0, 1]
+            value = check_number(name, getattr(self, name), positive=True)
+            if value > 1:
+                raise ValueError(f"{name} is a share of the GPU's peak, in (0, 1], got {value!r}")
+        check_number("overhead", self.overhead, minimum=0)
+        check_number("block_overhead_tokens", self.block_overhead_tokens, minimum=0)
+
     def attention_efficiency(self, block_size: int | None) -> float:
         """Relative speed of KV reads: 1 for contiguous, ``B / (B + overhead)`` for paged."""
         if block_size is None:
@@ -111,20 +143,35 @@ class LatencyModel:
                                                     * self.flop_efficiency)
         return self.overhead + max(memory, compute)
 
+    def swap_time(self, num_blocks: int, block_size: int) -> float:
+        """Seconds to move `num_blocks` KV blocks of `block_size` tokens one way
+        between GPU and CPU memory (swap out, or back in): each GPU moves its
+        share of every block over its own link (see the module docstring)."""
+        p = self.preset
+        return num_blocks * block_size * p.kv_bytes_per_token / (p.link_bandwidth * p.num_gpus)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class StepClock(LatencyModel):
-    """Every iteration lasts `seconds` (1 by default), whatever it computes: a
-    clock that counts iterations. For toy traces whose arrivals are given in
-    steps (`pagedkit.viz.replay`), where the roofline's milliseconds would
-    only obscure the order of events."""
+    """Every iteration lasts `seconds` (1 by default), whatever it computes or
+    swaps: a clock that counts iterations. For toy traces whose arrivals are
+    given in steps (`pagedkit.viz.replay`), where the roofline's
+    milliseconds would only obscure the order of events. `seconds` comes
+    first (``StepClock(0.5)``); `preset` only sets the KV capacity."""
 
     seconds: float = 1.0
 
-    def __post_init__(self) -> None:
-        if not self.seconds > 0:
-            raise ValueError(f"an iteration must last > 0 seconds, got {self.seconds!r}")
+    def __init__(self, seconds: float = 1.0, preset: ModelPreset | str = OPT_13B,
+                 **fields) -> None:  # `fields`: LatencyModel's (dataclasses.replace gives them)
+        seconds = check_number("seconds", seconds)
+        if not seconds > 0:
+            raise ValueError(f"an iteration must last > 0 seconds, got {seconds!r}")
+        object.__setattr__(self, "seconds", seconds)
+        super().__init__(preset, **fields)
 
     def step_time(self, num_tokens: int, context_tokens: int,
                   block_size: int | None = None) -> float:
         return self.seconds
+
+    def swap_time(self, num_blocks: int, block_size: int) -> float:
+        return 0.0  # an iteration lasts `seconds`, swapping or not

@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .._validation import choice_name
+from .._validation import check_int, choice_name
 from ..i18n import _
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..memory.kv_cache_manager import blocks_to_append
@@ -39,6 +39,7 @@ class ManagerSpec:
             raise ValueError(_("manager kind must be 'max', 'pow2', 'oracle', 'paged' or "
                                "'paged:BLOCK_SIZE' (e.g. 'paged:32'); got {kind!r}")
                              .format(kind=self.kind))
+        check_int("block_size", self.block_size)  # 2.5, "16": not a block size
         if self.block_size < 1:
             raise ValueError(_("block_size must be >= 1, got {block_size}")
                              .format(block_size=self.block_size))
@@ -64,10 +65,26 @@ class ManagerSpec:
         if kind != "paged":
             raise ValueError(_("only the paged manager takes a block size ('paged:32'); got "
                                "{text!r}").format(text=text))
-        if not size.strip().isdigit():
+        number = size.strip()
+        if not number.removeprefix("-").isdigit():
             raise ValueError(_("the block size in {text!r} must be a whole number of tokens, "
                                "as in 'paged:32'").format(text=text))
-        return cls(kind, int(size))
+        if int(number) < 1:
+            raise ValueError(_("the block size in {text!r} must be 1 or more tokens, as in "
+                               "'paged:32'").format(text=text))
+        return cls(kind, int(number))
+
+
+def block_past_capacity(block_size: int, capacity: int, whose: str) -> str | None:
+    """What is wrong when a block of `block_size` slots is larger than the
+    `capacity` (`whose` KV slots: a model's name, or "the capacity"): no block
+    would fit; None when it does. The rule of the simulator and of its
+    command line's ``--manager``."""
+    if block_size <= capacity:
+        return None
+    return _("a block of {size} slots is more than {whose}'s {slots:,} KV slots; use a block "
+             "size of {slots} or less (16 is vLLM's default)").format(
+                 size=block_size, whose=whose, slots=capacity)
 
 
 ORCA_MAX = ManagerSpec("max")
@@ -233,7 +250,8 @@ class ContiguousMemory(Memory):
         already refused anything longer than ``max_seq_len``.)"""
         size = self.region_size(group)
         if size > self.capacity:
-            return f"needs a {size}-slot region > capacity"
+            return _("needs a {size}-slot region > capacity {capacity}").format(
+                size=size, capacity=self.capacity)
         return None
 
     def region_size(self, group: Group) -> int:
@@ -292,14 +310,15 @@ class PagedMemory(Memory):
     """
 
     def __init__(self, spec: ManagerSpec, capacity: int, *, enable_prefix_caching: bool = False,
-                 swap_slots: int = 0, events: EventBus | None = None) -> None:
+                 swap_slots: int = 0, events: EventBus | None = None,
+                 whose: str = "the capacity") -> None:
         super().__init__()
         self.spec = spec
         self.block_size = spec.block_size
+        problem = block_past_capacity(spec.block_size, capacity, whose)
+        if problem:
+            raise ValueError(problem)
         num_blocks = capacity // spec.block_size
-        if num_blocks < 1:
-            raise ValueError(f"a capacity of {capacity} slots holds no block of "
-                             f"{spec.block_size} slots")
         self.kv = KVCacheManager(num_blocks, spec.block_size,
                                  enable_prefix_caching=enable_prefix_caching,
                                  num_swap_blocks=swap_slots // spec.block_size, events=events)
@@ -312,7 +331,8 @@ class PagedMemory(Memory):
         worst = -(-prompt // bs) + blocks_to_append(
             prompt, bs, [s.output_len - 1 for s in group.seqs], owners=len(group.seqs))
         if worst > self.num_blocks:
-            return f"needs up to {worst} blocks > the pool's {self.num_blocks}"
+            return _("needs up to {worst} blocks > the pool's {num_blocks}").format(
+                worst=worst, num_blocks=self.num_blocks)
         return None
 
     def try_admit(self, group: Group, prefix: list[int], watermark: int = 0) -> int | None:
@@ -373,17 +393,20 @@ class PagedMemory(Memory):
     def can_swap_out(self, group: Group) -> bool:
         return self.kv.can_swap_out(s.seq_id for s in group.seqs)
 
-    def swap_out(self, group: Group) -> None:
+    def swap_out(self, group: Group) -> int:
+        """Move the group's blocks to the CPU pool; returns how many moved."""
         for seq in group.seqs:
             self._sync(group, seq)
-        self.kv.swap_out([s.seq_id for s in group.seqs])
+        copies = self.kv.swap_out([s.seq_id for s in group.seqs])
         self.blocked = None  # its GPU blocks are free
+        return len(copies)
 
     def can_swap_in(self, group: Group, reserve: int = 0) -> bool:
         return self.kv.can_swap_in((s.seq_id for s in group.seqs), reserve=reserve)
 
-    def swap_in(self, group: Group) -> None:
-        self.kv.swap_in([s.seq_id for s in group.seqs])
+    def swap_in(self, group: Group) -> int:
+        """Bring the group's blocks back; returns how many moved."""
+        return len(self.kv.swap_in([s.seq_id for s in group.seqs]))
 
     # ----------------------------------------------------------------- usage
     def usage(self, head: Group | None, running: list[Group] | None = None) -> Usage:

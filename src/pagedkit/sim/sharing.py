@@ -75,6 +75,20 @@ def num_sequences(sharing: Sharing | None) -> int:
     return 1
 
 
+def group_past_max_num_seqs(sharing: Sharing | None, max_num_seqs: int) -> str | None:
+    """What is wrong when a request's sequences (`sharing`'s n or width) are
+    more than an iteration's `max_num_seqs`: they run together as one group,
+    so no iteration could hold them; None when they fit (the engine's rule)."""
+    width = num_sequences(sharing)
+    if width <= check_int("max_num_seqs", max_num_seqs, minimum=1):
+        return None
+    option = "n" if isinstance(sharing, ParallelSampling) else "width"
+    return (f"{sharing.label}: a request's {width} sequences run together as one group "
+            f"(sharing the prompt's blocks), so they need {width} sequence slots in the same "
+            f"iteration, but max_num_seqs is {max_num_seqs}; lower {option} to {max_num_seqs} "
+            f"or less, or give max_num_seqs={width} or more")
+
+
 def sample_output_lens(first: int, n: int, pool: list[int], room: int,
                        rng: random.Random) -> list[int]:
     """Output lengths of `n` parallel samples: the trace's own for the first,

@@ -18,11 +18,13 @@ the paper measured did:
    one fits: its blocks are freed and it returns to its place (by arrival)
    in the waiting queue to be recomputed later
    (the paper's default), or they are swapped to CPU memory
-   (``preemption="swap"``). Contiguous managers reserved at admission and
+   (``preemption="swap"``; the transfer takes time, `LatencyModel.swap_time`,
+   added to this iteration's). Contiguous managers reserved at admission and
    never run out. If nobody was preempted, swapped-out requests come back,
    oldest first, while they fit.
 4. Every running sequence produces one token.
-5. `LatencyModel` says how long the iteration took; sequences that
+5. `LatencyModel` says how long the iteration took (its compute, plus the
+   blocks swapped out and in before it, which it waits for); sequences that
    produced their whole output finish and free their memory.
 
 ``prefill="mixed"`` is Orca's batching (and pagedkit's engine's): a newly
@@ -58,6 +60,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from .._validation import check_int, check_name, check_number, choice_name
+from ..i18n import _
 from ..memory import ContiguousAllocator, EventBus, KVCacheManager
 from ..scheduler import PREEMPTION_MODES, Admit, Finish, Preempt, Step
 from ..scheduler.policy import (
@@ -78,6 +81,7 @@ from .sharing import (
     SharedPrefix,
     Sharing,
     choose_parents,
+    group_past_max_num_seqs,
     num_sequences,
     sample_output_lens,
 )
@@ -85,6 +89,7 @@ from .trace import Trace
 
 PREFILL_MODES = ("separate", "mixed")  # the default first
 BATCHING_MODES = ("iteration", "static")  # the default first
+DEFAULT_MAX_NUM_SEQS = 256  # sequences one iteration may run (vLLM's default)
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,11 @@ class Simulator:
     decoding batch); `batching` is ``"iteration"`` (Orca, vLLM: requests
     join and leave the batch at every iteration) or ``"static"`` (a batch is
     formed only when nothing runs, and runs to its last request); see the
-    module docstring. `memory_manager` is the
+    module docstring. With ``preemption="swap"`` the blocks swapped out and
+    back in cross the CPU-GPU link in the iteration that moves them
+    (`LatencyModel.swap_time`: blocks x block bytes / the preset's
+    `link_bandwidth`, 25 GB/s per GPU by default). `max_num_seqs` must hold a
+    request's sequences (`sharing`'s n or width): they run as one group. `memory_manager` is the
     `pagedkit.memory` object being driven, for widgets to draw.
 
     >>> from pagedkit.sim import synthetic_trace
@@ -130,7 +139,7 @@ class Simulator:
 
     def __init__(self, trace: Trace, manager: ManagerSpec | str = PAGED, *,
                  model: LatencyModel | ModelPreset | str | None = None,
-                 capacity_slots: int | None = None, max_num_seqs: int = 256,
+                 capacity_slots: int | None = None, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
                  preemption: str = "recompute", prefill: str = "separate",
                  batching: str = "iteration", swap_slots: int | None = None,
                  watermark: float = 0.01, sharing: Sharing | None = None, seed: int = 0,
@@ -175,6 +184,9 @@ class Simulator:
         if sharing is not None and not self.spec.paged:
             raise ValueError(f"{sharing.label} shares KV blocks, which only the paged manager "
                              f"can do; got {self.spec.label}")
+        problem = group_past_max_num_seqs(sharing, max_num_seqs)
+        if problem:
+            raise ValueError(problem)
         self.trace, self.sharing, self.preemption = trace, sharing, preemption
         self.prefill, self.batching = prefill, batching
         self.max_num_seqs, self.max_seq_len = max_num_seqs, preset.max_seq_len
@@ -184,7 +196,8 @@ class Simulator:
                 swap_slots = preset.slots_for_bytes(4 * (1 << 30) * preset.num_gpus)
             self.memory = PagedMemory(
                 self.spec, self.capacity, swap_slots=swap_slots if preemption == "swap" else 0,
-                enable_prefix_caching=isinstance(sharing, SharedPrefix), events=self.events)
+                enable_prefix_caching=isinstance(sharing, SharedPrefix), events=self.events,
+                whose=preset.name if capacity_slots is None else "the capacity")
             self._watermark = int(watermark * self.memory.num_blocks)
         else:
             self.memory = ContiguousMemory(self.spec, self.capacity, self.max_seq_len)
@@ -204,6 +217,7 @@ class Simulator:
         self._order = {r.request_id: i for i, r in enumerate(trace.requests)}
         self.log = StepLog()
         self.num_preemptions = 0
+        self._blocks_moved = 0  # swapped out or in since the last iteration was timed
         self._next_arrival = 0
         self._next_seq_id = 0
         self._wall = 0.0
@@ -383,7 +397,7 @@ class Simulator:
         beams = []
         for seq, count in chosen:
             beams.append(seq)
-            for _ in range(count - 1):
+            for _copy in range(count - 1):
                 child = Seq(self._next_seq_id, seq.output_len, seq.generated)
                 self._next_seq_id += 1
                 self.memory.fork_seq(group, seq, child)
@@ -394,7 +408,7 @@ class Simulator:
         how = preemption_mode(self.preemption,
                               self.preemption == "swap" and self.memory.can_swap_out(group))
         if how == "swap":
-            self.memory.swap_out(group)
+            self._blocks_moved += self.memory.swap_out(group)
             insert_by_arrival(self.swapped, group, _arrival)
         else:  # recompute: drop the KV cache, keep the generated tokens
             for seq in group.seqs:
@@ -426,7 +440,7 @@ class Simulator:
                 raise RuntimeError(f"request {group.request_id} cannot come back from swap; "
                                    "this is a bug")
             self.swapped.popleft()
-            self.memory.swap_in(group)
+            self._blocks_moved += self.memory.swap_in(group)
             if not self.memory.try_append(group):
                 raise RuntimeError("a swapped-in group found no room it had reserved")
             insert_by_arrival(self.running, group, _arrival)
@@ -467,8 +481,8 @@ class Simulator:
         more than this memory holds even alone — or None."""
         longest = max(s.output_len for s in group.seqs)
         if group.prompt_len + longest > self.max_seq_len:
-            return (f"needs {group.prompt_len + longest} tokens > max_seq_len "
-                    f"{self.max_seq_len}")
+            return _("needs {tokens} tokens > max_seq_len {max_seq_len}").format(
+                tokens=group.prompt_len + longest, max_seq_len=self.max_seq_len)
         return self.memory.never_fits(group)
 
     def _try_admit(self, group: Group) -> int | None:
@@ -499,6 +513,9 @@ class Simulator:
         decoding = num_seqs - sum(len(g.seqs) for g in admitted) if admitted else num_seqs
         num_tokens = prefill + decoding  # the prompts (and tokens recomputed), one per decode
         duration = self.latency.step_time(num_tokens, context, self._block_size)
+        if self._blocks_moved:  # the iteration waits for its swaps (PCIe)
+            duration += self.latency.swap_time(self._blocks_moved, self._block_size)
+            self._blocks_moved = 0
         start, self.now = self.now, self.now + duration
         for group in admitted:
             if group.first_token_time is None:

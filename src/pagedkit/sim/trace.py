@@ -268,14 +268,20 @@ def synthetic_trace(dataset: str | DatasetShape = "sharegpt", *, rate: float,
     return Trace(f"{shape.name}@{rate:g}", requests, f"synthetic ({shape.notes})")
 
 
+def dataset_name(dataset: str) -> str:
+    """`dataset`'s key in `DATASETS`, read as every choice is (case and
+    surrounding spaces aside: ``"Alpaca"``), or a ValueError naming the choices."""
+    name = choice_name(dataset)
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of "
+                         f"{', '.join(map(repr, DATASETS))} or pass a DatasetShape")
+    return name
+
+
 def _shape(dataset: str | DatasetShape) -> DatasetShape:
     if isinstance(dataset, DatasetShape):
         return dataset
-    try:
-        return DATASETS[choice_name(dataset)]
-    except KeyError:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of "
-                         f"{', '.join(map(repr, DATASETS))} or pass a DatasetShape") from None
+    return DATASETS[dataset_name(dataset)]
 
 
 # ---------------------------------------------------------------- loading
