@@ -290,7 +290,7 @@ def test_bad_options_name_the_value():
         Simulator(trace, PAGED, preemption="drop")
     with pytest.raises(ValueError, match=r"manager kind must be .* got 'lru'"):
         Simulator(trace, "lru")
-    with pytest.raises(ValueError, match="a block of 32 slots is more than the capacity.s 16 KV"):
+    with pytest.raises(ValueError, match=r"a block of 32 slots is more than the capacity's 16 KV"):
         Simulator(trace, "paged:32", capacity_slots=16)
     with pytest.raises(ValueError, match="max_num_seqs must be >= 1, got 0"):
         Simulator(trace, PAGED, max_num_seqs=0)
