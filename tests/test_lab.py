@@ -496,6 +496,41 @@ def test_lang_names_the_language_the_command_speaks(tmp_path, monkeypatch, capsy
     assert pagedkit.get_language() == "en"
 
 
+@pytest.mark.parametrize("argv", [
+    ["--lang", "zh-CN", "--help"], ["--help", "--lang", "zh-CN"], ["--lang=zh-cn", "-h"],
+    ["--lang", "zh_CN", "--help"], ["-h", "--lang", " ZH_cn "]])
+def test_help_with_lang_is_in_that_language(capsys, argv):
+    """Newcomer 19, finding 7: `lab --lang zh-CN --help` printed English (argparse
+    answered --help before --lang took effect), though README.zh-CN promises this
+    command's own messages in Chinese with --lang zh-CN."""
+    with pytest.raises(SystemExit) as exit_:
+        lab.main(argv)
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "要打开的实验" in out and "the lab to open" not in out, out
+    assert "例如 03、03_paging、分页" in " ".join(out.split()), out
+    assert pagedkit.get_language() == "en"
+
+
+def test_help_without_lang_or_with_a_wrong_one_is_in_the_language_of_the_moment(capsys):
+    for argv in (["--help"], ["--lang", "fr", "--help"]):
+        with pytest.raises(SystemExit):
+            lab.main(argv)
+        out = capsys.readouterr().out
+        assert "the lab to open" in out and "要打开的实验" not in out, out
+
+
+def test_an_unknown_lab_under_zh_gives_a_chinese_title_as_the_example(capsys):
+    """Newcomer 19, finding 6: the zh error gave the English title Paging as its example."""
+    pagedkit.set_language("zh-CN")
+    try:
+        said = lab.unnamed_lab(ROOT / "labs" / "zh-CN", "nope", [])
+    finally:
+        pagedkit.set_language("en")
+    assert "标题（分页）" in said and "Paging" not in said, said
+    assert lab.find_lab(ROOT / "labs" / "zh-CN", "分页")[0] == "03_paging.ipynb"
+
+
 def _names_of(path: Path) -> list[str]:
     """Every way a newcomer names a lab: file, stem, path, number (and unpadded)."""
     number = path.stem.split("_", 1)[0]
@@ -684,7 +719,8 @@ def test_the_names_a_newcomer_gave_open_their_lab_on_every_command_line(capsys, 
 
 @pytest.mark.parametrize("spelling, edition", [
     ("zh-cn", "zh-CN"), ("ZH-CN", "zh-CN"), ("Zh-Cn", "zh-CN"), ("zh-CN", "zh-CN"), ("EN", "."),
-    ("en", "."), (" zh-CN", "zh-CN"), ("zh-cn ", "zh-CN"), (" EN ", ".")])
+    ("en", "."), (" zh-CN", "zh-CN"), ("zh-cn ", "zh-CN"), (" EN ", "."), ("zh_CN", "zh-CN"),
+    ("zh_cn", "zh-CN")])
 def test_lang_is_read_without_regard_to_case(capsys, spelling, edition):
     """Newcomer 12: `--lang zh-cn` was refused."""
     assert _run(["lab", "3", "--lang", spelling, "--print", "--no-browser"]) == 0

@@ -42,8 +42,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ._validation import PROG, choice_name
-from .i18n import _, speaking
+from ._validation import PROG
+from .i18n import _, language_tag, speaking
 
 #: The folder of the learner's copies, beside labs/ in the clone (in .gitignore).
 WORK = "my-labs"
@@ -418,10 +418,29 @@ def set_jupyterlab(widget_state: bool, ui: dict) -> None:
                 "changes the language)").format(written=written), file=sys.stderr)
 
 
+def asked_language(argv: list[str]) -> str | None:
+    """The language ``--lang`` names in `argv`, read before anything else (`--help` and a
+    usage error are said in it too), as `language_tag` spells it; None when it is not given
+    or names no language pagedkit speaks (`main` then refuses it, in the language of the
+    moment)."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--lang", default=None)
+    asked, _rest = early.parse_known_args(argv)
+    return None if asked.lang is None else language_tag(asked.lang)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    language = asked_language(argv)
+    if language is None:  # no --lang (or a wrong one): messages in PAGEDKIT_LANGUAGE's language
+        return _main(argv)
+    with speaking(language):  # the edition's language is this command's too, --help included
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = _parser()
     root = clone_root()
-    argv = sys.argv[1:] if argv is None else argv
     if root is not None:
         own_flags = {o for a in parser._actions if a.nargs == 0 for o in a.option_strings}
         flags, valued = jupyter_options() if argv else (set(), set())
@@ -435,14 +454,13 @@ def main(argv: list[str] | None = None) -> int:
                      "a lab on Colab)"))
     if args.lang is None:  # the English edition; messages in PAGEDKIT_LANGUAGE's language
         args.lang = "en"
-        return _open(parser, root, args, extra)
-    args.lang = {lang.lower(): lang for lang in EDITIONS}.get(choice_name(args.lang), args.lang)
-    if args.lang not in EDITIONS:
+    elif language_tag(args.lang) in EDITIONS:
+        args.lang = language_tag(args.lang)
+    else:
         parser.error(_("--lang {lang!r}: the labs come in {editions} (e.g. --lang zh-CN for "
                        "the Simplified Chinese edition)")
                      .format(lang=args.lang, editions=", ".join(EDITIONS)))
-    with speaking(args.lang):  # the edition's language is this command's too
-        return _open(parser, root, args, extra)
+    return _open(parser, root, args, extra)
 
 
 def _open(parser: argparse.ArgumentParser, root: Path, args: argparse.Namespace,

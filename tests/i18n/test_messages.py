@@ -239,7 +239,23 @@ def test_hints_made_at_import_time_are_translated_where_shown():
     assert repr(lab05.check_finish_steps(lambda lens, seats, policy: list(lens))) == english
 
 
-@pytest.mark.parametrize("language", ["fr", "zh", "zh_CN", "ZH-CN", "", None, "english"])
+@pytest.mark.parametrize("spelling, tag", [
+    ("zh-CN", "zh-CN"), ("zh-cn", "zh-CN"), ("ZH-CN", "zh-CN"), ("zh_CN", "zh-CN"),
+    ("zh_cn", "zh-CN"), (" zh-CN ", "zh-CN"), ("en", "en"), ("EN", "en"), (" En", "en")])
+def test_a_language_is_named_one_way_everywhere(monkeypatch, spelling, tag):
+    """Newcomer 19, finding 7: `lab --lang zh-cn` was accepted, `set_language("zh-cn")`,
+    `PAGEDKIT_LANGUAGE=zh-cn` and `zh_CN` refused: one rule (`language_tag`) for all."""
+    assert i18n.language_tag(spelling) == tag
+    pagedkit.set_language(spelling)
+    assert pagedkit.get_language() == tag
+    pagedkit.set_language("en")
+    monkeypatch.setenv("PAGEDKIT_LANGUAGE", spelling)
+    i18n.language_from_environment()
+    assert pagedkit.get_language() == tag
+    pagedkit.set_language("en")
+
+
+@pytest.mark.parametrize("language", ["fr", "zh", "zh-TW", "zh CN", "zhCN", "", None, "english"])
 def test_an_unknown_language_is_refused_and_nothing_changes(language):
     from pagedkit.exercises import lab00
     pagedkit.set_language("zh-CN")

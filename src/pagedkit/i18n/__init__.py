@@ -32,17 +32,30 @@ def _gettext_name(language: str) -> str:
     return language.replace("-", "_")
 
 
+def language_tag(name: object) -> str | None:
+    """The one of `LANGUAGES` that `name` names, as pagedkit spells it (``"zh-CN"``),
+    else None. The one rule for a language's name everywhere (`set_language`,
+    ``PAGEDKIT_LANGUAGE``, ``lab --lang``): case, surrounding spaces and ``-`` or
+    ``_`` between its parts aside (``zh-cn``, ``ZH-CN``, ``zh_CN`` are ``zh-CN``)."""
+    if not isinstance(name, str):
+        return None
+    return {tag.lower(): tag for tag in LANGUAGES}.get(name.strip().lower().replace("_", "-"))
+
+
 def set_language(language: str) -> None:
-    """Speak `language` from now on: one of `LANGUAGES` ("en" or "zh-CN").
+    """Speak `language` from now on: one of `LANGUAGES` ("en" or "zh-CN"), named
+    as `language_tag` reads it (``"zh-cn"`` and ``"zh_CN"`` too).
 
     Raises ValueError for any other value and FileNotFoundError when the
     compiled catalog of a known language is missing (an installation without
     its ``.mo`` file); in both cases the current language stays.
     """
-    if language not in LANGUAGES:
+    tag = language_tag(language)
+    if tag is None:
         raise ValueError(
             f"language {language!r} is not one pagedkit speaks; choose one of "
-            f"{', '.join(map(repr, LANGUAGES))}")
+            f"{', '.join(map(repr, LANGUAGES))} (case and - or _ aside)")
+    language = tag
     if language == "en":
         translations: gettext.NullTranslations = gettext.NullTranslations()
     else:
@@ -78,7 +91,8 @@ def language_from_environment(variable: str = "PAGEDKIT_LANGUAGE") -> None:
 
 
 def get_language() -> str:
-    """The language pagedkit speaks now ("en" unless `set_language` changed it)."""
+    """The language pagedkit speaks now ("en" unless `set_language` changed it), as
+    `LANGUAGES` spells it."""
     return _state["language"]
 
 
