@@ -95,12 +95,16 @@ _LAB = {"append_slots": "03", "paged_decode_attention": "04", "admit": "05",
 
 
 class TrackError(RuntimeError):
-    """A plugged-in piece gave an answer the engine cannot carry out."""
+    """A plugged-in piece gave an answer the engine cannot carry out.
+
+    The piece and the message travel as data (``.piece``, ``.message``): a
+    verdict is built from them, never by parsing the translated text."""
 
     def __init__(self, piece: str, message: str) -> None:
         super().__init__(_("your {piece} (lab {LAB}): {message}")
                            .format(piece=piece, LAB=_LAB[piece], message=message))
         self.piece = piece
+        self.message = message
 
 
 @dataclass
@@ -708,6 +712,8 @@ def _schedule_running(scheduler, plug: _Plug) -> Callable:
         try:
             victims = plug.pieces.choose_victims(list(running),
                                                  scheduler.kv.allocator.num_free_blocks)
+        except TrackError:  # as `_call`: a refusal already names its piece
+            raise
         except NotImplementedError as err:
             raise TrackError("choose_victims", _("not written yet: write it (and check it) "
                                                  "first")) from err
@@ -960,7 +966,7 @@ def lockstep(pieces: Pieces, requests: Sequence[tuple[Any, Any]], *, model: Any 
             try:
                 out_mine = mine.llm_engine.step()
             except TrackError as err:
-                run.divergence = Divergence(step, [err.piece], str(err).split(": ", 1)[1])
+                run.divergence = Divergence(step, [err.piece], err.message)
                 return run
             except Exception as err:  # e.g. your attention's result of the wrong shape
                 run.divergence = Divergence(step, plug.pieces.plugged(),
