@@ -26,6 +26,7 @@ from .latency import OPT_13B, OPT_66B, OPT_175B, ModelPreset
 from .managers import ORCA_ORACLE, PAGED, PAPER_MANAGERS, ManagerSpec
 from .metrics import SimResult
 from .sharing import (
+    ONE_SAMPLE,
     BeamSearch,
     ParallelSampling,
     SharedPrefix,
@@ -453,7 +454,7 @@ class Scenario:
 
     @property
     def label(self) -> str:
-        how = self.sharing.label if self.sharing else "one sample"
+        how = self.sharing.label if self.sharing else ONE_SAMPLE
         return f"{self.dataset}, {self.model.name}, {how}"
 
     def num_requests(self, turnovers: int = TURNOVERS, max_num_seqs: int = 256) -> int:
@@ -489,7 +490,7 @@ def results_shape(scenarios: Iterable[Scenario] = SHAPE_SCENARIOS, *,
             c = capacity(trace, m, sharing=sc.sharing, seed=seed, model=sc.model, **options)
             rows.append({"scenario": sc.label, "dataset": sc.dataset, "model": sc.model.name,
                          "gpus": sc.model.num_gpus,
-                         "decoding": sc.sharing.label if sc.sharing else "one sample",
+                         "decoding": sc.sharing.label if sc.sharing else ONE_SAMPLE,
                          "manager": m.label, "requests": len(trace), **c})
     return FigureData("§6.2-6.3", _("Requests per second each manager serves, saturated"),
                       tuple(rows), {"managers": [m.label for m in managers],

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from ..i18n import N_, _
 from . import paper as ref
 from .experiments import FigureData
+from .sharing import said
 
 _PARTS = (("token_states", N_("Token states"), "#2b8a3e"),
           ("reservation", N_("Reservation"), "#f08c00"),
@@ -20,6 +21,10 @@ _PARTS = (("token_states", N_("Token states"), "#2b8a3e"),
           ("external_fragmentation", N_("External fragmentation"), "#5f3dc4"))
 _PAPER_MARKER = {"symbol": "diamond-open", "size": 12, "color": "black", "line": {"width": 2}}
 _PAPER_NAME = N_("paper (Kwon et al.)")
+#: Fig. 15's legend: each kind of sharing (`experiments.fig15_sharing_savings`'s ``scenario``).
+_KINDS = {"parallel": N_("parallel"), "beam": N_("beam"), "prefix": N_("prefix")}
+#: A 2x2 bar's label: its memory (``contiguous`` or ``paged``) and manager.
+_MEMORY = {"contiguous": N_("contiguous<br>({policy})"), "paged": N_("paged<br>({policy})")}
 _BAR_WIDTH = 0.7
 # The paper's values sit on the right edge of each bar, clear of the value
 # labels, which are centred in the bars.
@@ -40,9 +45,15 @@ def _dataset(trace_name: str) -> str:
 
 def trace_label(trace_name: str) -> str:
     """A synthetic trace's name as a reader reads it: ``sharegpt@2`` is the ShareGPT
-    shape at 2 requests per second (`pagedkit.sim.trace` names them ``shape@rate``)."""
+    shape at 2 requests per second (`pagedkit.sim.trace` names them ``shape@rate``),
+    ``sharegpt saturated`` the one of `experiments.saturated_trace`."""
     shape, at, rate = trace_name.partition("@")
-    return _("{shape} at {rate} req/s").format(shape=shape, rate=rate) if at else trace_name
+    if at:
+        return _("{shape} at {rate} req/s").format(shape=shape, rate=rate)
+    shape, saturated, rest = trace_name.partition(" saturated")
+    if saturated and not rest:
+        return _("{shape} saturated").format(shape=shape)
+    return trace_name
 
 
 def _categories(fig: go.Figure, labels: list[str], **axis) -> None:
@@ -123,12 +134,13 @@ def plot_fig15(data: FigureData, paper: bool = True) -> go.Figure:
     """Bars of memory saved by sharing, one color per scenario kind; the paper's
     values, where it gives them, as diamonds on the bars' right edges."""
     rows = data.rows
-    labels = [r["label"] for r in rows]
+    labels = [said(r["label"]) for r in rows]
     fig = go.Figure()
     for kind in dict.fromkeys(data.column("scenario")):
         mine = [(i, r) for i, r in enumerate(rows) if r["scenario"] == kind]
-        fig.add_bar(x=[i for i, _r in mine], y=[r["saving"] for _i, r in mine], name=kind,
-                    width=_BAR_WIDTH, customdata=[r["label"] for _i, r in mine],
+        fig.add_bar(x=[i for i, _r in mine], y=[r["saving"] for _i, r in mine],
+                    name=_(_KINDS[kind]) if kind in _KINDS else kind,
+                    width=_BAR_WIDTH, customdata=[labels[i] for i, _r in mine],
                     hovertemplate=_("%{{customdata}}: {value} saved<extra></extra>")
                     .format(value="%{y:.1f}%"),
                     text=[f"{r['saving']:.1f}%" for _i, r in mine], textposition="outside")
@@ -138,7 +150,7 @@ def plot_fig15(data: FigureData, paper: bool = True) -> go.Figure:
         if known:
             fig.add_scatter(x=[i + _PAPER_OFFSET for i, _m in known],
                             y=[ref.FIG15_SAVING[r["scenario"]][r["size"]] for _i, r in known],
-                            customdata=[r["label"] for _i, r in known], mode="markers",
+                            customdata=[labels[i] for i, _r in known], mode="markers",
                             marker=_PAPER_MARKER, name=_(_PAPER_NAME),
                             hovertemplate=_("%{customdata}: the paper's %{y:.1f}%"
                             "<extra></extra>"))
@@ -171,17 +183,25 @@ def plot_shape(data: FigureData, baseline: str = "Orca (Oracle)",
     scenarios = list(dict.fromkeys(data.column("scenario")))
     gains = [data.value("requests_per_s", scenario=s, manager=system)
              / data.value("requests_per_s", scenario=s, manager=baseline) for s in scenarios]
+    labels = [_scenario_label(data.select(scenario=s)[0]) for s in scenarios]
     fig = go.Figure()
-    fig.add_bar(x=list(range(len(scenarios))), y=gains, width=_BAR_WIDTH, customdata=scenarios,
+    fig.add_bar(x=list(range(len(scenarios))), y=gains, width=_BAR_WIDTH, customdata=labels,
                 text=[f"{g:.2f}x" for g in gains], textposition="outside",
-                hovertemplate=_("%{customdata}: %{y:.2f}x<extra></extra>"), name="gain")
+                hovertemplate=_("%{customdata}: %{y:.2f}x<extra></extra>"), name=_("gain"))
     fig.add_hline(y=1, line_dash="dash", line_color="gray")
     fig.update_layout(title=(_("{system} over {baseline}: requests per second, saturated")
                               .format(system=system, baseline=baseline)),
                       yaxis_title=f"{system} / {baseline}", showlegend=False,
                       yaxis_range=[0, max([*gains, 1.0]) * 1.2], height=450)
-    _categories(fig, scenarios, tickangle=20)
+    _categories(fig, labels, tickangle=20)
     return fig
+
+
+def _scenario_label(row: dict) -> str:
+    """A `results_shape` row's scenario (``sharegpt, OPT-13B, one sample``) in the
+    language of the moment: the dataset and the model are names, the decoding is said."""
+    return _("{dataset}, {model}, {decoding}").format(dataset=row["dataset"], model=row["model"],
+                                                       decoding=said(row["decoding"]))
 
 
 def plot_2x2(data: FigureData) -> go.Figure:
@@ -194,13 +214,14 @@ def plot_2x2(data: FigureData) -> go.Figure:
     level = {"static": _("static-level batching"), "iteration": _("iteration-level batching")}
     for batching, color in (("static", "#adb5bd"), ("iteration", "#1c7ed6")):
         rows = data.select(batching=batching)
-        x = [f"{r['memory']}<br>({r['manager']})" for r in rows]
+        x = [_(_MEMORY[r["memory"]]).format(policy=r["manager"]) for r in rows]
         for col, key, fmt in ((1, "requests_per_s", ".2f"), (2, "mean_batch_size", ".1f")):
             values = [r[key] for r in rows]
             fig.add_bar(x=x, y=values, name=level[batching], marker_color=color,
                         legendgroup=batching, showlegend=col == 1, row=1, col=col,
                         text=[format(v, fmt) for v in values], textposition="outside")
-    fig.update_layout(barmode="group", title=f"{data.title} ({data.settings.get('trace', '')})",
+    fig.update_layout(barmode="group", title=_("{title} ({trace})").format(
+                          title=data.title, trace=trace_label(data.settings.get("trace", ""))),
                       height=420)
     return fig
 

@@ -56,10 +56,11 @@ class Scale:
 
 
 #: What `compare` runs, in order: its progress bar names the step it is in.
-COMPARE_STEPS = ("traces, Table 1, Fig. 11", "Fig. 2 and 13: the four managers on ShareGPT",
-                 "Fig. 2 and 13: the four managers on Alpaca",
-                 "Fig. 12: latency vs rate on ShareGPT", "Fig. 12: latency vs rate on Alpaca",
-                 "Fig. 15: sharing", "Fig. 18b: block sizes")
+COMPARE_STEPS = (N_("traces, Table 1, Fig. 11"), N_("Fig. 2 and 13: the four managers on ShareGPT"),
+                 N_("Fig. 2 and 13: the four managers on Alpaca"),
+                 N_("Fig. 12: latency vs rate on ShareGPT"),
+                 N_("Fig. 12: latency vs rate on Alpaca"),
+                 N_("Fig. 15: sharing"), N_("Fig. 18b: block sizes"))
 
 SCALES = {
     "quick": Scale("quick", 60, 10, 30, 40, 5, rate_points=5),
@@ -182,7 +183,7 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
     report = Report(sc.name)
     from tqdm.auto import tqdm
 
-    with tqdm(total=len(COMPARE_STEPS), desc=_("paper experiments"), unit="step",
+    with tqdm(total=len(COMPARE_STEPS), desc=_("paper experiments"), unit=_("step"),
               disable=not progress) as bar:
         def next_step(done: bool = True) -> None:
             """Count a finished step and name the one that runs now (the slow
@@ -190,7 +191,7 @@ def compare(scale: str | Scale = "default", seed: int = 0, progress: bool = Fals
             if done:
                 bar.update()
             if bar.n < len(COMPARE_STEPS):
-                bar.set_postfix_str(COMPARE_STEPS[bar.n])
+                bar.set_postfix_str(_(COMPARE_STEPS[bar.n]))
 
         next_step(done=False)
         sharegpt = paper_trace("sharegpt", duration=sc.sharegpt_seconds, seed=seed)
@@ -214,10 +215,10 @@ def _table1_and_fig11(report: Report, sharegpt: Trace, alpaca: Trace) -> None:
     add(_row("Table 1", N_("OPT-13B KV cache slots"), {}, OPT_13B.kv_slots,
              ref.TABLE1_KV_SLOTS["OPT-13B"], N_("slots"), "exact"))
     for name, trace in (("sharegpt", sharegpt), ("alpaca", alpaca)):
-        for i, what in enumerate(("prompt", "output")):
-            mean = trace.mean_prompt_len() if i == 0 else trace.mean_output_len()
-            add(_row("Fig. 11", N_("{name}-like mean {what} length"),
-                     {"name": name, "what": what}, round(mean, 2),
+        means = ((N_("{name}-like mean prompt length"), trace.mean_prompt_len()),
+                 (N_("{name}-like mean output length"), trace.mean_output_len()))
+        for i, (quantity, mean) in enumerate(means):
+            add(_row("Fig. 11", quantity, {"name": name}, round(mean, 2),
                      ref.FIG11_MEANS[name][i], N_("tokens"), "lengths"))
 
 
@@ -302,13 +303,15 @@ def _fig15(report: Report, sc: Scale, seed: int):
                                 seed=seed)
     fig15 = _timed(report, "fig15", lambda: fig15_sharing_savings(
         sharing_trace, scenarios=SHARING_SCENARIOS))
+    saved = {"parallel": N_("memory saved, parallel {size}"),
+             "beam": N_("memory saved, beam {size}")}
     for kind, by_size in ref.FIG15_SAVING.items():
         for size, paper in by_size.items():
-            add(_row("Fig. 15", N_("memory saved, {kind} {size}"), {"kind": kind, "size": size},
+            add(_row("Fig. 15", saved[kind], {"size": size},
                      round(fig15.value("saving", scenario=kind, size=size), 2), paper, "%",
                      kind))
     for row in fig15.select(scenario="prefix"):
-        add(_row("§6.4", N_("memory saved, {label}"), {"label": row["label"]},
+        add(_row("§6.4", N_("memory saved, shared prefix {size} tokens"), {"size": row["size"]},
                  round(row["saving"], 2), NOT_REPORTED, "%", "prefix"))
     return fig15
 

@@ -25,6 +25,15 @@ import random
 from dataclasses import dataclass
 
 from .._validation import check_int
+from ..i18n import N_, _
+
+#: Each kind of sharing's name with its size (n, width or prefix length) in
+#: ``{size}``, in English (marked N_): a scenario's `label`, the data's name, and
+#: through `said` the name in the language of the moment.
+LABELS = {"parallel": N_("parallel sampling n={size}"), "beam": N_("beam search width={size}"),
+          "prefix": N_("shared prefix {size} tokens")}
+#: The decoding of a request without sharing (`experiments.Scenario`).
+ONE_SAMPLE = N_("one sample")
 
 
 @dataclass(frozen=True)
@@ -36,7 +45,7 @@ class ParallelSampling:
 
     @property
     def label(self) -> str:
-        return f"parallel sampling n={self.n}"
+        return LABELS["parallel"].format(size=self.n)
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class BeamSearch:
 
     @property
     def label(self) -> str:
-        return f"beam search width={self.width}"
+        return LABELS["beam"].format(size=self.width)
 
 
 @dataclass(frozen=True)
@@ -60,10 +69,24 @@ class SharedPrefix:
 
     @property
     def label(self) -> str:
-        return f"shared prefix {self.length} tokens"
+        return LABELS["prefix"].format(size=self.length)
 
 
 Sharing = ParallelSampling | BeamSearch | SharedPrefix
+
+
+def said(label: str) -> str:
+    """A sharing's `label` (or `ONE_SAMPLE`), English, in the language of the
+    moment: ``parallel sampling n=2`` is 并行采样 n=2 in Chinese. Any other text
+    is a name of the caller's and comes back as it is."""
+    if label == ONE_SAMPLE:
+        return _(ONE_SAMPLE)
+    for template in LABELS.values():
+        head, _field, tail = template.partition("{size}")
+        size = label.removeprefix(head).removesuffix(tail)
+        if label.startswith(head) and label.endswith(tail) and size.isdigit():
+            return _(template).format(size=size)
+    return label
 
 
 def num_sequences(sharing: Sharing | None) -> int:
