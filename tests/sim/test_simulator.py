@@ -422,3 +422,56 @@ def test_a_trace_refuses_two_requests_with_one_id(ids):
 def test_an_unhashable_request_id_is_refused(request_id):
     with pytest.raises(TypeError, match="not hashable"):
         TraceRequest(request_id, 0.0, 4, 4)
+
+
+# --------------------------------------------------- what attention reads
+def _held(sim, seq):
+    """Token states `seq` holds now: stored in its blocks or region, or held back."""
+    if sim.spec.paged:
+        return sim.memory.kv.table(seq.seq_id).num_tokens + seq.pending
+    return sim.memory.allocator.region(seq.seq_id).used + seq.pending
+
+
+_CONTEXT_RUNS = [(m, None, p, f) for m in (*PAPER_MANAGERS, ManagerSpec("paged", 1),
+                                            ManagerSpec("paged", 4))
+                 for p in ("recompute", "swap") for f in ("mixed", "separate")] + [
+    (PAGED, s, p, "mixed") for s in (ParallelSampling(3), BeamSearch(2), BeamSearch(4),
+                                     SharedPrefix(16), SharedPrefix(40))
+    for p in ("recompute", "swap")]
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["lazy", "watched"])
+@pytest.mark.parametrize("manager, sharing, preemption, prefill", _CONTEXT_RUNS,
+                         ids=lambda x: getattr(x, "label", x))
+def test_attention_reads_the_token_states_the_cache_holds(manager, sharing, preemption,
+                                                          prefill, watched):
+    """Every iteration's `context_tokens` (what the roofline charges attention
+    for) is the token states the batch's sequences hold while it runs: a
+    prompt iteration reads its prompt (and what it recomputes), a decode the
+    prompt and every token generated before it. Shared blocks are read by each
+    sequence that holds them. Checked at every step, prompts and decodes,
+    preemptions by recompute and by swap, every manager."""
+    lens = [(40, 30), (24, 50), (60, 20), (8, 70), (33, 33), (50, 45), (17, 9)]
+    trace = Trace("ctx", tuple(TraceRequest(i, 0.01 * i, p, o) for i, (p, o) in enumerate(lens)))
+    model = LatencyModel(replace(OPT_13B, max_seq_len=200))
+    bus = EventBus()
+    log = EventLog(bus) if watched else None
+    sim = Simulator(trace, manager, model=model, capacity_slots=320, sharing=sharing,
+                    preemption=preemption, prefill=prefill, swap_slots=4096,
+                    events=bus if watched else None)
+    held, execute, usage = [], sim._execute, sim.memory.usage
+
+    def counting_execute(prefill_tokens, admitted, preempted, batch):
+        def counted_usage(*args):
+            # taken while the iteration runs: nothing of the batch is freed yet
+            held.append(sum(_held(sim, s) for g in batch for s in g.seqs))
+            return usage(*args)
+        sim.memory.usage = counted_usage
+        return execute(prefill_tokens, admitted, preempted, batch)
+
+    sim._execute = counting_execute
+    result = sim.run(progress=False)
+    assert result.steps.array("context_tokens").tolist() == held
+    assert len(held) > 50
+    assert log is None or len(log) > 0
+    assert result.num_preemptions > 0 or not manager.paged  # the recomputed prompts are read too

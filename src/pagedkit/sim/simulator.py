@@ -505,8 +505,8 @@ class Simulator:
         for group in batch:
             prompt_len = group.prompt_len
             for seq in group.seqs:
+                context += prompt_len + seq.generated  # what it attends over: all it holds
                 seq.generated += 1
-                context += prompt_len + seq.generated
                 if seq.generated == seq.output_len:
                     finished_seqs.append((group, seq))
             num_seqs += len(group.seqs)
