@@ -86,7 +86,8 @@ def test_one_trace_mode(capsys, tmp_path):
     (["--scale", "quick", "--manager", "max", "--preemption", "swap"],
      "--manager, --preemption: for one trace's run only"),
     (["--rate", "3"], "--rate: for one trace's run only; give --dataset or --trace too"),
-    *[([*one, *extra], f"{given}: for the paper comparison or the benchmarks only, not with "
+    *[([*one, *extra], f"{given}: for the paper comparison (--scale, --markdown) or the "
+                       "benchmarks (--benchmark, --benchmark-scheduler) only, not with "
                        "--dataset or --trace")
       for one in (["--dataset", "alpaca", "--rate", "2"], ["--trace", "{csv}"])
       for extra, given in ((["--scale", "quick"], "--scale"), (["--scale", "full"], "--scale"),

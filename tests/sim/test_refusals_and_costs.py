@@ -255,6 +255,21 @@ def test_fig12_refuses_an_empty_list_of_rates(rates):
         experiments.fig12_latency_vs_rate("alpaca", rates)
 
 
+@pytest.mark.parametrize("block_sizes", [[], (), iter(())])
+def test_fig18b_refuses_an_empty_list_of_block_sizes(block_sizes):
+    with pytest.raises(ValueError, match=r"block_sizes is empty: give at least one block size "
+                                         r"\(tokens\), or leave block_sizes out for the default "
+                                         r"sweep \(1, 2, 4"):
+        experiments.fig18b_block_size_sweep(block_sizes, traces=[SMALL])
+
+
+@pytest.mark.parametrize("traces", [[], ()])
+def test_fig18b_refuses_an_empty_list_of_traces(traces):
+    """An empty list is not "the default traces": it is refused, not replaced."""
+    with pytest.raises(ValueError, match="traces is empty: give at least one trace"):
+        experiments.fig18b_block_size_sweep((8, 16), traces=traces)
+
+
 @pytest.mark.parametrize("asked", ["sharegpt@2", "alpaca@30", "", "Alpaca@5"])
 def test_best_block_sizes_refuses_a_trace_the_sweep_does_not_hold(asked):
     data = experiments.fig18b_block_size_sweep((8, 16), traces=[SMALL])

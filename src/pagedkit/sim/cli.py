@@ -163,7 +163,8 @@ def _refuse_comparison_options(parser: argparse.ArgumentParser, args: argparse.N
     with --dataset/--trace would be silently ignored by the one-trace run."""
     given = _given(parser, args, ("scale", "markdown", "benchmark", "benchmark_scheduler"))
     if given:
-        parser.error(_("{items}: for the paper comparison or the benchmarks only, not with "
+        parser.error(_("{items}: for the paper comparison (--scale, --markdown) or the "
+                       "benchmarks (--benchmark, --benchmark-scheduler) only, not with "
                        "--dataset or --trace (one trace runs as asked: size it with --requests "
                        "or --duration)").format(items=', '.join(given)))
 

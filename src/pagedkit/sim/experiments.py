@@ -244,6 +244,13 @@ def fig18b_block_size_sweep(block_sizes: Sequence[int] = BLOCK_SIZES,
     Small blocks read the KV cache slowly (see `LatencyModel`); large ones
     waste the tail of every sequence's last block, which hurts the short
     Alpaca sequences most: fewer requests fit, and the queue grows."""
+    block_sizes = tuple(block_sizes)
+    if not block_sizes:
+        raise ValueError(f"block_sizes is empty: give at least one block size (tokens), or leave "
+                         f"block_sizes out for the default sweep {BLOCK_SIZES}")
+    if traces is not None and not traces:
+        raise ValueError("traces is empty: give at least one trace, or leave traces out for "
+                         "the paper's ShareGPT and Alpaca traces")
     traces = traces or [paper_trace("sharegpt"), paper_trace("alpaca")]
     rows = []
     for trace in traces:

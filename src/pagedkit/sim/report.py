@@ -44,7 +44,9 @@ from .trace import Trace
 
 @dataclass(frozen=True)
 class Scale:
-    """How much to simulate: seconds of Poisson arrivals per experiment."""
+    """How much to simulate per experiment. A duration sets how many requests
+    a trace has, rate x duration rounded (their Poisson arrivals end near the
+    duration, not exactly at it); the sharing experiment counts its requests."""
 
     name: str
     sharegpt_seconds: float  # Fig. 2 and 13 (ShareGPT at 2 req/s)
