@@ -70,4 +70,4 @@ def test_the_pool_of_a_live_vllm_step_by_step():
         assert all(b.ref_count == len(b.owners) for b in f.blocks if b.status == USED)
     last = pool.frames[-1]
     assert last.memory.used == 0 and last.memory.cached == live.cache.num_copies == 8
-    assert "0 used" in repr(BlockMap(pool)) and "4 requests preempted" in repr(Timeline(pool))
+    assert "0 used" in repr(BlockMap(pool)) and "4 preemptions so far" in repr(Timeline(pool))

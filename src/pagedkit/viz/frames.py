@@ -109,6 +109,7 @@ class Frame:
     # during this step:
     copies: tuple[tuple[int, int], ...] = ()  # copy-on-write (src, dst)
     preemptions: int = 0  # requests preempted (all sequences of each at once)
+    preempted: tuple[Hashable, ...] = ()  # which ones (empty when the source cannot say)
     event_counts: Mapping[str, int] = field(default_factory=dict)
     # the most GPU blocks in use at once since the frame before, this frame's end included:
     # while the step ran, before its finished sequences gave theirs back (None: the

@@ -213,6 +213,7 @@ class Recorder:
             seq_status=seq_status,
             copies=tuple(self._copies),
             preemptions=len(self._preempted),
+            preempted=tuple(self._preempted),
             event_counts={kind.value: n for kind, n in self._kinds.items()},
             peak_used=peak,
         )

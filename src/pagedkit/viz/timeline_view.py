@@ -38,16 +38,25 @@ class Timeline(View):
         i = self._at(index)
         f = self.recorder[i]
         m, r = f.memory, f.requests
-        total = sum(x.preemptions for x in self.recorder.frames[:i + 1])
-        return (ngettext("{n} frames, at {step_label}: {used} used / {free} free / {cached} "
-                         "cached blocks, {running} running / {waiting} waiting / {swapped} "
-                         "swapped, {total} request preempted so far",
-                         "{n} frames, at {step_label}: {used} used / {free} free / {cached} "
-                         "cached blocks, {running} running / {waiting} waiting / {swapped} "
-                         "swapped, {total} requests preempted so far", total)
+        return (_("{n} frames, at {step_label}: {used} used / {free} free / {cached} cached "
+                  "blocks, {running} running / {waiting} waiting / {swapped} swapped, "
+                  "{preempted} so far")
                 .format(n=len(self.recorder), step_label=self._step_label(i), used=m.used,
                         free=m.free, cached=m.cached, running=r.running, waiting=r.waiting,
-                        swapped=r.swapped, total=total))
+                        swapped=r.swapped, preempted=self._preempted(i)))
+
+    def _preempted(self, index: int) -> str:
+        """"8 preemptions (4 requests)": a request preempted again counts once more
+        as a preemption, once as a request (the requests only where the frames name them)."""
+        frames = self.recorder.frames[:index + 1]
+        total = sum(f.preemptions for f in frames)
+        said = ngettext("{total} preemption", "{total} preemptions", total).format(total=total)
+        if total == 0 or any(len(f.preempted) != f.preemptions for f in frames):
+            return said
+        requests = len({rid for f in frames for rid in f.preempted})
+        return (ngettext("{preemptions} ({requests} request)",
+                         "{preemptions} ({requests} requests)", requests)
+                .format(preemptions=said, requests=requests))
 
     def _build(self, fig: Any) -> None:
         from plotly.subplots import make_subplots
