@@ -24,9 +24,9 @@ from pagedkit.sim import TraceRequest
 from pagedkit.viz import ContiguousVsPaged, Dashboard, PageTable, Recorder, replay
 from pagedkit.viz.page_table_view import _OLDEST
 
-#: Latin words the Chinese edition keeps (its glossary: "token", GPU/CPU, KV, KV Cache),
+#: Latin words the Chinese edition keeps (its glossary: "token", "prompt", GPU/CPU, KV, KV Cache),
 #: the names of the contiguous policies, which are data, and of the two systems
-KEPT = {"token", "GPU", "CPU", "cpu", "KV", "Cache", "max", "oracle", "vLLM", "pagedkit"}
+KEPT = {"token", "prompt", "GPU", "CPU", "cpu", "KV", "Cache", "max", "oracle", "vLLM", "pagedkit"}
 #: a word of two or more letters, not part of an identifier with digits (r1, L0, pow2)
 WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z-]+(?![A-Za-z0-9_])")
 

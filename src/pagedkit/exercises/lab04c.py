@@ -43,7 +43,7 @@ import signal
 import subprocess
 from collections.abc import Callable
 
-from ..i18n import N_, _
+from ..i18n import N_, _, join_names
 from . import CheckResult
 from ._interpreter import kernel_source, no_triton, run_in_interpreter, still_a_stub
 
@@ -429,7 +429,7 @@ def _served(name: str, sources: dict, lines: list[dict], code: int, stderr: str,
         return CheckResult(name, False, _stopped(result))
     if "error" in result:
         return CheckResult(name, False, _("serving raised {result}").format(result=result['error']))
-    kernels = _("your {kernels}").format(kernels=", ".join(f"{p}_kernel" for p in sources))
+    kernels = _("your {kernels}").format(kernels=join_names(f"{p}_kernel" for p in sources))
     if result["mine"] != result["transformers"] or result["mine"] != result["own"]:
         return CheckResult(name, False, (_("with {kernels} the engine generated {result}; "
                                           "transformers generates {result2} (pagedkit's own: "
@@ -441,7 +441,7 @@ def _served(name: str, sources: dict, lines: list[dict], code: int, stderr: str,
     idle = [f"{p}_kernel" for p in sources if not calls.get(f"{p}_kernel")]
     if idle:
         return CheckResult(name, False, (_("{kernels} never ran ({calls})")
-                                          .format(kernels=", ".join(idle), calls=calls)))
+                                          .format(kernels=join_names(idle), calls=calls)))
     return CheckResult(name, True, (_("{kernels} served LLM('tiny'): {n} prompts x {max_tokens} "
                                      "greedy tokens equal transformers' generate and pagedkit's "
                                      "own, every call equal to pagedkit's (calls: {calls})")

@@ -75,7 +75,7 @@ from typing import Any
 import torch
 
 from .. import ops
-from ..i18n import N_, _
+from ..i18n import N_, _, join_names
 from ..vllm.compare import vllm_missing  # lab 08 asks it (track.vllm_missing)
 from . import CheckResult
 
@@ -827,7 +827,7 @@ class LockstepRun:
             _("your {value} served {n} requests in {steps} steps ({num_preemptions} "
               "preemptions, {num_cached_tokens} prompt tokens from the prefix cache), state "
               "equal to pagedkit's after every step")
-              .format(value=", ".join(self.plugged) or _("nothing"), n=len(self.outputs),
+              .format(value=join_names(self.plugged) or _("nothing"), n=len(self.outputs),
                       steps=self.steps, num_preemptions=self.num_preemptions,
                       num_cached_tokens=self.num_cached_tokens)))
 

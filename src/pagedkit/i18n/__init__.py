@@ -113,6 +113,12 @@ def join_clauses(clauses: Iterable[str]) -> str:
     return _("; ").join(clauses)
 
 
+def join_names(names: Iterable[object]) -> str:
+    """Names listed as the current language lists them: ``"0, 2"`` in English,
+    ``"0、2"`` in Chinese (an enumeration comma, docs/i18n.md's punctuation)."""
+    return _(", ").join(map(str, names))
+
+
 def ngettext(singular: str, plural: str, n: int) -> str:
     """The singular or plural form for `n`, in the current language."""
     return _state["translations"].ngettext(singular, plural, n)

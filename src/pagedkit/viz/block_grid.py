@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import check_int
-from ..i18n import _, counted
+from ..i18n import _, counted, join_names
 from .frames import CACHED, EMPTY_BLOCK, FREE, BlockState, Frame
 from .palette import color_index, owner_color_index, owner_key
 
@@ -114,11 +114,11 @@ def _owners(frame: Frame, owners: tuple) -> str:
     if not owners:
         return _("owner unknown")
     requests = dict.fromkeys(frame.request(s) for s in owners)
-    names = ", ".join(map(str, owners))
+    names = join_names(owners)
     if list(requests) == list(owners):
         return _("owned by {names}").format(names=names)
     return (_("owned by {names} (request {items})")
-             .format(names=names, items=', '.join(map(str, requests))))
+             .format(names=names, items=join_names(requests)))
 
 
 def _owner_index(frame: Frame, owners: tuple, first_seen: Mapping[Hashable, int],

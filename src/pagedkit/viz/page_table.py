@@ -62,7 +62,7 @@ class PageTableData:
         released = ([_("released ×{n}").format(n=self.num_released)]
                     if self.num_released else [])
         chain = " -> ".join(released + live) or _("(no blocks)")
-        return f"{self.seq}: {chain}"
+        return _("{seq}: {chain}").format(seq=self.seq, chain=chain)
 
     def described(self) -> str:
         """The page table in words, whose it is and where each logical block
