@@ -120,8 +120,8 @@ def test_a_chinese_lab_quotes_no_english_that_pagedkit_prints_in_chinese():
             quotes += [q for q in re.findall(r"`([A-Za-z][^`]*)`", entry["zh"]) if " " in q]
             for quote in quotes:
                 shape = _shape(quote)
-                if len(shape) < 6 or re.search(r"[_=()\[\]]", quote):  # too short, or code
-                    continue
+                if len(shape) < 6 or re.search(r"[_=()\[\]]", quote) or quote[0].isupper():
+                    continue  # too short, code, or a title (the paper's §6.4 “Shared prefix”)
                 if any(shape in english and shape not in chinese
                        for english, chinese in messages):
                     found.append(f"{path.name} cell {entry['id']}: “{quote}”")

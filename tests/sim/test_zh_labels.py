@@ -97,7 +97,7 @@ def test_zh_report_rows_say_the_glossary_terms_in_chinese():
     left = {t: _english_left(t) for t in labels if _english_left(t)}
     assert not left, left
     assert not any("内存" in t for t in labels)  # GPU memory: 显存
-    assert "节省的显存，并行采样 n=2" in labels and "sharegpt 式的平均输出长度" in labels
+    assert "节省的显存，并行采样 n=2" in labels and "类 sharegpt 的平均输出长度" in labels
 
 
 def test_english_labels_are_as_before():
