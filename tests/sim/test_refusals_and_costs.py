@@ -165,6 +165,19 @@ def test_latency_model_takes_the_edges_of_each_range(field, value):
     assert getattr(LatencyModel(**{field: value}), field) == value
 
 
+@pytest.mark.parametrize("field, other", [("flop_efficiency", "mem_efficiency"),
+                                          ("mem_efficiency", "flop_efficiency")])
+def test_an_infinite_efficiency_leaves_that_roof_out(field, other):
+    """Lab 01 cell 10 builds memory-only and compute-only models with an infinite
+    efficiency; the range check (d5ef19c) refused them and broke the lab (en and zh)."""
+    one_roof = LatencyModel(overhead=0, **{field: float("inf")})
+    both = LatencyModel(overhead=0)
+    for tokens, context in ((1, 200), (256, 256)):
+        assert 0 < one_roof.step_time(tokens, context) <= both.step_time(tokens, context)
+    with pytest.raises(ValueError, match="must be a finite number"):
+        LatencyModel(**{field: float("-inf")})
+
+
 # ------------------------------------------------ 6. manager specs and abort reasons
 @pytest.mark.parametrize("block_size, error, message", [
     (2.5, TypeError, r"block_size must be an integer, got 2\.5 \(float\)"),

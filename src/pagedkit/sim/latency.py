@@ -43,6 +43,7 @@ assumptions, not fits to the paper's measurements.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .._validation import check_number, choice_name
@@ -120,6 +121,8 @@ class LatencyModel:
             raise TypeError(f"preset must be a ModelPreset (pagedkit.sim.OPT_13B) or a preset's "
                             f"name ({', '.join(map(repr, PRESETS))}), got {preset!r}")
         for name in ("mem_efficiency", "flop_efficiency"):  # shares of a peak: (0, 1]
+            if getattr(self, name) == math.inf:  # that roof left out (lab 01's roofline)
+                continue
             value = check_number(name, getattr(self, name), positive=True)
             if value > 1:
                 raise ValueError(f"{name} is a share of the GPU's peak, in (0, 1], got {value!r}")
