@@ -1,6 +1,7 @@
 import pytest
 
 from pagedkit.sim import OPT_13B, OPT_66B, OPT_175B, LatencyModel
+from pagedkit.sim.latency import PRESETS
 from pagedkit.sim.paper import TABLE1_KV_SLOTS
 
 
@@ -32,3 +33,18 @@ def test_paged_reads_are_slower_and_tiny_blocks_slowest():
     times = [m.step_time(30, 15_000, b) for b in (1, 4, 16, 256)]
     assert times == sorted(times, reverse=True)
     assert m.step_time(30, 15_000, None) < times[-1]
+
+
+@pytest.mark.parametrize("preset", list(PRESETS.values()), ids=list(PRESETS))
+@pytest.mark.parametrize("block_size", [None, 1, 16])
+def test_a_step_is_the_slower_of_its_memory_and_compute_sides(preset, block_size):
+    """Labs 01 and 09 print each side alone (memory_time, compute_time): they
+    used efficiency=inf models for it, which LatencyModel now refuses."""
+    model = LatencyModel(preset)
+    for tokens, context in ((1, 0), (1, 200), (7, 3500), (256, 256), (512, 256_000)):
+        memory, compute = model.memory_time(context, block_size), model.compute_time(tokens)
+        assert memory > 0 and compute > 0
+        assert model.step_time(tokens, context, block_size) == model.overhead + max(memory,
+                                                                                     compute)
+    assert model.memory_time(200, block_size) > model.memory_time(0, block_size)
+    assert model.compute_time(2) == 2 * model.compute_time(1)

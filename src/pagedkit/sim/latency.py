@@ -139,12 +139,21 @@ class LatencyModel:
                   block_size: int | None = None) -> float:
         """One iteration processing `num_tokens` new tokens (prompt tokens plus
         one per decoding sequence) that attend over `context_tokens` cached tokens."""
+        return self.overhead + max(self.memory_time(context_tokens, block_size),
+                                   self.compute_time(num_tokens))
+
+    def memory_time(self, context_tokens: int, block_size: int | None = None) -> float:
+        """Seconds to read the weights and `context_tokens` cached tokens' K/V once
+        (a step's memory side, without the overhead)."""
         p = self.preset
         kv_bytes = context_tokens * p.kv_bytes_per_token / self.attention_efficiency(block_size)
-        memory = (p.weight_bytes + kv_bytes) / (p.bandwidth * p.num_gpus * self.mem_efficiency)
-        compute = 2 * p.num_params * num_tokens / (p.peak_flops * p.num_gpus
-                                                    * self.flop_efficiency)
-        return self.overhead + max(memory, compute)
+        return (p.weight_bytes + kv_bytes) / (p.bandwidth * p.num_gpus * self.mem_efficiency)
+
+    def compute_time(self, num_tokens: int) -> float:
+        """Seconds of arithmetic for `num_tokens` new tokens (a step's compute
+        side, without the overhead)."""
+        p = self.preset
+        return 2 * p.num_params * num_tokens / (p.peak_flops * p.num_gpus * self.flop_efficiency)
 
     def swap_time(self, num_blocks: int, block_size: int) -> float:
         """Seconds to move `num_blocks` KV blocks of `block_size` tokens one way
