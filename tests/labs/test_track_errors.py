@@ -77,6 +77,18 @@ def test_the_sites_cover_every_piece():
     assert len({line for line, _piece, _texts in SITES}) >= 32   # newcomer19 counted 32
 
 
+def test_every_refusal_speaks_the_learners_language():
+    """Each message goes through ``_()``: an f-string prints English in the zh edition
+    (the two top_p_filter refusals did)."""
+    tree = ast.parse(inspect.getsource(track))
+    english = [node.lineno for node in ast.walk(tree)
+               if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+               and isinstance(node.exc.func, ast.Name) and node.exc.func.id == "TrackError"
+               and not any(isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                           and call.func.id == "_" for call in ast.walk(node.exc.args[1]))]
+    assert english == []
+
+
 def _refusing(piece: str, message: str):
     def fn(*args):
         raise track.TrackError(piece, message)

@@ -277,10 +277,14 @@ def test_fig18b_refuses_an_empty_list_of_block_sizes(block_sizes):
 
 
 @pytest.mark.parametrize("traces", [[], ()])
-def test_fig18b_refuses_an_empty_list_of_traces(traces):
+@pytest.mark.parametrize("figure", [
+    lambda traces: experiments.fig18b_block_size_sweep((8, 16), traces=traces),
+    lambda traces: experiments.fig13_batch_sizes(traces),
+], ids=["fig18b", "fig13"])
+def test_figures_refuse_an_empty_list_of_traces(figure, traces):
     """An empty list is not "the default traces": it is refused, not replaced."""
     with pytest.raises(ValueError, match="traces is empty: give at least one trace"):
-        experiments.fig18b_block_size_sweep((8, 16), traces=traces)
+        figure(traces)
 
 
 @pytest.mark.parametrize("asked", ["sharegpt@2", "alpaca@30", "", "Alpaca@5"])

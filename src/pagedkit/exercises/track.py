@@ -223,10 +223,12 @@ def _yours_filter(fn: Callable | None) -> Iterator[None]:
             return want
         if not probed[0]:
             probed[0] = True
-            _ask_top_p(fn, _TIE_ROW, _TIE_TOP_P, pagedkit_filter, "the lab's tie (the mass "
-                       "before the third token is exactly top_p: it is dropped, >= not >)")
+            _ask_top_p(fn, _TIE_ROW, _TIE_TOP_P, pagedkit_filter, _(
+                "the lab's tie (the mass before the third token is exactly top_p: it is "
+                "dropped, >= not >)"))
         before = pagedkit_filter(logits, dataclasses.replace(params, top_p=1.0))
-        return _ask_top_p(fn, before, params.top_p, pagedkit_filter, "a row the engine samples")
+        return _ask_top_p(fn, before, params.top_p, pagedkit_filter,
+                          _("a row the engine samples"))
 
     sampler.filter_logits = filter_logits
     try:
@@ -248,8 +250,9 @@ def _ask_top_p(fn: Callable, row, top_p: float, pagedkit_filter: Callable, what:
     want = pagedkit_filter(row, SamplingParams(temperature=1.0, top_p=top_p))
     got = _call("top_p_filter", fn, given, top_p)
     if not torch.equal(given, kept):
-        raise TrackError("top_p_filter", f"changed the logits it was given ({what}): return a "
-                                         "new tensor (clone first)")
+        raise TrackError("top_p_filter", _(
+            "changed the logits it was given ({what}): return a new tensor (clone first)"
+        ).format(what=what))
     dropped = torch.isinf(want)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape \
             or not torch.equal(torch.isinf(got) & (got < 0), dropped) \
@@ -257,9 +260,10 @@ def _ask_top_p(fn: Callable, row, top_p: float, pagedkit_filter: Callable, what:
         def ids(x):
             return (torch.nonzero(~(torch.isinf(x) & (x < 0))).flatten().tolist()
                     if isinstance(x, torch.Tensor) and x.shape == want.shape else x)
-        raise TrackError("top_p_filter", f"at top_p={top_p:g} on {what} ({row.numel()} logits) "
-                                         f"kept {_short(ids(got))}; pagedkit keeps "
-                                         f"{_short(ids(want))} with their logits unchanged")
+        raise TrackError("top_p_filter", _(
+            "at top_p={top_p:g} on {what} ({n} logits) kept {got}; pagedkit keeps {want} with "
+            "their logits unchanged").format(top_p=top_p, what=what, n=row.numel(),
+                                             got=_short(ids(got)), want=_short(ids(want))))
     return got
 
 

@@ -119,6 +119,16 @@ def fig2_memory_breakdown(trace: Trace | None = None, *,
 
 
 # ----------------------------------------------------------------- Fig. 13
+def _traces_or_papers(traces: Sequence[Trace] | None) -> list[Trace]:
+    """`traces`, or the paper's ShareGPT and Alpaca traces when none are given."""
+    if traces is None:
+        return [paper_trace("sharegpt"), paper_trace("alpaca")]
+    if not traces:
+        raise ValueError("traces is empty: give at least one trace, or leave traces out for "
+                         "the paper's ShareGPT and Alpaca traces")
+    return list(traces)
+
+
 def fig13_batch_sizes(traces: Sequence[Trace] | None = None, *,
                       managers: Iterable[ManagerSpec] = PAPER_MANAGERS,
                       results: dict[str, dict[str, SimResult]] | None = None,
@@ -127,7 +137,7 @@ def fig13_batch_sizes(traces: Sequence[Trace] | None = None, *,
     ``mean_batch_size`` counts the running batch, as the paper does (see
     `SimResult.mean_batch_size`); ``mean_scheduled`` the requests an iteration
     computed, fewer when prompts run in iterations of their own."""
-    traces = traces or [paper_trace("sharegpt"), paper_trace("alpaca")]
+    traces = _traces_or_papers(traces)
     managers = tuple(managers)
     if results is None:
         results = {t.name: run_managers(t, managers, **options) for t in traces}
@@ -248,10 +258,7 @@ def fig18b_block_size_sweep(block_sizes: Sequence[int] = BLOCK_SIZES,
     if not block_sizes:
         raise ValueError(f"block_sizes is empty: give at least one block size (tokens), or leave "
                          f"block_sizes out for the default sweep {BLOCK_SIZES}")
-    if traces is not None and not traces:
-        raise ValueError("traces is empty: give at least one trace, or leave traces out for "
-                         "the paper's ShareGPT and Alpaca traces")
-    traces = traces or [paper_trace("sharegpt"), paper_trace("alpaca")]
+    traces = _traces_or_papers(traces)
     rows = []
     for trace in traces:
         for size in block_sizes:
