@@ -30,15 +30,18 @@ def sanitize(text: str) -> str:
     return text
 
 
+@pytest.mark.parametrize("triton", ["installed", "missing"])
 @pytest.mark.parametrize("edition", [LABS, LABS / "zh-CN"], ids=["en", "zh-CN"])
-def test_the_environment_check_runs_alone_and_its_report_is_committed(edition):
+def test_the_environment_check_runs_alone_and_its_report_is_committed(edition, triton):
     source = "".join(cell(edition)["source"])
     assert not source.lstrip().startswith("# NBVAL")
     committed = "".join(t for out in cell(edition)["outputs"] for t in out.get("text", []))
     assert committed.startswith("Python ") and "\ndevice " in committed
-    # the cell alone, in a fresh interpreter (a kernel restarted below the setup cell)
-    ran = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
-                         timeout=300, cwd=edition)
+    # the cell alone, in a fresh interpreter (a kernel restarted below the setup cell);
+    # where Triton is missing (macOS) the committed report still holds
+    block = "import sys; sys.modules['triton'] = None\n" if triton == "missing" else ""
+    ran = subprocess.run([sys.executable, "-c", block + source], capture_output=True,
+                         text=True, timeout=300, cwd=edition)
     assert ran.returncode == 0, ran.stderr
     assert sanitize(ran.stdout) == sanitize(committed)
 

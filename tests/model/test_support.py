@@ -65,10 +65,24 @@ def test_refused_before_any_kv_memory_is_reserved(monkeypatch):
         raise AssertionError("KV memory reserved for a model that is refused")
 
     monkeypatch.setattr(ModelRunner, "allocate_cache", no)
-    for model_type, feature in [("diffllama", "calls the attention function 2 times"),
-                                ("falcon", "do not call transformers' attention registry"),
-                                ("bloom", "do not call"), ("rwkv", "no attention shape")]:
-        model = tiny_model(model_type)
+    # One model per kind of refusal. transformers moves models onto its attention
+    # registry over time (Falcon from 5.25, which pagedkit then serves exactly:
+    # docs/architectures.md), so a model the installed version lets through is
+    # not this test's case; each kind of refusal still needs one model that bites.
+    kinds = {"calls the attention function 2 times": ["diffllama"],
+             "do not call transformers' attention registry": ["bloom", "falcon", "xglm", "openai-gpt"],
+             "no attention shape": ["rwkv"]}
+    for feature, model_types in kinds.items():
+        tried = []
+        for model_type in model_types:
+            model = tiny_model(model_type)
+            try:
+                support.check_supported(model, block_size=4, max_model_len=64)
+            except NotImplementedError:
+                break
+            tried.append(model_type)
+        else:
+            pytest.fail(f"none of {tried} is refused for {feature!r} by this transformers")
         with pytest.raises(NotImplementedError, match=type(model).__name__) as err:
             LLM(model, num_blocks=16, block_size=4, device="cpu")
         assert feature in str(err.value)
