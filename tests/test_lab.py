@@ -136,6 +136,16 @@ def test_lang_is_validated_and_names_the_editions(capsys, monkeypatch):
     assert out[-1] == str(ROOT / lab.WORK / "zh-CN" / lab.FIRST_LAB)
 
 
+@pytest.mark.parametrize("argv", [["lab", "--lang"], ["lab", "--print", "--lang"]])
+def test_lang_without_a_value_gets_the_commands_usage(capsys, argv):
+    """`--lang` is read before the command's parser (so that --help speaks it); its
+    missing value is still reported by the command's own parser, with its usage."""
+    assert _run(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m pagedkit lab [-h]")
+    assert "argument --lang: expected one argument" in err
+
+
 def test_chinese_menus_where_the_language_pack_is_installed(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lab, "settings_dir", lambda: tmp_path / "overrides.d")
     monkeypatch.setattr(lab, "copy_labs", lambda root, language="en": ([], []))

@@ -423,9 +423,12 @@ def asked_language(argv: list[str]) -> str | None:
     usage error are said in it too), as `language_tag` spells it; None when it is not given
     or names no language pagedkit speaks (`main` then refuses it, in the language of the
     moment)."""
-    early = argparse.ArgumentParser(add_help=False)
+    early = argparse.ArgumentParser(add_help=False, exit_on_error=False)
     early.add_argument("--lang", default=None)
-    asked, _rest = early.parse_known_args(argv)
+    try:
+        asked, _rest = early.parse_known_args(argv)
+    except argparse.ArgumentError:  # `--lang` without a value: the command's parser says so
+        return None
     return None if asked.lang is None else language_tag(asked.lang)
 
 

@@ -70,7 +70,8 @@ def test_refused_before_any_kv_memory_is_reserved(monkeypatch):
     # docs/architectures.md), so a model the installed version lets through is
     # not this test's case; each kind of refusal still needs one model that bites.
     kinds = {"calls the attention function 2 times": ["diffllama"],
-             "do not call transformers' attention registry": ["bloom", "falcon", "xglm", "openai-gpt"],
+             "do not call transformers' attention registry": ["bloom", "falcon", "xglm",
+                                                              "openai-gpt"],
              "no attention shape": ["rwkv"]}
     for feature, model_types in kinds.items():
         tried = []

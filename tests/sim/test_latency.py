@@ -38,8 +38,8 @@ def test_paged_reads_are_slower_and_tiny_blocks_slowest():
 @pytest.mark.parametrize("preset", list(PRESETS.values()), ids=list(PRESETS))
 @pytest.mark.parametrize("block_size", [None, 1, 16])
 def test_a_step_is_the_slower_of_its_memory_and_compute_sides(preset, block_size):
-    """Labs 01 and 09 print each side alone (memory_time, compute_time): they
-    used efficiency=inf models for it, which LatencyModel now refuses."""
+    """Labs 01 and 09 print each side alone (memory_time, compute_time); a step
+    takes the slower of the two, after the fixed overhead."""
     model = LatencyModel(preset)
     for tokens, context in ((1, 0), (1, 200), (7, 3500), (256, 256), (512, 256_000)):
         memory, compute = model.memory_time(context, block_size), model.compute_time(tokens)

@@ -471,7 +471,8 @@ class Scenario:
         how = self.sharing.label if self.sharing else ONE_SAMPLE
         return f"{self.dataset}, {self.model.name}, {how}"
 
-    def num_requests(self, turnovers: int = TURNOVERS, max_num_seqs: int = 256) -> int:
+    def num_requests(self, turnovers: int = TURNOVERS,
+                     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
         """Requests for a saturated run: `turnovers` times the requests whose
         sequences fit the preset's KV slots at the dataset's mean length (at
         most `max_num_seqs` sequences), at least 50."""

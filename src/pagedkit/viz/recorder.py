@@ -104,7 +104,7 @@ class Recorder:
         self._filled: set[int] = set()  # written into, nothing else
         # The step's log, from the events.
         self._copies: list[tuple[int, int]] = []
-        self._preempted: set[Hashable] = set()
+        self._preempted: dict[Hashable, None] = {}  # a set in the order preempted
         self._kinds: Counter[EventKind | SchedulerEventKind] = Counter()
         self._peak = 0  # the most blocks in use at any event since the last cut
         self._step_counts: RequestCounts | None = None
@@ -218,7 +218,7 @@ class Recorder:
             peak_used=peak,
         )
         self.frames.append(frame)
-        self._copies, self._preempted, self._kinds = [], set(), Counter()
+        self._copies, self._preempted, self._kinds = [], {}, Counter()
         self._step_counts = None
         for listener in list(self._listeners):
             listener(frame)
@@ -346,7 +346,7 @@ class Recorder:
     def _preempt(self, e: Preempt) -> None:
         # one decision per request: the sequences of a group are preempted together
         request = self._admitted.get(e.seq, e.seq) if e.request_id is None else e.request_id
-        self._preempted.add(request)
+        self._preempted[request] = None
 
     def _finish(self, e: Finish) -> None:
         self._admitted.pop(e.seq, None)
