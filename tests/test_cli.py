@@ -694,7 +694,20 @@ def bench_and_vllm_commands():
 
 
 class _Parsed(Exception):
-    """What parse_args raises in the test below: the options were taken."""
+    """What parse_args raises in the tests below: the options were taken."""
+
+
+def _stop_at_the_commands_parser(monkeypatch):
+    """Make the command's own parser (not a dispatcher's) raise `_Parsed` with what it
+    parsed (the options only) and its prog, instead of running the command."""
+    original = argparse.ArgumentParser.parse_args
+
+    def parsed(self, args=None, namespace=None):
+        if self.prog in ("python -m pagedkit", "python -m pagedkit bench"):  # dispatchers
+            return original(self, args, namespace)
+        raise _Parsed(self.parse_known_args(args, namespace), self.prog)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parsed)
 
 
 @pytest.mark.parametrize("module, argv", list(bench_and_vllm_commands()))
@@ -747,14 +760,7 @@ def test_no_progress_is_taken_before_the_command_name_too(parent, argv, where, m
     compare` said "unrecognized arguments: --no-progress", while the help says
     every bench and vllm command takes it. It goes after the name now
     (`bench.no_progress_after_name`), on every one; only the options are parsed."""
-    original = argparse.ArgumentParser.parse_args
-
-    def parsed(self, args=None, namespace=None):
-        if self.prog in ("python -m pagedkit", "python -m pagedkit bench"):  # dispatchers
-            return original(self, args, namespace)
-        raise _Parsed(self.parse_known_args(args, namespace), self.prog)
-
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parsed)
+    _stop_at_the_commands_parser(monkeypatch)
     name, rest = argv[0], argv[1:]
     words = {"after": [name, "--no-progress", *rest],
              "before": ["--no-progress", name, *rest],
@@ -795,14 +801,7 @@ def test_no_progress_before_the_command_is_its_own(command, leaf, monkeypatch, c
     assert run(cli, [command, *leaf[:1], "--help"]) == 0
     takes_it = "--no-progress" in capsys.readouterr().out
     assert takes_it == (command in NO_PROGRESS)
-    original = argparse.ArgumentParser.parse_args
-
-    def parsed(self, args=None, namespace=None):
-        if self.prog in ("python -m pagedkit", "python -m pagedkit bench"):  # dispatchers
-            return original(self, args, namespace)
-        raise _Parsed(self.parse_known_args(args, namespace), self.prog)
-
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parsed)
+    _stop_at_the_commands_parser(monkeypatch)
     if not takes_it:
         assert run(cli, ["--no-progress", command, *leaf]) == 2
         err = capsys.readouterr().err

@@ -276,7 +276,8 @@ def test_a_missing_catalog_is_refused_and_nothing_changes(monkeypatch, tmp_path)
     assert repr(lab00.check_blocks_for(_wrong_blocks_for)) == english
 
 
-def _block_map_texts():
+def forked_block_map():
+    """A block map showing sequence A (5 tokens in blocks of 4) forked into B."""
     from pagedkit.memory import KVCacheManager
     from pagedkit.viz import BlockMap
     kv = KVCacheManager(num_blocks=16, block_size=4)
@@ -285,6 +286,11 @@ def _block_map_texts():
     kv.fork("A", "B")
     view.recorder.cut()
     view.index = 1
+    return view
+
+
+def _block_map_texts():
+    view = forked_block_map()
     fig = view.figure()
     legend = [t.name for t in fig.data if t.showlegend is not False]
     return [repr(view), view.text(), fig.layout.title.text, *legend,

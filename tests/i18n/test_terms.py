@@ -147,15 +147,10 @@ def test_chinese_messages_use_chinese_punctuation_for_lists_and_products():
 
 
 def _hovers_and_table():
-    from pagedkit.memory import KVCacheManager
-    from pagedkit.viz import BlockMap
     from pagedkit.viz.page_table import page_table
-    kv = KVCacheManager(num_blocks=16, block_size=4)
-    view = BlockMap(kv)
-    kv.allocate_slots("A", [1, 2, 3, 4, 5])
-    kv.fork("A", "B")
-    view.recorder.cut()
-    view.index = 1
+
+    from .test_messages import forked_block_map
+    view = forked_block_map()
     hovers = [h for h in view.figure().data[0].hovertext if h]
     frame = view.recorder.frames[-1]
     return hovers, page_table(frame, "A").chain()
