@@ -100,11 +100,13 @@ class LLM:
         if chat_template is None and getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template: give chat_template=... "
                              "(a Jinja string), or use generate")
+        template = chat_template if chat_template is not None else tokenizer.chat_template
         prompts = []
         for conversation in conversations:
+            # a "developer" message the template does not know becomes system, as in vLLM
             text = tokenizer.apply_chat_template(
-                conversation, tokenize=False, chat_template=chat_template,
-                add_generation_prompt=add_generation_prompt,
+                _developer_as_system(conversation, template), tokenize=False,
+                chat_template=chat_template, add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message, **(chat_template_kwargs or {}))
             prompts.append((text, tokenizer(text, add_special_tokens=False)["input_ids"]))
         outputs = self.generate([ids for _, ids in prompts], sampling_params, use_tqdm=use_tqdm)
@@ -322,6 +324,30 @@ def _message(message: Any, name: str) -> dict[str, Any]:
     if not isinstance(content, str):
         raise TypeError(f"{name}['content'] must be text, got {content!r}")
     return {**message, "content": content}
+
+
+def _developer_as_system(conversation: list[dict[str, Any]],
+                         template: str | dict[str, str]) -> list[dict[str, Any]]:
+    """vLLM 0.32's rule for the "developer" role (its `safe_apply_chat_template`
+    in vllm/renderers/hf.py): if a conversation has a developer message and the
+    chat template does not name the role (no ``"developer"`` or ``'developer'``
+    in its text), each developer message becomes a system message (without its
+    ``tools``), and then, if a system message is not first or there are more
+    than one, all system messages become one, first: their non-empty contents
+    joined by a blank line. Otherwise the conversation is left as it is."""
+    texts = template.values() if isinstance(template, dict) else [template]
+    if (not any(m["role"] == "developer" for m in conversation)
+            or any('"developer"' in t or "'developer'" in t for t in texts)):
+        return conversation
+    conversation = [{k: v for k, v in {**m, "role": "system"}.items() if k != "tools"}
+                    if m["role"] == "developer" else m for m in conversation]
+    systems = [i for i, m in enumerate(conversation) if m["role"] == "system"]
+    if systems == [0]:
+        return conversation
+    merged = {"role": "system",
+              "content": "\n\n".join(conversation[i]["content"] for i in systems
+                                      if conversation[i]["content"])}
+    return [merged, *(m for m in conversation if m["role"] != "system")]
 
 
 def _params_list(params: Any, n: int) -> list[SamplingParams]:
