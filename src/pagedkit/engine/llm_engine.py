@@ -79,6 +79,10 @@ class KVCacheTooSmallWarning(UserWarning):
     request."""
 
 
+#: token slots per KV block when none is given, or None (vLLM's default: docs/api.md)
+DEFAULT_BLOCK_SIZE = 16
+
+
 def group_past_max_num_seqs(name: str, kind: str, seqs: int, max_num_seqs: int) -> str | None:
     """What is wrong when a request's `seqs` samples or beams (`name` its option,
     n or beam_width; `kind` theirs) are more than one step holds: they run together
@@ -95,8 +99,9 @@ def group_past_max_num_seqs(name: str, kind: str, seqs: int, max_num_seqs: int) 
 class LLMEngine:
     """A paged LLM serving engine, one step at a time (vLLM's ``LLMEngine``)."""
 
-    def __init__(self, model: Any = "tiny", tokenizer: Any = None, *, block_size: int = 16,
-                 num_blocks: int | None = None, kv_cache_memory: int | None = None,
+    def __init__(self, model: Any = "tiny", tokenizer: Any = None, *,
+                 block_size: int | None = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None,
+                 kv_cache_memory: int | None = None,
                  enable_prefix_caching: bool = True, preemption_mode: str = "recompute",
                  swap_space: float | None = None, max_num_seqs: int = SchedulerConfig.max_num_seqs,
                  max_num_batched_tokens: int | None = None, enable_chunked_prefill: bool = False,
@@ -113,6 +118,8 @@ class LLMEngine:
             memory_name = "kv_cache_memory_bytes"
         #: the most logprobs a request may ask for (vLLM's max_logprobs; -1: the vocabulary)
         self.max_logprobs = vllm_args.get("max_logprobs", 20)
+        if block_size is None:  # vLLM's default, where its platform picks one: pagedkit's
+            block_size = DEFAULT_BLOCK_SIZE
         check_int("block_size", block_size, minimum=1)
         check_bool("enable_prefix_caching", enable_prefix_caching)
         check_bool("enable_chunked_prefill", enable_chunked_prefill)
