@@ -418,7 +418,10 @@ class LLMEngine:
             vllm = ("LLM.beam_search, vLLM's way, runs each beam as a request of its own"
                     if params.use_beam_search else
                     "vLLM runs each sample as a request of its own, a few at a time")
-            raise ValueError(f"{who}: {crowded} ({vllm}); {advice}")
+            cache = (f"; nor does the KV cache hold them: they need {full + seqs} blocks "
+                     f"({full} full ones of the prompt, shared, and one each), and it has "
+                     f"{have}" if seqs > in_cache else "")
+            raise ValueError(f"{who}: {crowded} ({vllm}){cache}; {advice}")
         raise ValueError(
             f"{who}: {name}={seqs} sequences share {full} full blocks of the prompt and each "
             f"needs a block of its own for its next token: {full + seqs} blocks, but the "
