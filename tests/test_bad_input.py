@@ -769,7 +769,32 @@ ENGINE_CASES = [
                                                         [{"role": "user", "content": 7}]]),
      TypeError, "messages[1][0]['content'] must be text, got 7"),
     ("chat(image part)", lambda llm: llm.chat([{"role": "user", "content": [
-        {"type": "image_url", "image_url": "x"}]}]), ValueError, "only text"),
+        {"type": "image_url", "image_url": "x"}]}]), ValueError,
+     "messages[0]['content'][0]: content parts of type 'image_url' are not supported"),
+    # newcomer42 finding 1: vLLM 0.32's text parts are taken (tests/engine/test_vllm_parity42.py);
+    # a part of another type, or a text part without its text, is refused by name
+    *[(f"chat({kind} part)", lambda llm, part=part: llm.chat(
+        [{"role": "user", "content": ["x", part]}], use_tqdm=False), ValueError,
+       f"messages[0]['content'][1]: content parts of type {part['type']!r} are not supported")
+      for kind, part in [("input_image", {"type": "input_image", "image_url": "x"}),
+                         ("audio_url", {"type": "audio_url", "audio_url": {"url": "x"}}),
+                         ("input_audio", {"type": "input_audio", "input_audio": {}}),
+                         ("video_url", {"type": "video_url", "video_url": {"url": "x"}}),
+                         ("image_embeds", {"type": "image_embeds", "image_embeds": "x"}),
+                         ("tool_reference", {"type": "tool_reference", "name": "t"}),
+                         ("unknown", {"type": "foo", "text": "x"})]],
+    *[(f"chat({kind} part without its text)", lambda llm, part=part: llm.chat(
+        [{"role": "user", "content": [part]}], use_tqdm=False), TypeError,
+       f"messages[0]['content'][0]: a {part['type']!r} part holds its text as a string")
+      for kind, part in [("text", {"type": "text"}), ("input_text", {"type": "input_text"}),
+                         ("output_text", {"type": "output_text", "text": None}),
+                         ("refusal under 'text'", {"type": "refusal", "text": "x"}),
+                         ("thinking under 'text'", {"type": "thinking", "text": "x"}),
+                         ("text a number", {"type": "text", "text": 5})]],
+    *[(f"chat(part {part!r})", lambda llm, part=part: llm.chat(
+        [{"role": "user", "content": [part]}], use_tqdm=False), TypeError,
+       "messages[0]['content'][0] must be a string or a dict with a 'type'")
+      for part in [5, None, {"text": "x"}, {"type": None, "text": "x"}, ["x"]]],
     ("chat(both generation flags)", lambda llm: llm.chat(
         [{"role": "user", "content": "x"}], continue_final_message=True), ValueError,
      "add_generation_prompt=False"),
@@ -785,11 +810,41 @@ ENGINE_CASES = [
     ("add_requests(second params str)", add(("x", [1], None), ("y", [1], "greedy")), TypeError,
      "str"),
     ("add_requests(a pair)", add(("x", [1], None), ("y", [1])), TypeError, "('y', [1])"),
-    ("add_request(arrival nan)", lambda llm: llm.llm_engine.add_request("t", [1],
-                                                                         arrival_time=math.nan),
-     ValueError, "nan"),
-    ("add_request(dict as prompt)", lambda llm: llm.llm_engine.add_request("d", {1: 2, 3: 4}),
-     TypeError, "{1: 2, 3: 4}"),
+    ("add_request(arrival nan)", lambda llm: llm.llm_engine.add_request(
+        "t", [1], GREEDY, arrival_time=math.nan), ValueError, "nan"),
+    ("add_request(dict as prompt)", lambda llm: llm.llm_engine.add_request(
+        "d", {1: 2, 3: 4}, GREEDY), TypeError, "{1: 2, 3: 4}"),
+    # newcomer42 finding 4: what vLLM 0.32 refuses, refused (its behaviour: test_vllm_parity42)
+    *[(f"add_request(request_id {rid!r})", lambda llm, rid=rid: llm.llm_engine.add_request(
+        rid, [1], GREEDY), TypeError, f"request_id must be a string, got {rid!r}")
+      for rid in [5, np.int64(7), 5.0, None, True]],
+    ("add_request(params None)", lambda llm: llm.llm_engine.add_request("p", [1], None),
+     TypeError, "params must be a SamplingParams, got None (NoneType); vLLM 0.32 refuses it"),
+    ("add_request(params omitted)", lambda llm: llm.llm_engine.add_request("p", [1]),
+     TypeError, "missing 1 required positional argument: 'params'"),
+    ("add_request(BeamSearchParams)", lambda llm: llm.llm_engine.add_request(
+        "p", [1], BeamSearchParams(2, 3)), TypeError, "beam search over prompts is "
+                                                      "LLM.beam_search"),
+    ("beam_search([])", lambda llm: llm.beam_search([], BeamSearchParams(2, 3)), ValueError,
+     "beam_search() got no prompts (an empty list)"),
+    ("beam_search(())", lambda llm: llm.beam_search((), BeamSearchParams(2, 3)), ValueError,
+     "beam_search() got no prompts"),
+    ("beam_search('a string')", lambda llm: llm.beam_search("a string", BeamSearchParams(2, 3)),
+     TypeError, "beam_search() takes a list of prompts, got one prompt 'a string': give "
+                "[prompt]"),
+    ("beam_search({'prompt': ...})", lambda llm: llm.beam_search(
+        {"prompt": "a"}, BeamSearchParams(2, 3)), TypeError, "got one prompt {'prompt': 'a'}"),
+    ("beam_search(token ids)", lambda llm: llm.beam_search([1, 2], BeamSearchParams(2, 3)),
+     TypeError, "got token ids [1, 2]: give [{'prompt_token_ids': ids}]"),
+    # newcomer42 finding 6: generate's refusal of a BeamSearchParams points to beam_search
+    *[(f"generate({name})", generate(["a"], value), TypeError,
+       "for vLLM's beam search call llm.beam_search(prompts, params)")
+      for name, value in [("BeamSearchParams", BeamSearchParams(2, 3)),
+                          ("[BeamSearchParams]", [BeamSearchParams(2, 3)]),
+                          ("[ok, BeamSearchParams]", [GREEDY, BeamSearchParams(2, 3)])]],
+    # newcomer42 finding 5: a count of 1 is said in the singular
+    ("generate(2 params for 1 prompt)", generate(["a"], [GREEDY, GREEDY]), ValueError,
+     "got 2 sampling params for 1 prompt: give one for all"),
 ]
 
 

@@ -907,7 +907,8 @@ def test_demo_names_a_block_longer_than_any_sequence(capsys, block_size):
     err = capsys.readouterr().err
     assert (f"error: --block-size {block_size} is longer than any sequence: the longest "
             "sequence --model 'tiny' takes (its max_model_len) is 2048" in err)
-    assert "give --block-size 16 (vLLM's default) or another up to 2048" in err
+    assert ("give --block-size 16 (pagedkit's default; vLLM's CPU build picks 128) or another "
+            "up to 2048" in err)
     assert "num_blocks" not in err and "--model 'tiny':" not in err
 
 
@@ -956,7 +957,8 @@ def test_demo_says_the_engines_block_refusal_in_its_own_terms():
     text = demo._block_option(block_past_sequences(4096, 1024, "it does not fit"), args)
     assert text.startswith("--block-size 4096 is longer than any sequence: the longest "
                            "sequence --model 'some/folder' takes (its max_model_len) is 1024")
-    assert text.endswith("give --block-size 16 (vLLM's default) or another up to 1024")
+    assert text.endswith("give --block-size 16 (pagedkit's default; vLLM's CPU build picks 128) "
+                         "or another up to 1024")
 
 
 def test_demo_names_a_model_folder_without_a_tokenizer(capsys, tmp_path):

@@ -25,12 +25,13 @@ def _engine_cases(llm):
     vocab = engine.runner.vocab_size
     engine.add_request("taken", [1, 2], SamplingParams(max_tokens=1))
     return [
-        ("empty prompt", lambda: engine.add_request("x", []),
+        ("empty prompt", lambda: engine.add_request("x", [], SamplingParams()),
          "give at least one token"),
         ("stop token outside the vocabulary",
          lambda: engine.add_request("x", [1], SamplingParams(stop_token_ids=[vocab + 3])),
          f"give stop_token_ids below {vocab}"),
-        ("prompt token outside the vocabulary", lambda: engine.add_request("x", [1, vocab]),
+        ("prompt token outside the vocabulary",
+         lambda: engine.add_request("x", [1, vocab], SamplingParams()),
          f"give ids below {vocab}, from this model's tokenizer"),
         ("more samples than max_num_seqs",
          lambda: engine.add_request("x", [1], SamplingParams(n=6)),
@@ -39,13 +40,13 @@ def _engine_cases(llm):
          lambda: engine.add_request("x", [1], SamplingParams(use_beam_search=True, n=1,
                                                               beam_width=5, temperature=0)),
          "lower beam_width to 4 or less, or build the engine with max_num_seqs=5 or more"),
-        ("request id taken", lambda: engine.add_request("taken", [1]),
+        ("request id taken", lambda: engine.add_request("taken", [1], SamplingParams()),
          "give another id, or abort_request('taken') first"),
         ("ids repeat", lambda: engine.add_requests([("a", [1], None), ("a", [2], None)]),
          "give each request an id of its own"),
         ("chat content parts", lambda: llm.chat([{"role": "user", "content": [
             {"type": "image_url", "image_url": "x"}]}]),
-         "give the content as a string or as {'type': 'text', 'text': ...} parts"),
+         "give the content as a string or as text parts"),
     ]
 
 

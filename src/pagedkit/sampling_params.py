@@ -255,6 +255,12 @@ class SamplingParams:
             raise ValueError("stop strings, logprobs, penalties and min_p do not apply to "
                              "use_beam_search=True: use LLM.beam_search (docs/api.md)")
 
+    def __getattr__(self, name: str) -> object:
+        """Only for a name it has not: vLLM's say so (`VLLM_ONLY_ATTRIBUTES`)."""
+        from .engine.args import vllm_only_attribute
+
+        raise vllm_only_attribute("SamplingParams", self, name)
+
     @property
     def num_sequences(self) -> int:
         """How many sequences the request runs at once after its prompt."""
@@ -309,7 +315,8 @@ class BeamSearchParams:
 
     def __post_init__(self) -> None:
         check_int("beam_width", self.beam_width, minimum=1)
-        check_int("max_tokens", self.max_tokens, minimum=1)
+        # 0, as in vLLM 0.32: each prompt's one beam is the prompt itself
+        check_int("max_tokens", self.max_tokens, minimum=0)
         check_number("temperature", self.temperature, minimum=0)
         check_number("length_penalty", self.length_penalty)
         for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):

@@ -41,14 +41,14 @@ def snapshot(engine):
     (list(range(70)), None, ValueError, "70 tokens but max_num_batched_tokens is 64"),
     ([1, 2, 300], None, ValueError, r"token id 300 is outside the vocabulary \[0, 96\)"),
     ("hello", None, ValueError, "no tokenizer"),
-    ([1, 2], "greedy", TypeError, "params must be SamplingParams, got str"),
+    ([1, 2], "greedy", TypeError, r"params must be a SamplingParams, got 'greedy' \(str\)"),
     ([1, 2], SamplingParams(stop_token_ids=[500]), ValueError,
      r"stop token id 500 is outside the vocabulary \[0, 96\)"),
 ])
 def test_bad_requests_are_refused_and_change_nothing(engine, prompt, params, error, message):
     before = snapshot(engine)
     with pytest.raises(error, match=message):
-        engine.add_request("x", prompt, params)
+        engine.add_request("x", prompt, SamplingParams() if params is None else params)
     assert snapshot(engine) == before
 
 
@@ -355,14 +355,16 @@ def test_an_overlong_text_prompt_gets_pagedkits_error_alone():
 
 
 def test_no_prompts_give_no_outputs():
-    """vLLM's LLM.generate([]) and beam_search([]) return [] (they raised an internal
-    zip / range error: a newcomer's finding)."""
+    """vLLM's LLM.generate([]) returns [] (it raised an internal zip / range error: a
+    newcomer's finding). vLLM 0.32's beam_search([]) raises "You must pass at least one
+    prompt" (run, newcomer42): pagedkit refuses it too (tests/test_bad_input.py)."""
     from pagedkit import BeamSearchParams
 
     llm = LLM("tiny", num_blocks=16)
     assert llm.generate([], use_tqdm=False) == []
     assert llm.generate([], [], use_tqdm=False) == []
-    assert llm.beam_search([], BeamSearchParams(beam_width=2, max_tokens=2)) == []
+    with pytest.raises(ValueError, match="beam_search\\(\\) got no prompts"):
+        llm.beam_search([], BeamSearchParams(beam_width=2, max_tokens=2))
     assert not llm.llm_engine.has_unfinished_requests()
 
 

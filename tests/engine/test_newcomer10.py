@@ -211,7 +211,7 @@ def test_a_bad_dtype_is_refused_before_the_model_loads(dtype, monkeypatch):
         LLM("tiny", dtype=dtype, num_blocks=8)
 
 
-@pytest.mark.parametrize("request_id", ["r", "a b", 7])
+@pytest.mark.parametrize("request_id", ["r", "a b", "7"])  # an int id: refused (newcomer42)
 def test_add_request_returns_the_id_abort_request_takes(request_id):
     """Thirteenth newcomer: vLLM's add_request returns an id, pagedkit's
     returned None, so ``rid = add_request(...); abort_request(rid)`` aborted

@@ -170,12 +170,20 @@ def llm():
 CASES = [(kind, name) for kind, names in VLLM_ONLY_ATTRIBUTES.items() for name in names]
 
 
+def targets(llm):
+    """One object of each class `VLLM_ONLY_ATTRIBUTES` lists names of."""
+    [out] = llm.generate(["Once"], SamplingParams(max_tokens=2), use_tqdm=False)
+    return {"LLM": llm, "LLMEngine": llm.llm_engine, "RequestOutput": out,
+            "CompletionOutput": out.outputs[0], "SamplingParams": SamplingParams()}
+
+
 @pytest.mark.parametrize("kind, name", CASES, ids=[f"{k}.{n}" for k, n in CASES])
 def test_a_vllm_name_pagedkit_lacks_says_what_to_use(llm, kind, name):
-    target = llm if kind == "LLM" else llm.llm_engine
+    target = targets(llm)[kind]
     with pytest.raises(AttributeError) as info:
         getattr(target, name)
-    assert str(info.value).startswith(f"{kind} has no {name} (vLLM's); ")
+    assert str(info.value).startswith(f"pagedkit's {kind} has no {name} (vLLM 0.32's); ")
+    assert str(info.value).endswith("(docs/api.md, \"vLLM's names pagedkit lacks\")")
     instead = VLLM_ONLY_ATTRIBUTES[kind][name].split("{engine}")[0]
     assert instead in str(info.value) and "{engine}" not in str(info.value)
     assert info.value.name == name and info.value.obj is target
@@ -191,9 +199,11 @@ def test_the_newcomers_three_name_what_pagedkit_offers(llm, name):
     assert offered in str(info.value)
 
 
-@pytest.mark.parametrize("kind", ["LLM", "LLMEngine"])
+@pytest.mark.parametrize("kind", list(VLLM_ONLY_ATTRIBUTES))
 def test_any_other_missing_name_gets_pythons_message(llm, kind):
-    target = llm if kind == "LLM" else llm.llm_engine
+    target = targets(llm)[kind]
     with pytest.raises(AttributeError, match=f"^'{kind}' object has no attribute 'no_such'$"):
         target.no_such  # noqa: B018
-    assert target.get_tokenizer() is not None  # a name it has is found as ever
+    own = {"LLM": "get_tokenizer", "LLMEngine": "get_tokenizer", "RequestOutput": "outputs",
+           "CompletionOutput": "text", "SamplingParams": "max_tokens"}[kind]
+    assert getattr(target, own) is not None  # a name it has is found as ever

@@ -16,6 +16,7 @@ import inspect
 from typing import Any
 
 from .._validation import is_value
+from ..sampling_params import VLLM_ONLY_OPTIONS, shown
 
 _ONE_DEVICE = "pagedkit runs one model on one device"
 _NO_GRAPHS = "pagedkit always runs eagerly (it captures no CUDA graphs)"
@@ -96,12 +97,24 @@ _CONFIG = ("pagedkit keeps what it holds on the engine: {engine}max_model_len, d
            "device, model_name, tokenizer (get_tokenizer()), and the model's transformers "
            "config as {engine}runner.model.config")
 _LORA = "pagedkit serves no LoRA adapters"
+_INTERNALS = ("vLLM's own machinery; pagedkit's engine is {engine}scheduler, "
+              "{engine}kv (the KV cache manager) and {engine}runner (the model), in this "
+              "process")
+_TRANSFER = "pagedkit moves no KV cache between engines (no disaggregated prefill)"
+_OPTION_ONLY = ("pagedkit takes this option only at {default} (SamplingParams' vLLM options; "
+                "docs/api.md, 'Sampling options vLLM has and pagedkit does not'), so it "
+                "keeps no value of it")
+_STOP_IDS = ("the engine keeps the model's end-of-sequence ids ({engine}eos_token_ids); "
+             "params.stop_token_ids holds the request's own")
+_CHECKED = ("a SamplingParams is checked when built, and the engine applies the model's "
+            "generation config itself (LLM.get_default_sampling_params())")
 
-#: vLLM 0.32's public attributes of `LLM` and `LLMEngine` that pagedkit's have
-#: not: class -> name -> what pagedkit offers instead (``{engine}`` is how
-#: that class reaches the engine). Reading one raises an AttributeError
-#: that says so (`vllm_only_attribute`); tests/vllm checks the list against
-#: vLLM's classes.
+#: vLLM 0.32's public attributes of `LLM`, `LLMEngine`, `RequestOutput`,
+#: `CompletionOutput` and `SamplingParams` that pagedkit's have not: class ->
+#: name -> what pagedkit offers instead (``{engine}`` is how that class
+#: reaches the engine). Reading one raises an AttributeError that says so
+#: (`vllm_only_attribute`, each class's ``__getattr__``); any other missing
+#: name gets Python's own message. tests/vllm checks the lists against vLLM's.
 VLLM_ONLY_ATTRIBUTES: dict[str, dict[str, str]] = {
     "LLM": {
         "model_config": _CONFIG,
@@ -131,9 +144,57 @@ VLLM_ONLY_ATTRIBUTES: dict[str, dict[str, str]] = {
         "reset_mm_cache": _TEXT_ONLY, "reset_encoder_cache": _TEXT_ONLY,
         "get_weight_version": _WEIGHTS, "set_weight_version": _WEIGHTS,
         "add_lora": _LORA, "list_loras": _LORA, "pin_lora": _LORA, "remove_lora": _LORA,
+        # set on vLLM's engine objects, not its class (recorded from vLLM 0.32's dir())
+        "vllm_config": _CONFIG, "observability_config": _CONFIG, "log_stats": _METRICS,
+        "logger_manager": _METRICS,
+        **dict.fromkeys(("engine_core", "model_executor", "input_processor",
+                         "output_processor", "renderer", "dp_group", "external_launcher_dp",
+                         "should_execute_dummy_batch"), _INTERNALS),
+    },
+    "RequestOutput": {
+        "encoder_prompt": "pagedkit serves decoder-only models: a request has one prompt",
+        "encoder_prompt_token_ids": "pagedkit serves decoder-only models: a request has one "
+                                    "prompt",
+        "lora_request": _LORA,
+        "kv_transfer_params": _TRANSFER, "ec_transfer_params": _TRANSFER,
+        "num_cache_creation_tokens": "pagedkit counts the prompt tokens the prefix cache "
+                                     "served (num_cached_tokens), not those it wrote",
+        "prompt_token_id_logprobs": "prompt_logprobs reports each position's top tokens only",
+        "add": "vLLM merges a streamed (DELTA) output into another; pagedkit's outputs are "
+               "cumulative: each carries the whole completion so far",
+    },
+    "CompletionOutput": {
+        "lora_request": _LORA,
+        "routed_experts": "pagedkit serves no mixture-of-experts routing records",
+        "sampling_mask": "pagedkit records no sampling masks",
+        "spec_decode_metrics": "pagedkit has no speculative decoding",
+        "weight_versions": _WEIGHTS,
+    },
+    "SamplingParams": {
+        **{name: _OPTION_ONLY.format(default=shown(accepted[0]))
+           for name, (accepted, _why) in VLLM_ONLY_OPTIONS.items()},
+        "bad_words_token_ids": _OPTION_ONLY.format(default="[]"),
+        "all_stop_token_ids": _STOP_IDS, "eos_token_id": _STOP_IDS,
+        "num_logprobs": "read params.logprobs",
+        "sampling_type": "params.greedy says whether it is greedy (temperature=0)",
+        "from_optional": "build SamplingParams(...) with the options you set",
+        "for_sampler_warmup": "pagedkit has no sampler warm-up",
+        "update_from_generation_config": _CHECKED, "update_from_tokenizer": _CHECKED,
+        "verify": _CHECKED,
     },
 }
-_ENGINE = {"LLM": "llm.llm_engine.", "LLMEngine": "engine."}
+#: vLLM 0.32's LLM's attributes set on its objects, not its class (its dir(), recorded)
+VLLM_ONLY_ATTRIBUTES["LLM"].update({
+    "chat_template": "the chat template is the tokenizer's (get_tokenizer().chat_template), "
+                     "or the one given to chat(..., chat_template=...)",
+    "chat_template_config": "give chat(..., chat_template=..., chat_template_kwargs=...)",
+    "default_sampling_params": "call get_default_sampling_params()",
+    "request_counter": "pagedkit's LLM numbers its requests itself ('0', '1', ...)",
+    "supported_tasks": "pagedkit's one task is generation",
+    **dict.fromkeys(("engine_class", "input_processor", "renderer", "runner_type",
+                     "pooling_task", "pooling_io_processors"), _INTERNALS),
+})
+_ENGINE = {"LLM": "llm.llm_engine.", "LLMEngine": "engine.", "SamplingParams": "engine."}
 
 
 def vllm_only_attribute(kind: str, obj: object, name: str) -> AttributeError:
@@ -144,8 +205,9 @@ def vllm_only_attribute(kind: str, obj: object, name: str) -> AttributeError:
     if why is None:
         return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}",
                               name=name, obj=obj)
-    return AttributeError(f"{kind} has no {name} (vLLM's); "
-                          f"{why.format(engine=_ENGINE[kind])}", name=name, obj=obj)
+    return AttributeError(f"pagedkit's {kind} has no {name} (vLLM 0.32's); "
+                          f"{why.format(engine=_ENGINE.get(kind, ''))} (docs/api.md, "
+                          "\"vLLM's names pagedkit lacks\")", name=name, obj=obj)
 
 
 def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -> None:

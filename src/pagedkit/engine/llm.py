@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._validation import PromptInput, check_bool, check_int, check_prompt
+from .._validation import PromptInput, check_bool, check_int, check_prompt, plural
 from ..sampling_params import SamplingParams
 from .args import check_call_args, engine_args_kwargs, split_engine_args, vllm_only_attribute
 from .llm_engine import LLMEngine
@@ -127,7 +127,7 @@ class LLM:
         if concurrency_limit is not None:
             check_int("concurrency_limit", concurrency_limit, minimum=1)
         self._check_beam_width(params.beam_width)
-        prompts = _prompt_list(prompts)
+        prompts = _beam_prompts(prompts)
         # an error names a prompt as generate's do: its place in the list, if more than one
         names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
                  else ["beam_search()"] * len(prompts))
@@ -135,7 +135,7 @@ class LLM:
                    for p, who in zip(prompts, names, strict=True)]
         ids = [token_ids for _, token_ids, *_ in checked]
         salts = [salt for *_, salt in checked]  # each beam's requests carry its prompt's
-        limit = concurrency_limit or max(1, len(ids))  # no prompts: [] (vLLM's)
+        limit = concurrency_limit or len(ids)
         outputs = []
         with self.llm_engine.one_warning(names):  # the prompts cut short, said once
             for start in range(0, len(ids), limit):
@@ -287,10 +287,30 @@ def _prompt_list(prompts: Any) -> list[PromptInput]:
     return [check_prompt(prompts, "prompts")]
 
 
+def _beam_prompts(prompts: Any) -> list[PromptInput]:
+    """`beam_search`'s prompts: a non-empty list (or tuple) of prompts, as in
+    vLLM 0.32. vLLM reads one prompt not in a list item by item (a string's
+    characters as prompts of their own, a dict's keys), and refuses a list of
+    token ids and an empty list: pagedkit refuses them all, by name."""
+    if isinstance(prompts, (str, dict)):
+        raise TypeError(f"beam_search() takes a list of prompts, got one prompt {prompts!r}: "
+                        "give [prompt] (vLLM 0.32 would read a string's characters, or a "
+                        "dict's keys, as prompts of their own)")
+    if (isinstance(prompts, (list, tuple)) and prompts
+            and all(isinstance(p, numbers.Integral) for p in prompts)):
+        raise TypeError(f"beam_search() takes a list of prompts, got token ids {prompts!r}: "
+                        "give [{'prompt_token_ids': ids}] for one prompt of token ids (vLLM "
+                        "0.32 refuses a bare list of ids here too)")
+    if isinstance(prompts, (list, tuple)) and not prompts:
+        raise ValueError("beam_search() got no prompts (an empty list); give at least one, "
+                         "as vLLM 0.32 asks")
+    return _prompt_list(prompts)
+
+
 def _conversations(messages: Any) -> list[list[dict[str, Any]]]:
     """One conversation or a list of them, as a list; each message a dict
     with a role and its content as text (vLLM's "openai" form, a list of
-    ``{"type": "text", "text": ...}`` parts, is joined with newlines). An
+    text parts, is joined with newlines: `_parts_text`). An
     empty list is no conversations, as in vLLM (``chat([])`` returns
     ``[]``, as ``generate([])`` does); an empty conversation in a list is
     refused by the chat template, as in vLLM."""
@@ -306,24 +326,59 @@ def _conversations(messages: Any) -> list[list[dict[str, Any]]]:
              for j, m in enumerate(conversation)] for i, conversation in enumerate(messages)]
 
 
+#: vLLM 0.32's text content parts: type -> the key that holds the text
+#: (its MM_PARSER_MAP); a part that is a plain string is text too
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text",
+              "refusal": "refusal", "thinking": "thinking"}
+
+
 def _message(message: Any, name: str) -> dict[str, Any]:
     """A message as the chat template reads it. A content that is None or
     missing (an assistant turn that only called tools) is rendered as empty
-    text, as vLLM renders it."""
+    text, as vLLM renders it; a list of parts as their texts (`_parts_text`)."""
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise TypeError(f"{name} must be a dict with a 'role' and a 'content', got {message!r}")
     content = message.get("content")
     if content is None:
         content = ""
-    if isinstance(content, list):
-        if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-            raise ValueError(f"{name}: only text content parts are supported, got {content!r}; "
-                             "give the content as a string or as {'type': 'text', 'text': ...} "
-                             "parts (pagedkit's models read text only)")
-        content = "\n".join(p["text"] for p in content)
+    if isinstance(content, (list, tuple)):
+        content = _parts_text(content, f"{name}['content']")
     if not isinstance(content, str):
         raise TypeError(f"{name}['content'] must be text, got {content!r}")
     return {**message, "content": content}
+
+
+def _parts_text(parts: list | tuple, name: str) -> str:
+    """A message's content parts as one text, as vLLM 0.32 renders them for a
+    template that reads the content as a string: each part's text (a string
+    part, or a `TEXT_PARTS` dict: ``{"type": "refusal", "refusal": ...}``),
+    the empty ones dropped, joined by newlines. Refused by name: a part of
+    another type (an image, audio, a tool reference: pagedkit's models read
+    text, and it renders no tools), and a text part without its text as a
+    string (vLLM would skip it, or crash on a number)."""
+    texts = []
+    for i, part in enumerate(parts):
+        where = f"{name}[{i}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if isinstance(part, str):
+            text = part
+        elif kind in TEXT_PARTS:
+            text = part.get(TEXT_PARTS[kind])
+            if not isinstance(text, str):
+                raise TypeError(f"{where}: a {kind!r} part holds its text as a string under "
+                                f"{TEXT_PARTS[kind]!r}, got {part!r}; give "
+                                f"{{'type': {kind!r}, {TEXT_PARTS[kind]!r}: '...'}}")
+        elif isinstance(kind, str):
+            raise ValueError(f"{where}: content parts of type {kind!r} are not supported "
+                             f"(pagedkit's models read text only, and it renders no tools); "
+                             f"give the content as a string or as text parts (types "
+                             f"{', '.join(TEXT_PARTS)}, or plain strings), got {part!r}")
+        else:
+            raise TypeError(f"{where} must be a string or a dict with a 'type' (a text part: "
+                            f"{', '.join(TEXT_PARTS)}), got {part!r}")
+        if text:  # vLLM drops an empty part
+            texts.append(text)
+    return "\n".join(texts)
 
 
 def _developer_as_system(conversation: list[dict[str, Any]],
@@ -353,6 +408,13 @@ def _developer_as_system(conversation: list[dict[str, Any]],
 def _params_list(params: Any, n: int) -> list[SamplingParams]:
     if params is None or isinstance(params, SamplingParams):
         return [params or SamplingParams()] * n
+    beams = params if isinstance(params, (list, tuple)) else [params]
+    if any(isinstance(p, BeamSearchParams) for p in beams):
+        raise TypeError("generate() takes SamplingParams, got a BeamSearchParams: for vLLM's "
+                        "beam search call llm.beam_search(prompts, params) (vLLM 0.32's "
+                        "generate refuses it too); or generate with "
+                        "SamplingParams(use_beam_search=True, ...), pagedkit's beam search "
+                        "inside the engine (docs/api.md)")
     if not isinstance(params, (list, tuple)):
         raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got "
                         f"{params!r} ({type(params).__name__})")
@@ -361,6 +423,6 @@ def _params_list(params: Any, n: int) -> list[SamplingParams]:
             raise TypeError(f"sampling_params[{i}] must be a SamplingParams, got {p!r} "
                             f"({type(p).__name__})")
     if len(params) != n:
-        raise ValueError(f"got {len(params)} sampling params for {n} prompts: "
+        raise ValueError(f"got {len(params)} sampling params for {plural(n, 'prompt')}: "
                          "give one for all, or one per prompt")
     return list(params)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import numbers
 import os
 import re
 import time
@@ -42,6 +41,7 @@ from .._validation import (
     check_number,
     check_prompt,
     check_token_ids,
+    plural,
     warn_at_caller,
 )
 from ..memory import HASH_FUNCTIONS, KVCacheManager, blocks_to_serve
@@ -51,7 +51,7 @@ from ..model.kv_cache import KVCacheSpec
 from ..model.loader import check_dtype, load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
 from ..model.support import LONGROPE_LIMIT, check_supported, position_limit
-from ..sampling_params import MAX_SEED, SamplingParams
+from ..sampling_params import MAX_SEED, BeamSearchParams, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from ..sequence import FinishReason, RequestMetrics, Sequence, SequenceGroup
 from .args import check_call_args, check_engine_args, vllm_only_attribute
@@ -81,6 +81,8 @@ class KVCacheTooSmallWarning(UserWarning):
 
 #: token slots per KV block when none is given, or None (vLLM's default: docs/api.md)
 DEFAULT_BLOCK_SIZE = 16
+#: what a message says of the defaults: vLLM 0.32's CPU build, given no block_size, picks 128
+VLLM_BLOCK_SIZES = "pagedkit's default; vLLM's CPU build picks 128"
 
 
 def group_past_max_num_seqs(name: str, kind: str, seqs: int, max_num_seqs: int) -> str | None:
@@ -253,7 +255,7 @@ class LLMEngine:
                     block_size, max_model_len, f"one such block ({per_block} bytes) is more "
                                                f"than {budget}"))
             largest = memory // spec.bytes_per_block(1)
-            smaller = f"block_size={largest} or less (vLLM's default is 16), or " * (largest > 0)
+            smaller = f"block_size={largest} or less ({VLLM_BLOCK_SIZES}), or " * (largest > 0)
             raise ValueError(f"block_size={block_size} makes a KV block of {per_block} bytes, "
                              f"more than {budget}: the cache would hold no block; give "
                              f"{smaller}{memory_name}={per_block} or more (one block), or "
@@ -262,15 +264,23 @@ class LLMEngine:
 
     # ----------------------------------------------------------------- requests
     def add_request(self, request_id: str, prompt: str | SequenceLike[int],
-                    params: SamplingParams | None = None,
-                    arrival_time: float | None = None, **vllm_args: Any) -> str:
+                    params: SamplingParams, arrival_time: float | None = None,
+                    **vllm_args: Any) -> str:
         """Queue a request; every check happens before anything changes.
         Returns its id (as `abort_request` and the outputs name it; vLLM
         returns its own internal id, the given one with a suffix).
+        As in vLLM 0.32, `request_id` is a string and `params` a
+        `SamplingParams` (None is refused: give ``SamplingParams()``).
         vLLM's other arguments (``lora_request``, ``priority``, ...) are
         taken where they change nothing (`VLLM_CALL_ARGS`)."""
         check_call_args("LLMEngine.add_request()", vllm_args, (
             "lora_request", "priority", "tokenization_kwargs", "trace_headers"))
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"add_request(): params must be a SamplingParams, got {params!r} "
+                            f"({type(params).__name__}); vLLM 0.32 refuses it too. Give "
+                            "SamplingParams() for the defaults"
+                            + "; beam search over prompts is LLM.beam_search"
+                            * isinstance(params, BeamSearchParams))
         self.add_requests([(request_id, prompt, params)], arrival_time=arrival_time)
         return str(request_id)
 
@@ -323,12 +333,12 @@ class LLMEngine:
         text (if any), its token ids, the sampling params and its cache salt
         (None: none). `who` starts the error messages (by default
         ``request '<id>'``)."""
-        # vLLM's request_id is a str; an int is taken as its digits, but None (an unset
-        # variable) or '' would hide a bug in the caller's script as the id 'None' or ''
-        if isinstance(request_id, bool) or not isinstance(request_id, (str, numbers.Integral)):
+        # vLLM 0.32's request_id is a str, and it refuses any other type (an int too);
+        # '' would hide a bug in the caller's script
+        if not isinstance(request_id, str):
             raise TypeError(f"request_id must be a string, got {request_id!r} "
-                            f"({type(request_id).__name__})")
-        request_id = str(request_id)
+                            f"({type(request_id).__name__}); vLLM 0.32 refuses any other type "
+                            f"too: give a string, e.g. str({request_id!r})")
         if not request_id:
             raise ValueError("request_id must be a non-empty string, got ''")
         if request_id in self.scheduler.requests:
@@ -366,19 +376,19 @@ class LLMEngine:
                        else "use a model with a longer context")
             raise ValueError(f"{who}: the prompt has {n} tokens, so the request needs "
                              f"{n + 1} positions ({n} of the prompt + 1 generated), but "
-                             f"max_model_len is {limit}; shorten the prompt to {limit - 1} "
-                             f"tokens or fewer, or {instead}")
+                             f"max_model_len is {limit}; shorten the prompt to "
+                             f"{plural(limit - 1, 'token')} or fewer, or {instead}")
         block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
         capacity = num_blocks * block_size
         if n + 1 > capacity:
             lowered = (f"; max_model_len, left unset, was lowered from the model's {limit} to "
                        f"the {capacity} the cache holds" if self.max_model_len < limit else "")
-            raise ValueError(f"{who}: the prompt has {n} tokens, so the request needs "
+            raise ValueError(f"{who}: the prompt has {plural(n, 'token')}, so the request needs "
                              f"{n + 1} slots ({n} of the prompt + 1 generated), but the whole "
                              f"KV cache holds {capacity} (num_blocks={num_blocks} x block_size="
                              f"{block_size}){lowered}; give the engine num_blocks="
                              f"{n // block_size + 1} or more, or shorten the prompt to "
-                             f"{capacity - 1} tokens or fewer")
+                             f"{plural(capacity - 1, 'token')} or fewer")
         budget = self.scheduler_config.max_num_batched_tokens
         if n > budget and not self.scheduler_config.enable_chunked_prefill:
             raise ValueError(f"{who}: the prompt has {n} tokens but "
@@ -419,11 +429,13 @@ class LLMEngine:
                     if params.use_beam_search else
                     "vLLM runs each sample as a request of its own, a few at a time")
             cache = (f"; nor does the KV cache hold them: they need {full + seqs} blocks "
-                     f"({full} full ones of the prompt, shared, and one each), and it has "
+                     f"({full} full {'one' if full == 1 else 'ones'} of the prompt, shared, "
+                     f"and one each), and it has "
                      f"{have}" if seqs > in_cache else "")
             raise ValueError(f"{who}: {crowded} ({vllm}){cache}; {advice}")
         raise ValueError(
-            f"{who}: {name}={seqs} sequences share {full} full blocks of the prompt and each "
+            f"{who}: {name}={seqs} sequences share {plural(full, 'full block')} of the prompt "
+            f"and each "
             f"needs a block of its own for its next token: {full + seqs} blocks, but the "
             f"whole KV cache has {have}; {advice}")
 
@@ -446,7 +458,7 @@ class LLMEngine:
                                  f"vocabulary has tokens ({vocab}); {advice}")
             if asked is not None and self.max_logprobs != -1 and asked > self.max_logprobs:
                 raise ValueError(f"{who}: {name}={getattr(params, name)} asks "
-                                 f"for {asked} logprobs, more than max_logprobs="
+                                 f"for {plural(asked, 'logprob')}, more than max_logprobs="
                                  f"{self.max_logprobs} (an engine argument, vLLM's default 20): "
                                  f"build the engine with LLM(..., max_logprobs={asked}), or ask "
                                  "for fewer")
@@ -651,11 +663,12 @@ class LLMEngine:
             lowered = (f"; max_model_len, left unset, was lowered from the model's "
                        f"{self._context_len} to it"
                        if self.max_model_len < self._context_len else "")
-            limit = (f"the whole KV cache holds {capacity} tokens (num_blocks={num_blocks} x "
+            limit = (f"the whole KV cache holds {plural(capacity, 'token')} "
+                     f"(num_blocks={num_blocks} x "
                      f"block_size={block_size}){lowered}")
         else:
             limit = (f"max_num_batched_tokens={budget} without chunked prefill takes prompts "
-                     f"of {budget} tokens at most")
+                     f"of {plural(budget, 'token')} at most")
         # served whole, the last beam prompt has end - 1 tokens: every limit in its way
         end = min(prompt_len + params.max_tokens, self._context_len)
         category = KVCacheTooSmallWarning if capacity < end else UserWarning
@@ -729,6 +742,7 @@ class LLMEngine:
         name, kind = ("beam_width", "beams") if params.use_beam_search else ("n", "samples")
         count = params.num_sequences
         reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
+        tokens = "token" if reached == "1" else "tokens"
         have, block_size = self.kv.allocator.num_blocks, self.kv.block_size
         need = self.blocks_to_serve(prompt_len, params)
         full = prompt_len // block_size
@@ -750,10 +764,10 @@ class LLMEngine:
             lower["max_tokens"] = longest
         return self._cut_short(
             f"the {name}={count} {kind} outgrew the whole KV cache and ended early with "
-            f"finish_reason='length' after {reached} generated tokens ({asked}). They "
+            f"finish_reason='length' after {reached} generated {tokens} ({asked}). They "
             f"run as one group sharing the prompt's {full} full block{'s' * (full != 1)}, "
-            f"each with blocks of its own: serving them all needs {need} blocks of "
-            f"{block_size} tokens ({full} + {count} x {own}), and the cache has "
+            f"each with blocks of its own: serving them all needs {plural(need, 'block')} of "
+            f"{plural(block_size, 'token')} ({full} + {count} x {own}), and the cache has "
             f"num_blocks={have}. {vllm}", num_blocks=need, lower=lower)
 
     def _ended_by_lowered_len(self, group: SequenceGroup) -> bool:
@@ -773,12 +787,14 @@ class LLMEngine:
         need = blocks_to_serve(prompt_len, end, params.num_sequences, block_size,
                                cache_sets_max_model_len=True)
         reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
+        tokens = "token" if reached == "1" else "tokens"
         asked = ("max_tokens=None" if params.max_tokens is None
                  else f"max_tokens={params.max_tokens}")
         return self._cut_short(
-            f"ended with finish_reason='length' after {reached} generated tokens "
+            f"ended with finish_reason='length' after {reached} generated {tokens} "
             f"({asked}) at max_model_len={self.max_model_len}, which the KV cache set: "
-            f"max_model_len was left unset, and the cache holds {have * block_size} tokens "
+            f"max_model_len was left unset, and the cache holds "
+            f"{plural(have * block_size, 'token')} "
             f"(num_blocks={have} x block_size={block_size}), fewer than the model's "
             f"{self._context_len}", num_blocks=need,
             lower={"max_tokens": self.max_model_len - prompt_len})
@@ -877,10 +893,11 @@ class LLMEngine:
         s = self.kv.stats()
         lowered = (f" (lowered from the model's {self._context_len} to what the cache holds)"
                    if self.max_model_len < self._context_len else "")
-        return (f"LLMEngine(model={self.model_name!r}, {s.total_blocks} blocks x {s.block_size} "
-                f"tokens, max_model_len={self.max_model_len}{lowered}, device="
+        return (f"LLMEngine(model={self.model_name!r}, {plural(s.total_blocks, 'block')} x "
+                f"{plural(s.block_size, 'token')}, max_model_len={self.max_model_len}{lowered}, "
+                f"device="
                 f"{self.device.type}, dtype={str(self.dtype).removeprefix('torch.')}"
-                f", {len(self.groups)} requests in flight)")
+                f", {plural(len(self.groups), 'request')} in flight)")
 
 
 def _sampling_rows(plan: SchedulerOutput) -> list[tuple[SequenceGroup, list[tuple[Sequence, int]]]]:
@@ -965,7 +982,8 @@ def _fit_to_cache(max_model_len: int, requested: int | None, num_blocks: int,
         return capacity
     raise ValueError(
         f"max_model_len={requested} needs {-(-requested // block_size)} KV blocks of "
-        f"{block_size} tokens for one sequence, but the cache has {num_blocks}: the largest "
+        f"{plural(block_size, 'token')} for one sequence, but the cache has {num_blocks}: "
+        f"the largest "
         f"max_model_len that fits is {capacity}. Give a smaller max_model_len (or leave it "
         "unset: the longest that fits), or more num_blocks / kv_cache_memory")
 
@@ -1051,8 +1069,9 @@ def block_past_sequences(block_size: int, max_model_len: int, cost: str) -> str:
     (`cost`): no sequence fills more than max_model_len of its slots, so the
     memory it asks for is mostly slots no token can reach; fewer blocks (the
     memory errors' usual advice) would not help."""
-    usual = (f"block_size=16 (vLLM's default) or another up to {max_model_len}"
-             if max_model_len >= 16 else f"block_size={max_model_len} or less")
+    usual = (f"block_size={DEFAULT_BLOCK_SIZE} ({VLLM_BLOCK_SIZES}) or another up to "
+             f"{max_model_len}" if max_model_len >= DEFAULT_BLOCK_SIZE
+             else f"block_size={max_model_len} or less")
     return (f"block_size={block_size} is longer than any sequence: max_model_len is "
             f"{max_model_len}, so no sequence fills more than {max_model_len} of a block's "
             f"{block_size} slots, and {cost}; give {usual}")
@@ -1083,11 +1102,12 @@ def check_cache_memory(bytes_per_block: int, block_size: int, num_blocks: int,
         room = max(0, have - before) // bytes_per_block  # blocks that fit
         if part == "cache" and max_model_len is not None and block_size > max_model_len:
             raise ValueError(block_past_sequences(
-                block_size, max_model_len, f"{num_blocks} such blocks need {cache} bytes "
+                block_size, max_model_len, f"{plural(num_blocks, 'such block')} "
+                                           f"need{'s' * (num_blocks == 1)} {cache} bytes "
                                            f"({cache / gib:.2f} GiB), but {have} bytes "
                                            f"({have / gib:.2f} GiB) are {what}"))
         if part == "cache":
-            wants = (f"a KV cache of {num_blocks} blocks x {block_size} tokens "
+            wants = (f"a KV cache of {plural(num_blocks, 'block')} x {plural(block_size, 'token')} "
                      f"({bytes_per_block} bytes a block) needs {cache} bytes "
                      f"({cache / gib:.2f} GiB)")
             todo = (f"give num_blocks={room} or fewer (or {memory_name}="
@@ -1098,14 +1118,15 @@ def check_cache_memory(bytes_per_block: int, block_size: int, num_blocks: int,
             given = (f"swap_space={swap_space} (GiB)" if swap_space is not None
                      else "swap_space unset (as many blocks as the cache)")
             wants = (f"{asked + ': ' if asked else ''}preemption_mode='swap' with {given} "
-                     f"needs {num_swap_blocks} CPU blocks of {bytes_per_block} bytes, {swap} "
+                     f"needs {plural(num_swap_blocks, 'CPU block')} of {bytes_per_block} "
+                     f"bytes, {swap} "
                      f"bytes ({swap / gib:.2f} GiB)"
                      + (f", besides the KV cache's {cache} bytes in the same memory" * in_ram))
             smaller = "a smaller KV cache (num_blocks / kv_cache_memory)"
             if room:
                 advice = _gib_advice(room * bytes_per_block, bytes_per_block)
                 todo = (f"give swap_space={advice} or less "
-                        f"({int(advice * gib) // bytes_per_block} blocks)")
+                        f"({plural(int(advice * gib) // bytes_per_block, 'block')})")
                 todo += f", or {smaller}" if in_ram else ""
             else:
                 todo = f"give {smaller}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,10 +44,18 @@ class CompletionOutput:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    def __getattr__(self, name: str) -> Any:
+        """Only for a name it has not: vLLM's say so (`VLLM_ONLY_ATTRIBUTES`)."""
+        from .args import vllm_only_attribute
+
+        raise vllm_only_attribute("CompletionOutput", self, name)
+
     def __repr__(self) -> str:
-        shown = self.text if self.text else self.token_ids
-        return (f"CompletionOutput(index={self.index}, {shown!r}, "
-                f"finish_reason={self.finish_reason!r})")
+        """vLLM 0.32's repr: its fields in its order, those pagedkit has."""
+        return (f"CompletionOutput(index={self.index}, text={self.text!r}, "
+                f"token_ids={self.token_ids}, cumulative_logprob={self.cumulative_logprob}, "
+                f"logprobs={self.logprobs}, finish_reason={self.finish_reason}, "
+                f"stop_reason={self.stop_reason})")
 
 
 @dataclass
@@ -63,6 +70,22 @@ class RequestOutput:
     num_preemptions: int = 0
     prompt_logprobs: list[PositionLogprobs | None] | None = None
 
+    def __repr__(self) -> str:
+        """vLLM 0.32's repr: its fields in its order, those pagedkit has; then
+        pagedkit's own num_preemptions."""
+        return (f"RequestOutput(request_id={self.request_id}, prompt={self.prompt!r}, "
+                f"prompt_token_ids={self.prompt_token_ids}, "
+                f"prompt_logprobs={self.prompt_logprobs}, outputs={self.outputs}, "
+                f"finished={self.finished}, metrics={self.metrics}, "
+                f"num_cached_tokens={self.num_cached_tokens}, "
+                f"num_preemptions={self.num_preemptions})")
+
+    def __getattr__(self, name: str) -> Any:
+        """Only for a name it has not: vLLM's say so (`VLLM_ONLY_ATTRIBUTES`)."""
+        from .args import vllm_only_attribute
+
+        raise vllm_only_attribute("RequestOutput", self, name)
+
 
 @dataclass(slots=True)
 class ScheduledInfo:
@@ -74,16 +97,18 @@ class ScheduledInfo:
     is_prefill: bool
 
 
-@dataclass(eq=False)
-class StepOutput(SequenceABC):
+@dataclass(eq=False, repr=False)
+class StepOutput(list):
     """What one `LLMEngine.step()` did.
 
-    As a sequence it is vLLM's ``step()`` result: a `RequestOutput` for every
+    It is a list, as vLLM's ``step()`` result is: a `RequestOutput` for every
     request that got tokens this step (partial ones for unfinished requests,
     so ``for out in engine.step()`` streams) and for every request that
-    ended. Those outputs are built when first read, so a caller who only
-    wants `finished` (as `LLM.generate`) pays nothing for them. The fields
-    are pagedkit's own view of the step (the widgets and labs read them)."""
+    ended; ``engine.step() + engine.step()``, ``== []`` and
+    ``isinstance(..., list)`` work as with vLLM. Those outputs are built
+    the first time the list is read (`fill`), so a caller who only wants
+    `finished` (as `LLM.generate`) pays nothing for them. The fields are
+    pagedkit's own view of the step (the widgets and labs read them)."""
 
     step: int
     scheduled: list[ScheduledInfo] = field(default_factory=list)
@@ -94,21 +119,26 @@ class StepOutput(SequenceABC):
     duration_s: float = 0.0
     #: builds the step's RequestOutputs on first read (set by the engine)
     build_outputs: Callable[[], list[RequestOutput]] | None = field(default=None, repr=False)
-    _outputs: list[RequestOutput] | None = field(default=None, repr=False)
+    _filled: bool = field(default=False, repr=False)
+
+    def fill(self) -> None:
+        """Put the step's RequestOutputs in the list, once: those
+        `build_outputs` makes, or without it the finished ones."""
+        if not self._filled:
+            self._filled = True
+            list.extend(self, self.build_outputs() if self.build_outputs else self.finished)
+            self.build_outputs = None  # drop what the builder holds on to
 
     @property
     def outputs(self) -> list[RequestOutput]:
-        """The step's RequestOutputs, as a list (what vLLM's ``step()`` returns)."""
-        if self._outputs is None:
-            self._outputs = self.build_outputs() if self.build_outputs else list(self.finished)
-            self.build_outputs = None  # drop what the builder holds on to
-        return self._outputs
+        """The step's RequestOutputs, as a plain list (what vLLM's ``step()`` returns)."""
+        return list(self)
 
-    def __getitem__(self, index: Any) -> Any:
-        return self.outputs[index]
-
-    def __len__(self) -> int:
-        return len(self.outputs)
+    def __radd__(self, other: Any) -> Any:  # [] + step: list has no __radd__ of its own
+        if not isinstance(other, list):
+            return NotImplemented
+        self.fill()
+        return list.__add__(other, self)
 
     @property
     def num_batched_tokens(self) -> int:
@@ -120,3 +150,26 @@ class StepOutput(SequenceABC):
                 f"({prefill} prefill), tokens={self.num_batched_tokens}, "
                 f"new_tokens={len(self.new_tokens)}, preempted={len(self.preempted)}, "
                 f"finished={len(self.finished)})")
+
+
+def _filled_first(name: str) -> Callable[..., Any]:
+    """`list`'s method `name`, reading the StepOutputs among its arguments
+    filled first (a list method reads a list's items directly)."""
+    method = getattr(list, name)
+
+    def filled_first(self, *args: Any, **kwargs: Any) -> Any:
+        for value in (self, *args):
+            if isinstance(value, StepOutput):
+                value.fill()
+        return method(self, *args, **kwargs)
+
+    filled_first.__name__ = name
+    return filled_first
+
+
+for _name in ("__iter__", "__len__", "__getitem__", "__contains__", "__reversed__",
+              "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
+              "__mul__", "__rmul__", "__iadd__", "__imul__", "__setitem__", "__delitem__",
+              "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+              "copy", "count", "index"):
+    setattr(StepOutput, _name, _filled_first(_name))
