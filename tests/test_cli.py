@@ -926,8 +926,9 @@ def test_demo_refuses_a_cache_larger_than_memory_in_num_blocks_terms(capsys, arg
     err = capsys.readouterr().err.split(" error: ", 1)[1]  # the message, not the usage
     num_blocks = argv[1]
     block_size = argv[argv.index("--block-size") + 1] if "--block-size" in argv else "16"
+    tokens = "token" if block_size == "1" else "tokens"  # a count of 1 in the singular
     assert err.startswith(f"--num-blocks {num_blocks} is too large: a KV cache of {num_blocks} "
-                          f"blocks x {block_size} tokens (")
+                          f"blocks x {block_size} {tokens} (")
     per_block, have = (int(x) for x in re.search(r"\((\d+) bytes a block\).*, but (\d+) bytes",
                                                  err).groups())
     assert f"; give --num-blocks {have // per_block} or fewer. Nothing was allocated." in err
