@@ -137,11 +137,17 @@ def lab_title(path: Path) -> str:
     return (title if dash else before.lstrip("#")).strip()
 
 
+#: a Chinese character (CJK ideographs): Chinese writes no spaces between words, so each
+#: one starts a word for the lab names (``显存耗尽时`` names lab 06, whose title is
+#: ``当显存耗尽时``), as each English word's start does
+CJK = re.compile(r"([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff])")
+
+
 def _words(text: str) -> str:
-    """`text` as the lab names read it: its words, lower case, joined by ``_``; a
-    remark in brackets left out (``Split-KV and paged prefill (optional)`` is
-    ``split_kv_and_paged_prefill``)."""
-    text = re.sub(r"[(（][^)）]*[)）]", " ", text)
+    """`text` as the lab names read it: its words, lower case, joined by ``_``, each
+    Chinese character a word of its own (`CJK`); a remark in brackets left out
+    (``Split-KV and paged prefill (optional)`` is ``split_kv_and_paged_prefill``)."""
+    text = CJK.sub(r" \1 ", re.sub(r"[(（][^)）]*[)）]", " ", text))
     return "_".join(re.findall(r"[^\W_]+", text.lower()))
 
 
@@ -153,9 +159,11 @@ def find_lab(labs: Path, name: str) -> tuple[str | None, list[str]]:
     (``labs/03_paging.ipynb``), the start of a word of its name (``paging``,
     ``puzz``, ``kv cache``; not ``zz`` from the middle of ``puzzles``), its title
     as the tables give it (`lab_title`: ``"When memory runs out"``) or the start
-    of a word of it (``when``, ``memory``), in either edition's language (`_titles`:
-    ``"当显存耗尽时"`` names lab 06 too, in labs/ as in labs/zh-CN/; a title of the
-    edition asked for before its twin's); case, spaces and dashes aside. The
+    of a word of it (``when``, ``memory``; in Chinese, each character starts a word:
+    ``显存耗尽时``), alone or after the lab's number (``06 When memory runs out``), in
+    either edition's language (`_titles`: ``"当显存耗尽时"`` names lab 06 too, in labs/ as
+    in labs/zh-CN/; a title of the edition asked for before its twin's); case, spaces and
+    dashes aside. The
     closest kind of match wins (``04`` is ``04_paged_attention``, not 04b or 04c;
     ``page`` starts a word of its name, ``paged``, where 03's is ``paging``). The one
     rule for lab names on every command line (``lab``, ``bench labs``, ``bench study``);
@@ -184,19 +192,26 @@ def _matches(paths: list[Path], word: str):
     titles = {p.stem: _titles(p) for p in paths}  # each lab's own first, then its twins'
     for match in (lambda title: title == words, lambda title: title.startswith(words),
                   lambda title: f"_{words}" in f"_{title}"):
-        yield [s for s in stems if match(titles[s][0])]
-        yield [s for s in stems if any(match(title) for title in titles[s][1:])]
+        yield [s for s in stems if any(match(title) for title in titles[s][0])]
+        yield [s for s in stems if any(match(title) for forms in titles[s][1:]
+                                       for title in forms)]
 
 
-def _titles(path: Path) -> list[str]:
-    """The titles of the lab `path` as its names read them (`_words`): its own first, then
-    its twin's in each other edition of the labs that has it (labs/06_preemption.ipynb and
+def _titles(path: Path) -> list[list[str]]:
+    """The titles of the lab `path` as its names read them (`_words`): each full and short
+    (up to its colon, as the tables print it: ``PagedAttention``, whose Chinese edition's
+    ``PagedAttention 之外`` starts alike), alone and after the lab's number (README.md's
+    ``06 When memory runs out``): its own first, then its
+    twin's in each other edition of the labs that has it (labs/06_preemption.ipynb and
     labs/zh-CN/06_preemption.ipynb are one lab), so a lab's English title and its
     Chinese one name it in both editions."""
     folder = path.parent
     labs = folder.parent if folder.name in EDITIONS.values() else folder  # labs/ itself
     twins = dict.fromkeys([path, *(labs / sub / path.name for sub in EDITIONS.values())])
-    return [_words(lab_title(twin)) for twin in twins if twin.is_file()]
+    number = path.stem.split("_", 1)[0]
+    titles = [lab_title(twin) for twin in twins if twin.is_file()]
+    return [[_words(form) for title in [full, re.split("[:：]", full)[0]]  # short: as tables
+             for form in (title, f"{number} {title}")] for full in titles]
 
 
 def unnamed_lab(labs: Path, name: str, could_be: list[str]) -> str:
