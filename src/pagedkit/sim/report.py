@@ -20,7 +20,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..i18n import N_, _
+from ..i18n import N_, _, join_names
 from . import paper as ref
 from .experiments import (
     SHARING_RATE,
@@ -432,7 +432,7 @@ def format_table(report: Report, markdown: bool = False) -> str:
                    "({per_second:,}/s) for Fig. 2 and 13; wall time per experiment: ")
                  .format(scale=report.scale, iterations=speed["iterations"],
                          seconds=speed["seconds"], per_second=speed["iterations_per_second"])
-                 + ", ".join(f"{k} {v} s" for k, v in report.seconds.items()))
+                 + join_names(f"{k} {v} s" for k, v in report.seconds.items()))
     return "\n".join(lines)
 
 
