@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import numbers
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from itertools import islice
@@ -196,19 +197,53 @@ def raised(name: str, fn: Callable, call: str, err: Exception,
     return CheckResult(name, False, message + hint_text(known))
 
 
+#: How many Python bytecodes `_runs_on_any` lets the learner's function run, over all the
+#: cases it tries for a hint: some 0.3 s of tracing, and a thousand times the most any
+#: solution of labs 00-09 runs on one case (lab 09's best_num_drafts, about 2,800:
+#: tests/labs/test_hung_answers.py measures it). A count, not a clock, so a busy machine
+#: never trips it; where it does trip, the check says the error without a case's hint.
+PROBE_BYTECODES = 3_000_000
+
+
+class _ProbeSpent(BaseException):
+    """`PROBE_BYTECODES` ran out (a BaseException: the learner's ``except Exception``
+    does not catch it)."""
+
+
 def _runs_on_any(fn: Callable, cases: Iterable[Case]) -> bool:
     """Whether `fn` returns without raising on any of `cases` (each called on
-    `fresh` arguments, an iterator it returns read as `call_learner` reads it)."""
-    for case in cases:
-        args, kwargs = fresh((case.args, case.kwargs))
-        try:
-            result = fn(*args, **kwargs)
-            if isinstance(result, Iterator) and case.expected is not EXPECTED_LATER:
-                _read_iterator("", "", result, case.expected, repr)
-        except Exception:  # NotImplementedError too: it did not run there
-            continue
-        return True
-    return False
+    `fresh` arguments, an iterator it returns read as `call_learner` reads it),
+    within `PROBE_BYTECODES` in all: an answer that raised on one case and loops
+    forever on the others (``while True: pass``) is stopped there, not waited for,
+    and counts as running on none of them."""
+    left = [PROBE_BYTECODES]
+
+    def count(frame, event, _arg):
+        if event == "call":
+            frame.f_trace_lines, frame.f_trace_opcodes = False, True
+        elif event == "opcode":
+            left[0] -= 1
+            if left[0] < 0:
+                raise _ProbeSpent
+        return count
+
+    previous = sys.gettrace()
+    sys.settrace(count)
+    try:
+        for case in cases:
+            args, kwargs = fresh((case.args, case.kwargs))
+            try:
+                result = fn(*args, **kwargs)
+                if isinstance(result, Iterator) and case.expected is not EXPECTED_LATER:
+                    _read_iterator("", "", result, case.expected, repr)
+            except Exception:  # NotImplementedError too: it did not run there
+                continue
+            return True
+        return False
+    except _ProbeSpent:
+        return False
+    finally:
+        sys.settrace(previous)
 
 
 def function_name(fn: Callable, name: str) -> str:
