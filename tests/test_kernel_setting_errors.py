@@ -112,3 +112,32 @@ def test_the_triton_modules_import_error_names_the_batched_default(monkeypatch):
         "the pagedkit.kernels Triton modules need Triton, which installs on Linux only; "
         "pagedkit.ops runs its torch paths without it (by default the batched one, "
         "pagedkit.kernels.batched; the per-sequence reference is pagedkit.kernels.reference)")
+
+
+@pytest.mark.parametrize("error", [RuntimeError("the setting's own words"),
+                                   ValueError("the setting's own words")],
+                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("where", ["demo", "LLM"])
+def test_the_demo_and_the_engine_check_the_setting_in_one_place(monkeypatch, capsys, where,
+                                                                error):
+    """The demo asked `ops.backend` itself, beside the engine's own check in
+    `check_supported`: two places to keep alike. Both run `support.check_kernel_setting`
+    now; the demo before it loads the model (the LLM is never built), in one line."""
+    import pagedkit
+    from pagedkit import demo
+    from pagedkit.model import support
+
+    def refuse(device):
+        raise error
+
+    monkeypatch.setattr(support, "check_kernel_setting", refuse)
+    if where == "LLM":
+        with pytest.raises(type(error)) as raised:
+            pagedkit.LLM("tiny")
+        assert raised.value is error
+        return
+    monkeypatch.setattr(pagedkit, "LLM", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit) as raised:
+        demo.main(["--no-progress", "--max-tokens", "2"])
+    assert raised.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"python -m pagedkit demo: {error}"

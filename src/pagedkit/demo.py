@@ -142,12 +142,13 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
         tokenizer = load_tiny_tokenizer()
         _check_blocks(parser, args, tokenizer, _position_limit(AutoConfig.from_pretrained(
             TINY_DIR, local_files_only=True)))
-    from . import LLM, ops
+    from . import LLM
+    from .model import support
     from .model.loader import INSTEAD, NO_TOKENIZER_INSTEAD, resolve_device
 
-    try:  # the kernel setting (PAGEDKIT_KERNELS) is the environment's, not --model's
-        ops.backend(resolve_device("auto"))
-    except (RuntimeError, ValueError) as e:
+    try:  # the engine's check of PAGEDKIT_KERNELS, before the model loads: not --model's
+        support.check_kernel_setting(resolve_device("auto"))
+    except support.KERNEL_SETTING_ERRORS as e:
         parser.exit(2, f"{PROG} demo: {e}\n")
     try:
         llm = LLM(args.model, tokenizer, block_size=args.block_size, num_blocks=args.num_blocks,

@@ -181,6 +181,20 @@ def _unset(value: Any) -> bool:
         or (isinstance(value, (str, list, tuple, dict)) and not value)
 
 
+#: the errors `check_kernel_setting` raises: ValueError for a PAGEDKIT_KERNELS that names
+#: no backend, RuntimeError for a forced Triton that cannot run on the device
+KERNEL_SETTING_ERRORS = (RuntimeError, ValueError)
+
+
+def check_kernel_setting(device: torch.device | str) -> None:
+    """Raise the kernel setting's own error (`KERNEL_SETTING_ERRORS`: one line, naming the
+    setting and what to do) where it cannot run on `device`: a bad PAGEDKIT_KERNELS, or
+    Triton forced (by it or `ops.set_backend`) where it cannot run. The one check of the
+    setting: `check_supported` runs it first (so the engine raises it, not a refusal of
+    the model), and ``python -m pagedkit demo`` before it loads a model."""
+    ops.backend(device)
+
+
 def check_supported(model: torch.nn.Module, *, block_size: int, max_model_len: int,
                     spec: KVCacheSpec | None = None) -> list[int | None]:
     """Raise `NotImplementedError` unless `model` is served exactly (see the module
@@ -192,9 +206,7 @@ def check_supported(model: torch.nn.Module, *, block_size: int, max_model_len: i
     the window may be given back."""
     check_config(model)
     param = next(model.parameters())
-    # the kernel setting first: a bad PAGEDKIT_KERNELS or a forced Triton that cannot run
-    # here raises its own error (the user's setting to fix), not a refusal of the model
-    ops.backend(param.device)
+    check_kernel_setting(param.device)  # first: the user's setting to fix, not the model
     spec = spec or KVCacheSpec.from_config(model.config, param.dtype)
     register()
     previous = getattr(model.config, "_attn_implementation", None)
