@@ -10,6 +10,7 @@ marks, the unsolved release zero, and a plausible wrong answer loses exactly
 its exercise's point."""
 
 import ast
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -19,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -89,45 +89,77 @@ def test_the_instructor_version_holds_solutions_that_pass_their_checks(path):
     assert all(not c.get("outputs") for c in source["cells"] if c["cell_type"] == "code")
 
 
+def _not_written(*args, **kwargs):
+    raise NotImplementedError
+
+
+def _passing(name):
+    """A stand-in check that passes whatever it is given (a student's cheat)."""
+    return lambda fn: CheckResult(name, True, "all 13 cases pass")
+
+
+def _cheats(module, name):
+    """What newcomer 21 did, and its like, in an answer cell: rebind the lab's
+    check, or the helpers of pagedkit.exercises it calls (each to one that
+    always passes), in the notebook's process."""
+    lab = importlib.import_module(f"pagedkit.exercises.{module}")
+    package = importlib.import_module("pagedkit.exercises")
+    helpers = [(owner, attribute, lambda *a, **k: CheckResult(name, True, "all cases pass"))
+               for owner in (lab, package) for attribute in package.__all__
+               if inspect.isfunction(getattr(owner, attribute, None))]
+    return {"rebound check": [(lab, f"check_{name}", _passing(name))],
+            "rebound helpers": helpers}
+
+
 @pytest.mark.parametrize("path", LABS, ids=lambda p: p.stem)
-def test_a_graded_check_cell_fails_with_the_checks_own_verdict(path):
+def test_a_graded_check_cell_fails_with_the_checks_own_verdict(path, monkeypatch):
     """Newcomer 8's finding 5a: under autograde a failing check cell said only
     "the lab's check did not pass". Every check cell of the instructor's
-    version, run with a check that fails, now raises an AssertionError whose
-    message is the check's verdict (call, expectation, hint); with one that
-    passes it runs through and its last line gives the verdict, the ✅ line
-    the lab shows. (A stand-in check, so that every cell is run, the Triton
-    ones too; the round trip below runs the real checks under nbgrader.)"""
+    version, run on an unwritten answer, raises an AssertionError whose
+    message is the check's verdict; its last line displays the verdict.
+
+    Newcomer 21's finding 1: an answer cell that rebinds ``labNN.check_name``
+    (or a helper of pagedkit.exercises) to one that always passes got the point. The hidden test
+    now loads the check from the package's files: with every such cheat in
+    place each check cell still fails with the real verdict. (Failed before:
+    every check cell of every lab passed under the rebound check.)"""
     source = ng.source_notebook(path)
     for _solution, check, module, name in ng.exercises(source):
         code = ng.text(source["cells"][check])
-        *body, last = ast.parse(code).body
+        *_body, last = ast.parse(code).body
         assert ast.unparse(last).startswith("display("), \
             f"{name}: the cell does not display the verdict"
         argument = re.search(rf"check_{name}\((\w+)\)", code).group(1)
-        for passed in (False, True):
-            verdict = CheckResult(name, passed, f"{name}(3, 4) returned 1, expected 2.  "
-                                                "Hint: the tail block is partly full")
-            calls = []
-
-            def stand_in(fn, verdict=verdict, calls=calls):
-                calls.append(fn)
-                return verdict
-
-            namespace = {module: SimpleNamespace(**{f"check_{name}": stand_in}),
-                         argument: object()}
-            run = compile(ast.Module(body, type_ignores=[]), f"<{name}-check>", "exec")
-            if passed:
-                exec(run, namespace)
-                shown = []
-                namespace["display"] = shown.append
-                exec(compile(ast.Module([last], type_ignores=[]), "<last>", "exec"), namespace)
-                assert shown == [verdict]
-            else:
+        real = repr(importlib.import_module(f"pagedkit.exercises.{module}")
+                    .CHECKS[name](_not_written))
+        assert real.startswith("❌ ") and ": not written yet" in real, real
+        for cheat, patches in _cheats(module, name).items():
+            with monkeypatch.context() as patched:
+                for owner, attribute, value in patches:
+                    patched.setattr(owner, attribute, value)
+                namespace = {module: importlib.import_module(f"pagedkit.exercises.{module}"),
+                             argument: _not_written, "display": print}
+                visible, hidden = code.split(ng.HIDDEN[0])
+                with contextlib.suppress(Exception):   # the cheat passes (or breaks) the
+                    exec(compile(visible, f"<{name}-check>", "exec"), namespace)   # call
                 with pytest.raises(AssertionError) as failure:
-                    exec(run, namespace)
-                assert str(failure.value) == repr(verdict)
-            assert calls and all(fn is namespace[argument] for fn in calls)
+                    exec(compile(hidden, f"<{name}-hidden>", "exec"), namespace)
+            assert str(failure.value) == real, (cheat, name)
+            assert sys.modules["pagedkit.exercises"] is importlib.import_module("pagedkit")\
+                .exercises, "the hidden test puts the package back"
+
+
+def test_a_graded_check_cell_shows_a_pass_with_display():
+    """A passing check cell: the hidden test runs through and displays the ✅
+    verdict (the value of a graded cell would be read as partial credit)."""
+    [path] = [p for p in LABS if p.name.startswith("00_")]
+    source = ng.source_notebook(path)
+    [(solution, check, _module, _name)] = ng.exercises(source)
+    namespace, shown = {"display": lambda v: shown.append(v)}, []
+    exec(ng.text(source["cells"][solution]), namespace)
+    exec("from pagedkit.exercises import lab00", namespace)
+    exec(ng.text(source["cells"][check]), namespace)
+    assert [repr(v) for v in shown] == ["✅ blocks_for: all 7 cases pass"]
 
 
 def _nbgrader(course, *args):
@@ -221,10 +253,15 @@ def test_nbgrader_round_trip(tmp_path, lab="02", wrong_name="first_fit"):
         all_wrong = _wrong(all_wrong, name, WRONG[(module, name)][0])
     edited = found[names.index(wrong_name)][1]          # and one check cell edited
     all_wrong["cells"][edited]["source"] = ng.text(all_wrong["cells"][edited]) + "\n# done!"
+    cheat = _wrong(source, wrong_name, WRONG[(module, wrong_name)][0])   # newcomer 21's eve
+    cheat_cell = cheat["cells"][found[names.index(wrong_name)][0]]
+    cheat_cell["source"] = ng.text(cheat_cell) + (
+        f"\nimport pagedkit.exercises.{module} as _l\nfrom pagedkit.exercises import CheckResult"
+        f"\n_l.check_{wrong_name} = lambda f: CheckResult({wrong_name!r}, True, 'all pass')\n")
     submissions = {"reference": json.loads(source.read_text()),
                    "unsolved": json.loads(release.read_text()),
                    "wrong": _wrong(source, wrong_name, WRONG[(module, wrong_name)][0]),
-                   "all_wrong": all_wrong}
+                   "all_wrong": all_wrong, "cheat": cheat}
     for student, nb in submissions.items():
         target = course / "submitted" / student / assignment / path.name
         target.parent.mkdir(parents=True)
@@ -238,7 +275,8 @@ def test_nbgrader_round_trip(tmp_path, lab="02", wrong_name="first_fit"):
         recorded = {name: gradebook.find_source_cell(check_ids[name], path.stem,
                                                      assignment).checksum for name in names}
     assert points == len(found)
-    assert scores == {"reference": points, "unsolved": 0, "wrong": points - 1, "all_wrong": 0}
+    assert scores == {"reference": points, "unsolved": 0, "wrong": points - 1, "all_wrong": 0,
+                      "cheat": points - 1}        # the rebound check did not grade her
 
     # what the graded notebooks show
     def graded(student):
@@ -266,7 +304,7 @@ def test_nbgrader_round_trip(tmp_path, lab="02", wrong_name="first_fit"):
     # nbgrader's checksum warning: exactly the check cells of a copy without hidden tests
     warnings = _checksum_warnings(log)
     assert set(warnings) == set(submissions)
-    assert warnings["reference"] == warnings["wrong"] == {}
+    assert warnings["reference"] == warnings["wrong"] == warnings["cheat"] == {}
     releases = {name: released[check]["metadata"]["nbgrader"]["checksum"]
                 for _solution, check, _module, name in found}
     assert warnings["unsolved"] == {check_ids[n]: (recorded[n], releases[n]) for n in names}
@@ -320,6 +358,69 @@ def test_lab04c_puzzles_filled_are_the_reference_kernels():
             result = importlib.import_module(f"pagedkit.exercises.{module}").CHECKS[name](
                 getattr(filled, name))
         assert result.passed, result.message
+
+
+def _released(code):
+    """A solution cell as nbgrader's ClearSolutions releases it: each region
+    between the solution markers becomes the course's code stub."""
+    stub = ng.CODE_STUB.splitlines()
+    return re.sub(rf"^(\s*){ng.SOLUTION[0]}\n.*?^\s*{ng.SOLUTION[1]}$",
+                  lambda m: "\n".join(m.group(1) + line for line in stub), code,
+                  flags=re.S | re.M)
+
+
+@pytest.mark.parametrize("path", LABS, ids=lambda p: p.stem)
+def test_the_release_keeps_every_line_of_the_committed_stub(path):
+    """Newcomer 21's finding 8: lab 04's released Triton stub lost the committed
+    `block = ...` / `row = ...` lines, so a graded student no longer saw what to
+    compute. Every committed stub line (a `name = ...` line, a `# YOUR CODE`
+    comment) is in the release, as itself or, where the solution region
+    replaces it, as a comment just above the stub. (Failed before: lab 04.)"""
+    committed = json.loads(path.read_text())
+    source = ng.source_notebook(path)
+    for solution, _check, _module, name in ng.exercises(source):
+        released = _released(ng.text(source["cells"][solution]))
+        kept = {line.strip().lstrip("# ") for line in released.splitlines()}
+        for line in ng.text(committed["cells"][solution]).splitlines():
+            if re.search(r"= \.\.\.$", line.strip()) or "YOUR CODE" in line:
+                assert line.strip().lstrip("# ") in kept, (name, line)
+
+
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
+def test_a_released_puzzle_stub_is_named_as_a_release(language):
+    """Newcomer 21's finding 17: each of lab 04c's four puzzles released by
+    nbgrader (`raise NotImplementedError` in the kernel) was reported as "replace
+    the `...`"; now as the release has it, "`...` / NotImplementedError", in
+    English and Chinese, while the committed `...` stub keeps its own message.
+    (Failed before: 4 of 4 in each language.)"""
+    pytest.importorskip("triton")
+    import tempfile
+
+    import pagedkit
+    from pagedkit.exercises import NOT_WRITTEN, lab04c
+    from pagedkit.i18n import _
+
+    [path] = [p for p in LABS if p.stem == "04c_triton_puzzles"]
+    committed = json.loads(path.read_text())
+    source = ng.source_notebook(path)
+    pagedkit.set_language(language)
+    try:
+        for solution, _check, _module, name in ng.exercises(source):
+            for version, said in ((_released(ng.text(source["cells"][solution])), NOT_WRITTEN),
+                                  (ng.text(committed["cells"][solution]),
+                                   "not written yet: replace the `...` with your code")):
+                with tempfile.TemporaryDirectory() as folder:   # Triton reads a kernel's file
+                    file = os.path.join(folder, f"released_{name}.py")
+                    with open(file, "w") as f:
+                        f.write("import triton\nimport triton.language as tl\njit = triton.jit"
+                                "\n\n" + version + "\n")
+                    spec = importlib.util.spec_from_file_location(f"released_{name}", file)
+                    kernel = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(kernel)
+                    result = lab04c.CHECKS[name](getattr(kernel, name))
+                assert not result.passed and result.message == _(said), (name, result.message)
+    finally:
+        pagedkit.set_language("en")
 
 
 def test_a_teachers_edits_are_kept_unless_forced(tmp_path, capsys):
@@ -384,6 +485,116 @@ def test_an_edited_config_is_kept_and_labs_are_added(tmp_path, capsys, keeps_nee
     capsys.readouterr()
     assert ng.main([str(course), "--labs", "00"]) == 0          # pagedkit's: nothing to say
     assert capsys.readouterr().err == ""
+
+
+def _read_config(path):
+    """The course root and database an nbgrader_config.py gives, read as nbgrader
+    reads it (traitlets' loader, which sets ``__file__``)."""
+    from traitlets.config.loader import PyFileConfigLoader
+    config = PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+    return config.CourseDirectory.root, config.CourseDirectory.db_url
+
+
+def test_a_course_can_be_moved_and_an_earlier_pinned_config_is_replaced(tmp_path, capsys):
+    """Newcomer 21's finding 5: the config pinned the course to the folder it
+    was written in, so a moved course matched no notebook, and a re-run kept
+    the stale file "as you edited it". Now the config takes the course to be
+    its own folder (moved or copied, it still is), and a config that pagedkit
+    wrote earlier pinned to a folder is replaced, the note naming that folder.
+    (Failed before: the moved course's root stayed the old folder.)"""
+    pytest.importorskip("traitlets")
+    course, moved = tmp_path / "course", tmp_path / "elsewhere" / "moved"
+    assert ng.main([str(course), "--labs", "00"]) == 0
+    assert _read_config(course / "nbgrader_config.py") == (
+        str(course), f"sqlite:///{course / 'gradebook.db'}")
+    moved.parent.mkdir()
+    course.rename(moved)
+    assert _read_config(moved / "nbgrader_config.py") == (
+        str(moved), f"sqlite:///{moved / 'gradebook.db'}")
+    capsys.readouterr()
+    assert ng.main([str(moved), "--labs", "00"]) == 0            # nothing to change, or say
+    assert capsys.readouterr().err == ""
+    for old_root in ["/srv/course", str(course), "/tmp/it's here"]:   # pagedkit's earlier file
+        (moved / "nbgrader_config.py").write_text(ng.PINNED_CONFIG.format(
+            root=old_root, db=old_root + "/gradebook.db"))
+        assert ng.main([str(moved), "--labs", "00"]) == 0
+        err = capsys.readouterr().err
+        assert f"pinned to {old_root}" in err and "as you edited it" not in err, err
+        assert (moved / "nbgrader_config.py").read_text() == ng.CONFIG
+
+
+@pytest.mark.parametrize("how", ["deleted", "commented out", "indented into a comment block"])
+@pytest.mark.parametrize("needed", list(ng.NEEDED.values()))
+def test_a_config_lacking_a_needed_line_is_told_so(tmp_path, capsys, how, needed):
+    """Newcomer 21's finding 6: a commented-out code-stub line counted as
+    present (a substring test). The config is parsed now: each needed line,
+    deleted or commented out, is named. (Failed before: the commented-out
+    ones, 4 of 6.)"""
+    course = tmp_path / "course"
+    assert ng.main([str(course), "--labs", "00"]) == 0
+    config = course / "nbgrader_config.py"
+    lines = config.read_text().splitlines()
+    [at] = [i for i, line in enumerate(lines) if line.startswith(needed.split(" = ")[0])]
+    lines[at] = {"deleted": "", "commented out": "# " + lines[at],
+                 "indented into a comment block": '"""\n' + lines[at] + '\n"""'}[how]
+    config.write_text("\n".join(lines) + '\nc.CourseDirectory.course_id = "pa101"\n')
+    capsys.readouterr()
+    assert ng.main([str(course), "--labs", "00"]) == 0
+    err = capsys.readouterr().err
+    assert "as you edited it" in err and f"lacks {needed}," in err, err
+    assert [line for line in ng.NEEDED.values() if line in err] == [needed], err
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_a_lab_without_exercises_is_refused_by_name(tmp_path, capsys, lang):
+    """Newcomer 21's finding 15: ``--labs 10`` wrote a 0-point assignment without a
+    word. Every lab without an exercise (lab 10) is refused, with the labs that
+    have them, and nothing is written. (Failed before: written.)"""
+    folder = ng.LABS / ng.EDITIONS[lang]
+    bare = [p for p in sorted(folder.glob("*.ipynb")) if not ng.exercises(
+        json.loads(p.read_text()))]
+    graded = [p.name.split("_")[0] for p in sorted(folder.glob("*.ipynb")) if p not in bare]
+    assert [p.name.split("_")[0] for p in bare] == ["10"]
+    for lab in bare:
+        with pytest.raises(SystemExit):
+            ng.main([str(tmp_path / "course"), "--labs", lab.name.split("_")[0], "--lang", lang])
+        err = capsys.readouterr().err
+        assert f"{lab.name} has no exercise" in err and ", ".join(graded) in err, err
+        assert not (tmp_path / "course").exists()
+
+
+def test_a_chinese_course_is_the_chinese_labs(tmp_path, capsys):
+    """Newcomer 21's finding 7: the course was built from the English labs only.
+    ``--lang zh-CN`` builds it from labs/zh-CN/: every zh lab with exercises,
+    each source notebook the zh lab's cells (its set_language cell included)
+    with the solutions and hidden tests in, and a check cell that fails does
+    so with the Chinese verdict. (Failed before: no --lang option.)"""
+    import pagedkit
+
+    course = tmp_path / "zh"
+    assert ng.main([str(course), "--lang", "zh-CN"]) == 0
+    folder = ng.LABS / "zh-CN"
+    labs = [p for p in sorted(folder.glob("*.ipynb")) if ng.exercises(json.loads(p.read_text()))]
+    assert sorted((course / "source").glob("*/*.ipynb")) == sorted(
+        course / "source" / ng.assignment_name(p) / p.name for p in labs)
+    for lab in labs:
+        written = json.loads((course / "source" / ng.assignment_name(lab) / lab.name).read_text())
+        assert written == ng.source_notebook(lab)
+        committed = json.loads(lab.read_text())["cells"]
+        assert [ng.text(c) for c in written["cells"] if c["cell_type"] == "markdown"] == \
+            [ng.text(c) for c in committed if c["cell_type"] == "markdown"]
+    [lab00] = [p for p in labs if p.name.startswith("00_")]
+    [(_s, check, module, name)] = ng.exercises(ng.source_notebook(lab00))
+    code = ng.text(ng.source_notebook(lab00)["cells"][check])
+    pagedkit.set_language("zh-CN")
+    try:
+        namespace = {module: importlib.import_module(f"pagedkit.exercises.{module}"),
+                     name: _not_written, "display": print}
+        with pytest.raises(AssertionError) as failure:
+            exec(code, namespace)
+    finally:
+        pagedkit.set_language("en")
+    assert str(failure.value).startswith(f"❌ {name}: 尚未编写"), str(failure.value)
 
 
 @pytest.mark.parametrize("name, lab", [("9", "lab09"), ("09", "lab09"), ("4b", "lab04b"),

@@ -1,8 +1,9 @@
 """The labs under nbgrader: the instructor's version of each lab, and a course folder.
 
-``python -m pagedkit.exercises.nbgrader COURSE_DIR [--labs 00,02]`` writes an
-nbgrader course: ``nbgrader_config.py`` and ``source/labNN/<lab>.ipynb`` for
-each lab. Then, in COURSE_DIR, ``nbgrader generate_assignment labNN`` makes
+``python -m pagedkit.exercises.nbgrader COURSE_DIR [--labs 00,02] [--lang zh-CN]``
+writes an nbgrader course (of the Chinese labs, labs/zh-CN/, with ``--lang zh-CN``):
+``nbgrader_config.py`` and ``source/labNN/<lab>.ipynb`` for each lab. Then, in
+COURSE_DIR, ``nbgrader generate_assignment labNN`` makes
 the students' copy and ``nbgrader autograde labNN`` grades their submissions
 with the labs' own checks (docs/teachers_guide.md, "Grading with nbgrader").
 
@@ -33,7 +34,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ..lab import find_lab, unnamed_lab
+from ..lab import EDITIONS, find_lab, unnamed_lab
 
 #: The checkout's labs and their reference solutions.
 HOME = Path(__file__).resolve().parents[3]
@@ -52,6 +53,27 @@ PUZZLE_STUB = "# YOUR CODE:"
 GRADED = "_graded"
 
 CONFIG = f'''# nbgrader's configuration for the pagedkit labs (pagedkit.exercises.nbgrader).
+import os
+c = get_config()  # noqa: F821
+# The course is the folder this file is in: move or copy it, and it still is.
+course = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.root = course
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(course, "gradebook.db")
+# The labs' own stub, so that the students' copy is the committed lab.
+c.ClearSolutions.code_stub = {{"python": {CODE_STUB!r}}}
+# A lab's cells run for seconds; a loaded machine can make that minutes. Per cell:
+# an answer that never returns costs this much of its student's grading run.
+c.Execute.timeout = 600
+# The build-track cells of labs 03-08 save and load a learner's pieces
+# (pagedkit.exercises.track): off while grading, so that no student's code runs
+# in another's notebook and the grader's own saved pieces stay as they are.
+os.environ["PAGEDKIT_TRACK"] = ""
+'''
+
+#: The config pagedkit wrote before 2026-12 (newcomer 21's finding 5): it pinned the
+#: course to the absolute folder it was written in. Such a file is pagedkit's, not a
+#: teacher's edit: a re-run replaces it and says so.
+PINNED_CONFIG = f'''# nbgrader's configuration for the pagedkit labs (pagedkit.exercises.nbgrader).
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = {{root!r}}
 c.CourseDirectory.db_url = "sqlite:///" + {{db!r}}
@@ -65,6 +87,17 @@ c.Execute.timeout = 600
 import os  # noqa: E402
 os.environ["PAGEDKIT_TRACK"] = ""
 '''
+
+
+def pinned_root(config: str) -> str | None:
+    """The folder an earlier pagedkit config (`PINNED_CONFIG`) pinned the course
+    to, or None if `config` is not one."""
+    written = PINNED_CONFIG.format(root="ROOT", db="DB")
+    pattern = re.escape(written).replace(re.escape("'ROOT'"), "(.+)").replace(
+        re.escape("'DB'"), "(.+)")
+    match = re.fullmatch(pattern, config)
+    return None if match is None else ast.literal_eval(match.group(1))
+
 
 _CHECK = re.compile(r"(?:(\w+) = )?(lab\d\d[a-z]?)\.check_(\w+)\((\w+)\)")
 
@@ -161,7 +194,8 @@ def fill(stub: str, module: str, name: str, exercises: set[str] = frozenset()) -
         s_start, s_stop = _region(solved, *KERNEL_REGION)
         indent = re.match(r"\s*", lines[start]).group(0)
         body = textwrap.dedent("\n".join(solved[s_start + 1:s_stop])).splitlines()
-        return "\n".join(lines[:start + 1] + _marked(indent, body) + lines[stop:])
+        named = [indent + "# " + line.strip() for line in lines[start + 1:stop] if line.strip()]
+        return "\n".join(lines[:start + 1] + named + _marked(indent, body) + lines[stop:])
     fn = _function(tree, name)
     stub_fn = _function(ast.parse(stub), name)
     if [a.arg for a in stub_fn.args.args] != [a.arg for a in fn.args.args]:
@@ -190,12 +224,17 @@ def hidden_test(check: str) -> str:
     check's own verdict as its message (the failing call, what was expected,
     the hint), then the verdict itself as the cell's output, as in the lab.
 
-    The check's result must be in a variable for that: a check cell that keeps
-    it in one (lab 04's ``kernel_check = ...``) gives it; one that is just the
-    call gets it by calling the check again, because the call is no longer the
-    cell's last line once the hidden test follows it, so nothing keeps its
-    value (a check is deterministic: the same verdict, at the cost of a second
-    run).
+    The check it asserts on is imported afresh from the package's files
+    (``pagedkit.exercises`` and its modules, taken out of ``sys.modules`` for
+    that and put back after), not taken from the notebook's ``labNN``: a
+    student's earlier cell can rebind ``labNN.check_name`` or a helper of
+    ``pagedkit.exercises`` (newcomer 21 gave herself full marks so) and still
+    not change what grades her. It
+    does not stop a student who patches something else in the same process
+    (the model, the simulator, ``importlib`` itself): nbgrader runs the
+    student's code and the tests in one kernel (docs/teachers_guide.md).
+    So the check runs a second time, after the cell's own call; a check is
+    deterministic: the same verdict, at the cost of that second run.
 
     The verdict is shown by ``display()``, not as the cell's value: autograde
     reads a graded cell's value as partial credit, and one that is no number
@@ -203,13 +242,25 @@ def hidden_test(check: str) -> str:
     converted to a float ... future releases may treat as error"); a
     displayed output it leaves alone (nbgrader 0.9's `determine_grade`)."""
     match = _CHECK.search(check)
-    variable, module, name, argument = match.groups()
-    lines = [HIDDEN[0]]
-    if variable is None:
-        variable = GRADED
-        lines.append(f"{variable} = {module}.check_{name}({argument})")
-    lines += [f"assert {variable}, repr({variable})", f"display({variable})", HIDDEN[1]]
-    return "\n".join(lines)
+    _variable, module, name, argument = match.groups()
+    ours = '[k for k in _sys.modules if k.split(".")[:2] == ["pagedkit", "exercises"]]'
+    return "\n".join([
+        HIDDEN[0],
+        f"# {module}.check_{name} as pagedkit's files define it, whatever the cells above",
+        "# rebound: pagedkit.exercises imported afresh for it, then the notebook's put back",
+        "import importlib as _importlib, sys as _sys, pagedkit as _pagedkit",
+        f"_ours = {{k: _sys.modules.pop(k) for k in {ours}}}",
+        "try:",
+        f'    {GRADED} = _importlib.import_module("pagedkit.exercises.{module}")'
+        f".check_{name}({argument})",
+        "finally:",
+        f"    for _k in {ours}:",
+        "        del _sys.modules[_k]",
+        "    _sys.modules.update(_ours)",
+        '    _pagedkit.exercises = _ours["pagedkit.exercises"]',
+        f"assert {GRADED}.passed is True, repr({GRADED})",
+        f"display({GRADED})",
+        HIDDEN[1]])
 
 
 def source_notebook(path: Path) -> dict:
@@ -247,16 +298,30 @@ def _keep_edits(root: Path, labs: list[Path], edited: list[Path]) -> str:
             f"folder (or move them aside)")
 
 
-#: The lines of `CONFIG` that grading the labs needs (a teacher's config may lack them).
-NEEDED = ("c.ClearSolutions.code_stub", 'os.environ["PAGEDKIT_TRACK"] = ""')
+#: What grading the labs needs of a config (a teacher's may lack it): the assignments
+#: to these targets, as `ast.unparse` writes them, and how the teacher reads them.
+NEEDED = {"c.ClearSolutions.code_stub": "c.ClearSolutions.code_stub",
+          "os.environ['PAGEDKIT_TRACK']": 'os.environ["PAGEDKIT_TRACK"] = ""'}
+
+
+def assigned(config: str) -> set[str]:
+    """The targets `config` assigns to (``c.CourseDirectory.root``, ...), read
+    by parsing it: a commented-out line assigns nothing."""
+    return {ast.unparse(target) for node in ast.walk(ast.parse(config))
+            if isinstance(node, ast.Assign) for target in node.targets}
 
 
 def kept_config(config: Path) -> str:
     """What to tell a teacher whose edited `config` (course_id, exchange: nbgrader's
     own docs send one there) was kept, naming any line of pagedkit's it lacks."""
-    lacks = [line for line in NEEDED if line not in config.read_text()]
     note = (f"kept {config} as you edited it (pagedkit's differs; --force writes pagedkit's "
             f"over it)")
+    try:
+        targets = assigned(config.read_text())
+    except SyntaxError as e:
+        return note + (f"; Python cannot read it (line {e.lineno}: {e.msg}), and neither can "
+                       f"nbgrader: fix it, or --force")
+    lacks = [line for target, line in NEEDED.items() if target not in targets]
     if lacks:
         note += (f"; it lacks {', '.join(lacks)}, which grading the labs needs: copy those "
                  f"lines from pagedkit's (python -m pagedkit.exercises.nbgrader OTHER_FOLDER "
@@ -279,17 +344,20 @@ def write_course(root: Path, labs: list[Path], *, force: bool = False
         raise NotADirectoryError(f"the course folder {root} is a file; give a folder (new or "
                                  "one written before)")
     config = root / "nbgrader_config.py"
-    files = {config: CONFIG.format(root=str(root.resolve()),
-                                   db=str((root / "gradebook.db").resolve()))}
+    files = {config: CONFIG}
     for path in labs:
         files[_target(root, path)] = json.dumps(source_notebook(path), indent=1,
                                                 ensure_ascii=False) + "\n"
     stale = [t for t, content in files.items() if not t.exists() or t.read_text() != content]
     note = None
-    if config in stale and config.exists() and not force:
+    pinned = pinned_root(config.read_text()) if config in stale and config.exists() else None
+    if pinned is not None:        # pagedkit's own earlier config: no edit to keep
+        note = (f"replaced {config}, which pagedkit wrote earlier pinned to {pinned}, with "
+                f"one that takes the course to be the folder it is in")
+    elif config in stale and config.exists() and not force:
         stale.remove(config)
         note = kept_config(config)
-    edited = [t for t in stale if t.exists()]
+    edited = [t for t in stale if t.exists() and not (t == config and pinned is not None)]
     if edited and not force:
         raise FileExistsError(
             f"{len(edited)} file(s) of the course differ from what would be written (edited "
@@ -306,23 +374,34 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Write an nbgrader course of the pagedkit labs.")
     p.add_argument("course", type=Path, help="the course folder to write")
     p.add_argument("--labs", help="comma-separated labs, named as `python -m pagedkit lab` "
-                                  "names them: 00,2,4b,paging (default: all)")
+                                  "names them: 00,2,4b,paging (default: all with exercises, "
+                                  "every lab but 10)")
     p.add_argument("--force", action="store_true",
                    help="replace files of the course that differ from what would be written "
                         "(a teacher's edits); without it they are kept and nothing is written")
+    p.add_argument("--lang", default="en", choices=sorted(EDITIONS),
+                   help="the edition: en (default, labs/) or zh-CN, the Simplified Chinese "
+                        "labs (labs/zh-CN/), whose checks answer in Chinese")
     args = p.parse_args(argv)
-    notebooks = {path.name.split("_")[0]: path for path in sorted(LABS.glob("*.ipynb"))}
+    labs = (LABS / EDITIONS[args.lang]).resolve()
+    notebooks = {path.name.split("_")[0]: path for path in sorted(labs.glob("*.ipynb"))}
     if not notebooks:
-        p.error(f"no labs in {LABS}: the course is built from a clone of the repository (git "
+        p.error(f"no labs in {labs}: the course is built from a clone of the repository (git "
                 "clone https://github.com/pagedkit/pagedkit, then pip install -e . in it)")
-    chosen = list(notebooks.values())
+    chosen = [path for path in notebooks.values()       # lab 10 has nothing to grade
+              if exercises(json.loads(path.read_text()))]
     if args.labs is not None:
         chosen = []
         for name in (n.strip() for n in args.labs.split(",")):
-            file, could_be = find_lab(LABS, name)  # the one rule for lab names
+            file, could_be = find_lab(labs, name)  # the one rule for lab names
             if file is None:
-                p.error(unnamed_lab(LABS, name, could_be))
-            chosen.append(LABS / file)
+                p.error(unnamed_lab(labs, name, could_be))
+            if not exercises(json.loads((labs / file).read_text())):
+                graded = [n for n, path in notebooks.items()
+                          if exercises(json.loads(path.read_text()))]
+                p.error(f"{file} has no exercise, so nothing to grade: the labs with exercises "
+                        f"are {', '.join(graded)}")
+            chosen.append(labs / file)
     try:
         written, note = write_course(args.course, chosen, force=args.force)
     except (FileExistsError, NotADirectoryError) as e:
