@@ -164,3 +164,136 @@ def test_a_stray_num_key_value_heads_is_named_with_what_to_do(model_type):
         [{"prompt_token_ids": PROMPT}], SamplingParams(temperature=0, max_tokens=8,
                                                        ignore_eos=True), use_tqdm=False)
     assert list(out[0].outputs[0].token_ids) == expected
+
+
+# ------------------------------------------------- newcomer 23: refusals that name the real reason
+def test_falcon_40b_layer_norm_count_is_served_exactly():
+    """Newcomer 23 N2: a Falcon-40B/180B-shaped config (new_decoder_architecture: two
+    LayerNorms before the parallel attention and MLP, num_ln_in_parallel_attn = 2) was
+    refused as "an attention feature" because the field's name holds ``attn``. It is a
+    layer-norm count; the model is served, token for token with generate, under swap."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("falcon", hidden_size=96, num_hidden_layers=2,
+                                  num_attention_heads=4, vocab_size=128, num_kv_heads=2,
+                                  new_decoder_architecture=True)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    assert model.config.num_ln_in_parallel_attn == 2
+    prompts = [PROMPT, PROMPT[:3], [*PROMPT[:6], 7, 9, 11, 13]]
+    expected = [greedy(model, p) for p in prompts]
+    llm = LLM(model, num_blocks=6, block_size=4, device="cpu", preemption_mode="swap")
+    out = llm.generate([{"prompt_token_ids": p} for p in prompts],
+                       SamplingParams(temperature=0, max_tokens=8, ignore_eos=True),
+                       use_tqdm=False)
+    assert [list(o.outputs[0].token_ids) for o in out] == expected
+    assert llm.llm_engine.memory_stats()["num_preemptions"] > 0
+
+
+@pytest.mark.parametrize("value,said", [
+    ({"alibi": True, "alibi_bias_max": 8, "id2label": {0: "a"}, "return_dict": True},
+     "attn_config['alibi'] = True"),
+    ({"attn_type": "multihead_attention", "alibi": False}, "attn_config['attn_type'] = "
+                                                           "'multihead_attention'"),
+    ({"attn_pdrop": 0, "sink_config": {"softcap": 3.0}},
+     "attn_config['sink_config']['softcap'] = 3.0"),
+    ({"attn_pdrop": 0.1, "clip_qkv": None}, "attn_config (keys ['attn_pdrop'])"),
+    (True, "attn_config = True"),
+])
+def test_a_refused_sub_config_names_its_key_not_the_whole_dict(value, said):
+    """Newcomer 23 N8: MPT's refusal printed its whole attn_config (~800 characters of
+    id2label and return_dict) instead of the key that matters."""
+    assert support._offending("attn_config", value) == said
+
+
+def test_mpt_is_refused_naming_alibi_in_a_short_message():
+    model = tiny_model("mpt")
+    with pytest.raises(NotImplementedError) as err:
+        LLM(model, num_blocks=16, block_size=4, device="cpu")
+    said = str(err.value)
+    assert "its config sets attn_config['alibi'] = True, an attention feature" in said
+    assert "id2label" not in said and len(said) < 300
+
+
+def _encoder_decoder_types() -> list[str]:
+    """Every model type whose default config is an encoder-decoder (enumerated)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    found = []
+    for model_type in sorted(CONFIG_MAPPING_NAMES):
+        try:
+            config = AutoConfig.for_model(model_type)
+        except Exception:
+            continue
+        if getattr(config, "is_encoder_decoder", False):
+            found.append(model_type)
+    return found
+
+
+def _folder(tmp_path, config=None):
+    """A model folder as save_pretrained writes it, less its weights (a refusal said
+    before the weights load never needs them), with the tiny model's tokenizer."""
+    import shutil
+    from pathlib import Path
+
+    from pagedkit import models
+
+    tiny = Path(models.__file__).parent / "tiny"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny / name, tmp_path / name)
+    if config is not None:
+        config.save_pretrained(tmp_path)
+    return tmp_path
+
+
+ENCODER_DECODER_TYPES = _encoder_decoder_types()
+
+
+def test_encoder_decoder_types_are_found():
+    assert {"t5", "bart", "whisper"} <= set(ENCODER_DECODER_TYPES)
+
+
+@pytest.mark.parametrize("model_type", ENCODER_DECODER_TYPES)
+def test_an_encoder_decoder_folder_is_refused_as_one_before_its_weights_load(model_type,
+                                                                             tmp_path):
+    """Newcomer 23 N5/N6: a T5 folder failed with transformers' list of ~150 causal-LM
+    configs; BART's and Whisper's loaded their decoder alone and were refused for
+    encoder_attention_heads, "an attention feature". Each is refused as what it is, before
+    any weight loads (the folder holds none)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type)
+    folder = _folder(tmp_path, config)
+    with pytest.raises(NotImplementedError) as err:
+        LLM(str(folder), device="cpu")
+    arch = (config.architectures or [model_type])[0]
+    assert (f"{arch} is an encoder-decoder model; pagedkit serves decoder-only models "
+            "(docs/architectures.md)") in str(err.value)
+    assert repr(str(folder)) in str(err.value)
+
+
+@pytest.mark.parametrize("file", ["config.json", "tokenizer.json", "model.safetensors",
+                                  "generation_config.json"])
+def test_a_file_given_as_the_model_is_refused_as_a_file(file):
+    """Newcomer 23 N3: a model folder's file gave torch.load's UnpicklingError."""
+    from pathlib import Path
+
+    from pagedkit import models
+
+    path = str(Path(models.__file__).parent / "tiny" / file)
+    with pytest.raises(ValueError) as err:
+        LLM(path, device="cpu")
+    assert (f"model path {path!r} is a file; give the folder that holds config.json and the "
+            "weights (a model folder, not a file)") in str(err.value)
+
+
+def test_a_folder_without_config_json_is_refused_naming_it(tmp_path):
+    """Newcomer 23 N4: a folder with tokenizer files only gave transformers'
+    "Unrecognized model ... Should have a model_type key"."""
+    folder = _folder(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        LLM(str(folder), device="cpu")
+    said = str(err.value)
+    assert f"no config.json in {str(folder)!r} (it holds tokenizer.json, " in said
+    assert "model='tiny'" in said

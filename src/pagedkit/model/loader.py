@@ -129,8 +129,13 @@ def _load(model, tokenizer, skip_tokenizer=False):
         tokenizer = False  # none wanted: `_from_pretrained` loads none
     path = Path(name).expanduser()
     if path.exists():
-        if tokenizer is None and path.is_dir():  # before the weights load: said at once
+        if not path.is_dir():  # torch.load would read it as weights and fail in its terms
+            raise ValueError(f"model path {name!r} is a file; give the folder that holds "
+                             f"config.json and the weights (a model folder, not a file), or "
+                             f"use {INSTEAD}")
+        if tokenizer is None:  # before the weights load: said at once
             _check_holds_tokenizer(path, f"local directory {name!r}", "model")
+        _check_decoder_only(path, name)
         return (*_from_pretrained(str(path), tokenizer, f"local directory {name!r}"), name)
     if _looks_like_path(name):
         raise FileNotFoundError(
@@ -146,6 +151,30 @@ def _load(model, tokenizer, skip_tokenizer=False):
             f"could not load model name {name!r}: it is not in the local Hugging Face cache and "
             f"{where}; use {INSTEAD}")
     return (*_from_pretrained(name, tokenizer, f"model name {name!r}"), name)
+
+
+def _check_decoder_only(folder: Path, name: str) -> None:
+    """Before any weight loads: the folder holds a config.json, and not an
+    encoder-decoder's (transformers would refuse T5 with its list of ~150 causal-LM
+    configs, and build BART's or Whisper's decoder alone, dropping the encoder)."""
+    from transformers import AutoConfig
+
+    if not (folder / "config.json").is_file():
+        holds = _listing(sorted(p.name for p in folder.iterdir()))
+        raise FileNotFoundError(
+            f"no config.json in {name!r} (it holds {holds}): "
+            f"a model folder holds the model's config.json and weights, as save_pretrained "
+            f"writes them; use {INSTEAD}")
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+    except (OSError, ValueError):
+        return  # transformers' own message, wrapped by `_from_pretrained`
+    if getattr(config, "is_encoder_decoder", False):
+        arch = (getattr(config, "architectures", None) or [config.model_type])[0]
+        raise NotImplementedError(
+            f"pagedkit cannot serve {arch} from {name!r}: {arch} is an encoder-decoder model; "
+            "pagedkit serves decoder-only models (docs/architectures.md); serve it with "
+            "transformers' generate (or vLLM)")
 
 
 def load_tokenizer(tokenizer):

@@ -6,7 +6,7 @@ attention function, through transformers' attention registry (see
 computation of *every* layer comes through that function, once per layer
 per step, with the shapes the KV cache is sized for, and if nothing about
 the attention — a window, a softcap, sinks, a mask of the model's own —
-is lost on the way. A model that computes attention itself (Falcon,
+is lost on the way. A model that computes attention itself (BLOOM,
 GPT-Neo), calls the function twice in a layer (DiffLlama), keeps recurrent
 state (Mamba, hybrid models), or whose heads differ between keys and values
 (multi-head latent attention) would give *different tokens with no error*.
@@ -59,6 +59,8 @@ from .kv_cache import KVCacheSpec
 UNDERSTOOD_FIELDS: dict[str, str] = {
     "num_attention_heads": "head count; the probe checks the shapes of every call",
     "parallel_attn": "attention and MLP side by side in a block, computed by the model",
+    "num_ln_in_parallel_attn": "how many LayerNorms precede the parallel attention and MLP "
+                               "(Falcon-40B/180B): a layer norm count, computed by the model",
     "attention_heads": "head count; the probe checks the shapes of every call",
     "decoder_attention_heads": "head count; the probe checks the shapes of every call",
     "num_attention_heads_per_layer": "head counts per layer; the probe checks every call's",
@@ -127,8 +129,21 @@ def check_config(model: torch.nn.Module) -> None:
         if (name.startswith("_") or name in UNDERSTOOD_FIELDS or name == "layer_types"
                 or not _ATTENTION_WORDS.search(name) or _unset(value)):
             continue
-        raise refuse(model, f"its config sets {name} = {value!r}, an attention feature "
+        raise refuse(model, f"its config sets {_offending(name, value)}, an attention feature "
                             "pagedkit does not implement")
+
+
+def _offending(name: str, value: Any) -> str:
+    """``name = value`` of a refused field; of a sub-config (MPT's ``attn_config``), the
+    first of its own keys that the same rule refuses (``attn_config['alibi'] = True``),
+    not the whole dict; a sub-config with no such key is named by its set keys."""
+    if not isinstance(value, dict):
+        return f"{name} = {value!r}"
+    for key, inner in sorted(value.items()):
+        if (not key.startswith("_") and key not in UNDERSTOOD_FIELDS
+                and _ATTENTION_WORDS.search(key) and not _unset(inner)):
+            return _offending(f"{name}[{key!r}]", inner)
+    return f"{name} (keys {sorted(k for k, v in value.items() if not _unset(v))})"
 
 
 def position_limit(config: Any) -> tuple[int | None, str]:
@@ -426,9 +441,26 @@ def render_docs(results: dict[str, dict], transformers_version: str) -> str:
         "`NotImplementedError` at `LLM(...)` naming the architecture "
         "(`pagedkit.model.support`).",
         "",
-        f"Measured with transformers {transformers_version}; another version has other "
-        "architectures and may serve or refuse some differently (the test still requires",
-        "one or the other for each, and compares with this table only on that version).",
+        f"**Measured with transformers {transformers_version}**: the rows hold for that "
+        "version. Another",
+        "version has other architectures and may serve or refuse some differently (the test",
+        "still requires one or the other for each, but compares with this table only on",
+        f"{transformers_version}). On another version, see what yours does: "
+        "`python -m pytest",
+        "tests/model/test_architectures.py -k falcon` checks one model type (its tiny build),",
+        "and `PAGEDKIT_WRITE_ARCHITECTURES=1 python -m pytest tests/model/test_architectures.py`",
+        "rewrites this table and `docs/architectures.json` for the installed transformers",
+        "(about two minutes on two CPU cores).",
+        "",
+        "\"Served exactly\" is measured in **float32**: the greedy tokens equal transformers'",
+        "`generate`. In bfloat16 and float16 they can differ from `generate`, at any token",
+        "(the first too), with no bug on either side: rounding differs between attention",
+        "paths, and transformers' own `sdpa` and `eager` attention already give different",
+        "greedy tokens in bfloat16 on the same prompt (newcomer 23 measured 13 of 14 tiny",
+        "bfloat16 models differing from `generate` on some prompt, 1 of 8 in float16, none in",
+        "float32). The support check compares the logits to a tolerance for the dtype",
+        "(`PROBE_TOLERANCE`). To check a model token for token, load it with",
+        "`dtype=\"float32\"` (or `\"float64\"`) and compare with `generate` in that dtype.",
         "",
         "A served model's positions stop at its config's `max_position_embeddings`, or",
         "earlier where its rotary embedding changes per forward: a `longrope` model (Phi-3",
