@@ -461,6 +461,13 @@ COUNT_CALLS = [  # (id, make, call(target, n), state)
      kv_state),
     ("kv.can_swap_in reserve", make_kv, lambda kv, n: kv.can_swap_in(["S"], reserve=n),
      kv_state),
+    # Newcomer 22 N2: these two checked their counts their own way (a float: ValueError)
+    ("kv.release_outside_window num_computed_tokens", make_kv,
+     lambda kv, n: kv.release_outside_window("A", n, 2), kv_state),
+    ("kv.release_outside_window window", make_kv,
+     lambda kv, n: kv.release_outside_window("A", 8, n), kv_state),
+    ("table.release_before", make_table, lambda t, n: t.release_before(n),
+     lambda t: (table_state(t), pool_state(t.allocator))),
 ]
 
 TOO_MANY = [  # past the tokens there are: (id, make, call, error, named, state)
@@ -478,6 +485,21 @@ TOO_MANY = [  # past the tokens there are: (id, make, call, error, named, state)
      lambda t: (table_state(t), pool_state(t.allocator))),
     ("table.name_blocks past the tokens", make_table, lambda t: t.name_blocks(4), ValueError,
      "<= 3, got 4", lambda t: (table_state(t), pool_state(t.allocator))),
+    ("kv.release_outside_window past the tokens", make_kv,
+     lambda kv: kv.release_outside_window("A", 10, 2), ValueError, "<= 9, got 10", kv_state),
+    ("kv.release_outside_window window 0", make_kv,
+     lambda kv: kv.release_outside_window("A", 8, 0), ValueError, ">= 1, got 0", kv_state),
+    ("table.release_before past the tokens", make_table, lambda t: t.release_before(4),
+     ValueError, "<= 3, got 4", lambda t: (table_state(t), pool_state(t.allocator))),
+    # Newcomer 22 N3: with caching off, a block id outside the pool gave False
+    ("pool.register out of range, caching off", lambda: BlockAllocator(4, 2),
+     lambda p: p.register(99, p.new_key(None, [1, 2])), IndexError, "99", pool_state),
+    ("pool.register negative, caching off", lambda: BlockAllocator(4, 2),
+     lambda p: p.register(-1, p.new_key(None, [1, 2])), IndexError, "-1", pool_state),
+    ("pool.register a str id, caching off", lambda: BlockAllocator(4, 2),
+     lambda p: p.register("0", p.new_key(None, [1, 2])), TypeError, "'0'", pool_state),
+    ("pool.register out of range, caching on", make_pool,
+     lambda p: p.register(99, p.new_key(None, [1, 2])), IndexError, "99", pool_state),
     ("kv.free_uncomputed past the tokens", make_kv,
      lambda kv: kv.free_uncomputed([("B", 1), ("A", 10)]), ValueError, "<= 9, got 10",
      kv_state),
@@ -491,6 +513,115 @@ TOO_MANY = [  # past the tokens there are: (id, make, call, error, named, state)
     ("KVCacheManager num_swap_blocks=-1", None,
      lambda _: KVCacheManager(4, 4, num_swap_blocks=-1), ValueError, "num_swap_blocks", nothing),
 ]
+
+
+# Newcomer 22 N1/N5: every call that takes several sequences names each once; a
+# sequence named twice is refused before anything changes. free_uncomputed freed
+# it, then failed on the second mention before forgetting the names of its
+# uncomputed blocks (a later cache hit would read K/V never written), and
+# blocks_needed_for counted one sequence as two writers of its own last block.
+MULTI_SEQ_CALLS = [  # (id, call(kv, seqs of "A", "B"), what each entry is)
+    ("free_uncomputed", lambda kv, seqs: kv.free_uncomputed([(s, 4) for s in seqs])),
+    ("blocks_needed_for", lambda kv, seqs: kv.blocks_needed_for([(s, 1) for s in seqs])),
+    ("can_swap_out", lambda kv, seqs: kv.can_swap_out(seqs)),
+    ("swap_out", lambda kv, seqs: kv.swap_out(seqs)),
+]
+DUPLICATES = [["A", "A"], ["A", "B", "A"], ["B", "A", "A"], ["A", "A", "A"]]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c[1], id=c[0]) for c in MULTI_SEQ_CALLS])
+@pytest.mark.parametrize("seqs", DUPLICATES, ids=["-".join(d) for d in DUPLICATES])
+def test_memory_sequence_named_twice(call, seqs):
+    target = make_kv()
+    check(lambda kv: call(kv, seqs), target, BlockStateError, "sequence 'A' is named twice",
+          _silent_state(target, kv_state))
+
+
+@pytest.mark.parametrize("computed", [(0, 0), (4, 4), (0, 9), (9, 0)])
+def test_free_uncomputed_named_twice_keeps_the_prefix_cache(computed):
+    """The newcomer's case: after the refusal the sequence is still there, and
+    freeing it once forgets the names of its uncomputed blocks."""
+    kv = KVCacheManager(8, 2, enable_prefix_caching=True)
+    kv.allocate_slots("A", [1, 2, 3, 4, 5], computed=5)
+    with pytest.raises(BlockStateError, match="named twice"):
+        kv.free_uncomputed([("A", computed[0]), ("A", computed[1])])
+    assert kv.block_ids("A") == [0, 1, 2] and kv.allocator.num_free_blocks == 5
+    kv.free_uncomputed([("A", 0)])
+    assert kv.cached_prefix("new", [1, 2, 3, 4, 5]) == []
+
+
+def test_blocks_needed_for_counts_distinct_sequences():
+    kv = make_kv()  # A and B share a partly filled last block: one copy, then in place
+    assert kv.blocks_needed_for([("A", 1), ("B", 1)]) == 1
+    assert kv.blocks_needed_for([("A", 1)]) == 1
+
+
+# Newcomer 22 N5: every list argument of the paged memory, given something that is
+# not one, is a TypeError naming the argument, not Python's "'int' object is not
+# iterable" (and a one-shot iterator is refused: blocks_to_admit read a generator
+# of appends once to check it and then counted an empty group).
+LIST_CALLS = [  # (id, make, call(target, x), named, state)
+    ("kv.blocks_to_admit appends", make_kv,
+     lambda kv, x: kv.blocks_to_admit("Z", 3, [], x), "appends must be a list", kv_state),
+    ("kv.blocks_to_admit cached_blocks", make_kv,
+     lambda kv, x: kv.blocks_to_admit("Z", 3, x, [0]), "cached_blocks must be a list",
+     kv_state),
+    ("kv.blocks_needed cached_blocks", make_kv,
+     lambda kv, x: kv.blocks_needed("Z", 3, x), "cached_blocks must be a list", kv_state),
+    ("kv.can_allocate cached_blocks", make_kv,
+     lambda kv, x: kv.can_allocate("Z", 3, x), "cached_blocks must be a list", kv_state),
+    ("kv.allocate_slots cached_blocks", make_kv,
+     lambda kv, x: kv.allocate_slots("Z", [1], x), "cached_blocks must be a list", kv_state),
+    ("table.check_cached", lambda: BlockTable(make_table().allocator, "U"),
+     lambda t, x: t.check_cached(x), "cached_blocks must be a list",
+     lambda t: (table_state(t), pool_state(t.allocator))),
+    ("table.adopt_cached", lambda: BlockTable(make_table().allocator, "U"),
+     lambda t, x: t.adopt_cached(x), "cached_blocks must be a list",
+     lambda t: (table_state(t), pool_state(t.allocator))),
+    ("kv.blocks_needed_for", make_kv, lambda kv, x: kv.blocks_needed_for(x),
+     "appends must be a list of (sequence, token count) pairs", kv_state),
+    ("kv.free_uncomputed", make_kv, lambda kv, x: kv.free_uncomputed(x),
+     "seqs must be a list of (sequence, token count) pairs", kv_state),
+]
+NOT_LISTS = [("an int", 0), ("an int 5", 5), ("None", None), ("a float", 1.5),
+             ("a generator", lambda: (n for n in (1, 1)))]
+PAIR_CALLS = [c for c in LIST_CALLS if "pairs" in c[3]]
+NOT_PAIRS = [("a str", "AB"), ("bare ids", ["A", "B"]), ("a triple", [("A", 1, 2)]),
+             ("a pair of one", [("A",)]), ("a list pair", [["A", 1]])]
+
+
+@pytest.mark.parametrize("make, call, named, state, x", [
+    pytest.param(*c[1:], b[1], id=f"{c[0]}-{b[0]}") for c in LIST_CALLS for b in NOT_LISTS
+    if not ("pairs" in c[3] and callable(b[1]))])  # pairs are read once, as a list
+def test_memory_list_arguments(make, call, named, state, x):
+    target = make()
+    check(lambda t: call(t, _ids(x)), target, TypeError, named, _silent_state(target, state))
+
+
+@pytest.mark.parametrize("make, call, named, state", [
+    pytest.param(*c[1:], id=c[0]) for c in PAIR_CALLS])
+@pytest.mark.parametrize("x", [pytest.param(b[1], id=b[0]) for b in NOT_PAIRS])
+def test_memory_pair_lists(make, call, named, state, x):
+    target = make()
+    check(lambda t: call(t, x), target, TypeError, "(sequence, token count) pair",
+          _silent_state(target, state))
+
+
+def test_memory_pairs_may_come_from_a_generator():
+    """The scheduler passes blocks_needed_for a generator: read once, as a list."""
+    kv = make_kv()
+    assert kv.blocks_needed_for((s, 1) for s in ("A", "B")) == 1
+    kv.free_uncomputed((s, 9) for s in ("A", "B"))
+    assert "A" not in kv and "B" not in kv
+
+
+@pytest.mark.parametrize("n, window, released", [
+    (np.int64(9), np.int64(2), [0, 1]), (np.int32(9), 6, [0]), (9, np.int16(9), [])])
+def test_release_outside_window_takes_numpy_ints(n, window, released):
+    """Newcomer 22 N2: the one rule for counts (check_int), numpy's ints included."""
+    kv = KVCacheManager(8, 4)
+    kv.allocate_slots("A", list(range(9)))
+    assert kv.release_outside_window("A", n, window) == released
 
 
 # Newcomer 12 finding 5: token positions and block indices of a table (3 tokens
@@ -606,6 +737,50 @@ def test_memory_sequence_ids_must_be_hashable(call, seq):
     check(lambda kv: call(kv, seq), target, TypeError,
           f"sequence id {seq!r} ({type(seq).__name__}) is not hashable",
           _silent_state(target, kv_state))
+
+
+# Newcomer 22 N6: a NaN id is hashable but never equal to itself, so a table it
+# keyed could never be found or freed again (a leak): every call refuses it, as
+# the one rule for sequence ids (and ContiguousAllocator's request ids) says.
+NAN_SEQS = [("float nan", float("nan")), ("numpy nan", np.float64("nan")),
+            ("a tuple holding nan", ("r", float("nan"))),
+            ("a nested tuple holding nan", (1, (2, float("nan"))))]
+CONTIGUOUS_CALLS = [
+    ("mem.allocate", lambda m, s: m.allocate(s, 1, 1)),
+    ("mem.append", lambda m, s: m.append(s, 1)),
+    ("mem.free", lambda m, s: m.free(s)),
+    ("mem.region", lambda m, s: m.region(s)),
+    ("mem in", lambda m, s: s in m),
+]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c[1], id=c[0]) for c in SEQ_CALLS])
+@pytest.mark.parametrize("seq", [pytest.param(b[1], id=b[0]) for b in NAN_SEQS])
+def test_memory_sequence_ids_must_equal_themselves(call, seq):
+    target = make_kv()
+    check(lambda kv: call(kv, seq), target, ValueError,
+          f"sequence id {seq!r} is not equal to itself", _silent_state(target, kv_state))
+
+
+@pytest.mark.parametrize("call", [pytest.param(c[1], id=c[0]) for c in CONTIGUOUS_CALLS])
+@pytest.mark.parametrize("seq, error, named", [
+    pytest.param(b[1], ValueError, "is not equal to itself", id=b[0]) for b in NAN_SEQS] + [
+    pytest.param(b[1], TypeError, "is not hashable", id=b[0]) for b in BAD_SEQS])
+def test_contiguous_request_ids(call, seq, error, named):
+    check(lambda m: call(m, seq), make_contiguous(), error, f"request id {seq!r}",
+          contiguous_state)
+    with pytest.raises(error, match=named):
+        call(make_contiguous(), seq)
+
+
+@pytest.mark.parametrize("seq", ["A", 0, -1, 1.5, ("r", 0), ("r", 1.5), frozenset({1}), b"x",
+                                 None.__class__, np.int64(3)])
+def test_memory_takes_every_self_equal_hashable_id(seq):
+    kv = KVCacheManager(4, 2)
+    kv.allocate_slots(seq, [1, 2, 3])
+    assert seq in kv and kv.num_tokens(seq) == 3
+    kv.free(seq)
+    assert seq not in kv and kv.allocator.num_free_blocks == 4
 
 
 def _silent_state(target, state):

@@ -260,9 +260,9 @@ class BlockAllocator:
         same content (computed twice): each is named. Returns False if caching
         is off or the block already has a name."""
         _check_key(key)
+        fill = self._fill[self._check_id(block)]  # a bad id is an error, caching or not
         if not self.enable_prefix_caching:
             return False
-        fill = self._fill[self._check_id(block)]
         if fill != self.block_size or len(key.token_ids) != self.block_size:
             raise BlockStateError(
                 f"only full blocks can be cached: block {block} holds {fill} "

@@ -47,6 +47,17 @@ def blocks_to_serve(prompt_len: int, end: int, num_sequences: int, block_size: i
     return max(shared, -(-end // block_size)) if cache_sets_max_model_len else shared
 
 
+def check_block_list(name: str, blocks: object) -> Sequence[int]:
+    """`blocks` if it is a list, tuple or range (of block ids, checked where
+    they are used), else a TypeError naming `name`. A one-shot iterator is
+    refused, as for token ids: read once to be checked, it would be empty
+    when the blocks are taken."""
+    if not isinstance(blocks, (list, tuple, range)):
+        raise TypeError(f"{name} must be a list of block ids (from cached_prefix), got "
+                        f"{blocks!r} ({type(blocks).__name__})")
+    return blocks
+
+
 class BlockTable:
     """Logical-to-physical block mapping of one sequence.
 
@@ -275,7 +286,7 @@ class BlockTable:
         first, cached under this table's `cache_salt` (its first block's key
         holds the salt, `salt_keys`: a block cached for another salt, or none,
         is never shared with this one). Asks only: takes nothing."""
-        blocks = list(blocks)
+        blocks = list(check_block_list("cached_blocks", blocks))
         if len(set(blocks)) != len(blocks):
             raise BlockStateError(
                 f"cached blocks {blocks} for sequence {self.seq!r} name a block twice")
@@ -353,10 +364,9 @@ class BlockTable:
         The caller picks `position` (`KVCacheManager.release_outside_window`):
         nothing in this table knows which tokens attention still reads."""
         self._check_open("release its blocks")
-        if isinstance(position, bool) or not isinstance(position, int) \
-                or not 0 <= position <= self.num_tokens:
-            raise ValueError(f"release position must be an int in [0, {self.num_tokens}] "
-                             f"(the tokens of sequence {self.seq!r}), got {position!r}")
+        position = check_int(f"the release position (in the {self.num_tokens} tokens of "
+                             f"sequence {self.seq!r})", position, minimum=0,
+                             maximum=self.num_tokens)
         released = []
         for b in range(min(position // self.block_size, len(self.blocks))):
             block = self.blocks[b]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from .._validation import check_choice, check_int
 from .errors import BlockStateError
+from .kv_cache_manager import _check_seq
 
 POLICIES = ("max", "pow2", "oracle")
 
@@ -97,6 +98,7 @@ class ContiguousAllocator:
         self._stats: ContiguousStats | None = None
 
     def __contains__(self, request: Hashable) -> bool:
+        _check_seq(request, "request", "reservation")
         return request in self._by_request
 
     def __len__(self) -> int:
@@ -153,6 +155,7 @@ class ContiguousAllocator:
         """Reserve a region for a request starting now, or ``None`` if no hole fits.
 
         The prompt's tokens are stored at once; the output's arrive by `append`."""
+        _check_seq(request, "request", "reservation")
         if request in self._by_request:
             raise BlockStateError(f"request {request!r} already holds a reservation")
         self._check_need(prompt_len, output_len, request)
@@ -188,8 +191,12 @@ class ContiguousAllocator:
         self._stats = None
 
     def free(self, request: Hashable) -> Reservation:
-        region = self._by_request.pop(request, None)
+        try:
+            region = self._by_request.pop(request, None)
+        except TypeError:
+            region = None
         if region is None:
+            _check_seq(request, "request", "reservation")
             raise KeyError(f"request {request!r} holds no reservation")
         del self._regions[region.start]
         self._by_start.remove(region.start)
@@ -202,7 +209,8 @@ class ContiguousAllocator:
     def region(self, request: Hashable) -> Reservation:
         try:
             return self._by_request[request]
-        except KeyError:
+        except (KeyError, TypeError):
+            _check_seq(request, "request", "reservation")
             raise KeyError(f"request {request!r} holds no reservation") from None
 
     def regions(self) -> list[Reservation]:

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from .._validation import check_cache_salt, check_int, check_token_ids
 from .allocator import BlockAllocator, MemoryStats
 from .block_hash import HashFunction
-from .block_table import NULL_BLOCK, BlockTable
+from .block_table import NULL_BLOCK, BlockTable, check_block_list
 from .errors import BlockStateError, OutOfBlocksError
 from .events import Event, EventBus, EventKind
 
@@ -71,6 +71,7 @@ class KVCacheManager:
         if table is None:
             table = self._swapped.get(seq)
         if table is None:
+            _check_seq(seq)  # only on the error path: a NaN is refused as such
             raise KeyError(f"sequence {seq!r} has no block table")
         return table
 
@@ -84,6 +85,7 @@ class KVCacheManager:
             _check_seq(seq)
             raise
         except KeyError:
+            _check_seq(seq)
             where = "swapped out" if seq in self._swapped else "unknown"
             raise KeyError(f"sequence {seq!r} has no GPU block table ({where})") from None
 
@@ -136,6 +138,7 @@ class KVCacheManager:
         shared for nothing) and then the blocks its new tokens fill."""
         _check_seq(seq)
         check_int("num_new_tokens", num_new_tokens, minimum=0)
+        check_block_list("cached_blocks", cached_blocks)
         table = self._tables.get(seq)
         if table is not None:  # one table alone: its own count (what `append` checks)
             return table.blocks_needed(num_new_tokens)
@@ -150,11 +153,15 @@ class KVCacheManager:
         Sequences whose tables end in the same partly filled block write into
         it together: `blocks_to_append` counts their copies (k writers into
         a block only they own need k - 1 copies). A single writer is its
-        table's own count, the same rule for k = 1 (what `append` checks)."""
+        table's own count, the same rule for k = 1 (what `append` checks).
+        Each sequence is named once: a sequence is not two writers of its block."""
+        if isinstance(appends, (str, bytes)) or not isinstance(appends, Iterable):
+            _pairs(appends, "appends", "count the blocks of")  # raises, naming it
         appends = list(appends)
-        if len(appends) == 1:
+        if len(appends) == 1 and type(appends[0]) is tuple and len(appends[0]) == 2:
             seq, n = appends[0]
             return self.table(seq).blocks_needed(n)
+        appends = _pairs(appends, "appends", "count the blocks of")
         total = 0
         writers: dict[tuple[int, int], list[int]] = {}  # (pool, shared last block) -> appends
         tails: dict[tuple[int, int], BlockTable] = {}
@@ -179,6 +186,11 @@ class KVCacheManager:
         `cached_blocks`), forked into ``len(appends)`` sequences of which the
         i-th then appends ``appends[i]`` tokens (a group coming back after a
         recompute preemption)."""
+        if not isinstance(appends, (list, tuple, range)):
+            raise TypeError(f"appends must be a list of token counts, one per sequence of the "
+                            f"group (like [0] for one new sequence), got {appends!r} "
+                            f"({type(appends).__name__})")
+        check_block_list("cached_blocks", cached_blocks)
         for i, n in enumerate(appends):
             check_int(f"appends[{i}] (the tokens sequence {i} of the group appends)", n,
                       minimum=0)
@@ -273,7 +285,9 @@ class KVCacheManager:
         the prefix-cache names of its blocks past those tokens. They were never
         computed, so a later cache hit on one would read K/V never written.
         Names are dropped after every sequence has let go (only a free block
-        can lose its name), so blocks the sequences shared are caught too."""
+        can lose its name), so blocks the sequences shared are caught too.
+        Each sequence is named once (a second mention is refused, with nothing freed)."""
+        seqs = _pairs(seqs, "seqs", "free the uncomputed blocks of")
         seqs = [(seq, check_int(f"the computed tokens of sequence {seq!r}", computed, minimum=0,
                                 maximum=self.gpu_table(seq).num_tokens))
                 for seq, computed in seqs]  # all checked before any is freed
@@ -302,12 +316,10 @@ class KVCacheManager:
         sequence is an error; a sequence re-prefilled after recompute
         preemption starts a new table and is released again as it goes."""
         table = self.gpu_table(seq)
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"sliding window must be an int >= 1, got {window!r}")
-        if isinstance(num_computed_tokens, bool) or not isinstance(num_computed_tokens, int) \
-                or not 0 <= num_computed_tokens <= table.num_tokens:
-            raise ValueError(f"num_computed_tokens must be an int in [0, {table.num_tokens}] "
-                             f"(the tokens of sequence {seq!r}), got {num_computed_tokens!r}")
+        window = check_int("the sliding window", window, minimum=1)
+        num_computed_tokens = check_int(
+            f"num_computed_tokens (of the {table.num_tokens} tokens of sequence {seq!r})",
+            num_computed_tokens, minimum=0, maximum=table.num_tokens)
         return table.release_before(max(0, num_computed_tokens - window + 1))
 
     # ------------------------------------------------------------------- swap
@@ -435,17 +447,45 @@ def _check_new_seq(seq: Hashable, action: str) -> None:
     _check_seq(seq)
 
 
-def _check_seq(seq: object) -> None:
+def _check_seq(seq: object, who: str = "sequence", keys: str = "block table") -> None:
     """A sequence's id keys the manager's tables, so it must be hashable (a
     str, an int, a tuple of them); a list is refused by name, not by Python's
     "unhashable type". The advice holds for every unhashable id: ``tuple(...)``
-    would not do for a list holding a list, nor a tuple holding a dict."""
+    would not do for a list holding a list, nor a tuple holding a dict. It
+    must also equal itself: a NaN is hashable, but a table it keys could never
+    be found (nor freed) again. The same rule for `ContiguousAllocator`'s
+    request ids (`who`), which key its reservations (`keys`)."""
     try:
         hash(seq)
     except TypeError:
-        raise TypeError(f"sequence id {seq!r} ({type(seq).__name__}) is not hashable, and a "
-                        "sequence's id keys its block table: give a str, an int, or a tuple "
+        raise TypeError(f"{who} id {seq!r} ({type(seq).__name__}) is not hashable, and a "
+                        f"{who}'s id keys its {keys}: give a str, an int, or a tuple "
                         "holding only str and int") from None
+    if not _equals_itself(seq):
+        raise ValueError(f"{who} id {seq!r} is not equal to itself (it is or holds a NaN), so "
+                         f"its {keys} could never be found again: give a str, an int, or a "
+                         "tuple holding only str and int")
+
+
+def _equals_itself(seq: object) -> bool:
+    """Whether `seq` (inside a tuple too) finds itself as a dict key: a NaN
+    does not (``nan != nan``, and each ``float("nan")`` hashes apart)."""
+    if isinstance(seq, (tuple, frozenset)):
+        return all(_equals_itself(item) for item in seq)
+    return seq is None or isinstance(seq, (str, int)) or bool(seq == seq)
+
+
+def _pairs(entries: object, name: str, action: str) -> list[tuple[Hashable, int]]:
+    """``(seq, n)`` pairs as a list, each sequence once (checked before anything changes)."""
+    if isinstance(entries, (str, bytes)) or not isinstance(entries, Iterable):
+        raise TypeError(f"{name} must be a list of (sequence, token count) pairs, got "
+                        f"{entries!r} ({type(entries).__name__})")
+    entries = list(entries)
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, tuple) or len(entry) != 2:
+            raise TypeError(f"{name}[{i}] must be a (sequence, token count) pair, got {entry!r}")
+    _group([seq for seq, _ in entries], action)
+    return entries
 
 
 def _group(seqs: Iterable[Hashable], action: str) -> list[Hashable]:
