@@ -10,6 +10,8 @@ generation, while the same model without a window grows with it. Models with
 any full-attention layer keep every block.
 """
 
+import re
+
 import pytest
 import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM, MistralConfig, MistralForCausalLM
@@ -200,8 +202,12 @@ def test_release_bound_is_exact(block_size, window):
 def test_release_refuses_bad_input():
     kv = KVCacheManager(num_blocks=8, block_size=4)
     kv.allocate_slots("s", [1, 2, 3, 4, 5])
-    for computed, window in ((6, 2), (-1, 2), (3, 0), (3, True), (True, 2), (3, 2.0)):
-        with pytest.raises(ValueError, match="must be an int"):
+    for computed, window, error, named in (  # check_int's rule, as every count (newcomer22 N2)
+            (6, 2, ValueError, "must be <= 5, got 6"), (-1, 2, ValueError, ">= 0, got -1"),
+            (3, 0, ValueError, "sliding window must be >= 1, got 0"),
+            (3, True, TypeError, "got True (bool)"), (True, 2, TypeError, "got True (bool)"),
+            (3, 2.0, TypeError, "got 2.0 (float)"), (1.5, 2, TypeError, "got 1.5 (float)")):
+        with pytest.raises(error, match=re.escape(named)):
             kv.release_outside_window("s", computed, window)
     assert kv.block_ids("s") == [0, 1]
     with pytest.raises(KeyError, match=r"swapped out|no GPU block table"):
