@@ -257,7 +257,7 @@ class SamplingParams:
 
     def __getattr__(self, name: str) -> object:
         """Only for a name it has not: vLLM's say so (`VLLM_ONLY_ATTRIBUTES`)."""
-        from .engine.args import vllm_only_attribute
+        from .vllm_names import vllm_only_attribute
 
         raise vllm_only_attribute("SamplingParams", self, name)
 

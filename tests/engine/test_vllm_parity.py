@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pagedkit import LLM, LLMEngine, SamplingParams
-from pagedkit.engine.args import VLLM_ONLY_ATTRIBUTES
+from pagedkit.vllm_names import VLLM_ONLY_ATTRIBUTES
 
 PROMPT = "Once upon a time"
 

@@ -17,9 +17,9 @@ import pytest
 
 from pagedkit import LLM, BeamSearchParams, SamplingParams
 from pagedkit.engine import llm_engine
-from pagedkit.engine.args import VLLM_ONLY_ATTRIBUTES
 from pagedkit.engine.llm import TEXT_PARTS
 from pagedkit.engine.outputs import StepOutput
+from pagedkit.vllm_names import VLLM_ONLY_ATTRIBUTES
 
 
 @pytest.fixture(scope="module")

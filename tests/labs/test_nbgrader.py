@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 
@@ -489,9 +490,12 @@ def test_an_edited_config_is_kept_and_labs_are_added(tmp_path, capsys, keeps_nee
 
 def _read_config(path):
     """The course root and database an nbgrader_config.py gives, read as nbgrader
-    reads it (traitlets' loader, which sets ``__file__``)."""
+    reads it (traitlets' loader, which sets ``__file__``). The file turns the
+    build track off (``PAGEDKIT_TRACK=""``) in the process that reads it: this
+    one's environment is put back after."""
     from traitlets.config.loader import PyFileConfigLoader
-    config = PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+    with mock.patch.dict(os.environ):
+        config = PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
     return config.CourseDirectory.root, config.CourseDirectory.db_url
 
 

@@ -110,7 +110,7 @@ def test_every_vllm_method_pagedkit_lacks_says_what_to_use(kind):
     import vllm
 
     import pagedkit
-    from pagedkit.engine.args import VLLM_ONLY_ATTRIBUTES
+    from pagedkit.vllm_names import VLLM_ONLY_ATTRIBUTES
 
     theirs_cls, ours_cls = getattr(vllm, kind), getattr(pagedkit, kind)
     theirs = {n for n in dir(theirs_cls) if not n.startswith("_")

@@ -4,8 +4,8 @@ and runs pagedkit's side everywhere)."""
 
 import pytest
 
-from pagedkit.engine.args import VLLM_ONLY_ATTRIBUTES
 from pagedkit.vllm import api_check
+from pagedkit.vllm_names import VLLM_ONLY_ATTRIBUTES
 from tests.engine.test_vllm_parity42 import TEXT_PART_CASES, VLLM_NAMES
 
 pytestmark = pytest.mark.vllm

@@ -14,7 +14,8 @@ from tqdm.auto import tqdm
 
 from .._validation import PromptInput, check_bool, check_int, check_prompt, plural
 from ..sampling_params import SamplingParams
-from .args import check_call_args, engine_args_kwargs, split_engine_args, vllm_only_attribute
+from ..vllm_names import vllm_only_attribute
+from .args import check_call_args, engine_args_kwargs, split_engine_args
 from .llm_engine import LLMEngine
 from .offline_beam import BeamSearchOutput, BeamSearchParams
 from .offline_beam import beam_search as offline_beam_search
@@ -52,7 +53,7 @@ class LLM:
     def __getattr__(self, name: str) -> Any:
         """Only for a name the LLM has not: vLLM's ``embed``, ``get_metrics``,
         ... say what pagedkit offers instead
-        (`pagedkit.engine.args.VLLM_ONLY_ATTRIBUTES`)."""
+        (`pagedkit.vllm_names.VLLM_ONLY_ATTRIBUTES`)."""
         raise vllm_only_attribute("LLM", self, name)
 
     def get_tokenizer(self):

@@ -54,7 +54,8 @@ from ..model.support import LONGROPE_LIMIT, check_supported, position_limit
 from ..sampling_params import MAX_SEED, BeamSearchParams, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from ..sequence import FinishReason, RequestMetrics, Sequence, SequenceGroup
-from .args import check_call_args, check_engine_args, vllm_only_attribute
+from ..vllm_names import vllm_only_attribute
+from .args import check_call_args, check_engine_args
 from .beam_search import best_beams
 from .outputs import CompletionOutput, PositionLogprobs, RequestOutput, ScheduledInfo, StepOutput
 from .sampling import StopRule, output_text, record_prompt_logprobs, sample_step
@@ -320,7 +321,7 @@ class LLMEngine:
     def __getattr__(self, name: str) -> Any:
         """Only for a name the engine has not: vLLM's ``model_config``,
         ``get_metrics``, ... say what pagedkit offers instead
-        (`pagedkit.engine.args.VLLM_ONLY_ATTRIBUTES`)."""
+        (`pagedkit.vllm_names.VLLM_ONLY_ATTRIBUTES`)."""
         raise vllm_only_attribute("LLMEngine", self, name)
 
     def next_seq_id(self) -> int:

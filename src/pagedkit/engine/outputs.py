@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sequence import RequestMetrics
+from ..vllm_names import vllm_only_attribute
 
 
 @dataclass
@@ -46,8 +47,6 @@ class CompletionOutput:
 
     def __getattr__(self, name: str) -> Any:
         """Only for a name it has not: vLLM's say so (`VLLM_ONLY_ATTRIBUTES`)."""
-        from .args import vllm_only_attribute
-
         raise vllm_only_attribute("CompletionOutput", self, name)
 
     def __repr__(self) -> str:
@@ -82,8 +81,6 @@ class RequestOutput:
 
     def __getattr__(self, name: str) -> Any:
         """Only for a name it has not: vLLM's say so (`VLLM_ONLY_ATTRIBUTES`)."""
-        from .args import vllm_only_attribute
-
         raise vllm_only_attribute("RequestOutput", self, name)
 
 
