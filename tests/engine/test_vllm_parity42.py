@@ -277,12 +277,11 @@ def test_reprs_read_as_vllms(llm):
     request = VLLM_REQUEST_REPR.replace("request_id=54", "request_id=0")
     for field in VLLM_ONLY_FIELDS:
         request = request.replace(field, "")
-    head, tail = request.split("metrics=None")
+    head = request.split("metrics=None")[0]
     assert repr(out).startswith(head + "metrics=RequestMetrics(arrival_time=")
-    # then vLLM's num_cached_tokens (its num_cache_creation_tokens pagedkit has not), and
-    # pagedkit's own num_preemptions
+    # then vLLM's num_cached_tokens (its num_cache_creation_tokens, after it in vLLM's
+    # repr, pagedkit has not), and pagedkit's own num_preemptions
     assert repr(out).endswith(", num_cached_tokens=0, num_preemptions=0)")
-    assert tail == ", num_cached_tokens=0, num_cache_creation_tokens=0)"
 
 
 @pytest.mark.parametrize("n", [1, 2])
