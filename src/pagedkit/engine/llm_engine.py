@@ -430,7 +430,7 @@ class LLMEngine:
                     if params.use_beam_search else
                     "vLLM runs each sample as a request of its own, a few at a time")
             cache = (f"; nor does the KV cache hold them: they need {full + seqs} blocks "
-                     f"({full} full {'one' if full == 1 else 'ones'} of the prompt, shared, "
+                     f"({plural(full, 'full one')} of the prompt, shared, "
                      f"and one each), and it has "
                      f"{have}" if seqs > in_cache else "")
             raise ValueError(f"{who}: {crowded} ({vllm}){cache}; {advice}")
@@ -675,9 +675,9 @@ class LLMEngine:
         category = KVCacheTooSmallWarning if capacity < end else UserWarning
         self._warn_cut(who, self._cut_short(
             f"the beams (beam_width={params.beam_width}, max_tokens={params.max_tokens}) "
-            f"ended with finish_reason='length' after {reached} generated "
-            f"token{'s' * (reached != 1)}: each step sends every beam (the prompt's "
-            f"{prompt_len} token{'s' * (prompt_len != 1)} and those generated so far) to the "
+            f"ended with finish_reason='length' after {plural(reached, 'generated token')}"
+            f": each step sends every beam (the prompt's {plural(prompt_len, 'token')} and "
+            f"those generated so far) to the "
             f"engine as a prompt, and {limit}",
             num_blocks=-(-end // block_size) if capacity < end else None,
             batched_tokens=end - 1 if budget is not None and budget < end - 1 else None,
@@ -766,7 +766,7 @@ class LLMEngine:
         return self._cut_short(
             f"the {name}={count} {kind} outgrew the whole KV cache and ended early with "
             f"finish_reason='length' after {reached} generated {tokens} ({asked}). They "
-            f"run as one group sharing the prompt's {full} full block{'s' * (full != 1)}, "
+            f"run as one group sharing the prompt's {plural(full, 'full block')}, "
             f"each with blocks of its own: serving them all needs {plural(need, 'block')} of "
             f"{plural(block_size, 'token')} ({full} + {count} x {own}), and the cache has "
             f"num_blocks={have}. {vllm}", num_blocks=need, lower=lower)
