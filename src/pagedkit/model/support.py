@@ -126,22 +126,27 @@ def check_config(model: torch.nn.Module) -> None:
         raise refuse(model, f"its config gives no attention shape ({err}): not an attention "
                             "model") from err
     for name, value in sorted(text.to_dict().items()):
-        if (name.startswith("_") or name in UNDERSTOOD_FIELDS or name == "layer_types"
-                or not _ATTENTION_WORDS.search(name) or _unset(value)):
-            continue
-        raise refuse(model, f"its config sets {_offending(name, value)}, an attention feature "
-                            "pagedkit does not implement")
+        if _refused(name, value):
+            raise refuse(model, f"its config sets {_offending(name, value)}, an attention "
+                                "feature pagedkit does not implement")
+
+
+def _refused(name: str, value: Any) -> bool:
+    """Whether the config field `name` is one pagedkit refuses: set, not private, not
+    understood (`UNDERSTOOD_FIELDS`, ``layer_types``), and named like an attention
+    feature (`_ATTENTION_WORDS`). The rule for a field and for a sub-config's key."""
+    return not (name.startswith("_") or name in UNDERSTOOD_FIELDS or name == "layer_types"
+                or not _ATTENTION_WORDS.search(name) or _unset(value))
 
 
 def _offending(name: str, value: Any) -> str:
     """``name = value`` of a refused field; of a sub-config (MPT's ``attn_config``), the
-    first of its own keys that the same rule refuses (``attn_config['alibi'] = True``),
+    first of its own keys that `_refused` refuses (``attn_config['alibi'] = True``),
     not the whole dict; a sub-config with no such key is named by its set keys."""
     if not isinstance(value, dict):
         return f"{name} = {value!r}"
     for key, inner in sorted(value.items()):
-        if (not key.startswith("_") and key not in UNDERSTOOD_FIELDS
-                and _ATTENTION_WORDS.search(key) and not _unset(inner)):
+        if _refused(key, inner):
             return _offending(f"{name}[{key!r}]", inner)
     return f"{name} (keys {sorted(k for k, v in value.items() if not _unset(v))})"
 
