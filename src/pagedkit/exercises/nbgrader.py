@@ -388,17 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     if not notebooks:
         p.error(f"no labs in {labs}: the course is built from a clone of the repository (git "
                 "clone https://github.com/pagedkit/pagedkit, then pip install -e . in it)")
-    chosen = [path for path in notebooks.values()       # lab 10 has nothing to grade
-              if exercises(json.loads(path.read_text()))]
+    graded = {n: path for n, path in notebooks.items()  # lab 10 has nothing to grade
+              if exercises(json.loads(path.read_text()))}
+    chosen = list(graded.values())
     if args.labs is not None:
         chosen = []
         for name in (n.strip() for n in args.labs.split(",")):
             file, could_be = find_lab(labs, name)  # the one rule for lab names
             if file is None:
                 p.error(unnamed_lab(labs, name, could_be))
-            if not exercises(json.loads((labs / file).read_text())):
-                graded = [n for n, path in notebooks.items()
-                          if exercises(json.loads(path.read_text()))]
+            if labs / file not in graded.values():
                 p.error(f"{file} has no exercise, so nothing to grade: the labs with exercises "
                         f"are {', '.join(graded)}")
             chosen.append(labs / file)
