@@ -12,8 +12,7 @@ pytestmark = pytest.mark.vllm
 
 
 def chats(system):
-    api = api_check.load_api(system)
-    llm = api_check.make_llm(api)
+    api, llm = api_check.open_system(system)
     params = api.SamplingParams(temperature=0, max_tokens=3)
     results = {}
     for name, conversation, template, _ in CASES:

@@ -12,8 +12,7 @@ pytestmark = pytest.mark.vllm
 
 
 def run(system):
-    api = api_check.load_api(system)
-    llm = api_check.make_llm(api)
+    api, llm = api_check.open_system(system)
     params = api.SamplingParams(temperature=0, max_tokens=2)
     results = {}
     for name, content, role, _ in TEXT_PART_CASES:

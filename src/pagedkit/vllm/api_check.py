@@ -46,6 +46,12 @@ def load_api(system: str):
     return importlib.import_module(system)
 
 
+def open_system(system: str):
+    """The module (`load_api`) and an LLM made from it (`make_llm`)."""
+    api = load_api(system)
+    return api, make_llm(api)
+
+
 def beam_params(api):
     return importlib.import_module(f"{api.__name__}.sampling_params").BeamSearchParams
 
@@ -263,8 +269,7 @@ def beam_search(api, llm):
 
 # ------------------------------------------------------------------- running
 def run_cases(system: str) -> dict[str, Any]:
-    api = load_api(system)
-    llm = make_llm(api)
+    api, llm = open_system(system)
     return {"system": system, "cases": {name: fn(api, llm) for name, (_, fn) in CASES.items()}}
 
 
