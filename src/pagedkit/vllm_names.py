@@ -132,7 +132,14 @@ _ENGINE = {"LLM": "llm.llm_engine.", "LLMEngine": "engine.", "SamplingParams": "
 def vllm_only_attribute(kind: str, obj: object, name: str) -> AttributeError:
     """The AttributeError for `name` missing from `obj` (one of the five classes
     `VLLM_ONLY_ATTRIBUTES` lists, named by `kind`): for one of vLLM's (`VLLM_ONLY_ATTRIBUTES`), what
-    pagedkit offers instead; for any other name, Python's own message."""
+    pagedkit offers instead; for any other name, Python's own message. A
+    property that raised AttributeError inside reaches here too (Python then
+    asks ``__getattr__``): its own error is the answer, not "no attribute"."""
+    if hasattr(type(obj), name):
+        try:
+            object.__getattribute__(obj, name)
+        except AttributeError as inside:
+            return inside
     why = VLLM_ONLY_ATTRIBUTES[kind].get(name)
     if why is None:
         return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}",
