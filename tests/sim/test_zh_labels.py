@@ -141,3 +141,20 @@ def test_zh_progress_bar_names_each_step_in_chinese(capsys):
     assert not left, left
     assert not any(step in err for step in rp.COMPARE_STEPS)
     assert "步" in err and "step" not in err
+
+
+def test_rows_display_their_scenario_in_the_language_of_the_moment():
+    """Issue #26: labs 07 and 08 printed fig15's ``label`` and a `Scenario`'s ``label``,
+    English in the zh labs too, since they are the rows' keys. Each row (and scenario)
+    has a ``display`` in the language it was made in; the keys stay English."""
+    scenarios = ex.SHAPE_SCENARIOS
+    with speaking("zh-CN"):
+        rows = _fig15().rows
+        shown = [r["display"] for r in rows] + [sc.display for sc in scenarios]
+    left = {t: _english_left(t) for t in shown if _english_left(t)}
+    assert not left, left
+    assert not any(term in t for t in shown for term in ENGLISH_TERMS)
+    assert shown[0] == "并行采样 n=2" and shown[-1] == "alpaca，OPT-13B，束搜索 宽度=4"
+    assert [r["label"] for r in rows] == [s.label for s in ex.SHARING_SCENARIOS]
+    assert [r["display"] for r in _fig15().rows] == [r["label"] for r in rows]  # English
+    assert [sc.display for sc in scenarios] == [sc.label for sc in scenarios]

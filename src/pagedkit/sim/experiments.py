@@ -33,6 +33,7 @@ from .sharing import (
     Sharing,
     group_past_max_num_seqs,
     num_sequences,
+    said,
     sample_output_lens,
 )
 from .simulator import DEFAULT_MAX_NUM_SEQS, simulate
@@ -239,8 +240,8 @@ def fig15_sharing_savings(trace: Trace | None = None, *,
         kind, size = {ParallelSampling: ("parallel", "n"), BeamSearch: ("beam", "width"),
                       SharedPrefix: ("prefix", "length")}[type(sharing)]
         rows.append({"scenario": kind, "size": getattr(sharing, size), "label": sharing.label,
-                     "saving": 100 * r.sharing_saving(), "mean_batch_size": r.mean_batch_size(),
-                     "aborted": len(r.aborted)})
+                     "display": said(sharing.label), "saving": 100 * r.sharing_saving(),
+                     "mean_batch_size": r.mean_batch_size(), "aborted": len(r.aborted)})
     return FigureData("Fig. 15", _("Memory saved by sharing KV blocks"), tuple(rows),
                       {"trace": trace.name, "requests": len(trace), "block_size": block_size,
                        **PAPER_OPTIONS, **options})
@@ -471,6 +472,15 @@ class Scenario:
         how = self.sharing.label if self.sharing else ONE_SAMPLE
         return f"{self.dataset}, {self.model.name}, {how}"
 
+    @property
+    def display(self) -> str:
+        """`label` in the language of the moment, to print: the dataset and the
+        model are names, the decoding is said (`label` stays English: a key)."""
+        how = self.sharing.label if self.sharing else ONE_SAMPLE
+        return _("{dataset}, {model}, {decoding}").format(dataset=self.dataset,
+                                                           model=self.model.name,
+                                                           decoding=said(how))
+
     def num_requests(self, turnovers: int = TURNOVERS,
                      max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
         """Requests for a saturated run: `turnovers` times the requests whose
@@ -503,8 +513,8 @@ def results_shape(scenarios: Iterable[Scenario] = SHAPE_SCENARIOS, *,
         trace = saturated_trace(sc.dataset, sc.num_requests(turnovers), seed=seed)
         for m in managers:
             c = capacity(trace, m, sharing=sc.sharing, seed=seed, model=sc.model, **options)
-            rows.append({"scenario": sc.label, "dataset": sc.dataset, "model": sc.model.name,
-                         "gpus": sc.model.num_gpus,
+            rows.append({"scenario": sc.label, "display": sc.display, "dataset": sc.dataset,
+                         "model": sc.model.name, "gpus": sc.model.num_gpus,
                          "decoding": sc.sharing.label if sc.sharing else ONE_SAMPLE,
                          "manager": m.label, "requests": len(trace), **c})
     return FigureData("§6.2-6.3", _("Requests per second each manager serves, saturated"),
