@@ -297,3 +297,89 @@ def test_a_folder_without_config_json_is_refused_naming_it(tmp_path):
     said = str(err.value)
     assert f"no config.json in {str(folder)!r} (it holds tokenizer.json, " in said
     assert "model='tiny'" in said
+
+
+def _decoder_alone_types() -> list[tuple[str, str]]:
+    """Every (model type, causal-LM class) whose class is an encoder-decoder family's
+    decoder built alone: the family's default config is an encoder-decoder and the
+    class takes that config (BartForCausalLM; enumerated, not picked)."""
+    import transformers
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    found = []
+    for model_type, name in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()):
+        try:
+            config = AutoConfig.for_model(model_type)
+        except Exception:
+            continue
+        cls = getattr(transformers, name, None)
+        if (getattr(config, "is_encoder_decoder", False) and cls is not None
+                and cls.config_class is type(config)):
+            found.append((model_type, name))
+    return found
+
+
+DECODER_ALONE_TYPES = _decoder_alone_types()
+
+
+def test_decoder_alone_types_are_found():
+    assert {"bart", "mbart", "plbart", "marian", "pegasus", "blenderbot", "blenderbot-small",
+            "prophetnet"} <= {t for t, _name in DECODER_ALONE_TYPES}
+
+
+def _decoder_alone_said(model_type: str, arch: str, said: str) -> None:
+    """The refusal names the real reason (the family's decoder alone) and what to do,
+    not an encoder field as "an attention feature"."""
+    assert (f"pagedkit cannot serve {arch}" in said and
+            f"it is the decoder of the encoder-decoder family {model_type!r} built alone "
+            "(is_encoder_decoder = False): its layers keep their cross-attention to an encoder "
+            "and its config still describes the encoder (" in said)
+    assert said.endswith("; pagedkit serves decoder-only model families; serve it with "
+                         "transformers' generate, or pick a decoder-only model pagedkit serves "
+                         "(docs/architectures.md)")
+    assert "attention feature" not in said
+
+
+def _decoder_alone_model(model_type: str, arch: str):
+    import warnings
+
+    import transformers
+    from tiny_configs import _shrink
+    from transformers import AutoConfig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = _shrink(AutoConfig.for_model(model_type))
+        for name, value in config.to_dict().items():  # the sizes _shrink does not know
+            if isinstance(value, int) and not isinstance(value, bool):
+                tiny = {"attention_heads": 4, "_layers": 2, "ffn_dim": 64}
+                for end, size in tiny.items():
+                    if name.endswith(end) and value > size:
+                        setattr(config, name, size)
+        model = getattr(transformers, arch)(config)
+    assert model.config.is_encoder_decoder is False  # what the causal-LM class sets
+    return model.eval()
+
+
+@pytest.mark.parametrize(("model_type", "arch"), DECODER_ALONE_TYPES)
+def test_a_decoder_alone_folder_is_refused_for_what_it_is_before_its_weights_load(
+        model_type, arch, tmp_path):
+    """Issue #26: a BartForCausalLM folder (is_encoder_decoder False) was refused after
+    its weights loaded, for encoder_attention_heads, "an attention feature pagedkit does
+    not implement"; without weights, with OSError. The folder holds the config the
+    causal-LM class saves, and no weights."""
+    config = _decoder_alone_model(model_type, arch).config
+    config.architectures = [arch]
+    folder = _folder(tmp_path, config)
+    with pytest.raises(NotImplementedError) as err:
+        LLM(str(folder), device="cpu")
+    _decoder_alone_said(model_type, arch, str(err.value))
+    assert repr(str(folder)) in str(err.value)
+
+
+@pytest.mark.parametrize(("model_type", "arch"), DECODER_ALONE_TYPES)
+def test_a_decoder_alone_model_object_is_refused_for_what_it_is(model_type, arch):
+    with pytest.raises(NotImplementedError) as err:
+        LLM(_decoder_alone_model(model_type, arch), num_blocks=16, block_size=4, device="cpu")
+    _decoder_alone_said(model_type, arch, str(err.value))

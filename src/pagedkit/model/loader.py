@@ -156,8 +156,11 @@ def _load(model, tokenizer, skip_tokenizer=False):
 def _check_decoder_only(folder: Path, name: str) -> None:
     """Before any weight loads: the folder holds a config.json, and not an
     encoder-decoder's (transformers would refuse T5 with its list of ~150 causal-LM
-    configs, and build BART's or Whisper's decoder alone, dropping the encoder)."""
+    configs, and build BART's or Whisper's decoder alone, dropping the encoder), nor
+    such a family's decoder saved alone (BartForCausalLM: `support.decoder_alone`)."""
     from transformers import AutoConfig
+
+    from .support import DECODER_ALONE_INSTEAD, decoder_alone
 
     if not (folder / "config.json").is_file():
         holds = _listing(sorted(p.name for p in folder.iterdir()))
@@ -175,6 +178,11 @@ def _check_decoder_only(folder: Path, name: str) -> None:
             f"pagedkit cannot serve {arch} from {name!r}: {arch} is an encoder-decoder model; "
             "pagedkit serves decoder-only models (docs/architectures.md); serve it with "
             "transformers' generate (or vLLM)")
+    alone = decoder_alone(config)
+    if alone:
+        arch = (getattr(config, "architectures", None) or [config.model_type])[0]
+        raise NotImplementedError(f"pagedkit cannot serve {arch} from {name!r}: {alone}; "
+                                  f"{DECODER_ALONE_INSTEAD}")
 
 
 def load_tokenizer(tokenizer):

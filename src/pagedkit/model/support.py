@@ -114,6 +114,10 @@ def check_config(model: torch.nn.Module) -> None:
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
         raise refuse(model, "it is an encoder-decoder; pagedkit serves decoder-only models")
+    alone = decoder_alone(config)
+    if alone:
+        raise NotImplementedError(f"pagedkit cannot serve {architecture(model)}: {alone}; "
+                                  f"{DECODER_ALONE_INSTEAD}")
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layer_types = getattr(text, "layer_types", None) or []
     other = sorted(set(layer_types) - set(SERVED_LAYER_TYPES))
@@ -129,6 +133,36 @@ def check_config(model: torch.nn.Module) -> None:
         if _refused(name, value):
             raise refuse(model, f"its config sets {_offending(name, value)}, an attention "
                                 "feature pagedkit does not implement")
+
+
+def decoder_alone(config: Any) -> str | None:
+    """Why pagedkit refuses `config` when it is the decoder of an encoder-decoder
+    family built alone (BartForCausalLM, MarianForCausalLM, ...: is_encoder_decoder
+    is False, but the family's default config is an encoder-decoder), else None.
+    Its layers are the family's decoder layers, each with a cross-attention to an
+    encoder, and its config still describes that encoder; the config check would
+    otherwise name an encoder field (``encoder_attention_heads``) as an attention
+    feature, which is not the reason."""
+    if getattr(config, "is_encoder_decoder", False):
+        return None
+    try:
+        family_default = type(config)()
+    except (TypeError, ValueError):
+        return None
+    if not getattr(family_default, "is_encoder_decoder", False):
+        return None
+    fields = [name for name in sorted(config.to_dict())
+              if "encoder" in name and name != "is_encoder_decoder"][:3]
+    named = f" ({', '.join(fields)})" if fields else ""
+    return (f"it is the decoder of the encoder-decoder family {config.model_type!r} built "
+            f"alone (is_encoder_decoder = False): its layers keep their cross-attention to an "
+            f"encoder and its config still describes the encoder{named}; pagedkit serves "
+            f"decoder-only model families")
+
+
+#: What to do instead with an encoder-decoder family's decoder alone (`decoder_alone`).
+DECODER_ALONE_INSTEAD = ("serve it with transformers' generate, or pick a decoder-only model "
+                         "pagedkit serves (docs/architectures.md)")
 
 
 def _refused(name: str, value: Any) -> bool:
