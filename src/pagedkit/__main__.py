@@ -12,7 +12,7 @@ import sys
 from . import __version__
 from ._validation import PROG
 from .bench.__main__ import BENCHMARKS
-from .i18n import N_, _, language_from_environment
+from .i18n import N_, _, argparse_speaking, language_from_environment
 
 #: command -> (module whose ``main(argv)`` runs it, one line of help)
 COMMANDS = {
@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_("commands:\n{lines}\n\nEach command has its own options: {prog} COMMAND "
                  "--help").format(lines=lines, prog=PROG),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"pagedkit {__version__}")
+    p.add_argument("--version", action="version", version=f"pagedkit {__version__}",
+                   help=_("show program's version number and exit"))
     p.add_argument("--no-progress", action="store_true",
                    help=_("leave out the command's progress output: its own --no-progress, given "
                           "before its name ({commands} take it)")
@@ -77,13 +78,20 @@ def commands_markdown() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command and return its exit status; usage errors, ``--help`` and
-    ``--version`` exit through argparse (status 2, 0, 0)."""
+    ``--version`` exit through argparse (status 2, 0, 0). argparse's own words
+    (``usage:``, ``error:``) are said in pagedkit's language too (`argparse_speaking`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         language_from_environment()
     except ValueError as err:  # a bad PAGEDKIT_LANGUAGE: said, not a traceback
         print(f"{PROG}: {err}", file=sys.stderr)
         return 2
+    with argparse_speaking():
+        return _run(argv)
+
+
+def _run(argv: list[str]) -> int:
+    """`main` once the language is set: parse the command line, run the command."""
     parser = _parser()
     if not argv:  # a first try: show what there is to run
         parser.print_help(sys.stderr)

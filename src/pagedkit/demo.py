@@ -15,6 +15,7 @@ import sys
 import time
 
 from ._validation import PROG, non_negative_float, num_blocks_option, plural, positive_int
+from .i18n import _
 
 PROMPTS = [
     "Once upon a time",
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                             seed=0)
     steps = []
     # progress in tokens: requests all finish near the end, so a bar of requests would stall
-    bar = tqdm(total=len(PROMPTS) * args.n * args.max_tokens, unit="tok", desc="demo",
+    bar = tqdm(total=len(PROMPTS) * args.n * args.max_tokens, unit=_("tok"), desc=_("demo"),
                disable=args.no_progress, file=sys.stderr)
 
     def on_step(step):

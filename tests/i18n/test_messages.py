@@ -350,7 +350,7 @@ def test_the_command_line_help_speaks_chinese_when_asked(monkeypatch, capsys):
     assert "Each command has its own options" in english
     monkeypatch.setenv("PAGEDKIT_LANGUAGE", "zh-CN")
     chinese = help_text()
-    assert "每个命令都有自己的选项" in chinese and "usage:" in chinese  # argparse's own stay
+    assert "每个命令都有自己的选项" in chinese and "用法：" in chinese  # argparse's own too
     assert "内置模型服务一批请求" in chinese
     monkeypatch.setenv("PAGEDKIT_LANGUAGE", "klingon")
     assert main(["--help"]) == 2  # said in one line, not a traceback

@@ -13,6 +13,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .._validation import PromptInput, check_bool, check_int, check_prompt, plural
+from ..i18n import _
 from ..sampling_params import SamplingParams
 from ..vllm_names import vllm_only_attribute
 from .args import check_call_args, engine_args_kwargs, split_engine_args
@@ -110,8 +111,8 @@ class LLM:
                 chat_template=chat_template, add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message, **(chat_template_kwargs or {}))
             prompts.append((text, tokenizer(text, add_special_tokens=False)["input_ids"]))
-        outputs = self.generate([ids for _, ids in prompts], sampling_params, use_tqdm=use_tqdm)
-        for output, (text, _) in zip(outputs, prompts, strict=True):
+        outputs = self.generate([ids for _text, ids in prompts], sampling_params, use_tqdm=use_tqdm)
+        for output, (text, _ids) in zip(outputs, prompts, strict=True):
             output.prompt = text
         return outputs
 
@@ -134,8 +135,8 @@ class LLM:
                  else ["beam_search()"] * len(prompts))
         checked = [self.llm_engine.check_prompt(p, who=who)
                    for p, who in zip(prompts, names, strict=True)]
-        ids = [token_ids for _, token_ids, *_ in checked]
-        salts = [salt for *_, salt in checked]  # each beam's requests carry its prompt's
+        ids = [token_ids for _prompt, token_ids, *_rest in checked]
+        salts = [salt for *_head, salt in checked]  # each beam's requests carry its prompt's
         limit = concurrency_limit or len(ids)
         outputs = []
         with self.llm_engine.one_warning(names):  # the prompts cut short, said once
@@ -268,7 +269,7 @@ def _progress_bar(use_tqdm: bool | Callable[..., Any], total: int) -> Iterator[A
     vLLM calls it, with the total and a description; pagedkit then calls
     only its ``update(n)`` and ``close()``."""
     if isinstance(use_tqdm, bool):
-        bar = tqdm(total=total, desc="generate", disable=not use_tqdm)
+        bar = tqdm(total=total, desc=_("generate"), disable=not use_tqdm)
     else:
         bar = use_tqdm(total=total, desc="generate")
     try:

@@ -22,6 +22,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..i18n import _
 from ..sampling_params import BeamSearchParams, SamplingParams
 
 
@@ -108,12 +109,12 @@ def beam_search(llm: Any, prompts: list[list[int]], params: BeamSearchParams,
     step_params = SamplingParams(logprobs=2 * params.beam_width, max_tokens=1,
                                  temperature=params.temperature, detokenize=False)
     live = [[BeamSearchSequence(list(p))] for p in prompts]
-    completed: list[list[BeamSearchSequence]] = [[] for _ in prompts]
+    completed: list[list[BeamSearchSequence]] = [[] for _prompt in prompts]
 
     def key(beam: BeamSearchSequence) -> float:
         return beam_score(beam, eos, params.length_penalty)
 
-    for step in tqdm(range(params.max_tokens), desc="beam search", disable=not use_tqdm):
+    for step in tqdm(range(params.max_tokens), desc=_("beam search"), disable=not use_tqdm):
         for i in _end_too_long(live, completed, longest):
             llm.llm_engine.warn_beams_cut(names[i], len(prompts[i]), step, params)
         beams = [{"prompt_token_ids": b.tokens, "cache_salt": salt}

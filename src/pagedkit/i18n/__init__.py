@@ -107,6 +107,57 @@ def N_(message: str) -> str:
     return message
 
 
+#: argparse's own words (its usage line, section titles, usage errors), marked here
+#: for the catalog: argparse translates them with its module's ``_``, which
+#: `argparse_speaking` points at pagedkit's catalog while a command runs. Every
+#: ``_("...")`` of argparse's source (tests/i18n/test_cli_words.py holds this to it);
+#: its two plurals are in `argparse_plurals`.
+ARGPARSE_MESSAGES = (
+    N_("usage: "), N_("options"), N_("positional arguments"),
+    N_("show this help message and exit"), N_("%(prog)s: error: %(message)s\n"),
+    N_("the following arguments are required: %s"),
+    N_("invalid choice: %(value)r (choose from %(choices)s)"),
+    N_("argument %(argument_name)s: %(message)s"), N_("invalid %(type)s value: %(value)r"),
+    N_("expected one argument"), N_("expected at least one argument"),
+    N_("expected at most one argument"), N_("unrecognized arguments: %s"),
+    N_("ambiguous option: %(option)s could match %(matches)s"),
+    N_("not allowed with argument %s"), N_("one of the arguments %s is required"),
+    N_("ignored explicit argument %r"), N_("can't open '%(filename)s': %(error)s"),
+    N_('argument "-" with mode %r'), N_("unexpected option string: %s"),
+    N_("unknown parser %(parser_name)r (choices: %(choices)s)"),
+    N_("%r is not callable"), N_("'required' is an invalid argument for positionals"),
+    N_(".__call__() not defined"), N_("cannot have multiple subparser arguments"),
+    N_("cannot merge actions - two groups are named %r"),
+    N_("conflicting subparser alias: %s"), N_("conflicting subparser: %s"),
+    N_("dest= is required for options like %r"), N_("invalid conflict_resolution value: %r"),
+    N_("invalid option string %(option)r: must start with a character %(prefix_chars)r"),
+    N_("mutually exclusive arguments must be optional"),
+)
+
+
+def argparse_plurals(n: int) -> list[str]:
+    """argparse's two messages with a plural, for `n` (marked for the catalog by
+    these calls; see `ARGPARSE_MESSAGES`)."""
+    return [ngettext("expected %s argument", "expected %s arguments", n),
+            ngettext("conflicting option string: %s", "conflicting option strings: %s", n)]
+
+
+@contextmanager
+def argparse_speaking() -> Iterator[None]:
+    """argparse's own words (``usage:``, ``options``, ``error:``, ``the following
+    arguments are required``) in the language of the moment inside the block (the
+    command line's run), then gettext's again. argparse looks up its module's ``_``
+    and ``ngettext`` each time it says something; this points them at pagedkit's."""
+    import argparse
+
+    before = argparse._, argparse.ngettext
+    argparse._, argparse.ngettext = _, ngettext
+    try:
+        yield
+    finally:
+        argparse._, argparse.ngettext = before
+
+
 def join_clauses(clauses: Iterable[str]) -> str:
     """Clauses of one sentence joined as the current language joins them: ``"; "``
     in English, a full-width ``"；"`` in Chinese (docs/i18n.md's punctuation)."""

@@ -253,7 +253,8 @@ class Simulator:
         started = time.perf_counter()
         try:
             with tqdm(total=len(self.trace), initial=len(self.results), disable=not show,
-                      unit="req", desc=f"{self.spec.label} on {self.trace.name}") as bar:
+                      unit=_("req"), desc=_("{manager} on {trace}").format(
+                          manager=self.spec.label, trace=self.trace.name)) as bar:
                 reported = len(self.results)
                 while not self.done:  # like step(), without the StepRecords nobody reads
                     self._iterate()
