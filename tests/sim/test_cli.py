@@ -341,3 +341,32 @@ def test_the_comparisons_json_is_english_and_its_table_chinese(capsys, chinese):
     table = format_table(reports["en"])
     assert "外部碎片，Orca (Max)" in table and "token states" not in table
     assert "not reported" not in table
+
+
+def test_fig12_paper_ranges_only_beside_sharegpt(quick_report):
+    """newcomer26 finding 1: §6.2's 1.7-2.7x / 2.7-8x are ShareGPT's (Fig. 12's first
+    row); the paper gives Alpaca no number. Every Fig. 12 row: the range beside
+    ShareGPT, "not reported" beside Alpaca; the note says so."""
+    fig12 = [r for r in quick_report.rows if r.figure == "Fig. 12"]
+    assert len(fig12) == 2 * len(paper.FIG12_RATE_GAIN)
+    for row in fig12:
+        base, dataset = dict(row.values)["base"], dict(row.values)["dataset"]
+        low, high = paper.FIG12_RATE_GAIN[base]
+        expected = f"{low}-{high}" if dataset == "sharegpt" else "not reported"
+        assert row.paper == expected, (row.quantity, row.paper)
+    from pagedkit.sim.report import NOTES
+    assert "two traces" not in NOTES["knee"] and "ShareGPT" in NOTES["knee"]
+
+
+def test_simulator_doc_fig12_rows_match_the_rule():
+    """docs/simulator.md's table: the same rule for every Fig. 12 row, and note 9."""
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "simulator.md").read_text()
+    rows = [line.split(" | ") for line in doc.splitlines() if line.startswith("| Fig. 12 |")]
+    assert len(rows) == 4
+    for cells in rows:
+        base, dataset = re.match(r"rate vLLM sustains / (.+), (\w+)$", cells[1]).groups()
+        low, high = paper.FIG12_RATE_GAIN[base]
+        assert cells[3] == (f"{low}-{high}" if dataset == "sharegpt" else "not reported")
+    from pagedkit.sim.report import NOTES
+    assert f"9. {NOTES['knee']}" in doc

@@ -34,9 +34,14 @@ FIG13_BATCH = {
                "vLLM": 132.44},
 }
 
-#: Fig. 12 / §6.2: how much higher a request rate vLLM sustains than each baseline
-#: (a range over the models and traces of Fig. 12).
+#: Fig. 12 / §6.2: how much higher a request rate vLLM sustains than each baseline,
+#: on ShareGPT only (a range over the three models of Fig. 12's first row: "On the
+#: ShareGPT dataset, vLLM can sustain 1.7x-2.7x higher request rates compared to Orca
+#: (Oracle) and 2.7x-8x compared to Orca (Max)"). For Alpaca (the second row) the paper
+#: states no number, only "a similar trend" (less for OPT-175B, Fig. 12f).
 FIG12_RATE_GAIN = {"Orca (Oracle)": (1.7, 2.7), "Orca (Max)": (2.7, 8.0)}
+#: The one trace `FIG12_RATE_GAIN` was measured on.
+FIG12_RATE_GAIN_DATASET = "sharegpt"
 
 #: Fig. 15: memory saved by sharing, Alpaca, in % (parallel sampling n, beam width k).
 FIG15_SAVING = {"parallel": {2: 6.09, 4: 8.53, 6: 9.79},

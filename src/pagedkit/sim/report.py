@@ -86,7 +86,8 @@ NOTES = {
                  "processed at the same time); with prompts run apart, as in the paper's vLLM, "
                  "a prompt iteration computes only the newcomers while that batch waits"),
     "knee": N_("one latency bound (4x the best low-load latency) on our latency model; the paper's "
-            "range spans three models and two traces"),
+            "range spans three models on ShareGPT; for Alpaca it states no number, only a "
+            "similar trend (less for OPT-175B, Fig. 12f)"),
     "beam": N_("beams pick their parents uniformly at random (a neutral model of which candidates "
             "win); how long real beams share their history depends on the model"),
     "parallel": N_("only the prompt's full blocks are shared (a 19-token prompt fills one block of "
@@ -295,7 +296,9 @@ def _fig12(report: Report, sc: Scale, seed: int,
             report.rows.append(_row(
                 "Fig. 12", N_("rate vLLM sustains / {base}, {dataset}"),
                 {"base": base, "dataset": dataset},
-                round(knees["vLLM"] / knees[base], 2), f"{low}-{high}", "x", "knee"))
+                round(knees["vLLM"] / knees[base], 2),
+                f"{low}-{high}" if dataset == ref.FIG12_RATE_GAIN_DATASET else NOT_REPORTED,
+                "x", "knee"))
         on_dataset()
 
 
