@@ -48,3 +48,26 @@ def test_a_step_is_the_slower_of_its_memory_and_compute_sides(preset, block_size
                                                                                      compute)
     assert model.memory_time(200, block_size) > model.memory_time(0, block_size)
     assert model.compute_time(2) == 2 * model.compute_time(1)
+
+
+@pytest.mark.parametrize("name", ["mem_efficiency", "flop_efficiency"])
+@pytest.mark.parametrize("value", [0, -0.5, 1.0001, 2, float("nan"), -float("inf")])
+def test_efficiencies_outside_zero_one_are_refused(name, value):
+    with pytest.raises(ValueError, match=name):
+        LatencyModel(**{name: value})
+
+
+@pytest.mark.parametrize("name, side", [("mem_efficiency", "memory_time"),
+                                        ("flop_efficiency", "compute_time")])
+def test_infinite_efficiency_leaves_that_roof_out_as_the_doc_says(name, side):
+    """newcomer26 finding 4: math.inf is accepted on purpose (lab 01's roofline
+    without that roof) and makes that side's time 0; docs/simulator.md says so."""
+    import math
+    from pathlib import Path
+    model = LatencyModel(**{name: math.inf})
+    args = (1000,) if side == "compute_time" else (1000, 16)
+    assert getattr(model, side)(*args) == 0.0
+    assert getattr(LatencyModel(), side)(*args) > 0
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "simulator.md")
+                   .read_text().split())
+    assert f"`{name}=math.inf` makes `{side}` 0" in doc
