@@ -106,13 +106,12 @@ def test_step_is_a_list_as_vllms(llm, n):
     assert repr(idle).startswith("StepOutput(step=")  # pagedkit's own view, as before
 
 
-def test_a_step_builds_its_outputs_once_when_first_read(llm):
+def test_a_step_holds_its_outputs_when_it_returns(llm):
+    """Built by the step (tests/engine/test_step_output_plain.py has the rest)."""
     engine = llm.llm_engine
     engine.add_request("once", "Once upon", SamplingParams(max_tokens=1))
     step = engine.step()
-    assert step.build_outputs is not None  # nothing built yet: generate pays nothing
-    assert [o.request_id for o in step] == ["once"]
-    assert step.build_outputs is None and len(step) == 1
+    assert [o.request_id for o in list.__iter__(step)] == ["once"] and len(step) == 1
     copied = step.copy()
     step.append(5)
     assert copied == list(step)[:1] and len(step) == 2

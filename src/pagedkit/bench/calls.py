@@ -6,6 +6,8 @@ them: a `sys.setprofile` hook records each distinct (file, function) pair
 whose code lives in the package (``src/pagedkit/``, its kernels included) during one step that
 decodes two sequences of the tiny model, after a few warm-up steps (the
 first steps of a shape plan and measure things a steady step does not).
+The step is `LLM.generate`'s, ``step(outputs=False)``: it builds no
+per-step RequestOutputs (a streaming ``step()`` does, in 5 functions more).
 Comprehensions, lambdas and generator expressions (``<listcomp>``, ...) are
 not named functions and are left out. docs/architecture.md, "How many
 functions a decode step calls", records the count.
@@ -41,8 +43,9 @@ def _owner(filename: str) -> str | None:
 
 
 def decode_step_calls(warmup_steps: int = 3, threads: int = 1) -> set[tuple[str, str]]:
-    """The (file, function) pairs one `LLMEngine.step()` calls while it decodes
-    two sequences of the tiny model on CPU, on `threads` torch threads."""
+    """The (file, function) pairs one `LLMEngine.step(outputs=False)` (as
+    `LLM.generate` steps) calls while it decodes two sequences of the tiny
+    model on CPU, on `threads` torch threads."""
     from ..engine import LLMEngine
     from ..sampling_params import SamplingParams
 
@@ -54,7 +57,7 @@ def decode_step_calls(warmup_steps: int = 3, threads: int = 1) -> set[tuple[str,
         for i, prompt in enumerate(PROMPTS):
             engine.add_request(str(i), prompt, params)
         for _ in range(warmup_steps):  # the prefill, then decodes
-            engine.step()
+            engine.step(outputs=False)
         seen: set[tuple[str, str]] = set()
         files: dict[str, str | None] = {}
 
@@ -70,7 +73,7 @@ def decode_step_calls(warmup_steps: int = 3, threads: int = 1) -> set[tuple[str,
 
         sys.setprofile(hook)
         try:
-            engine.step()
+            engine.step(outputs=False)
         finally:
             sys.setprofile(None)
         return seen

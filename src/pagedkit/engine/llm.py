@@ -194,7 +194,10 @@ class LLM:
         prompt. `use_tqdm` is True, False, or a function called as
         ``use_tqdm(total=..., desc=...)`` for a tqdm-like bar (vLLM's form).
         `on_step(step_output)` is called after every engine step (the
-        widgets' live mode uses it).
+        widgets' live mode uses it) with its `StepOutput`: its fields
+        (scheduled, new tokens, preemptions, `finished`, memory); its list
+        of RequestOutputs is empty, as generate asks the engine to build
+        none (it returns the finished ones; ``LLMEngine.step()`` streams).
 
         A call that does not return — an exception in the model or in
         `on_step`, or a KeyboardInterrupt (a notebook's "interrupt") — aborts
@@ -227,7 +230,7 @@ class LLM:
         try:  # the requests a small KV cache cut short are said in one warning
             with engine.one_warning(names), _progress_bar(use_tqdm, len(prompts)) as bar:
                 while len(done) < len(ids) and engine.has_unfinished_requests():
-                    step = engine.step()
+                    step = engine.step(outputs=False)  # only the finished ones are read
                     for output in step.finished:
                         if output.request_id in wanted:
                             done[output.request_id] = output

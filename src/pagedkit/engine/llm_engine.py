@@ -53,7 +53,7 @@ from ..model.runner import ModelRunner
 from ..model.support import LONGROPE_LIMIT, check_supported, position_limit
 from ..sampling_params import MAX_SEED, BeamSearchParams, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
-from ..sequence import FinishReason, RequestMetrics, Sequence, SequenceGroup
+from ..sequence import FinishReason, Sequence, SequenceGroup
 from ..vllm_names import vllm_only_attribute
 from .args import check_call_args, check_engine_args
 from .beam_search import best_beams
@@ -537,9 +537,15 @@ class LLMEngine:
         return self.scheduler.has_unfinished()
 
     # --------------------------------------------------------------------- step
-    def step(self) -> StepOutput:
-        """Schedule, run one forward pass, sample, and report what happened."""
+    def step(self, *, outputs: bool = True) -> StepOutput:
+        """Schedule, run one forward pass, sample, and report what happened:
+        the step's RequestOutputs, built now from this step's tokens (what
+        vLLM's ``step()`` returns), unless `outputs` is False (`LLM.generate`,
+        which reads only the step's `finished`)."""
         start = time.perf_counter()
+        if outputs is not True and outputs is not False:  # 'no' is truthy: refuse it
+            raise TypeError(f"outputs must be True or False, got {outputs!r} "
+                            f"({type(outputs).__name__})")
         plan = self.scheduler.schedule()
         self._peak_used_blocks = max(self._peak_used_blocks, self.kv.allocator.num_used_blocks)
         logits = (self._execute_for_prompt_logprobs(plan) if self._prompt_logprob_groups
@@ -548,56 +554,49 @@ class LLMEngine:
         sampled = sample_step(rows, logits, self.stop_rule, self.next_seq_id) if rows else None
         finished = self.scheduler.update(plan, sampled)
         aborted, self._aborted = self._aborted, []
-        out = StepOutput(step=plan.step, finished=[output for _, output in aborted])
-        out.scheduled = [ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
-                                       s.num_tokens > 1 or s.start < s.seq.prompt_len)
-                         for s in plan.scheduled]  # prefill: anything but one generated token
-        out.new_tokens = sampled.new_tokens if sampled else {}
-        out.preempted = [(g.request_id, mode) for g, mode in plan.preempted]
         for group in plan.ended:  # never silently short: say why, and what to change
             self._warn_cut(group, self._outgrew_message(group))
         for group in finished:
             if group not in plan.ended and self._ended_by_lowered_len(group):
                 self._warn_cut(group, self._lowered_len_message(group))
-        out.finished += [self._retire(group) for group in finished]
-        # what vLLM's step() returns, read from this moment's tokens when first asked for
-        new = out.new_tokens
-        pending = [(g, self.output(g) if g.params.use_beam_search else
-                    ([(s, len(s.token_ids), s.finish_reason) for s in g.seqs if s.seq_id in new],
-                     self._metrics_now(g)))
-                   for g, _ in rows]
-        done = out.finished
+        done = [output for _, output in aborted] + [self._retire(group) for group in finished]
+        new_tokens = sampled.new_tokens if sampled else {}
         # n > 1 samples that ended without sampling, by the reason they ended with
         ended = [(g, "abort") for g, _ in aborted] + [(g, "length") for g in plan.ended]
-        alone = {g.request_id: reason for g, reason in ended
-                 if g.params.n > 1 and not g.params.use_beam_search}
-        out.build_outputs = lambda: self._step_outputs(pending, done, alone)
-        out.memory = self.memory_stats()
-        out.duration_s = time.perf_counter() - start
-        return out
+        outs = self._step_outputs(rows, new_tokens, done, ended) if outputs else []
+        return StepOutput(
+            outs, step=plan.step,
+            scheduled=[ScheduledInfo(s.group.request_id, s.seq.seq_id, s.num_tokens,
+                                     s.num_tokens > 1 or s.start < s.seq.prompt_len)
+                       for s in plan.scheduled],  # prefill: anything but one generated token
+            new_tokens=new_tokens, preempted=[(g.request_id, mode) for g, mode in plan.preempted],
+            finished=done, memory=self.memory_stats(), duration_s=time.perf_counter() - start)
 
-    def _step_outputs(self, pending: list, finished: list[RequestOutput],
-                      alone: dict[str, str]) -> list[RequestOutput]:
-        """vLLM's ``step()`` result: per request that sampled, its output as
-        of that step (partial or final); then those that ended without
+    def _step_outputs(self, rows: list, new_tokens: dict[int, int],
+                      finished: list[RequestOutput],
+                      ended: list[tuple[SequenceGroup, str]]) -> list[RequestOutput]:
+        """vLLM's ``step()`` result: per request that sampled (`rows`), its
+        output now (partial or final); then those that ended without
         sampling (aborted, or outgrown the cache). With n > 1 samples every
         output holds one completion, as vLLM streams them: one per
-        completion that got a token, or that the group's end ended (`alone`:
-        such requests' ids, with the reason they ended with)."""
+        completion that got a token, or that the group's end ended (`ended`:
+        such requests, with the reason they ended with)."""
         final = {o.request_id: o for o in finished}
         outs = []
-        for group, then in pending:
+        for group, _ in rows:
             done = final.pop(group.request_id, None)
-            if isinstance(then, RequestOutput):  # a beam search's, built at its step
-                outs.append(done or then)
+            if group.params.use_beam_search:
+                outs.append(done or self.output(group))
                 continue
-            seqs, counts = then
+            seqs = [s for s in group.seqs if s.seq_id in new_tokens]
             if group.params.n == 1:
-                outs.append(done or self._output_of(group, seqs, finished=False, counts=counts))
+                outs.append(done or self._output_of(group, seqs, finished=False))
             else:
                 last = len(seqs) - 1  # vLLM: finished with the last completion to end
-                outs += [self._output_of(group, [s], finished=done is not None and j == last,
-                                         counts=counts) for j, s in enumerate(seqs)]
+                outs += [self._output_of(group, [s], finished=done is not None and j == last)
+                         for j, s in enumerate(seqs)]
+        alone = {g.request_id: reason for g, reason in ended
+                 if g.params.n > 1 and not g.params.use_beam_search}
         for output in final.values():
             reason = alone.get(output.request_id)
             outs += [output] if reason is None else _per_completion(output, reason)
@@ -630,10 +629,9 @@ class LLMEngine:
         its first token, or mid chunked prefill) ends n completions, as vLLM
         made n requests of it when it was added."""
         seqs = best_beams(group) if group.params.use_beam_search else group.seqs
-        snapshots = [(s, len(s.token_ids), s.finish_reason) for s in seqs]
         if group.is_finished and len(seqs) < group.params.n and not group.params.use_beam_search:
-            snapshots *= group.params.n  # the one unforked sequence, for each sample
-        return self._output_of(group, snapshots, finished=group.is_finished)
+            seqs = seqs * group.params.n  # the one unforked sequence, for each sample
+        return self._output_of(group, seqs, finished=group.is_finished)
 
     def longest_prompt(self) -> int:
         """The most tokens a prompt may have (`check_prompt`): room for one
@@ -800,37 +798,27 @@ class LLMEngine:
             f"{self._context_len}", num_blocks=need,
             lower={"max_tokens": self.max_model_len - prompt_len})
 
-    @staticmethod
-    def _metrics_now(group: SequenceGroup) -> tuple[RequestMetrics, int]:
-        """The request's metrics (a copy, with vLLM's counts filled in) and
-        its prompt tokens served by the prefix cache, as of now."""
+    def _output_of(self, group: SequenceGroup, seqs: list[Sequence], *,
+                   finished: bool) -> RequestOutput:
+        """A RequestOutput of `seqs` as they are now, with the request's
+        metrics as they are now (a copy, with vLLM's counts filled in): a
+        step's output stays what it was when read later."""
         metrics = dataclasses.replace(
             group.metrics, num_preemptions=group.num_preemptions,
             num_generation_tokens=sum(s.num_output_tokens for s in group.seqs))
-        return metrics, group.num_cached_tokens
-
-    def _output_of(self, group: SequenceGroup, seqs: list[tuple[Sequence, int, Any]], *,
-                   finished: bool, counts: tuple[RequestMetrics, int] | None = None
-                   ) -> RequestOutput:
-        """A RequestOutput of `seqs`, each as ``(sequence, its length then,
-        its finish reason then)``, with `counts` (`_metrics_now`) taken then
-        too (now if not given): a step's output stays what it was when read
-        later."""
-        metrics, num_cached_tokens = counts or self._metrics_now(group)
-        completions = [self._completion(group, i, *snapshot) for i, snapshot in enumerate(seqs)]
+        completions = [self._completion(group, i, seq) for i, seq in enumerate(seqs)]
         if group.params.n > 1 and len(seqs) == 1 and not group.params.use_beam_search:
-            completions[0].index = group.seqs.index(seqs[0][0])  # its place among the n
+            completions[0].index = group.seqs.index(seqs[0])  # its place among the n
         prompt_logprobs = group.prompt_logprobs
         if prompt_logprobs is not None:
             prompt_logprobs = [None, *self._decoded(prompt_logprobs[1:], group.params)]
         return RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, completions,
-                             finished, metrics, num_cached_tokens, metrics.num_preemptions,
-                             prompt_logprobs)
+                             finished, metrics, group.num_cached_tokens,
+                             metrics.num_preemptions, prompt_logprobs)
 
-    def _completion(self, group: SequenceGroup, index: int, seq: Sequence, length: int,
-                    reason: FinishReason | None) -> CompletionOutput:
-        params = group.params
-        ids = seq.token_ids[seq.prompt_len:length]
+    def _completion(self, group: SequenceGroup, index: int, seq: Sequence) -> CompletionOutput:
+        params, reason = group.params, seq.finish_reason
+        ids = seq.token_ids[seq.prompt_len:]
         logprobs = None if seq.logprobs is None else self._decoded(seq.logprobs[:len(ids)], params)
         if params.use_beam_search:
             cumulative = seq.cumulative_logprob

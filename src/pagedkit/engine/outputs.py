@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ..sequence import RequestMetrics
@@ -94,48 +94,35 @@ class ScheduledInfo:
     is_prefill: bool
 
 
-@dataclass(eq=False, repr=False)
 class StepOutput(list):
     """What one `LLMEngine.step()` did.
 
     It is a list, as vLLM's ``step()`` result is: a `RequestOutput` for every
     request that got tokens this step (partial ones for unfinished requests,
     so ``for out in engine.step()`` streams) and for every request that
-    ended; ``engine.step() + engine.step()``, ``== []`` and
-    ``isinstance(..., list)`` work as with vLLM. Those outputs are built
-    the first time the list is read (`fill`), so a caller who only wants
-    `finished` (as `LLM.generate`) pays nothing for them. The fields are
+    ended, built by the step from that step's tokens; ``engine.step() +
+    engine.step()``, ``== []`` and ``isinstance(..., list)`` work as with
+    vLLM. ``step(outputs=False)`` builds none (the list is empty): what
+    `LLM.generate`, which reads only `finished`, asks for. The fields are
     pagedkit's own view of the step (the widgets and labs read them)."""
 
-    step: int
-    scheduled: list[ScheduledInfo] = field(default_factory=list)
-    new_tokens: dict[int, int] = field(default_factory=dict)  # seq_id -> sampled token
-    preempted: list[tuple[str, str]] = field(default_factory=list)  # (request_id, mode)
-    finished: list[RequestOutput] = field(default_factory=list)
-    memory: dict[str, float] = field(default_factory=dict)
-    duration_s: float = 0.0
-    #: builds the step's RequestOutputs on first read (set by the engine)
-    build_outputs: Callable[[], list[RequestOutput]] | None = field(default=None, repr=False)
-    _filled: bool = field(default=False, repr=False)
-
-    def fill(self) -> None:
-        """Put the step's RequestOutputs in the list, once: those
-        `build_outputs` makes, or without it the finished ones."""
-        if not self._filled:
-            self._filled = True
-            list.extend(self, self.build_outputs() if self.build_outputs else self.finished)
-            self.build_outputs = None  # drop what the builder holds on to
+    def __init__(self, outputs: Iterable[RequestOutput], *, step: int,
+                 scheduled: list[ScheduledInfo], new_tokens: dict[int, int],
+                 preempted: list[tuple[str, str]], finished: list[RequestOutput],
+                 memory: dict[str, float], duration_s: float) -> None:
+        super().__init__(outputs)
+        self.step = step
+        self.scheduled = scheduled
+        self.new_tokens = new_tokens  # seq_id -> sampled token
+        self.preempted = preempted  # (request_id, mode)
+        self.finished = finished
+        self.memory = memory
+        self.duration_s = duration_s
 
     @property
     def outputs(self) -> list[RequestOutput]:
         """The step's RequestOutputs, as a plain list (what vLLM's ``step()`` returns)."""
         return list(self)
-
-    def __radd__(self, other: Any) -> Any:  # [] + step: list has no __radd__ of its own
-        if not isinstance(other, list):
-            return NotImplemented
-        self.fill()
-        return list.__add__(other, self)
 
     @property
     def num_batched_tokens(self) -> int:
@@ -147,26 +134,3 @@ class StepOutput(list):
                 f"({prefill} prefill), tokens={self.num_batched_tokens}, "
                 f"new_tokens={len(self.new_tokens)}, preempted={len(self.preempted)}, "
                 f"finished={len(self.finished)})")
-
-
-def _filled_first(name: str) -> Callable[..., Any]:
-    """`list`'s method `name`, reading the StepOutputs among its arguments
-    filled first (a list method reads a list's items directly)."""
-    method = getattr(list, name)
-
-    def filled_first(self, *args: Any, **kwargs: Any) -> Any:
-        for value in (self, *args):
-            if isinstance(value, StepOutput):
-                value.fill()
-        return method(self, *args, **kwargs)
-
-    filled_first.__name__ = name
-    return filled_first
-
-
-for _name in ("__iter__", "__len__", "__getitem__", "__contains__", "__reversed__",
-              "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
-              "__mul__", "__rmul__", "__iadd__", "__imul__", "__setitem__", "__delitem__",
-              "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
-              "copy", "count", "index"):
-    setattr(StepOutput, _name, _filled_first(_name))
