@@ -740,8 +740,6 @@ class LLMEngine:
         params, prompt_len = group.params, len(group.prompt_token_ids)
         name, kind = ("beam_width", "beams") if params.use_beam_search else ("n", "samples")
         count = params.num_sequences
-        reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
-        tokens = "token" if reached == "1" else "tokens"
         have, block_size = self.kv.allocator.num_blocks, self.kv.block_size
         need = self.blocks_to_serve(prompt_len, params)
         full = prompt_len // block_size
@@ -756,18 +754,16 @@ class LLMEngine:
         vllm = ("LLM.beam_search (vLLM's way) runs each beam as a request of its own and "
                 "would serve every token" if params.use_beam_search else
                 "vLLM runs each sample as a request of its own and would serve every token")
-        asked = ("max_tokens=None" if params.max_tokens is None
-                 else f"max_tokens={params.max_tokens}")
         lower = {name: fewer} if fewer >= 1 else {}
         if longest >= 1:
             lower["max_tokens"] = longest
         return self._cut_short(
             f"the {name}={count} {kind} outgrew the whole KV cache and ended early with "
-            f"finish_reason='length' after {reached} generated {tokens} ({asked}). They "
-            f"run as one group sharing the prompt's {plural(full, 'full block')}, "
-            f"each with blocks of its own: serving them all needs {plural(need, 'block')} of "
-            f"{plural(block_size, 'token')} ({full} + {count} x {own}), and the cache has "
-            f"num_blocks={have}. {vllm}", num_blocks=need, lower=lower)
+            f"{_ended_by_length(group)}. They run as one group sharing the prompt's "
+            f"{plural(full, 'full block')}, each with blocks of its own: serving them all "
+            f"needs {plural(need, 'block')} of {plural(block_size, 'token')} ({full} + "
+            f"{count} x {own}), and the cache has num_blocks={have}. {vllm}",
+            num_blocks=need, lower=lower)
 
     def _ended_by_lowered_len(self, group: SequenceGroup) -> bool:
         """Whether a sequence of the finished `group` ended at a max_model_len
@@ -785,14 +781,9 @@ class LLMEngine:
             prompt_len + params.max_tokens, self._context_len)
         need = blocks_to_serve(prompt_len, end, params.num_sequences, block_size,
                                cache_sets_max_model_len=True)
-        reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
-        tokens = "token" if reached == "1" else "tokens"
-        asked = ("max_tokens=None" if params.max_tokens is None
-                 else f"max_tokens={params.max_tokens}")
         return self._cut_short(
-            f"ended with finish_reason='length' after {reached} generated {tokens} "
-            f"({asked}) at max_model_len={self.max_model_len}, which the KV cache set: "
-            f"max_model_len was left unset, and the cache holds "
+            f"ended with {_ended_by_length(group)} at max_model_len={self.max_model_len}, "
+            "which the KV cache set: max_model_len was left unset, and the cache holds "
             f"{plural(have * block_size, 'token')} "
             f"(num_blocks={have} x block_size={block_size}), fewer than the model's "
             f"{self._context_len}", num_blocks=need,
@@ -901,6 +892,15 @@ def _sampling_rows(plan: SchedulerOutput) -> list[tuple[SequenceGroup, list[tupl
             groups.setdefault(id(s.group), s.group)
     return [(group, [(seq, rows[seq.seq_id]) for seq in group.unfinished_seqs()
                      if seq.seq_id in rows]) for group in groups.values()]
+
+
+def _ended_by_length(group: SequenceGroup) -> str:
+    """How a request cut short ended, for its warning: ``finish_reason='length'
+    after 3, 5 generated tokens (max_tokens=8)``, a count per sequence."""
+    reached = ", ".join(str(s.num_output_tokens) for s in group.seqs)
+    tokens = "token" if reached == "1" else "tokens"
+    max_tokens = group.params.max_tokens
+    return f"finish_reason='length' after {reached} generated {tokens} (max_tokens={max_tokens})"
 
 
 def _per_completion(output: RequestOutput, reason: str) -> list[RequestOutput]:
