@@ -122,3 +122,35 @@ def test_the_limit_is_the_rule_in_support():
 def test_dynamic_ntk_is_exact_up_to_its_limit(setting):
     """Dynamic NTK rebuilds its frequencies only past max_position_embeddings."""
     check_every_request_alone(dynamic_llama(), 16, SETTINGS[setting])
+
+
+@pytest.mark.parametrize("original_max", ORIGINAL_MAX)
+def test_the_longrope_limit_is_said_where_it_shows(original_max):
+    """Left unset, the limit is original_max_position_embeddings, below the
+    config's positions: the repr says so, and a prompt past it is refused with
+    the reason and what to do (generate), as a larger max_model_len is."""
+    llm = LLM(longrope_phi3(original_max), block_size=4, num_blocks=64)
+    engine = llm.llm_engine
+    assert (f"max_model_len={original_max} (the longrope limit: "
+            "original_max_position_embeddings)") in repr(engine)
+    for n in (original_max, original_max + 1, POSITIONS - 1):
+        with pytest.raises(ValueError) as error:
+            llm.generate(TokensPrompt(prompt_token_ids=[5] * n), SamplingParams(max_tokens=1),
+                         use_tqdm=False)
+        message = str(error.value)
+        assert f"max_model_len is {original_max} ({support.LONGROPE_LIMIT}); " in message
+        assert message.endswith("or serve it with transformers' generate, one sequence at a time")
+        assert not engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize("asked", [None, 12])
+def test_a_plain_limit_reads_as_before(asked):
+    """A limit the user asked for, or the config's own positions, is not a longrope one."""
+    llm = LLM(dynamic_llama(), block_size=4, num_blocks=64, max_model_len=asked)
+    limit = asked or 16
+    assert f"max_model_len={limit}, " in repr(llm.llm_engine)
+    with pytest.raises(ValueError, match=rf"max_model_len is {limit}; shorten the prompt to "
+                       rf"{limit - 1} tokens or fewer, or "
+                       + ("give a larger max_model_len" if asked else "use a model with a")):
+        llm.generate(TokensPrompt(prompt_token_ids=[5] * limit), SamplingParams(max_tokens=1),
+                     use_tqdm=False)

@@ -145,7 +145,7 @@ class LLMEngine:
             progress=vllm_args.get("use_tqdm_on_load", True))
         self.dtype = resolve_dtype(dtype, model)
         config = model.config
-        self.max_model_len = _max_model_len(config, max_model_len)
+        self.max_model_len, self._limit_why = _max_model_len(config, max_model_len)
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got "
                              f"{gpu_memory_utilization!r}")
@@ -176,7 +176,6 @@ class LLMEngine:
         #: the model's (or the asked) max_model_len before the cache caps it: a
         #: prompt past it must be shortened, one past the cache needs more blocks
         self._context_len = self.max_model_len
-        self._max_model_len_given = max_model_len not in (None, -1)
         if self.release_window is None:  # a sliding window bounds a sequence's blocks
             self.max_model_len = _fit_to_cache(self.max_model_len, max_model_len,
                                                num_blocks, block_size)
@@ -371,13 +370,16 @@ class LLMEngine:
         if n == 0:
             raise ValueError(f"{who}: the prompt is empty; give at least one token (a "
                              "non-empty string, or a list of token ids)")
-        limit = self._context_len
+        limit, why = self._context_len, self._limit_why
         if n >= limit:
-            instead = ("give a larger max_model_len" if self._max_model_len_given
-                       else "use a model with a longer context")
+            longrope = why == LONGROPE_LIMIT  # a limit below the config's positions: say why
+            instead = ("give a larger max_model_len" if why == "asked" else
+                       "serve it with transformers' generate, one sequence at a time"
+                       if longrope else "use a model with a longer context")
             raise ValueError(f"{who}: the prompt has {n} tokens, so the request needs "
                              f"{n + 1} positions ({n} of the prompt + 1 generated), but "
-                             f"max_model_len is {limit}; shorten the prompt to "
+                             f"max_model_len is {limit}{f' ({why})' if longrope else ''}; "
+                             f"shorten the prompt to "
                              f"{plural(limit - 1, 'token')} or fewer, or {instead}")
         block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
         capacity = num_blocks * block_size
@@ -872,7 +874,9 @@ class LLMEngine:
     def __repr__(self) -> str:
         s = self.kv.stats()
         lowered = (f" (lowered from the model's {self._context_len} to what the cache holds)"
-                   if self.max_model_len < self._context_len else "")
+                   if self.max_model_len < self._context_len else
+                   " (the longrope limit: original_max_position_embeddings)"
+                   if self._limit_why == LONGROPE_LIMIT else "")
         return (f"LLMEngine(model={self.model_name!r}, {plural(s.total_blocks, 'block')} x "
                 f"{plural(s.block_size, 'token')}, max_model_len={self.max_model_len}{lowered}, "
                 f"device="
@@ -936,14 +940,17 @@ def _check_arrival(arrival_time: float | None) -> None:
             f"(time.monotonic() = {now:.1f}): pagedkit times requests with time.monotonic(), "
             "not vLLM's time.time(); give time.monotonic(), or leave arrival_time unset (now)")
 
-def _max_model_len(config: Any, requested: int | None) -> int:
-    """The longest sequence served: the model's position limit
-    (`position_limit`: a longrope model's is its original_max_position_embeddings)
-    unless the user asks for less (a config without one, as with ALiBi, gets vLLM's default);
-    None or -1 (vLLM's "as long as fits") leave it to `_fit_to_cache`."""
+def _max_model_len(config: Any, requested: int | None) -> tuple[int, str]:
+    """The longest sequence served, and what sets it: the model's position limit
+    and its reason (`position_limit`: a longrope model's is its
+    original_max_position_embeddings) unless the user asks for less ("asked");
+    a config without one, as with ALiBi, gets vLLM's default. None or -1 (vLLM's
+    "as long as fits") leave it to `_fit_to_cache`."""
     positions, why = position_limit(config)
     if requested is None or (type(requested) is int and requested == -1):
-        return DEFAULT_MAX_MODEL_LEN if positions is None else positions
+        if positions is None:
+            return DEFAULT_MAX_MODEL_LEN, "vLLM's default: the config states no limit"
+        return positions, why
     if check_int("max_model_len", requested) < 2:
         raise ValueError(f"max_model_len must be >= 2 (a prompt token and a generated one), or "
                          f"-1 (the longest the model and the cache take), got {requested}")
@@ -954,7 +961,7 @@ def _max_model_len(config: Any, requested: int | None) -> int:
         raise ValueError(f"max_model_len={requested} is longer than the model's limit of "
                          f"{positions} positions ({why}); give max_model_len={positions} or "
                          f"less, or leave it unset{beyond}")
-    return requested
+    return requested, "asked"
 
 
 def _fit_to_cache(max_model_len: int, requested: int | None, num_blocks: int,
