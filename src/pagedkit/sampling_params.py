@@ -315,8 +315,10 @@ class BeamSearchParams:
 
     def __post_init__(self) -> None:
         check_int("beam_width", self.beam_width, minimum=1)
-        # 0, as in vLLM 0.32: each prompt's one beam is the prompt itself
-        check_int("max_tokens", self.max_tokens, minimum=0)
+        # 0, as in vLLM 0.32: each prompt's one beam is the prompt itself; 5.0 is 5, as in
+        # SamplingParams
+        object.__setattr__(self, "max_tokens", check_int("max_tokens", self.max_tokens,
+                                                         minimum=0, whole_floats=True))
         check_number("temperature", self.temperature, minimum=0)
         check_number("length_penalty", self.length_penalty)
         for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):

@@ -5,7 +5,9 @@ step), and the rules computed directly from them. tests/vllm holds the same
 checks against the real vLLM."""
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -497,6 +499,22 @@ def test_beam_search_is_vllms(llm, hf, width, length_penalty):
             assert s.text == tokenizer.decode(s.tokens, skip_special_tokens=True)
         scores = [beam_score(s, tokenizer.eos_token_id, length_penalty) for s in out.sequences]
         assert scores == sorted(scores, reverse=True) and not math.isnan(scores[0])
+
+
+@pytest.mark.parametrize("whole", [0.0, 1.0, 3.0, np.float32(2.0)])
+def test_beam_max_tokens_takes_a_whole_float_as_sampling_params_does(whole):
+    """SamplingParams' rule for a count (5.0 is 5, as in vLLM): beams take it too."""
+    params = BeamSearchParams(beam_width=2, max_tokens=whole)
+    assert params.max_tokens == int(whole) and type(params.max_tokens) is int
+    assert SamplingParams(max_tokens=whole or 1).max_tokens == int(whole or 1)
+
+
+@pytest.mark.parametrize("wrong", [1.5, float("nan"), float("inf"), "3", True])
+def test_beam_max_tokens_refuses_what_sampling_params_refuses(wrong):
+    with pytest.raises((TypeError, ValueError)) as sampling:
+        SamplingParams(max_tokens=wrong)
+    with pytest.raises(type(sampling.value), match=f"^{re.escape(str(sampling.value))}$"):
+        BeamSearchParams(beam_width=2, max_tokens=wrong)
 
 
 def test_beam_search_leaves_the_engine_empty(llm):
