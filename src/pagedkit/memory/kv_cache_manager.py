@@ -13,7 +13,7 @@ try, and preempt someone if it must.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 
 from .._validation import check_cache_salt, check_int, check_token_ids
@@ -155,10 +155,10 @@ class KVCacheManager:
         a block only they own need k - 1 copies). A single writer is its
         table's own count, the same rule for k = 1 (what `append` checks).
         Each sequence is named once: a sequence is not two writers of its block."""
-        if isinstance(appends, (str, bytes)) or not isinstance(appends, Iterable):
-            _pairs(appends, "appends", "count the blocks of")  # raises, naming it
-        appends = list(appends)
-        if len(appends) == 1 and type(appends[0]) is tuple and len(appends[0]) == 2:
+        if isinstance(appends, Iterator):  # a generator (the scheduler's): read it once
+            appends = list(appends)
+        if (type(appends) is list and len(appends) == 1 and type(appends[0]) is tuple
+                and len(appends[0]) == 2):  # one sequence: its table's own count
             seq, n = appends[0]
             return self.table(seq).blocks_needed(n)
         appends = _pairs(appends, "appends", "count the blocks of")
