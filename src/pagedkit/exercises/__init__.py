@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import copy
 import numbers
+import os
 import sys
+import sysconfig
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from itertools import islice
@@ -197,53 +199,144 @@ def raised(name: str, fn: Callable, call: str, err: Exception,
     return CheckResult(name, False, message + hint_text(known))
 
 
-#: How many Python bytecodes `_runs_on_any` lets the learner's function run, over all the
-#: cases it tries for a hint: some 0.3 s of tracing, and a thousand times the most any
-#: solution of labs 00-09 runs on one case (lab 09's best_num_drafts, about 2,800:
-#: tests/labs/test_hung_answers.py measures it). A count, not a clock, so a busy machine
-#: never trips it; where it does trip, the check says the error without a case's hint.
+#: How many Python bytecodes `_runs_on_any` lets the learner's own code run (`_learners`),
+#: over all the cases it tries for a hint: a thousand times the most any solution of labs
+#: 00-09 runs on one case (lab 09's best_num_drafts, about 2,800: tests/labs/
+#: test_hung_answers.py measures it), some 0.3 s of tracing. A count, not a clock, so a busy
+#: machine never trips it; where it does trip, the check says the error without a case's hint.
 PROBE_BYTECODES = 3_000_000
+
+#: How many of the other cases `_runs_on_any` tries at most, in the check's order (its own
+#: cases first, then its grid): more than any check of labs 00-09 reached while the count
+#: also paid for copying each case's arguments (lab 05's finish_steps: 2,920, all of them);
+#: lab 05's admit has 111,613, and trying them all would cost seconds for nothing
+PROBE_CASES = 3_000
+
+#: Frames kept free below Python's recursion limit: a learner's recursion that gets this near
+#: it counts as spent, so the probe's own functions always have room to run
+PROBE_SPARE_FRAMES = 100
+
+_NOT_LEARNERS = tuple(os.path.join(folder, "") for folder in sorted(
+    {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    | {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}))
+
+
+def _learners(code) -> bool:
+    """The probe's rule for the learner's own code: a code object from a file
+    outside pagedkit's package and outside Python's library folders (the
+    standard library and the installed packages, as `sysconfig` names them)
+    — a notebook cell, a script, labs/solutions. Only its bytecodes count
+    against `PROBE_BYTECODES`: copying a case's arguments (`fresh`), reading a
+    returned iterator, or a library function the answer calls cost nothing."""
+    return not code.co_filename.startswith(_NOT_LEARNERS)
 
 
 class _ProbeSpent(BaseException):
     """`PROBE_BYTECODES` ran out (a BaseException: the learner's ``except Exception``
-    does not catch it)."""
+    does not catch it). Its ``__del__`` does nothing, but is a Python call: where
+    the learner's bare ``except:`` drops it, `_Probe.rearm` sees that call."""
+
+    def __del__(self) -> None:
+        pass
+
+
+class _Probe:
+    """`PROBE_BYTECODES` for every call made under it (``with probe:``), counted
+    by a trace function (`sys.settrace`) in the learner's frames (`_learners`).
+
+    Once spent it stays spent, and raises `_ProbeSpent` at every later event of
+    the learner's code until the call unwinds: the first raise lands where the
+    learner's ``except:`` (or ``except BaseException:``) may catch it, and the
+    loop around goes on. Python takes a trace function off as soon as it
+    raises, so from then on a profile function (`sys.setprofile`, which sees
+    every call and return, the learner's handler dropping `_ProbeSpent`
+    among them) puts it back. A recursion nearer than `PROBE_SPARE_FRAMES` to
+    Python's limit counts as spent too (there the trace function itself could
+    not be called, and Python would take it off).
+
+    What no trace function can stop, so the check waits on it: a loop that
+    runs in C (``sum(itertools.count())``); a loop in an ``except:`` block
+    that calls nothing (``except: while True: pass``); and a recursion whose
+    bare ``except:`` recurses again (``try: return f() except: return f()``:
+    each new call starts inside its own ``try``, before the trace function is
+    back). The learner stops those with the kernel's interrupt (Jupyter: the
+    ■ button, or I, I), and the check then raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.left = PROBE_BYTECODES
+        self.depth = 0
+        frame, below = sys._getframe(), 0
+        while frame is not None:
+            frame, below = frame.f_back, below + 1
+        self.deepest = sys.getrecursionlimit() - below - PROBE_SPARE_FRAMES
+        self.trace = self.count  # one bound method, compared by `is`
+
+    @property
+    def spent(self) -> bool:
+        return self.left < 0
+
+    def __enter__(self) -> _Probe:
+        self.previous = sys.gettrace(), sys.getprofile()
+        sys.settrace(self.trace)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        sys.setprofile(self.previous[1])
+        sys.settrace(self.previous[0])
+
+    def count(self, frame, event, _arg):
+        """The trace function: counts the learner's bytecodes and frames, and raises
+        at every event once spent."""
+        if event == "call":
+            if not _learners(frame.f_code):
+                return None  # not traced inside; the calls it makes are asked again
+            frame.f_trace_lines, frame.f_trace_opcodes = False, True
+            self.depth += 1
+            if self.depth > self.deepest:
+                self.left = -1
+        elif event == "return":
+            self.depth -= 1
+        elif event == "opcode":
+            self.left -= 1
+        if self.spent and event != "return":
+            sys.setprofile(self.rearm)
+            raise _ProbeSpent
+        return self.trace
+
+    def rearm(self, frame, _event, _arg) -> None:
+        """The profile function, once spent: the trace function back on, in every
+        learner's frame from `frame` up that lost it."""
+        sys.settrace(self.trace)
+        while frame is not None and frame.f_trace is not self.trace:
+            if _learners(frame.f_code):
+                frame.f_trace, frame.f_trace_lines, frame.f_trace_opcodes = self.trace, False, True
+            frame = frame.f_back
 
 
 def _runs_on_any(fn: Callable, cases: Iterable[Case]) -> bool:
     """Whether `fn` returns without raising on any of `cases` (each called on
     `fresh` arguments, an iterator it returns read as `call_learner` reads it),
-    within `PROBE_BYTECODES` in all: an answer that raised on one case and loops
-    forever on the others (``while True: pass``) is stopped there, not waited for,
-    and counts as running on none of them."""
-    left = [PROBE_BYTECODES]
-
-    def count(frame, event, _arg):
-        if event == "call":
-            frame.f_trace_lines, frame.f_trace_opcodes = False, True
-        elif event == "opcode":
-            left[0] -= 1
-            if left[0] < 0:
-                raise _ProbeSpent
-        return count
-
-    previous = sys.gettrace()
-    sys.settrace(count)
-    try:
-        for case in cases:
-            args, kwargs = fresh((case.args, case.kwargs))
-            try:
+    within one `_Probe`, trying `PROBE_CASES` at most: an answer that raised on
+    one case and loops forever on the others (``while True: pass``) is stopped
+    there, not waited for, and counts as running on none of them — even where it
+    catches the probe's exception and returns. What it cannot stop (a loop in
+    C) is said in `_Probe`."""
+    probe = _Probe()
+    for case in islice(cases, PROBE_CASES):
+        args, kwargs = fresh((case.args, case.kwargs))
+        try:
+            with probe:
                 result = fn(*args, **kwargs)
                 if isinstance(result, Iterator) and case.expected is not EXPECTED_LATER:
                     _read_iterator("", "", result, case.expected, repr)
-            except Exception:  # NotImplementedError too: it did not run there
-                continue
-            return True
-        return False
-    except _ProbeSpent:
-        return False
-    finally:
-        sys.settrace(previous)
+        except _ProbeSpent:
+            return False
+        except Exception:  # NotImplementedError too: it did not run there
+            if probe.spent:
+                return False
+            continue
+        return not probe.spent
+    return False
 
 
 def function_name(fn: Callable, name: str) -> str:
