@@ -258,13 +258,18 @@ USAGE_ERRORS = [
     *[["--trace", f"{{dir}}/{name}", *([] if name == "bare.csv" else ["--rate", "1"])]
       for name in BAD_FILES],
 ]
-#: what argparse itself says, in English in every language (docs/i18n.md)
-ARGPARSE_OWN = [(["--dataset", "lmsys"], "argument --dataset: invalid choice: 'lmsys'"),
-                (["--model", "gpt"], "argument --model: invalid choice: 'gpt'"),
-                (["--bogus"], "unrecognized arguments: --bogus"),
+#: what argparse itself says, English and Chinese: pagedkit's catalog speaks for
+#: it (i18n.argparse_speaking, docs/i18n.md)
+ARGPARSE_OWN = [(["--dataset", "lmsys"], "argument --dataset: invalid choice: 'lmsys'",
+                 "参数 --dataset：无效的选择：'lmsys'"),
+                (["--model", "gpt"], "argument --model: invalid choice: 'gpt'",
+                 "参数 --model：无效的选择：'gpt'"),
+                (["--bogus"], "unrecognized arguments: --bogus", "无法识别的参数：--bogus"),
                 (["--dataset", "alpaca", "--rate", "2", "--requests", "5", "--duration", "5"],
-                 "argument --duration: not allowed with argument --requests"),
-                (["--rate"], "argument --rate: expected one argument")]
+                 "argument --duration: not allowed with argument --requests",
+                 "参数 --duration：不能与参数 --requests 同时使用"),
+                (["--rate"], "argument --rate: expected one argument",
+                 "参数 --rate：需要一个参数值")]
 #: words a Chinese message keeps as they are: names of things, formats, units
 KEPT = {"trace", "token", "KV", "vLLM", "JSON", "CSV", "UTF", "dict", "dataset",
         *("prompt", "input", "output", "arrival", "timestamp")}  # a trace file's column names
@@ -290,15 +295,20 @@ def test_every_usage_error_speaks_chinese(tmp_path, capsys, chinese, argv):
         (tmp_path / name).write_text(text)
     code, out, err = _run([a.format(dir=tmp_path) for a in argv], capsys)
     assert code == 2 and not out
-    message = err.strip().splitlines()[-1].split(" error: ", 1)[1]
-    message = re.sub(r"^argument --[\w-]+: ", "", message)  # argparse's own words
+    message = err.strip().splitlines()[-1].split("：错误：", 1)[1]
+    message = re.sub(r"^参数 --[\w-]+：", "", message)  # which option
     assert re.search("[\u4e00-\u9fff]", message) and not _english_left(message), message
 
 
-@pytest.mark.parametrize("argv, english", ARGPARSE_OWN, ids=[" ".join(a) for a, _ in ARGPARSE_OWN])
-def test_argparses_own_errors_stay_english(capsys, chinese, argv, english):
-    code, _out, err = _run(argv, capsys)
-    assert code == 2 and english in err
+@pytest.mark.parametrize("argv, english, chinese_words", ARGPARSE_OWN,
+                         ids=[" ".join(a) for a, *_ in ARGPARSE_OWN])
+def test_argparses_own_errors_speak_the_language(capsys, monkeypatch, argv, english,
+                                                 chinese_words):
+    for language, said in (("en", f"simulate: error: {english}"),
+                           ("zh-CN", f"simulate：错误：{chinese_words}")):
+        monkeypatch.setenv("PAGEDKIT_LANGUAGE", language)
+        code, _out, err = _run(argv, capsys)
+        assert code == 2 and said in err, err
 
 
 def test_the_one_trace_table_speaks_chinese_and_its_json_does_not(tmp_path, capsys, chinese,

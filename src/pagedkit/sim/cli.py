@@ -203,7 +203,8 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     for spec in managers:  # before any run: a usage error, as the other --manager ones
         problem = spec.paged and block_past_capacity(spec.block_size, slots, args.model)
         if problem:
-            parser.error(f"argument --manager: paged:{spec.block_size}: {problem}")
+            parser.error(_("argument %(argument_name)s: %(message)s") % {  # argparse's words
+                "argument_name": "--manager", "message": f"paged:{spec.block_size}: {problem}"})
     model = LatencyModel(PRESETS[args.model])
     runs = [simulate(trace, m, model=model, preemption=args.preemption,
                      prefill=args.prefill, batching=args.batching, seed=args.seed,
