@@ -468,18 +468,21 @@ class Scenario:
     sharing: Sharing | None = None
 
     @property
+    def decoding(self) -> str:
+        """The decoding algorithm's label: the sharing's, or `ONE_SAMPLE`."""
+        return self.sharing.label if self.sharing else ONE_SAMPLE
+
+    @property
     def label(self) -> str:
-        how = self.sharing.label if self.sharing else ONE_SAMPLE
-        return f"{self.dataset}, {self.model.name}, {how}"
+        return f"{self.dataset}, {self.model.name}, {self.decoding}"
 
     @property
     def display(self) -> str:
         """`label` in the language of the moment, to print: the dataset and the
         model are names, the decoding is said (`label` stays English: a key)."""
-        how = self.sharing.label if self.sharing else ONE_SAMPLE
         return _("{dataset}, {model}, {decoding}").format(dataset=self.dataset,
                                                            model=self.model.name,
-                                                           decoding=said(how))
+                                                           decoding=said(self.decoding))
 
     def num_requests(self, turnovers: int = TURNOVERS,
                      max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
@@ -515,7 +518,7 @@ def results_shape(scenarios: Iterable[Scenario] = SHAPE_SCENARIOS, *,
             c = capacity(trace, m, sharing=sc.sharing, seed=seed, model=sc.model, **options)
             rows.append({"scenario": sc.label, "display": sc.display, "dataset": sc.dataset,
                          "model": sc.model.name, "gpus": sc.model.num_gpus,
-                         "decoding": sc.sharing.label if sc.sharing else ONE_SAMPLE,
+                         "decoding": sc.decoding,
                          "manager": m.label, "requests": len(trace), **c})
     return FigureData("§6.2-6.3", _("Requests per second each manager serves, saturated"),
                       tuple(rows), {"managers": [m.label for m in managers],
