@@ -269,9 +269,9 @@ def _plugged(llm, kernels: dict, block_n: int, calls: _Calls) -> contextlib.Exit
     engine = llm.llm_engine
     step = engine.step
 
-    def step_then_probe():
+    def step_then_probe(**how):  # how: step's own keywords (LLM.generate's outputs=False)
         due[0] = True
-        return step()
+        return step(**how)
     engine.step = step_then_probe                  # this engine only, for this run
     stack.callback(engine.__dict__.pop, "step", None)
     stack.enter_context(ops.use_decode_attention(probed(attention, calls, due)))

@@ -186,12 +186,12 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
                 _probe_large_scores(pieces.paged_decode_attention, *args)
             return out
 
-    def plugged_step():
+    def plugged_step(**how):  # how: step's own keywords (LLM.generate's outputs=False)
         probed[0] = False
         try:
             with (ops.use_decode_attention(attention) if attention else
                   contextlib.nullcontext()), _yours_filter(pieces.top_p_filter):
-                return step()
+                return step(**how)
         except BaseException as err:  # a step stopped part-way (an error, or the notebook's
             _break(engine, _broken_text(engine, err))  # stop button): not a step's state
             raise
