@@ -157,10 +157,10 @@ def _check_decoder_only(folder: Path, name: str) -> None:
     """Before any weight loads: the folder holds a config.json, and not an
     encoder-decoder's (transformers would refuse T5 with its list of ~150 causal-LM
     configs, and build BART's or Whisper's decoder alone, dropping the encoder), nor
-    such a family's decoder saved alone (BartForCausalLM: `support.decoder_alone`)."""
+    such a family's decoder saved alone (BartForCausalLM: `support.refuse_decoder_alone`)."""
     from transformers import AutoConfig
 
-    from .support import DECODER_ALONE_INSTEAD, decoder_alone
+    from .support import refuse_decoder_alone
 
     if not (folder / "config.json").is_file():
         holds = _listing(sorted(p.name for p in folder.iterdir()))
@@ -172,17 +172,13 @@ def _check_decoder_only(folder: Path, name: str) -> None:
         config = AutoConfig.from_pretrained(str(folder))
     except (OSError, ValueError):
         return  # transformers' own message, wrapped by `_from_pretrained`
+    arch = (getattr(config, "architectures", None) or [config.model_type])[0]
     if getattr(config, "is_encoder_decoder", False):
-        arch = (getattr(config, "architectures", None) or [config.model_type])[0]
         raise NotImplementedError(
             f"pagedkit cannot serve {arch} from {name!r}: {arch} is an encoder-decoder model; "
             "pagedkit serves decoder-only models (docs/architectures.md); serve it with "
             "transformers' generate (or vLLM)")
-    alone = decoder_alone(config)
-    if alone:
-        arch = (getattr(config, "architectures", None) or [config.model_type])[0]
-        raise NotImplementedError(f"pagedkit cannot serve {arch} from {name!r}: {alone}; "
-                                  f"{DECODER_ALONE_INSTEAD}")
+    refuse_decoder_alone(f"{arch} from {name!r}", config)
 
 
 def load_tokenizer(tokenizer):

@@ -114,10 +114,7 @@ def check_config(model: torch.nn.Module) -> None:
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
         raise refuse(model, "it is an encoder-decoder; pagedkit serves decoder-only models")
-    alone = decoder_alone(config)
-    if alone:
-        raise NotImplementedError(f"pagedkit cannot serve {architecture(model)}: {alone}; "
-                                  f"{DECODER_ALONE_INSTEAD}")
+    refuse_decoder_alone(architecture(model), config)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layer_types = getattr(text, "layer_types", None) or []
     other = sorted(set(layer_types) - set(SERVED_LAYER_TYPES))
@@ -160,9 +157,15 @@ def decoder_alone(config: Any) -> str | None:
             f"decoder-only model families")
 
 
-#: What to do instead with an encoder-decoder family's decoder alone (`decoder_alone`).
-DECODER_ALONE_INSTEAD = ("serve it with transformers' generate, or pick a decoder-only model "
-                         "pagedkit serves (docs/architectures.md)")
+def refuse_decoder_alone(who: str, config: Any) -> None:
+    """Raise NotImplementedError naming `who` (the architecture, and where the
+    loader read it) when `config` is an encoder-decoder family's decoder alone
+    (`decoder_alone`): the one sentence the loader and `check_config` both say."""
+    alone = decoder_alone(config)
+    if alone:
+        raise NotImplementedError(
+            f"pagedkit cannot serve {who}: {alone}; serve it with transformers' generate, "
+            "or pick a decoder-only model pagedkit serves (docs/architectures.md)")
 
 
 def _refused(name: str, value: Any) -> bool:
