@@ -154,7 +154,7 @@ def test_rows_display_their_scenario_in_the_language_of_the_moment():
     left = {t: _english_left(t) for t in shown if _english_left(t)}
     assert not left, left
     assert not any(term in t for t in shown for term in ENGLISH_TERMS)
-    assert shown[0] == "并行采样 n=2" and shown[-1] == "alpaca，OPT-13B，束搜索 宽度=4"
+    assert shown[0] == "并行采样 n=2" and shown[-1] == "alpaca，OPT-13B，宽度为 4 的束搜索"
     assert [r["label"] for r in rows] == [s.label for s in ex.SHARING_SCENARIOS]
     assert [r["display"] for r in _fig15().rows] == [r["label"] for r in rows]  # English
     assert [sc.display for sc in scenarios] == [sc.label for sc in scenarios]

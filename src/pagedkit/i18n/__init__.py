@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import gettext
 import os
-from collections.abc import Iterable, Iterator
+import unicodedata
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -168,6 +169,31 @@ def join_names(names: Iterable[object]) -> str:
     """Names listed as the current language lists them: ``"0, 2"`` in English,
     ``"0、2"`` in Chinese (an enumeration comma, docs/i18n.md's punctuation)."""
     return _(", ").join(map(str, names))
+
+
+def text_width(text: str) -> int:
+    """Columns `text` takes in a terminal or a notebook's output: a wide (Chinese)
+    character takes two, so a table's columns line up in both languages."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def aligned(rows: Iterable[Sequence[str]], right: Collection[int] = ()) -> str:
+    """`rows` of cells as the lines of a table whose columns line up in both
+    languages: each column as wide as its widest cell by `text_width`, two spaces
+    apart, its cells flush left, or flush right where its index is in `right`
+    (numbers). A header is a row like the others (or two rows: two lines)."""
+    rows = [list(row) for row in rows]
+    if any(len(row) != len(rows[0]) for row in rows):
+        raise ValueError(f"aligned: rows of {sorted({len(row) for row in rows})} cells; "
+                         "give every row the same number of cells")
+    widths = [max(text_width(row[i]) for row in rows) for i in range(len(rows[0]))]
+
+    def padded(i: int, cell: str) -> str:
+        gap = " " * (widths[i] - text_width(cell))
+        return gap + cell if i in right else cell + gap
+
+    return "\n".join("  ".join(padded(i, cell) for i, cell in enumerate(row)).rstrip()
+                     for row in rows)
 
 
 def ngettext(singular: str, plural: str, n: int) -> str:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 from .._validation import check_int, check_number
-from ..i18n import _
-from .latency import OPT_13B, OPT_66B, OPT_175B, ModelPreset
+from ..i18n import N_, _, aligned
+from .latency import OPT_13B, OPT_66B, OPT_175B, PRESETS, ModelPreset
 from .managers import ORCA_ORACLE, PAGED, PAPER_MANAGERS, ManagerSpec
 from .metrics import SimResult
 from .sharing import (
@@ -245,6 +245,27 @@ def fig15_sharing_savings(trace: Trace | None = None, *,
     return FigureData("Fig. 15", _("Memory saved by sharing KV blocks"), tuple(rows),
                       {"trace": trace.name, "requests": len(trace), "block_size": block_size,
                        **PAPER_OPTIONS, **options})
+
+
+def savings_table(data: FigureData,
+                  paper: Mapping[str, Mapping[int, float] | tuple[float, float]]) -> str:
+    """`fig15_sharing_savings`'s rows as a table in the language of the moment: each
+    scenario, the memory it saved and the paper's number from `paper`, which gives
+    for a kind of sharing either a number for each size (``paper.FIG15_SAVING``:
+    ``{"parallel": {2: 6.09, ...}}``) or one range for all its sizes
+    (``{"parallel": (16.2, 30.5)}``); ``-`` where it gives none."""
+    def the_papers(row: dict) -> str:
+        given = paper.get(row["scenario"])
+        if isinstance(given, tuple):
+            low, high = given
+            return f"{low}-{high}%"
+        return f"{given[row['size']]:.1f}%" if given and row["size"] in given else "-"
+
+    header = [_("{trace}, {n} requests").format(trace=data.settings["trace"],
+                                                n=data.settings["requests"]),
+              _("saved (simulated)"), _("paper")]
+    return aligned([header, *([said(row["label"]), f"{row['saving']:.1f}%", the_papers(row)]
+                              for row in data.rows)], right=(1, 2))
 
 
 # ---------------------------------------------------------------- Fig. 18b
@@ -480,9 +501,7 @@ class Scenario:
     def display(self) -> str:
         """`label` in the language of the moment, to print: the dataset and the
         model are names, the decoding is said (`label` stays English: a key)."""
-        return _("{dataset}, {model}, {decoding}").format(dataset=self.dataset,
-                                                           model=self.model.name,
-                                                           decoding=said(self.decoding))
+        return _said_setting(self.dataset, self.model.name, self.decoding)
 
     def num_requests(self, turnovers: int = TURNOVERS,
                      max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> int:
@@ -494,6 +513,11 @@ class Scenario:
         fit = min(max_num_seqs / seqs,
                   self.model.kv_slots / ((shape.prompt.mean + shape.output.mean) * seqs))
         return max(50, round(turnovers * fit))
+
+
+def _said_setting(dataset: str, model: str, decoding: str) -> str:
+    return _("{dataset}, {model}, {decoding}").format(dataset=dataset, model=model,
+                                                       decoding=said(decoding))
 
 
 #: Where the gain changes, after the abstract and §6.2-6.3: longer requests
@@ -523,6 +547,39 @@ def results_shape(scenarios: Iterable[Scenario] = SHAPE_SCENARIOS, *,
     return FigureData("§6.2-6.3", _("Requests per second each manager serves, saturated"),
                       tuple(rows), {"managers": [m.label for m in managers],
                                     "turnovers": turnovers, **PAPER_OPTIONS, **options})
+
+
+#: `shape_table`'s headers, two lines each (the first, a group's, may be empty).
+SHAPE_HEADERS = (N_("\nsetting"), N_("KV\nslots"), N_("arithmetic-\nbound above"),
+                 N_("\nrequests"), N_("{manager}\nrequests/s"), N_("\ngain"),
+                 N_("{manager}\nbatch"))
+
+
+def shape_table(data: FigureData, bound_above: Callable[[ModelPreset], float],
+                baseline: str = ORCA_ORACLE.label, paged: str = PAGED.label) -> str:
+    """`results_shape`'s rows as a table in the language of the moment, one line a
+    scenario: the preset's KV slots, `bound_above(preset)` (the tokens a step
+    computes past which its arithmetic outlasts reading the weights), the trace's
+    requests, the requests per second `baseline` and `paged` serve, the gain
+    (paged / baseline), and each one's mean batch."""
+    setting, slots, bound, requests, rate, gain, batch = (_(h) for h in SHAPE_HEADERS)
+    header = [setting, slots, bound, requests, rate.format(manager=baseline),
+              rate.format(manager=paged), gain, batch.format(manager=baseline),
+              batch.format(manager=paged)]
+    body = []
+    for row in data.rows:
+        if row["manager"] != paged:
+            continue
+        base_rate, base_batch = (data.value(key, scenario=row["scenario"], manager=baseline)
+                                 for key in ("requests_per_s", "mean_batch_size"))
+        preset = PRESETS[row["model"].lower()]
+        body.append([_said_setting(row["dataset"], row["model"], row["decoding"]),
+                     f"{preset.kv_slots:,}", f"{bound_above(preset):.0f}",
+                     f"{row['requests']:,}", f"{base_rate:.2f}", f"{row['requests_per_s']:.2f}",
+                     f"{row['requests_per_s'] / base_rate:.2f}x",
+                     f"{base_batch:.1f}", f"{row['mean_batch_size']:.1f}"])
+    lines = zip(*(cell.split("\n") for cell in header), strict=True)
+    return aligned([*lines, *body], right=range(1, len(header)))
 
 
 # -------------------------------------------- batching x memory (§2.3, §3, §6)
@@ -564,6 +621,7 @@ __all__ = [
     "BLOCK_SIZES",
     "PAPER_OPTIONS",
     "PAPER_RATES",
+    "SHAPE_HEADERS",
     "SHAPE_SCENARIOS",
     "SHARING_RATE",
     "SHARING_SCENARIOS",
@@ -586,6 +644,8 @@ __all__ = [
     "run_managers",
     "saturated_rate",
     "saturated_trace",
+    "savings_table",
+    "shape_table",
     "sustainable_rates",
     "unshared_trace",
 ]

@@ -16,11 +16,10 @@ instead of measured GPU time, and a neutral model of beam search.
 from __future__ import annotations
 
 import time
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..i18n import N_, _, join_names
+from ..i18n import N_, _, join_names, text_width
 from . import paper as ref
 from .experiments import (
     SHARING_RATE,
@@ -437,12 +436,6 @@ def format_table(report: Report, markdown: bool = False) -> str:
                          seconds=speed["seconds"], per_second=speed["iterations_per_second"])
                  + join_names(f"{k} {v} s" for k, v in report.seconds.items()))
     return "\n".join(lines)
-
-
-def text_width(text: str) -> int:
-    """Columns `text` takes in a terminal: a wide (Chinese) character takes two,
-    so a table's columns line up in both languages."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def _fmt(value: float | str) -> str:
