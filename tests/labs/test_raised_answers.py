@@ -49,7 +49,7 @@ ONE_CASE = {
     ("lab08", "top_p_filter"): (0, "sort by probability; keep tokens until the kept mass"),
     ("lab08", "pack_step"): (0, "one prompt of 6 tokens from position 0"),
     ("lab09", "tokens_that_fit"): (0, "Llama-2-7B in fp16: 2 x 32 x 32 x 128 x 2 bytes"),
-    ("lab09", "best_num_drafts"): (0, "more drafts are not always better"),
+    ("lab09", "best_num_drafts"): (0, "a step with k drafts costs 1 + k x draft_cost"),
 }
 #: checks without case hints: the call names the case (lab 04's softmax and merge
 #: cases, by their label), or one hint serves every case (gather_kv's)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..i18n import _
 from . import Case, CheckResult, check_function
+from ._count_notes import never_a_count, one_count
 
 __all__ = ["CHECKS", "check_cached_kv_reads", "check_kv_bytes_per_token", "check_max_batch"]
 
@@ -44,29 +45,33 @@ def check_cached_kv_reads(fn: Callable[[int, int], int]) -> CheckResult:
         Case((1, 4), 9, _("a 1-token prompt: 3 decode steps read 2, 3 and 4 positions")),
         Case((3, 0), 0, _("generating nothing runs nothing")),
     ]
-    return check_function("cached_kv_reads", fn, cases)
+    return check_function("cached_kv_reads", fn, cases, diagnose=one_count)
 
 
 def check_max_batch(fn: Callable[[int, int, int, int, int], int]) -> CheckResult:
     """`max_batch(gpu_bytes, num_params, param_bytes, kv_bytes_per_token, seq_len)`:
     how many sequences of `seq_len` tokens have room for their whole KV cache in
-    what the weights leave of the GPU's memory."""
+    what the weights leave of the GPU's memory. Text, a bool or a number with a
+    fraction gets the note for its kind (`never_a_count`) in place of the case's
+    hint: 10.1 is not "10.1 sequences, nearly right" but a fraction of a sequence,
+    which does not fit (issue #26)."""
     weights = _("the weights come first: num_params x param_bytes bytes, the rest holds K/V")
     floor = _("A sequence whose cache does not fit whole does not fit: round down")
     cases = [
         Case((40 * GIB, 13 * 10**9, 2, 819_200, 2048), 10,
-             _("OPT-13B on a 40 GiB GPU: {weights}; 16.9e9 bytes / (2048 x 800 KiB) = 10.1")
-              .format(weights=weights)),
+             _("OPT-13B on a 40 GiB GPU: {weights}; 16.9e9 bytes / (2048 x 800 KiB) = 10.1, "
+               "so 10. {floor}").format(weights=weights, floor=floor)),
         Case((40 * GIB, 13 * 10**9, 2, 819_200, 500), 41,
              _("the same GPU, sequences of 500 tokens: 41.4, so 41. {floor}").format(floor=floor)),
         Case((80 * GIB, 13 * 10**9, 2, 819_200, 2048), 35,
-             _("twice the GPU memory, but the weights stay 26 GB: 35 sequences, not 2 x 10")),
+             _("twice the GPU memory, but the weights stay 26 GB: 35.7, so 35 sequences, not "
+               "2 x 10. {floor}").format(floor=floor)),
         Case((24 * GIB, 8 * 10**9, 2, 131_072, 8192), 9,
              _("Llama-3-8B (GQA, 128 KiB a token) at 8K context on 24 GiB: 9.1. {floor}")
               .format(floor=floor)),
         Case((24 * GIB, 8 * 10**9, 1, 131_072, 8192), 16,
              _("the same with 1-byte (int8) weights: the weights take half, and only the "
-             "weights: the KV cache keeps its own dtype")),
+               "weights: the KV cache keeps its own dtype. 16.5, so 16")),
         Case((16 * GIB, 13 * 10**9, 2, 819_200, 2048), 0,
              _("26 GB of weights do not fit in 16 GiB: no sequence fits (not a negative number)")),
         Case((1000, 100, 2, 10, 40), 2, _("{weights}: 800 bytes left, 400 per sequence")
@@ -74,7 +79,10 @@ def check_max_batch(fn: Callable[[int, int, int, int, int], int]) -> CheckResult
         Case((1000, 100, 2, 10, 41), 1, _("410 bytes a sequence: 800 / 410 = 1.95. {floor}")
                                          .format(floor=floor)),
     ]
-    return check_function("max_batch", fn, cases)
+    fraction = _("a fraction of a sequence does not fit: a sequence's cache fits whole or not "
+                 "at all, so round down: divide with `//`, which keeps an int")
+    return check_function("max_batch", fn, cases,
+                          diagnose=lambda _fn, got: never_a_count(got, fraction))
 
 
 class _Config:
@@ -134,7 +142,7 @@ def check_kv_bytes_per_token(fn: Callable[[Any, int], int]) -> CheckResult:
     """`kv_bytes_per_token(config, dtype_bytes)` from a transformers config."""
     cases = [Case((_Config(config, name), dtype_bytes), expected, hint)
              for name, config, dtype_bytes, expected, hint in _configs()]
-    return check_function("kv_bytes_per_token", fn, cases)
+    return check_function("kv_bytes_per_token", fn, cases, diagnose=one_count)
 
 
 CHECKS = {

@@ -16,6 +16,7 @@ from itertools import product
 from ..i18n import N_, _, join_clauses
 from . import Case, CheckResult, check_function
 from ._boundaries import around, grid_cases
+from ._count_notes import one_count
 
 __all__ = ["CHECKS", "check_choose_victims", "check_preemption_mode",
            "check_tokens_to_recompute"]
@@ -76,7 +77,7 @@ def check_tokens_to_recompute(tokens_to_recompute: Callable) -> CheckResult:
     re-admission prefill of a sequence preempted by recomputation computes.
     The lab's cases, then every count around a block boundary (`recompute_grid`)."""
     return check_function("tokens_to_recompute", tokens_to_recompute,
-                          RECOMPUTE_CASES + recompute_grid())
+                          RECOMPUTE_CASES + recompute_grid(), diagnose=one_count)
 
 
 _DISTINCT = (N_("blocks shared inside the group travel once: count distinct block ids "

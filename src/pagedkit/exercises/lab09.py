@@ -8,6 +8,7 @@ learner's arithmetic is held against what `LLMEngine` sizes its cache with.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from functools import cache
 from itertools import product
@@ -16,8 +17,9 @@ import torch
 
 from ..i18n import N_, _
 from ..model.kv_cache import KVCacheSpec
-from . import Case, CheckResult, check_function, same_items
+from . import Case, CheckResult, _scalar, check_function, same_items
 from ._boundaries import grid_cases
+from ._count_notes import never_a_count, one_count
 
 __all__ = ["CHECKS", "check_best_num_drafts", "check_tokens_that_fit", "expected_tokens_per_step"]
 
@@ -48,7 +50,7 @@ def check_tokens_that_fit(fn: Callable) -> CheckResult:
         ((8 * 2**20, 4, 2, 64, 4, 16), _("pagedkit's tiny model in float32 with 8 MiB")),
     ]
     cases = [Case(args, _fit(*args), hint) for args, hint in specs]
-    return check_function("tokens_that_fit", fn, cases + fit_grid())
+    return check_function("tokens_that_fit", fn, cases + fit_grid(), diagnose=one_count)
 
 
 def _fit_hint(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, block_size) -> str:
@@ -115,14 +117,20 @@ def check_best_num_drafts(fn: Callable) -> CheckResult:
     """`best_num_drafts(acceptance_rate, draft_cost, max_drafts)`: the number of
     draft tokens k (0..max_drafts) that gives speculative decoding the most
     tokens per unit of time, where a target-model step costs 1 and each draft
-    token `draft_cost` (independent acceptances; the smallest k on a tie)."""
+    token `draft_cost` (independent acceptances; the smallest k on a tie).
+
+    A wrong answer's hint: text, a bool or a fraction gets the note for its
+    kind (`never_a_count`); a k that is the best under a known wrong formula
+    for E, that formula (`_wrong_expected_tokens`); any other whole number,
+    whether it drafts more or fewer than the best k (`_more_or_fewer`), then
+    the case's hint."""
     chain = (_("draft i counts only if drafts 1..i were all accepted, and the target model adds "
              "one token of its own: E(a, k) = 1 + a + a^2 + ... + a^k tokens per step"))
     cost = _("a step with k drafts costs 1 + k x draft_cost: maximize E(a, k) / (1 + k x "
              "draft_cost)")
     specs = [
-        ((0.8, 0.05, 10), _("more drafts are not always better: {cost}").format(cost=cost)),
-        ((0.8, 0.2, 10), _("dearer drafts, fewer of them: {chain}").format(chain=chain)),
+        ((0.8, 0.05, 10), cost),
+        ((0.8, 0.2, 10), _("dearer drafts (0.2 each): {chain}").format(chain=chain)),
         ((0.6, 0.1, 10), _("{chain}: E is not 1 + k x a (acceptances must chain)")
                           .format(chain=chain)),
         ((0.95, 0.1, 20), _("a good draft model: {chain}").format(chain=chain)),
@@ -136,9 +144,44 @@ def check_best_num_drafts(fn: Callable) -> CheckResult:
                         "drafts allowed win")),
         ((0.7, 0.0, 5), _("free drafts: as many as allowed")),
     ]
-    cases = [Case(args, _best_num_drafts(*args), hint) for args, hint in specs]
-    return check_function("best_num_drafts", fn, cases + drafts_grid(),
-                          diagnose=_wrong_expected_tokens)  # k is a count: same_items
+    cases = [Case(args, _best_num_drafts(*args), hint) for args, hint in specs] + drafts_grid()
+    compared = []  # what fn answered, one per case, in order: check_function stops at a wrong one
+
+    def equal(got, expected) -> bool:  # k is a count: same_items
+        compared.append(got)
+        return same_items(got, expected)
+
+    def diagnose(fn, got) -> str:
+        case = cases[len(compared) - 1] if compared and compared[-1] is got else None
+        return (never_a_count(got) or _wrong_expected_tokens(fn, got)
+                or (_more_or_fewer(got, case) if case else ""))
+
+    return check_function("best_num_drafts", fn, cases, equal=equal, diagnose=diagnose)
+
+
+def _more_or_fewer(got, case: Case) -> str:
+    """The hint for a whole number `got` that is not `case`'s best k: whether
+    it drafts more or fewer than the best (or more than allowed, or fewer than
+    none), the two rates, then the case's own hint; '' for anything else."""
+    got = _scalar(got)
+    if not isinstance(got, numbers.Integral) and not (isinstance(got, numbers.Real)
+                                                      and float(got).is_integer()):
+        return ""
+    (alpha, draft_cost, max_drafts), best, k = case.args, case.expected, int(got)
+    hint = case.hint() if callable(case.hint) else case.hint
+    if k < 0:
+        return _("k counts drafts: 0 or more, not {k}; {hint}").format(k=k, hint=hint)
+    if k > max_drafts:
+        return (_("at most max_drafts = {most} drafts are allowed, not {k}; {hint}")
+                .format(most=max_drafts, k=k, hint=hint))
+    rate = {n: _expected_tokens(alpha, n) / (1 + n * draft_cost) for n in (k, best)}
+    if k > best:
+        text = _("more drafts are not always better: tokens per unit of time {k_rate:.4g} at "
+                 "k = {k}, {best_rate:.4g} at k = {best}; {hint}")
+    else:
+        text = _("fewer drafts are not always better either: tokens per unit of time "
+                 "{k_rate:.4g} at k = {k}, {best_rate:.4g} at k = {best}; {hint}")
+    return text.format(k=k, k_rate=rate[k], best=best, best_rate=rate[best], hint=hint)
 
 
 # Formulas for E(a, k) that a learner may take for the expected tokens per step,
