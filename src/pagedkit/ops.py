@@ -62,9 +62,11 @@ or float16 there, or the torch paths.
 
 Every operation checks its arguments first and raises an error naming the
 shapes. ``check=False`` skips the checks: the caller vouches for its
-arguments. An engine step does, in every layer: it checks the metadata its
-layers share once, when the step starts (`pagedkit.kernels.checks.check_step`),
-and each layer's own tensors were checked when the model was loaded.
+arguments. An engine step does, in every layer: the metadata its layers
+share is checked once, when the step starts
+(`pagedkit.kernels.checks.check_step`), or vouched for by its builder (the
+engine's `pagedkit.model.runner.pack_step`), and each layer's own tensors
+were checked when the model was loaded.
 
 Importing this module never imports Triton, so it works where Triton is not
 installed. The references are re-exported here under ``*_reference``, the

@@ -207,16 +207,19 @@ def test_bad_metadata_is_refused_by_name_before_any_layer_runs(corrupt, error, m
         assert torch.equal(c.k_cache.nan_to_num(), b.nan_to_num())
 
 
-def test_without_value_checks_only_the_structure_is_checked(monkeypatch):
-    """``check=False`` in the metadata (the engine on a GPU, where reading
-    values costs a host sync): the index tensors' structure is still checked."""
-    meta, cases, tokens = step_metadata(*STEPS["decode"])
-    block_checks = Counter(monkeypatch, checks, "check_blocks_cover")
-    through_step(dict(meta, check=False), cases, tokens)
-    assert block_checks.calls == 0
-    bad_dtype(meta)
-    with pytest.raises(TypeError, match="block_tables must be an int32 or int64 tensor"):
-        through_step(dict(meta, check=False), cases, tokens)
+@pytest.mark.parametrize("kind", STEPS)
+def test_check_false_in_the_metadata_skips_the_step_check(monkeypatch, kind):
+    """``check=False`` in the metadata: its builder vouches for it (the
+    engine's `pack_step`, tests/model/test_attention_step.py), as with an
+    op's ``check=False``: no check runs, and the step computes the same."""
+    meta, cases, tokens = step_metadata(*STEPS[kind])
+    expected = through_step(meta, cases, tokens)
+    meta, cases, tokens = step_metadata(*STEPS[kind])
+    called = [Counter(monkeypatch, checks, name) for name in
+              ("check_step", "check_index_tensor", "check_slots", "check_blocks_cover")]
+    got = through_step(dict(meta, check=False), cases, tokens)
+    assert [c.calls for c in called] == [0, 0, 0, 0]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_check_false_skips_every_check_of_an_op(monkeypatch):

@@ -1,8 +1,9 @@
-"""An engine step's attention: the step's metadata is checked once
-(`checks.check_step`, in `forward_context`) and the batched path's buckets
-are built once per step, not once per layer, while every layer does its own
-store and attention through the ops, by name. Bad metadata inside a real
-engine step is refused by name, and the engine is ready afterwards."""
+"""An engine step's attention: the batched path's buckets are built once per
+step, not once per layer, while every layer does its own store and
+attention through the ops, by name. The engine's metadata is right as
+`pack_step` builds it, so the step skips `checks.check_step`
+(``check=False``): every step of engines of every kind packs metadata that
+passes it."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def tokens(outputs):
     return [o.outputs[0].token_ids for o in outputs]
 
 
-def test_each_engine_step_checks_and_buckets_its_metadata_once(llm, expected, monkeypatch):
+def test_each_engine_step_buckets_its_metadata_once_and_vouches_for_it(llm, expected,
+                                                                       monkeypatch):
     monkeypatch.delenv("PAGEDKIT_KERNELS", raising=False)
     counts: dict[str, int] = {}
 
@@ -66,8 +68,8 @@ def test_each_engine_step_checks_and_buckets_its_metadata_once(llm, expected, mo
     # can leave a prompt one token to compute, a decode-shaped chunk)
     for step, (num_decodes, num_seqs) in zip(per_step, kinds, strict=True):
         k = 1 + (0 < num_decodes < num_seqs)
-        assert step == {"step checks": 1, "block checks": 1, "bucketings": k,
-                        "stores": layers, "attends": k * layers}, (num_decodes, num_seqs)
+        assert step == {"bucketings": k, "stores": layers, "attends": k * layers}, \
+            (num_decodes, num_seqs)
 
 
 def record_step_kinds(llm, monkeypatch) -> list[tuple[int, int]]:
@@ -84,45 +86,73 @@ def record_step_kinds(llm, monkeypatch) -> list[tuple[int, int]]:
     return kinds
 
 
-def corrupt_slot(meta):
-    meta.slot_mapping[-1] = NUM_BLOCKS * BLOCK_SIZE
+def window_model():
+    """Two layers that slide over 6 keys (Mistral): the engine releases the
+    blocks before the window, whose entries `pack_step` shows as block 0."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=96, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           max_position_embeddings=512, sliding_window=6)
+    return MistralForCausalLM(config).eval()
 
 
-def corrupt_block(meta):
-    meta.block_tables[0, 0] = NUM_BLOCKS
+SAMPLED = SamplingParams(n=3, temperature=0.8, seed=1, max_tokens=8, ignore_eos=True)
+BEAMS = SamplingParams(n=2, use_beam_search=True, temperature=0, max_tokens=6, ignore_eos=True)
+#: engines of every kind of step: decodes and prefills together, chunks of a
+#: prompt, prefix-cache hits, forks with copy-on-write (n > 1, beams),
+#: preemption by recompute and by swap, blocks released behind a window
+ENGINES = {
+    "roomy": (dict(num_blocks=64, block_size=4), [GREEDY, SAMPLED, BEAMS]),
+    "chunked": (dict(num_blocks=64, block_size=4, enable_chunked_prefill=True,
+                     max_num_batched_tokens=5), [GREEDY, SAMPLED]),
+    "recompute": (dict(num_blocks=10, block_size=2, preemption_mode="recompute"),
+                  [GREEDY, SAMPLED]),
+    "swap": (dict(num_blocks=10, block_size=2, preemption_mode="swap", swap_space=1),
+             [GREEDY, SAMPLED]),
+    "window": (dict(num_blocks=64, block_size=4),
+               [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)]),
+}
 
 
-def corrupt_length(meta):
-    meta.context_lens[0] += BLOCK_SIZE * meta.block_tables.shape[1]
+@pytest.mark.parametrize("kind", ENGINES)
+def test_every_step_an_engine_packs_passes_the_step_check(kind, monkeypatch):
+    """What `pack_step` vouches for, checked: each step's packed metadata
+    passes `checks.check_step` (the index tensors, slots and block ids inside
+    the cache, tables that cover the lengths, query boundaries), while the
+    engine's own step runs it with ``check=False``."""
+    engine_args, params = ENGINES[kind]
+    llm = LLM(window_model() if kind == "window" else "tiny", **engine_args)
+    pack_step, checked, preempted = runner_module.pack_step, [], []
 
-
-@pytest.mark.parametrize("corrupt,match", [
-    (corrupt_slot, rf"slot_mapping\[\d+\] = {NUM_BLOCKS * BLOCK_SIZE} is past the cache's last "
-                   rf"slot {NUM_BLOCKS * BLOCK_SIZE - 1}"),
-    (corrupt_block, rf"block_tables\[0, 0\] = {NUM_BLOCKS} is not a block of the cache, which "
-                    rf"has {NUM_BLOCKS} blocks"),
-    (corrupt_length, r"context_lens\[0\] = \d+ needs \d+ blocks of 4 tokens but block_tables "
-                     r"has only \d+ columns"),
-])
-@pytest.mark.parametrize("at_step", [0, 2])  # the prefill step, a decode step
-def test_bad_metadata_inside_an_engine_step_is_refused_by_name(llm, expected, monkeypatch,
-                                                                corrupt, match, at_step):
-    pack_step = runner_module.pack_step
-    steps = []
-
-    def corrupted(*args, **kwargs):
+    def checking(*args, **kwargs):
         input_ids, positions, meta, logits = pack_step(*args, **kwargs)
-        if len(steps) == at_step:
-            corrupt(meta)
-        steps.append(meta.num_decodes)
+        assert meta.check is False and meta.kv_caches
+        checks.check_step(meta.slot_mapping, meta.block_tables, meta.context_lens,
+                          meta.cu_seqlens_q, meta.num_decodes, meta.kv_caches[0][0])
+        checked.append((meta.num_decodes, meta.context_lens.numel()))
         return input_ids, positions, meta, logits
 
-    monkeypatch.setattr(runner_module, "pack_step", corrupted)
-    with pytest.raises(ValueError, match=match):
-        llm.generate(PROMPTS, GREEDY, use_tqdm=False)
-    assert len(steps) == at_step + 1
-    monkeypatch.undo()
-    assert tokens(llm.generate(PROMPTS, GREEDY, use_tqdm=False)) == expected
+    monkeypatch.setattr(runner_module, "pack_step", checking)
+    kv, released = llm.llm_engine.kv, []
+    release = kv.release_outside_window
+
+    def counting(*args):
+        blocks = release(*args)
+        released.extend(blocks)
+        return blocks
+
+    monkeypatch.setattr(kv, "release_outside_window", counting)
+    prompts = [[5 + i] * (3 + 4 * i) for i in range(4)]  # shared leading blocks: cache hits
+    requests = [(p, sp) for p in prompts for sp in params]
+    outs = llm.generate([p for p, _ in requests], [sp for _, sp in requests], use_tqdm=False,
+                        on_step=lambda step: preempted.extend(step.preempted))
+    assert len(outs) == len(requests) and len(checked) >= 6
+    assert any(d == n for d, n in checked) and any(d < n for d, n in checked)  # both kinds
+    if kind in ("recompute", "swap"):
+        assert preempted
+    assert bool(released) == (kind == "window")
 
 
 def test_a_plugged_in_decode_function_still_serves_every_layer(llm, expected, monkeypatch):

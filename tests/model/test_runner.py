@@ -128,6 +128,34 @@ def test_decodes_then_a_prefill_tables_padded_with_zero():
                    "cu_seqlens": [0, 1, 2, 12], "num_decodes": 2, "logits": [0, 1, 11]}
 
 
+def test_blocks_released_before_a_window_pack_as_block_zero():
+    """A block a sliding window released (`NULL_BLOCK` in the table) packs as
+    `KERNEL_NULL_BLOCK` (0), a valid id the kernels never read, as the padding
+    does; the live entries and the slots are as before. Each sequence alone
+    and both, with and without a longer third table to pad to."""
+    from pagedkit.memory.block_table import KERNEL_NULL_BLOCK, NULL_BLOCK
+
+    assert (KERNEL_NULL_BLOCK, NULL_BLOCK) == (0, -1)
+    for released in ("A", "B", "AB"):
+        for padded in (False, True):
+            kv, a, b = decoding_pair()  # A = [0, 2], B = [1, 3]
+            parts = [Part(a, 5, 1), Part(b, 4, 1)]
+            if padded:
+                c = Seq("C", tokens(300, 10))
+                kv.allocate_slots("C", c.token_ids)  # blocks 4, 5, 6
+                parts.append(Part(c, 0, 10))
+            for seq, length in (("A", 6), ("B", 5)):
+                if seq in released:  # keys before position 4 are never read again
+                    assert kv.release_outside_window(seq, length - 1, 1) == [[0, 1][seq == "B"]]
+                    assert kv.block_ids(seq)[0] == NULL_BLOCK
+            got = packed(Plan(parts), kv)
+            tables = [[0, 2], [0 if "B" in released else 1, 3]]
+            if padded:
+                tables = [[*row, 0] for row in tables] + [[4, 5, 6]]
+            assert got["tables"] == tables, (released, padded)
+            assert got["slots"][:2] == [9, 12]
+
+
 def test_a_prefill_before_a_decode_counts_no_decodes():
     """Decodes must come first: the prefix of one-token parts is what the
     kernels take as decodes, so a prefill first leaves none."""

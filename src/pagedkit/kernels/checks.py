@@ -14,9 +14,10 @@ Two kinds of check:
 
 Every entry point takes ``check=False`` to skip both: its caller vouches
 for the arguments. The benchmark does, to time a kernel alone, and so does
-every layer of an engine step, whose shared metadata `check_step` checks
-once, at the step's start (each layer's own tensors were checked when the
-model was loaded, by `pagedkit.model.support`'s probe).
+every layer of a step, whose shared metadata `check_step` checks once, at
+the step's start (each layer's own tensors were checked when the model was
+loaded, by `pagedkit.model.support`'s probe), unless whoever built it
+vouches for it too: the engine's `pagedkit.model.runner.pack_step` does.
 """
 
 from __future__ import annotations
@@ -206,13 +207,12 @@ def check_query_starts(cu_seqlens_q: torch.Tensor, context_lens: torch.Tensor,
 
 def check_step(slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                context_lens: torch.Tensor, cu_seqlens_q: torch.Tensor, num_decodes: int,
-               k_cache: torch.Tensor, *, values: bool = True) -> None:
-    """The metadata an engine step's layers share, checked once for all of
-    them (`pagedkit.model.attention.forward_context`), against a cache of the
-    step (every layer's has the same blocks). Without `values` (a host sync
-    each on a GPU), only the index tensors' structure: the engine's own
-    bookkeeping made them. Decodes read no query boundaries: those are
-    checked for the prompt chunks only."""
+               k_cache: torch.Tensor) -> None:
+    """The metadata a step's layers share, checked once for all of them
+    (`pagedkit.model.attention.forward_context`), against a cache of the
+    step (every layer's has the same blocks): the index tensors' structure,
+    then their values. Decodes read no query boundaries: those are checked
+    for the prompt chunks only."""
     device = k_cache.device
     check_index_tensor("context_lens", context_lens, (None,), device,
                        "cached tokens per sequence, this step's included")
@@ -223,7 +223,7 @@ def check_step(slot_mapping: torch.Tensor, block_tables: torch.Tensor,
                        "0, then the running total of query tokens per sequence")
     check_index_tensor("block_tables", block_tables, (num_seqs, None), device,
                        "one row of physical block ids per sequence")
-    if not values or not num_seqs:
+    if not num_seqs:
         return
     check_slots(slot_mapping, k_cache)
     if num_decodes < num_seqs:

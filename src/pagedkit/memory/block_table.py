@@ -27,7 +27,8 @@ from .errors import BlockStateError, OutOfBlocksError
 #: The entry of a logical block given back to the pool (`BlockTable.release_before`).
 #: Negative, so it can never be mistaken for a real block: the allocator refuses it.
 NULL_BLOCK = -1
-#: What a kernel's block table shows for a `NULL_BLOCK` entry: any valid id works,
+#: What a kernel's block table shows for a `NULL_BLOCK` entry (and for the padding
+#: of a shorter table; `pagedkit.model.runner.pack_step`): any valid id works,
 #: since the kernels never read blocks wholly before the window start.
 KERNEL_NULL_BLOCK = 0
 
@@ -130,12 +131,6 @@ class BlockTable:
     def num_released(self) -> int:
         """Leading logical blocks given back to the pool (always a prefix)."""
         return sum(1 for b in self.blocks if b == NULL_BLOCK)
-
-    def kernel_blocks(self) -> list[int]:
-        """The table as the kernels get it: released entries as `KERNEL_NULL_BLOCK`."""
-        if not self.blocks or self.blocks[0] != NULL_BLOCK:  # released ones are a prefix: none
-            return list(self.blocks)
-        return [KERNEL_NULL_BLOCK if b == NULL_BLOCK else b for b in self.blocks]
 
     def slot(self, position: int) -> int:
         """Physical slot of token `position`: ``block * block_size + offset``."""

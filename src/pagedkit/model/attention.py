@@ -54,7 +54,9 @@ class AttentionMetadata:
     cu_seqlens_q: torch.Tensor  # [num_seqs + 1] int32: query rows of each sequence
     num_decodes: int  # the first num_decodes sequences contribute one token each
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (K, V)
-    check: bool = True  # check the values above once, at the step's start (a host sync on a GPU)
+    #: check the tensors above once, at the step's start (`forward_context`); False:
+    #: their builder vouches for them, as the engine's `pack_step` does
+    check: bool = True
     #: what the step's layers share: the batched path keeps its buckets here
     step_cache: dict = field(default_factory=dict)
 
@@ -170,14 +172,13 @@ def recording() -> Iterator[Recording]:
 @contextmanager
 def forward_context(metadata: AttentionMetadata) -> Iterator[None]:
     """Make `metadata` visible to every attention layer during one forward,
-    checked once for all of them (`checks.check_step`: its index tensors, and
-    with ``metadata.check`` their values: slots and block ids inside the
+    checked once for all of them unless ``metadata.check`` is False
+    (`checks.check_step`: its index tensors, slots and block ids inside the
     cache, tables that cover the lengths); the layers' calls then skip
     their own checks."""
-    if metadata.kv_caches:
+    if metadata.check and metadata.kv_caches:
         checks.check_step(metadata.slot_mapping, metadata.block_tables, metadata.context_lens,
-                          metadata.cu_seqlens_q, metadata.num_decodes,
-                          metadata.kv_caches[0][0], values=metadata.check)
+                          metadata.cu_seqlens_q, metadata.num_decodes, metadata.kv_caches[0][0])
     token = _current.set(metadata)
     try:
         yield

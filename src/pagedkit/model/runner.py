@@ -20,6 +20,7 @@ import torch
 
 from .. import ops
 from ..memory import BlockCopy, KVCacheManager
+from ..memory.block_table import KERNEL_NULL_BLOCK, NULL_BLOCK
 from .attention import AttentionMetadata, forward_context, register
 from .kv_cache import KVCacheSpec
 from .support import check_config
@@ -116,8 +117,8 @@ class ModelRunner:
                 ops.copy_blocks(v_cache, pairs, check=check)
         if not step.scheduled:
             return None
-        input_ids, positions, meta, logits_indices = pack_step(
-            step, kv, self.device, self.kv_caches, check=self.device.type != "cuda")
+        input_ids, positions, meta, logits_indices = pack_step(step, kv, self.device,
+                                                               self.kv_caches)
         # On CPU, the thread count measured fastest for steps of this size (threads.py)
         num_tokens = input_ids.numel()
         macs = self._step_macs.get(num_tokens)
@@ -141,8 +142,7 @@ class ModelRunner:
 
 
 def pack_step(step: ScheduledStep, kv: KVCacheManager, device: torch.device | str = "cpu",
-              kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None, *,
-              check: bool = True):
+              kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
     """Pack a scheduled step into one unpadded row.
 
     Returns ``(input_ids, positions, metadata, logits_indices)``: the tokens
@@ -150,6 +150,14 @@ def pack_step(step: ScheduledStep, kv: KVCacheManager, device: torch.device | st
     `AttentionMetadata` (each new token's slot, block tables, context lengths,
     query boundaries ``cu_seqlens``), and the rows whose logits are needed —
     the last token of each sequence that samples this step.
+
+    The metadata is right as built, so it says ``check=False`` (the step
+    skips `checks.check_step`): every slot comes from `BlockTable.slot_mapping`,
+    which refuses a position its table does not hold, so each table covers
+    its context length; every block id comes from the pool, which hands out
+    none outside it, and the cache has the pool's blocks; the tensors' types
+    are set here. tests/model/test_attention_step.py checks what it packs
+    in engine runs of every kind of step.
     """
     ids: list[int] = []
     positions: list[int] = []
@@ -172,25 +180,30 @@ def pack_step(step: ScheduledStep, kv: KVCacheManager, device: torch.device | st
         slots += table.slot_mapping(start, end)
         cu_seqlens.append(cu_seqlens[-1] + s.num_tokens)
         context_lens.append(end)
-        tables.append(table.kernel_blocks())  # released blocks shown as a valid id
+        tables.append(table.blocks)
         if s.computes_last_token:
             logits_indices.append(cu_seqlens[-1] - 1)
     width = max(map(len, tables))
-    padded: list[int] = []  # the tables row after row, each padded to `width` with block 0
+    padded: list[int] = []  # the tables row after row, each padded to `width`
     for t in tables:
         padded += t
         if len(t) < width:
-            padded += [0] * (width - len(t))
+            padded += [KERNEL_NULL_BLOCK] * (width - len(t))
 
     long, int32 = dict(dtype=torch.long, device=device), dict(dtype=torch.int32, device=device)
+    block_tables = torch.tensor(padded, **int32).view(len(tables), width)
+    # The kernels read no entry past a sequence's blocks or wholly before its
+    # window, but every entry must be a valid id: the padding and a released
+    # block (`NULL_BLOCK`, before a sliding window) show `KERNEL_NULL_BLOCK`
+    block_tables.masked_fill_(block_tables == NULL_BLOCK, KERNEL_NULL_BLOCK)
     meta = AttentionMetadata(
         slot_mapping=torch.tensor(slots, **long),
-        block_tables=torch.tensor(padded, **int32).view(len(tables), width),
+        block_tables=block_tables,
         context_lens=torch.tensor(context_lens, **int32),
         cu_seqlens_q=torch.tensor(cu_seqlens, **int32),
         num_decodes=num_decodes,
         kv_caches=kv_caches if kv_caches is not None else [],
-        check=check,
+        check=False,
     )
     return (torch.tensor(ids, **long), torch.tensor(positions, **long), meta,
             torch.tensor(logits_indices, **long))
