@@ -3,18 +3,22 @@
 raised case, but the one rule for raised answers (`pagedkit.exercises.raised`) tries
 the function on the check's other cases, to tell an error of that case alone (whose
 hint helps) from the code's — and there it looped for good. Those tries now run
-within a count of bytecodes (`exercises.PROBE_BYTECODES`), not a clock: a busy
-machine never trips it. Every check of labs 00-09 that calls a Python function,
-enumerated as tests/labs/test_raised_answers.py enumerates them."""
+within a count of bytecodes (`exercises.PROBE_BYTECODES`) and a wall clock
+(`exercises.PROBE_SECONDS`: newcomer 28's loops of library calls, ``time.sleep`` or a
+torch matmul, ran few bytecodes and were waited on for minutes). Every check of labs
+00-09 that calls a Python function, enumerated as tests/labs/test_raised_answers.py
+enumerates them."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from pagedkit import exercises
 
@@ -54,6 +58,7 @@ def test_an_answer_that_raises_then_loops_forever_gets_its_error(lab, name, chec
     signal.alarm(HUNG_AFTER_S)
     try:
         result = check(answer)
+        alarm = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0]
     except Hung:
         pytest.fail(f"{lab}.{name} hung on the answer's later cases ({len(calls)} calls)")
     finally:
@@ -62,6 +67,7 @@ def test_an_answer_that_raises_then_loops_forever_gets_its_error(lab, name, chec
     assert not result.passed
     assert result.message.endswith(ERROR), result.message  # the error, no case's hint
     assert sys.gettrace() is tracing  # the probe's counting is taken off again
+    assert alarm[0] is _alarm and alarm[1] > 0  # the probe's alarm gave this test's own back
 
 
 def _bytecodes(fn, counts):
@@ -161,9 +167,86 @@ def _recursion_except_exception(*args, **kwargs):
         return _recursion_except_exception(*args, **kwargs)
 
 
+def _recursion_bare_except(*args, **kwargs):
+    try:
+        return _recursion_bare_except(*args, **kwargs)
+    except:  # noqa: E722 -- each new call starts inside its own try
+        return _recursion_bare_except(*args, **kwargs)
+
+
 LATER = {f.__name__: f for f in (_loop, _bare_except, _bare_except_calls, _except_base,
                                    _nested_bare_except, _catches_and_returns, _recursion,
-                                   _recursion_except_exception)}
+                                   _recursion_except_exception, _recursion_bare_except)}
+
+
+# Newcomer 28 (N1, N2): loops whose time goes to library calls, stopped by the wall clock
+# (`exercises.PROBE_SECONDS`) and, for a call that waits or a loop in an ``except:`` block
+# that calls nothing, by the probe's alarm. Each kind runs in its own child process, on the
+# first check of each lab, with the clock cut to SLOW_PROBE_S to keep the run short
+# (`test_the_clock_stops_a_loop_of_library_calls` runs the real one).
+
+def _sleeps(*_a, **_k):
+    while True:
+        time.sleep(0.00001)
+
+
+def _sleeps_bare_except(*_a, **_k):
+    while True:
+        try:  # noqa: SIM105
+            time.sleep(0.001)
+        except:  # noqa: E722
+            pass
+
+
+def _matmuls(*_a, **_k):
+    while True:
+        torch.randn(64, 64) @ torch.randn(64, 64)
+
+
+def _matmuls_except_base(*_a, **_k):
+    while True:
+        try:
+            torch.randn(64, 64) @ torch.randn(64, 64)
+        except BaseException:
+            continue
+
+
+def _sorts(*_a, **_k):
+    while True:
+        sorted(range(10_000))
+
+
+def _waits(*_a, **_k):
+    time.sleep(3600)
+
+
+def _loops_in_except(*_a, **_k):
+    try:
+        while True:
+            pass
+    except:  # noqa: E722
+        while True:
+            pass
+
+
+SLOW = {f.__name__: f for f in (_sleeps, _sleeps_bare_except, _matmuls, _matmuls_except_base,
+                                  _sorts, _waits, _loops_in_except)}
+SLOW_PROBE_S = 0.3
+
+
+def _first_of_each_lab():
+    seen = set()
+    for param in every_check():
+        if param.values[0] not in seen:
+            seen.add(param.values[0])
+            yield param
+
+
+def _put_back() -> bool:
+    """The probe's trace, profile, alarm handler and timer are all taken off again."""
+    return (sys.gettrace() is None and sys.getprofile() is None
+            and signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+            and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
 CHILD_LIMIT_S = int(os.environ.get("PAGEDKIT_TEST_HUNG_CHILD_S", "600"))
 
 
@@ -178,24 +261,29 @@ def _first_raises(later):
     return answer
 
 
-def _child() -> None:
-    """Every (later kind, check): one JSON line each, written as it comes."""
-    for kind, later in LATER.items():
-        for lab, name, check in (p.values for p in every_check()):
+def _child(kinds=None) -> None:
+    """Every (later kind, check): one JSON line each, written as it comes; `kinds`: one
+    of SLOW's, on the first check of each lab."""
+    if kinds is None:
+        kinds, checks = LATER, every_check
+    else:
+        exercises.PROBE_SECONDS = SLOW_PROBE_S
+        kinds, checks = {kinds: SLOW[kinds]}, _first_of_each_lab
+    for kind, later in kinds.items():
+        for lab, name, check in (p.values for p in checks()):
             result = check(_first_raises(later))
-            print(json.dumps([kind, lab, name, result.passed, result.message,
-                              sys.gettrace() is None and sys.getprofile() is None]), flush=True)
+            print(json.dumps([kind, lab, name, result.passed, result.message, _put_back()]),
+                  flush=True)
 
 
-@pytest.fixture(scope="module")
-def child_results():
+def _run_child(call: str, limit_s: int) -> dict:
     root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(root / "src"), str(root), os.environ.get("PYTHONPATH", "")]))
     try:
         out = subprocess.run([sys.executable, "-c", "from tests.labs.test_hung_answers import "
-                              "_child; _child()"], capture_output=True, text=True, env=env,
-                             cwd=root, timeout=CHILD_LIMIT_S).stdout
+                              f"_child; {call}"], capture_output=True, text=True, env=env,
+                             cwd=root, timeout=limit_s).stdout
     except subprocess.TimeoutExpired as hung:
         out = hung.stdout.decode() if isinstance(hung.stdout, bytes) else hung.stdout or ""
     results = {}
@@ -203,6 +291,11 @@ def child_results():
         kind, lab, name, passed, message, untraced = json.loads(line)
         results[kind, lab, name] = passed, message, untraced
     return results
+
+
+@pytest.fixture(scope="module")
+def child_results():
+    return _run_child("_child()", CHILD_LIMIT_S)
 
 
 @pytest.mark.parametrize("kind", list(LATER))
@@ -214,3 +307,39 @@ def test_an_answer_that_raises_then_loops_or_recurses_gets_its_error(child_resul
     assert not passed
     assert message.endswith(ERROR), message  # the error, no case's hint
     assert untraced  # the probe's trace and profile functions are taken off again
+
+
+#: a child's limit for one SLOW kind: about 10 checks x SLOW_PROBE_S, and room for a loaded box
+SLOW_CHILD_S = int(os.environ.get("PAGEDKIT_TEST_SLOW_CHILD_S", "120"))
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the probe's alarm needs SIGALRM")
+@pytest.mark.parametrize("kind", list(SLOW))
+def test_an_answer_that_raises_then_loops_over_library_calls_gets_its_error(kind):
+    results = _run_child(f"_child({kind!r})", SLOW_CHILD_S)
+    for lab, name, _check in (p.values for p in _first_of_each_lab()):
+        assert (kind, lab, name) in results, f"{lab}.{name} hung on {kind}"
+        passed, message, put_back = results[kind, lab, name]
+        assert not passed
+        assert message.endswith(ERROR), message
+        assert put_back, (lab, name)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="the test's alarm needs SIGALRM")
+@pytest.mark.parametrize("later", [_sleeps, _waits], ids=lambda f: f.__name__)
+def test_the_clock_stops_a_loop_of_library_calls(later):
+    """The real `PROBE_SECONDS`, in this process, under this test's own alarm: the check
+    answers (no limit on how fast beyond the alarm's), and the alarm is this test's again."""
+    from pagedkit.exercises import lab00
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(HUNG_AFTER_S)
+    try:
+        result = lab00.check_blocks_for(_first_raises(later))
+        alarm = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0]
+    except Hung:
+        pytest.fail(f"lab00.blocks_for hung on {later.__name__}")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not result.passed and result.message.endswith(ERROR), result.message
+    assert alarm[0] is _alarm and alarm[1] > 0

@@ -15,8 +15,11 @@ from __future__ import annotations
 import copy
 import numbers
 import os
+import signal
 import sys
 import sysconfig
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from itertools import islice
@@ -202,9 +205,18 @@ def raised(name: str, fn: Callable, call: str, err: Exception,
 #: How many Python bytecodes `_runs_on_any` lets the learner's own code run (`_learners`),
 #: over all the cases it tries for a hint: a thousand times the most any solution of labs
 #: 00-09 runs on one case (lab 09's best_num_drafts, about 2,800: tests/labs/
-#: test_hung_answers.py measures it), some 0.3 s of tracing. A count, not a clock, so a busy
-#: machine never trips it; where it does trip, the check says the error without a case's hint.
+#: test_hung_answers.py measures it), some 0.3 s of tracing. Where it trips (or
+#: `PROBE_SECONDS` does), the check says the error without a case's hint.
 PROBE_BYTECODES = 3_000_000
+
+#: The wall clock next to the count, over all the cases `_runs_on_any` tries: a loop whose
+#: time goes to library calls (``time.sleep``, a torch matmul) runs few bytecodes of its own.
+#: A busy machine that trips it costs a hint, never a verdict: the answer raised already.
+PROBE_SECONDS = 2.0
+
+#: How often the probe's alarm (`_Probe`) rings again once the clock ran out, for a loop
+#: that caught the probe's exception
+PROBE_RING_S = 0.05
 
 #: How many of the other cases `_runs_on_any` tries at most, in the check's order (its own
 #: cases first, then its grid): more than any check of labs 00-09 reached while the count
@@ -227,12 +239,13 @@ def _learners(code) -> bool:
     standard library and the installed packages, as `sysconfig` names them)
     — a notebook cell, a script, labs/solutions. Only its bytecodes count
     against `PROBE_BYTECODES`: copying a case's arguments (`fresh`), reading a
-    returned iterator, or a library function the answer calls cost nothing."""
+    returned iterator, or a library function the answer calls cost nothing
+    there (the clock, `PROBE_SECONDS`, counts them)."""
     return not code.co_filename.startswith(_NOT_LEARNERS)
 
 
 class _ProbeSpent(BaseException):
-    """`PROBE_BYTECODES` ran out (a BaseException: the learner's ``except Exception``
+    """The probe ran out (a BaseException: the learner's ``except Exception``
     does not catch it). Its ``__del__`` does nothing, but is a Python call: where
     the learner's bare ``except:`` drops it, `_Probe.rearm` sees that call."""
 
@@ -241,8 +254,12 @@ class _ProbeSpent(BaseException):
 
 
 class _Probe:
-    """`PROBE_BYTECODES` for every call made under it (``with probe:``), counted
-    by a trace function (`sys.settrace`) in the learner's frames (`_learners`).
+    """`PROBE_BYTECODES` and `PROBE_SECONDS` for every call made under it
+    (``with probe:``): the bytecodes counted by a trace function
+    (`sys.settrace`) in the learner's frames (`_learners`), the clock read by
+    that trace function and, in the main thread where Python has SIGALRM
+    (Linux, macOS: a notebook's kernel), rung by an alarm (`signal.setitimer`)
+    that also stops a library call that waits (``time.sleep``).
 
     Once spent it stays spent, and raises `_ProbeSpent` at every later event of
     the learner's code until the call unwinds: the first raise lands where the
@@ -250,21 +267,25 @@ class _Probe:
     loop around goes on. Python takes a trace function off as soon as it
     raises, so from then on a profile function (`sys.setprofile`, which sees
     every call and return, the learner's handler dropping `_ProbeSpent`
-    among them) puts it back. A recursion nearer than `PROBE_SPARE_FRAMES` to
-    Python's limit counts as spent too (there the trace function itself could
-    not be called, and Python would take it off).
+    among them) puts it back, and so does the alarm, ringing again every
+    `PROBE_RING_S` (its handler raises too, in a learner's frame: a loop
+    that calls nothing, ``except: while True: pass``, is stopped by it). A
+    recursion nearer than `PROBE_SPARE_FRAMES` to Python's limit counts as
+    spent too (there the trace function itself could not be called, and
+    Python would take it off).
 
-    What no trace function can stop, so the check waits on it: a loop that
-    runs in C (``sum(itertools.count())``); a loop in an ``except:`` block
-    that calls nothing (``except: while True: pass``); and a recursion whose
-    bare ``except:`` recurses again (``try: return f() except: return f()``:
-    each new call starts inside its own ``try``, before the trace function is
-    back). The learner stops those with the kernel's interrupt (Jupyter: the
-    ■ button, or I, I), and the check then raises KeyboardInterrupt."""
+    What nothing in Python can stop: a loop that runs in C and never looks
+    for signals (``sum(itertools.count())``) — neither the alarm nor the
+    kernel's interrupt (Jupyter: the ■ button, or I, I) gets in; the learner
+    must restart the kernel. Without the alarm (another thread, Windows), a
+    library call that does not return is waited on; the kernel's interrupt
+    stops it, and the check then raises KeyboardInterrupt."""
 
     def __init__(self) -> None:
         self.left = PROBE_BYTECODES
+        self.deadline = time.monotonic() + PROBE_SECONDS
         self.depth = 0
+        self.inside = False  # the alarm raises only while a call runs under the probe
         frame, below = sys._getframe(), 0
         while frame is not None:
             frame, below = frame.f_back, below + 1
@@ -277,16 +298,32 @@ class _Probe:
 
     def __enter__(self) -> _Probe:
         self.previous = sys.gettrace(), sys.getprofile()
+        self.alarm = None
+        if (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGALRM) is not None):  # None: not set from Python
+            self.alarm = (signal.signal(signal.SIGALRM, self.ring), signal.setitimer(
+                signal.ITIMER_REAL, max(self.deadline - time.monotonic(), 1e-3), PROBE_RING_S),
+                time.monotonic())
+        self.home = sys._getframe(1)  # `rearm` walks the learner's frames up to here
         sys.settrace(self.trace)
+        self.inside = True
         return self
 
     def __exit__(self, *_exc) -> None:
+        self.inside = False
+        if self.alarm:
+            handler, (delay, interval), since = self.alarm
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, handler)
+            if delay:  # someone else's alarm (a test's time limit): left as it was
+                signal.setitimer(signal.ITIMER_REAL,
+                                 max(delay - (time.monotonic() - since), 1e-3), interval)
         sys.setprofile(self.previous[1])
         sys.settrace(self.previous[0])
 
     def count(self, frame, event, _arg):
-        """The trace function: counts the learner's bytecodes and frames, and raises
-        at every event once spent."""
+        """The trace function: counts the learner's bytecodes and frames, reads the
+        clock, and raises at every event once spent."""
         if event == "call":
             if not _learners(frame.f_code):
                 return None  # not traced inside; the calls it makes are asked again
@@ -298,16 +335,29 @@ class _Probe:
             self.depth -= 1
         elif event == "opcode":
             self.left -= 1
+            if not self.left % 1024 and time.monotonic() > self.deadline:
+                self.left = -1
         if self.spent and event != "return":
             sys.setprofile(self.rearm)
             raise _ProbeSpent
         return self.trace
 
+    def ring(self, _signum, frame) -> None:
+        """The alarm's handler: spent, the trace function back on, and a raise
+        where the learner's code runs (never in pagedkit's own)."""
+        if not self.inside:
+            return
+        self.left = -1
+        sys.setprofile(self.rearm)
+        self.rearm(frame, "", None)
+        if frame is not None and _learners(frame.f_code):
+            raise _ProbeSpent
+
     def rearm(self, frame, _event, _arg) -> None:
         """The profile function, once spent: the trace function back on, in every
         learner's frame from `frame` up that lost it."""
         sys.settrace(self.trace)
-        while frame is not None and frame.f_trace is not self.trace:
+        while frame is not None and frame is not self.home and frame.f_trace is not self.trace:
             if _learners(frame.f_code):
                 frame.f_trace, frame.f_trace_lines, frame.f_trace_opcodes = self.trace, False, True
             frame = frame.f_back
@@ -317,10 +367,10 @@ def _runs_on_any(fn: Callable, cases: Iterable[Case]) -> bool:
     """Whether `fn` returns without raising on any of `cases` (each called on
     `fresh` arguments, an iterator it returns read as `call_learner` reads it),
     within one `_Probe`, trying `PROBE_CASES` at most: an answer that raised on
-    one case and loops forever on the others (``while True: pass``) is stopped
-    there, not waited for, and counts as running on none of them — even where it
-    catches the probe's exception and returns. What it cannot stop (a loop in
-    C) is said in `_Probe`."""
+    one case and loops forever on the others (``while True: pass``, or a loop
+    of ``time.sleep``) is stopped there, not waited for, and counts as running
+    on none of them — even where it catches the probe's exception and returns.
+    What it cannot stop (a loop in C) is said in `_Probe`."""
     probe = _Probe()
     for case in islice(cases, PROBE_CASES):
         args, kwargs = fresh((case.args, case.kwargs))
