@@ -314,3 +314,70 @@ def test_lab07_copy_on_write_says_not_written_through_not_written(language, monk
     finally:
         pagedkit.set_language("en")
     assert said and message == want, message
+
+
+#: the checks whose first case expects one answer (not a sequence, not lab 04's tensors): a
+#: generator there fails unread, with GENERATOR_HINT (14 of the 26)
+ONE_ANSWER = {("lab00", "blocks_for"), ("lab01", "cached_kv_reads"), ("lab01", "max_batch"),
+              ("lab01", "kv_bytes_per_token"), ("lab02", "reservation_size"),
+              ("lab02", "first_fit"), ("lab02", "waste_breakdown"), ("lab03", "token_at"),
+              ("lab03", "blocks_needed"), ("lab06", "tokens_to_recompute"),
+              ("lab06", "preemption_mode"), ("lab07", "copy_on_write"),
+              ("lab09", "tokens_that_fit"), ("lab09", "best_num_drafts")}
+
+
+@pytest.mark.parametrize("path, lab, name", list(function_checks()))
+def test_a_generator_where_one_answer_is_expected_says_why_it_never_ran(path, lab, name):
+    """Newcomer 28 (N5): lab 03's append_slots written with ``yield`` got "returned an
+    iterator, expected None." and no hint, though the learner's ``return`` never ran.
+    Every check, given the solution's answer yielded: where one answer is expected, the
+    verdict ends with the hint about ``yield``; elsewhere the hint is not said."""
+    from pagedkit.exercises import GENERATOR_HINT, hint_text
+
+    solution = getattr(load(path), name)
+
+    def yielded(*args, **kwargs):
+        yield solution(*args, **kwargs)
+
+    message = check_of(lab, name)(yielded).message
+    said = message.endswith(hint_text(GENERATOR_HINT))
+    assert said is ((lab, name) in ONE_ANSWER), message
+    assert said is ("returned an iterator, expected " in message), message
+
+
+def test_append_slots_as_a_generator_gets_the_yield_hint_where_none_is_expected():
+    """Newcomer 28's shape: the slots yielded (right where slots are expected), and the
+    refusal's ``return None`` never run."""
+    from pagedkit.exercises import GENERATOR_HINT, hint_text, lab03
+
+    (path,) = (p for p, lab, name in (q.values for q in function_checks())
+               if (lab, name) == ("lab03", "append_slots"))
+    solution = load(path).append_slots
+
+    def append_slots(*args, **kwargs):
+        slots = solution(*args, **kwargs)
+        if slots is not None:
+            yield from slots
+
+    message = lab03.check_append_slots(append_slots).message
+    assert "returned an iterator, expected None." in message, message
+    assert message.endswith(hint_text(GENERATOR_HINT)), message
+    from pagedkit.i18n import speaking
+    with speaking("zh-CN"):
+        message = lab03.check_append_slots(append_slots).message
+    assert "生成器函数" in message and "`yield`" in message, message
+
+
+def test_the_yield_hint_is_for_a_generator_function_alone():
+    """``iter(...)`` and a generator expression have no ``yield`` the learner wrote."""
+    from pagedkit.exercises import GENERATOR_HINT, call_learner, hint_text
+
+    for answer in (lambda: iter([5]), lambda: (n for n in [5])):
+        _result, failure = call_learner("x", answer, "f()", expected=5)
+        assert failure.message == "f() returned an iterator, expected 5.", failure.message
+
+    def gives():
+        yield 5
+    _result, failure = call_learner("x", gives, "f()", expected=5)
+    assert failure.message == ("f() returned an iterator, expected 5."
+                               + hint_text(GENERATOR_HINT)), failure.message

@@ -13,6 +13,7 @@ suite runs every check against them, so checks and solutions cannot drift.
 from __future__ import annotations
 
 import copy
+import inspect
 import numbers
 import os
 import signal
@@ -27,10 +28,10 @@ from typing import Any
 
 from ..i18n import N_, _, ngettext
 
-__all__ = ["EXPECTED_LATER", "NOT_WRITTEN", "Case", "CheckResult", "as_items", "call_learner",
-           "check_function", "fresh", "function_name", "hint_text", "is_count", "is_sequence",
-           "not_written", "other_cases", "raised", "require_function", "same_items",
-           "same_values", "stub_name", "wrong_answer"]
+__all__ = ["EXPECTED_LATER", "GENERATOR_HINT", "NOT_WRITTEN", "Case", "CheckResult", "as_items",
+           "call_learner", "check_function", "fresh", "function_name", "hint_text", "is_count",
+           "is_sequence", "not_written", "other_cases", "raised", "require_function",
+           "same_items", "same_values", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
 """English, as every message is written; `_(NOT_WRITTEN)` is what the learner reads."""
@@ -142,12 +143,13 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any =
     shows its items) — but never past one item more than the `expected`
     answer holds: an endless generator fails, saying so (`show` writes the
     expected answer, as in `wrong_answer`), instead of hanging the check.
-    Where `expected` is not a sequence, any iterator fails unread; where it
-    is `EXPECTED_LATER`, any iterator is returned unread."""
+    Where `expected` is not a sequence, any iterator fails unread (with
+    `GENERATOR_HINT` if `fn` is a generator function); where it is
+    `EXPECTED_LATER`, any iterator is returned unread."""
     try:
         result = fn(*args, **kwargs)
         if isinstance(result, Iterator) and expected is not EXPECTED_LATER:
-            return _read_iterator(name, call, result, expected, show)
+            return _read_iterator(name, call, result, expected, show, fn)
         return result, None
     except NotImplementedError as err:
         return None, not_written(name, fn, err)
@@ -155,13 +157,24 @@ def call_learner(name: str, fn: Callable, call: str, *args: Any, expected: Any =
         return None, raised(name, fn, call, err, hint, elsewhere, error_hint)
 
 
+GENERATOR_HINT = N_("`yield` in a function's body makes it a generator function: a call runs "
+                    "none of its body (not even its `return`) and hands back a generator "
+                    "instead. Return the answer; don't yield it.")
+"""The hint for a generator where one answer is expected (newcomer 28: lab 03's
+append_slots written with `yield`)."""
+
+
 def _read_iterator(name: str, call: str, result: Iterator, expected: Any,
-                   show: Callable[[Any], str]) -> tuple[Any, CheckResult | None]:
-    """An iterator the learner's function returned, read as `call_learner` says."""
+                   show: Callable[[Any], str],
+                   fn: Callable | None = None) -> tuple[Any, CheckResult | None]:
+    """An iterator the learner's function returned, read as `call_learner` says
+    (`GENERATOR_HINT` where `fn` is a generator function and one answer is
+    expected)."""
     if not is_sequence(expected):  # one answer, not a sequence of them: never an iterator
         return None, CheckResult(name, False, _(
             "{call} returned an iterator, expected {expected}.").format(
-                call=call, expected=show(expected)))
+                call=call, expected=show(expected)) + hint_text(
+                    GENERATOR_HINT if inspect.isgeneratorfunction(fn) else ""))
     most = len(expected)
     items = list(islice(result, most + 1))
     if len(items) > most:
