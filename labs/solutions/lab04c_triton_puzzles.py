@@ -7,7 +7,7 @@ import triton.language as tl
 
 @triton.jit
 def store_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
-                    stride_in_token, stride_in_head, stride_block, stride_slot, stride_head,
+                    stride_in_token, stride_in_head, stride_block, stride_token, stride_head,
                     BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Puzzle 1. One program per (new token, KV head): copy its K and V vectors
     into slot slot_mapping[token] of the paged caches; a negative slot skips it."""
@@ -19,14 +19,14 @@ def store_kv_kernel(key_ptr, value_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_p
         block = slot // BLOCK_SIZE
         offset = slot % BLOCK_SIZE
         src = token * stride_in_token + head * stride_in_head + d
-        dst = block * stride_block + offset * stride_slot + head * stride_head + d
+        dst = block * stride_block + offset * stride_token + head * stride_head + d
         tl.store(k_cache_ptr + dst, tl.load(key_ptr + src))
         tl.store(v_cache_ptr + dst, tl.load(value_ptr + src))
 
 
 @triton.jit
 def gather_kernel(cache_ptr, block_table_ptr, out_ptr, num_tokens,
-                  stride_block, stride_slot, stride_head, stride_out_token, stride_out_head,
+                  stride_block, stride_token, stride_head, stride_out_token, stride_out_head,
                   BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Puzzle 2. One program per (tile of BLOCK_N tokens, KV head): copy the
     sequence's tokens of the tile, found through the block table, into the
@@ -37,7 +37,7 @@ def gather_kernel(cache_ptr, block_table_ptr, out_ptr, num_tokens,
     d = tl.arange(0, HEAD_DIM)
     mask = n < num_tokens
     block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0).to(tl.int64)
-    row = block * stride_block + (n % BLOCK_SIZE) * stride_slot + head * stride_head
+    row = block * stride_block + (n % BLOCK_SIZE) * stride_token + head * stride_head
     x = tl.load(cache_ptr + row[:, None] + d[None, :], mask=mask[:, None], other=0.0)
     dst = n[:, None] * stride_out_token + head * stride_out_head + d[None, :]
     tl.store(out_ptr + dst, x, mask=mask[:, None])
@@ -45,7 +45,7 @@ def gather_kernel(cache_ptr, block_table_ptr, out_ptr, num_tokens,
 
 @triton.jit
 def decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, out_ptr, lse_ptr,
-                  context_len, scale, stride_block, stride_slot, stride_head,
+                  context_len, scale, stride_block, stride_token, stride_head,
                   GROUP: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
                   HEAD_DIM: tl.constexpr):
     """Puzzle 3. One program per query head: softmax(q . k * scale) @ v over
@@ -63,7 +63,7 @@ def decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_table_ptr, out_ptr, lse
         n = start + tl.arange(0, BLOCK_N)
         mask = n < context_len
         block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0).to(tl.int64)
-        row = block * stride_block + (n % BLOCK_SIZE) * stride_slot + kv_head * stride_head
+        row = block * stride_block + (n % BLOCK_SIZE) * stride_token + kv_head * stride_head
         k = tl.load(k_cache_ptr + row[:, None] + d[None, :], mask=mask[:, None], other=0.0)
         v = tl.load(v_cache_ptr + row[:, None] + d[None, :], mask=mask[:, None], other=0.0)
         scores = tl.sum(q[None, :] * k.to(tl.float32), 1) * scale

@@ -1012,7 +1012,7 @@ def _wrong_puzzles():
     return {
         "store_kv_kernel": [
             v("store_kv_kernel", "store_sizes_for_strides",
-              ("dst = block * stride_block + offset * stride_slot + head * stride_head + d",
+              ("dst = block * stride_block + offset * stride_token + head * stride_head + d",
                "dst = ((block * BLOCK_SIZE + offset) * tl.num_programs(1) + head) * HEAD_DIM "
                "+ d")),
             v("store_kv_kernel", "store_block_and_offset_swapped",
@@ -1022,8 +1022,8 @@ def _wrong_puzzles():
               ("tl.store(v_cache_ptr + dst, tl.load(value_ptr + src))",
                "tl.store(v_cache_ptr + dst, tl.load(key_ptr + src))")),
             v("store_kv_kernel", "store_ignores_the_block_stride",  # newcomer 8: passed once
-              ("dst = block * stride_block + offset * stride_slot + head * stride_head + d",
-               "dst = slot * stride_slot + head * stride_head + d")),
+              ("dst = block * stride_block + offset * stride_token + head * stride_head + d",
+               "dst = slot * stride_token + head * stride_head + d")),
             v("store_kv_kernel", "store_without_the_slot_guard",   # slot -1 writes before
               ("    if slot >= 0:\n", "    if True:\n")),           # the cache (newcomer 8)
         ],
@@ -1037,8 +1037,8 @@ def _wrong_puzzles():
               ("block = tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0)"
                ".to(tl.int64)", "block = (n // BLOCK_SIZE).to(tl.int64)")),
             v("gather_kernel", "gather_ignores_the_block_stride",
-              ("row = block * stride_block + (n % BLOCK_SIZE) * stride_slot",
-               "row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_slot")),
+              ("row = block * stride_block + (n % BLOCK_SIZE) * stride_token",
+               "row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_token")),
             v("gather_kernel", "gather_out_heads_head_dim_apart",
               ("head * stride_out_head + d[None, :]", "head * HEAD_DIM + d[None, :]")),
             v("gather_kernel", "gather_block_ids_in_32_bits",    # newcomer 14: passed once
@@ -1056,8 +1056,8 @@ def _wrong_puzzles():
               ("tl.store(lse_ptr + head + tl.arange(0, 1), row_max + tl.log(row_sum))",
                "tl.store(lse_ptr + head + tl.arange(0, 1), tl.log(row_sum))")),
             v("decode_kernel", "decode_ignores_the_block_stride",
-              ("row = block * stride_block + (n % BLOCK_SIZE) * stride_slot",
-               "row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_slot")),
+              ("row = block * stride_block + (n % BLOCK_SIZE) * stride_token",
+               "row = (block * BLOCK_SIZE + n % BLOCK_SIZE) * stride_token")),
             v("decode_kernel", "decode_unmasked_table_load",
               ("tl.load(block_table_ptr + n // BLOCK_SIZE, mask=mask, other=0)",
                "tl.load(block_table_ptr + n // BLOCK_SIZE)")),

@@ -144,11 +144,12 @@ def gather(kernel, case, block_n, pad=True):
 
 
 # ------------------------------------------------------------------ puzzle 3
-def attend(query, keys, values, dtype=None):
+def attend(query, keys, values, dtype=None, scale=None):
     """One query token's attention over contiguous `keys`/`values` ``[tokens,
     kv_heads, D]``, computed in float64: ``(out [heads, D], lse [heads])`` in
     `dtype` (the query's if None); no keys give zeros and lse -inf (an empty
-    split). Query head h reads KV head h // (heads // kv_heads)."""
+    split). Query head h reads KV head h // (heads // kv_heads). The scores
+    are scaled by `scale`, 1/sqrt(D) if None."""
     import torch
 
     heads, head_dim = query.shape
@@ -159,7 +160,8 @@ def attend(query, keys, values, dtype=None):
     group = heads // keys.shape[1]
     k = keys.double().repeat_interleave(group, 1)
     v = values.double().repeat_interleave(group, 1)
-    scores = torch.einsum("hd,thd->ht", query.double(), k) * head_dim ** -0.5
+    scale = head_dim ** -0.5 if scale is None else scale
+    scores = torch.einsum("hd,thd->ht", query.double(), k) * scale
     out = torch.einsum("ht,thd->hd", scores.softmax(-1), v)
     return out.to(dtype), scores.logsumexp(-1).to(dtype)
 
@@ -193,8 +195,11 @@ def decode(kernel, case, block_n, pad=True):
     nan = bool(torch.isnan(out).any() or torch.isnan(lse).any())
     if nan:
         return {"nan": True, "max_diff": 0.0}
-    return {"nan": False, "max_diff": (out.double() - want).abs().max().item(),
-            "lse_diff": (lse.double() - want_lse).abs().max().item()}
+    diff = (out.double() - want).abs().max().item()
+    unscaled = attend(query, key, value, torch.float64, scale=1.0)[0]  # the kernel forgot scale
+    return {"nan": False, "max_diff": diff,
+            "lse_diff": (lse.double() - want_lse).abs().max().item(),
+            "unscaled_right": diff > 1e-4 and (out.double() - unscaled).abs().max().item() < 1e-4}
 
 
 # ------------------------------------------------------------------ puzzle 4

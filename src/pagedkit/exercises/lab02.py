@@ -14,10 +14,10 @@ where it has one, so the exercises and the package cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from ..i18n import _
+from ..i18n import _, join_clauses, join_names
 from ..memory import ContiguousAllocator, Reservation
 from . import Case, CheckResult, check_function
 
@@ -137,7 +137,27 @@ def check_waste_breakdown(fn: Callable[[list[Reservation], int, int], dict]) -> 
     """`waste_breakdown(reservations, capacity, next_size)` -> a dict with the slots
     of each part: ``token_states``, ``reservation``, ``internal_fragmentation`` and
     ``external_fragmentation`` (for a waiting request of `next_size` slots)."""
-    return check_function("waste_breakdown", fn, _scenarios())  # a dict of counts: same_items
+    return check_function("waste_breakdown", fn, _scenarios(),  # a dict of counts: same_items
+                          diagnose=_not_the_four_keys)
+
+
+def _not_the_four_keys(fn: Callable, got: object) -> str:
+    """The hint for an answer that is not a dict of exactly the four `PARTS`
+    (a tuple of the counts, a key missing or one more): the keys to return,
+    not a case's arithmetic (newcomer 29, finding 13); "" for a dict of the
+    four keys."""
+    keys = ", ".join(f'"{part}"' for part in PARTS)
+    if not isinstance(got, Mapping):
+        return (_("return a dict, not a {kind}, with exactly these 4 keys: {keys}")
+                .format(kind=type(got).__name__, keys=keys))
+    missing = [repr(part) for part in PARTS if part not in got]
+    extra = [repr(key) for key in got if key not in PARTS]
+    if not missing and not extra:
+        return ""
+    found = [_("missing {keys}").format(keys=join_names(missing))] if missing else []
+    found += [_("extra {keys}").format(keys=join_names(extra))] if extra else []
+    return (_("return a dict with exactly these 4 keys: {keys} ({found})")
+            .format(keys=keys, found=join_clauses(found)))
 
 
 CHECKS = {

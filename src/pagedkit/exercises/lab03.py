@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
 from ..i18n import N_, _
@@ -56,7 +57,18 @@ def check_token_at(fn: Callable[[list[int], int, int, int], int | None]) -> Chec
                                     .format(find=find)),
         Case(([1, 0], 1, 2, 0), 1, _("block_size 1: slot 0 is block 0, logical block 1")),
     ]
-    return check_function("token_at", fn, cases)
+    return check_function("token_at", fn, cases, diagnose=_sentinel)
+
+
+def _sentinel(fn: Callable, got: object) -> str:
+    """A negative position (-1 and its kind) stands for "no token": the
+    exercise answers None there, and says so (newcomer 29, finding 11). No
+    case expects a negative position, so the hint fits every case that
+    gets one."""
+    if isinstance(got, numbers.Integral) and not isinstance(got, bool) and got < 0:
+        return _("a slot that holds none of the sequence's tokens gives None, not {got} (or "
+                 "any other stand-in number): return None there").format(got=got)
+    return ""
 
 
 def check_blocks_needed(fn: Callable[[int, int, int], int]) -> CheckResult:
@@ -127,6 +139,7 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
         if not same_items(got, slots):
             return wrong_answer(name, call, got, slots, hint, none_is_an_answer=True)
         if table != table_after or free != free_after:
+            hint = _copied(args, table, free, table_after, free_after) or hint
             return CheckResult(name, False,
                                _("after {call} the block table is {table} and the free list "
                                  "{free}; expected {table_after} and {free_after}.  Hint: "
@@ -134,6 +147,24 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
                                 .format(call=call, table=table, free=free, table_after=table_after,
                                         free_after=free_after, hint=hint))
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(_APPEND_CASES)))
+
+
+def _copied(args: tuple, table: list, free: list, table_after: list, free_after: list) -> str:
+    """The hint for an answer that left a list it had to change as it was
+    (it changed a copy, `list(block_table)` or `free_blocks[1:]`, that the
+    caller never sees; newcomer 29, finding 7); "" if it changed both."""
+    untouched = [name for name, now, before, after in
+                 (("block_table", table, args[0], table_after),
+                  ("free_blocks", free, args[4], free_after)) if now == before != after]
+    if not untouched:
+        return ""
+    left = (_("your function left block_table and free_blocks as the caller passed them")
+            if len(untouched) == 2 else
+            _("your function left {name} as the caller passed it").format(name=untouched[0]))
+    return (left
+            + _(": change block_table and free_blocks in place (block_table.append(...), "
+                "free_blocks.pop(0)); a copy such as list(free_blocks) or free_blocks[1:] "
+                "changes only the copy, which the caller never sees"))
 
 
 CHECKS = {
