@@ -122,6 +122,27 @@ def _first_problem(name: str, got, want: torch.Tensor, call: str, *, exact: bool
     return None
 
 
+def _dtype_problem(name: str, got, want: torch.Tensor, call: str,
+                   what: str | None = None) -> CheckResult | None:
+    """A failing result when `got` is a tensor of a less precise floating dtype
+    than `want` and agrees with it to that dtype's precision: the dtype is the
+    mistake, not the values (newcomer 29, findings 2 and 8); else None."""
+    if not isinstance(got, torch.Tensor) or not got.is_floating_point() \
+            or got.shape != want.shape or got.dtype == want.dtype \
+            or torch.finfo(got.dtype).eps <= torch.finfo(want.dtype).eps:
+        return None
+    tol = 10 * torch.finfo(got.dtype).eps
+    if not torch.allclose(got.to(want.dtype), want, rtol=tol, atol=tol, equal_nan=True):
+        return None
+    dtype, expected = str(got.dtype).removeprefix("torch."), str(want.dtype).removeprefix("torch.")
+    lead = (_("{call} returned {dtype}") if what is None else
+            _("{call}: {what} is {dtype}")).format(call=call, what=what, dtype=dtype)
+    return CheckResult(name, False, lead + _(
+        ": the values agree with the expected ones only to {dtype}'s precision, and the check "
+        "compares {expected} values. Keep the inputs' dtype, {expected} (drop the .float() / "
+        ".half() / .to(...))").format(dtype=dtype, expected=expected))
+
+
 # ------------------------------------------------------------------ gather_kv
 GATHER_CASES = (  # (context_len, block_size)
     (5, 4), (8, 4), (1, 16), (3, 1), (33, 16), (16, 16),
@@ -144,6 +165,9 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
                     return failed
                 problem = _first_problem(name, got, want, call, exact=True)
                 if problem is not None:
+                    precision = _dtype_problem(name, got, want, call)
+                    if precision is not None:
+                        return precision
                     hint = (_("  Hint: token i lives in block block_table[i // block_size] at "
                             "offset i % block_size; after gathering whole blocks, keep only "
                             "the first num_tokens rows"))
@@ -235,6 +259,9 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
                                                   .format(call=call, label=label)))
             problem = _first_problem(name, got, want, call, atol=1e-5 if big == 1 else 1e-4)
             if problem is not None:
+                precision = _dtype_problem(name, got, want, call)
+                if precision is not None:
+                    return precision
                 where = _(" (this case: {label}).").format(label=label) if label else ""
                 return CheckResult(name, False, problem.message + where
                                    + _decode_hint(got, query, ex))
@@ -345,7 +372,38 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
                     return CheckResult(name, False, (_("{call} returned {name}; return the "
                                                       "three new values (row_max, row_sum, acc)")
                                                       .format(call=call, name=type(got).__name__)))
-                gm, gs, gacc = (torch.as_tensor(x, dtype=torch.float64) for x in got)
+                try:
+                    gm, gs, gacc = (torch.as_tensor(x, dtype=torch.float64) for x in got)
+                except (TypeError, ValueError, RuntimeError, OverflowError):
+                    return CheckResult(name, False, (_("{call} returned {value}; return the "
+                                                      "three new values (row_max, row_sum, "
+                                                      "acc) as tensors")
+                                                      .format(call=call,
+                                                              value=[_brief(x) for x in got])))
+                for what, x, reduce in (
+                        ("row_max", gm, _("take the tile's largest score, scores.max(), then "
+                                          "the larger of it and row_max")),
+                        ("row_sum", gs, _("sum the tile's exp(score - new_max) with .sum() "
+                                          "before adding it to row_sum * alpha"))):
+                    if x.numel() != 1:
+                        return CheckResult(name, False, _(
+                            "{call}: {what} has shape {shape}; it must be one number for the "
+                            "whole row, not one per score.  Hint: reduce the tile to one "
+                            "number: {reduce}").format(call=call, what=what,
+                                                       shape=list(x.shape), reduce=reduce))
+                if gacc.shape != want_acc.shape:
+                    return CheckResult(name, False, _(
+                        "{call}: acc has shape {shape}, expected {shape2}: one running sum per "
+                        "dimension of v (acc * alpha + p @ v keeps it that shape)").format(
+                            call=call, shape=list(gacc.shape), shape2=list(want_acc.shape)))
+                for what, x, want in zip(("row_max", "row_sum", "acc"), got,
+                                         (want_m, want_s, want_acc), strict=True):
+                    if isinstance(x, torch.Tensor) and x.shape != want.shape:
+                        x = x.reshape(want.shape)  # one number as [1]: fine
+                    precision = _dtype_problem(name, x, want, call, what)
+                    if precision is not None and not torch.allclose(
+                            x.double(), want, rtol=1e-6, atol=1e-9, equal_nan=True):
+                        return precision
                 if any(torch.isnan(x).any() for x in (gm, gs, gacc)):
                     return CheckResult(name, False, _("{call} returned NaN.  Hint: while every "
                                                       "score seen is -inf, row_max stays -inf "
@@ -367,8 +425,7 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
                                                       "{item2:.6g}.  Hint: {hint}")
                                                       .format(call=call, item=gs.item(),
                                                               item2=want_s.item(), hint=hint)))
-                if gacc.shape != want_acc.shape or not torch.allclose(gacc, want_acc, rtol=1e-6,
-                                                                      atol=1e-9):
+                if not torch.allclose(gacc, want_acc, rtol=1e-6, atol=1e-9):
                     return CheckResult(name, False, (_("{call}: acc is {value}, expected "
                                                       "{value2}.  Hint: acc is the sum of "
                                                       "exp(score - row_max) * v, not yet "
@@ -618,7 +675,9 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
             skipped.append(result["skipped"])
             continue
         if "error" in result:
-            return CheckResult(name, False, f"{call} raised {result['error']}")
+            return CheckResult(name, False, _("{call} raised {error}.  Hint: {error_hint}")
+                               .format(call=call, error=result["error"],
+                                       error_hint=_kernel_error_hint(result["error"], hint)))
         if result["nan"]:
             return CheckResult(name, False, _("{call} returned NaN: every slot outside the "
                                               "sequence is NaN here (a padding element of a "
@@ -641,6 +700,19 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
                                      "(Triton's interpreter; block sizes 1 to 32, padded "
                                      "blocks and heads{far})")
                                      .format(value=len(KERNEL_CASES) - len(skipped), far=far)))
+
+
+def _kernel_error_hint(error: str, hint: str) -> str:
+    """What an error the interpreter raised usually means in this exercise."""
+    if error.startswith("NameError") or "NameError" in error.split(":", 1)[0]:
+        return _("use only the kernel's arguments (block_table_ptr, stride_block, "
+                 "stride_token, stride_head, BLOCK_SIZE ...) and the names above your lines "
+                 "(head, tile_start, n, n_mask); then: {hint}").format(hint=hint)
+    return _("an error here usually means your lines mix one number with a tile of "
+             "numbers: n holds the BLOCK_N token positions of the tile and n_mask their mask, "
+             "so block and row must each be BLOCK_N values computed from n (a tile can span "
+             "several blocks: one lookup from tile_start is not enough), e.g. a load from "
+             "block_table_ptr + n // BLOCK_SIZE with mask=n_mask. {hint}").format(hint=hint)
 
 
 def _kernel_unwritten(source: str) -> str | None:
