@@ -163,3 +163,30 @@ def test_the_stand_in_names_the_function_not_written():
     assert stand_in_choice(paged_decode_attention) == \
         "the stand-in (paged_decode_attention is not written yet)"
     assert stand_in_choice(written) == "your paged_decode_attention"
+
+
+@pytest.mark.parametrize("lab", ["04_paged_attention.ipynb", "04b_split_kv_and_prefill.ipynb"])
+@pytest.mark.parametrize("folder", ["labs", "labs/zh-CN"])
+def test_labs_04_and_04b_lead_on_to_lab_04c(lab, folder):
+    """Lab 04c names lab 04 (and 04b) as its prerequisites, yet neither led to it
+    (newcomer 29, finding 6): the cell of each one's "Next" links it."""
+    cells = json.loads((ROOT / folder / lab).read_text(encoding="utf-8"))["cells"]
+    nexts = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+             and ("**Next:**" in "".join(c["source"]) or "**下一步：**" in "".join(c["source"]))]
+    assert len(nexts) == 1, len(nexts)
+    assert "(04c_triton_puzzles.ipynb)" in nexts[0].split("**Next:**" if folder == "labs"
+                                                          else "**下一步：**")[1], nexts[0][-400:]
+
+
+@pytest.mark.parametrize("folder", ["labs", "labs/zh-CN"])
+def test_the_primer_says_which_ideas_its_small_kernel_shows(folder):
+    """The primer's small kernel was said to hold "every idea" of the five, though
+    it never asks `tl.program_id` (newcomer 29, finding 10): the text before it
+    must say so whenever the kernel does not."""
+    cells = json.loads((ROOT / folder / LAB).read_text(encoding="utf-8"))["cells"]
+    at = next(i for i, c in enumerate(cells) if "def gather_rows(" in "".join(c["source"]))
+    kernel = "".join(cells[at]["source"]).split("def gather_rows(", 1)[1].split("\n\n\n")[0]
+    said = "".join(cells[at - 1]["source"])
+    if "tl.program_id" not in kernel:
+        assert "every idea" not in said and "全部概念" not in said, said[-300:]
+        assert "`tl.program_id`" in said and "(1,)" in said, said[-300:]
