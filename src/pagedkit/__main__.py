@@ -12,7 +12,8 @@ import sys
 from . import __version__
 from ._validation import PROG
 from .bench.__main__ import BENCHMARKS
-from .i18n import N_, _, argparse_speaking, language_from_environment
+from .i18n import N_, _, argparse_speaking, join_names, language_from_environment
+from .i18n.terminal import HelpFormatter
 
 #: command -> (module whose ``main(argv)`` runs it, one line of help)
 COMMANDS = {
@@ -44,7 +45,7 @@ NO_PROGRESS = ("demo", "bench", "simulate", "vllm")
 
 
 def _parser() -> argparse.ArgumentParser:
-    names = ", ".join(BENCHMARKS)
+    names = join_names(BENCHMARKS)
     lines = "\n".join(f"  {name:<10} " + _(text).format(names=names)
                       for name, (_module, text) in COMMANDS.items())
     p = argparse.ArgumentParser(
@@ -52,15 +53,15 @@ def _parser() -> argparse.ArgumentParser:
         .format(version=__version__),
         epilog=_("commands:\n{lines}\n\nEach command has its own options: {prog} COMMAND "
                  "--help").format(lines=lines, prog=PROG),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("--version", action="version", version=f"pagedkit {__version__}",
                    help=_("show program's version number and exit"))
     p.add_argument("--no-progress", action="store_true",
                    help=_("leave out the command's progress output: its own --no-progress, given "
                           "before its name ({commands} take it)")
-                   .format(commands=", ".join(NO_PROGRESS)))
+                   .format(commands=join_names(NO_PROGRESS)))
     p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
-                   help=_("one of: {commands}").format(commands=", ".join(COMMANDS)))
+                   help=_("one of: {commands}").format(commands=join_names(COMMANDS)))
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="...",
                    help=_("the command's own options"))
     return p
@@ -102,7 +103,7 @@ def _run(argv: list[str]) -> int:
             parser.error(_("--no-progress: {command} shows no progress to leave out; run "
                            "{prog} {command} without it (--no-progress is for {commands})")
                          .format(command=args.command, prog=PROG,
-                                 commands=", ".join(NO_PROGRESS)))
+                                 commands=join_names(NO_PROGRESS)))
         args.args = ["--no-progress", *args.args]
     run = importlib.import_module(COMMANDS[args.command][0]).main
     options = {"default": "engine"} if args.command == "bench" else {}

@@ -15,7 +15,8 @@ import sys
 import time
 
 from ._validation import PROG, non_negative_float, num_blocks_option, plural, positive_int
-from .i18n import _
+from .i18n import _, english_error
+from .i18n.terminal import HelpFormatter
 
 PROMPTS = [
     "Once upon a time",
@@ -41,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
         prog=f"{PROG} demo",
         description="The embedded model serves a batch of 8 prompts through the paged engine; "
                     "prints the completions, tokens/s and what the KV cache did.",
-        epilog=f"Time: {TIME_NOTE}.")
+        epilog=f"Time: {TIME_NOTE}.",
+        formatter_class=HelpFormatter)
     p.add_argument("--model", default="tiny",
                    help="'tiny' (embedded, the default), a Hugging Face model name or a local "
                         "directory")
@@ -72,7 +74,7 @@ def _check_samples(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     most = SchedulerConfig.max_num_seqs
     crowded = group_past_max_num_seqs("n", "completions", args.n, most)
     if crowded:
-        parser.error(f"-n {args.n}: {crowded}; give -n {most} or less")
+        english_error(parser, f"-n {args.n}: {crowded}; give -n {most} or less")
 
 
 def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -86,10 +88,10 @@ def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
     from .memory import blocks_to_serve
 
     if max_model_len is not None and args.block_size > max_model_len:
-        parser.error(_block_option(block_past_sequences(
-            args.block_size, max_model_len,
-            f"each of the --num-blocks {args.num_blocks} would keep "
-            f"{args.block_size - max_model_len} slots no token reaches"), args))
+        english_error(parser, _block_option(block_past_sequences(
+                     args.block_size, max_model_len,
+                     f"each of the --num-blocks {args.num_blocks} would keep "
+                     f"{args.block_size - max_model_len} slots no token reaches"), args))
     longest = max(len(tokenizer(p)["input_ids"]) for p in PROMPTS)
     tokens = longest + args.max_tokens
     capped = max_model_len is not None and tokens > max_model_len
@@ -112,9 +114,9 @@ def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
                   f"{own} blocks of {args.block_size} for each of the -n {args.n} completions: "
                   f"{needed} blocks" if args.n > 1 and sharing == needed else
                   f"{needed} blocks of {args.block_size}")
-        parser.error(f"--num-blocks {args.num_blocks} is too small: the longest prompt "
-                     f"({longest} tokens) {grows} takes {shared}; give --num-blocks "
-                     f"{needed} or more")
+        english_error(parser, f"--num-blocks {args.num_blocks} is too small: the longest prompt "
+                              f"({longest} tokens) {grows} takes {shared}; give --num-blocks "
+                              f"{needed} or more")
 
 
 def _block_option(message: str, args: argparse.Namespace) -> str:
@@ -156,16 +158,17 @@ def _load(parser: argparse.ArgumentParser, args: argparse.Namespace):
                   use_tqdm_on_load=not args.no_progress)
     except (OSError, ValueError, TypeError) as e:  # said in the command line's terms
         if str(e).startswith(f"block_size={args.block_size} is longer than any sequence"):
-            parser.error(_block_option(str(e), args))
+            english_error(parser, _block_option(str(e), args))
         if num_blocks_option(str(e), args.num_blocks):
-            parser.error(num_blocks_option(str(e), args.num_blocks))
-        parser.error(f"--model {args.model!r}: " + str(e).replace(
+            english_error(parser, num_blocks_option(str(e), args.num_blocks))
+        english_error(parser, f"--model {args.model!r}: " + str(e).replace(
             INSTEAD, "--model tiny (the embedded default) or a local directory").replace(
             NO_TOKENIZER_INSTEAD, "the demo's prompts are text: copy the model's tokenizer "
                                   "files into it, or use --model tiny"))
     if llm.llm_engine.tokenizer is None:
-        parser.error(f"--model {args.model!r} comes without a tokenizer; the demo's prompts are "
-                     "text: use --model tiny, or a model folder that holds its tokenizer")
+        english_error(parser, f"--model {args.model!r} comes without a tokenizer; the demo's "
+                              "prompts are text: use --model tiny, or a model folder that holds "
+                              "its tokenizer")
     if tokenizer is None:
         _check_blocks(parser, args, llm.llm_engine.tokenizer,
                       _position_limit(llm.llm_engine.runner.model.config))

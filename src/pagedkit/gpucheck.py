@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ._validation import PROG, writable_file
+from .i18n.terminal import HelpFormatter
 
 NO_GPU = ("gpucheck needs a CUDA GPU, and torch sees none here "
           "(torch.cuda.is_available() is False; torch {torch}, built for CUDA {cuda}). "
@@ -326,7 +327,8 @@ def run(device: torch.device, quick: bool = False,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} gpucheck",
-                                     description=__doc__.split("\n\n")[0].replace("``", ""))
+                                     description=__doc__.split("\n\n")[0].replace("``", ""),
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--json", metavar="PATH", type=writable_file,
                         help="also write the report here as JSON")
     parser.add_argument("--quick", action="store_true",

@@ -43,7 +43,8 @@ import sys
 from pathlib import Path
 
 from ._validation import PROG
-from .i18n import _, language_tag, speaking
+from .i18n import _, join_names, language_tag, speaking
+from .i18n.terminal import HelpFormatter
 
 #: The folder of the learner's copies, beside labs/ in the clone (in .gitignore).
 WORK = "my-labs"
@@ -287,7 +288,8 @@ def _parser() -> argparse.ArgumentParser:
         description=_("Open the labs in JupyterLab, served from the clone's root (docs/ "
                       "included). You work in copies in {WORK}/ (made once, ignored by git); "
                       "labs/ keeps the originals.").format(WORK=WORK),
-        epilog=_("Any other option goes to jupyter lab, e.g. --no-browser or --port 8889."))
+        epilog=_("Any other option goes to jupyter lab, e.g. --no-browser or --port 8889."),
+        formatter_class=HelpFormatter)
     p.add_argument("lab", nargs="?", default=FIRST_LAB,
                    help=(_("the lab to open: its number, name, title or file, e.g. 03, "
                            "03_paging, Paging or 03_paging.ipynb (default: {FIRST_LAB})")
@@ -438,7 +440,8 @@ def asked_language(argv: list[str]) -> str | None:
     usage error are said in it too), as `language_tag` spells it; None when it is not given
     or names no language pagedkit speaks (`main` then refuses it, in the language of the
     moment)."""
-    early = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    early = argparse.ArgumentParser(add_help=False, exit_on_error=False,
+                                    formatter_class=HelpFormatter)
     early.add_argument("--lang", default=None)
     try:
         asked, _rest = early.parse_known_args(argv)
@@ -477,7 +480,7 @@ def _main(argv: list[str]) -> int:
     else:
         parser.error(_("--lang {lang!r}: the labs come in {editions} (e.g. --lang zh-CN for "
                        "the Simplified Chinese edition)")
-                     .format(lang=args.lang, editions=", ".join(EDITIONS)))
+                     .format(lang=args.lang, editions=join_names(EDITIONS)))
     return _open(parser, root, args, extra)
 
 

@@ -201,9 +201,10 @@ def test_a_trace_with_a_byte_order_mark_runs_as_without(tmp_path, capsys, header
     if has_arrivals and not rate:  # the newcomer's hand-checked run: 5 steps, mean batch 1.6
         assert (outcomes[1][0]["steps"], outcomes[1][0]["mean_batch_size"]) == (5, 1.6)
     elif has_arrivals:
-        assert outcomes[1].startswith("--trace: FILE: the file gives every request an arrival")
+        assert outcomes[1].startswith("argument --trace: FILE: the file gives every request an "
+                                      "arrival")
     elif not rate:
-        assert outcomes[1].startswith("--trace: FILE: the file has no arrival times")
+        assert outcomes[1].startswith("argument --trace: FILE: the file has no arrival times")
     else:
         assert outcomes[1][0]["requests"] == 2
 
@@ -296,7 +297,7 @@ def test_every_usage_error_speaks_chinese(tmp_path, capsys, chinese, argv):
     code, out, err = _run([a.format(dir=tmp_path) for a in argv], capsys)
     assert code == 2 and not out
     message = err.strip().splitlines()[-1].split("：错误：", 1)[1]
-    message = re.sub(r"^参数 --[\w-]+：", "", message)  # which option
+    message = re.sub(r"^参数 --[\w-]+(?: \w+)?：", "", message)  # which option (its value)
     assert re.search("[\u4e00-\u9fff]", message) and not _english_left(message), message
 
 

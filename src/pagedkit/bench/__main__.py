@@ -20,6 +20,7 @@ import importlib
 import sys
 
 from .._validation import PROG
+from ..i18n.terminal import HelpFormatter
 
 #: name -> (module whose ``main(argv)`` runs it, one line of help). The times: on 2
 #: shared cores at load 3-4 (2026-12-02), calls 3.1 s, hash 4.0 s, kernels (CPU) 3.0 s
@@ -56,7 +57,7 @@ def _parser(prog: str, default: str | None) -> argparse.ArgumentParser:
         description="Run one of pagedkit's benchmarks"
                     + (f" (without NAME: {default})." if default else "."),
         epilog=f"benchmarks:\n{lines}\n\nEach has its own options: {prog} NAME --help",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("name", choices=list(BENCHMARKS), metavar="NAME",
                    help=f"one of: {', '.join(BENCHMARKS)}")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="...",

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 
 from .._validation import PROG, positive_int
+from ..i18n import english_error
+from ..i18n.terminal import HelpFormatter
 from . import add_no_progress
 
 START = "<!-- beside-vllm-table:start -->"
@@ -159,7 +161,8 @@ def _batch_size(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"{PROG} bench vllm", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{PROG} bench vllm", description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--out", default="bench-vllm", help="folder for each cell's JSON")
     p.add_argument("--models", default=",".join(MODELS),
                    help=f"comma-separated, from {', '.join(MODELS)} (default: both)")
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         requests = tuple(_batch_size(n) for n in _choices(args.requests, None, "--requests"))
         check_doc(args.doc)
     except (argparse.ArgumentTypeError, ValueError) as err:
-        p.error(str(err))
+        english_error(p, str(err))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.table_only:

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from .._validation import PROG, positive_int
+from ..i18n.terminal import HelpFormatter
 from . import add_no_progress
 
 #: the folders whose functions are counted: the package and its kernels
@@ -95,7 +96,8 @@ def format_counts(calls: set[tuple[str, str]], names: bool = False) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench calls",
                                 description="Count the named pagedkit functions one decode "
-                                            "step of two sequences calls, by file.")
+                                            "step of two sequences calls, by file.",
+                                formatter_class=HelpFormatter)
     p.add_argument("--names", action="store_true", help="list every function, by file")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads for the step (default 1: with more, the thread "

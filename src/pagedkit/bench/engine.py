@@ -80,6 +80,8 @@ import numpy as np
 import torch
 
 from .._validation import PROG, positive_float, positive_int, writable_file
+from ..i18n import english_error
+from ..i18n.terminal import HelpFormatter
 from . import add_no_progress, check_choice, device_unavailable, load_average
 
 MODELS = ("tiny", "larger")
@@ -722,7 +724,8 @@ def available_gib() -> float | None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"{PROG} bench engine", description=__doc__.splitlines()[0],
-        epilog=f"Time and memory: {DEFAULT_RUN_NOTE}; {QUICK_NOTE}.")
+        epilog=f"Time and memory: {DEFAULT_RUN_NOTE}; {QUICK_NOTE}.",
+        formatter_class=HelpFormatter)
     p.add_argument("--model", choices=MODELS, action="append",
                    help="model(s) to run, repeatable (default: both)")
     p.add_argument("--requests", type=positive_int, default=64, metavar="N",
@@ -764,16 +767,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         systems = check_systems(s.strip() for s in args.systems.split(",") if s.strip())
     except ValueError as err:
-        p.error(f"--systems: {err}")
+        english_error(p, f"--systems: {err}")
     if "vllm" in systems:  # before any model loads: say how to get it, not a traceback
         from ..vllm.compare import vllm_missing
 
         missing = vllm_missing()
         if missing:
-            p.error(f"--systems vllm: {missing}; or leave vllm out of --systems")
+            english_error(p, f"--systems vllm: {missing}; or leave vllm out of --systems")
     why = device_unavailable(args.device) if args.device != "auto" else None
     if why:
-        p.error(f"--device {args.device}: {why}; use --device cpu (or auto)")
+        english_error(p, f"--device {args.device}: {why}; use --device cpu (or auto)")
     if args.threads:
         torch.set_num_threads(args.threads)
     models = ["tiny"] if args.quick else (args.model or list(MODELS))

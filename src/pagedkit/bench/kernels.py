@@ -60,6 +60,8 @@ from pagedkit import ops
 from pagedkit.kernels import batched, reference
 
 from .._validation import PROG, positive_int, writable_file
+from ..i18n import english_error
+from ..i18n.terminal import HelpFormatter
 from . import add_no_progress, device_unavailable
 
 # Spec-sheet peak HBM bandwidth (bytes/s), matched against the device name.
@@ -464,7 +466,8 @@ def _triton_version() -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"{PROG} bench kernels",
-                                     description=__doc__.split("\n\n")[0])
+                                     description=__doc__.split("\n\n")[0],
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="a few small shapes (the only mode that makes sense on CPU, "
                              "where it times SDPA, the torch reference and the batched path "
@@ -480,8 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     why = device_unavailable(args.device) if args.device else None
     if why:
-        parser.error(f"--device {args.device}: {why}; use --device cpu, or leave --device out "
-                     "(CUDA where available, else CPU)")
+        english_error(parser, f"--device {args.device}: {why}; use --device cpu, or leave "
+                              "--device out (CUDA where available, else CPU)")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type != "cuda" and not args.quick:
         # the GPU grid (up to 256 x 32k) would not fit a CPU's time or memory

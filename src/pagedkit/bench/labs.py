@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .._validation import PROG, writable_file
+from ..i18n import english_error
+from ..i18n.terminal import HelpFormatter
 from ..lab import find_lab, unnamed_lab
 from . import add_no_progress, check_choice, load_average
 
@@ -187,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench labs",
                                 description=__doc__.splitlines()[0],
                                 epilog=f"It runs pytest --nbval (pip install -r "
-                                       f"requirements-dev.txt); {DURATION}.")
+                                       f"requirements-dev.txt); {DURATION}.",
+                                formatter_class=HelpFormatter)
     p.add_argument("--labs", help="comma-separated labs, each named as the lab command names "
                    "one (number, name or title), e.g. 05,08 (default: all)")
     p.add_argument("--repo", default=str(HOME),
@@ -199,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     missing = missing_tools()
     if missing:
-        p.error(f"bench labs runs each lab under pytest --nbval, and this Python has no "
-                f"{' and no '.join(missing)}: pip install -r requirements-dev.txt")
+        english_error(p, f"bench labs runs each lab under pytest --nbval, and this Python has no "
+                         f"{' and no '.join(missing)}: pip install -r requirements-dev.txt")
     repo = Path(args.repo).resolve()
     try:
         names = None if args.labs is None else [n.strip() for n in args.labs.split(",")
@@ -210,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         env = child_env(repo, extra)
         pagedkit_file = imported_pagedkit(repo, env)  # refuses another checkout's pagedkit
     except (ValueError, RuntimeError) as err:
-        p.error(str(err))
+        english_error(p, str(err))
     report = Report(str(repo), _commit(repo), pagedkit_file, extra)
     print(f"labs of {repo} (commit {report.commit}), pagedkit from {report.pagedkit_file}"
           + (f", env {extra}" if extra else "")

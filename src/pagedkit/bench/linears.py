@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .._validation import PROG, writable_file
+from ..i18n.terminal import HelpFormatter
 from ..model import accel
 from . import add_no_progress, load_average
 
@@ -85,7 +86,8 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog=f"{PROG} bench linears", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"{PROG} bench linears", description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--threads", type=_ints, default=[1, 2], help="torch threads (default 1,2)")
     p.add_argument("--widths", type=_ints, default=[256, 384, 512, 768, 1024],
                    help="hidden sizes (default 256,384,512,768,1024)")

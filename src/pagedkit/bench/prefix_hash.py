@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 
 from .._validation import PROG, positive_int, writable_file
+from ..i18n.terminal import HelpFormatter
 from ..memory import ROOT_HASH, BlockAllocator, BlockKey, sha256, sha256_cbor
 from . import add_no_progress
 
@@ -70,7 +71,8 @@ def measure(block_size: int, count: int, rounds: int, seed: int = 0) -> dict[str
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench hash",
-                                description="What naming and finding a cached block costs.")
+                                description="What naming and finding a cached block costs.",
+                                formatter_class=HelpFormatter)
     p.add_argument("--blocks", type=positive_int, default=20_000, help="blocks per round (20000)")
     p.add_argument("--rounds", type=positive_int, default=5, help="rounds; the fastest counts (5)")
     p.add_argument("--json", metavar="PATH", type=writable_file,

@@ -44,7 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._validation import PROG
+from ..i18n import english_error
 from ..i18n.notebooks import LANGUAGE, SET_LANGUAGE_ID
+from ..i18n.terminal import HelpFormatter
 from . import add_no_progress
 from .labs import HOME, find_labs
 
@@ -211,7 +213,8 @@ def rule_text() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench study",
-                                description="Estimated student time per lab, by a stated rule.")
+                                description="Estimated student time per lab, by a stated rule.",
+                                formatter_class=HelpFormatter)
     p.add_argument("--labs", help="comma-separated labs, each named as the lab command names "
                    "one (number, name or title), e.g. 05,08 (default: all)")
     p.add_argument("--labs-dir", type=Path, default=HOME / "labs",
@@ -224,11 +227,11 @@ def main(argv: list[str] | None = None) -> int:
                                                 if n.strip()]
         paths = find_labs(args.labs_dir, names)
     except ValueError as err:
-        p.error(str(err))
+        english_error(p, str(err))
     try:
         studies = [study(path) for path in paths]
     except ValueError as err:
-        p.error(str(err))
+        english_error(p, str(err))
     print(format_table(studies, args.markdown))
     print(rule_text())
     timed_by = [s for s in studies if s.original is not None]

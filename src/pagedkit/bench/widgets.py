@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._validation import PROG, positive_int, writable_file
+from ..i18n.terminal import HelpFormatter
 from ..sim import ParallelSampling, SharedPrefix, Simulator, synthetic_trace
 from ..viz.block_grid import block_map_data
 from ..viz.block_map import BlockMap
@@ -198,7 +199,8 @@ DURATION = ("the default run takes 3.5 to 7.5 minutes on 2 busy cores (208 s at 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=f"{PROG} bench widgets",
                                 description=__doc__.split("\n\n")[0],
-                                epilog=f"Time: {DURATION}.")
+                                epilog=f"Time: {DURATION}.",
+                                formatter_class=HelpFormatter)
     p.add_argument("--blocks", type=positive_int, default=4096, help="GPU blocks (default 4096)")
     p.add_argument("--block-size", type=positive_int, default=16,
                    help="tokens per block (default 16)")

@@ -462,8 +462,8 @@ def _served(name: str, sources: dict, lines: list[dict], code: int, stderr: str,
                                      "greedy tokens equal transformers' generate and pagedkit's "
                                      "own, every call equal to pagedkit's (calls: {calls})")
                                      .format(kernels=kernels, n=n, max_tokens=max_tokens,
-                                             calls=", ".join(f"{k} {v}"
-                                                             for k, v in calls.items()))))
+                                             calls=join_names(f"{k} {v}"
+                                                              for k, v in calls.items()))))
 
 
 #: what a serving run found wrong with a kernel's call (`_serving.Stopped`)

@@ -34,6 +34,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ..i18n.terminal import HelpFormatter
 from ..lab import EDITIONS, find_lab, unnamed_lab
 
 #: The checkout's labs and their reference solutions.
@@ -371,7 +372,8 @@ def write_course(root: Path, labs: list[Path], *, force: bool = False
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pagedkit.exercises.nbgrader",
-                                description="Write an nbgrader course of the pagedkit labs.")
+                                description="Write an nbgrader course of the pagedkit labs.",
+                                formatter_class=HelpFormatter)
     p.add_argument("course", type=Path, help="the course folder to write")
     p.add_argument("--labs", help="comma-separated labs, named as `python -m pagedkit lab` "
                                   "names them: 00,2,4b,paging (default: all with exercises, "

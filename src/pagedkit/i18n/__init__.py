@@ -18,6 +18,7 @@ import unicodedata
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 LANGUAGES = ("en", "zh-CN")
 """The languages pagedkit speaks: English (the source) and Simplified Chinese."""
@@ -157,6 +158,15 @@ def argparse_speaking() -> Iterator[None]:
         yield
     finally:
         argparse._, argparse.ngettext = before
+
+
+def english_error(parser, message: str) -> NoReturn:  # type: ignore[no-untyped-def]
+    """``parser.error(message)`` for an English `message` (a command whose messages are
+    English, docs/i18n.md: demo, bench, vllm; the package's own English errors): all of
+    it in English, its usage line and ``error:`` too, so that no line runs from a Chinese
+    ``错误：`` into an English sentence. Exits (status 2), as `parser.error` does."""
+    with speaking("en"):
+        parser.error(message)
 
 
 def join_clauses(clauses: Iterable[str]) -> str:

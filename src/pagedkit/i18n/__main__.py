@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from . import notebooks as nbs
+from .terminal import HelpFormatter
 
 
 def _stem(root: Path, arg: str, parser: argparse.ArgumentParser) -> str:
@@ -31,11 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pagedkit.i18n",
         description="The Chinese labs (labs/zh-CN/) from the English labs and the catalogs "
-                    "in i18n/zh-CN/labs/.")
+                    "in i18n/zh-CN/labs/.",
+        formatter_class=HelpFormatter)
     p.add_argument("--root", type=Path, default=None,
                    help="the clone's root (default: the clone this package is in)")
     sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="generate labs/zh-CN/<lab>.ipynb and execute it")
+    b = sub.add_parser("build", help="generate labs/zh-CN/<lab>.ipynb and execute it",
+                       formatter_class=HelpFormatter)
     b.add_argument("labs", nargs="*",
                    help="English labs, e.g. labs/03_paging.ipynb (default: every lab with a "
                         "catalog)")
@@ -46,9 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     b.set_defaults(parser=b)  # a command's usage error prints its own usage
     sub.add_parser("check", help="catalogs complete and fresh, glossary terms kept, generated "
-                                 "notebooks as the generator makes them now")
+                                 "notebooks as the generator makes them now",
+                   formatter_class=HelpFormatter)
     s = sub.add_parser("skeleton", help="write or refresh a lab's catalog (empty \"zh\" for new "
-                                        "cells; translations kept, changed ones marked stale)")
+                                        "cells; translations kept, changed ones marked stale)",
+                       formatter_class=HelpFormatter)
     s.add_argument("lab", help="the English lab, e.g. labs/03_paging.ipynb")
     s.set_defaults(parser=s)
     return p

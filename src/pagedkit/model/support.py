@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from .. import ops
+from ..i18n.terminal import HelpFormatter
 from .attention import (
     ATTENTION_NAME,
     AttentionCall,
@@ -538,7 +539,8 @@ def _main(argv: list[str] | None = None) -> None:
     from pathlib import Path
 
     parser = argparse.ArgumentParser(prog="python -m pagedkit.model.support",
-                                     description=render_docs.__doc__)
+                                     description=render_docs.__doc__,
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--write-docs", action="store_true",
                         help="write docs/architectures.md from docs/architectures.json")
     parser.add_argument("--docs", default="docs", help="the docs folder (default: docs)")

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from ..i18n.terminal import HelpFormatter
 from .bpe import train_tokenizer
 from .corpus import stories
 
@@ -76,7 +77,7 @@ def mean_loss(model: LlamaForCausalLM, rows: torch.Tensor, batch: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder to save the model into")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=8)

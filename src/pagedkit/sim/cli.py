@@ -13,7 +13,8 @@ import json
 import sys
 
 from .._validation import PROG, choice_name, non_negative_int, positive_float, positive_int
-from ..i18n import N_, _, ngettext
+from ..i18n import N_, _, join_names, ngettext
+from ..i18n.terminal import HelpFormatter
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
 from .managers import PAPER_MANAGERS, ManagerSpec, block_past_capacity
@@ -49,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         prog=f"{PROG} simulate",
         description=_("Trace-driven simulation of KV-cache memory managers (no GPU)."),
         epilog=_("Without options it runs the paper comparison, which {default}.").format(
-            default=_(SCALE_TIMES["default"])))
+            default=_(SCALE_TIMES["default"])),
+        formatter_class=HelpFormatter)
     p.add_argument("--scale", type=choice_name, choices=sorted(SCALES), default="default",
                    help=_("how much to simulate for the paper comparison: quick (3-50 s), "
                         "default (1.5-5 minutes on a 2-core machine) or full (the paper's "
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(_("{items}: for the paper comparison only, not with --benchmark or "
                            "--benchmark-scheduler (the benchmarks time a fixed hour of traffic "
                            "and print a plain table, or JSON with --json)")
-                         .format(items=", ".join(given)))
+                         .format(items=join_names(given)))
         rows = benchmark(seed=args.seed) if args.benchmark else []
         if args.benchmark_scheduler:
             rows.append(scheduler_benchmark(seed=args.seed))
@@ -180,7 +182,8 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         try:
             trace = load_trace(args.trace, rate=args.rate, seed=args.seed, rate_option="--rate")
         except (OSError, ValueError) as e:
-            parser.error(f"--trace: {e}")
+            parser.error(_("argument %(argument_name)s: %(message)s") % {  # argparse's words
+                "argument_name": "--trace", "message": e})
         if args.requests is not None:
             if args.requests > len(trace):
                 parser.error(_("--requests {requests}: {trace} holds only {n} requests; give "
@@ -196,8 +199,9 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
             trace = synthetic_trace(args.dataset, rate=args.rate, num_requests=args.requests,
                                     duration=args.duration, seed=args.seed)
         except ValueError as e:  # too many requests: said before anything is allocated
-            parser.error(f"--dataset {args.dataset}: " + str(e).replace("num_requests=",
-                                                                             "--requests "))
+            parser.error(_("argument %(argument_name)s: %(message)s") % {  # argparse's words
+                "argument_name": f"--dataset {args.dataset}",
+                "message": str(e).replace("num_requests=", "--requests ")})
     managers = args.manager or PAPER_MANAGERS
     slots = PRESETS[args.model].kv_slots
     for spec in managers:  # before any run: a usage error, as the other --manager ones

@@ -26,7 +26,7 @@ from statistics import NormalDist
 import numpy as np
 
 from .._validation import check_int, check_number, choice_name
-from ..i18n import N_, _
+from ..i18n import N_, _, join_names
 
 
 @dataclass(frozen=True)
@@ -359,7 +359,7 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
         raise ValueError(_("{path}: the file has no arrival times (a column {names}, or a "
                            "pair's third value); pass {rate} (requests/s) to draw Poisson "
                            "arrivals")
-                         .format(path=path, names=", ".join(_ARRIVAL_KEYS), rate=rate_option))
+                         .format(path=path, names=join_names(_ARRIVAL_KEYS), rate=rate_option))
     else:
         times = poisson_arrivals(len(pairs), rate, seed)
     requests = tuple(TraceRequest(i, float(t), p, o)
@@ -491,8 +491,8 @@ def _field(row: dict, keys: tuple[str, ...], path: Path, i: int):
     for key in keys:
         if row.get(key) not in (None, ""):
             return row[key]
-    columns = ", ".join(repr(k) for k in row if isinstance(k, str)) or _("none")
+    columns = join_names(repr(k) for k in row if isinstance(k, str)) or _("none")
     raise ValueError(_("{path}: request {i} has none of the columns {names} (the columns it "
                        "has: {columns}); expected {form}")
-                     .format(path=path, i=i, names=", ".join(keys), columns=columns,
+                     .format(path=path, i=i, names=join_names(keys), columns=columns,
                              form=_form(path)))

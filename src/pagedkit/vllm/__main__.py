@@ -22,19 +22,23 @@ from .._validation import (
     positive_int,
     writable_file,
 )
+from ..i18n import english_error
+from ..i18n.terminal import HelpFormatter
 
 
 def _parser(prog: str = f"{PROG} vllm") -> argparse.ArgumentParser:
     from ..bench import add_no_progress
 
     p = argparse.ArgumentParser(
-        prog=prog, description="pagedkit beside the real vLLM (its CPU build; docs/vllm.md).")
+        prog=prog, description="pagedkit beside the real vLLM (its CPU build; docs/vllm.md).",
+        formatter_class=HelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            help="compare: one workload on vLLM and on pagedkit, side by side; "
                            "events: follow a vLLM's KV-cache events")
     c = sub.add_parser("compare", help="one workload on vLLM and on pagedkit, side by side",
                        description="One workload on vLLM and on pagedkit: tokens per request, "
-                       "throughput, latency, KV blocks, preemptions, prefix-cache hits, events.")
+                       "throughput, latency, KV blocks, preemptions, prefix-cache hits, events.",
+                       formatter_class=HelpFormatter)
     c.add_argument("--model", default="tiny",
                    help="'tiny' (the embedded model) or a transformers model folder")
     c.add_argument("--workload", type=choice_name, choices=("shared_prefix", "sharegpt", "alpaca"),
@@ -52,7 +56,8 @@ def _parser(prog: str = f"{PROG} vllm") -> argparse.ArgumentParser:
     c.set_defaults(parser=c)  # its own usage errors print its usage, not vllm's
     e = sub.add_parser("events", help="print the cache a vLLM's KV events describe",
                        description="Follow a vLLM's KV-cache events (its ZeroMQ publisher) and "
-                       "print the cached blocks they describe, batch by batch.")
+                       "print the cached blocks they describe, batch by batch.",
+                       formatter_class=HelpFormatter)
     e.add_argument("endpoint", help="vLLM's KVEventsConfig endpoint, e.g. ipc:///tmp/kv")
     e.add_argument("--replay", help="its replay_endpoint: start from every buffered batch")
     e.add_argument("--seconds", type=positive_float, default=60.0,
@@ -84,11 +89,11 @@ def _compare(args, parser) -> int:
         systems = check_choice("system", (choice_name(s) for s in args.systems.split(",")
                                           if s.strip()), cmp.SYSTEMS)
     except ValueError as e:
-        parser.error(f"--systems {args.systems!r}: {e}")
+        english_error(parser, f"--systems {args.systems!r}: {e}")
     model = None if args.model == "tiny" else args.model
     if model is not None and not (Path(model) / "config.json").is_file():
-        parser.error(f"--model {model!r} is neither 'tiny' nor a transformers model folder "
-                     "(a folder with a config.json)")
+        english_error(parser, f"--model {model!r} is neither 'tiny' nor a transformers model "
+                              "folder (a folder with a config.json)")
     if "vllm" in systems and not cmp.vllm_available():
         parser.exit(1, f"vLLM is not installed here: {cmp.INSTALL_HINT}\n")
     if args.workload == "shared_prefix":
@@ -99,9 +104,10 @@ def _compare(args, parser) -> int:
                                                cache_sets_max_model_len=True), len(p), m)
                               for p, m in zip(work.prompts, work.max_tokens, strict=True))
     if args.num_blocks < needed:
-        parser.error(f"--num-blocks {args.num_blocks} is too small: the longest request "
-                     f"({prompt} prompt tokens + {out} to generate) takes {needed} blocks of "
-                     f"{cmp.BLOCK_SIZE} tokens; give --num-blocks {needed} or more")
+        english_error(parser, f"--num-blocks {args.num_blocks} is too small: the longest request "
+                              f"({prompt} prompt tokens + {out} to generate) takes {needed} "
+                              f"blocks of {cmp.BLOCK_SIZE} tokens; give --num-blocks {needed} "
+                              "or more")
     try:  # pagedkit's engine is built first: a cache larger than memory is refused there
         result = cmp.compare(work, model, num_blocks=args.num_blocks,
                              max_num_batched_tokens=args.max_num_batched_tokens,
@@ -109,7 +115,7 @@ def _compare(args, parser) -> int:
     except ValueError as e:
         if not num_blocks_option(str(e), args.num_blocks):
             raise
-        parser.error(num_blocks_option(str(e), args.num_blocks))
+        english_error(parser, num_blocks_option(str(e), args.num_blocks))
     print(result.table())
     if args.json:
         cmp.save_json(result, args.json)
