@@ -620,3 +620,29 @@ def test_a_lab_name_that_names_no_one_lab_is_refused(tmp_path, capsys, name, sai
         ng.main([str(tmp_path / "course"), "--labs", name])
     assert said in capsys.readouterr().err
     assert not (tmp_path / "course").exists()
+
+
+@pytest.mark.parametrize("form", ["zh-CN", "zh_CN", "zh-cn", "ZH_cn", " zh-CN ", "EN", "en"])
+def test_lang_takes_every_form_language_tag_takes(tmp_path, capsys, form):
+    """Newcomer 27's N5: ``--lang zh_CN`` was argparse's 'invalid choice', though
+    docs/i18n.md reads a language's name without regard to case and - or _
+    (`i18n.language_tag`, as ``lab --lang`` does). Each form builds the edition it
+    names. (Failed before: 5 of 7, every form but zh-CN and en.)"""
+    from pagedkit.i18n import language_tag
+
+    assert ng.main([str(tmp_path / "c"), "--labs", "05", "--lang", form]) == 0
+    [source] = (tmp_path / "c" / "source").glob("*/*.ipynb")
+    edition = ng.LABS / ng.EDITIONS[language_tag(form)]
+    cells = json.loads(source.read_text())["cells"]
+    lab = json.loads((edition / source.name).read_text())["cells"]
+    assert cells[0]["source"] == lab[0]["source"]
+
+
+@pytest.mark.parametrize("form", ["fr", "zh", "zh-TW", ""])
+def test_lang_refuses_an_edition_there_is_not(tmp_path, capsys, form):
+    with pytest.raises(SystemExit) as exit_:
+        ng.main([str(tmp_path / "c"), "--lang", form])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --lang: {form!r}: the labs come in en, zh-CN" in err, err
+    assert not (tmp_path / "c").exists()

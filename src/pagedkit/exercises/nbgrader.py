@@ -34,6 +34,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ..i18n import language_tag
 from ..i18n.terminal import HelpFormatter
 from ..lab import EDITIONS, find_lab, unnamed_lab
 
@@ -370,6 +371,16 @@ def write_course(root: Path, labs: list[Path], *, force: bool = False
     return list(files)[1:], note
 
 
+def _edition(name: str) -> str:
+    """--lang's value: an edition of the labs, named as `i18n.language_tag` reads a
+    language (``zh-CN``, ``zh_CN``, ``zh-cn``), as `lab --lang` takes it."""
+    tag = language_tag(name)
+    if tag not in EDITIONS:
+        raise argparse.ArgumentTypeError(
+            f"{name!r}: the labs come in {', '.join(EDITIONS)} (case and - or _ aside)")
+    return tag
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pagedkit.exercises.nbgrader",
                                 description="Write an nbgrader course of the pagedkit labs.",
@@ -381,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true",
                    help="replace files of the course that differ from what would be written "
                         "(a teacher's edits); without it they are kept and nothing is written")
-    p.add_argument("--lang", default="en", choices=sorted(EDITIONS),
+    p.add_argument("--lang", default="en", type=_edition, metavar="{en,zh-CN}",
                    help="the edition: en (default, labs/) or zh-CN, the Simplified Chinese "
                         "labs (labs/zh-CN/), whose checks answer in Chinese")
     args = p.parse_args(argv)
