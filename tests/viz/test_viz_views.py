@@ -368,6 +368,6 @@ def test_views_speak_one_language():
                                        policy="pow2")).figure().layout.yaxis.ticktext
     finally:
         set_language(before)
-    assert summary == "第 1/3 步，序列 A（请求 r1）的页表：逻辑页块 0-2 依次位于物理页块 0, 1, 2"
+    assert summary == "第 1/3 步，序列 A（请求 r1）的页表：逻辑页块 0-2 依次位于物理页块 0、1、2"
     assert none == "第 0/3 步，没有序列持有页块"
     assert list(axis) == ["分页式", "连续<br>（pow2）"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..i18n import _, counted
+from ..i18n import _, counted, join_names
 from .controls import Player
 from .frames import Frame
 from .palette import CELL_SCALE, FILL_SCALE, NUM_INDICES, OWNER_COLORS, owner_color_index, tint
@@ -189,4 +189,4 @@ class ContiguousVsPaged(View):
 
 def _requests(frame: Frame, owners: tuple) -> str:
     """The requests a paged block's owners serve (sequences of one request once)."""
-    return ", ".join(map(str, dict.fromkeys(map(frame.request, owners)))) or _("unknown")
+    return join_names(dict.fromkeys(map(frame.request, owners))) or _("unknown")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from ..i18n import _, join_clauses, ngettext
+from ..i18n import _, join_clauses, join_names, ngettext
 from ..memory.block_table import NULL_BLOCK
 from .frames import Frame
 
@@ -84,7 +84,7 @@ class PageTableData:
                               "logical blocks {logical} are physical blocks {physical}",
                               len(live)))
             parts.append(where.format(logical=_span(live[0].logical, live[-1].logical),
-                                      physical=", ".join(str(r.physical) for r in live)))
+                                      physical=join_names(r.physical for r in live)))
         request = (_(" (request {request})").format(request=self.request)
                    if self.request != self.seq else "")
         swapped = _(", swapped out") if self.where == "cpu" else ""
