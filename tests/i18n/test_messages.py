@@ -398,3 +398,36 @@ def test_clauses_are_joined_with_the_languages_semicolon():
         pagedkit.set_language("en")
     assert all("；" in text and not ASCII_AFTER_CHINESE.search(text) for text in chinese), chinese
     assert chinese[-1].endswith("）") and english[-1].endswith(")")  # lab 06's rule, in brackets
+
+
+def _pybabel(*args: str, cwd: Path) -> None:
+    """Run ``pybabel`` (Babel's own command line) as docs/i18n.md does."""
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-c", "from babel.messages.frontend import main; main()",
+                    "-q", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _without_dates(text: str) -> str:
+    return re.sub(r'"POT-Creation-Date: [^"]*"', "", text)
+
+
+def test_docs_commands_leave_the_committed_catalogs_as_they_are(tmp_path):
+    """docs/i18n.md's `pybabel extract` and `pybabel update` rewrite neither the
+    committed template nor the Chinese catalog (save the template's date), so a
+    translator who follows them sees only their own change in the diff, not
+    thousands of lines a hand edit left unwrapped or unsorted."""
+    import shutil
+    locale = tmp_path / "locale"
+    shutil.copytree(i18n.LOCALE_DIR, locale)
+    pot = locale / "pagedkit.pot"
+    _pybabel("extract", "-F", "babel.cfg", "--no-location", "--sort-output",
+             "--project=pagedkit", "--version=0.1.0", "-o", str(pot), "src/pagedkit", cwd=ROOT)
+    committed_pot = (i18n.LOCALE_DIR / "pagedkit.pot").read_text(encoding="utf-8")
+    assert _without_dates(pot.read_text(encoding="utf-8")) == _without_dates(committed_pot), \
+        "the committed pagedkit.pot is not what `pybabel extract` writes: run docs/i18n.md's step 1"
+    _pybabel("update", "-D", "pagedkit", "-i", str(pot), "-d", str(locale), "-l", "zh_CN",
+             "--no-fuzzy-matching", "--ignore-obsolete", cwd=ROOT)
+    updated = (locale / "zh_CN" / "LC_MESSAGES" / "pagedkit.po").read_text(encoding="utf-8")
+    assert _without_dates(updated) == _without_dates(PO.read_text(encoding="utf-8")), \
+        "the committed .po is not what `pybabel update` writes: run docs/i18n.md's step 2"
