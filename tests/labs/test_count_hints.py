@@ -24,7 +24,6 @@ import math
 import numpy as np
 import pytest
 
-import pagedkit
 from pagedkit.exercises import lab01, lab06, lab09
 
 from .test_exercises import SOLUTIONS, load
@@ -137,15 +136,6 @@ DRAFTS = {
 
 def hint_of(message: str, language: str) -> str:
     return message.split("Hint: " if language == "en" else "提示：", 1)[1]
-
-
-@pytest.fixture(params=["en", "zh-CN"])
-def language(request):
-    pagedkit.set_language(request.param)
-    try:
-        yield request.param
-    finally:
-        pagedkit.set_language("en")
 
 
 @pytest.mark.parametrize("wrong", BATCH)

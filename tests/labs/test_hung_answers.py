@@ -49,21 +49,27 @@ def _alarm(_signum, _frame):
     raise Hung
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="the test's alarm needs SIGALRM")
-@pytest.mark.parametrize("lab, name, check", list(every_check()))
-def test_an_answer_that_raises_then_loops_forever_gets_its_error(lab, name, check):
-    answer, calls = _raises_then_loops()
-    tracing = sys.gettrace()  # a coverage run's, or None
+def _checked_under_alarm(check, answer, what: str):
+    """`check(answer)` under this test's own alarm (`HUNG_AFTER_S`): its result, and
+    the alarm's handler and time left just after (the probe must give them back)."""
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(HUNG_AFTER_S)
     try:
         result = check(answer)
-        alarm = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0]
+        return result, (signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0])
     except Hung:
-        pytest.fail(f"{lab}.{name} hung on the answer's later cases ({len(calls)} calls)")
+        pytest.fail(f"{what} hung")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGALRM"), reason="the test's alarm needs SIGALRM")
+@pytest.mark.parametrize("lab, name, check", list(every_check()))
+def test_an_answer_that_raises_then_loops_forever_gets_its_error(lab, name, check):
+    answer, _calls = _raises_then_loops()
+    tracing = sys.gettrace()  # a coverage run's, or None
+    result, alarm = _checked_under_alarm(check, answer, f"{lab}.{name} on the answer's later cases")
     assert not result.passed
     assert result.message.endswith(ERROR), result.message  # the error, no case's hint
     assert sys.gettrace() is tracing  # the probe's counting is taken off again
@@ -331,15 +337,7 @@ def test_the_clock_stops_a_loop_of_library_calls(later):
     """The real `PROBE_SECONDS`, in this process, under this test's own alarm: the check
     answers (no limit on how fast beyond the alarm's), and the alarm is this test's again."""
     from pagedkit.exercises import lab00
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(HUNG_AFTER_S)
-    try:
-        result = lab00.check_blocks_for(_first_raises(later))
-        alarm = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0]
-    except Hung:
-        pytest.fail(f"lab00.blocks_for hung on {later.__name__}")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    result, alarm = _checked_under_alarm(lab00.check_blocks_for, _first_raises(later),
+                                         f"lab00.blocks_for on {later.__name__}")
     assert not result.passed and result.message.endswith(ERROR), result.message
     assert alarm[0] is _alarm and alarm[1] > 0

@@ -11,20 +11,10 @@ import importlib.util
 import pytest
 import torch
 
-import pagedkit
 from pagedkit.exercises import lab04
 from pagedkit.kernels.reference import gather_kv
 
 OUTPUTS = ("row_max", "row_sum", "acc")
-
-
-@pytest.fixture(params=["en", "zh-CN"])
-def language(request):
-    pagedkit.set_language(request.param)
-    try:
-        yield request.param
-    finally:
-        pagedkit.set_language("en")
 
 
 def online_right(m, s, acc, scores, v):

@@ -8,20 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pagedkit import set_language
 from pagedkit.exercises import lab02, lab03, lab04c
 
 from .wrong_answers import _solution
 
 ROOT = Path(__file__).resolve().parents[2]
-LANGUAGES = ["en", "zh-CN"]
-
-
-@pytest.fixture(params=LANGUAGES)
-def language(request):
-    set_language(request.param)
-    yield request.param
-    set_language("en")
 
 
 # ------------------------------------------------ lab 02 exercise 3 (finding 13)
