@@ -341,3 +341,63 @@ def test_the_clock_stops_a_loop_of_library_calls(later):
                                          f"lab00.blocks_for on {later.__name__}")
     assert not result.passed and result.message.endswith(ERROR), result.message
     assert alarm[0] is _alarm and alarm[1] > 0
+
+
+#: a child process that imports nothing but lab 00's check: an answer that raises, then
+#: imports torch (its first import there: on a 2-core box it takes longer than the probe's
+#: PROBE_SECONDS, which runs out in it); then torch, imported again and used
+IMPORT_CHILD = """
+import json, sys
+from pagedkit.exercises import lab00
+assert "torch" not in sys.modules, "lab 00's check imports torch itself: pick another library"
+calls = []
+def answer(*args):
+    calls.append(1)
+    if len(calls) == 1:
+        return 1 / 0
+    import torch
+    return 0
+result = lab00.check_blocks_for(answer)
+import torch
+print(json.dumps([result.passed, result.message, float(torch.ones(2).sum())]))
+"""
+
+
+def test_an_import_the_probe_stops_in_is_finished_first():
+    """The probe stops only the learner's own code: an import the answer starts (the
+    import machinery, ``<frozen importlib._bootstrap>``, and the methods dataclasses
+    generate, ``<string>``) runs to its end, so the module works after the check;
+    stopping it part-way left torch half-imported for the rest of the kernel's life
+    (review of 944a5ad)."""
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(root / "src"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", IMPORT_CHILD], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=SLOW_CHILD_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    passed, message, total = json.loads(done.stdout.splitlines()[-1])
+    assert not passed and message.endswith(ERROR), message
+    assert total == 2.0
+
+
+def test_the_probe_counts_and_stops_the_learners_code_alone():
+    """`exercises._learners`: a notebook cell (ipykernel's file, IPython's older
+    ``<ipython-input-…>``) or a script is the learner's; the import machinery,
+    generated methods (``<string>``), pagedkit and the libraries are not."""
+    import dataclasses
+    import importlib._bootstrap
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    def cell(name):
+        return compile("x = 1", name, "exec")
+    learners = [cell("/tmp/ipykernel_123/4567.py"), cell("<ipython-input-3-abcdef>"),
+                cell(__file__), _raises_then_loops.__code__]
+    not_learners = [importlib._bootstrap._find_and_load.__code__, Point.__init__.__code__,
+                    cell("<string>"), cell("<frozen importlib._bootstrap>"),
+                    exercises.check_function.__code__, json.dumps.__code__,
+                    pytest.approx.__code__]
+    assert [exercises._learners(code) for code in learners] == [True] * len(learners)
+    assert [exercises._learners(code) for code in not_learners] == [False] * len(not_learners)

@@ -250,11 +250,17 @@ def _learners(code) -> bool:
     """The probe's rule for the learner's own code: a code object from a file
     outside pagedkit's package and outside Python's library folders (the
     standard library and the installed packages, as `sysconfig` names them)
-    — a notebook cell, a script, labs/solutions. Only its bytecodes count
-    against `PROBE_BYTECODES`: copying a case's arguments (`fresh`), reading a
-    returned iterator, or a library function the answer calls cost nothing
-    there (the clock, `PROBE_SECONDS`, counts them)."""
-    return not code.co_filename.startswith(_NOT_LEARNERS)
+    — a notebook cell, a script, labs/solutions — and not code Python or a
+    library generated (``<frozen importlib._bootstrap>``, the methods
+    dataclasses write, ``<string>``: a probe that stopped an import there left
+    torch half-imported), save IPython's older cell names (``<ipython-input-3-…>``).
+    Only its bytecodes count against `PROBE_BYTECODES`, and only there does
+    the probe raise: copying a case's arguments (`fresh`), reading a returned
+    iterator, an import, or a library function the answer calls run to
+    their end (the clock, `PROBE_SECONDS`, counts them)."""
+    name = code.co_filename
+    return not name.startswith(_NOT_LEARNERS) and (
+        not name.startswith("<") or name.startswith("<ipython-input-"))
 
 
 class _ProbeSpent(BaseException):
@@ -312,27 +318,35 @@ class _Probe:
     def __enter__(self) -> _Probe:
         self.previous = sys.gettrace(), sys.getprofile()
         self.alarm = None
+        self.home = sys._getframe(1)  # `rearm` walks the learner's frames up to here
         if (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGALRM) is not None):  # None: not set from Python
-            self.alarm = (signal.signal(signal.SIGALRM, self.ring), signal.setitimer(
-                signal.ITIMER_REAL, max(self.deadline - time.monotonic(), 1e-3), PROBE_RING_S),
-                time.monotonic())
-        self.home = sys._getframe(1)  # `rearm` walks the learner's frames up to here
+            handler = signal.signal(signal.SIGALRM, self.ring)
+            try:  # the timer last: an interrupt before it leaves no alarm ringing
+                self.alarm = handler, (0.0, 0.0), time.monotonic()
+                self.alarm = handler, signal.setitimer(
+                    signal.ITIMER_REAL, max(self.deadline - time.monotonic(), 1e-3),
+                    PROBE_RING_S), self.alarm[2]
+            except BaseException:
+                self.__exit__()
+                raise
         sys.settrace(self.trace)
         self.inside = True
         return self
 
     def __exit__(self, *_exc) -> None:
         self.inside = False
-        if self.alarm:
-            handler, (delay, interval), since = self.alarm
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, handler)
-            if delay:  # someone else's alarm (a test's time limit): left as it was
-                signal.setitimer(signal.ITIMER_REAL,
-                                 max(delay - (time.monotonic() - since), 1e-3), interval)
         sys.setprofile(self.previous[1])
         sys.settrace(self.previous[0])
+        if self.alarm:
+            handler, (delay, interval), since = self.alarm
+            self.alarm = None
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, handler)
+            if delay:  # someone else's alarm (a test's time limit), postponed while the
+                # probe ran (at most PROBE_SECONDS): it rings for the time it had left
+                signal.setitimer(signal.ITIMER_REAL,
+                                 max(delay - (time.monotonic() - since), 1e-3), interval)
 
     def count(self, frame, event, _arg):
         """The trace function: counts the learner's bytecodes and frames, reads the
@@ -356,14 +370,16 @@ class _Probe:
         return self.trace
 
     def ring(self, _signum, frame) -> None:
-        """The alarm's handler: spent, the trace function back on, and a raise
-        where the learner's code runs (never in pagedkit's own)."""
+        """The alarm's handler: spent; where the learner's code runs, the trace
+        function back on and a raise. Elsewhere (pagedkit, a library, an import
+        the answer started) nothing more: the trace function raises when the
+        learner's code runs again, or the next ring does."""
         if not self.inside:
             return
         self.left = -1
-        sys.setprofile(self.rearm)
-        self.rearm(frame, "", None)
         if frame is not None and _learners(frame.f_code):
+            sys.setprofile(self.rearm)
+            self.rearm(frame, "", None)
             raise _ProbeSpent
 
     def rearm(self, frame, _event, _arg) -> None:
