@@ -187,16 +187,20 @@ def text_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
-def aligned(rows: Iterable[Sequence[str]], right: Collection[int] = ()) -> str:
+def aligned(rows: Iterable[Sequence[str]], right: Collection[int] = (), *,
+            rule: bool = False) -> str:
     """`rows` of cells as the lines of a table whose columns line up in both
     languages: each column as wide as its widest cell by `text_width`, two spaces
     apart, its cells flush left, or flush right where its index is in `right`
-    (numbers). A header is a row like the others (or two rows: two lines)."""
+    (numbers). A header is a row like the others (or two rows: two lines);
+    `rule`: a line of dashes under the first row, as wide as each column."""
     rows = [list(row) for row in rows]
     if any(len(row) != len(rows[0]) for row in rows):
         raise ValueError(f"aligned: rows of {sorted({len(row) for row in rows})} cells; "
                          "give every row the same number of cells")
     widths = [max(text_width(row[i]) for row in rows) for i in range(len(rows[0]))]
+    if rule:
+        rows.insert(1, ["-" * w for w in widths])
 
     def padded(i: int, cell: str) -> str:
         gap = " " * (widths[i] - text_width(cell))

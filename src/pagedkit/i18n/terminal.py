@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import inspect
 import re
-import unicodedata
+
+from . import text_width
 
 #: marks a line does not start with, and marks it does not end with (full-width and ASCII)
 NO_START = "，。、；：？！）」』】》〉”’…%)]}.,;:!?"
@@ -23,13 +24,8 @@ NO_END = "（「『【《〈“‘([{"
 _NUMBER = re.compile(r"[\d.,/×x%]*\d[\d.,/×x%]*")
 
 
-def text_width(text: str) -> int:
-    """Columns `text` takes in a terminal: a wide (Chinese) character takes two."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
 def _wide(ch: str) -> bool:
-    return unicodedata.east_asian_width(ch) in "WF"
+    return text_width(ch) == 2
 
 
 def _pieces(text: str) -> list[tuple[bool, str]]:

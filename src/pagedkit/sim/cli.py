@@ -13,12 +13,12 @@ import json
 import sys
 
 from .._validation import PROG, choice_name, non_negative_int, positive_float, positive_int
-from ..i18n import N_, _, join_names, ngettext
+from ..i18n import N_, _, aligned, join_names, ngettext
 from ..i18n.terminal import HelpFormatter
 from ..scheduler import PREEMPTION_MODES
 from .latency import PRESETS, LatencyModel
 from .managers import PAPER_MANAGERS, ManagerSpec, block_past_capacity
-from .report import SCALES, benchmark, compare, format_table, scheduler_benchmark, text_width
+from .report import SCALES, benchmark, compare, format_table, scheduler_benchmark
 from .simulator import BATCHING_MODES, PREFILL_MODES, simulate
 from .trace import DATASETS, load_trace, synthetic_trace
 
@@ -259,10 +259,7 @@ HEADERS = {
 def _print_rows(rows: list[dict]) -> None:
     keys = list(rows[0])
     table = [[_(HEADERS[k]) for k in keys], *([str(row[k]) for k in keys] for row in rows)]
-    widths = [max(text_width(line[i]) for line in table) for i in range(len(keys))]
-    for line in table:
-        print("  ".join(cell + " " * (w - text_width(cell))
-                        for cell, w in zip(line, widths, strict=True)))
+    print(aligned(table))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..i18n import N_, _, join_names, text_width
+from ..i18n import N_, _, aligned, join_names
 from . import paper as ref
 from .experiments import (
     SHARING_RATE,
@@ -421,11 +421,7 @@ def format_table(report: Report, markdown: bool = False) -> str:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
     else:
-        widths = [max(text_width(row[i]) for row in [header, *body]) for i in range(len(header))]
-        lines = ["  ".join(cell + " " * (w - text_width(cell))
-                           for cell, w in zip(row, widths, strict=True)).rstrip()
-                 for row in [header, *body]]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines = aligned([header, *body], rule=True).split("\n")
     lines.append("")
     lines += [f"{i}. " + _(NOTES[k]) for i, k in enumerate(keys, 1)]
     speed = report.speed

@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-from ..i18n import _
+from ..i18n import _, text_width
 from .controls import Played, Player, open_on_busiest  # noqa: F401 (the dashboard's)
 from .frontend import display_mode, enable_colab_widgets
 
@@ -164,13 +164,11 @@ def wrap_title(parts: list[str], width_px: float, size: int = 13,
     """`parts` joined by `sep` into lines that fit `width_px` (plotly never wraps a title:
     a long one is cut at the figure's edge). A part is never split."""
     import re
-    import unicodedata
 
     fits = max(int(width_px / (0.6 * size)), 20)  # characters per line at this size
 
     def visible(text: str) -> int:  # a wide (Chinese) character takes two narrow ones' room
-        return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1
-                   for ch in re.sub(r"<[^>]+>", "", text))
+        return text_width(re.sub(r"<[^>]+>", "", text))
 
     lines: list[str] = []
     for part in filter(None, parts):
