@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pagedkit.exercises import lab02, lab03, lab04c
+from pagedkit.i18n import join_names
 
 from .wrong_answers import _solution
 
@@ -61,7 +62,7 @@ def test_a_waste_breakdown_without_the_four_keys_hears_the_keys(answer, language
     the keys to return, and which are missing or extra."""
     result = lab02.check_waste_breakdown(answer)
     assert not result.passed
-    keys = ", ".join(f'"{part}"' for part in lab02.PARTS)
+    keys = join_names(repr(part) for part in lab02.PARTS)  # one quote, the language's comma
     assert keys in result.message, result.message
     assert "5 prompt tokens" not in result.message     # not the case's hint
     if language == "en":

@@ -146,7 +146,7 @@ def _not_the_four_keys(fn: Callable, got: object) -> str:
     (a tuple of the counts, a key missing or one more): the keys to return,
     not a case's arithmetic (newcomer 29, finding 13); "" for a dict of the
     four keys."""
-    keys = ", ".join(f'"{part}"' for part in PARTS)
+    keys = join_names(repr(part) for part in PARTS)
     if not isinstance(got, Mapping):
         return (_("return a dict, not a {kind}, with exactly these 4 keys: {keys}")
                 .format(kind=type(got).__name__, keys=keys))

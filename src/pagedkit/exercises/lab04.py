@@ -677,7 +677,7 @@ def check_paged_kernel(kernel: Callable, *, timeout: float = 600.0) -> CheckResu
         if "error" in result:
             return CheckResult(name, False, _("{call} raised {error}.  Hint: {error_hint}")
                                .format(call=call, error=result["error"],
-                                       error_hint=_kernel_error_hint(result["error"], hint)))
+                                       error_hint=_kernel_error_hint(result["error"], case_hint)))
         if result["nan"]:
             return CheckResult(name, False, _("{call} returned NaN: every slot outside the "
                                               "sequence is NaN here (a padding element of a "

@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true",
                    help="replace files of the course that differ from what would be written "
                         "(a teacher's edits); without it they are kept and nothing is written")
-    p.add_argument("--lang", default="en", type=_edition, metavar="{en,zh-CN}",
+    p.add_argument("--lang", default="en", type=_edition, metavar="{" + ",".join(EDITIONS) + "}",
                    help="the edition: en (default, labs/) or zh-CN, the Simplified Chinese "
                         "labs (labs/zh-CN/), whose checks answer in Chinese")
     args = p.parse_args(argv)
