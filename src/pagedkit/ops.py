@@ -143,6 +143,7 @@ _TRITON_MODULES = {
 }
 
 _override: str | None = None
+_override_by = "set_backend"  # the call that made `_override`: what `backend().reason` names
 _noticed: set[tuple[str, str]] = set()
 
 
@@ -167,22 +168,27 @@ class Backend(str):
 def set_backend(name: str | None) -> None:
     """Force ``"batched"``, ``"torch"`` or ``"triton"`` (or ``"auto"``) for every call from now on;
     ``None`` defers to the ``PAGEDKIT_KERNELS`` environment variable again."""
-    global _override
+    _set_override(name, "set_backend")
+
+
+def _set_override(name: str | None, by: str) -> None:
+    """`set_backend` / `use_backend`: `by` is the call a forced backend's reason names."""
+    global _override, _override_by
     if name is not None and name not in CHOICES:
         raise ValueError(f"backend must be one of {CHOICES} or None, got {name!r}")
-    _override = name
+    _override, _override_by = name, by
 
 
 @contextlib.contextmanager
 def use_backend(name: str | None) -> Iterator[None]:
     """``with ops.use_backend("triton"): ...`` — `set_backend` for a block only;
     the previous choice comes back even if the block raises."""
-    previous = _override
-    set_backend(name)
+    previous = _override, _override_by
+    _set_override(name, "use_backend")
     try:
         yield
     finally:
-        set_backend(previous)
+        _set_override(*previous)
 
 
 def _gpu_too_old(device: torch.device, forced: bool = False) -> str | None:
@@ -200,7 +206,7 @@ def _gpu_too_old(device: torch.device, forced: bool = False) -> str | None:
 
 def _mode() -> tuple[str, str]:
     if _override is not None:
-        return _override, f"set_backend({_override!r})"
+        return _override, f"{_override_by}({_override!r})"
     value = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
     if value not in CHOICES:
         raise ValueError(f"{ENV_VAR} must be one of {', '.join(CHOICES)}; got {value!r}")

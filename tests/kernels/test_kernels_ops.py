@@ -235,3 +235,19 @@ except RuntimeError as exc:
     out = run_python(code)
     assert out.returncode == 0, out.stderr
     assert "TRITON_INTERPRET is on now but was off when Triton was first imported" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["torch", "batched"])
+def test_a_forced_backend_names_the_call_that_forced_it(name):
+    """Newcomer 30 (N13): lab 04b's `with ops.use_backend("triton")` cell printed
+    "forced by set_backend('triton')". The reason names the call made, and after a
+    `use_backend` block the earlier `set_backend` is named again."""
+    with ops.use_backend(name):
+        assert ops.backend("cpu").reason == f"forced by use_backend({name!r})"
+    ops.set_backend("torch")
+    try:
+        with ops.use_backend(name):
+            assert ops.backend("cpu").reason == f"forced by use_backend({name!r})"
+        assert ops.backend("cpu").reason == "forced by set_backend('torch')"
+    finally:
+        ops.set_backend(None)
