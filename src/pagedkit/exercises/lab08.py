@@ -25,7 +25,6 @@ from . import (
     Case,
     CheckResult,
     call_learner,
-    check_function,
     fresh,
     function_name,
     is_sequence,
@@ -41,7 +40,11 @@ __all__ = ["CHECKS", "check_pack_step", "check_top_p_filter", "engine_packing"]
 
 # ------------------------------------------------------------ top_p_filter
 def _same_logits(got, want: torch.Tensor) -> bool:
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+    """The same tensor of logits: dtype and shape, -inf where `want` drops a token,
+    the kept values close (a float64 answer is refused by its dtype, never
+    compared across dtypes: newcomer 30's crash)."""
+    if (not isinstance(got, torch.Tensor) or got.dtype != want.dtype
+            or got.shape != want.shape):
         return False
     dropped = torch.isinf(want)
     if not torch.equal(torch.isinf(got) & (got < 0), dropped):
@@ -50,9 +53,12 @@ def _same_logits(got, want: torch.Tensor) -> bool:
 
 
 class _Logits(torch.Tensor):
-    """A tensor whose repr in a failure message stays short and readable."""
+    """A tensor whose repr in a failure message stays short and readable
+    (float32 alone: another dtype, a bool mask say, shows as torch writes it)."""
 
     def __repr__(self) -> str:
+        if self.dtype != torch.float32:
+            return repr(self.as_subclass(torch.Tensor))
         values = ", ".join("-inf" if v == float("-inf") else f"{v:.2f}" for v in self.tolist())
         return f"tensor([{values}])"
 
@@ -65,8 +71,72 @@ def _logits(values) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32).as_subclass(_Logits)
 
 
+def _top_p_mistake(got, logits: torch.Tensor, top_p: float, want: torch.Tensor) -> str:
+    """The hint for a wrong `top_p_filter` answer where the check can tell the
+    mistake ('' where it cannot: the case's hint stands): not a tensor, a mask,
+    another dtype or shape, probabilities, changed kept logits, a wrong value in
+    the dropped places, or a token too many or too few."""
+    if not isinstance(got, torch.Tensor):
+        return _("return a torch tensor, like the logits you were given (got {type})").format(
+            type=type(got).__name__)
+    if got.dtype == torch.bool:
+        return _("this is a mask (True where a token is kept), not logits: return the logits, "
+                 "with -inf where a token is dropped")
+    if got.dtype != want.dtype:
+        return _("it returned {got} logits: return the logits' own dtype ({want})").format(
+            got=str(got.dtype).removeprefix("torch."), want=str(want.dtype).removeprefix("torch."))
+    if got.shape != want.shape:
+        return _("return one logit per token: shape {want}, not {got}").format(
+            want=tuple(want.shape), got=tuple(got.shape))
+    dropped = torch.isinf(want)
+    if torch.isfinite(got).all() and (got >= 0).all() and abs(float(got.sum()) - 1) < 1e-4:
+        return _("these are probabilities (they sum to 1), not logits: return the logits, with "
+                 "-inf where a token is dropped")
+    neg_inf = torch.isinf(got) & (got < 0)
+    unchanged = torch.isclose(got, logits)
+    if not (unchanged | neg_inf)[~dropped].all():
+        return _("the kept tokens' logits changed: keep them as they were, and set only the "
+                 "dropped ones to -inf")
+    wrong_fill = dropped & ~neg_inf & ~unchanged
+    if wrong_fill.any():
+        return _("a dropped token must be -inf, not {value}: any other value is a logit that "
+                 "can still be sampled").format(value=got[wrong_fill][0].item())
+    # the cut: which tokens are kept (the others are -inf)
+    values, order = torch.sort(logits, descending=True)
+    probs = values.softmax(-1)
+    before = probs.cumsum(-1) - probs  # the mass of the tokens more likely than each
+    kept = ~neg_inf[order]  # in sorted order
+    if kept.any() and not kept[:int(kept.sum())].all():
+        return _("the tokens you keep are not the most likely ones: sort by probability, then "
+                 "map the cut back to the original positions")
+    n_got, n_want = int(kept.sum()), int((~dropped).sum())
+    if n_got > n_want:
+        token, mass = int(order[n_want]), float(before[n_want])
+        text = (_("token {token} (logit {logit:.2f}) is kept, but the tokens more likely than it "
+                  "already hold exactly top_p = {top_p} of the probability, and reaching top_p "
+                  "is enough: drop it (>=, not >)") if bool(before[n_want] == top_p) else
+                _("token {token} (logit {logit:.2f}) is kept, but the tokens more likely than it "
+                  "already hold {mass:.4g} of the probability, which reaches top_p = {top_p}: "
+                  "drop it"))
+        return text.format(token=token, logit=float(logits[token]), mass=mass, top_p=top_p)
+    if n_got == 0:
+        return _("the most likely token (token {token}) is always kept, however small "
+                 "top_p").format(token=int(order[0]))
+    if n_got < n_want:
+        token = int(order[n_got])
+        return _("token {token} (logit {logit:.2f}) is dropped, but the tokens more likely than "
+                 "it hold only {mass:.4g} of the probability, less than top_p = {top_p}: keep "
+                 "it").format(token=token, logit=float(logits[token]),
+                              mass=float(before[n_got]), top_p=top_p)
+    return ""
+
+
 def check_top_p_filter(fn: Callable) -> CheckResult:
-    """`top_p_filter(logits, top_p)` must match `filter_logits` at temperature 1."""
+    """`top_p_filter(logits, top_p)` must match `filter_logits` at temperature 1.
+
+    A wrong answer's hint names its mistake where the check can tell it
+    (`_top_p_mistake`), else the case's (newcomer 30: every answer was told
+    its case's hint, "sort by probability" to answers that sort)."""
     g = torch.Generator().manual_seed(8)
     rows = [
         ([2.0, 1.0, 0.5, -1.0], 0.9, _("sort by probability; keep tokens until the kept mass "
@@ -84,17 +154,29 @@ def check_top_p_filter(fn: Callable) -> CheckResult:
         (torch.randn(50, generator=g).mul(4).tolist(), 0.95, _("keep the dropped logits at -inf, "
                                                              "the kept ones unchanged")),
     ]
+    name = "top_p_filter"
+    require_function(name, fn)
     cases = [Case((_logits(v), p), filter_logits(_logits(v), SamplingParams(top_p=p)).as_subclass(
         _Logits), hint) for v, p, hint in rows]
-    result = check_function("top_p_filter", fn, cases, equal=_same_logits)
-    if not result:
-        return result
+    for case in cases:
+        call = case.call_text(function_name(fn, name))
+        logits, top_p = fresh(case.args)
+        got, failed = call_learner(name, fn, call, logits, top_p, expected=case.expected,
+                                   hint=case.hint, elsewhere=other_cases(cases, case))
+        if failed is not None:
+            return failed
+        if not _same_logits(got, case.expected):
+            hint = "" if got is None else _top_p_mistake(got, case.args[0], top_p, case.expected)
+            return wrong_answer(name, call, got, case.expected, hint or case.hint)
     logits = _logits([1.0, 2.0, 3.0])
-    fn(logits, 0.5)
+    call = f"{function_name(fn, name)}({logits!r}, 0.5)"
+    _got, failed = call_learner(name, fn, call, logits, 0.5)
+    if failed is not None:
+        return failed
     if not torch.equal(logits, torch.tensor([1.0, 2.0, 3.0])):
-        return CheckResult("top_p_filter", False, _("your function changed the logits it was "
-                                                  "given; return a new tensor (e.g. clone first)"))
-    return result
+        return CheckResult(name, False, _("your function changed the logits it was "
+                                          "given; return a new tensor (e.g. clone first)"))
+    return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
 
 
 # --------------------------------------------------------------- pack_step
