@@ -35,7 +35,10 @@ An answer the engine cannot carry out (a block that is not free, a request
 that does not fit) stops the run there, with the piece named (`TrackError`).
 
 `plug_in(llm, pieces)` plugs the pieces into one engine (`unplug` takes them
-out); `lockstep(pieces, requests, ...)` runs a plugged-in engine and a plain
+out): even there, alone, no wrong answer serves a token — every call of your
+attention and every top-p cut is held to pagedkit's own on the same inputs,
+and every other answer is carried out by pagedkit's own bookkeeping once
+checked; `lockstep(pieces, requests, ...)` runs a plugged-in engine and a plain
 one on the same requests and compares, after every step, what each
 scheduled, admitted and preempted, every block table, the free queue, the
 prefix-cache names, the logits and the sampled tokens — and stops at the
@@ -181,6 +184,7 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
     if pieces.paged_decode_attention:
         def attention(*args):
             out = _call("paged_decode_attention", pieces.paged_decode_attention, *args)
+            _hold_attention(out, *args)  # every call: a wrong one never serves a token
             if not probed[0]:
                 probed[0] = True
                 _probe_large_scores(pieces.paged_decode_attention, *args)
@@ -265,6 +269,36 @@ def _ask_top_p(fn: Callable, row, top_p: float, pagedkit_filter: Callable, what:
             "their logits unchanged").format(top_p=top_p, what=what, n=row.numel(),
                                              got=_short(ids(got)), want=_short(ids(want))))
     return got
+
+
+def _hold_attention(out, query, k_cache, v_cache, block_table, context_len) -> None:
+    """Hold one call's answer to pagedkit's attention on the same inputs (as
+    lab 04c's `serve` holds each kernel call): the first wrong call stops the
+    engine, naming the piece, before its output reaches a token."""
+    from ..kernels import reference
+
+    n = int(context_len)
+    if not isinstance(out, torch.Tensor) or out.shape != query.shape:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise TrackError("paged_decode_attention", _(
+            "returned {got} for a sequence of {n} tokens; expected a tensor of shape {shape} "
+            "(num_q_heads, head_dim)").format(got=got, n=n, shape=tuple(query.shape)))
+    want = reference.paged_decode_attention(
+        query[None], k_cache, v_cache, block_table[None],
+        torch.tensor([n], dtype=torch.int32))[0].double()
+    if not torch.isfinite(out).all():
+        raise TrackError("paged_decode_attention", _(
+            "returned inf or NaN for a sequence of {n} tokens where pagedkit's attention is "
+            "finite").format(n=n))
+    if not torch.allclose(out.double(), want, rtol=1e-3, atol=1e-3):
+        diff = (out.double() - want).abs().max().item()
+        raise TrackError("paged_decode_attention", _(
+            "for a sequence of {n} tokens returned values off by up to {diff:.3g} from "
+            "pagedkit's attention (every call is held to it). Check which KV head each query "
+            "head reads (h // group: repeat_interleave, not repeat), the scale "
+            "(1/sqrt(head_dim)) and the keys read (the context's first {n} tokens, through "
+            "the block table); lab04.check_paged_decode_attention names the case").format(
+                n=n, diff=diff))
 
 
 #: The large-score probe scales a real query by this: the scores reach the
