@@ -257,6 +257,10 @@ def _ask_top_p(fn: Callable, row, top_p: float, pagedkit_filter: Callable, what:
         raise TrackError("top_p_filter", _(
             "changed the logits it was given ({what}): return a new tensor (clone first)"
         ).format(what=what))
+    if isinstance(got, torch.Tensor) and got.dtype != want.dtype:
+        raise TrackError("top_p_filter", _(
+            "returned a tensor of {dtype} for {want} logits ({what}): return the logits' own "
+            "dtype, the dropped ones -inf").format(dtype=got.dtype, want=want.dtype, what=what))
     dropped = torch.isinf(want)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape \
             or not torch.equal(torch.isinf(got) & (got < 0), dropped) \
@@ -430,6 +434,26 @@ def _call(piece: str, fn: Callable, *args: Any) -> Any:
                          .format(name=type(err).__name__, err=err)) from err
 
 
+def _read(piece: str, got: Any, read: Callable, want: str) -> Any:
+    """`read(got)`: the track reading `piece`'s answer `got`. An answer of a
+    type it cannot read is refused naming that piece (never blamed on every
+    piece plugged in), with `want`: what the piece returns."""
+    try:
+        return read(got)
+    except TrackError:
+        raise
+    except Exception as err:
+        raise TrackError(piece, _("returned {got} ({type}), which the engine cannot read "
+                                  "({name}: {err}): {want}")
+                         .format(got=_short(got), type=type(got).__name__,
+                                 name=type(err).__name__, err=err, want=want)) from None
+
+
+def _pair(got: Any) -> tuple[Any, Any]:
+    first, second = got
+    return first, second
+
+
 def _learner_cow(plug: _Plug, kv, seq, table: list[int]) -> tuple[list[int], list[int]]:
     """Ask `copy_on_write` to make `table`'s last block writable; returns the
     new table and the blocks taken (the copy's, if any)."""
@@ -451,7 +475,8 @@ def _learner_cow(plug: _Plug, kv, seq, table: list[int]) -> tuple[list[int], lis
         if (refs, free, new_table) != (before_refs, before_free, table):
             raise TrackError("copy_on_write", _("returned None but changed the pool"))
         return table, []
-    src, dst = tuple(got)
+    src, dst = _read("copy_on_write", got, _pair,
+                     _("return the pair (src, dst): the shared block and its copy"))
     if not shared:
         raise TrackError("copy_on_write", (_("copied sequence {seq}'s last block {last} "
                                             "although only this sequence holds it (ref count 1)")
@@ -503,7 +528,9 @@ def _learner_append(plug: _Plug, kv, seq, table: list[int], num_tokens: int, cou
                                            .format(taken=taken, seq=seq, left=left)))
     want = [grown[p // size] * size + p % size for p in range(num_tokens, num_tokens + count)
             if p // size < len(grown)]
-    if [int(s) for s in slots] != want or len(want) != count:
+    slots = _read("append_slots", slots, lambda got: [int(s) for s in got],
+                  _("return a list of slots, one per new token"))
+    if slots != want or len(want) != count:
         raise TrackError("append_slots", (_("returned slots {list} for sequence {seq}'s tokens "
                                            "{num_tokens}..{value}; its table {grown} puts them "
                                            "at {want}")
@@ -623,6 +650,11 @@ def _cached_prefix(kv, plug: _Plug, original: Callable) -> Callable:
         full = len(usable) // size
         names = _call("chain_hashes", plug.pieces.chain_hashes, usable, size)
         plug.note(seq, "chain_hashes")
+        if names is not None and not isinstance(names, (list, tuple)):
+            raise TrackError("chain_hashes", _("returned {got} ({type}) for {n} tokens: return "
+                                               "a list of names, one per full block")
+                             .format(got=_short(names), type=type(names).__name__,
+                                     n=len(usable)))
         if names is None or len(names) != full:
             count = "None" if names is None else f"{len(names)} names"
             raise TrackError("chain_hashes", (_("returned {count} for {n} tokens in blocks of "
@@ -680,7 +712,8 @@ def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
                          scheduler.config.enable_chunked_prefill)
         for g in queue:
             plug.note(g.request_id, "admit")
-        admitted = list(admitted or [])
+        admitted = _read("admit", admitted, lambda got: list(got or []),
+                         _("return a list of (request_id, tokens) pairs"))
         if not admitted and not scheduler.running:
             head = scheduler._plan_admission(queue[0], budget)
             if head is not None and head.blocks > free:  # it can never fit: pagedkit ends it
@@ -701,7 +734,12 @@ def _admit_one(scheduler, by_id: dict, item: Any, out, budget) -> None:
     except (TypeError, ValueError):
         raise TrackError("admit", _("returned {item!r} in its list: each admission is a "
                                     "(request_id, tokens) pair").format(item=item)) from None
-    group = by_id.pop(rid, None)
+    try:
+        group = by_id.pop(rid, None)
+    except TypeError:  # unhashable: not a request id
+        raise TrackError("admit", _("returned {item!r} in its list: each admission is a "
+                                    "(request_id, tokens) pair, the request id as the waiting "
+                                    "list gives it").format(item=item)) from None
     if group is None:
         raise TrackError("admit", _("admitted {rid!r}, which is not waiting (or was admitted "
                                     "twice)").format(rid=rid))
@@ -774,7 +812,9 @@ def _schedule_running(scheduler, plug: _Plug) -> Callable:
                              .format(name=type(err).__name__, err=err)) from err
         for g in groups:
             plug.note(g.request_id, "choose_victims")
-        victims = list(victims or [])
+        victims = _read("choose_victims", victims, lambda got: list(got or []),
+                        _("return a list of the running requests' ids"))
+        _read("choose_victims", victims, set, _("return a list of the running requests' ids"))
         ids = {g.request_id for g in groups}
         stray = [v for v in victims if v not in ids]
         if stray or len(set(victims)) != len(victims):
