@@ -100,3 +100,28 @@ def test_a_wrong_type_is_blamed_on_its_piece_alone(name, wrong):
     assert not run.passed, f"{wrong.__name__} served like pagedkit"
     assert run.divergence.pieces == [name], repr(run)
     assert "your engine raised" not in repr(run), repr(run)
+
+
+def append_slots(block_table, num_tokens, num_new_tokens, block_size, free_blocks):
+    return R.append_slots(block_table, num_tokens, num_new_tokens, block_size, free_blocks)
+
+
+@pytest.mark.parametrize("given, example", [
+    (append_slots, r"track.Pieces\(append_slots=append_slots\)"),
+    (R.admit, r"track.Pieces\(admit=admit\)"),
+    ({"admit": R.admit}, r"track.Pieces\(append_slots=append_slots\)"),
+    ([R.admit], r"track.Pieces\(append_slots=append_slots\)")])
+@pytest.mark.parametrize("call", ["check", "lockstep", "plug_in"])
+def test_a_bare_function_is_refused_saying_what_to_pass(call, given, example):
+    """Newcomer 30, N10: track.check(append_slots) raised AttributeError ('function'
+    object has no attribute 'plugged'); check, lockstep and plug_in each say
+    what to pass."""
+    from pagedkit import LLM
+
+    run = {"check": lambda: track.check(given, log=lambda line: None),
+           "lockstep": lambda: track.lockstep(given, track.pair_requests(),
+                                              **track.SCENARIOS["pair"]),
+           "plug_in": lambda: track.plug_in(LLM("tiny", num_blocks=16, block_size=4), given)}
+    with pytest.raises(TypeError, match=rf"^{call} needs a Pieces, got .*: pass track.load\(\) "
+                                        rf".*, or {example} for a function of this notebook"):
+        run[call]()

@@ -158,8 +158,7 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
     The functions are set on this engine's own objects (its KV-cache manager,
     scheduler and step), so another engine in the same process keeps
     pagedkit's pieces."""
-    if not isinstance(pieces, Pieces):
-        raise TypeError(f"plug_in needs a Pieces, got {type(pieces).__name__}")
+    _need_pieces("plug_in", pieces)
     for name in pieces.plugged():
         if not callable(getattr(pieces, name)):
             raise TypeError(f"{name} must be a function, got {getattr(pieces, name)!r}")
@@ -201,6 +200,18 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
             raise
     engine.step = plugged_step
     return llm
+
+
+def _need_pieces(who: str, pieces: Any) -> None:
+    """Refuse anything but a `Pieces` (a bare function, a dict), saying what to pass."""
+    if isinstance(pieces, Pieces):
+        return
+    name = getattr(pieces, "__name__", "")
+    example = (f"track.Pieces({name}={name})" if name in PIECES
+               else "track.Pieces(append_slots=append_slots)")
+    raise TypeError(_("{who} needs a Pieces, got {got}: pass track.load() (the pieces you "
+                      "saved), or {example} for a function of this notebook")
+                    .format(who=who, got=_short(pieces), example=example))
 
 
 # ------------------------------------------------------------------- lab 08
@@ -1022,6 +1033,7 @@ def lockstep(pieces: Pieces, requests: Sequence[tuple[Any, Any]], *, model: Any 
     (``num_blocks``, ``block_size``, ``preemption_mode``, ...)."""
     from ..engine import LLM
 
+    _need_pieces("lockstep", pieces)
     mine, theirs = LLM(model, **engine_args), LLM(model, **engine_args)
     plug_in(mine, pieces)
     plug = mine.llm_engine._track
@@ -1448,6 +1460,7 @@ def check(pieces: Pieces, *, scenarios: Sequence[str] = CHECK_ORDER,
     scenario alone can miss a wrong piece (a rule that matters only when
     seats, budget or blocks run short): the labs' build-track cells run
     them all. None, said, when no piece of yours is saved."""
+    _need_pieces("check", pieces)
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise ValueError(f"unknown scenario {unknown[0]!r}; the scenarios are "
