@@ -623,9 +623,10 @@ def _allocate_slots(kv, plug: _Plug, original: Callable) -> Callable:
         taken: list[int] = []
         shared = num_tokens % size != 0 and pool.ref_count(blocks[-1]) > 1
         if num_tokens % size and plug.pieces.copy_on_write:
-            if shared:
+            copied, taken = _learner_cow(plug, kv, seq, blocks)  # the real question first:
+            if shared:  # a piece that never copies is told so, not to raise when out of blocks
                 _probe_cow_out_of_blocks(plug, kv, seq, blocks)
-            blocks, taken = _learner_cow(plug, kv, seq, blocks)
+            blocks = copied
             plug.took.setdefault(seq, {}).update(dict.fromkeys(taken, "copy_on_write"))
         elif shared:
             return original(seq, token_ids, cached_blocks, computed=computed,
