@@ -80,7 +80,7 @@ import torch
 from .. import ops
 from ..i18n import N_, _, join_names
 from ..vllm.compare import vllm_missing  # lab 08 asks it (track.vllm_missing)
-from . import CheckResult
+from . import SET_FOR_LIST, CheckResult
 
 __all__ = ["PIECES", "SCENARIOS", "BrokenEngineError", "Divergence", "LockstepRun", "Pieces",
            "TrackError",
@@ -460,6 +460,16 @@ def _read(piece: str, got: Any, read: Callable, want: str) -> Any:
                                  name=type(err).__name__, err=err, want=want)) from None
 
 
+def _a_list(piece: str, got: Any) -> None:
+    """Refuse None and a set where a piece returns a list (as the labs' checks do)."""
+    if got is None:
+        raise TrackError(piece, _("returned None — did you forget `return`? (choosing nobody "
+                                  "returns [])"))
+    if isinstance(got, (set, frozenset)):
+        raise TrackError(piece, _("returned {got}: {hint}")
+                         .format(got=_short(got), hint=_(SET_FOR_LIST)))
+
+
 def _pair(got: Any) -> tuple[Any, Any]:
     first, second = got
     return first, second
@@ -724,7 +734,8 @@ def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
                          scheduler.config.enable_chunked_prefill)
         for g in queue:
             plug.note(g.request_id, "admit")
-        admitted = _read("admit", admitted, lambda got: list(got or []),
+        _a_list("admit", admitted)
+        admitted = _read("admit", admitted, list,
                          _("return a list of (request_id, tokens) pairs"))
         if not admitted and not scheduler.running:
             head = scheduler._plan_admission(queue[0], budget)
@@ -824,7 +835,8 @@ def _schedule_running(scheduler, plug: _Plug) -> Callable:
                              .format(name=type(err).__name__, err=err)) from err
         for g in groups:
             plug.note(g.request_id, "choose_victims")
-        victims = _read("choose_victims", victims, lambda got: list(got or []),
+        _a_list("choose_victims", victims)
+        victims = _read("choose_victims", victims, list,
                         _("return a list of the running requests' ids"))
         _read("choose_victims", victims, set, _("return a list of the running requests' ids"))
         ids = {g.request_id for g in groups}
