@@ -10,6 +10,8 @@ import torch
 
 from pagedkit.exercises import hint_text, lab08
 
+from .wrong_answers import top_p_drops_the_crossing_token, top_p_strictly_above
+
 
 def right(logits, top_p):
     values, order = torch.sort(logits, descending=True)
@@ -32,21 +34,6 @@ def keeps_one_more(logits, top_p):
     probs = values.softmax(-1)
     out = logits.clone()
     out[order[(probs.cumsum(-1) - 2 * probs) >= top_p]] = float("-inf")
-    return out
-
-
-def drops_the_crossing_token(logits, top_p):
-    values, order = torch.sort(logits, descending=True)
-    out = logits.clone()
-    out[order[values.softmax(-1).cumsum(-1) > top_p]] = float("-inf")
-    return out
-
-
-def strictly_above(logits, top_p):
-    values, order = torch.sort(logits, descending=True)
-    probs = values.softmax(-1)
-    out = logits.clone()
-    out[order[(probs.cumsum(-1) - probs) > top_p]] = float("-inf")
     return out
 
 
@@ -108,9 +95,9 @@ MISTAKES = {
                   "0.9697"),
     "keeps one more": (keeps_one_more, "token 3 (logit 2.00) is kept, but the tokens more "
                        "likely than it already hold 0.6587", "0.6587"),
-    "drops the crossing token": (drops_the_crossing_token, "token 2 (logit 0.50) is dropped, "
+    "drops the crossing token": (top_p_drops_the_crossing_token, "token 2 (logit 0.50) is dropped, "
                                  "but the tokens more likely than it hold only 0.8337", "0.8337"),
-    "> for >=": (strictly_above, "token 0 (logit 0.69) is kept, but the tokens more likely "
+    "> for >=": (top_p_strictly_above, "token 0 (logit 0.69) is kept, but the tokens more likely "
                  "than it already hold exactly top_p = 0.75", ">=，而不是 >"),
     "unsorted": (unsorted, "the tokens you keep are not the most likely ones", "排序"),
     "drops all": (drops_all, "the most likely token (token 0) is always kept", "总是保留"),

@@ -5,22 +5,12 @@ in blocks of 4 where those pieces are asked (the "pair" setting, in blocks of
 of 8 and a prefix cache: each such piece is stopped, naming it."""
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from pagedkit.exercises import track
 
-SOLUTIONS = Path(__file__).resolve().parents[2] / "labs" / "solutions"
-
-
-def _solution(stem: str):
-    spec = importlib.util.spec_from_file_location(f"block_size_{stem}", SOLUTIONS / f"{stem}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from .wrong_answers import _solution
 
 LAB03, LAB05, LAB07 = (_solution(s) for s in ("lab03_paging", "lab05_continuous_batching",
                                               "lab07_sharing"))

@@ -4,22 +4,12 @@ order"; "returned None — did you forget `return`?"). Now it refuses them too,
 naming the piece, whatever the order a set happens to iterate in."""
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from pagedkit.exercises import track
 
-SOLUTIONS = Path(__file__).resolve().parents[2] / "labs" / "solutions"
-
-
-def _solution(stem: str):
-    spec = importlib.util.spec_from_file_location(f"lists_{stem}", SOLUTIONS / f"{stem}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from .wrong_answers import _solution
 
 LAB05, LAB06 = _solution("lab05_continuous_batching"), _solution("lab06_preemption")
 

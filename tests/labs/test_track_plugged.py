@@ -9,9 +9,7 @@ answers are carried out by pagedkit's own bookkeeping (checked answers,
 pagedkit's copies, names looked up by pagedkit's own keys), so they cannot
 change a token."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,17 +18,7 @@ from pagedkit import LLM, SamplingParams
 from pagedkit.exercises import track
 from pagedkit.kernels.reference import gather_kv
 
-from .wrong_answers import WRONG
-
-SOLUTIONS = Path(__file__).resolve().parents[2] / "labs" / "solutions"
-
-
-def _solution(stem: str):
-    spec = importlib.util.spec_from_file_location(f"plugged_{stem}", SOLUTIONS / f"{stem}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from .wrong_answers import WRONG, _solution
 
 RIGHT = _solution("lab04_paged_attention").paged_decode_attention
 RIGHT_TOP_P = _solution("lab08_full_engine").top_p_filter
