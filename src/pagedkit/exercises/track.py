@@ -239,8 +239,7 @@ def _yours_filter(fn: Callable | None) -> Iterator[None]:
         if not probed[0]:
             probed[0] = True
             _ask_top_p(fn, _TIE_ROW, _TIE_TOP_P, pagedkit_filter, _(
-                "the lab's tie (the mass before the third token is exactly top_p: it is "
-                "dropped, >= not >)"))
+                "the lab's tie (the mass before the third token is exactly top_p)"))
         before = pagedkit_filter(logits, dataclasses.replace(params, top_p=1.0))
         return _ask_top_p(fn, before, params.top_p, pagedkit_filter,
                           _("a row the engine samples"))
@@ -259,6 +258,7 @@ _TIE_TOP_P = 0.75
 def _ask_top_p(fn: Callable, row, top_p: float, pagedkit_filter: Callable, what: str):
     """`fn`'s top-p cut of `row` at `top_p`, held to pagedkit's."""
     from ..sampling_params import SamplingParams
+    from .lab08 import _top_p_mistake
 
     row = torch.as_tensor(row, dtype=torch.float32)
     given, kept = row.clone(), row.clone()
@@ -268,17 +268,17 @@ def _ask_top_p(fn: Callable, row, top_p: float, pagedkit_filter: Callable, what:
         raise TrackError("top_p_filter", _(
             "changed the logits it was given ({what}): return a new tensor (clone first)"
         ).format(what=what))
-    if isinstance(got, torch.Tensor) and got.dtype != want.dtype:
-        raise TrackError("top_p_filter", _(
-            "returned a tensor of {dtype} for {want} logits ({what}): return the logits' own "
-            "dtype, the dropped ones -inf").format(dtype=got.dtype, want=want.dtype, what=what))
     dropped = torch.isinf(want)
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape \
+    if not isinstance(got, torch.Tensor) or got.dtype != want.dtype or got.shape != want.shape \
             or not torch.equal(torch.isinf(got) & (got < 0), dropped) \
             or not torch.allclose(got[~dropped], want[~dropped]):
         def ids(x):
-            return (torch.nonzero(~(torch.isinf(x) & (x < 0))).flatten().tolist()
-                    if isinstance(x, torch.Tensor) and x.shape == want.shape else x)
+            return torch.nonzero(~(torch.isinf(x) & (x < 0))).flatten().tolist()
+        hint = _top_p_mistake(got, row, top_p, want)  # lab 08's check names the mistake
+        if hint:
+            raise TrackError("top_p_filter", _(
+                "at top_p={top_p:g} on {what} ({n} logits): {hint}").format(
+                    top_p=top_p, what=what, n=row.numel(), hint=hint))
         raise TrackError("top_p_filter", _(
             "at top_p={top_p:g} on {what} ({n} logits) kept {got}; pagedkit keeps {want} with "
             "their logits unchanged").format(top_p=top_p, what=what, n=row.numel(),
@@ -502,6 +502,11 @@ def _learner_cow(plug: _Plug, kv, seq, table: list[int]) -> tuple[list[int], lis
         raise TrackError("copy_on_write", (_("copied sequence {seq}'s last block {last} "
                                             "although only this sequence holds it (ref count 1)")
                                             .format(seq=seq, last=last)))
+    if dst == last and src != last:
+        raise TrackError("copy_on_write", (_("for sequence {seq}'s shared last block {last} "
+                                            "returned {got!r}: the pair is (src, dst), the "
+                                            "shared block first, then its copy")
+                                            .format(seq=seq, last=last, got=got)))
     _check_chosen("copy_on_write", seq, [dst], pool)
     want_refs = list(before_refs)
     want_refs[last] -= 1
@@ -542,6 +547,12 @@ def _learner_append(plug: _Plug, kv, seq, table: list[int], num_tokens: int, cou
                                            .format(seq=seq, table=table, grown=grown[:len(table)])))
     taken = grown[len(table):]
     _check_chosen("append_slots", seq, taken, pool)
+    if taken != free[:len(taken)]:
+        raise TrackError("append_slots", (_("took blocks {taken} for sequence {seq} from the "
+                                           "free list {free}: take them from its front, in "
+                                           "order (free_blocks.pop(0)), as the pool does")
+                                           .format(taken=taken, seq=seq,
+                                                   free=_short(free))))
     if left != [b for b in free if b not in taken]:
         raise TrackError("append_slots", (_("took blocks {taken} for sequence {seq} but left "
                                            "the free list as {left}: what it appends to the "
@@ -568,17 +579,37 @@ def _probe_all_or_nothing(plug: _Plug, kv, seq, table: list[int], num_tokens: in
     the pool answers whenever memory runs short."""
     fn, size = plug.pieces.append_slots, kv.block_size
     probes = [(free[:needed], True)] + ([(free[:needed - 1], False)] if needed else [])
+    room = len(table) * size - num_tokens  # left in the last block
     for given, fits in probes:
         grown, left = list(table), list(given)
-        got = _call("append_slots", fn, grown, num_tokens, count, size, left)
+        try:
+            got = _call("append_slots", fn, grown, num_tokens, count, size, left)
+        except TrackError as err:
+            if fits or isinstance(err.__cause__, NotImplementedError):
+                raise
+            raise TrackError("append_slots", (_("with {n} free blocks for {count} tokens of "
+                                               "sequence {seq} that need {needed} (table "
+                                               "{table}, {num_tokens} tokens) {message}: an "
+                                               "append that does not fit returns None and "
+                                               "changes nothing (check before popping)")
+                                               .format(n=len(given), count=count, seq=seq,
+                                                       needed=needed, table=table,
+                                                       num_tokens=num_tokens,
+                                                       message=err.message))) from None
         if fits and got is None:
+            hint = (_("the last block still has room for {room} tokens: count it")
+                    .format(room=room) if room else
+                    _("{count} tokens in blocks of block_size={size} need {needed}: use the "
+                      "block_size argument").format(count=count, size=size, needed=needed))
             raise TrackError("append_slots", (_("returned None for {count} tokens of sequence "
                                                "{seq} (table {table}, {num_tokens} tokens) "
                                                "with {n} free blocks, exactly the {needed} it "
-                                               "needs: count the room left in the last block")
+                                               "needs: exactly enough is enough (refuse only "
+                                               "when more blocks are needed than are free: >, "
+                                               "not >=); {hint}")
                                                .format(count=count, seq=seq, table=table,
                                                        num_tokens=num_tokens, n=len(given),
-                                                       needed=needed)))
+                                                       needed=needed, hint=hint)))
         if not fits and (got is not None or grown != table or left != given):
             raise TrackError("append_slots", (_("with {n} free blocks for {count} tokens of "
                                                "sequence {seq} that need {needed} (table "
@@ -737,6 +768,14 @@ def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
         _a_list("admit", admitted)
         admitted = _read("admit", admitted, list,
                          _("return a list of (request_id, tokens) pairs"))
+        ids = [item[0] for item in admitted if isinstance(item, (tuple, list)) and len(item) == 2]
+        order = [rid for rid, _tokens in waiting]
+        if len(ids) == len(admitted) and all(rid in order for rid in ids) \
+                and ids != order[:len(ids)]:
+            raise TrackError("admit", _("admitted {ids} from the waiting list {order}: first "
+                                        "come, first served: admit from its head, in order, and "
+                                        "stop at the first request that does not fit")
+                             .format(ids=_short(ids), order=_short(order)))
         if not admitted and not scheduler.running:
             head = scheduler._plan_admission(queue[0], budget)
             if head is not None and head.blocks > free:  # it can never fit: pagedkit ends it
