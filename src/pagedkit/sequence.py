@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Hashable, Set
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,26 +32,6 @@ class FinishReason(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-def stop_reason(seq: Sequence, params: SamplingParams, eos_token_ids: Set[int],
-                max_model_len: int) -> FinishReason | None:
-    """Why `seq` stops after the token it just sampled (its last), or ``None``.
-
-    The one stop rule of the engine: a stop token (end-of-sequence unless
-    ``ignore_eos``, or one of ``stop_token_ids``) once ``min_tokens`` are out;
-    otherwise ``max_tokens`` or the model's length. Beam search decides
-    when a whole search is over itself (`pagedkit.engine.beam_search`)."""
-    generated = seq.num_output_tokens
-    token = seq.token_ids[-1]
-    stop_token = token in params.stop_token_ids or (
-        not params.ignore_eos and token in eos_token_ids)
-    if stop_token and generated >= params.min_tokens:
-        return FinishReason.STOP
-    if len(seq.token_ids) >= max_model_len or (
-            params.max_tokens is not None and generated >= params.max_tokens):
-        return FinishReason.LENGTH
-    return None
 
 
 class Sequence:

@@ -8,9 +8,10 @@ from pathlib import Path
 from pagedkit.bench.calls import decode_step_calls
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-#: the most functions a decode step may call (56 before the round that moved the
-#: step check and the kernels' view of a table to where their data is built)
-CEILING = 51
+#: the most functions a decode step may call: issue #22's target (96 when it was
+#: filed, 56 before the round that moved the step check and the kernels' view of a
+#: table to where their data is built, 51 before the stop rule became one function)
+CEILING = 50
 
 
 def test_the_docs_quote_the_count_bench_calls_gives_now(monkeypatch):

@@ -32,7 +32,7 @@ import torch
 from ..model.sampler import sample
 from ..sampling_params import SamplingParams
 from ..scheduler import Sampled
-from ..sequence import FinishReason, Sequence, SequenceGroup, stop_reason
+from ..sequence import FinishReason, Sequence, SequenceGroup
 from .beam_search import beam_step
 from .outputs import Logprob
 
@@ -245,29 +245,30 @@ def _beam_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits: 
 
 
 def _check_stops(group: SequenceGroup, rule: StopRule, sampled: Sampled) -> None:
-    """The sequences of `group` that got a token and stop after it: a stop
-    token or the length (`stop_reason`), else (or after the length, as in
-    vLLM) a stop string in the text (`stop_string`)."""
+    """The engine's one stop rule, for the sequences of `group` that got a
+    token: a stop token (end-of-sequence unless ``ignore_eos``, or one of
+    ``stop_token_ids``, which vLLM names in `stop_reason`) once ``min_tokens``
+    are out; else ``max_tokens`` or the model's length; else (or after the
+    length, as in vLLM) a stop string in the text (`stop_string`). Beam
+    search decides when a whole search is over itself (`beam_step`)."""
     params = group.params
-    for seq in group.unfinished_seqs():
-        if seq.seq_id in sampled.new_tokens:
-            reason = stop_reason(seq, params, rule.eos_token_ids, rule.max_model_len)
-            if reason is FinishReason.STOP and params.stop_token_ids:
-                _name_stop_token(seq, params, rule)
-            if params.stop and (reason is not FinishReason.STOP
-                                or params.include_stop_str_in_output):
-                reason = stop_string(seq, params, rule.tokenizer) or reason
-            if reason is not None:
-                sampled.stops.append((group, seq, reason))
-
-
-def _name_stop_token(seq: Sequence, params: SamplingParams, rule: StopRule) -> None:
-    """vLLM's `stop_reason` for a stop token: the id, if one of
-    ``stop_token_ids`` (end-of-sequence, checked first, is not named)."""
-    token = seq.token_ids[-1]
     eos = () if params.ignore_eos else rule.eos_token_ids
-    if token in params.stop_token_ids and token not in eos:
-        seq.stop_reason = token
+    for seq in group.unfinished_seqs():
+        if seq.seq_id not in sampled.new_tokens:
+            continue
+        token, generated = seq.token_ids[-1], seq.num_output_tokens
+        reason = None
+        if (token in params.stop_token_ids or token in eos) and generated >= params.min_tokens:
+            reason = FinishReason.STOP
+            if token not in eos:  # a stop token of the request's own is named
+                seq.stop_reason = token
+        elif len(seq.token_ids) >= rule.max_model_len or (
+                params.max_tokens is not None and generated >= params.max_tokens):
+            reason = FinishReason.LENGTH
+        if params.stop and (reason is not FinishReason.STOP or params.include_stop_str_in_output):
+            reason = stop_string(seq, params, rule.tokenizer) or reason
+        if reason is not None:
+            sampled.stops.append((group, seq, reason))
 
 
 def stop_string(seq: Sequence, params: SamplingParams, tokenizer: Any) -> FinishReason | None:
