@@ -15,7 +15,7 @@ from pagedkit.exercises import track
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST, LAST = track._lab_range().split("-")  # "03", "08"
-NUMBERS = {9: ("nine", "九")}
+NUMBERS = {10: ("ten", "十")}
 
 
 def _cell(lab: str, heading: str) -> str:

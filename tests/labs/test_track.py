@@ -62,7 +62,7 @@ def test_the_whole_track_serves_the_bench_workload_like_transformers(reference, 
     assert "✅ lockstep" in repr(run)
 
 
-@pytest.mark.parametrize("scenario", ["chunked", "budget", "admission", "memory",
+@pytest.mark.parametrize("scenario", ["chunked", "budget", "whole", "admission", "memory",
                                       "memory_chunked"])
 def test_the_whole_track_matches_pagedkit_step_by_step(reference, requests, expected,
                                                        scenario):

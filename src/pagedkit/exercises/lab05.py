@@ -168,6 +168,22 @@ def _admit_hint(*args, **kwargs) -> str:
     return join_clauses([after + why, _(_FCFS)])
 
 
+def admit_mistake(got: list, waiting, tokens, seats, blocks, block_size, chunked=False) -> str:
+    """'' if `got` is lab 05's answer to ``admit(waiting, tokens, seats, blocks,
+    block_size, chunked)``; else why it is not, naming the mistake where it can
+    (an answer made as if `chunked` were the other way), else the walk's hint.
+    The build track holds a plugged-in `admit` to it on every call."""
+    if got == _admit_oracle(waiting, tokens, seats, blocks, block_size, chunked):
+        return ""
+    if got == _admit_oracle(waiting, tokens, seats, blocks, block_size, not chunked):
+        return (_("that is the answer without chunked prefill: with chunked=True a prompt "
+                  "longer than the budget left does not wait, it takes what the budget allows "
+                  "(its first chunk)") if chunked else
+                _("that is the answer with chunked prefill: with chunked=False a prompt is "
+                  "scheduled whole, and one longer than the budget left waits"))
+    return _admit_hint(waiting, tokens, seats, blocks, block_size, chunked)
+
+
 def _admit_grid():
     """Queues of up to three prompts of lengths around the block size (bs - 1, bs,
     bs + 1, 2 bs), budgets and free blocks from none to exactly enough to more, no

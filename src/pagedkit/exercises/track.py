@@ -181,8 +181,12 @@ def plug_in(llm: Any, pieces: Pieces) -> Any:
     attention = None
     probed = [False]  # the large-score probe, once a step
     if pieces.paged_decode_attention:
-        def attention(*args):
-            out = _call("paged_decode_attention", pieces.paged_decode_attention, *args)
+        def attention(query, k_cache, v_cache, block_table, context_len):
+            # yours gets its own query and table: one it changes in place (lab 04's
+            # check and the engine accept that) leaves pagedkit's answer as it was
+            args = (query, k_cache, v_cache, block_table, context_len)
+            out = _call("paged_decode_attention", pieces.paged_decode_attention, query.clone(),
+                        k_cache, v_cache, block_table.clone(), context_len)
             _hold_attention(out, *args)  # every call: a wrong one never serves a token
             if not probed[0]:
                 probed[0] = True
@@ -329,7 +333,8 @@ def _probe_large_scores(fn: Callable, query, k_cache, v_cache, block_table, cont
     from ..kernels import reference
 
     big = query * LARGE_SCORES
-    got = _call("paged_decode_attention", fn, big, k_cache, v_cache, block_table, context_len)
+    got = _call("paged_decode_attention", fn, big.clone(), k_cache, v_cache, block_table.clone(),
+                context_len)
     want = reference.paged_decode_attention(
         big[None], k_cache, v_cache, block_table[None],
         torch.tensor([int(context_len)], dtype=torch.int32))[0]
@@ -776,6 +781,8 @@ def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
                                         "come, first served: admit from its head, in order, and "
                                         "stop at the first request that does not fit")
                              .format(ids=_short(ids), order=_short(order)))
+        _hold_admit(admitted, waiting, budget, free, kv.block_size,
+                    scheduler.config.enable_chunked_prefill)
         if not admitted and not scheduler.running:
             head = scheduler._plan_admission(queue[0], budget)
             if head is not None and head.blocks > free:  # it can never fit: pagedkit ends it
@@ -786,6 +793,28 @@ def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
         if len(admitted) == len(queue) and scheduler.waiting:
             original(out, budget)  # the rest of the queue is beyond lab 05's model
     return schedule_waiting
+
+
+def _hold_admit(admitted: list, waiting: list, budget, free: int, block_size: int,
+                chunked: bool) -> None:
+    """Hold a well-formed answer of the learner's `admit` to lab 05's rule on
+    the same call (`lab05.admit_mistake` names the mistake), as attention and
+    top-p are held to pagedkit's: an engine it is plugged into, alone, stops
+    there. (A malformed item is `_admit_one`'s to name.)"""
+    from .lab05 import _admit_oracle, admit_mistake
+
+    if not all(isinstance(item, (tuple, list)) and len(item) == 2 for item in admitted):
+        return
+    args = (waiting, budget.tokens_left, budget.seqs_left, free, block_size, chunked)
+    why = admit_mistake([tuple(item) for item in admitted], *args)
+    if why:
+        raise TrackError("admit", _(
+            "admit({waiting}, tokens_left={tokens}, seats_left={seats}, free_blocks={blocks}, "
+            "block_size={block_size}, chunked={chunked}) returned {got}; lab 05's rule admits "
+            "{want}: {why}").format(
+                waiting=_short(waiting), tokens=budget.tokens_left, seats=budget.seqs_left,
+                blocks=free, block_size=block_size, chunked=chunked, got=_short(admitted),
+                want=_short(_admit_oracle(*args)), why=why))
 
 
 def _admit_one(scheduler, by_id: dict, item: Any, out, budget) -> None:
@@ -1474,7 +1503,8 @@ def pair_requests() -> list[tuple[list[int], Any]]:
 #: Engine settings that put each plugged-in piece to work (for `bench_requests`,
 #: but "pair", for `pair_requests`): memory tight enough to preempt (by
 #: recomputation, or by swapping), a prefix cache, and for admission a small
-#: token budget and few seats, with and without chunked prefill, or few blocks.
+#: token budget and few seats, with and without chunked prefill, or few blocks;
+#: "whole" a budget that a prompt outruns without chunked prefill (it waits whole).
 #: "budget" has blocks of 8 and a prefix cache, the others mostly 4: a piece
 #: that uses a notebook's constant for its ``block_size`` argument differs.
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -1494,14 +1524,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                            enable_chunked_prefill=True, max_num_batched_tokens=16,
                            max_num_seqs=6),
     "sampling": dict(block_size=4, num_blocks=32),  # sampled_requests(): top_p_filter's
-}
+    "whole": dict(block_size=4, num_blocks=40, max_num_batched_tokens=64),  # no chunks: a
+}                                          # prompt longer than the budget left waits whole
 
 
 #: The scenarios `check` runs, in this order (those that stop most wrong
 #: pieces first): every wrong piece in the course's tests is stopped by one
 #: of them (tests/labs/test_track.py runs `check` itself).
 CHECK_ORDER = ("sampling", "recompute", "admission", "memory", "chunked", "memory_chunked",
-               "budget", "pair", "swap")
+               "budget", "whole", "pair", "swap")
 
 
 def check(pieces: Pieces, *, scenarios: Sequence[str] = CHECK_ORDER,
