@@ -58,7 +58,7 @@ def test_the_whole_track_serves_the_bench_workload_like_transformers(reference, 
     assert run.outputs == expected
     assert run.num_preemptions > 0          # memory ran short and someone gave way
     assert run.num_cached_tokens > 0        # prompts shared blocks through the prefix cache
-    assert len(run.outputs[str(len(requests) - 1)]) == 2   # forked samples (copy-on-write)
+    assert len(run.outputs[str(len(requests) - 1)]) == 3   # forked samples (copy-on-write)
     assert "✅ lockstep" in repr(run)
 
 

@@ -6,7 +6,8 @@ answer and the mistake are named (`lab05.admit_mistake`).
 
 The rule is checked over lab 05's whole grid of small queues first, then in
 the engine: each wrong admit plugged in alone, and in `track.check`. Last,
-lab 04's attention that changes its arguments in place (newcomer 31, N1)."""
+lab 04's attention that changes its arguments in place (newcomer 31, N1), and
+lab 07's copy-on-write right only for two sharers (N3)."""
 
 import pytest
 
@@ -105,3 +106,28 @@ def test_an_attention_that_changes_its_arguments_in_place_is_held_to_the_inputs_
     run = track.lockstep(track.Pieces(paged_decode_attention=fn), track.bench_requests(),
                          **track.SCENARIOS["recompute"])
     assert run.passed, repr(run)
+
+
+# ------------------------------------------- newcomer 31, N3: lab 07's piece
+def cow_leaves_the_old_block_one_owner(ref_counts, free_blocks, table):
+    """Right for two sharers only: the old block's count is set to 1, not lowered by 1."""
+    last = table[-1]
+    if ref_counts[last] == 1:
+        return None
+    if not free_blocks:
+        raise MemoryError("no free block")
+    new = free_blocks.pop(0)
+    ref_counts[new], ref_counts[last], table[-1] = 1, 1, new
+    return last, new
+
+
+def test_a_copy_on_write_right_only_for_two_sharers_is_stopped():
+    """Newcomer 31, N3: the bench workload forked 2 samples, where ``= 1`` and
+    ``-= 1`` agree, so this piece passed every setting. Its last request now
+    forks 3 (`bench_requests(samples=3)`), and every setting still serves
+    transformers' tokens with pagedkit's pieces (tests/labs/test_track.py)."""
+    assert track.bench_requests()[-1][1].n == 3
+    run = track.check(track.Pieces(copy_on_write=cow_leaves_the_old_block_one_owner),
+                      log=lambda line: None)
+    assert run.divergence is not None and run.divergence.pieces == ["copy_on_write"]
+    assert "held by 3" in run.divergence.what, run.divergence.what

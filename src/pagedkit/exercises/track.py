@@ -1453,7 +1453,7 @@ def load() -> Pieces:
 
 # ---------------------------------------------------------------- workloads
 def bench_requests(num_requests: int = 10, *, seed: int = 0, block_size: int = 4,
-                   prefix_blocks: int = 3, samples: int = 2, vocab_size: int = 1024
+                   prefix_blocks: int = 3, samples: int = 3, vocab_size: int = 1024
                    ) -> list[tuple[list[int], Any]]:
     """The bench's ShareGPT-shaped workload (`pagedkit.bench.engine.sharegpt_workload`
     at its CPU scale, 1/8 of ShareGPT's lengths: random token ids, greedy,
@@ -1472,7 +1472,7 @@ def bench_requests(num_requests: int = 10, *, seed: int = 0, block_size: int = 4
         if i % 3 == 0:
             prompt = prefix + prompt
         n = samples if i == num_requests - 1 else 1
-        out = out if n == 1 else min(out, 24)  # the samples share the pool: all must fit it
+        out = out if n == 1 else min(out, 16)  # the samples share the pool: all must fit it
         requests.append((prompt, SamplingParams(temperature=0, n=n, max_tokens=out,
                                                 ignore_eos=True)))
     return requests
