@@ -976,3 +976,22 @@ def test_demo_names_a_model_folder_without_a_tokenizer(capsys, tmp_path):
     assert "has no tokenizer: none of tokenizer.json" in err
     assert err.rstrip().endswith("the demo's prompts are text: copy the model's tokenizer files "
                                  "into it, or use --model tiny")
+
+
+@pytest.mark.parametrize("argv", [["--no-progress"], ["03", "--no-progress"],
+                                  ["--no-progress", "--no-browser"]])
+def test_lab_refuses_no_progress_after_its_name_before_it_copies_anything(argv, monkeypatch,
+                                                                          capsys):
+    """Newcomer 31, N6: `python -m pagedkit lab --no-progress` copied the labs and
+    wrote JupyterLab's settings, then passed the option on to JupyterLab, whose
+    30-line usage refused it. pagedkit refuses it first, as before the name."""
+    from pagedkit import lab
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("lab copied or wrote something before refusing --no-progress")
+
+    monkeypatch.setattr(lab, "copy_labs", must_not_run)
+    monkeypatch.setattr(lab, "set_jupyterlab", must_not_run)
+    assert run(cli, ["lab", *argv]) == 2
+    assert ("--no-progress: lab shows no progress to leave out; run python -m pagedkit lab "
+            "without it") in capsys.readouterr().err

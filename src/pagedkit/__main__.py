@@ -10,7 +10,7 @@ import importlib
 import sys
 
 from . import __version__
-from ._validation import PROG
+from ._validation import NO_PROGRESS, PROG, no_progress_refusal
 from .bench.__main__ import BENCHMARKS
 from .i18n import N_, _, argparse_speaking, join_names, language_from_environment
 from .i18n.terminal import HelpFormatter
@@ -36,13 +36,6 @@ COMMANDS = {
 }
 """(The help line is English, marked for translation; `_parser` shows it in the
 language of the moment, the benchmarks' names put in.)"""
-
-#: the commands that take ``--no-progress`` (each benchmark and each ``vllm`` command
-#: too), so it is taken before the command's name as well: ``python -m pagedkit
-#: --no-progress demo`` is ``python -m pagedkit demo --no-progress`` (tests/test_cli.py
-#: holds this list to the commands' own parsers)
-NO_PROGRESS = ("demo", "bench", "simulate", "vllm")
-
 
 def _parser() -> argparse.ArgumentParser:
     names = join_names(BENCHMARKS)
@@ -100,10 +93,7 @@ def _run(argv: list[str]) -> int:
     args = parser.parse_args(argv)  # --help, --version, a usage error: SystemExit, as argparse
     if args.no_progress:  # the command's own option, given before its name
         if args.command not in NO_PROGRESS:
-            parser.error(_("--no-progress: {command} shows no progress to leave out; run "
-                           "{prog} {command} without it (--no-progress is for {commands})")
-                         .format(command=args.command, prog=PROG,
-                                 commands=join_names(NO_PROGRESS)))
+            parser.error(no_progress_refusal(args.command))
         args.args = ["--no-progress", *args.args]
     run = importlib.import_module(COMMANDS[args.command][0]).main
     options = {"default": "engine"} if args.command == "bench" else {}

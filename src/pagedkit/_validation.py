@@ -32,6 +32,23 @@ class PromptInput(NamedTuple):
     cache_salt: str | None = None
 
 
+#: the commands that take ``--no-progress`` (each benchmark and each ``vllm`` command
+#: too), so it is taken before the command's name as well: ``python -m pagedkit
+#: --no-progress demo`` is ``python -m pagedkit demo --no-progress`` (tests/test_cli.py
+#: holds this list to the commands' own parsers)
+NO_PROGRESS = ("demo", "bench", "simulate", "vllm")
+
+
+def no_progress_refusal(command: str) -> str:
+    """What a command without progress output says to ``--no-progress``, given
+    before its name or after it (`lab`, which passes other options on to JupyterLab)."""
+    from .i18n import join_names
+
+    return (_("--no-progress: {command} shows no progress to leave out; run {prog} {command} "
+              "without it (--no-progress is for {commands})")
+            .format(command=command, prog=PROG, commands=join_names(NO_PROGRESS)))
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 

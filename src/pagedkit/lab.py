@@ -42,7 +42,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ._validation import PROG
+from ._validation import PROG, no_progress_refusal
 from .i18n import _, join_names, language_tag, speaking
 from .i18n.terminal import HelpFormatter
 
@@ -468,6 +468,8 @@ def _main(argv: list[str]) -> int:
         argv = join_option_values(argv, lambda word: find_lab(root / "labs", word)[0] is not None,
                                   own_flags | flags, valued)
     args, extra = parser.parse_known_args(argv)
+    if "--no-progress" in extra:  # pagedkit's option, not JupyterLab's: refused before any copy
+        parser.error(no_progress_refusal("lab"))
     if root is None:
         parser.error(_("the labs live in a clone of the repository, and this pagedkit was "
                      "installed without one: git clone https://github.com/pagedkit/pagedkit, "
