@@ -146,10 +146,10 @@ def _admit_walk(waiting, tokens, seats, blocks, block_size, chunked=False):
                                 .format(rid=rid, prompt_len=prompt_len, tokens=tokens))
         need = -(-take // block_size)
         if need > blocks:
-            return admitted, (ngettext("{rid!r}'s {take} tokens need ceil({take} / "
-                                       "{block_size}) = {need} blocks and {blocks} is free",
-                                       "{rid!r}'s {take} tokens need ceil({take} / "
-                                       "{block_size}) = {need} blocks and {blocks} are free",
+            return admitted, (ngettext("{rid!r} needs ceil({take} / {block_size}) = {need} "
+                                       "blocks for its {take} tokens and {blocks} is free",
+                                       "{rid!r} needs ceil({take} / {block_size}) = {need} "
+                                       "blocks for its {take} tokens and {blocks} are free",
                                        blocks)
                               .format(rid=rid, take=take, block_size=block_size, need=need,
                                       blocks=blocks))
