@@ -979,7 +979,8 @@ def test_demo_names_a_model_folder_without_a_tokenizer(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--no-progress"], ["03", "--no-progress"],
-                                  ["--no-progress", "--no-browser"]])
+                                  ["--no-progress", "--no-browser"], ["--no-progress=1"],
+                                  ["--no-progress", "foo"]])
 def test_lab_refuses_no_progress_after_its_name_before_it_copies_anything(argv, monkeypatch,
                                                                           capsys):
     """Newcomer 31, N6: `python -m pagedkit lab --no-progress` copied the labs and

@@ -13,7 +13,7 @@ import sys
 import warnings
 from typing import Any, NamedTuple
 
-from .i18n import _
+from .i18n import _, join_names
 
 #: What `check_prompt` accepts, as said in its errors (vLLM's prompt forms).
 PROMPT_FORMS = ("a string, a list of token ids (ints), {'prompt': str} or "
@@ -42,8 +42,6 @@ NO_PROGRESS = ("demo", "bench", "simulate", "vllm")
 def no_progress_refusal(command: str) -> str:
     """What a command without progress output says to ``--no-progress``, given
     before its name or after it (`lab`, which passes other options on to JupyterLab)."""
-    from .i18n import join_names
-
     return (_("--no-progress: {command} shows no progress to leave out; run {prog} {command} "
               "without it (--no-progress is for {commands})")
             .format(command=command, prog=PROG, commands=join_names(NO_PROGRESS)))

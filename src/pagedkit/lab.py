@@ -468,7 +468,8 @@ def _main(argv: list[str]) -> int:
         argv = join_option_values(argv, lambda word: find_lab(root / "labs", word)[0] is not None,
                                   own_flags | flags, valued)
     args, extra = parser.parse_known_args(argv)
-    if "--no-progress" in extra:  # pagedkit's option, not JupyterLab's: refused before any copy
+    if any(word.split("=")[0] == "--no-progress" for word in extra):  # pagedkit's, not
+        # JupyterLab's: refused before any copy (`--no-progress=x` as joined above too)
         parser.error(no_progress_refusal("lab"))
     if root is None:
         parser.error(_("the labs live in a clone of the repository, and this pagedkit was "

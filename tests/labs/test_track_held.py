@@ -53,6 +53,22 @@ def test_admit_mistake_over_lab_05s_grid():
             why = lab05.admit_mistake(want[:-1], waiting, tokens, seats, blocks, bs, chunked)
             assert why and why not in (_(NO_CHUNKS), _(ALWAYS_CHUNKS))
     assert named > 100, named  # the grid does reach both mistakes
+    # a group run whole past the budget leaves it below 0: nobody more is admitted
+    assert lab05._admit_oracle([("a", 5)], -3, 4, 4, 4, True) == []
+    assert lab05.admit_mistake([], [("a", 5)], -3, 4, 4, 4, True) == ""
+
+
+def test_an_id_that_is_not_waiting_is_named_as_such_not_held_to_the_rule():
+    """An answer naming an id the waiting list does not hold gets `_admit_one`'s
+    message (not waiting), not lab 05's walk hint."""
+    def admit_int_ids(waiting, tokens_left, seats_left, free_blocks, block_size,
+                      chunked=False):
+        return [(int(rid), n) for rid, n in R.admit(waiting, tokens_left, seats_left,
+                                                     free_blocks, block_size, chunked)]
+
+    run = track.check(track.Pieces(admit=admit_int_ids), log=lambda line: None)
+    assert run.divergence is not None and run.divergence.pieces == ["admit"]
+    assert "which is not waiting" in run.divergence.what, run.divergence.what
 
 
 @pytest.mark.parametrize("wrong, scenario, hint", [

@@ -135,9 +135,9 @@ def _admit_walk(waiting, tokens, seats, blocks, block_size, chunked=False):
     tried against each limit in turn."""
     admitted = []
     for rid, prompt_len in waiting:
-        if seats == 0:
+        if seats <= 0:
             return admitted, _("no seat is left")
-        if tokens == 0:
+        if tokens <= 0:  # a group run whole past the budget leaves it below 0
             return admitted, _("the step's token budget is spent")
         take = min(prompt_len, tokens) if chunked else prompt_len
         if take > tokens:

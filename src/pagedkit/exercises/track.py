@@ -800,10 +800,12 @@ def _hold_admit(admitted: list, waiting: list, budget, free: int, block_size: in
     """Hold a well-formed answer of the learner's `admit` to lab 05's rule on
     the same call (`lab05.admit_mistake` names the mistake), as attention and
     top-p are held to pagedkit's: an engine it is plugged into, alone, stops
-    there. (A malformed item is `_admit_one`'s to name.)"""
+    there. (A malformed item, or an id that is not waiting, is `_admit_one`'s to name.)"""
     from .lab05 import _admit_oracle, admit_mistake
 
-    if not all(isinstance(item, (tuple, list)) and len(item) == 2 for item in admitted):
+    order = [rid for rid, _tokens in waiting]
+    if not all(isinstance(item, (tuple, list)) and len(item) == 2 and item[0] in order
+               for item in admitted):
         return
     args = (waiting, budget.tokens_left, budget.seqs_left, free, block_size, chunked)
     why = admit_mistake([tuple(item) for item in admitted], *args)
@@ -1524,8 +1526,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                            enable_chunked_prefill=True, max_num_batched_tokens=16,
                            max_num_seqs=6),
     "sampling": dict(block_size=4, num_blocks=32),  # sampled_requests(): top_p_filter's
-    "whole": dict(block_size=4, num_blocks=40, max_num_batched_tokens=64),  # no chunks: a
-}                                          # prompt longer than the budget left waits whole
+    # no chunked prefill: a prompt longer than the budget left waits whole
+    "whole": dict(block_size=4, num_blocks=40, max_num_batched_tokens=64),
+}
 
 
 #: The scenarios `check` runs, in this order (those that stop most wrong
