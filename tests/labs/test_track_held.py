@@ -16,6 +16,7 @@ from pagedkit.i18n import _
 
 from .test_track_hints30 import _pieces_of
 from .test_track_types import R
+from .wrong_answers import cow_sets_the_old_block_to_one
 
 NO_CHUNKS = ("that is the answer without chunked prefill: with chunked=True a prompt longer "
              "than the budget left does not wait, it takes what the budget allows (its first "
@@ -125,25 +126,13 @@ def test_an_attention_that_changes_its_arguments_in_place_is_held_to_the_inputs_
 
 
 # ------------------------------------------- newcomer 31, N3: lab 07's piece
-def cow_leaves_the_old_block_one_owner(ref_counts, free_blocks, table):
-    """Right for two sharers only: the old block's count is set to 1, not lowered by 1."""
-    last = table[-1]
-    if ref_counts[last] == 1:
-        return None
-    if not free_blocks:
-        raise MemoryError("no free block")
-    new = free_blocks.pop(0)
-    ref_counts[new], ref_counts[last], table[-1] = 1, 1, new
-    return last, new
-
-
 def test_a_copy_on_write_right_only_for_two_sharers_is_stopped():
     """Newcomer 31, N3: the bench workload forked 2 samples, where ``= 1`` and
     ``-= 1`` agree, so this piece passed every setting. Its last request now
     forks 3 (`bench_requests(samples=3)`), and every setting still serves
     transformers' tokens with pagedkit's pieces (tests/labs/test_track.py)."""
     assert track.bench_requests()[-1][1].n == 3
-    run = track.check(track.Pieces(copy_on_write=cow_leaves_the_old_block_one_owner),
+    run = track.check(track.Pieces(copy_on_write=cow_sets_the_old_block_to_one),
                       log=lambda line: None)
     assert run.divergence is not None and run.divergence.pieces == ["copy_on_write"]
     assert "held by 3" in run.divergence.what, run.divergence.what

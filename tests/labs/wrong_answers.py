@@ -645,6 +645,15 @@ def cow_keeps_the_old_reference(refs, free, table):
     return (last, new)
 
 
+def cow_sets_the_old_block_to_one(refs, free, table):
+    """Right for two sharers only (newcomer 31, N3): the old block's count is set
+    to 1, not lowered by 1."""
+    got = cow_keeps_the_old_reference(refs, free, table)
+    if got is not None:
+        refs[got[0]] = 1
+    return got
+
+
 def cow_always_copies(refs, free, table):
     last = table[-1]
     if not free:
@@ -1305,7 +1314,8 @@ WRONG[("lab05", "finish_steps")].append(finish_refills_one_seat_a_step)
 WRONG[("lab05", "admit")].append(admit_chunked_passes_a_blocked_head)
 WRONG[("lab06", "preemption_mode")].append(mode_shares_only_what_all_share)
 WRONG[("lab06", "choose_victims")].append(victims_zero_need_not_served)
-WRONG[("lab07", "copy_on_write")].append(cow_refuses_a_sole_owner_when_the_pool_is_full)
+WRONG[("lab07", "copy_on_write")] += [cow_refuses_a_sole_owner_when_the_pool_is_full,
+                                      cow_sets_the_old_block_to_one]
 WRONG[("lab07", "sharing_blocks")].append(sharing_keeps_a_partial_block_that_is_not_there)
 WRONG[("lab09", "tokens_that_fit")] += [fit_tokens_rounded_then_blocks, fit_float_division]
 WRONG[("lab09", "best_num_drafts")] += [drafts_all_when_always_accepted, drafts_all_when_free]
