@@ -775,14 +775,15 @@ def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
                          _("return a list of (request_id, tokens) pairs"))
         ids = [item[0] for item in admitted if isinstance(item, (tuple, list)) and len(item) == 2]
         order = [rid for rid, _tokens in waiting]
-        if len(ids) == len(admitted) and all(rid in order for rid in ids) \
-                and ids != order[:len(ids)]:
-            raise TrackError("admit", _("admitted {ids} from the waiting list {order}: first "
-                                        "come, first served: admit from its head, in order, and "
-                                        "stop at the first request that does not fit")
-                             .format(ids=_short(ids), order=_short(order)))
-        _hold_admit(admitted, waiting, budget, free, kv.block_size,
-                    scheduler.config.enable_chunked_prefill)
+        # pairs of waiting ids (anything else is `_admit_one`'s to name): in order, by lab 05's rule
+        if len(ids) == len(admitted) and all(rid in order for rid in ids):
+            if ids != order[:len(ids)]:
+                raise TrackError("admit", _("admitted {ids} from the waiting list {order}: "
+                                            "first come, first served: admit from its head, in "
+                                            "order, and stop at the first request that does not "
+                                            "fit").format(ids=_short(ids), order=_short(order)))
+            _hold_admit(admitted, waiting, budget, free, kv.block_size,
+                        scheduler.config.enable_chunked_prefill)
         if not admitted and not scheduler.running:
             head = scheduler._plan_admission(queue[0], budget)
             if head is not None and head.blocks > free:  # it can never fit: pagedkit ends it
@@ -797,16 +798,12 @@ def _schedule_waiting(scheduler, plug: _Plug) -> Callable:
 
 def _hold_admit(admitted: list, waiting: list, budget, free: int, block_size: int,
                 chunked: bool) -> None:
-    """Hold a well-formed answer of the learner's `admit` to lab 05's rule on
-    the same call (`lab05.admit_mistake` names the mistake), as attention and
+    """Hold the learner's `admit` answer, pairs of waiting ids, to lab 05's rule
+    on the same call (`lab05.admit_mistake` names the mistake), as attention and
     top-p are held to pagedkit's: an engine it is plugged into, alone, stops
-    there. (A malformed item, or an id that is not waiting, is `_admit_one`'s to name.)"""
+    there."""
     from .lab05 import _admit_oracle, admit_mistake
 
-    order = [rid for rid, _tokens in waiting]
-    if not all(isinstance(item, (tuple, list)) and len(item) == 2 and item[0] in order
-               for item in admitted):
-        return
     args = (waiting, budget.tokens_left, budget.seqs_left, free, block_size, chunked)
     why = admit_mistake([tuple(item) for item in admitted], *args)
     if why:
