@@ -110,3 +110,36 @@ def test_kernel_checks_pass_in_the_interpreter(triton_kernels, device):
     assert len(checks) == (4 + 4) * 4  # (shapes + options) x (2 decodes, reference, prefill)
     assert {c.name.split()[0] for c in checks} == {"decode", "reference", "prefill"}
     assert [c.name for c in checks if not c.ok] == []
+
+
+def _small_llama(dtype):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, max_position_embeddings=256)
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_rounding_verdict_accepts_the_engines_tokens_and_refuses_other_ones(dtype):
+    """gpucheck's bfloat16 engine check, run here on a small model on the CPU:
+    the engine's greedy tokens pass; a sequence with one token swapped for the
+    least likely one (what a wrong K/V or position gives) does not."""
+    from pagedkit import LLM, SamplingParams
+
+    model = _small_llama(dtype)
+    prompt = torch.randint(0, 256, (37,), generator=torch.Generator().manual_seed(3)).tolist()
+    llm = LLM(model, dtype=str(dtype).removeprefix("torch."), block_size=8)
+    tokens = llm.generate({"prompt_token_ids": prompt},
+                          SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+                          use_tqdm=False)[0].outputs[0].token_ids
+    verdict = gpucheck.rounding_verdict(model, prompt, tokens)
+    assert verdict["ok"], verdict
+    assert 0 <= verdict["gap"] <= 2 * verdict["noise"]
+    for i in (0, 5, 11):
+        logits = gpucheck._logits(model, prompt, tokens, "sdpa")
+        wrong = [*tokens[:i], int(logits[i].argmin()), *tokens[i + 1:]]
+        bad = gpucheck.rounding_verdict(model, prompt, wrong)
+        assert not bad["ok"] and bad["gap"] > 2 * bad["noise"], (i, bad)
