@@ -195,3 +195,21 @@ def test_pages_that_promise_the_check_marks_name_what_jupyterlab_shows():
             (ROOT / lab).read_text())["cells"] if c["cell_type"] == "markdown")
     for page, text in pages.items():
         assert "✅" in text and "✔" in text and "✘" in text, page
+
+
+def test_the_readme_and_the_api_page_list_the_benchmarks_as_bench_help_does():
+    """Newcomer 31, N8: the README listed the benchmarks in another order than
+    ``bench --help``. Both pages follow `pagedkit.bench.__main__.BENCHMARKS`."""
+    from pagedkit.bench.__main__ import BENCHMARKS
+
+    names = list(BENCHMARKS)
+    readme = README.read_text()
+    line = next(x for x in readme.splitlines() if "# other benchmarks:" in x)
+    listed = line.split("# other benchmarks:")[1].split("(")[0]
+    assert [n.strip() for n in listed.split(",")] == names[1:], line
+    api = (ROOT / "docs" / "api.md").read_text()
+    row = next(x for x in api.splitlines() if x.startswith("| `python -m pagedkit bench` |"))
+    assert ", ".join(names) in row, row
+    commands = [x.split("`")[1].split()[-1] for x in api.splitlines()
+                if x.startswith("| `python -m pagedkit bench ")]
+    assert commands == names, commands

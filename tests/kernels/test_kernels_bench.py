@@ -64,6 +64,8 @@ def test_quick_run_writes_the_report(tmp_path):
     check_rows(report["prefill"], "tflop_per_s", cpu)
     if report["device"]["type"] == "cpu":
         assert report["triton_kernels"].startswith("not timed: no GPU")
+    # a header promises a percentage of peak only where a peak is known (newcomer 31, N8)
+    assert ("% of peak" in out.stdout) == (report["device"]["peak_bytes_per_s"] is not None)
 
 
 def test_usage_errors():

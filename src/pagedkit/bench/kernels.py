@@ -420,7 +420,8 @@ def run(device: torch.device, quick: bool, log: Callable[[str], None] = print) -
         + (f"{peak / 1e12:.2f} TB/s [{info['peak_source']}]" if peak else "unknown"))
     if skip:
         log(f"Triton kernels not timed: {skip}")
-    log("decode: batch x context dtype | ms and GB/s (% of peak) per implementation")
+    log("decode: batch x context dtype | ms and GB/s" + (" (% of peak)" if peak else "")
+        + " per implementation")
     for shape in decode_shapes(device, quick):
         row = bench_decode(shape, device, timer, decode_kernel, skip, peak)
         report["decode"].append(row)

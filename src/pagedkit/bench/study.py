@@ -195,13 +195,13 @@ def format_table(studies: list[LabStudy], markdown: bool = False) -> str:
     if markdown:
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in [*rows, ("all labs", *total)]:
-            lines.append(f"| {r[0]} | {r[1]:,} | {r[2]} | {r[3]} | {r[4]} | {r[5]:.0f} | "
-                         f"{r[6]:.0f} | {r[7]:.0f} |")
+            lines.append(f"| {r[0]} | {r[1]:,} | {r[2]:,} | {r[3]:,} | {r[4]:,} | {r[5]:,.0f} | "
+                         f"{r[6]:,.0f} | {r[7]:,.0f} |")
         return "\n".join(lines)
     lines = [f"{head[0]:<34}" + "".join(f"{h:>16}" for h in head[1:])]
     for r in [*rows, ("all labs", *total)]:
-        lines.append(f"{r[0]:<34}{r[1]:>16,}{r[2]:>16}{r[3]:>16}{r[4]:>16}"
-                     f"{r[5]:>16.0f}{r[6]:>16.0f}{r[7]:>16.0f}")
+        lines.append(f"{r[0]:<34}{r[1]:>16,}{r[2]:>16,}{r[3]:>16,}{r[4]:>16,}"
+                     f"{r[5]:>16,.0f}{r[6]:>16,.0f}{r[7]:>16,.0f}")
     return "\n".join(lines)
 
 

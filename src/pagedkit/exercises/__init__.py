@@ -559,7 +559,7 @@ def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Call
 def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
                    equal: Callable[[Any, Any], bool] | None = None,
                    show: Callable[[Any], str] = repr,
-                   diagnose: Callable[[Callable, Any], str] | None = None) -> CheckResult:
+                   diagnose: Callable[[Callable, Case, Any], str] | None = None) -> CheckResult:
     """Run `fn` on each case; pass if every result equals the expected one.
 
     `equal(got, expected)` compares (default `same_items`: ``==``, a tuple
@@ -567,9 +567,11 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
     `fn` may change what it is given, and the message shows the case's
     arguments as they were before the call; `show` writes a
     value in a wrong answer's message (default ``repr``; lab 07 shortens
-    hashes). `diagnose(fn, got)` may name a known mistake that `fn` makes
-    throughout, `got` being one wrong answer (lab 09: a wrong formula); its
-    text ('' for none) then stands in for the case's hint. If any case
+    hashes). `diagnose(fn, case, got)` may name the mistake that `got`, `fn`'s
+    wrong answer to `case`, shows: one that `fn` makes throughout (lab 09: a
+    wrong formula, found by calling `fn` again) or one in this case (lab 06:
+    where its victims part from the walk's); its text ('' for none) then
+    stands in for the case's hint. If any case
     expects `None`, `None` is one of the function's answers and a wrong
     `None` is judged like any wrong value (`wrong_answer`).
     """
@@ -585,7 +587,7 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
         if failed is not None:
             return failed
         if not equal(got, case.expected):
-            hint = (diagnose(fn, got) if diagnose and got is not None else "") or case.hint
+            hint = (diagnose(fn, case, got) if diagnose and got is not None else "") or case.hint
             return wrong_answer(name, call, got, case.expected, hint,
                                 none_is_an_answer=none_is_an_answer, show=show)
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))

@@ -44,7 +44,7 @@ def never_a_count(got: Any, fraction: str = FLOAT_FOR_INT) -> str:
     return ""
 
 
-def one_count(_fn: Callable, got: Any) -> str:
+def one_count(_fn: Callable, _case: Any, got: Any) -> str:
     """`never_a_count`, as `check_function`'s `diagnose` for a check whose
     answer is one count (it does not call the learner's function again)."""
     return never_a_count(got)

@@ -82,7 +82,7 @@ def check_max_batch(fn: Callable[[int, int, int, int, int], int]) -> CheckResult
     fraction = _("a fraction of a sequence does not fit: a sequence's cache fits whole or not "
                  "at all, so round down: divide with `//`, which keeps an int")
     return check_function("max_batch", fn, cases,
-                          diagnose=lambda _fn, got: never_a_count(got, fraction))
+                          diagnose=lambda _fn, _case, got: never_a_count(got, fraction))
 
 
 class _Config:

@@ -141,7 +141,7 @@ def check_waste_breakdown(fn: Callable[[list[Reservation], int, int], dict]) -> 
                           diagnose=_not_the_four_keys)
 
 
-def _not_the_four_keys(fn: Callable, got: object) -> str:
+def _not_the_four_keys(_fn: Callable, _case: Case, got: object) -> str:
     """The hint for an answer that is not a dict of exactly the four `PARTS`
     (a tuple of the counts, a key missing or one more): the keys to return,
     not a case's arithmetic (newcomer 29, finding 13); "" for a dict of the

@@ -60,7 +60,7 @@ def check_token_at(fn: Callable[[list[int], int, int, int], int | None]) -> Chec
     return check_function("token_at", fn, cases, diagnose=_sentinel)
 
 
-def _sentinel(fn: Callable, got: object) -> str:
+def _sentinel(_fn: Callable, _case: Case, got: object) -> str:
     """A negative position (-1 and its kind) stands for "no token": the
     exercise answers None there, and says so (newcomer 29, finding 11). No
     case expects a negative position, so the hint fits every case that

@@ -14,7 +14,7 @@ from functools import cache
 from itertools import product
 
 from ..i18n import N_, _, join_clauses
-from . import Case, CheckResult, check_function
+from . import Case, CheckResult, check_function, is_sequence
 from ._boundaries import around, grid_cases
 from ._count_notes import one_count
 
@@ -210,16 +210,18 @@ VICTIM_CASES = [
 ]
 
 
-def _victims_walk(running, free_blocks) -> tuple[list, list[str]]:
-    """The oracle: ``(victims, what happened)``. The unserved requests wait in a
-    deque, oldest at the left; each is served in turn, the newest unserved one
-    leaving while it does not fit; with none left, it leaves itself."""
-    unserved, victims, story, served = deque(running), [], [], 0
+def _victims_walk(running, free_blocks) -> tuple[list, list[str], list[int]]:
+    """The oracle: ``(victims, what happened, at)``, ``at[i]`` being the line
+    of the story that preempts ``victims[i]``. The unserved requests wait in
+    a deque, oldest at the left; each is served in turn, the newest unserved
+    one leaving while it does not fit; with none left, it leaves itself."""
+    unserved, victims, story, at, served = deque(running), [], [], [], 0
     while unserved:
         rid, need, _held = unserved.popleft()
         while need > free_blocks and unserved:
             victim, _needed, held = unserved.pop()
             victims.append(victim)
+            at.append(len(story))
             free_blocks += held
             story.append(_("{rid} needs {need}: preempt {victim} (newest, frees {held})")
                            .format(rid=rid, need=need, victim=victim, held=held))
@@ -230,11 +232,12 @@ def _victims_walk(running, free_blocks) -> tuple[list, list[str]]:
                            .format(rid=rid, need=need, free_blocks=free_blocks))
         elif served:
             victims.append(rid)
+            at.append(len(story))
             story.append(_("{rid} needs {need}, {free_blocks} free, nobody newer left: {rid} "
                            "steps aside").format(rid=rid, need=need, free_blocks=free_blocks))
         else:
             raise ValueError(f"{rid} does not fit even alone")
-    return victims, story
+    return victims, story, at
 
 
 def _victims_hint(running, free_blocks) -> str:
@@ -242,6 +245,29 @@ def _victims_hint(running, free_blocks) -> str:
     if not story:
         return _("nobody running, nobody preempted")
     return _("{story} ({rule})").format(story=join_clauses(story), rule=_(_NEWEST))
+
+
+def _victims_mistake(_fn: Callable, case: Case, got: object) -> str:
+    """Where `got`, a wrong list of victims, parts from the walk: the walk up
+    to there, then the step it got wrong (another victim, stopping early, or
+    preempting once everyone fits); '' for an answer that is no list of ids."""
+    if not is_sequence(got):
+        return ""
+    got = list(got)
+    want, story, at = _victims_walk(*case.args)
+    k = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+             min(len(got), len(want)))
+    if k < len(want):
+        done = story[:at[k]]
+        step = (_("{done}; then {step}").format(done=join_clauses(done), step=story[at[k]])
+                if done else story[at[k]])
+        if k < len(got):
+            return (_("{step}, not {got} ({rule})")
+                    .format(step=step, got=got[k], rule=_(_NEWEST)))
+        return _("{step}: your answer stops before {victim}").format(step=step, victim=want[k])
+    walk = join_clauses(story) if story else _("nobody running")
+    return (_("{walk}: everyone fits, so {extra} stays; preempt only while a request needs "
+              "MORE blocks than are free").format(walk=walk, extra=got[k]))
 
 
 @cache
@@ -264,7 +290,8 @@ def check_choose_victims(choose_victims: Callable) -> CheckResult:
     blocks_needed, blocks_held), ...]`` oldest first -> the preempted request
     ids in the order they are preempted. The lab's cases, then every small line
     of running requests (`victims_grid`)."""
-    return check_function("choose_victims", choose_victims, VICTIM_CASES + victims_grid())
+    return check_function("choose_victims", choose_victims, VICTIM_CASES + victims_grid(),
+                          diagnose=_victims_mistake)
 
 
 CHECKS = {

@@ -22,6 +22,7 @@ from . import (
     check_function,
     fresh,
     function_name,
+    is_sequence,
     not_written,
     require_function,
     same_items,
@@ -164,6 +165,55 @@ def _cow_hint(ref_counts, free_blocks, table) -> str:
     return f"{owner}; {pool}"
 
 
+def _cow_mistake(ref_counts, free_blocks, table, got, after) -> str:
+    """What `got`, a wrong answer to a pool whose last block is shared and a
+    block is free, and the pool `after` the call got wrong: the first of the
+    block taken, the table, the two counts, the free list, the return value;
+    '' where the pool changed in another way (the case's hint then speaks)."""
+    refs, free, new_table = after
+    last, first, n = table[-1], free_blocks[0], ref_counts[table[-1]]
+    if len(refs) != len(ref_counts) or len(new_table) != len(table):
+        return ""
+    copy = new_table[-1] if new_table[-1] != last else None
+    if copy is None and is_sequence(got) and len(got) == 2 and got[1] in free_blocks:
+        copy = got[1]  # returned the block it took, left the table
+    if copy is None:
+        return (_("block {last} has ref count {n}: {others} other sequence(s) read it too, so "
+                  "this sequence copies it into the first free block, {first}, and writes there")
+                .format(last=last, n=n, others=n - 1, first=first))
+    if copy != first:
+        taken = (_("the last free block") if copy == free_blocks[-1] else _("block {copy}")
+                 .format(copy=copy))
+        return (_("{taken} was taken; take the first free block, {first}: free_blocks is a "
+                  "queue, taken from its head").format(taken=taken, first=first))
+    if new_table[-1] != first:
+        return (_("the table's last entry still reads {last}: point it at the copy, {first}")
+                .format(last=last, first=first))
+    if new_table[:-1] != table[:-1]:
+        return _("only the table's last entry changes: the blocks before it are only read")
+    if refs[last] != n - 1:
+        kept = (_("block {last}'s count went to 1 ({n} -> 1); it drops by one, {n} -> {left}: "
+                  "{left} other sequence(s) still read it") if refs[last] == 1 else
+                _("block {last}'s count is {got}; this sequence stopped reading it, so it drops "
+                  "by one: {n} -> {left}"))
+        return kept.format(last=last, n=n, left=n - 1, got=refs[last])
+    if refs[first] != 1:
+        return (_("the copy, block {first}, has ref count {got}: this sequence alone reads it, "
+                  "so 1").format(first=first, got=refs[first]))
+    if [r for i, r in enumerate(refs) if i not in (last, first)] != [
+            r for i, r in enumerate(ref_counts) if i not in (last, first)]:
+        return (_("only blocks {last} and {first} change their counts")
+                .format(last=last, first=first))
+    if list(free) != list(free_blocks[1:]):
+        return (_("free_blocks loses its head, block {first}, and nothing else: {left}")
+                .format(first=first, left=list(free_blocks[1:])))
+    if is_sequence(got) and list(got) == [first, last]:
+        return (_("the pair is (source, destination): ({last}, {first}), the block copied from "
+                  "first").format(last=last, first=first))
+    return (_("return (source, destination) = ({last}, {first}): the shared block, then its "
+              "copy").format(last=last, first=first))
+
+
 def _cow_grid():
     """Tables of one to three blocks whose last block is held once, twice or three
     times, earlier blocks shared or not, with no, one, two or three free blocks
@@ -230,6 +280,9 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
                                    elsewhere=elsewhere)
         if failed is not None:
             return failed
+        if want is not None and (not same_items(got, want)
+                                 or args != (want_refs, want_free, want_table)):
+            hint = _cow_mistake(ref_counts, free_blocks, table, got, args) or hint
         if not same_items(got, want):
             return wrong_answer(name, call, got, want, hint, none_is_an_answer=True)
         if args != (want_refs, want_free, want_table):

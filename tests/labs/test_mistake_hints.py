@@ -1,0 +1,112 @@
+"""Newcomer 31, N4: lab 06's choose_victims and lab 07's copy_on_write chose
+their hint per case, not per mistake. Now a wrong answer's hint names what
+it got wrong. Enumerated: every case of each check's grid, each kind of
+mistake made from the right answer there."""
+
+import pytest
+
+import pagedkit
+from pagedkit.exercises import lab06, lab07
+
+from .wrong_answers import WRONG
+
+VICTIM_CASES = lab06.VICTIM_CASES + lab06.victims_grid()
+
+
+def victims_hint(case, got):
+    return lab06._victims_mistake(None, case, got)
+
+
+def unserved_ids(case):
+    return [rid for rid, _need, _held in case.args[0]]
+
+
+def test_each_wrong_list_of_victims_is_told_where_it_parts_from_the_walk():
+    for case in VICTIM_CASES:
+        wrong_lists_are_told(case)
+
+
+def wrong_lists_are_told(case):
+    want = case.expected
+    for k, victim in enumerate(want):  # stopping early, after each right victim
+        hint = victims_hint(case, want[:k])
+        assert hint.endswith(f"your answer stops before {victim}"), hint
+        for other in unserved_ids(case):  # another victim in its place
+            if other != victim:
+                hint = victims_hint(case, [*want[:k], other, *want[k + 1:]])
+                assert f"{victim}" in hint and f", not {other} (" in hint, hint
+    for extra in set(unserved_ids(case)) - set(want):  # one victim too many
+        hint = victims_hint(case, [*want, extra])
+        assert f"everyone fits, so {extra} stays" in hint, hint
+
+
+def shared_pools():
+    """Every pool of copy_on_write's grid whose last block is shared, with a
+    block free: where a copy is made."""
+    for refs, free, table, want, state, _hint in lab07._cow_cases():
+        if want not in (None, lab07.RAISES):
+            yield refs, free, table, want, state
+
+
+def mistakes(refs, free, table, want, state):
+    """(the learner's return, the pool after it, a phrase its hint must hold)
+    for each mistake that can be made in this pool."""
+    (old, new), (w_refs, w_free, w_table) = want, state
+    n = refs[old]
+
+    def pool(refs=w_refs, free=w_free, table=w_table):
+        return list(refs), list(free), list(table)
+
+    yield None, pool(refs, free, table), f"copies it into the first free block, {new}"
+    if len(free) > 1:
+        last = free[-1]
+        r = list(w_refs)
+        r[new], r[last] = 0, 1
+        yield (old, last), pool(r, free[:-1], [*table[:-1], last]), "the last free block was taken"
+    yield (old, new), pool(table=table), f"the table's last entry still reads {old}"
+    if n > 2:
+        yield (old, new), pool([1 if i == old else c for i, c in enumerate(w_refs)]), \
+            f"count went to 1 ({n} -> 1)"
+    yield (old, new), pool([n if i == old else c for i, c in enumerate(w_refs)]), \
+        f"block {old}'s count is {n}"
+    yield (old, new), pool([2 if i == new else c for i, c in enumerate(w_refs)]), \
+        f"the copy, block {new}, has ref count 2"
+    yield (old, new), pool(free=free), f"free_blocks loses its head, block {new}"
+    yield (new, old), pool(), f"({old}, {new}), the block copied from first"
+    yield old, pool(), f"return (source, destination) = ({old}, {new})"
+
+
+def test_each_copy_on_write_mistake_is_named():
+    pools = list(shared_pools())
+    assert len(pools) >= 38  # the grid: tables of 1-3 blocks, 2 or 3 sharers, 1-3 free
+    for refs, free, table, want, state in pools:
+        for got, after, phrase in mistakes(refs, free, table, want, state):
+            hint = lab07._cow_mistake(refs, free, table, got, after)
+            assert phrase in hint, (refs, free, table, got, after, hint)
+
+
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
+@pytest.mark.parametrize("wrong", WRONG[("lab06", "choose_victims")] + WRONG[("lab07",
+                                                                            "copy_on_write")],
+                         ids=lambda f: f.__name__)
+def test_the_catalogued_wrong_answers_fail_with_a_whole_hint(wrong, language):
+    check = (lab06.check_choose_victims if wrong in WRONG[("lab06", "choose_victims")]
+             else lab07.check_copy_on_write)
+    pagedkit.set_language(language)
+    try:
+        result = check(wrong)
+    finally:
+        pagedkit.set_language("en")
+    assert not result.passed
+    assert ("Hint:" in result.message or "提示" in result.message), result.message
+    assert "{" not in result.message.split("Hint:")[-1], result.message
+
+
+def test_a_catalogued_mistake_is_named_not_the_case():
+    """Two of the catalogue's: the old block's count set to 1 (right only for
+    two sharers) and the last free block taken."""
+    message = lab07.check_copy_on_write(WRONG[("lab07", "copy_on_write")][0]).message
+    assert "the last free block was taken" in message, message
+    sets_one = next(w for w in WRONG[("lab07", "copy_on_write")]
+                    if w.__name__ == "cow_sets_the_old_block_to_one")
+    assert "count went to 1 (3 -> 1)" in lab07.check_copy_on_write(sets_one).message
