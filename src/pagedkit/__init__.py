@@ -23,6 +23,7 @@ _LAZY = {
     "KVCacheTooSmallWarning": "pagedkit.engine",
     "TextPrompt": "pagedkit.inputs",
     "TokensPrompt": "pagedkit.inputs",
+    "PromptType": "pagedkit.inputs",
 }
 
 from .i18n import get_language, set_language  # noqa: E402  (no torch: cheap)

@@ -1,4 +1,4 @@
-"""vLLM's prompt types: `TextPrompt` and `TokensPrompt`.
+"""vLLM's prompt types: `TextPrompt`, `TokensPrompt` and `PromptType`.
 
 Like vLLM's, they are typed dicts: ``TokensPrompt(prompt_token_ids=[1, 2])``
 is the plain dict ``{"prompt_token_ids": [1, 2]}``, which `LLM.generate`
@@ -35,4 +35,8 @@ class TokensPrompt(_TokensOptions):
     prompt_token_ids: list[int]
 
 
-__all__ = ["TextPrompt", "TokensPrompt"]
+#: One prompt in any form `LLM.generate` takes (vLLM's ``PromptType``, text-only part):
+#: text, or either typed dict.
+PromptType = str | TextPrompt | TokensPrompt
+
+__all__ = ["PromptType", "TextPrompt", "TokensPrompt"]

@@ -225,10 +225,11 @@ def test_beam_search_prompt_errors_name_the_prompt_as_generate_does(prompts, who
 CALL_ARGS_OK = [("lora_request", None), ("lora_request", [None, None]), ("priority", 0),
                 ("priority", None), ("priority", [0, 0]), ("tokenization_kwargs", None),
                 ("tokenization_kwargs", {}), ("mm_processor_kwargs", None),
-                ("mm_processor_kwargs", {})]
+                ("mm_processor_kwargs", {}),
+                # newcomer 32: vLLM 0.32's default policy 'fcfs' ignores any priority
+                ("priority", 1), ("priority", [5, -3]), ("priority", -2)]
 CALL_ARGS_REFUSED = [("lora_request", "my-adapter"), ("lora_request", [None, "a"]),
-                     ("priority", 1), ("priority", [0, 2]), ("priority", True),
-                     ("priority", 0.0), ("tokenization_kwargs", {"truncation": True}),
+                     ("tokenization_kwargs", {"truncation": True}),
                      ("mm_processor_kwargs", {"x": 1})]
 
 
@@ -263,12 +264,29 @@ def test_vllms_call_arguments_that_would_change_something_are_refused(llm, call,
 
 
 @pytest.mark.parametrize("name, value", [("lora_request", None), ("priority", 0),
-                                         ("tokenization_kwargs", None), ("trace_headers", None)])
+                                         ("priority", 7), ("tokenization_kwargs", None),
+                                         ("trace_headers", None)])
 def test_add_request_takes_vllms_arguments_that_change_nothing(name, value):
     engine = LLM("tiny", num_blocks=16).llm_engine
     engine.add_request("r", PROMPT, GREEDY, None, **{name: value})
     while engine.has_unfinished_requests():
         engine.step()
+
+
+@pytest.mark.parametrize("value", [True, 0.0, "high", [0, 1.5]])
+@pytest.mark.parametrize("call", ["generate", "chat", "add_request"])
+def test_a_priority_that_is_no_integer_is_refused_by_type(llm, call, value):
+    before = llm.llm_engine.memory_stats()
+    calls = {"generate": lambda: llm.generate([PROMPT, PROMPT], GREEDY, priority=value),
+             "chat": lambda: llm.chat([{"role": "user", "content": "Hi"}], GREEDY,
+                                      priority=value),
+             "add_request": lambda: llm.llm_engine.add_request("r", PROMPT, GREEDY,
+                                                               priority=value)}
+    with pytest.raises(TypeError) as info:
+        calls[call]()
+    assert "priority must be an integer or None: " in str(info.value)
+    assert str(info.value).endswith(f"got {value!r}")
+    assert llm.llm_engine.memory_stats() == before and not llm.llm_engine.groups
 
 
 @pytest.mark.parametrize("call, name", [("generate", "lora_requests"), ("generate", "tools"),

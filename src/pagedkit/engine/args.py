@@ -60,12 +60,12 @@ INT_ARGS: dict[str, tuple[int, bool, str]] = {
 
 #: vLLM's arguments of its calls (`LLM.generate`, `chat`, `beam_search`,
 #: `LLMEngine.add_request`) that change nothing in pagedkit at these values:
-#: name -> (accepted values, why the others are refused). A list (one per
-#: prompt, vLLM's form) is taken if every item is.
-VLLM_CALL_ARGS: dict[str, tuple[tuple[Any, ...], str]] = {
+#: name -> (accepted values, or "int" for any integer, and why the others are
+#: refused). A list (one per prompt, vLLM's form) is taken if every item is.
+VLLM_CALL_ARGS: dict[str, tuple[tuple[Any, ...] | str, str]] = {
     "lora_request": ((None,), "pagedkit serves no LoRA adapters"),
-    "priority": ((None, 0), "pagedkit's scheduler is first come, first served; vLLM's "
-                            "default scheduling_policy='fcfs' refuses a priority too"),
+    "priority": ("int", "an integer or None: pagedkit's scheduler is first come, first served "
+                        "and ignores it, as vLLM's default scheduling_policy='fcfs' does"),
     "tokenization_kwargs": ((None, {}), "prompts are tokenized with the tokenizer's defaults"),
     "mm_processor_kwargs": ((None, {}), "pagedkit's models read text only"),
     "trace_headers": ((None,), "pagedkit sends no traces"),
@@ -88,7 +88,11 @@ def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -
             raise TypeError(f"{caller} got an unexpected keyword argument {name!r}{hint}")
         accepted, why = VLLM_CALL_ARGS[name]
         items = value if isinstance(value, (list, tuple)) and name != "tools" else [value]
-        if not all(any(is_value(v, a) for a in accepted) for v in items):
+        if accepted == "int":
+            if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                       for v in items):
+                raise TypeError(f"{caller}: {name} must be {why}; got {value!r}")
+        elif not all(any(is_value(v, a) for a in accepted) for v in items):
             shown = " or ".join(map(repr, accepted))
             raise TypeError(f"{caller}: {name}={value!r} is vLLM's, not pagedkit's ({why}); "
                             f"pagedkit takes {name}={shown} only (docs/api.md, 'vLLM's call "

@@ -253,7 +253,7 @@ class LLM:
         ``"abort"``) and free their blocks. Their outputs would come with the
         engine's next step, to a caller who never asked for them: they are
         not reported."""
-        return sum(self.llm_engine.abort_request(request_id, report=False)
+        return sum(self.llm_engine.abort_request([request_id], report=False)
                    for request_id in request_ids)
 
 

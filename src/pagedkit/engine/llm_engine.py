@@ -344,7 +344,7 @@ class LLMEngine:
         if request_id in self.scheduler.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine (outputs and "
                              "abort_request name a request by its id, so each needs one of its "
-                             f"own); give another id, or abort_request({request_id!r}) first")
+                             f"own); give another id, or abort_request([{request_id!r}]) first")
         return self.check_prompt(prompt, params, who or f"request {request_id!r}")
 
     def check_prompt(self, prompt: str | SequenceLike[int], params: SamplingParams | None = None,
@@ -502,9 +502,20 @@ class LLMEngine:
         (finish reason ``"abort"``) comes with the next step, unless
         `report` is false (`LLM.generate` ending its own requests after a
         fault). False if it was not in the engine. A list of ids (vLLM's
-        form) aborts each: True if every one was in the engine."""
+        form) aborts each: True if every one was in the engine. One id of
+        several characters is taken too, with a warning: vLLM's
+        ``abort_request(request_ids: list[str])`` reads it as ids of one
+        character each, so the same line would abort nothing there."""
         if isinstance(request_id, (list, tuple)):
-            return all([self.abort_request(r, report=report) for r in request_id])
+            return all([self._abort(r, report) for r in request_id])
+        if isinstance(request_id, str) and len(request_id) > 1:
+            warn_at_caller(f"abort_request({request_id!r}): vLLM's abort_request takes a list "
+                           "of ids and reads a string as ids of one character each, so there "
+                           f"this aborts nothing; write abort_request([{request_id!r}]) to run "
+                           "on both (docs/api.md)")
+        return self._abort(request_id, report)
+
+    def _abort(self, request_id: str, report: bool) -> bool:
         group = self.scheduler.abort(str(request_id))
         if group is None:
             return False

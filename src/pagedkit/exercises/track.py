@@ -1235,7 +1235,7 @@ def _sources(name: str, value: Callable, piece: Callable, functions: dict[str, s
         raise TypeError(f"{piece.__name__} uses the notebook's {name!r}, {what}, which save "
                         f"cannot keep for the next labs: define it with def {name}(...) at "
                         "the top level of a cell")
-    source = textwrap.dedent(inspect.getsource(value))
+    source = textwrap.dedent(_source(value))
     # the def statement (as the notebook ran it), and every code in it
     codes = [compile(source, "<saved>", "exec", value.__code__.co_flags & _LAZY_ANNOTATIONS,
                      dont_inherit=True)]
@@ -1304,9 +1304,21 @@ def _constant(value: Any) -> str | None:
     return None
 
 
+def _source(fn: Callable) -> str:
+    """`fn`'s source, as `save` keeps it; a function with none to read (typed
+    at a prompt, piped into ``python -``) is refused, saying where to write it."""
+    try:
+        return inspect.getsource(fn)
+    except OSError as err:
+        raise ValueError(f"save cannot read {fn.__name__}'s source ({err}): a function typed at "
+                         "an interactive prompt or piped into python has no file to read it "
+                         "from; define it in a notebook cell or a .py file and save it from "
+                         "there; nothing saved") from err
+
+
 def _is_stub(fn: Callable) -> bool:
     """Is `fn` still the exercise's stub (its body ``raise NotImplementedError``)?"""
-    body = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0].body
+    body = ast.parse(textwrap.dedent(_source(fn))).body[0].body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
     return (len(body) == 1 and isinstance(body[0], ast.Raise)
@@ -1654,3 +1666,39 @@ def plugged(llm: Any, pieces: Pieces) -> Iterator[Any]:
         yield llm
     finally:
         unplug(llm)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pagedkit.exercises.track``: `check` the pieces saved so far
+    and print the verdict, outside a notebook. Exit status 0 when they serve
+    as pagedkit's own, 1 when one differs or none is saved."""
+    import argparse
+
+    from ..i18n.terminal import HelpFormatter
+
+    parser = argparse.ArgumentParser(
+        prog="python -m pagedkit.exercises.track", formatter_class=HelpFormatter,
+        description="The build track, outside a notebook: check the engine pieces you saved "
+                    "in labs 03-08 (track.save) beside pagedkit's own, on every setting "
+                    "lab 08's cell runs, and print the verdict. The pieces are read from "
+                    "~/.pagedkit/my_engine.py, or the file PAGEDKIT_TRACK names. "
+                    "docs/build_track.md explains the track.")
+    parser.parse_args(argv)
+    path = pieces_path()
+    if path is None:
+        print(_("the build track is off here (PAGEDKIT_TRACK is empty): nothing to check"))
+        return 1
+    print(_("your pieces: {path}").format(path=path))
+    run = check(load())
+    if run is None:
+        return 1
+    print(run)
+    return 0 if run.passed else 1
+
+
+if __name__ == "__main__":  # the imported module's main, not a second copy's
+    import sys
+
+    from pagedkit.exercises import track as _track
+
+    sys.exit(_track.main())
