@@ -102,29 +102,31 @@ DEMO_TOO_SMALL = [
     (["--max-tokens", "100000", "--num-blocks", "4"],
      "+ --max-tokens 100000 would pass the model's max_model_len of 2048 tokens, where generation "
      "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes 128 blocks of 16; "
-     "give --num-blocks 128 or more"),
+     "give --num-blocks 128 or more, or --max-tokens 52 or fewer"),
     (["--max-tokens", "2037", "--num-blocks", "64"],
      "+ --max-tokens 2037 would pass the model's max_model_len of 2048 tokens, where generation "
      "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes 128 blocks of 16; "
-     "give --num-blocks 128 or more"),
+     "give --num-blocks 128 or more, or --max-tokens 1012 or fewer"),
     (["--max-tokens", "3000", "--num-blocks", "4", "--block-size", "32"],
      "+ --max-tokens 3000 would pass the model's max_model_len of 2048 tokens, where generation "
      "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes 64 blocks of 32; "
-     "give --num-blocks 64 or more"),
+     "give --num-blocks 64 or more, or --max-tokens 116 or fewer"),
     (["--max-tokens", "100000", "-n", "3", "--num-blocks", "100"],
      "+ --max-tokens 100000 would pass the model's max_model_len of 2048 tokens, where generation "
      "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes 128 blocks of 16 "
-     "for each of the -n 3 completions: 384 blocks; give --num-blocks 384 or more"),
+     "for each of the -n 3 completions: 384 blocks; give --num-blocks 384 or more, or "
+     "--max-tokens 517 or fewer"),
     (["--max-tokens", "5000", "-n", "2", "--num-blocks", "4", "--block-size", "4"],
      "+ --max-tokens 5000 would pass the model's max_model_len of 2048 tokens, where generation "
      "stops anyway (at most 2036 new tokens); grown to 2048 tokens, it takes its 3 full blocks "
      "of 4 shared by the -n 2 completions, each with 509 of its own: 1021 blocks; give "
-     "--num-blocks 1021 or more"),
+     "--num-blocks 1021 or more, or --max-tokens 1 or fewer"),
     (["--max-tokens", "2036", "--num-blocks", "4"],
-     "+ --max-tokens 2036 takes 128 blocks of 16; give --num-blocks 128 or more"),
+     "+ --max-tokens 2036 takes 128 blocks of 16; give --num-blocks 128 or more, or "
+     "--max-tokens 52 or fewer"),
     (["--max-tokens", "40", "-n", "2", "--num-blocks", "4", "--block-size", "4"],
      "+ --max-tokens 40 takes its 3 full blocks of 4 shared by the -n 2 completions, each with "
-     "10 of its own: 23 blocks; give --num-blocks 23 or more"),
+     "10 of its own: 23 blocks; give --num-blocks 23 or more, or --max-tokens 1 or fewer"),
 ]
 
 
@@ -146,6 +148,16 @@ def test_demo_says_what_a_cache_too_small_needs_in_a_sentence_that_reads(capsys,
     args = demo._parser().parse_args(argv)
     for blocks, refused in [(advice - 1, True), (advice, False)]:
         args.num_blocks = blocks
+        if refused:
+            with pytest.raises(SystemExit):
+                demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
+        else:
+            demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
+    # newcomer 32: the other way out, fewer new tokens, is the most that fits
+    fewer = int(re.search(r"or --max-tokens (\d+) or fewer", said).group(1))
+    args = demo._parser().parse_args(argv)
+    for max_tokens, refused in [(fewer + 1, True), (fewer, False)]:
+        args.max_tokens = max_tokens
         if refused:
             with pytest.raises(SystemExit):
                 demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)

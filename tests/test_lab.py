@@ -820,3 +820,19 @@ def test_the_no_widget_state_help_says_what_the_flag_and_the_setting_do():
     text = " ".join(action.help.split())
     assert "take out the setting an earlier run wrote" in text
     assert "pictures" in text and "controls work once the cells run again" in text
+
+
+@pytest.mark.parametrize("typo, lab_file", [("premption", "06_preemption.ipynb"),
+                                            ("pagng", "03_paging.ipynb"),
+                                            ("kv cahce", "01_kv_cache.ipynb"),
+                                            ("contigous", "02_contiguous_waste.ipynb"),
+                                            ("shring", "07_sharing.ipynb")])
+def test_a_misspelt_lab_is_answered_with_the_closest(typo, lab_file):
+    """Newcomer 32: ``lab premption`` listed every lab without a suggestion."""
+    message = lab.unnamed_lab(ROOT / "labs", typo, [])
+    assert f"no lab {typo!r} in " in message and f"(did you mean {lab_file}?)" in message
+
+
+@pytest.mark.parametrize("name", ["zzz", "5x", "quantum"])
+def test_a_name_like_no_lab_gets_no_guess(name):
+    assert "did you mean" not in lab.unnamed_lab(ROOT / "labs", name, [])

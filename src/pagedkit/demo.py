@@ -114,9 +114,18 @@ def _check_blocks(parser: argparse.ArgumentParser, args: argparse.Namespace,
                   f"{own} blocks of {args.block_size} for each of the -n {args.n} completions: "
                   f"{needed} blocks" if args.n > 1 and sharing == needed else
                   f"{needed} blocks of {args.block_size}")
+        def fits(m: int) -> bool:  # --max-tokens m in --num-blocks
+            return blocks_to_serve(longest, min(longest + m, end), args.n, args.block_size,
+                                   cache_sets_max_model_len=True) <= args.num_blocks
+
+        low, high = 0, args.max_tokens  # the most new tokens that fit: fits(low) holds
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if fits(mid) else (low, mid - 1)
+        fewer = f", or --max-tokens {low} or fewer" if low >= 1 else ""
         english_error(parser, f"--num-blocks {args.num_blocks} is too small: the longest prompt "
                               f"({longest} tokens) {grows} takes {shared}; give --num-blocks "
-                              f"{needed} or more")
+                              f"{needed} or more{fewer}")
 
 
 def _block_option(message: str, args: argparse.Namespace) -> str:

@@ -31,6 +31,7 @@ it would have written.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.util
 import json
 import os
@@ -223,9 +224,24 @@ def unnamed_lab(labs: Path, name: str, could_be: list[str]) -> str:
         return (_("{lab!r} could be any of {matches}: give more of its name, or its number "
                   "(the labs: {names})")
                 .format(lab=name, matches=", ".join(could_be), names=names))
-    return (_("no lab {lab!r} in {folder}; name one by its number (03), name (03_paging), "
-              "title (Paging) or file (03_paging.ipynb): {names}")
-            .format(lab=name, folder=labs, names=names))
+    close = _closest_lab(sorted(labs.glob("*.ipynb")), name)
+    guess = _(" (did you mean {lab}?)").format(lab=close) if close else ""
+    return (_("no lab {lab!r} in {folder}{guess}; name one by its number (03), name "
+              "(03_paging), title (Paging) or file (03_paging.ipynb): {names}")
+            .format(lab=name, folder=labs, guess=guess, names=names))
+
+
+def _closest_lab(paths: list[Path], name: str) -> str | None:
+    """The lab whose name, or a word of it, is spelled closest to `name`
+    (``premption``: 06_preemption.ipynb), if any is close."""
+    words = {}
+    for path in paths:
+        parts = path.stem.split("_")[1:]
+        for form in [*parts, "_".join(parts)]:
+            words.setdefault(form, path.name)
+    match = difflib.get_close_matches(_words(Path(name).name.removesuffix(".ipynb")),
+                                      list(words), n=1, cutoff=0.75)
+    return words[match[0]] if match else None
 
 
 def copy_labs(root: Path, language: str = "en") -> tuple[list[str], list[str]]:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import functools
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ._validation import check_bool, check_int, check_number, is_value, warn_at_caller
 
@@ -113,7 +116,7 @@ class SamplingParams:
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1  # -1: no limit
+    top_k: int = 0  # 0 or -1: no limit (vLLM's default is 0)
     max_tokens: int | None = 16  # None: up to the model's length (vLLM's)
     min_tokens: int = 0
     seed: int | None = None  # -1: None, as vLLM
@@ -171,8 +174,6 @@ class SamplingParams:
         check_int("top_k", self.top_k)
         if self.top_k < -1:
             raise ValueError(f"top_k must be 0 or -1 (no limit) or >= 1, got {self.top_k}")
-        if self.top_k == 0:  # vLLM's "no limit"
-            object.__setattr__(self, "top_k", -1)
         if self.seed is not None:
             # stored as an int: torch.Generator.manual_seed refuses a numpy integer
             seed = check_int("seed", self.seed)
@@ -325,19 +326,29 @@ class BeamSearchParams:
             check_bool(name, getattr(self, name))
 
 
-def _init_taking_vllm_options(init):
-    """`SamplingParams`' dataclass ``__init__``, taking vLLM's other options
-    by name (`check_vllm_only_options`) before the fields."""
+def _init_naming_options(init, vllm_only_options: Mapping = MappingProxyType({})):
+    """A params class's dataclass ``__init__`` that refuses a name it does not
+    take with the closest one it does (``temprature``: "did you mean
+    'temperature'?"), and takes vLLM's other options by name
+    (`check_vllm_only_options`) before the fields."""
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        vllm_only = {k: kwargs.pop(k) for k in list(kwargs) if k in VLLM_ONLY_OPTIONS}
+        takes = [f.name for f in dataclasses.fields(self)]
+        for name in kwargs:
+            if name not in takes and name not in vllm_only_options:
+                match = difflib.get_close_matches(name, [*takes, *vllm_only_options], n=1)
+                hint = f" (did you mean {match[0]!r}?)" if match else ""
+                raise TypeError(f"{type(self).__name__} got an unexpected keyword argument "
+                                f"{name!r}{hint}")
+        vllm_only = {k: kwargs.pop(k) for k in list(kwargs) if k in vllm_only_options}
         check_vllm_only_options(vllm_only)
         init(self, *args, **kwargs)
 
     return __init__
 
 
-SamplingParams.__init__ = _init_taking_vllm_options(SamplingParams.__init__)
+SamplingParams.__init__ = _init_naming_options(SamplingParams.__init__, VLLM_ONLY_OPTIONS)
+BeamSearchParams.__init__ = _init_naming_options(BeamSearchParams.__init__)
 
 
 def _refuse_assignment(self, name: str, value: object) -> None:

@@ -57,3 +57,30 @@ def test_prompt_type_is_vllms_name_for_one_prompt():
 
     assert PromptType is at_vllms_path
     assert set(PromptType.__args__) == {str, TextPrompt, TokensPrompt}
+
+
+@pytest.mark.parametrize("cls, kwargs, closest", [
+    ("SamplingParams", {"temprature": 0.5}, "temperature"),
+    ("SamplingParams", {"max_token": 3}, "max_tokens"),
+    ("SamplingParams", {"stop_token_id": [2]}, "stop_token_ids"),
+    ("SamplingParams", {"logprob": 1}, "logprobs"),
+    ("SamplingParams", {"presense_penalty": 0.0}, "presence_penalty"),
+    ("BeamSearchParams", {"beam_width": 2, "max_tokens": 3, "lenght_penalty": 1.0},
+     "length_penalty"),
+])
+def test_a_misspelt_option_is_refused_with_the_closest_name(cls, kwargs, closest):
+    """Newcomer 32: SamplingParams(temprature=...) was Python's bare TypeError,
+    where LLM and EngineArgs name the closest argument."""
+    import pagedkit
+
+    typo = next(k for k in kwargs if k not in ("beam_width", "max_tokens"))
+    with pytest.raises(TypeError) as info:
+        getattr(pagedkit, cls)(**kwargs)
+    assert str(info.value) == (f"{cls} got an unexpected keyword argument {typo!r} "
+                               f"(did you mean {closest!r}?)")
+
+
+def test_an_option_like_none_is_refused_without_a_guess():
+    with pytest.raises(TypeError, match=r"^SamplingParams got an unexpected keyword argument "
+                                        r"'zzzqqq'$"):
+        SamplingParams(zzzqqq=1)

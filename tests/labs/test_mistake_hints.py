@@ -110,3 +110,53 @@ def test_a_catalogued_mistake_is_named_not_the_case():
     sets_one = next(w for w in WRONG[("lab07", "copy_on_write")]
                     if w.__name__ == "cow_sets_the_old_block_to_one")
     assert "count went to 1 (3 -> 1)" in lab07.check_copy_on_write(sets_one).message
+
+
+def test_each_wrong_admission_is_told_where_it_parts_from_the_walk():
+    """Lab 05's admit, as the build track holds a plugged-in one on every call
+    (`lab05.admit_mistake`) and as its check tells a grid case: newcomer 32
+    was told first come, first served where no seat was left."""
+    from pagedkit.exercises import lab05
+
+    fcfs = "first come, first served"
+    parting = lab05._admit_parting  # admit_mistake's text, unless the answer is the other
+    #                                   chunked mode's (which it names first)
+
+    for case in lab05.admit_grid():
+        args, kw = case.args, case.kwargs
+        waiting = args[0]
+        want, why, head_stopped = lab05._admit_walk(*args, **kw)
+        assert (fcfs in lab05._admit_hint(*args, **kw)) == head_stopped, case
+        for k, (rid, take) in enumerate(want):
+            hint = parting(want[:k], *args, **kw)
+            assert hint.endswith("your answer stops before it") and repr(rid) in hint, hint
+            hint = parting([*want[:k], (rid, take + 1), *want[k + 1:]], *args, **kw)
+            assert f"{rid!r} takes {take} tokens" in hint or "chunked prefill" in hint, hint
+        if len(want) < len(waiting):
+            rid = waiting[len(want)][0]  # the head the walk stops at, admitted anyway
+            hint = parting([*want, (rid, waiting[len(want)][1])], *args, **kw)
+            assert why in hint and (fcfs in hint) == False, hint  # noqa: E712
+            if len(want) + 1 < len(waiting):  # one behind the head, taken past it
+                behind = waiting[len(want) + 1][0]
+                hint = parting([*want, (behind, 1)], *args, **kw)
+                assert why in hint and (fcfs in hint) == head_stopped, hint
+
+
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
+def test_attention_over_the_whole_padded_table_is_told_the_table_is_padded(language):
+    """Newcomer 32: lab 04's gather_kv told a whole-table read that the table
+    is padded; paged_decode_attention, for the same mistake, only showed the
+    IndexError."""
+    from pagedkit.exercises import lab04
+
+    def whole_table(query, k_cache, v_cache, block_table, context_len):
+        keys = k_cache[block_table].reshape(-1, *k_cache.shape[2:])[:context_len]
+        return query + 0 * keys.sum()
+
+    pagedkit.set_language(language)
+    try:
+        message = lab04.check_paged_decode_attention(whole_table).message
+        padded = lab04._padding_hint(IndexError(), "context_len")
+    finally:
+        pagedkit.set_language("en")
+    assert "IndexError" in message and padded in message and "ceil(context_len /" in padded

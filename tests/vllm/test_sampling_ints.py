@@ -48,7 +48,6 @@ DIFFERENT = {
     ("stop_token_ids", "-1"): "refused when built (vLLM refuses it when the request is added)",
     ("stop_token_ids", "-2"): "refused when built (vLLM refuses it when the request is added)",
     **{(f, "np.int64(5)"): _NUMPY for f in ("n", "top_k", "stop_token_ids")},
-    ("top_k", "0"): "vLLM's 0 (no limit) is stored as pagedkit's -1",
 }
 
 
@@ -100,13 +99,13 @@ def test_the_listed_differences_are_differences():
 
 def test_pagedkit_refuses_rather_than_takes_otherwise():
     """Where the two differ, pagedkit refuses (never takes a value to mean
-    something vLLM does not), but for numpy integers and top_k=0."""
+    something vLLM does not), but for numpy integers."""
     from pagedkit import SamplingParams
 
     ours = outcomes(SamplingParams)
     taken = {k for k in DIFFERENT if ours[f"{k[0]}={k[1]}"][0] == "taken"}
     assert taken == {("n", "np.int64(5)"), ("top_k", "np.int64(5)"),
-                     ("stop_token_ids", "np.int64(5)"), ("top_k", "0")}
+                     ("stop_token_ids", "np.int64(5)")}
 
 
 @pytest.mark.vllm

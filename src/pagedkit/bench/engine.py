@@ -365,7 +365,9 @@ def run_hf_static(model, work: Workload, batch_size: int, pad_id: int,
         progress(sum(outs))
     end, cpu_end = _clocks()
     return Result("hf_static", end - start, work.num_output_tokens, statistics.mean(ttft),
-                  statistics.median(ttft), held / reserved, note=f"batches of {batch_size}",
+                  statistics.median(ttft), held / reserved,
+                  note=(f"batches of {batch_size}" if batch_size < len(work.prompts) else
+                        f"one batch of {len(work.prompts)} (batch size {batch_size})"),
                   cpu_seconds=cpu_end - cpu), tokens
 
 

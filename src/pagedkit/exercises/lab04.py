@@ -178,11 +178,13 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
     return body()
 
 
-def _padding_hint(err: Exception) -> str:
-    """The hint for an IndexError, on any case: every table has padding."""
+def _padding_hint(err: Exception, count: str = "num_tokens") -> str:
+    """The hint for an IndexError, on any case: every table has padding.
+    `count` names the argument that holds the sequence's length."""
     if isinstance(err, IndexError):
-        return _("the table is padded past the sequence's last block with ids outside the "
-                 "cache; read only the ceil(num_tokens / block_size) blocks that hold its tokens")
+        return (_("the table is padded past the sequence's last block with ids outside the "
+                  "cache; read only the ceil({count} / block_size) blocks that hold its tokens")
+                .format(count=count))
     return ""
 
 
@@ -248,7 +250,8 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
             got, failed = call_learner(name, paged_decode_attention, call, query.clone(),
                                        ex.k_cache.clone(), ex.v_cache.clone(),
                                        ex.block_table.clone(), n, hint=label,
-                                       elsewhere=_decode_calls(cases, skip=seed))
+                                       elsewhere=_decode_calls(cases, skip=seed),
+                                       error_hint=lambda err: _padding_hint(err, "context_len"))
             if failed is not None:
                 return failed
             want = _sdpa(query, ex.key, ex.value)

@@ -14,7 +14,7 @@ from functools import cache
 from itertools import product
 
 from ..i18n import N_, _, join_clauses, ngettext
-from . import Case, CheckResult, check_function
+from . import Case, CheckResult, check_function, is_sequence
 from ._boundaries import Keywords, around, grid_cases
 
 __all__ = ["CHECKS", "check_admit", "check_finish_steps"]
@@ -131,19 +131,21 @@ ADMIT_CASES = [
 
 
 def _admit_walk(waiting, tokens, seats, blocks, block_size, chunked=False):
-    """The oracle: ``(admitted, why the walk stopped)``, the head of the queue
-    tried against each limit in turn."""
+    """The oracle: ``(admitted, why the walk stopped, whether the head of the
+    queue stopped it)``, the head tried against each limit in turn: the head
+    stops it when its own tokens or blocks do not fit (first come, first
+    served then holds back the rest), not when no seat or budget is left."""
     admitted = []
     for rid, prompt_len in waiting:
         if seats <= 0:
-            return admitted, _("no seat is left")
+            return admitted, _("no seat is left"), False
         if tokens <= 0:  # a group run whole past the budget leaves it below 0
-            return admitted, _("the step's token budget is spent")
+            return admitted, _("the step's token budget is spent"), False
         take = min(prompt_len, tokens) if chunked else prompt_len
         if take > tokens:
             return admitted, (_("{rid!r} needs all {prompt_len} of its tokens at once (no "
                                 "chunked prefill) and {tokens} are left in the budget")
-                                .format(rid=rid, prompt_len=prompt_len, tokens=tokens))
+                                .format(rid=rid, prompt_len=prompt_len, tokens=tokens)), True
         need = -(-take // block_size)
         if need > blocks:
             return admitted, (ngettext("{rid!r} needs ceil({take} / {block_size}) = {need} "
@@ -152,10 +154,10 @@ def _admit_walk(waiting, tokens, seats, blocks, block_size, chunked=False):
                                        "blocks for its {take} tokens and {blocks} are free",
                                        blocks)
                               .format(rid=rid, take=take, block_size=block_size, need=need,
-                                      blocks=blocks))
+                                      blocks=blocks)), True
         admitted.append((rid, take))
         tokens, seats, blocks = tokens - take, seats - 1, blocks - need
-    return admitted, _("every waiting request fits")
+    return admitted, _("every waiting request fits"), False
 
 
 def _admit_oracle(*args, **kwargs):
@@ -163,9 +165,45 @@ def _admit_oracle(*args, **kwargs):
 
 
 def _admit_hint(*args, **kwargs) -> str:
-    admitted, why = _admit_walk(*args, **kwargs)
+    """Why the walk admits what it does; the first-come rule only where the
+    head of the queue not fitting is why the others wait too."""
+    admitted, why, head_stopped = _admit_walk(*args, **kwargs)
     after = _("after {n} admitted, ").format(n=len(admitted)) if admitted else ""
-    return join_clauses([after + why, _(_FCFS)])
+    return join_clauses([after + why, _(_FCFS)] if head_stopped else [after + why])
+
+
+def _admit_parting(got, waiting, tokens, seats, blocks, block_size, chunked=False) -> str:
+    """Where `got`, a wrong list of ``(request_id, tokens)``, parts from the
+    walk: a request admitted past where the walk stops, one the walk admits
+    that it left out, a request's tokens, or one taken ahead of the head of
+    the queue; '' for an answer of another shape."""
+    if not is_sequence(got) or not all(is_sequence(x) and len(x) == 2 for x in got):
+        return ""
+    got = [tuple(x) for x in got]
+    want, why, head_stopped = _admit_walk(waiting, tokens, seats, blocks, block_size, chunked)
+    k = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+             min(len(got), len(want)))
+    after = _("after {n} admitted, ").format(n=k) if k else ""
+    if k == len(want):  # admitted past the walk's stop
+        rid = got[k][0]
+        if head_stopped and k < len(waiting) and rid != waiting[k][0]:
+            return _("{after}{why}; {rule}").format(after=after, why=why, rule=_(_FCFS))
+        return (_("{after}{why}, so {rid!r} is not admitted this step")
+                .format(after=after, why=why, rid=rid))
+    rid, take = want[k]
+    if k == len(got):
+        return (_("{after}{rid!r} fits ({take} tokens, ceil({take} / {block_size}) blocks): "
+                  "your answer stops before it").format(after=after, rid=rid, take=take,
+                                                         block_size=block_size))
+    if got[k][0] != rid:
+        return (_("{after}the head of the queue, {rid!r}, comes next, not {got!r} ({rule})")
+                .format(after=after, rid=rid, got=got[k][0], rule=_(_FCFS)))
+    prompt_len = dict(waiting)[rid]
+    how = (_("with chunked prefill, its {prompt_len} tokens or the budget left, whichever "
+             "is less") if chunked else _("without chunked prefill, all {prompt_len} of its "
+                                          "tokens")).format(prompt_len=prompt_len)
+    return (_("{after}{rid!r} takes {take} tokens ({how}), not {got}")
+            .format(after=after, rid=rid, take=take, how=how, got=got[k][1]))
 
 
 def admit_mistake(got: list, waiting, tokens, seats, blocks, block_size, chunked=False) -> str:
@@ -181,7 +219,8 @@ def admit_mistake(got: list, waiting, tokens, seats, blocks, block_size, chunked
                   "(its first chunk)") if chunked else
                 _("that is the answer with chunked prefill: with chunked=False a prompt is "
                   "scheduled whole, and one longer than the budget left waits"))
-    return _admit_hint(waiting, tokens, seats, blocks, block_size, chunked)
+    return (_admit_parting(got, waiting, tokens, seats, blocks, block_size, chunked)
+            or _admit_hint(waiting, tokens, seats, blocks, block_size, chunked))
 
 
 def _admit_grid():
@@ -209,7 +248,16 @@ def check_admit(admit: Callable) -> CheckResult:
     -> ``[(request_id, tokens scheduled), ...]`` in admission order. The lab's
     cases first, then every small queue and limit around the boundaries
     (`admit_grid`)."""
-    return check_function("admit", admit, ADMIT_CASES + admit_grid())
+    return check_function("admit", admit, ADMIT_CASES + admit_grid(), diagnose=_grid_mistake)
+
+
+def _grid_mistake(_fn: Callable, case: Case, got: object) -> str:
+    """A grid case's wrong answer is told where it parts from the walk
+    (`admit_mistake`); the lab's own cases keep their written hints, each
+    naming the mistake the case is there to catch."""
+    if any(case is mine for mine in ADMIT_CASES):
+        return ""
+    return admit_mistake(got, *case.args, **case.kwargs)
 
 
 CHECKS = {

@@ -24,7 +24,7 @@ def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if params.min_p:  # keep tokens at least min_p times as likely as the best one
         probs = logits.softmax(-1)
         logits = logits.masked_fill(probs < probs.max() * params.min_p, float("-inf"))
-    if params.top_k != -1 and params.top_k < logits.numel():
+    if 0 < params.top_k < logits.numel():  # 0 and -1: no limit
         kth = torch.topk(logits, params.top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
