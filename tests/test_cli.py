@@ -382,7 +382,17 @@ def test_ctrl_c_is_a_word_and_status_130_not_a_traceback(command, capsys, monkey
 
 def test_every_scale_of_the_comparison_says_what_it_costs_and_means():
     assert set(sim_cli.SCALE_TIMES) == {"quick", "default", "full"}
-    assert "rough" in sim_cli.SCALE_TIMES["quick"]
+    assert "{rough}" in sim_cli.SCALE_TIMES["quick"] and "rough" in sim_cli.QUICK_ROUGH
+
+
+def test_the_quick_comparison_says_its_numbers_are_rough_under_its_table_too(capsys):
+    """Newcomer 32: the caution went to stderr before the table only, where a
+    reader of the table (or of stdout alone) missed it."""
+    assert cli(["simulate", "--scale", "quick", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    rough = sim_cli.QUICK_ROUGH
+    assert captured.out.rstrip().endswith(f"--scale quick: {rough}")
+    assert f"takes 3-50 s: {rough}" in captured.err
 
 
 def test_a_bad_language_in_the_environment_is_said_not_a_traceback(capsys, monkeypatch):

@@ -26,10 +26,12 @@ from .trace import DATASETS, load_trace, synthetic_trace
 #: (issue #26) and 1 min 31 s at load 5-7 (the sixth newcomer's run); the quick one
 #: 24 s at load 6-11 and 48 s at load 11-12 (/usr/bin/time), 3.1 s at load 1.3
 #: (2026-12-02); the full one's traces are an hour each.
+#: What --scale quick's numbers are worth: said before the run and under its table.
+QUICK_ROUGH = N_("its traces are short, so its numbers are rough (a rate ratio may read 1x "
+                 "where the default scale separates the managers); run the default scale to "
+                 "compare with the paper")
 SCALE_TIMES = {
-    "quick": N_("takes 3-50 s: its traces are short, so its numbers are rough (a rate "
-                "ratio may read 1x where the default scale separates the managers); run the "
-                "default scale to compare with the paper"),
+    "quick": N_("takes 3-50 s: {rough}"),
     "default": N_("took 1.5-5 minutes on a 2-core machine (the longer on a busy one); --scale "
                "quick runs the same experiments smaller in 3-50 s (noisier numbers)"),
     "full": N_("runs the paper's hour-long traces: many times the default's 1.5-5 minutes; "
@@ -130,13 +132,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.scale in SCALE_TIMES and not args.json:
         print((_("simulate: the paper comparison at --scale {scale} {how_long}")
-                .format(scale=args.scale, how_long=_(SCALE_TIMES[args.scale]))),
+                .format(scale=args.scale,
+                        how_long=_(SCALE_TIMES[args.scale]).format(rough=_(QUICK_ROUGH)))),
               file=sys.stderr, flush=True)
     report = compare(args.scale, seed=args.seed, progress=not (args.no_progress or args.json))
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         print(format_table(report, markdown=args.markdown))
+        if args.scale == "quick":  # the caution beside the numbers it is about, too
+            print(_("--scale quick: {rough}").format(rough=_(QUICK_ROUGH)))
     return 0
 
 
