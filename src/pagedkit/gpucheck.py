@@ -232,8 +232,9 @@ def _llama(device: torch.device, layers: int, dtype: torch.dtype):
 
 
 def _logits(model, prompt: list[int], tokens: list[int], attention: str) -> torch.Tensor:
-    """transformers' float32 logits at each generated position of ``prompt + tokens``
-    (teacher forcing: the model reads the tokens given, one forward pass)."""
+    """transformers' logits (in the model's dtype, returned as float32) at each
+    generated position of ``prompt + tokens`` (teacher forcing: the model reads
+    the tokens given, one forward pass)."""
     model.set_attn_implementation(attention)
     ids = torch.tensor([prompt + tokens], device=model.device)
     with torch.inference_mode():

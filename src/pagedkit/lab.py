@@ -240,7 +240,7 @@ def _closest_lab(paths: list[Path], name: str) -> str | None:
         for form in [*parts, "_".join(parts)]:
             words.setdefault(form, path.name)
     match = difflib.get_close_matches(_words(Path(name).name.removesuffix(".ipynb")),
-                                      list(words), n=1, cutoff=0.75)
+                                      list(words), n=1, cutoff=0.8)
     return words[match[0]] if match else None
 
 

@@ -333,7 +333,7 @@ def _init_naming_options(init, vllm_only_options: Mapping = MappingProxyType({})
     (`check_vllm_only_options`) before the fields."""
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        takes = [f.name for f in dataclasses.fields(self)]
+        takes = [f.name for f in dataclasses.fields(self) if f.init]
         for name in kwargs:
             if name not in takes and name not in vllm_only_options:
                 match = difflib.get_close_matches(name, [*takes, *vllm_only_options], n=1)

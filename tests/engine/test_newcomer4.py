@@ -7,6 +7,7 @@ import dataclasses
 import re
 import warnings
 
+import numpy as np
 import pytest
 
 from pagedkit import LLM, BeamSearchParams, KVCacheTooSmallWarning, SamplingParams
@@ -227,7 +228,8 @@ CALL_ARGS_OK = [("lora_request", None), ("lora_request", [None, None]), ("priori
                 ("tokenization_kwargs", {}), ("mm_processor_kwargs", None),
                 ("mm_processor_kwargs", {}),
                 # newcomer 32: vLLM 0.32's default policy 'fcfs' ignores any priority
-                ("priority", 1), ("priority", [5, -3]), ("priority", -2)]
+                ("priority", 1), ("priority", [5, -3]), ("priority", -2),
+                ("priority", np.int64(2))]
 CALL_ARGS_REFUSED = [("lora_request", "my-adapter"), ("lora_request", [None, "a"]),
                      ("tokenization_kwargs", {"truncation": True}),
                      ("mm_processor_kwargs", {"x": 1})]
@@ -284,7 +286,7 @@ def test_a_priority_that_is_no_integer_is_refused_by_type(llm, call, value):
                                                                priority=value)}
     with pytest.raises(TypeError) as info:
         calls[call]()
-    assert "priority must be an integer or None: " in str(info.value)
+    assert "priority must be an integer (not a bool) or None: " in str(info.value)
     assert str(info.value).endswith(f"got {value!r}")
     assert llm.llm_engine.memory_stats() == before and not llm.llm_engine.groups
 

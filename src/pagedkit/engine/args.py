@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import numbers
 from typing import Any
 
 from .._validation import is_value
@@ -64,8 +65,9 @@ INT_ARGS: dict[str, tuple[int, bool, str]] = {
 #: refused). A list (one per prompt, vLLM's form) is taken if every item is.
 VLLM_CALL_ARGS: dict[str, tuple[tuple[Any, ...] | str, str]] = {
     "lora_request": ((None,), "pagedkit serves no LoRA adapters"),
-    "priority": ("int", "an integer or None: pagedkit's scheduler is first come, first served "
-                        "and ignores it, as vLLM's default scheduling_policy='fcfs' does"),
+    "priority": ("int", "an integer (not a bool) or None: pagedkit's scheduler is first come, "
+                        "first served and ignores it, as vLLM's default scheduling_policy='fcfs' "
+                        "does"),
     "tokenization_kwargs": ((None, {}), "prompts are tokenized with the tokenizer's defaults"),
     "mm_processor_kwargs": ((None, {}), "pagedkit's models read text only"),
     "trace_headers": ((None,), "pagedkit sends no traces"),
@@ -89,7 +91,7 @@ def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -
         accepted, why = VLLM_CALL_ARGS[name]
         items = value if isinstance(value, (list, tuple)) and name != "tools" else [value]
         if accepted == "int":
-            if not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+            if not all(v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
                        for v in items):
                 raise TypeError(f"{caller}: {name} must be {why}; got {value!r}")
         elif not all(any(is_value(v, a) for a in accepted) for v in items):

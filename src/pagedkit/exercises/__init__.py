@@ -30,7 +30,7 @@ from ..i18n import N_, _, ngettext
 
 __all__ = ["EXPECTED_LATER", "GENERATOR_HINT", "NOT_WRITTEN", "Case", "CheckResult", "as_items",
            "call_learner", "check_function", "fresh", "function_name", "hint_text", "is_count",
-           "is_sequence", "not_written", "other_cases", "raised", "require_function",
+           "is_sequence", "not_written", "other_cases", "parting", "raised", "require_function",
            "same_items", "same_values", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
@@ -492,6 +492,15 @@ def _equal(got: Any, want: Any) -> bool:
         return bool(got == want)
     except (TypeError, ValueError, RuntimeError):  # say, an array compared with text
         return False
+
+
+def parting(got: list, want: list) -> int:
+    """Where the list `got` parts from `want`: the index of its first item that
+    is not `want`'s by `same_items`, else the shorter one's length (`got`
+    stops early, or goes on past `want`'s end). Lab 05's, 06's and 07's
+    checks say what a wrong answer did there."""
+    return next((i for i, (a, b) in enumerate(zip(got, want, strict=False))
+                 if not same_items(a, b)), min(len(got), len(want)))
 
 
 def same_items(got: Any, want: Any) -> bool:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from functools import cache
 from itertools import product
 
-from ..i18n import N_, _, join_clauses, ngettext
-from . import Case, CheckResult, check_function, is_sequence
+from ..i18n import N_, _, join_clauses, join_names, ngettext
+from . import Case, CheckResult, check_function, is_sequence, parting, same_items
 from ._boundaries import Keywords, around, grid_cases
 
 __all__ = ["CHECKS", "check_admit", "check_finish_steps"]
@@ -164,29 +164,43 @@ def _admit_oracle(*args, **kwargs):
     return _admit_walk(*args, **kwargs)[0]
 
 
+def _after(n: int) -> str:
+    """The words that place a step of the walk: after how many admitted."""
+    return _("after {n} admitted, ").format(n=n) if n else ""
+
+
 def _admit_hint(*args, **kwargs) -> str:
     """Why the walk admits what it does; the first-come rule only where the
     head of the queue not fitting is why the others wait too."""
     admitted, why, head_stopped = _admit_walk(*args, **kwargs)
-    after = _("after {n} admitted, ").format(n=len(admitted)) if admitted else ""
-    return join_clauses([after + why, _(_FCFS)] if head_stopped else [after + why])
+    why = _after(len(admitted)) + why
+    return join_clauses([why, _(_FCFS)] if head_stopped else [why])
 
 
 def _admit_parting(got, waiting, tokens, seats, blocks, block_size, chunked=False) -> str:
     """Where `got`, a wrong list of ``(request_id, tokens)``, parts from the
-    walk: a request admitted past where the walk stops, one the walk admits
-    that it left out, a request's tokens, or one taken ahead of the head of
-    the queue; '' for an answer of another shape."""
+    walk: an id that is not waiting, a request admitted past where the walk
+    stops, one the walk admits that it left out, a request's tokens, or one
+    taken out of queue order; '' for an answer of another shape."""
     if not is_sequence(got) or not all(is_sequence(x) and len(x) == 2 for x in got):
         return ""
     got = [tuple(x) for x in got]
+    ids = [rid for rid, _n in waiting]
+    stranger = next((rid for rid, _n in got if not any(same_items(rid, r) for r in ids)), None)
+    if stranger is not None:
+        return (_("{rid!r} is not waiting (the queue: {ids})")
+                .format(rid=stranger, ids=join_names(map(repr, ids)) or _("empty")))
+    for i, (rid, _n) in enumerate(got):
+        if any(same_items(rid, earlier) for earlier, _t in got[:i]):
+            return _("{rid!r} is listed twice: a request is admitted once a step").format(rid=rid)
     want, why, head_stopped = _admit_walk(waiting, tokens, seats, blocks, block_size, chunked)
-    k = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
-             min(len(got), len(want)))
-    after = _("after {n} admitted, ").format(n=k) if k else ""
+    k = parting(got, want)
+    if k == len(got) == len(want):  # every pair alike, the answer not: its container
+        return ""
+    after = _after(k)
     if k == len(want):  # admitted past the walk's stop
         rid = got[k][0]
-        if head_stopped and k < len(waiting) and rid != waiting[k][0]:
+        if head_stopped and not same_items(rid, waiting[k][0]):
             return _("{after}{why}; {rule}").format(after=after, why=why, rule=_(_FCFS))
         return (_("{after}{why}, so {rid!r} is not admitted this step")
                 .format(after=after, why=why, rid=rid))
@@ -195,14 +209,14 @@ def _admit_parting(got, waiting, tokens, seats, blocks, block_size, chunked=Fals
         return (_("{after}{rid!r} fits ({take} tokens, ceil({take} / {block_size}) blocks): "
                   "your answer stops before it").format(after=after, rid=rid, take=take,
                                                          block_size=block_size))
-    if got[k][0] != rid:
-        return (_("{after}the head of the queue, {rid!r}, comes next, not {got!r} ({rule})")
-                .format(after=after, rid=rid, got=got[k][0], rule=_(_FCFS)))
+    if not same_items(got[k][0], rid):
+        return (_("{after}the head of the queue, {rid!r}, comes next, not {got!r}: requests "
+                  "are admitted in queue order").format(after=after, rid=rid, got=got[k][0]))
     prompt_len = dict(waiting)[rid]
     how = (_("with chunked prefill, its {prompt_len} tokens or the budget left, whichever "
              "is less") if chunked else _("without chunked prefill, all {prompt_len} of its "
                                           "tokens")).format(prompt_len=prompt_len)
-    return (_("{after}{rid!r} takes {take} tokens ({how}), not {got}")
+    return (_("{after}{rid!r} takes {take} tokens ({how}), not {got!r}")
             .format(after=after, rid=rid, take=take, how=how, got=got[k][1]))
 
 

@@ -13,8 +13,8 @@ from fractions import Fraction
 from functools import cache
 from itertools import product
 
-from ..i18n import N_, _, join_clauses
-from . import Case, CheckResult, check_function, is_sequence
+from ..i18n import N_, _, join_clauses, join_names
+from . import Case, CheckResult, check_function, is_sequence, parting, same_items
 from ._boundaries import around, grid_cases
 from ._count_notes import one_count
 
@@ -248,15 +248,22 @@ def _victims_hint(running, free_blocks) -> str:
 
 
 def _victims_mistake(_fn: Callable, case: Case, got: object) -> str:
-    """Where `got`, a wrong list of victims, parts from the walk: the walk up
-    to there, then the step it got wrong (another victim, stopping early, or
-    preempting once everyone fits); '' for an answer that is no list of ids."""
+    """Where `got`, a wrong list of victims, parts from the walk: an id that is
+    not running or is listed twice, else the walk up to there and the step it
+    got wrong (another victim, stopping early, or preempting when nobody else
+    needs to be); '' for an answer that is no list."""
     if not is_sequence(got):
         return ""
-    got = list(got)
-    want, story, at = _victims_walk(*case.args)
-    k = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
-             min(len(got), len(want)))
+    got, (running, free_blocks) = list(got), case.args
+    ids = [rid for rid, _need, _held in running]
+    for i, rid in enumerate(got):
+        if not any(same_items(rid, r) for r in ids):
+            return (_("{rid!r} is not running (the running requests: {ids})")
+                    .format(rid=rid, ids=join_names(ids) or _("none")))
+        if any(same_items(rid, earlier) for earlier in got[:i]):
+            return _("{rid!r} is listed twice: a request is preempted once").format(rid=rid)
+    want, story, at = _victims_walk(running, free_blocks)
+    k = parting(got, want)
     if k < len(want):
         done = story[:at[k]]
         step = (_("{done}; then {step}").format(done=join_clauses(done), step=story[at[k]])
@@ -265,9 +272,11 @@ def _victims_mistake(_fn: Callable, case: Case, got: object) -> str:
             return (_("{step}, not {got} ({rule})")
                     .format(step=step, got=got[k], rule=_(_NEWEST)))
         return _("{step}: your answer stops before {victim}").format(step=step, victim=want[k])
-    walk = join_clauses(story) if story else _("nobody running")
-    return (_("{walk}: everyone fits, so {extra} stays; preempt only while a request needs "
-              "MORE blocks than are free").format(walk=walk, extra=got[k]))
+    if k == len(got):
+        return ""
+    return (_("{walk}: nobody else needs to be preempted, so {extra} stays; preempt only while "
+              "a request needs MORE blocks than are free")
+            .format(walk=join_clauses(story), extra=got[k]))
 
 
 @cache

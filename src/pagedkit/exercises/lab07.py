@@ -22,6 +22,7 @@ from . import (
     check_function,
     fresh,
     function_name,
+    is_count,
     is_sequence,
     not_written,
     require_function,
@@ -165,18 +166,31 @@ def _cow_hint(ref_counts, free_blocks, table) -> str:
     return f"{owner}; {pool}"
 
 
+def _counts(values: object) -> list[int] | None:
+    """`values` as a list of plain ints if it is a sequence of counts, else None."""
+    if not is_sequence(values) or not all(is_count(v) for v in values):
+        return None
+    return [int(v) for v in values]
+
+
 def _cow_mistake(ref_counts, free_blocks, table, got, after) -> str:
     """What `got`, a wrong answer to a pool whose last block is shared and a
     block is free, and the pool `after` the call got wrong: the first of the
     block taken, the table, the two counts, the free list, the return value;
-    '' where the pool changed in another way (the case's hint then speaks)."""
-    refs, free, new_table = after
-    last, first, n = table[-1], free_blocks[0], ref_counts[table[-1]]
-    if len(refs) != len(ref_counts) or len(new_table) != len(table):
+    '' where the answer or the pool is not made of block ids and counts, or
+    changed in another way (the case's hint then speaks)."""
+    refs, free, new_table = (_counts(part) for part in after)
+    pair = _counts(got) if is_sequence(got) else []  # None, a number: no pair returned
+    if (refs is None or free is None or new_table is None or pair is None
+            or len(refs) != len(ref_counts) or len(new_table) != len(table)):
         return ""
+    last, first, n = table[-1], free_blocks[0], ref_counts[table[-1]]
+    if new_table[-1] != last and new_table[-1] not in free_blocks:
+        return (_("the table's last entry reads {entry}, which is no free block: the copy goes "
+                  "to the first free block, {first}").format(entry=new_table[-1], first=first))
     copy = new_table[-1] if new_table[-1] != last else None
-    if copy is None and is_sequence(got) and len(got) == 2 and got[1] in free_blocks:
-        copy = got[1]  # returned the block it took, left the table
+    if copy is None and len(pair) == 2 and pair[1] in free_blocks:
+        copy = pair[1]  # returned the block it took, left the table
     if copy is None:
         return (_("block {last} has ref count {n}: {others} other sequence(s) read it too, so "
                   "this sequence copies it into the first free block, {first}, and writes there")
@@ -204,10 +218,10 @@ def _cow_mistake(ref_counts, free_blocks, table, got, after) -> str:
             r for i, r in enumerate(ref_counts) if i not in (last, first)]:
         return (_("only blocks {last} and {first} change their counts")
                 .format(last=last, first=first))
-    if list(free) != list(free_blocks[1:]):
+    if free != list(free_blocks[1:]):
         return (_("free_blocks loses its head, block {first}, and nothing else: {left}")
                 .format(first=first, left=list(free_blocks[1:])))
-    if is_sequence(got) and list(got) == [first, last]:
+    if pair == [first, last]:
         return (_("the pair is (source, destination): ({last}, {first}), the block copied from "
                   "first").format(last=last, first=first))
     return (_("return (source, destination) = ({last}, {first}): the shared block, then its "
@@ -260,7 +274,7 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
             except NotImplementedError as err:
                 return not_written(name, fn, err)
             except Exception:
-                if args != (ref_counts, free_blocks, table):
+                if not same_items(args, (ref_counts, free_blocks, table)):
                     return CheckResult(name, False, _("{call} raised, but changed the pool first: "
                                                       "ref_counts={ref_counts}, table={table}.  "
                                                       "Hint: check for a free block before "
@@ -281,11 +295,11 @@ def check_copy_on_write(fn: Callable) -> CheckResult:
         if failed is not None:
             return failed
         if want is not None and (not same_items(got, want)
-                                 or args != (want_refs, want_free, want_table)):
+                                 or not same_items(args, (want_refs, want_free, want_table))):
             hint = _cow_mistake(ref_counts, free_blocks, table, got, args) or hint
         if not same_items(got, want):
             return wrong_answer(name, call, got, want, hint, none_is_an_answer=True)
-        if args != (want_refs, want_free, want_table):
+        if not same_items(args, (want_refs, want_free, want_table)):
             return CheckResult(
                 name, False,
                 _("after {call}: ref_counts={got_refs}, free_blocks={got_free}, "
