@@ -836,3 +836,20 @@ def test_a_misspelt_lab_is_answered_with_the_closest(typo, lab_file):
 @pytest.mark.parametrize("name", ["zzz", "5x", "quantum"])
 def test_a_name_like_no_lab_gets_no_guess(name):
     assert "did you mean" not in lab.unnamed_lab(ROOT / "labs", name, [])
+
+
+@pytest.mark.parametrize("name, said", [("pagin", "'pagin' is 03_paging.ipynb"),
+                                        ("When memory runs out",
+                                         "'When memory runs out' is 06_preemption.ipynb"),
+                                        ("03", None), ("3", None), ("03_paging", None),
+                                        ("labs/03_paging.ipynb", None), ("4b", None)])
+def test_a_lab_named_by_a_word_or_title_says_which_it_opens(capsys, name, said):
+    """Newcomer 33: ``lab pagin`` (a typo that starts a word of 03's name)
+    opened 03_paging and started JupyterLab without a word; a number or the
+    lab's own name needs none."""
+    assert _run(["lab", name, "--print"]) == 0
+    err = capsys.readouterr().err
+    if said:
+        assert f"lab: {said}\n" in err
+    else:
+        assert "lab: '" not in err

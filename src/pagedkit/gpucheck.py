@@ -379,9 +379,15 @@ def run(device: torch.device, quick: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"{PROG} gpucheck",
-                                     description=__doc__.split("\n\n")[0].replace("``", ""),
-                                     formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=f"{PROG} gpucheck", description=__doc__.split("\n\n")[0].replace("``", ""),
+        epilog="It checks the compiled Triton kernels against a float64 oracle (bfloat16, "
+               "float16, float32; GQA/MQA; window, softcap, sinks), times them against SDPA "
+               "on a contiguous cache, and serves a random Llama-3.2-1B-sized model against "
+               "transformers' generate (float32: token for token; bfloat16: each token within "
+               "rounding). 76 s on an H200 (docs/kernels.md). Exit status 0: all passed; 1: a "
+               "check failed; 2: no CUDA GPU.",
+        formatter_class=HelpFormatter)
     parser.add_argument("--json", metavar="PATH", type=writable_file,
                         help="also write the report here as JSON")
     parser.add_argument("--quick", action="store_true",

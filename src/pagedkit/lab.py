@@ -510,6 +510,9 @@ def _open(parser: argparse.ArgumentParser, root: Path, args: argparse.Namespace,
     found, could_be = find_lab(labs, args.lab)
     if found is None:
         parser.error(unnamed_lab(labs, args.lab, could_be))
+    given, stem = Path(args.lab).name.removesuffix(".ipynb"), found.removesuffix(".ipynb")
+    if given != stem and given.lstrip("0") != stem.split("_")[0].lstrip("0"):
+        print(_("lab: {name!r} is {lab}").format(name=args.lab, lab=found), file=sys.stderr)
     args.lab = found
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     argv_ = command(root, args.lab, as_root=as_root, extra=extra, language=args.lang)

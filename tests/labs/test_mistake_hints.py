@@ -34,7 +34,7 @@ def wrong_lists_are_told(case):
         for other in unserved_ids(case):  # another victim in its place
             if other not in want:
                 hint = victims_hint(case, [*want[:k], other, *want[k + 1:]])
-                assert f"{victim}" in hint and f", not {other} (" in hint, hint
+                assert f"{victim}" in hint and f", not {other}: " in hint, hint
     for extra in set(unserved_ids(case)) - set(want):  # one victim too many
         hint = victims_hint(case, [*want, extra])
         assert f"nobody else needs to be preempted, so {extra} stays" in hint, hint

@@ -269,7 +269,7 @@ def _victims_mistake(_fn: Callable, case: Case, got: object) -> str:
         step = (_("{done}; then {step}").format(done=join_clauses(done), step=story[at[k]])
                 if done else story[at[k]])
         if k < len(got):
-            return (_("{step}, not {got} ({rule})")
+            return (_("{step}, not {got}: {rule}")
                     .format(step=step, got=got[k], rule=_(_NEWEST)))
         return _("{step}: your answer stops before {victim}").format(step=step, victim=want[k])
     if k == len(got):
