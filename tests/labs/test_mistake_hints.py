@@ -208,3 +208,43 @@ def test_a_copy_into_a_block_that_is_not_free_is_named():
     hint = lab07._cow_mistake([2, 2, 0, 0, 0], [3, 2, 4], [0, 1], (1, 51),
                               ([2, 1, 0, 0, 0], [3, 2, 4], [0, 51]))
     assert hint.startswith("the table's last entry reads 51, which is no free block"), hint
+
+
+def _decode(scale=None, softmax_over_heads=False, drop_last=False, kv_head_0=False):
+    """Lab 04's paged_decode_attention with one of newcomer 33's mistakes."""
+    import math
+
+    from pagedkit.kernels.reference import gather_kv
+
+    def paged_decode_attention(query, k_cache, v_cache, block_table, context_len):
+        n = context_len - 1 if drop_last else context_len
+        k, v = gather_kv(k_cache, block_table, n), gather_kv(v_cache, block_table, n)
+        hq, d = query.shape
+        if kv_head_0:
+            k, v = k[:, :1].expand(-1, hq, -1), v[:, :1].expand(-1, hq, -1)
+        else:
+            group = hq // k.shape[1]
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        scores = (query[None] * k).sum(-1).T * (scale(d) if scale else 1 / math.sqrt(d))
+        weights = scores.softmax(0 if softmax_over_heads else -1)
+        return (weights[..., None] * v.transpose(0, 1)).sum(1)
+    return paged_decode_attention
+
+
+@pytest.mark.parametrize("mistake, advice", [
+    (dict(), None),
+    (dict(scale=lambda d: 1.0), "scale the scores by 1 / sqrt(head_dim) before the softmax"),
+    (dict(scale=lambda d: 1.0 / d), "scale the scores by 1 / sqrt(head_dim), not 1 / head_dim"),
+    (dict(softmax_over_heads=True), "take the softmax over the tokens"),
+    (dict(drop_last=True), "attend to all context_len cached tokens, not context_len - 1"),
+    (dict(kv_head_0=True), "query head h reads KV head h // (num_q_heads // num_kv_heads), not "
+                           "KV head 0"),
+])
+def test_lab04_decode_mistakes_are_named(mistake, advice):
+    """Newcomer 33: four of ten wrong attentions got the generic recipe."""
+    from pagedkit.exercises import lab04
+
+    result = lab04.check_paged_decode_attention(_decode(**mistake))
+    assert result.passed == (advice is None), result.message
+    if advice:
+        assert f"Hint: {advice}" in result.message, result.message

@@ -12,6 +12,7 @@ the un-paged K/V, never from the code under test.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
@@ -305,11 +306,34 @@ def _decode_hint(got, query: torch.Tensor, ex: PagedExample) -> str:
             return (_("  Hint: query head h reads KV head h // (num_q_heads // num_kv_heads): "
                     "consecutive query heads share a KV head. `repeat` tiles the heads "
                     "(0,1,0,1); `repeat_interleave` gives (0,0,1,1)"))
-    k = ex.key.repeat_interleave(group, dim=1).transpose(0, 1)
+    k = ex.key.repeat_interleave(group, dim=1).transpose(0, 1)  # [hq, n, d]
     v = ex.value.repeat_interleave(group, dim=1).transpose(0, 1)
-    unscaled = F.scaled_dot_product_attention(query[:, None], k, v, scale=1.0)[:, 0]
-    if torch.allclose(got.to(unscaled.dtype), unscaled, atol=1e-5):
-        return _("  Hint: scale the scores by 1 / sqrt(head_dim) before the softmax")
+    d = query.shape[-1]
+
+    def attend(keys, values, scale=None):
+        return F.scaled_dot_product_attention(query[:, None], keys, values, scale=scale)[:, 0]
+
+    scores = (query[:, None] * k).sum(-1) / math.sqrt(d)  # [hq, n]
+    mistakes = [  # (what that mistake gives, what to do instead)
+        (lambda: attend(k, v, scale=1.0),
+         N_("scale the scores by 1 / sqrt(head_dim) before the softmax")),
+        (lambda: attend(k, v, scale=1.0 / d),
+         N_("scale the scores by 1 / sqrt(head_dim), not 1 / head_dim")),
+        (lambda: (scores.softmax(0)[..., None] * v).sum(1),
+         N_("take the softmax over the tokens (the last axis of the scores), not over the "
+            "heads")),
+        (lambda: attend(k[:, :-1], v[:, :-1]) if k.shape[1] > 1 else None,
+         N_("attend to all context_len cached tokens, not context_len - 1: the new token's own "
+            "K/V is already in the cache, at position context_len - 1")),
+        (lambda: attend(ex.key[:, :1].expand(-1, hq, -1).transpose(0, 1),
+                        ex.value[:, :1].expand(-1, hq, -1).transpose(0, 1)) if hkv > 1 else None,
+         N_("query head h reads KV head h // (num_q_heads // num_kv_heads), not KV head 0 for "
+            "every query head")),
+    ]
+    for wrong, advice in mistakes:
+        out = wrong()
+        if out is not None and torch.allclose(got.to(out.dtype), out, atol=1e-5):
+            return _("  Hint: {advice}").format(advice=_(advice))
     return (_("  Hint: gather the K and V of the first context_len tokens (your gather_kv, or "
             "pagedkit.kernels.reference.gather_kv), then softmax(q . k / sqrt(head_dim)) over "
             "the tokens, weighted sum of v"))
