@@ -145,24 +145,16 @@ def test_demo_says_what_a_cache_too_small_needs_in_a_sentence_that_reads(capsys,
     from pagedkit.models import load_tiny_tokenizer
 
     advice = int(re.search(r"give --num-blocks (\d+) or more", said).group(1))
-    args = demo._parser().parse_args(argv)
-    for blocks, refused in [(advice - 1, True), (advice, False)]:
-        args.num_blocks = blocks
-        if refused:
-            with pytest.raises(SystemExit):
-                demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
-        else:
-            demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
     # newcomer 32: the other way out, fewer new tokens, is the most that fits
     fewer = int(re.search(r"or --max-tokens (\d+) or fewer", said).group(1))
-    args = demo._parser().parse_args(argv)
-    for max_tokens, refused in [(fewer + 1, True), (fewer, False)]:
-        args.max_tokens = max_tokens
-        if refused:
-            with pytest.raises(SystemExit):
-                demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
-        else:
+    for option, refused, served in [("num_blocks", advice - 1, advice),
+                                    ("max_tokens", fewer + 1, fewer)]:
+        args = demo._parser().parse_args(argv)
+        setattr(args, option, refused)
+        with pytest.raises(SystemExit):
             demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
+        setattr(args, option, served)
+        demo._check_blocks(demo._parser(), args, load_tiny_tokenizer(), 2048)
 
 
 def test_demo_shows_progress(capsys):
