@@ -46,6 +46,8 @@ def promised(message: str, value: object) -> bool:
     or "takes name=A or B only"."""
     if "must be True or False" in message:
         return isinstance(value, bool)
+    if "must be an integer (not a bool) or None" in message:  # priority: any, ignored
+        return value is None or (isinstance(value, int) and not isinstance(value, bool))
     least = re.search(r">= (-?\d+)", message)
     if least:
         if value is None:

@@ -286,8 +286,10 @@ def test_a_priority_that_is_no_integer_is_refused_by_type(llm, call, value):
                                                                priority=value)}
     with pytest.raises(TypeError) as info:
         calls[call]()
-    assert "priority must be an integer (not a bool) or None: " in str(info.value)
-    assert str(info.value).endswith(f"got {value!r}")
+    caller = {"generate": "LLM.generate()", "chat": "LLM.chat()",
+              "add_request": "LLMEngine.add_request()"}[call]
+    assert str(info.value).startswith(f"{caller}: priority={value!r} is refused: priority must "
+                                      "be an integer (not a bool) or None: ")
     assert llm.llm_engine.memory_stats() == before and not llm.llm_engine.groups
 
 

@@ -93,7 +93,7 @@ def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -
         if accepted == "int":
             if not all(v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
                        for v in items):
-                raise TypeError(f"{caller}: {name} must be {why}; got {value!r}")
+                raise TypeError(f"{caller}: {name}={value!r} is refused: {name} must be {why}")
         elif not all(any(is_value(v, a) for a in accepted) for v in items):
             shown = " or ".join(map(repr, accepted))
             raise TypeError(f"{caller}: {name}={value!r} is vLLM's, not pagedkit's ({why}); "
