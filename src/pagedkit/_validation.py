@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import collections.abc
+import difflib
 import enum
 import math
 import numbers
@@ -56,6 +57,14 @@ def _inside_pagedkit(frame: Any) -> bool:
     module = frame.f_globals.get("__name__", "")
     return (module == "pagedkit" or module.startswith("pagedkit.")
             or os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR))
+
+
+def did_you_mean(name: str, names: collections.abc.Iterable[str]) -> str:
+    """``" (did you mean 'temperature'?)"``: the one of `names` spelled closest
+    to a `name` that is not one of them, for a refusal to end with ('' when
+    none is close). The one wording of every "unexpected argument" message."""
+    match = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:

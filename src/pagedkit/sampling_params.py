@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import functools
 import math
@@ -12,7 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from ._validation import check_bool, check_int, check_number, is_value, warn_at_caller
+from ._validation import (
+    check_bool,
+    check_int,
+    check_number,
+    did_you_mean,
+    is_value,
+    warn_at_caller,
+)
 
 #: The least temperature above 0: vLLM raises smaller ones to it (the logits
 #: divided by less overflow float32).
@@ -336,10 +342,8 @@ def _init_naming_options(init, vllm_only_options: Mapping = MappingProxyType({})
         takes = [f.name for f in dataclasses.fields(self) if f.init]
         for name in kwargs:
             if name not in takes and name not in vllm_only_options:
-                match = difflib.get_close_matches(name, [*takes, *vllm_only_options], n=1)
-                hint = f" (did you mean {match[0]!r}?)" if match else ""
                 raise TypeError(f"{type(self).__name__} got an unexpected keyword argument "
-                                f"{name!r}{hint}")
+                                f"{name!r}{did_you_mean(name, [*takes, *vllm_only_options])}")
         vllm_only = {k: kwargs.pop(k) for k in list(kwargs) if k in vllm_only_options}
         check_vllm_only_options(vllm_only)
         init(self, *args, **kwargs)

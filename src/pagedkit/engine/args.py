@@ -11,12 +11,11 @@ message, so the error points at the line the user wrote.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import numbers
 from typing import Any
 
-from .._validation import is_value
+from .._validation import did_you_mean, is_value
 
 _ONE_DEVICE = "pagedkit runs one model on one device"
 _NO_GRAPHS = "pagedkit always runs eagerly (it captures no CUDA graphs)"
@@ -85,9 +84,8 @@ def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -
     `caller` does not take as Python would, with the closest it does."""
     for name, value in args.items():
         if name not in takes:
-            match = difflib.get_close_matches(name, takes, n=1)
-            hint = f" (did you mean {match[0]!r}?)" if match else ""
-            raise TypeError(f"{caller} got an unexpected keyword argument {name!r}{hint}")
+            raise TypeError(f"{caller} got an unexpected keyword argument {name!r}"
+                            f"{did_you_mean(name, takes)}")
         accepted, why = VLLM_CALL_ARGS[name]
         items = value if isinstance(value, (list, tuple)) and name != "tools" else [value]
         if accepted == "int":
@@ -131,8 +129,7 @@ def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _closest(name: str) -> str:
-    match = difflib.get_close_matches(name, [*engine_parameters(), *ONE_DEVICE_ARGS], n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+    return did_you_mean(name, [*engine_parameters(), *ONE_DEVICE_ARGS])
 
 
 def engine_parameters() -> dict[str, Any]:

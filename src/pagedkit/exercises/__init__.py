@@ -31,7 +31,7 @@ from ..i18n import N_, _, ngettext
 __all__ = ["EXPECTED_LATER", "GENERATOR_HINT", "NOT_WRITTEN", "Case", "CheckResult", "as_items",
            "call_learner", "check_function", "fresh", "function_name", "hint_text", "is_count",
            "is_sequence", "not_written", "other_cases", "parting", "raised", "require_function",
-           "same_items", "same_values", "stub_name", "wrong_answer"]
+           "same_items", "same_values", "stranger_or_repeat", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
 """English, as every message is written; `_(NOT_WRITTEN)` is what the learner reads."""
@@ -501,6 +501,20 @@ def parting(got: list, want: list) -> int:
     checks say what a wrong answer did there."""
     return next((i for i, (a, b) in enumerate(zip(got, want, strict=False))
                  if not same_items(a, b)), min(len(got), len(want)))
+
+
+def stranger_or_repeat(given: list, known: list) -> tuple[Any, bool] | None:
+    """An id of `given` that is not one of `known`, with False, else one that
+    `given` lists a second time, with True; None when each is known and
+    listed once (ids compared by `same_items`). Lab 05's admitted and lab 06's
+    preempted requests are named so before their order is read."""
+    for rid in given:
+        if not any(same_items(rid, r) for r in known):
+            return rid, False
+    for i, rid in enumerate(given):
+        if any(same_items(rid, earlier) for earlier in given[:i]):
+            return rid, True
+    return None
 
 
 def same_items(got: Any, want: Any) -> bool:

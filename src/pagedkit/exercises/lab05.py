@@ -14,7 +14,15 @@ from functools import cache
 from itertools import product
 
 from ..i18n import N_, _, join_clauses, join_names, ngettext
-from . import Case, CheckResult, check_function, is_sequence, parting, same_items
+from . import (
+    Case,
+    CheckResult,
+    check_function,
+    is_sequence,
+    parting,
+    same_items,
+    stranger_or_repeat,
+)
 from ._boundaries import Keywords, around, grid_cases
 
 __all__ = ["CHECKS", "check_admit", "check_finish_steps"]
@@ -186,13 +194,12 @@ def _admit_parting(got, waiting, tokens, seats, blocks, block_size, chunked=Fals
         return ""
     got = [tuple(x) for x in got]
     ids = [rid for rid, _n in waiting]
-    stranger = next((rid for rid, _n in got if not any(same_items(rid, r) for r in ids)), None)
-    if stranger is not None:
-        return (_("{rid!r} is not waiting (the queue: {ids})")
-                .format(rid=stranger, ids=join_names(map(repr, ids)) or _("empty")))
-    for i, (rid, _n) in enumerate(got):
-        if any(same_items(rid, earlier) for earlier, _t in got[:i]):
-            return _("{rid!r} is listed twice: a request is admitted once a step").format(rid=rid)
+    found = stranger_or_repeat([rid for rid, _n in got], ids)
+    if found is not None:
+        rid, twice = found
+        return (_("{rid!r} is listed twice: a request is admitted once a step").format(rid=rid)
+                if twice else _("{rid!r} is not waiting (the queue: {ids})")
+                .format(rid=rid, ids=join_names(map(repr, ids)) or _("empty")))
     want, why, head_stopped = _admit_walk(waiting, tokens, seats, blocks, block_size, chunked)
     k = parting(got, want)
     if k == len(got) == len(want):  # every pair alike, the answer not: its container

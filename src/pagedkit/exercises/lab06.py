@@ -14,7 +14,7 @@ from functools import cache
 from itertools import product
 
 from ..i18n import N_, _, join_clauses, join_names
-from . import Case, CheckResult, check_function, is_sequence, parting, same_items
+from . import Case, CheckResult, check_function, is_sequence, parting, stranger_or_repeat
 from ._boundaries import around, grid_cases
 from ._count_notes import one_count
 
@@ -256,12 +256,12 @@ def _victims_mistake(_fn: Callable, case: Case, got: object) -> str:
         return ""
     got, (running, free_blocks) = list(got), case.args
     ids = [rid for rid, _need, _held in running]
-    for i, rid in enumerate(got):
-        if not any(same_items(rid, r) for r in ids):
-            return (_("{rid!r} is not running (the running requests: {ids})")
-                    .format(rid=rid, ids=join_names(ids) or _("none")))
-        if any(same_items(rid, earlier) for earlier in got[:i]):
-            return _("{rid!r} is listed twice: a request is preempted once").format(rid=rid)
+    found = stranger_or_repeat(got, ids)
+    if found is not None:
+        rid, twice = found
+        return (_("{rid!r} is listed twice: a request is preempted once").format(rid=rid)
+                if twice else _("{rid!r} is not running (the running requests: {ids})")
+                .format(rid=rid, ids=join_names(ids) or _("none")))
     want, story, at = _victims_walk(running, free_blocks)
     k = parting(got, want)
     if k < len(want):
