@@ -27,7 +27,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as SequenceLike
 from typing import Any
 
@@ -502,18 +502,35 @@ class LLMEngine:
         (finish reason ``"abort"``) comes with the next step, unless
         `report` is false (`LLM.generate` ending its own requests after a
         fault). False if it was not in the engine. A list of ids (vLLM's
-        form) aborts each: True if every one was in the engine. One id of
+        form, any iterable of strings) aborts each: True if every one was in
+        the engine; an id that is not a string is refused (vLLM aborts no
+        request by it), nothing aborted, as is a single id that is not a
+        string (vLLM raises a TypeError for it too). One id of
         several characters is taken too, with a warning: vLLM's
         ``abort_request(request_ids: list[str])`` reads it as ids of one
         character each, so the same line would abort nothing there."""
-        if isinstance(request_id, (list, tuple)):
-            return all([self._abort(r, report) for r in request_id])
-        if isinstance(request_id, str) and len(request_id) > 1:
-            warn_at_caller(f"abort_request({request_id!r}): vLLM's abort_request takes a list "
-                           "of ids and reads a string as ids of one character each, so there "
-                           f"this aborts nothing; write abort_request([{request_id!r}]) to run "
-                           "on both (docs/api.md)")
-        return self._abort(request_id, report)
+        if isinstance(request_id, str):
+            if len(request_id) > 1:
+                warn_at_caller(f"abort_request({request_id!r}): vLLM's abort_request takes a "
+                               "list of ids and reads a string as ids of one character each, "
+                               f"so there this aborts nothing; write abort_request("
+                               f"[{request_id!r}]) to run on both (docs/api.md)")
+            return self._abort(request_id, report)
+        if not isinstance(request_id, Iterable):
+            raise TypeError(f"abort_request takes a list of request ids (strings), got "
+                            f"{request_id!r} ({type(request_id).__name__}); vLLM 0.32 raises a "
+                            "TypeError for it too: write abort_request([...]) with the ids "
+                            "add_request returned")
+        ids = list(request_id)
+        for wrong in ids:  # every id checked before any is aborted
+            if isinstance(wrong, str):
+                continue
+            raise TypeError(f"abort_request({ids!r}): request ids are strings (add_request "
+                            f"refuses any other type), got {wrong!r} "
+                            f"({type(wrong).__name__}); vLLM 0.32 aborts no request by it: write "
+                            f"abort_request([{str(wrong)!r}]) for the request added as "
+                            f"{str(wrong)!r}; nothing aborted")
+        return all([self._abort(r, report) for r in ids])
 
     def _abort(self, request_id: str, report: bool) -> bool:
         group = self.scheduler.abort(str(request_id))
