@@ -853,3 +853,24 @@ def test_a_lab_named_by_a_word_or_title_says_which_it_opens(capsys, name, said):
         assert f"lab: {said}\n" in err
     else:
         assert "lab: '" not in err
+
+
+def test_a_second_clone_is_told_whose_labs_open(tmp_path, monkeypatch, capsys):
+    """Newcomer 34: `lab` run from a second clone opened (and copied into) the
+    clone pagedkit is installed from, without a word. It says so now, from the
+    second clone's root or any folder in it; from the clone itself, or a
+    folder of no clone, it says nothing."""
+    root, second = _clone(tmp_path / "installed"), _clone(tmp_path / "second")
+    (second / "src" / "pagedkit").mkdir(parents=True)
+    (root / "src" / "pagedkit").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.setattr(lab, "clone_root", lambda: root)
+    monkeypatch.setattr(lab, "settings_dir", lambda: tmp_path / "overrides.d")
+    for where, told in [(second, True), (second / "labs", True), (root, False),
+                        (root / "labs", False), (tmp_path / "elsewhere", False)]:
+        assert lab.other_clone(root, where) == (second if told else None), where
+        monkeypatch.chdir(where)
+        assert lab.main(["--print"]) == 0
+        err = capsys.readouterr().err
+        said = f"you are in {second}, but pagedkit runs from {root}: this opens {root}'s labs"
+        assert (said in err) == told, err

@@ -12,7 +12,7 @@ import sys
 from . import __version__
 from ._validation import NO_PROGRESS, PROG, no_progress_refusal
 from .bench.__main__ import BENCHMARKS
-from .i18n import N_, _, argparse_speaking, join_names, language_from_environment
+from .i18n import N_, _, argparse_speaking, command_language, join_names
 from .i18n.terminal import HelpFormatter
 
 #: command -> (module whose ``main(argv)`` runs it, one line of help)
@@ -75,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ``--version`` exit through argparse (status 2, 0, 0). argparse's own words
     (``usage:``, ``error:``) are said in pagedkit's language too (`argparse_speaking`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        language_from_environment()
-    except ValueError as err:  # a bad PAGEDKIT_LANGUAGE: said, not a traceback
-        print(f"{PROG}: {err}", file=sys.stderr)
+    if not command_language(PROG):  # a bad PAGEDKIT_LANGUAGE: said, not a traceback
         return 2
     with argparse_speaking():
         return _run(argv)

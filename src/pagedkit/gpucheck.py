@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ._validation import PROG, writable_file
+from ._validation import PROG, no_progress_refusal, writable_file
 from .i18n.terminal import HelpFormatter
 
 NO_GPU = ("gpucheck needs a CUDA GPU, and torch sees none here "
@@ -394,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="a 4-layer model in the engine check instead of 16 layers")
     parser.add_argument("--device", default="cuda", type=cuda_device,
                         help="cuda or cuda:N (default cuda)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(word.split("=")[0] == "--no-progress" for word in argv):  # as `lab` and
+        # `python -m pagedkit --no-progress gpucheck` say it
+        parser.error(no_progress_refusal("gpucheck"))
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(NO_GPU.format(torch=torch.__version__, cuda=torch.version.cuda), file=sys.stderr)

@@ -127,6 +127,17 @@ def clone_root(package_file: str | Path | None = None) -> Path | None:
     return root if root is not None and (root / "labs" / FIRST_LAB).is_file() else None
 
 
+def other_clone(root: Path, where: Path | None = None) -> Path | None:
+    """The clone of pagedkit that `where` (the current directory) lies in, if
+    it is not `root`, the one this pagedkit runs from: a second clone, whose
+    labs this command does not open."""
+    here = (where or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "labs" / FIRST_LAB).is_file() and (folder / "src" / "pagedkit").is_dir():
+            return None if folder == root.resolve() else folder
+    return None
+
+
 def lab_title(path: Path) -> str:
     """A lab's title: its notebook's first heading after the dash (``# Lab 06 —
     When memory runs out: preemption, swap or recompute``), the one source the
@@ -514,6 +525,11 @@ def _open(parser: argparse.ArgumentParser, root: Path, args: argparse.Namespace,
     if given != stem and given.lstrip("0") != stem.split("_")[0].lstrip("0"):
         print(_("lab: {name!r} is {lab}").format(name=args.lab, lab=found), file=sys.stderr)
     args.lab = found
+    elsewhere = other_clone(root)
+    if elsewhere is not None:
+        print(_("lab: you are in {here}, but pagedkit runs from {root}: this opens {root}'s "
+                "labs (to work in {here}, run pip install -r requirements.txt there first)")
+              .format(here=elsewhere, root=root), file=sys.stderr)
     as_root = hasattr(os, "geteuid") and os.geteuid() == 0
     argv_ = command(root, args.lab, as_root=as_root, extra=extra, language=args.lang)
     copied, changed = copy_labs(root, args.lang)  # --print too: the command opens the copy

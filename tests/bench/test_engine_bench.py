@@ -311,3 +311,14 @@ def test_pagedkit_with_and_without_fused_projections(monkeypatch):
     import os
 
     assert os.environ["PAGEDKIT_FUSE"] == "on"
+
+
+@pytest.mark.parametrize("batch_size, note", [
+    (16, "all 3 requests in one batch (batches of up to 16)"), (2, "batches of 2")])
+def test_the_static_batches_note_says_what_ran(batch_size, note):
+    """Newcomer 34 read "one batch of 8 (batch size 16)" as a contradiction."""
+    from pagedkit.bench.engine import run_hf_static
+
+    work = sharegpt_workload(3, 1000, scale=0.05, max_len=64, seed=1)
+    result, _tokens = run_hf_static(build_model("tiny", "cpu"), work, batch_size, pad_id=0)
+    assert result.note == note

@@ -24,7 +24,7 @@ def test_a_wrong_expected_tokens_formula_is_named_first(wrong):
     if " raised " in message:
         assert not formula, message
         assert message.endswith("(1.0, 0.1, 6) raised ZeroDivisionError: float division by "
-                                "zero  Hint: every draft accepted: E = k + 1 (mind a division "
+                                "zero.  Hint: every draft accepted: E = k + 1 (mind a division "
                                 "by zero), so the most drafts allowed win"), message
         return
     hint = message.split("Hint: ", 1)[1]

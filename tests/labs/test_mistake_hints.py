@@ -104,6 +104,16 @@ def test_the_catalogued_wrong_answers_fail_with_a_whole_hint(wrong, language):
     assert not result.passed
     assert ("Hint:" in result.message or "提示" in result.message), result.message
     assert "{" not in result.message.split("Hint:")[-1], result.message
+    _a_sentence_ends_before_the_hint(result.message)
+
+
+def _a_sentence_ends_before_the_hint(message: str) -> None:
+    """The verdict before "  Hint:" ends as a sentence does (the last
+    newcomer read "... from the expected values  Hint: ...")."""
+    for marker in ("  Hint:", "  提示："):
+        if marker in message:
+            verdict = message.split(marker)[0].rstrip()
+            assert verdict.endswith((".", "。", "?", "？", "!", "！")), message
 
 
 def test_a_catalogued_mistake_is_named_not_the_case():
@@ -134,8 +144,10 @@ def test_each_wrong_admission_is_told_where_it_parts_from_the_walk():
         for k, (rid, take) in enumerate(want):
             hint = parting(want[:k], *args, **kw)
             assert hint.endswith("your answer stops before it") and repr(rid) in hint, hint
+            assert (f"({take} token," in hint) == (take == 1), hint
             hint = parting([*want[:k], (rid, take + 1), *want[k + 1:]], *args, **kw)
-            assert f"{rid!r} takes {take} tokens" in hint or "chunked prefill" in hint, hint
+            tokens = "token" if take == 1 else "tokens"  # "'a' takes 1 tokens" no more
+            assert f"{rid!r} takes {take} {tokens} (" in hint, hint
         if len(want) < len(waiting):
             rid = waiting[len(want)][0]  # the head the walk stops at, admitted anyway
             hint = parting([*want, (rid, waiting[len(want)][1])], *args, **kw)
@@ -248,3 +260,58 @@ def test_lab04_decode_mistakes_are_named(mistake, advice):
     assert result.passed == (advice is None), result.message
     if advice:
         assert f"Hint: {advice}" in result.message, result.message
+        _a_sentence_ends_before_the_hint(result.message)
+
+
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
+def test_a_wrong_gather_and_a_wrong_decode_end_their_verdict_before_the_hint(language):
+    """Lab 04's value mismatches: "... from the expected values.  Hint: ...",
+    with the case's label or without."""
+    from pagedkit.exercises import lab04
+
+    def gather_reversed(k_cache, block_table, num_tokens):  # its blocks in reverse order
+        used = block_table[:-(-num_tokens // k_cache.shape[1])].flip(0)
+        return k_cache[used].reshape(-1, *k_cache.shape[2:])[:num_tokens]
+
+    pagedkit.set_language(language)
+    try:
+        messages = [lab04.check_gather_kv(gather_reversed).message,
+                    lab04.check_paged_decode_attention(_decode(drop_last=True)).message,
+                    lab04.check_paged_decode_attention(_decode(scale=lambda d: 2.0)).message]
+    finally:
+        pagedkit.set_language("en")
+    for message in messages:
+        assert "Hint:" in message or "提示：" in message, message
+        _a_sentence_ends_before_the_hint(message)
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (lambda n, b: -(-b // n), "block_size divided by num_tokens"),   # swapped, rounded up
+    (lambda n, b: b // n, "block_size divided by num_tokens"),       # swapped, rounded down
+    (lambda n, b: n // b, "round up, not down"),                     # the classic slip
+    (lambda n, b: round(n / b), "round up, not down"),
+])
+def test_lab00_swapped_arguments_are_named_not_told_to_round_up(wrong, named):
+    """Newcomer 34: blocks_for with its arguments swapped (it rounded up) was
+    told to round up, not down; 4 // 5 and ceil(4 / 5) are both 1, so the
+    hint asks the function once more."""
+    from pagedkit.exercises import lab00
+
+    message = lab00.check_blocks_for(wrong).message
+    assert named in message, message
+    assert ("round up" in message) == (named == "round up, not down"), message
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (lambda p, n: p * n, "every step reads the prompt's 5 positions alone"),
+    (lambda p, n: p * (n - 1), "every step reads the prompt's 5 positions alone"),
+    (lambda p, n: p, "one new token comes from the prefill alone"),
+    (lambda p, n: sum(range(p, p + n)), "one new token comes from the prefill alone"),
+])
+def test_lab01_a_product_of_prompt_and_steps_is_named(wrong, named):
+    """Newcomer 34: p * n was told the first case's story (the prefill), not
+    that it reads the prompt alone at every step."""
+    from pagedkit.exercises import lab01
+
+    message = lab01.check_cached_kv_reads(wrong).message
+    assert named in message, message

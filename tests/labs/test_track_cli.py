@@ -77,3 +77,22 @@ def test_a_function_without_source_is_refused_by_name(tmp_path, how):
     assert out.returncode == 0, out.stderr
     assert "REFUSED save cannot read admit's source" in out.stdout, out.stdout
     assert "nothing saved" in out.stdout and not saved.exists()
+
+
+def test_it_speaks_the_language_pagedkit_language_names(tmp_path):
+    """Newcomer 34: README.zh-CN points Chinese learners at this command, and
+    it answered in English under PAGEDKIT_LANGUAGE=zh-CN; a bad value is said
+    in one line with status 2, as `python -m pagedkit` says it."""
+    env = dict(os.environ, PAGEDKIT_TRACK=str(tmp_path / "none.py"), PAGEDKIT_LANGUAGE="zh-CN")
+    out = subprocess.run([sys.executable, "-m", "pagedkit.exercises.track"], capture_output=True,
+                         text=True, env=env, timeout=900)
+    assert out.returncode == 1
+    assert "你还没有保存任何部件" in out.stdout, out.stdout
+    out = subprocess.run([sys.executable, "-m", "pagedkit.exercises.track", "--bogus"],
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 2 and "用法：" in out.stderr, out.stderr  # argparse's words too
+    env["PAGEDKIT_LANGUAGE"] = "fr"
+    out = subprocess.run([sys.executable, "-m", "pagedkit.exercises.track"], capture_output=True,
+                         text=True, env=env, timeout=900)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "PAGEDKIT_LANGUAGE='fr' is not a language pagedkit speaks" in out.stderr

@@ -27,11 +27,13 @@ ENGINE = {"num_blocks": 8, "block_size": 4, "enable_prefix_caching": True}
 
 
 def _texts(node: ast.AST) -> list[str]:
-    """The message's own texts: each ``_("...")`` (translated when raised), else
+    """The message's own texts: each ``_("...")`` (translated when raised; of an
+    ``ngettext``, its singular), else
     an f-string's literal parts."""
     said = [call.args[0].value for call in ast.walk(node)
             if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-            and call.func.id == "_" and call.args and isinstance(call.args[0], ast.Constant)]
+            and call.func.id in ("_", "ngettext") and call.args
+            and isinstance(call.args[0], ast.Constant)]
     if said:
         return said
     return [part.value for f in ast.walk(node) if isinstance(f, ast.JoinedStr)
@@ -85,7 +87,8 @@ def test_every_refusal_speaks_the_learners_language():
                if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
                and isinstance(node.exc.func, ast.Name) and node.exc.func.id == "TrackError"
                and not any(isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                           and call.func.id == "_" for call in ast.walk(node.exc.args[1]))]
+                           and call.func.id in ("_", "ngettext")
+                           for call in ast.walk(node.exc.args[1]))]
     assert english == []
 
 

@@ -17,13 +17,17 @@ import pytest
 import torch
 
 from pagedkit.exercises import track
-from pagedkit.i18n import _
+from pagedkit.i18n import _, ngettext
 
 from .test_track_types import R
 
 
-def _pieces_of(msgid: str) -> list[str]:
-    """The translated message's literal pieces (between its placeholders)."""
+def _pieces_of(msgid: str | tuple[str, str]) -> list[str]:
+    """The translated message's literal pieces (between its placeholders); of a
+    (singular, plural) pair, those both forms have."""
+    if isinstance(msgid, tuple):
+        plural = _pieces_of(ngettext(*msgid, 2))
+        return [p for p in _pieces_of(ngettext(*msgid, 1)) if p in plural]
     return [p for p in re.split(r"\{[^}]*\}", _(msgid)) if len(p.strip()) > 3]
 
 
@@ -45,6 +49,24 @@ def append_ge_for_gt(block_table, num_tokens, n, bs, free):
     if _blocks_needed(num_tokens, n, bs) >= len(free):
         return None
     return R.append_slots(block_table, num_tokens, n, bs, free)
+
+
+def append_ignores_room(block_table, num_tokens, n, bs, free):  # ceil(n / bs) new blocks
+    if -(-n // bs) > len(free):
+        return None
+    return R.append_slots(block_table, num_tokens, n, bs, free)
+
+
+def append_never_fits(block_table, num_tokens, n, bs, free):
+    if len(free) < (num_tokens + n) * bs:  # slots counted as blocks
+        return None
+    return R.append_slots(block_table, num_tokens, n, bs, free)
+
+
+REFUSED = ("returned None for {count} token of sequence {seq} (table {table}, {num_tokens} "
+           "tokens) with {n} free blocks, exactly the {needed} it needs: {why}",
+           "returned None for {count} tokens of sequence {seq} (table {table}, {num_tokens} "
+           "tokens) with {n} free blocks, exactly the {needed} it needs: {why}")
 
 
 def append_fixed_block_size(block_table, num_tokens, n, bs, free):
@@ -125,17 +147,25 @@ CASES = {  # name: (piece, fn, scenarios, messages the verdict holds, words it m
          "with {n} free blocks for {count} tokens of sequence {seq} that need {needed} (table "
          "{table}, {num_tokens} tokens) {message}: an append that does not fit returns None and "
          "changes nothing (check before popping)"], []),
+    # newcomer 33: each refusal of exactly enough is told its own mistake, not
+    # the >= sentence beside a guess at another
     "append_ge_for_gt": (
         "append_slots", append_ge_for_gt, ["recompute"],
-        ["returned None for {count} tokens of sequence {seq} (table {table}, {num_tokens} "
-         "tokens) with {n} free blocks, exactly the {needed} it needs: exactly enough is enough "
-         "(refuse only when more blocks are needed than are free: >, not >=); {hint}",
-         "{count} tokens in blocks of block_size={size} need {needed}: use the block_size "
-         "argument"], ["the last block"]),
+        [REFUSED, "exactly enough is enough (refuse only when more blocks are needed than are "
+                  "free: >, not >=)"], ["the last block", "block_size argument"]),
     "append_fixed_block_size": (
         "append_slots", append_fixed_block_size, ["pair"],
-        ["{count} tokens in blocks of block_size={size} need {needed}: use the block_size "
-         "argument"], ["the last block"]),
+        [REFUSED, "it takes them only with {fewest} free blocks, but {count} tokens after "
+                  "{num_tokens} in blocks of block_size={size} need {needed}: count them from "
+                  "the block_size argument"], ["the last block", ">="]),
+    "append_ignores_room": (
+        "append_slots", append_ignores_room, ["recompute"],
+        [REFUSED, "the last block still has room for {room} tokens: count it"],
+        [">=", "block_size argument"]),
+    "append_never_fits": (
+        "append_slots", append_never_fits, ["recompute"],
+        [REFUSED, "it returns None with {plenty} free blocks too: an append refuses only when "
+                  "more blocks are needed than are free"], [">=", "block_size argument"]),
     "append_smallest_free": (
         "append_slots", append_smallest_free, ["recompute"],
         ["took blocks {taken} for sequence {seq} from the free list {free}: take them from its "
@@ -213,4 +243,5 @@ def test_the_verdict_names_the_mistake(name, language):
             assert word not in div.what, (name, word, div.what)
     else:  # the new messages are translated
         for msgid in messages:
-            assert _(msgid) != msgid, msgid
+            assert (ngettext(*msgid, 2) != msgid[1] if isinstance(msgid, tuple)
+                    else _(msgid) != msgid), msgid

@@ -118,7 +118,7 @@ def _holds_latest(latest: dict):
 
 
 def _piece(name, body, pre=""):
-    return f"{pre}\n\ndef {name}(x):\n    {body}\n"
+    return f"{pre}\n\ndef {name}(x, *rest):\n    {body}\n"
 
 
 # Each sequence: the notebooks saved one after another, and the pieces each saves.
@@ -172,7 +172,7 @@ SEQUENCES = {
                 "    return x[:n]"), ["admit"]) for v in (1, 2)],
     "a name used only by an annotation": [
         (_piece("admit", "return x", "from collections import OrderedDict as Kind\n\n"
-                "def admit(x: Kind):\n    return len(x)"), ["admit"])],
+                "def admit(x: Kind, *rest):\n    return len(x)"), ["admit"])],
     "saved together, then one again": [
         ("ROOT = 1\n\ndef shared(x):\n    return [ROOT] + x\n"
          + _piece("copy_on_write", "return shared(x)")
@@ -467,3 +467,35 @@ def test_a_piece_saved_twice_in_the_file_is_refused(tmp_path, saved_file):
     saved_file.write_text(saved_file.read_text() * 2)
     with pytest.raises(ValueError, match="two sections for 'admit'"):
         track.load()
+
+
+@pytest.mark.parametrize("name", track.PIECES)
+@pytest.mark.parametrize("change", ["one fewer", "one more", "keyword only"])
+def test_a_piece_the_engine_could_not_call_is_refused_at_save(tmp_path, saved_file, name,
+                                                              change):
+    """Newcomer 33: a piece with another number of parameters was saved, and
+    only `check` found it. Each piece, one parameter short, one required
+    parameter more, or its last made keyword-only, is refused naming the lab's
+    signature, and nothing is saved; the lab's own signature (the reference's)
+    and one with a defaulted extra parameter or ``*args`` are taken."""
+    params = [p.split("=")[0] for p in track.PARAMETERS[name].split(", ")]
+    wrong = {"one fewer": params[:-1], "one more": [*params, "extra"],
+             "keyword only": [*params[:-1], "*", params[-1]]}[change]
+    notebook = _notebook(tmp_path, f"def {name}({', '.join(wrong)}):\n    return None\n")
+    before = saved_file.read_text() if saved_file.exists() else None
+    with pytest.raises(ValueError) as refused:
+        track.save(getattr(notebook, name), log=print)
+    assert f"def {name}({track.PARAMETERS[name]})" in str(refused.value)
+    assert "nothing saved" in str(refused.value)
+    assert (saved_file.read_text() if saved_file.exists() else None) == before
+    for fine in ([*params, "extra=None"], ["*args"]):
+        notebook = _notebook(tmp_path, f"def {name}({', '.join(fine)}):\n    return None\n")
+        track.save(getattr(notebook, name), log=print)
+
+
+def test_the_parameters_are_the_labs_own():
+    """`track.PARAMETERS` is what each lab's notebook writes."""
+    labs = Path(__file__).resolve().parents[2] / "labs"
+    text = "".join(p.read_text() for p in labs.glob("0*.ipynb"))
+    for name, params in track.PARAMETERS.items():
+        assert f"def {name}({params})" in text, name

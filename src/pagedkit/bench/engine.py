@@ -367,7 +367,8 @@ def run_hf_static(model, work: Workload, batch_size: int, pad_id: int,
     return Result("hf_static", end - start, work.num_output_tokens, statistics.mean(ttft),
                   statistics.median(ttft), held / reserved,
                   note=(f"batches of {batch_size}" if batch_size < len(work.prompts) else
-                        f"one batch of {len(work.prompts)} (batch size {batch_size})"),
+                        f"all {len(work.prompts)} requests in one batch (batches of up to "
+                        f"{batch_size})"),
                   cpu_seconds=cpu_end - cpu), tokens
 
 

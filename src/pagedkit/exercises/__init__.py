@@ -212,7 +212,8 @@ def raised(name: str, fn: Callable, call: str, err: Exception,
         case_hint = hint() if callable(hint) else hint
         if case_hint and _runs_on_any(fn, elsewhere):
             known = case_hint
-    return CheckResult(name, False, message + hint_text(known))
+    return CheckResult(name, False, (full_stop(message) if known else message)
+                       + hint_text(known))
 
 
 #: How many Python bytecodes `_runs_on_any` lets the learner's own code run (`_learners`),
@@ -651,6 +652,15 @@ def _type_hint(got: Any, expected: Any) -> str:
 def _numbers_equal(a: Any, b: Any) -> bool:
     """Two numbers of equal value (``2.0`` and ``2``), whatever their types."""
     return isinstance(a, numbers.Number) and isinstance(b, numbers.Number) and a == b
+
+
+def full_stop(verdict: str) -> str:
+    """`verdict` ending as a sentence does, before a hint follows: a full stop
+    in the current language where it ends without one ("... the expected
+    values.  Hint: ...", not "... values  Hint: ...")."""
+    if verdict.rstrip().endswith((".", "!", "?", "。", "！", "？")):
+        return verdict
+    return _("{verdict}.").format(verdict=verdict)
 
 
 def hint_text(hint: str | Callable[[], str]) -> str:

@@ -29,7 +29,28 @@ def check_blocks_for(fn: Callable[[int, int], int]) -> CheckResult:
         Case((2048, 16), 128, _("2048 / 16 divides exactly")),
         Case((2049, 16), 129, round_up),
     ]
-    return check_function("blocks_for", fn, cases)  # a count: 2.0 is refused (is_count)
+    return check_function("blocks_for", fn, cases,  # a count: 2.0 is refused (is_count)
+                          diagnose=_swapped)
+
+
+def _swapped(fn: Callable, case: Case, got) -> str:
+    """The arguments taken the other way round: block_size / num_tokens,
+    rounded either way (newcomer 34 was told to round up, which it did).
+    Where that value is also a plain mistake's (4 // 5 and ceil(5 / 4)...),
+    one more call tells them apart: 1 token in blocks of 16 is 16 only
+    the other way round."""
+    num_tokens, block_size = case.args
+    try:
+        one_in_sixteen = fn(1, 16)
+    except Exception:  # (its error is the case's to say, if any: this only explains)
+        return ""
+    if num_tokens and got in (block_size // num_tokens, -(-block_size // num_tokens)) \
+            and one_in_sixteen == 16:
+        return (_("{got} is {block_size} / {num_tokens} rounded: block_size divided by "
+                  "num_tokens. blocks_for(num_tokens, block_size) takes the token count first: "
+                  "divide num_tokens by block_size")
+                .format(got=got, block_size=block_size, num_tokens=num_tokens))
+    return ""
 
 
 CHECKS = {"blocks_for": check_blocks_for}

@@ -45,7 +45,29 @@ def check_cached_kv_reads(fn: Callable[[int, int], int]) -> CheckResult:
         Case((1, 4), 9, _("a 1-token prompt: 3 decode steps read 2, 3 and 4 positions")),
         Case((3, 0), 0, _("generating nothing runs nothing")),
     ]
-    return check_function("cached_kv_reads", fn, cases, diagnose=one_count)
+    return check_function("cached_kv_reads", fn, cases, diagnose=_reads_mistake)
+
+
+def _reads_mistake(fn: Callable, case: Case, got: Any) -> str:
+    """`one_count`'s note, else a product of the prompt and the steps: every
+    step reading the prompt alone, as if the context did not grow."""
+    note = one_count(fn, case, got)
+    if note:
+        return note
+    prompt_len, new_tokens = case.args
+    steps = new_tokens - 1
+    try:  # one more call tells a product from a constant or another slip
+        product = fn(10, 100) in (1_000, 990)
+    except Exception:  # (its error is the case's to say, if any: this only explains)
+        return ""
+    if product and got in (prompt_len * new_tokens, prompt_len * steps):
+        return (_("{got} = {prompt_len} x {n}: every step reads the prompt's {prompt_len} "
+                  "positions alone. The context grows: the step that feeds the token at "
+                  "position p reads positions 0..p, one more than the step before, and the "
+                  "first new token comes from the prefill, not a decode step")
+                .format(got=got, prompt_len=prompt_len,
+                        n=new_tokens if got == prompt_len * new_tokens else steps))
+    return ""
 
 
 def check_max_batch(fn: Callable[[int, int, int, int, int], int]) -> CheckResult:

@@ -26,6 +26,7 @@ from . import (
     Case,
     CheckResult,
     call_learner,
+    full_stop,
     function_name,
     require_function,
     wrong_answer,
@@ -172,7 +173,7 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
                     hint = (_("  Hint: token i lives in block block_table[i // block_size] at "
                             "offset i % block_size; after gathering whole blocks, keep only "
                             "the first num_tokens rows"))
-                    return CheckResult(name, False, problem.message + hint)
+                    return CheckResult(name, False, full_stop(problem.message) + hint)
         return CheckResult(name, True, _("all {n} cases pass (shuffled blocks, padded tables, "
                                          "block sizes 1 to 16)").format(n=len(GATHER_CASES)))
     require_function(name, gather_kv)
@@ -266,8 +267,8 @@ def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResul
                 precision = _dtype_problem(name, got, want, call)
                 if precision is not None:
                     return precision
-                where = _(" (this case: {label}).").format(label=label) if label else ""
-                return CheckResult(name, False, problem.message + where
+                where = _(" (this case: {label})").format(label=label) if label else ""
+                return CheckResult(name, False, full_stop(problem.message + where)
                                    + _decode_hint(got, query, ex))
         return CheckResult(name, True, (_("all {n} cases match SDPA on the un-paged K/V (GQA "
                                          "groups of 1 to 4, head_dim 8 and 12, huge scores)")

@@ -213,17 +213,24 @@ def _admit_parting(got, waiting, tokens, seats, blocks, block_size, chunked=Fals
                 .format(after=after, why=why, rid=rid))
     rid, take = want[k]
     if k == len(got):
-        return (_("{after}{rid!r} fits ({take} tokens, ceil({take} / {block_size}) blocks): "
-                  "your answer stops before it").format(after=after, rid=rid, take=take,
-                                                         block_size=block_size))
+        return (ngettext("{after}{rid!r} fits ({take} token, ceil({take} / {block_size}) "
+                         "blocks): your answer stops before it",
+                         "{after}{rid!r} fits ({take} tokens, ceil({take} / {block_size}) "
+                         "blocks): your answer stops before it", take)
+                .format(after=after, rid=rid, take=take, block_size=block_size))
     if not same_items(got[k][0], rid):
         return (_("{after}the head of the queue, {rid!r}, comes next, not {got!r}: requests "
                   "are admitted in queue order").format(after=after, rid=rid, got=got[k][0]))
     prompt_len = dict(waiting)[rid]
-    how = (_("with chunked prefill, its {prompt_len} tokens or the budget left, whichever "
-             "is less") if chunked else _("without chunked prefill, all {prompt_len} of its "
-                                          "tokens")).format(prompt_len=prompt_len)
-    return (_("{after}{rid!r} takes {take} tokens ({how}), not {got!r}")
+    how = (ngettext("with chunked prefill, its {prompt_len} token or the budget left, "
+                    "whichever is less",
+                    "with chunked prefill, its {prompt_len} tokens or the budget left, "
+                    "whichever is less", prompt_len) if chunked
+           else ngettext("without chunked prefill, its {prompt_len} token",
+                         "without chunked prefill, all {prompt_len} of its tokens", prompt_len)
+           ).format(prompt_len=prompt_len)
+    return (ngettext("{after}{rid!r} takes {take} token ({how}), not {got!r}",
+                     "{after}{rid!r} takes {take} tokens ({how}), not {got!r}", take)
             .format(after=after, rid=rid, take=take, how=how, got=got[k][1]))
 
 

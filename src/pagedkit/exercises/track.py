@@ -78,7 +78,7 @@ from typing import Any
 import torch
 
 from .. import ops
-from ..i18n import N_, _, join_names
+from ..i18n import N_, _, join_names, ngettext
 from ..vllm.compare import vllm_missing  # lab 08 asks it (track.vllm_missing)
 from . import SET_FOR_LIST, CheckResult
 
@@ -91,6 +91,18 @@ __all__ = ["PIECES", "SCENARIOS", "BrokenEngineError", "Divergence", "LockstepRu
 #: The pieces a learner can plug in, in the order a step uses them.
 PIECES = ("admit", "choose_victims", "chain_hashes", "append_slots", "copy_on_write",
           "paged_decode_attention", "top_p_filter")
+
+#: Each piece's parameters as its lab writes them: the engine calls a piece with
+#: this many arguments, by position.
+PARAMETERS = {
+    "admit": "waiting, tokens_left, seats_left, free_blocks, block_size, chunked=False",
+    "choose_victims": "running, free_blocks",
+    "chain_hashes": "token_ids, block_size",
+    "append_slots": "block_table, num_tokens, num_new_tokens, block_size, free_blocks",
+    "copy_on_write": "ref_counts, free_blocks, table",
+    "paged_decode_attention": "query, k_cache, v_cache, block_table, context_len",
+    "top_p_filter": "logits, top_p",
+}
 
 _LAB = {"append_slots": "03", "paged_decode_attention": "04", "admit": "05",
         "choose_victims": "06", "copy_on_write": "07", "chain_hashes": "07",
@@ -584,7 +596,6 @@ def _probe_all_or_nothing(plug: _Plug, kv, seq, table: list[int], num_tokens: in
     the pool answers whenever memory runs short."""
     fn, size = plug.pieces.append_slots, kv.block_size
     probes = [(free[:needed], True)] + ([(free[:needed - 1], False)] if needed else [])
-    room = len(table) * size - num_tokens  # left in the last block
     for given, fits in probes:
         grown, left = list(table), list(given)
         try:
@@ -602,19 +613,18 @@ def _probe_all_or_nothing(plug: _Plug, kv, seq, table: list[int], num_tokens: in
                                                        num_tokens=num_tokens,
                                                        message=err.message))) from None
         if fits and got is None:
-            hint = (_("the last block still has room for {room} tokens: count it")
-                    .format(room=room) if room else
-                    _("{count} tokens in blocks of block_size={size} need {needed}: use the "
-                      "block_size argument").format(count=count, size=size, needed=needed))
-            raise TrackError("append_slots", (_("returned None for {count} tokens of sequence "
-                                               "{seq} (table {table}, {num_tokens} tokens) "
-                                               "with {n} free blocks, exactly the {needed} it "
-                                               "needs: exactly enough is enough (refuse only "
-                                               "when more blocks are needed than are free: >, "
-                                               "not >=); {hint}")
+            raise TrackError("append_slots", (ngettext(
+                "returned None for {count} token of sequence {seq} (table {table}, "
+                "{num_tokens} tokens) with {n} free blocks, exactly the {needed} it needs: {why}",
+                "returned None for {count} tokens of sequence {seq} (table {table}, "
+                "{num_tokens} tokens) with {n} free blocks, exactly the {needed} it needs: {why}",
+                count)
                                                .format(count=count, seq=seq, table=table,
                                                        num_tokens=num_tokens, n=len(given),
-                                                       needed=needed, hint=hint)))
+                                                       needed=needed,
+                                                       why=_why_refused(fn, table, num_tokens,
+                                                                        count, size, needed,
+                                                                        kv.allocator.num_blocks))))
         if not fits and (got is not None or grown != table or left != given):
             raise TrackError("append_slots", (_("with {n} free blocks for {count} tokens of "
                                                "sequence {seq} that need {needed} (table "
@@ -626,6 +636,42 @@ def _probe_all_or_nothing(plug: _Plug, kv, seq, table: list[int], num_tokens: in
                                                        needed=needed, table=table,
                                                        num_tokens=num_tokens, got=got, grown=grown,
                                                        left=left)))
+
+
+def _why_refused(fn: Callable, table: list[int], num_tokens: int, count: int, size: int,
+                 needed: int, num_blocks: int) -> str:
+    """Why `append_slots` refused an append that exactly fits, told by asking
+    it again (block ids past the pool's, which it cannot tell apart):
+
+    - a `>=` for `>`: it refuses a full table's next `size` tokens with the
+      one block they need free, and takes them with two;
+    - else, from the fewest free blocks with which it takes this append:
+      ``ceil(count / size)`` where the last block has room (that room not
+      counted), another number (the need computed wrong: a block size of its
+      own, say), or none up to one per token."""
+    def fits(table: list[int], num_tokens: int, count: int, free: int) -> bool:
+        try:  # (an error here is no answer: the refusal is the verdict, this explains it)
+            return fn(list(table), num_tokens, count, size,
+                      list(range(num_blocks + 2, num_blocks + 2 + free))) is not None
+        except Exception:
+            return False
+
+    full = [num_blocks, num_blocks + 1]
+    if not fits(full, 2 * size, size, 1) and fits(full, 2 * size, size, 2):
+        return _("exactly enough is enough (refuse only when more blocks are needed than are "
+                 "free: >, not >=)")
+    fewest = next((m for m in range(needed + 1, count + 2)
+                   if fits(table, num_tokens, count, m)), None)
+    room = len(table) * size - num_tokens  # left in the last block
+    if fewest is None:
+        return (_("it returns None with {plenty} free blocks too: an append refuses only "
+                  "when more blocks are needed than are free").format(plenty=count + 1))
+    if room and fewest == -(-count // size):
+        return _("the last block still has room for {room} tokens: count it").format(room=room)
+    return (_("it takes them only with {fewest} free blocks, but {count} tokens after "
+              "{num_tokens} in blocks of block_size={size} need {needed}: count them from the "
+              "block_size argument").format(fewest=fewest, count=count, num_tokens=num_tokens,
+                                            size=size, needed=needed))
 
 
 def _probe_cow_out_of_blocks(plug: _Plug, kv, seq, table: list[int]) -> None:
@@ -1345,12 +1391,25 @@ def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | Non
             raise ValueError(f"{fn.__name__} is not one of the pieces ({', '.join(PIECES)}), "
                              "so the labs after this one would never run it: name it as the "
                              "piece it is (def admit(...), say) and save that; nothing saved")
+        _need_parameters(fn)
     for fn in functions:
         if _is_stub(fn):
             log(_stub_text(fn.__name__, fn.__name__ in sections))
             continue
         sections[fn.__name__] = (0, _section(fn))
     return _write(sections)
+
+
+def _need_parameters(fn: Callable) -> None:
+    """Refuse a piece the engine could not call: it passes
+    ``len(PARAMETERS[name])`` arguments by position."""
+    name, wanted = fn.__name__, PARAMETERS[fn.__name__]
+    try:
+        inspect.signature(fn).bind(*range(wanted.count(",") + 1))
+    except TypeError as err:
+        raise ValueError(f"{name}{inspect.signature(fn)} cannot take the engine's arguments "
+                         f"({err}): lab {_LAB[name]} writes def {name}({wanted}); give it "
+                         "those parameters and save it again; nothing saved") from None
 
 
 def _stub_text(name: str, saved: bool) -> str:
@@ -1672,12 +1731,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pagedkit.exercises.track``: `check` the pieces saved so far
     and print the verdict, outside a notebook. Exit status 0 when they serve
     as pagedkit's own, 1 when one differs or none is saved."""
+    from ..i18n import argparse_speaking, command_language
+
+    if not command_language(_TRACK_PROG):  # PAGEDKIT_LANGUAGE, as every command reads it
+        return 2
+    with argparse_speaking():
+        return _main(argv)
+
+
+_TRACK_PROG = "python -m pagedkit.exercises.track"
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """`main` once the language is set."""
     import argparse
 
     from ..i18n.terminal import HelpFormatter
 
     parser = argparse.ArgumentParser(
-        prog="python -m pagedkit.exercises.track", formatter_class=HelpFormatter,
+        prog=_TRACK_PROG, formatter_class=HelpFormatter,
         description="The build track, outside a notebook: check the engine pieces you saved "
                     "in labs 03-08 (track.save) beside pagedkit's own, on every setting "
                     "lab 08's cell runs, and print the verdict. The pieces are read from "

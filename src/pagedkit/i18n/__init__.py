@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gettext
 import os
+import sys
 import unicodedata
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -90,6 +91,19 @@ def language_from_environment(variable: str = "PAGEDKIT_LANGUAGE") -> None:
     except ValueError:
         raise ValueError(f"{variable}={value!r} is not a language pagedkit speaks; set it to "
                          f"one of {', '.join(map(repr, LANGUAGES))}, or unset it") from None
+
+
+def command_language(prog: str) -> bool:
+    """A command's first step (`pagedkit`'s, the build track's): speak
+    `PAGEDKIT_LANGUAGE`'s language (`language_from_environment`). False for a
+    bad value, said on stderr naming the command (the command then exits
+    with status 2, no traceback)."""
+    try:
+        language_from_environment()
+    except ValueError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return False
+    return True
 
 
 def get_language() -> str:
