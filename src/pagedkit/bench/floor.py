@@ -136,9 +136,15 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
         else:  # [n, L, Hkv, D]
             keys, values = gather_reusing(k_cache[:, :b.length], v_cache[:, :b.length], b.seqs,
                                      b.gathered)
+        rows = q[b.rows].transpose(1, 2)  # [n, Hq, max_q, D]
+        n, q_heads, max_q = rows.shape[:3]
+        if max_q == 1 and q_heads != kv_heads:  # a decode's groups as rows, as pagedkit's
+            #                                     CPU attention does (batched._attend_bucket)
+            rows = rows.reshape(n, kv_heads, q_heads // kv_heads, head_dim)
         res = torch.nn.functional.scaled_dot_product_attention(
-            q[b.rows].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-            attn_mask=b.bias, scale=scale, enable_gqa=q.shape[1] != kv_heads).transpose(1, 2)
+            rows, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=b.bias, scale=scale,
+            enable_gqa=max_q > 1 and q_heads != kv_heads).reshape(n, q_heads, max_q, head_dim
+                                                                   ).transpose(1, 2)
         if out is None:
             return res.flatten(0, 1).unsqueeze(0), None
         out[b.out_rows] = res[b.is_query]
