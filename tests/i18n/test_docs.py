@@ -12,6 +12,10 @@ README_ZH = ROOT / "README.zh-CN.md"
 PAGES = [README_ZH, ROOT / "docs" / "glossary.md", ROOT / "docs" / "zh-CN" / "model.md",
          ROOT / "docs" / "zh-CN" / "teachers_guide.md", ROOT / "labs" / "zh-CN" / "README.md",
          ROOT / "i18n" / "zh-CN" / "labs_README.md", ROOT / "README.md"]
+# every page of docs/ too, in both languages (newcomer 35: the teachers' guide linked a
+# model.md that only docs/zh-CN/ has), and the English labs' index
+PAGES += sorted({*ROOT.joinpath("docs").glob("*.md"), *ROOT.joinpath("docs", "zh-CN").glob("*.md"),
+                 ROOT / "labs" / "README.md"} - set(PAGES))
 
 
 def bash_commands(text: str) -> list[str]:

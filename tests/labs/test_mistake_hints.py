@@ -315,3 +315,123 @@ def test_lab01_a_product_of_prompt_and_steps_is_named(wrong, named):
 
     message = lab01.check_cached_kv_reads(wrong).message
     assert named in message, message
+
+
+# ------------------------------------------------------------ newcomer 35
+def _solution(module: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "labs" / "solutions" / f"{module}.py"
+    spec = importlib.util.spec_from_file_location(module, path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("wrong, named", [
+    (lambda n, k, bs: (n + k) // bs - n // bs, "rounds down"),
+    (lambda n, k, bs: round((n + k) / bs) - round(n / bs), "rounds down"),  # as // on each
+    (lambda n, k, bs: _ceil(n + k, bs), "counts every block the sequence holds after"),
+    (lambda n, k, bs: _ceil(k, bs), "counts blocks for the new tokens alone"),
+    (lambda n, k, bs: 1 if n == 0 else (n + k) // bs - n // bs, "2 blocks of 4 (round up)"),
+])
+def test_lab03_blocks_needed_names_the_formula_a_function_follows(wrong, named):
+    """Newcomer 35: four formulas were told the first case's story (an empty
+    sequence), or the room left in the last block."""
+    from pagedkit.exercises import lab03
+
+    message = lab03.check_blocks_needed(wrong).message
+    assert named in message, message
+
+
+def test_lab03_append_slots_refusing_exactly_enough_is_told_so():
+    from pagedkit.exercises import lab03
+
+    reference = _solution("lab03_paging").append_slots
+
+    def ge_for_gt(block_table, num_tokens, num_new_tokens, block_size, free_blocks):
+        needed = _ceil(num_tokens + num_new_tokens, block_size) - len(block_table)
+        if needed >= len(free_blocks) and needed:
+            return None
+        return reference(block_table, num_tokens, num_new_tokens, block_size, free_blocks)
+
+    message = lab03.check_append_slots(ge_for_gt).message
+    assert "exactly enough is enough" in message and "(>, not >=)" in message, message
+
+
+@pytest.mark.parametrize("mistake, named", [
+    (dict(tokens=lambda t: t[0] if t else 0), "sum them, not the first sequence's alone"),
+    (dict(fits=int.__lt__), "blocks <= free_cpu_blocks, not <"),
+    (dict(distinct=False), "count distinct block ids"),
+    (dict(both_ways=1), "out now and back in later"),
+    (dict(cheaper=float.__le__), "strictly cheaper"),
+])
+def test_lab06_preemption_mode_names_the_mistake_a_function_makes(mistake, named):
+    """Newcomer 35: summing the first sequence's tokens alone and `<` for `<=`
+    were both told to count distinct block ids."""
+    from pagedkit.exercises import lab06
+
+    assert lab06.check_preemption_mode(lab06._mode).passed  # the rule the mistakes vary
+    assert lab06.check_preemption_mode(_solution("lab06_preemption").preemption_mode).passed
+    message = lab06.check_preemption_mode(lambda *a: lab06._mode(*a, **mistake)).message
+    assert named in message, message
+    for other in ("sum them", "not <", "count distinct", "back in later", "strictly cheaper"):
+        assert (other in message) == (other in named), message
+
+
+def test_shape_mistakes_are_named_admit_ids_victim_entries_and_a_swapped_pair():
+    """Newcomer 35: ids without their tokens (lab 05), (id, need, held)
+    entries for ids (lab 06: "is not running") and (shared, alone) for
+    (alone, shared) (lab 07) were told a case's story."""
+    from pagedkit.exercises import lab05, lab06, lab07
+
+    s5, s6, s7 = (_solution(m) for m in ("lab05_continuous_batching", "lab06_preemption",
+                                         "lab07_sharing"))
+    message = lab05.check_admit(lambda *a, **k: [r for r, _n in s5.admit(*a, **k)]).message
+    assert "return a (request_id, tokens) pair for each admitted request" in message, message
+    message = lab06.check_choose_victims(
+        lambda running, free: [e for e in running if e[0] in s6.choose_victims(running, free)]
+    ).message
+    assert "return the ids of the requests to preempt" in message, message
+    assert "is not running" not in message
+    message = lab07.check_sharing_blocks(lambda *a: tuple(reversed(s7.sharing_blocks(*a)))
+                                         ).message
+    assert "the pair is (alone, shared)" in message, message
+
+
+def test_lab07_chain_hashes_mistakes_are_named():
+    """Newcomer 35: Python's hash(), hash_block's arguments swapped and the
+    last full block left out were all told "its parent is ROOT_HASH"."""
+    from pagedkit.exercises import lab07
+    from pagedkit.memory.block_hash import ROOT_HASH, hash_block
+
+    def chain(token_ids, block_size, name, stop=0):
+        names, parent = [], ROOT_HASH
+        for start in range(0, len(token_ids) - block_size + 1 - stop, block_size):
+            parent = name(parent, tuple(token_ids[start:start + block_size]))
+            names.append(parent)
+        return names
+
+    assert lab07.check_chain_hashes(lambda t, b: chain(t, b, hash_block)).passed
+    for wrong, named in [
+        (lambda t, b: chain(t, b, lambda p, blk: hash((p, blk))), "Python's hash()"),
+        (lambda t, b: chain(t, b, lambda p, blk: hash_block(blk, p)),
+         "hash_block takes the parent's name first"),
+        (lambda t, b: chain(t, b, hash_block, stop=1), "the last full block is named too"),
+    ]:
+        message = lab07.check_chain_hashes(wrong).message
+        assert named in message, message
+
+
+def test_a_mass_that_reads_as_top_p_is_shown_with_the_digits_that_tell_them_apart():
+    from pagedkit.exercises import lab08
+
+    assert lab08._apart(0.89997, 0.9) == "0.89997"
+    assert lab08._apart(0.8337, 0.9) == "0.8337"
+    assert lab08._apart(0.9, 0.9) == "0.9"
+    assert float(lab08._apart(0.9 - 2 ** -40, 0.9)) != 0.9

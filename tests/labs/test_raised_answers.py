@@ -131,5 +131,5 @@ def test_an_answer_that_raises_on_one_case_gets_that_cases_hint(lab, name, check
     if hint is None:
         assert after == "", result.message
     else:
-        assert after.startswith(f"  Hint: {hint}"), result.message
+        assert after.startswith(f".  Hint: {hint}"), result.message  # a sentence ends first
         assert after.count("Hint") == 1, result.message

@@ -227,11 +227,11 @@ SCALE = 2
 LIMIT = [1]
 
 
-def chain_hashes(x):  # named as a piece: save keeps only pieces
+def chain_hashes(x, block_size=None):  # named as a piece: save keeps only pieces
     return F.relu(torch.tensor([x])).item() * SCALE, reference.__name__, name_block.__name__
 
 
-def admit(x):
+def admit(x, *rest):
     return LIMIT[0] + x
 
 

@@ -384,6 +384,7 @@ def test_a_stub_saved_over_a_saved_piece_says_that_piece_keeps_running(tmp_path,
     stub = _notebook(tmp_path, _piece("admit", "raise NotImplementedError")).admit
     track.save(stub, log=said.append)
     assert track.load().plugged() == []
+    assert not saved_file.exists()  # newcomer 35: a lab run untouched made the file
     track.save(written, log=said.append)
     before = saved_file.read_bytes()
     track.save(stub, log=said.append)

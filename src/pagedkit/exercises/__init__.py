@@ -29,8 +29,9 @@ from typing import Any
 from ..i18n import N_, _, ngettext
 
 __all__ = ["EXPECTED_LATER", "GENERATOR_HINT", "NOT_WRITTEN", "Case", "CheckResult", "as_items",
-           "call_learner", "check_function", "fresh", "function_name", "hint_text", "is_count",
-           "is_sequence", "not_written", "other_cases", "parting", "raised", "require_function",
+           "call_learner", "check_function", "formula_mistake", "fresh", "function_name",
+           "hint_text", "is_count", "is_sequence", "not_written", "other_cases", "parting",
+           "raised", "require_function",
            "same_items", "same_values", "stranger_or_repeat", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
@@ -652,6 +653,23 @@ def _type_hint(got: Any, expected: Any) -> str:
 def _numbers_equal(a: Any, b: Any) -> bool:
     """Two numbers of equal value (``2.0`` and ``2``), whatever their types."""
     return isinstance(a, numbers.Number) and isinstance(b, numbers.Number) and a == b
+
+
+def formula_mistake(fn: Callable, cases: Iterable[Case],
+                    formulas: Iterable[tuple[Callable, str]]) -> str:
+    """The hint (marked ``N_()``, said in today's language) of the first of
+    `formulas`, ``(wrong_formula, hint)`` pairs, that `fn` agrees with on
+    every one of `cases` (fresh arguments each call): a mistake the function
+    makes throughout, named whichever case it first fails. '' where it
+    follows none, or raises (that error is a case's to say)."""
+    cases = list(cases)
+    for formula, hint in formulas:
+        try:
+            if all(same_items(fn(*fresh(case.args)), formula(*case.args)) for case in cases):
+                return _(hint)
+        except Exception:
+            return ""
+    return ""
 
 
 def full_stop(verdict: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..i18n import _
-from . import Case, CheckResult, check_function
+from . import Case, CheckResult, check_function, is_count, same_items
 
 __all__ = ["CHECKS", "check_blocks_for"]
 
@@ -40,12 +40,14 @@ def _swapped(fn: Callable, case: Case, got) -> str:
     one more call tells them apart: 1 token in blocks of 16 is 16 only
     the other way round."""
     num_tokens, block_size = case.args
+    if not is_count(got):  # (an odd answer has its own verdict)
+        return ""
     try:
         one_in_sixteen = fn(1, 16)
     except Exception:  # (its error is the case's to say, if any: this only explains)
         return ""
     if num_tokens and got in (block_size // num_tokens, -(-block_size // num_tokens)) \
-            and one_in_sixteen == 16:
+            and same_items(one_in_sixteen, 16):
         return (_("{got} is {block_size} / {num_tokens} rounded: block_size divided by "
                   "num_tokens. blocks_for(num_tokens, block_size) takes the token count first: "
                   "divide num_tokens by block_size")

@@ -18,6 +18,7 @@ from . import (
     CheckResult,
     call_learner,
     check_function,
+    formula_mistake,
     fresh,
     function_name,
     other_cases,
@@ -85,7 +86,31 @@ def check_blocks_needed(fn: Callable[[int, int, int], int]) -> CheckResult:
         Case((7, 0, 16), 0, _("appending nothing takes nothing")),
         Case((100, 60, 16), 3, _("blocks for 160 tokens (10) minus blocks held for 100 (7)")),
     ]
-    return check_function("blocks_needed", fn, cases)
+    return check_function("blocks_needed", fn, cases,
+                          diagnose=lambda fn, _case, _got: formula_mistake(fn, cases,
+                                                                           _BLOCKS_FORMULAS))
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+#: Formulas newcomer 35 wrote for blocks_needed, each told the first case's
+#: story; the hint names the one a function follows on every case.
+_BLOCKS_FORMULAS = [
+    (lambda n, k, bs: (n + k) // bs - n // bs,  # (round() gives the same on every case)
+     N_("your function rounds down, as (num_tokens + num_new_tokens) // block_size - "
+        "num_tokens // block_size does: a partly filled block takes a whole one, so round up "
+        "both counts (ceil)")),
+    (lambda n, k, bs: _ceil(n + k, bs),
+     N_("your function counts every block the sequence holds after the append, "
+        "ceil((num_tokens + num_new_tokens) / block_size): it already holds "
+        "ceil(num_tokens / block_size) of them, so subtract those")),
+    (lambda n, k, bs: _ceil(k, bs),
+     N_("your function counts blocks for the new tokens alone, ceil(num_new_tokens / "
+        "block_size): the last block may still have free slots, so count from the blocks held, "
+        "ceil((num_tokens + num_new_tokens) / block_size) - ceil(num_tokens / block_size)")),
+]
 
 
 # (block_table, num_tokens, num_new_tokens, block_size, free_blocks)
@@ -137,6 +162,12 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
         if failed is not None:
             return failed
         if not same_items(got, slots):
+            blocks, held, count, size, given = args
+            needed = _ceil(held + count, size) - len(blocks)
+            if got is None and slots is not None and needed == len(given):  # newcomer 35
+                hint = _("exactly enough is enough: {count} tokens need {needed} fresh "
+                         "block(s) and {needed} are free; refuse only when more blocks are "
+                         "needed than are free (>, not >=)").format(count=count, needed=needed)
             return wrong_answer(name, call, got, slots, hint, none_is_an_answer=True)
         if table != table_after or free != free_after:
             hint = _copied(args, table, free, table_after, free_after) or hint

@@ -14,7 +14,16 @@ from functools import cache
 from itertools import product
 
 from ..i18n import N_, _, join_clauses, join_names
-from . import Case, CheckResult, check_function, is_sequence, parting, stranger_or_repeat
+from . import (
+    Case,
+    CheckResult,
+    check_function,
+    formula_mistake,
+    is_sequence,
+    parting,
+    same_items,
+    stranger_or_repeat,
+)
 from ._boundaries import around, grid_cases
 from ._count_notes import one_count
 
@@ -169,7 +178,42 @@ def check_preemption_mode(preemption_mode: Callable) -> CheckResult:
     its prompt's full blocks again: lab 06, section 3), so recomputing costs
     their sum. The lab's cases, then groups around the CPU room and the cost
     (`mode_grid`)."""
-    return check_function("preemption_mode", preemption_mode, MODE_CASES + mode_grid())
+    cases = MODE_CASES + mode_grid()
+    return check_function("preemption_mode", preemption_mode, cases,
+                          diagnose=lambda fn, _case, _got: formula_mistake(fn, cases,
+                                                                           _MODE_FORMULAS))
+
+
+def _mode(tables, recompute_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
+          prefill_tokens_per_s, *, distinct=True, fits=int.__le__, both_ways=2,
+          tokens=sum, cheaper=float.__lt__) -> str:
+    """The lab's rule, and (by its keywords) the mistakes `_MODE_FORMULAS` names."""
+    blocks = len({b for t in tables for b in t}) if distinct else sum(map(len, tables))
+    if not fits(blocks, free_cpu_blocks):
+        return "recompute"
+    swap_s = float(both_ways * blocks * block_bytes / link_bytes_per_s)
+    recompute_s = float(tokens(recompute_tokens) / prefill_tokens_per_s)
+    return "swap" if cheaper(swap_s, recompute_s) else "recompute"
+
+
+#: Newcomer 35's two mistakes were both told to count distinct block ids: the
+#: hint names the one a function follows on every case.
+_MODE_FORMULAS = [
+    (lambda *a: _mode(*a, tokens=lambda t: t[0] if t else 0),
+     N_("recomputing the group costs every sequence's recompute_tokens: sum them, not the "
+        "first sequence's alone")),
+    (lambda *a: _mode(*a, fits=int.__lt__),
+     N_("exactly enough free CPU blocks is enough: the group fits when its blocks <= "
+        "free_cpu_blocks, not <")),
+    (lambda *a: _mode(*a, distinct=False),
+     N_("blocks shared inside the group travel once: count distinct block ids, not every "
+        "table entry")),
+    (lambda *a: _mode(*a, both_ways=1),
+     N_("swapping moves the blocks twice: out now and back in later (2 x blocks x "
+        "block_bytes / link_bytes_per_s)")),
+    (lambda *a: _mode(*a, cheaper=float.__le__),
+     N_("swap only where it is strictly cheaper: on a tie, recompute")),
+]
 
 
 _NEWEST = (N_("the newest running request is preempted first (it has waited least; first come, "
@@ -256,6 +300,12 @@ def _victims_mistake(_fn: Callable, case: Case, got: object) -> str:
         return ""
     got, (running, free_blocks) = list(got), case.args
     ids = [rid for rid, _need, _held in running]
+    entry = next((x for x in got if is_sequence(x) and len(x) == 3
+                  and any(same_items(x[0], r) for r in ids)), None)
+    if entry is not None:  # newcomer 35: told ('C', 1, 2) "is not running"
+        return (_("return the ids of the requests to preempt ({rid!r}), not their (request_id, "
+                  "blocks_needed, blocks_held) entries ({entry!r})")
+                .format(rid=entry[0], entry=tuple(entry)))
     found = stranger_or_repeat(got, ids)
     if found is not None:
         rid, twice = found

@@ -14,7 +14,7 @@ from itertools import product
 
 from ..i18n import N_, _
 from ..memory import BlockAllocator, BlockTable, KVCacheManager
-from ..memory.block_hash import short_hash
+from ..memory.block_hash import ROOT_HASH, hash_block, short_hash
 from . import (
     Case,
     CheckResult,
@@ -63,7 +63,37 @@ def check_chain_hashes(fn: Callable) -> CheckResult:
              _("block_size 3: 13 tokens make 4 full blocks")),
         Case(([4, 2], 1), _table_hashes([4, 2], 1), _("block_size 1: every token is a block")),
     ]
-    return check_function("chain_hashes", fn, cases + hashes_grid(), show=_show_hashes)
+    return check_function("chain_hashes", fn, cases + hashes_grid(), show=_show_hashes,
+                          diagnose=_hashes_mistake)
+
+
+def _hashes_mistake(_fn: Callable, case: Case, got: object) -> str:
+    """The mistake a wrong list of names shows, where one does (newcomer 35:
+    three mistakes were all told the first case's story): names that are no
+    hash_block names, the last full block left out, or hash_block's
+    arguments swapped; '' otherwise (the case's hint)."""
+    token_ids, block_size = case.args
+    want = case.expected
+    if not isinstance(got, (list, tuple)):
+        return ""
+    got = list(got)
+    if want and got and not all(isinstance(h, type(want[0])) for h in got):
+        return (_("each name is what hash_block(parent, block_tokens) returns ({kind}), not "
+                  "{got_kind}: Python's hash() of a tuple is not the prefix cache's name")
+                .format(kind=type(want[0]).__name__, got_kind=type(got[0]).__name__))
+    if len(got) < len(want) and same_items(got, want[:len(got)]):
+        return (_("{n} tokens make {full} full block(s) of {block_size}, and your answer names "
+                  "{k}: the last full block is named too (it ends at token {end})")
+                .format(n=len(token_ids), full=len(want), block_size=block_size, k=len(got),
+                        end=len(want) * block_size - 1))
+    swapped, parent = [], ROOT_HASH
+    for start in range(0, len(want) * block_size, block_size):
+        parent = hash_block(tuple(token_ids[start:start + block_size]), parent)
+        swapped.append(parent)
+    if same_items(got, swapped):
+        return _("hash_block takes the parent's name first, then the block's tokens: "
+                 "hash_block(parent, block_tokens)")
+    return ""
 
 
 def _show_hashes(value: object) -> str:
@@ -343,7 +373,18 @@ def check_sharing_blocks(fn: Callable) -> CheckResult:
                                 "block; every sample that wrote got its own copy")),
     ]
     cases = [Case(args, _blocks_by_pagedkit(*args), hint) for args, hint in specs]
-    return check_function("sharing_blocks", fn, cases + sharing_grid())
+    return check_function("sharing_blocks", fn, cases + sharing_grid(), diagnose=_pair_order)
+
+
+def _pair_order(_fn: Callable, case: Case, got: object) -> str:
+    """Newcomer 35 returned (shared, alone) and was told the case's story."""
+    want = case.expected
+    if isinstance(got, (list, tuple)) and len(got) == 2 and want[0] != want[1] \
+            and same_items(list(got), [want[1], want[0]]):
+        return (_("the pair is (alone, shared): {alone} blocks without sharing first, then "
+                  "{shared} with it; yours has them the other way round")
+                .format(alone=want[0], shared=want[1]))
+    return ""
 
 
 def _sharing_hint(prompt_len: int, output_lens: list[int], block_size: int) -> str:

@@ -116,19 +116,30 @@ def _top_p_mistake(got, logits: torch.Tensor, top_p: float, want: torch.Tensor) 
                   "already hold exactly top_p = {top_p} of the probability, and reaching top_p "
                   "is enough: drop it (>=, not >)") if bool(before[n_want] == top_p) else
                 _("token {token} (logit {logit:.2f}) is kept, but the tokens more likely than it "
-                  "already hold {mass:.4g} of the probability, which reaches top_p = {top_p}: "
+                  "already hold {mass} of the probability, which reaches top_p = {top_p}: "
                   "drop it"))
-        return text.format(token=token, logit=float(logits[token]), mass=mass, top_p=top_p)
+        return text.format(token=token, logit=float(logits[token]), mass=_apart(mass, top_p),
+                           top_p=top_p)
     if n_got == 0:
         return _("the most likely token (token {token}) is always kept, however small "
                  "top_p").format(token=int(order[0]))
     if n_got < n_want:
         token = int(order[n_got])
         return _("token {token} (logit {logit:.2f}) is dropped, but the tokens more likely than "
-                 "it hold only {mass:.4g} of the probability, less than top_p = {top_p}: keep "
+                 "it hold only {mass} of the probability, less than top_p = {top_p}: keep "
                  "it").format(token=token, logit=float(logits[token]),
-                              mass=float(before[n_got]), top_p=top_p)
+                              mass=_apart(float(before[n_got]), top_p), top_p=top_p)
     return ""
+
+
+def _apart(mass: float, top_p: float) -> str:
+    """`mass` in 4 significant digits, or as many more as it takes not to read
+    as `top_p` (newcomer 35: "hold only 0.9 ..., less than top_p = 0.9")."""
+    for digits in (4, 6, 8, 10, 17):
+        text = f"{mass:.{digits}g}"
+        if mass == top_p or float(text) != top_p:
+            return text
+    return repr(mass)
 
 
 def check_top_p_filter(fn: Callable) -> CheckResult:
