@@ -893,8 +893,9 @@ ENGINE_CASES = [
     ("generate(empty prompt)", generate([[1, 2], []]), ValueError, "empty"),
     ("generate(too long)", generate([[5] * 3000]), ValueError,
      "3000 tokens, so the request needs 3001 positions (3000 of the prompt + 1 generated), "
-     "but max_model_len is 2048; shorten the prompt to 2047 tokens or fewer, or use a model "
-     "with a longer context"),
+     "but max_model_len is 128 here: left unset, it was lowered from the model's 2048 to the "
+     "128 the KV cache holds (num_blocks=32 x block_size=4); shorten the prompt to 127 tokens "
+     "or fewer (up to 2047 with num_blocks=512 or more)"),  # newcomer 36: it said 2,047
     # named by its place in the caller's list, not by LLM's internal request id
     ("generate(second too long)", generate(["a", [5] * 3000]), ValueError,
      "prompts[1]: the prompt has 3000 tokens"),

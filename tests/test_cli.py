@@ -188,7 +188,8 @@ SIM_ERRORS = [
      "--requests 2 or fewer, or leave it out (the whole file)"),
     (["--trace", "TRACE", "--rate", "1", "--duration", "5"], "--duration draws a synthetic"),
     (["--trace", "TRACE"], "has no arrival times (a column arrival, arrival_time, timestamp, or a "
-                           "pair's third value); pass --rate (requests/s)"),
+                           "third value after each [prompt, output] pair); pass --rate "
+                           "(requests/s)"),
     # newcomer finding 4: a negative seed was numpy's traceback
     (["--dataset", "alpaca", "--rate", "1", "--seed", "-1"],
      "argument --seed: must be >= 0, got -1"),

@@ -874,3 +874,21 @@ def test_a_second_clone_is_told_whose_labs_open(tmp_path, monkeypatch, capsys):
         err = capsys.readouterr().err
         said = f"you are in {second}, but pagedkit runs from {root}: this opens {root}'s labs"
         assert (said in err) == told, err
+
+
+def test_bench_study_and_the_nbgrader_course_say_whose_labs_they_read(tmp_path, monkeypatch,
+                                                                      capsys):
+    """Newcomer 36: from a second clone, `bench study` and the nbgrader course
+    read the installed clone's labs in silence."""
+    root, second = _clone(tmp_path / "installed"), _clone(tmp_path / "second")
+    for clone in (root, second):
+        (clone / "src" / "pagedkit").mkdir(parents=True, exist_ok=True)
+        (clone / "labs" / "zh-CN").mkdir(exist_ok=True)
+    for where, told in [(second, True), (second / "labs", True), (root, False),
+                        (tmp_path, False)]:
+        monkeypatch.chdir(where)
+        for labs in (root / "labs", root / "labs" / "zh-CN"):
+            lab.say_other_clone("bench study", labs)
+            err = capsys.readouterr().err
+            said = f"bench study: you are in {second}, but this reads the labs in {labs}"
+            assert (said in err) == told, (where, labs, err)

@@ -138,6 +138,20 @@ def other_clone(root: Path, where: Path | None = None) -> Path | None:
     return None
 
 
+def say_other_clone(command: str, labs: Path) -> None:
+    """What `bench study` and the nbgrader course say when they read `labs`
+    of the clone pagedkit runs from while you are in another (newcomer 36
+    edited a lab in a second clone and got the first's words); `lab` says
+    it in the labs' language as it opens one."""
+    here = labs.resolve()
+    root = next((f for f in (here, *here.parents) if (f / "labs" / FIRST_LAB).is_file()), None)
+    elsewhere = None if root is None else other_clone(root)
+    if elsewhere is not None:
+        print(f"{command}: you are in {elsewhere}, but this reads the labs in {labs} (the clone "
+              f"pagedkit runs from); to read {elsewhere}'s, run pip install -r requirements.txt "
+              "there first", file=sys.stderr)
+
+
 def lab_title(path: Path) -> str:
     """A lab's title: its notebook's first heading after the dash (``# Lab 06 —
     When memory runs out: preemption, swap or recompute``), the one source the

@@ -322,3 +322,19 @@ def test_the_static_batches_note_says_what_ran(batch_size, note):
     work = sharegpt_workload(3, 1000, scale=0.05, max_len=64, seed=1)
     result, _tokens = run_hf_static(build_model("tiny", "cpu"), work, batch_size, pad_id=0)
     assert result.note == note
+
+
+@pytest.mark.parametrize("given, named", [
+    (["--requests", "5"], "--requests"), (["--model", "larger"], "--model"),
+    (["--requests", "64"], "--requests"),  # even the default's value, given
+    (["--model", "tiny", "--requests", "8"], "--model and --requests")])
+def test_quick_refuses_the_options_it_would_override(given, named, capsys):
+    """Newcomer 36: `bench --quick --requests 5` ran 8 requests, `--quick --model
+    larger` the tiny model, saying so only in its header."""
+    from pagedkit.bench.engine import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--quick", *given])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--quick runs 8 requests on the tiny model, so it takes no {named}" in err, err

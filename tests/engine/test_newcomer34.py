@@ -53,3 +53,33 @@ def test_any_iterable_of_strings_aborts_each(make):
     assert engine.get_num_unfinished_requests() == 1
     assert engine.abort_request(make(["9", "not-there"])) is False  # one was not in the engine
     assert engine.get_num_unfinished_requests() == 0
+
+
+@pytest.mark.parametrize("num_blocks, block_size", [(64, 16), (30, 32), (200, 16)])
+def test_the_prompt_length_a_refusal_advises_is_served(num_blocks, block_size):
+    """Newcomer 36: a 3,000-token prompt was told to shorten to 2,047 tokens
+    (the model's limit) by an engine whose cache holds 1,024; the 2,047 were
+    refused in turn. Every refusal's "shorten the prompt to N tokens or
+    fewer" is served at N, and refused at N + 1, for lengths around each limit."""
+    import re
+
+    from pagedkit import LLM
+
+    llm = LLM("tiny", num_blocks=num_blocks, block_size=block_size)
+    capacity, model_limit = num_blocks * block_size, 2048
+    params = SamplingParams(temperature=0, max_tokens=1)
+    for n in sorted({capacity - 1, capacity, capacity + 1, model_limit - 1, model_limit,
+                     model_limit + 1, 3000}):
+        try:
+            llm.generate([[5] * n], params, use_tqdm=False)
+            assert n < min(capacity, model_limit), n  # served: within both limits
+            continue
+        except ValueError as refused:
+            message = str(refused)
+        said = re.search(r"shorten the prompt to (\d+) tokens? or fewer", message)
+        assert said, message
+        advised = int(said.group(1))
+        assert advised == min(capacity, model_limit) - 1, message
+        llm.generate([[5] * advised], params, use_tqdm=False)  # the advice is served
+        with pytest.raises(ValueError):
+            llm.generate([[5] * (advised + 1)], params, use_tqdm=False)

@@ -81,7 +81,8 @@ def test_one_trace_mode(capsys, tmp_path):
     (["--trace", "{csv}", "--duration", "60"], "--duration draws a synthetic trace"),
     (["--trace", "{csv}", "--dataset", "alpaca"], "not both"),
     (["--trace", "{bare}"], "no arrival times (a column arrival, arrival_time, timestamp, or a "
-                            "pair's third value); pass --rate (requests/s)"),
+                            "third value after each [prompt, output] pair); pass --rate "
+                            "(requests/s)"),
     (["--benchmark", "--batching", "static"], "--batching: for one trace's run only"),
     (["--scale", "quick", "--manager", "max", "--preemption", "swap"],
      "--manager, --preemption: for one trace's run only"),

@@ -86,7 +86,8 @@ def test_load_errors_name_the_problem(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps([[10, 20]]))
     with pytest.raises(ValueError, match=r"no arrival times \(a column arrival, arrival_time, "
-                                         r"timestamp, or a pair's third value\); pass rate="):
+                                         r"timestamp, or a third value after each "
+                                         r"\[prompt, output\] pair\); pass rate="):
         load_trace(path)
     path.write_text(json.dumps([[10, 0]]))
     with pytest.raises(ValueError, match="output_len of request 0 must be >= 1, got 0"):

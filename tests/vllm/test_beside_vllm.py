@@ -105,11 +105,14 @@ def test_a_seeded_root_names_blocks_alike(tmp_path):
     process of its own: pagedkit reads the seed when it is imported)."""
     out = tmp_path / "c.json"
     env = {**os.environ, "PYTHONHASHSEED": "7"}
-    subprocess.run([sys.executable, "-m", "pagedkit", "vllm", "compare", "--requests", "3",
-                    "--num-blocks", "32", "--json", str(out)], check=True, env=env,
-                   capture_output=True)
+    run = subprocess.run([sys.executable, "-m", "pagedkit", "vllm", "compare", "--requests",
+                          "3", "--num-blocks", "32", "--json", str(out), "--no-progress"],
+                         check=True, env=env, capture_output=True, text=True)
     result = json.loads(out.read_text())
     assert result["tokens_equal"] == 3 and result["caches_equal"]
+    # newcomer 36: vLLM's ~60 log lines came on stdout, before the table
+    assert "(MainProcess" not in run.stdout and "INFO" not in run.stdout, run.stdout[:2000]
+    assert "(MainProcess" in run.stderr  # its logs are not lost: on stderr
 
 
 def test_bench_runs_vllm_beside_pagedkit():

@@ -731,7 +731,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter)
     p.add_argument("--model", choices=MODELS, action="append",
                    help="model(s) to run, repeatable (default: both)")
-    p.add_argument("--requests", type=positive_int, default=64, metavar="N",
+    p.add_argument("--requests", type=positive_int, metavar="N",
                    help="requests in the workload (default: 64)")
     p.add_argument("--scale", type=positive_float, metavar="X",
                    help="scale of the request lengths (default 1/8 on CPU, 1 on GPU)")
@@ -782,8 +782,16 @@ def main(argv: list[str] | None = None) -> int:
         english_error(p, f"--device {args.device}: {why}; use --device cpu (or auto)")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.quick and (args.model or args.requests is not None):  # newcomer 36: it ran
+        #                                              8 requests on the tiny model in silence
+        given = " and ".join(f"--{name}" for name, value in (("model", args.model),
+                                                              ("requests", args.requests))
+                             if value is not None)
+        english_error(p, f"--quick runs 8 requests on the tiny model, so it takes no {given}: "
+                         f"drop --quick to run what {given} {'say' if ' and ' in given else 'says'}"
+                         ", or drop them")
     models = ["tiny"] if args.quick else (args.model or list(MODELS))
-    requests = 8 if args.quick else args.requests
+    requests = 8 if args.quick else (args.requests or 64)
     if args.quick:
         print(QUICK_LINE, file=sys.stderr, flush=True)
     else:

@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true", help="a markdown table")
     add_no_progress(p)
     args = p.parse_args(argv)
+    from ..lab import say_other_clone
+
+    say_other_clone("bench study", args.labs_dir)
     try:
         names = None if args.labs is None else [n.strip() for n in args.labs.split(",")
                                                 if n.strip()]

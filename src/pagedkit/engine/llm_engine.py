@@ -371,6 +371,18 @@ class LLMEngine:
             raise ValueError(f"{who}: the prompt is empty; give at least one token (a "
                              "non-empty string, or a list of token ids)")
         limit, why = self._context_len, self._limit_why
+        block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
+        capacity = num_blocks * block_size
+        if n >= limit and self.max_model_len < limit:  # newcomer 36: the 2,047 it advised
+            #                                            the cache then refused
+            raise ValueError(f"{who}: the prompt has {n} tokens, so the request needs "
+                             f"{n + 1} positions ({n} of the prompt + 1 generated), but "
+                             f"max_model_len is {self.max_model_len} here: left unset, it was "
+                             f"lowered from the model's {limit} to the {capacity} the KV cache "
+                             f"holds (num_blocks={num_blocks} x block_size={block_size}); "
+                             f"shorten the prompt to {plural(capacity - 1, 'token')} or fewer "
+                             f"(up to {limit - 1} with num_blocks={-(-limit // block_size)} or "
+                             "more)")
         if n >= limit:
             longrope = why == LONGROPE_LIMIT  # a limit below the config's positions: say why
             instead = ("give a larger max_model_len" if why == "asked" else
@@ -381,8 +393,6 @@ class LLMEngine:
                              f"max_model_len is {limit}{f' ({why})' if longrope else ''}; "
                              f"shorten the prompt to "
                              f"{plural(limit - 1, 'token')} or fewer, or {instead}")
-        block_size, num_blocks = self.kv.block_size, self.kv.allocator.num_blocks
-        capacity = num_blocks * block_size
         if n + 1 > capacity:
             lowered = (f"; max_model_len, left unset, was lowered from the model's {limit} to "
                        f"the {capacity} the cache holds" if self.max_model_len < limit else "")

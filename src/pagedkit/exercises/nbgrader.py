@@ -397,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
                         "labs (labs/zh-CN/), whose checks answer in Chinese")
     args = p.parse_args(argv)
     labs = (LABS / EDITIONS[args.lang]).resolve()
+    from ..lab import say_other_clone
+
+    say_other_clone("nbgrader", LABS)
     notebooks = {path.name.split("_")[0]: path for path in sorted(labs.glob("*.ipynb"))}
     if not notebooks:
         p.error(f"no labs in {labs}: the course is built from a clone of the repository (git "

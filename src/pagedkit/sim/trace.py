@@ -357,8 +357,8 @@ def load_trace(path: str | Path, *, rate: float | None = None, seed: int = 0,
                                  n=len(arrivals), rate=rate_option))
     elif rate is None:
         raise ValueError(_("{path}: the file has no arrival times (a column {names}, or a "
-                           "pair's third value); pass {rate} (requests/s) to draw Poisson "
-                           "arrivals")
+                           "third value after each [prompt, output] pair); pass {rate} "
+                           "(requests/s) to draw Poisson arrivals")
                          .format(path=path, names=join_names(_ARRIVAL_KEYS), rate=rate_option))
     else:
         times = poisson_arrivals(len(pairs), rate, seed)

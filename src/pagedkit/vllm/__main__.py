@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None, prog: str = f"{PROG} vllm") -> int:
 
     p = _parser(prog)
     args = p.parse_args(no_progress_after_name(sys.argv[1:] if argv is None else argv))
+    # vLLM logs to stdout unless told otherwise: its lines go to stderr, beside the
+    # progress, so stdout is the table alone (newcomer 36 piped ~60 log lines into it)
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     if args.command == "compare":
         return _compare(args, args.parser)
     return _events(args)
