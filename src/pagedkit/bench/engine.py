@@ -724,6 +724,10 @@ def available_gib() -> float | None:
         return None
 
 
+#: `bench`'s workload size without --requests (None there: --quick refuses one given)
+DEFAULT_REQUESTS = 64
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"{PROG} bench engine", description=__doc__.splitlines()[0],
@@ -732,7 +736,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=MODELS, action="append",
                    help="model(s) to run, repeatable (default: both)")
     p.add_argument("--requests", type=positive_int, metavar="N",
-                   help="requests in the workload (default: 64)")
+                   help=f"requests in the workload (default: {DEFAULT_REQUESTS})")
     p.add_argument("--scale", type=positive_float, metavar="X",
                    help="scale of the request lengths (default 1/8 on CPU, 1 on GPU)")
     p.add_argument("--batch-size", type=positive_int, default=16, metavar="N",
@@ -791,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"drop --quick to run what {given} {'say' if ' and ' in given else 'says'}"
                          ", or drop them")
     models = ["tiny"] if args.quick else (args.model or list(MODELS))
-    requests = 8 if args.quick else (args.requests or 64)
+    requests = 8 if args.quick else (args.requests or DEFAULT_REQUESTS)
     if args.quick:
         print(QUICK_LINE, file=sys.stderr, flush=True)
     else:
