@@ -26,10 +26,13 @@ def snapshot(engine):
 
 @pytest.mark.parametrize("prompt, params, error, message", [
     ([], None, ValueError, "the prompt is empty"),
-    # past the model's 256 positions: shorten it (more blocks would not help)
+    # past the model's 256 positions, in a cache of 128: the limit in force and how to
+    # serve up to the model's (newcomer 36: it advised 255, which the cache refused)
     (list(range(60)) * 5, None, ValueError,
      r"300 tokens, so the request needs 301 positions \(300 of the prompt \+ 1 generated\), but "
-     r"max_model_len is 256; shorten the prompt to 255 tokens or fewer"),
+     r"max_model_len is 128 here: left unset, it was lowered from the model's 256 to the 128 "
+     r"the KV cache holds \(num_blocks=32 x block_size=4\); shorten the prompt to 127 tokens "
+     r"or fewer \(up to 255 with num_blocks=64 or more\)"),
     (list(range(50)) * 4, None, ValueError,
      r"200 tokens, so the request needs 201 slots \(200 of the prompt \+ 1 generated\), but the "
      r"whole KV cache holds 128 \(num_blocks=32 x block_size=4\); max_model_len, left "
