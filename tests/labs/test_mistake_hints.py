@@ -3,6 +3,8 @@ their hint per case, not per mistake. Now a wrong answer's hint names what
 it got wrong. Enumerated: every case of each check's grid, each kind of
 mistake made from the right answer there."""
 
+from fractions import Fraction
+
 import pytest
 
 import pagedkit
@@ -369,7 +371,7 @@ def test_lab03_append_slots_refusing_exactly_enough_is_told_so():
     (dict(fits=int.__lt__), "blocks <= free_cpu_blocks, not <"),
     (dict(distinct=False), "count distinct block ids"),
     (dict(both_ways=1), "out now and back in later"),
-    (dict(cheaper=float.__le__), "strictly cheaper"),
+    (dict(cheaper=Fraction.__le__), "strictly cheaper"),
 ])
 def test_lab06_preemption_mode_names_the_mistake_a_function_makes(mistake, named):
     """Newcomer 35: summing the first sequence's tokens alone and `<` for `<=`

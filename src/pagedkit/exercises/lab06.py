@@ -122,12 +122,13 @@ MODE_CASES = [
 
 
 def _mode_costs(tables, recompute_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
-                prefill_tokens_per_s):
-    """(distinct blocks, swap seconds out and back, recompute seconds), exactly."""
-    distinct = len(set().union(*map(set, tables)))
-    swap = Fraction(2 * distinct * block_bytes) / Fraction(link_bytes_per_s)
-    recompute = Fraction(sum(recompute_tokens)) / Fraction(prefill_tokens_per_s)
-    return distinct, swap, recompute
+                prefill_tokens_per_s, *, distinct=True, both_ways=2, tokens=sum):
+    """(distinct blocks, swap seconds out and back, recompute seconds), exactly;
+    the keywords vary the rule as `_MODE_FORMULAS`' mistakes do."""
+    blocks = len(set().union(*map(set, tables))) if distinct else sum(map(len, tables))
+    swap = Fraction(both_ways * blocks * block_bytes) / Fraction(link_bytes_per_s)
+    recompute = Fraction(tokens(recompute_tokens)) / Fraction(prefill_tokens_per_s)
+    return blocks, swap, recompute
 
 
 def _mode_oracle(*args) -> str:
@@ -184,16 +185,11 @@ def check_preemption_mode(preemption_mode: Callable) -> CheckResult:
                                                                            _MODE_FORMULAS))
 
 
-def _mode(tables, recompute_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
-          prefill_tokens_per_s, *, distinct=True, fits=int.__le__, both_ways=2,
-          tokens=sum, cheaper=float.__lt__) -> str:
-    """The lab's rule, and (by its keywords) the mistakes `_MODE_FORMULAS` names."""
-    blocks = len({b for t in tables for b in t}) if distinct else sum(map(len, tables))
-    if not fits(blocks, free_cpu_blocks):
-        return "recompute"
-    swap_s = float(both_ways * blocks * block_bytes / link_bytes_per_s)
-    recompute_s = float(tokens(recompute_tokens) / prefill_tokens_per_s)
-    return "swap" if cheaper(swap_s, recompute_s) else "recompute"
+def _mode(*args, fits=int.__le__, cheaper=Fraction.__lt__, **costs) -> str:
+    """The lab's rule on `_mode_costs`, and (by its keywords) the mistakes
+    `_MODE_FORMULAS` names."""
+    blocks, swap, recompute = _mode_costs(*args, **costs)
+    return "swap" if fits(blocks, args[2]) and cheaper(swap, recompute) else "recompute"
 
 
 #: Newcomer 35's two mistakes were both told to count distinct block ids: the
@@ -211,7 +207,7 @@ _MODE_FORMULAS = [
     (lambda *a: _mode(*a, both_ways=1),
      N_("swapping moves the blocks twice: out now and back in later (2 x blocks x "
         "block_bytes / link_bytes_per_s)")),
-    (lambda *a: _mode(*a, cheaper=float.__le__),
+    (lambda *a: _mode(*a, cheaper=Fraction.__le__),
      N_("swap only where it is strictly cheaper: on a tie, recompute")),
 ]
 
