@@ -17,8 +17,9 @@ an H200), and prints one table:
    query / 8 KV heads of 64): token for token in float32, and in bfloat16
    each token within rounding of transformers' choice (`rounding_verdict`).
 
-Without CUDA it says so and exits with status 2: there is nothing to check.
-Exit status 1 means a check failed (the table says which), 0 all passed.
+Exit status 0 means all checks passed, 1 that a check failed (the table
+says which), 2 a usage error (argparse's), and 3 (`NO_GPU_STATUS`) that there
+is no CUDA GPU here, so nothing was checked.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ NO_GPU = ("gpucheck needs a CUDA GPU, and torch sees none here "
           "Nothing was checked. Run it on a machine with an NVIDIA GPU (e.g. a Colab GPU "
           "runtime); on CPU the kernel tests run in Triton's interpreter: "
           "python -m pytest tests/kernels")
+#: The exit status without a GPU: not 2, which is argparse's for a usage error,
+#: so a script can tell "nothing to check here" from a mistyped option.
+NO_GPU_STATUS = 3
 
 def cuda_device(value: str) -> torch.device:
     """``--device``: a CUDA device, refused by name otherwise, before the
@@ -386,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                "on a contiguous cache, and serves a random Llama-3.2-1B-sized model against "
                "transformers' generate (float32: token for token; bfloat16: each token within "
                "rounding). 76 s on an H200 (docs/kernels.md). Exit status 0: all passed; 1: a "
-               "check failed; 2: no CUDA GPU.",
+               "check failed; 2: a usage error; 3: no CUDA GPU (nothing checked).",
         formatter_class=HelpFormatter)
     parser.add_argument("--json", metavar="PATH", type=writable_file,
                         help="also write the report here as JSON")
@@ -401,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(NO_GPU.format(torch=torch.__version__, cuda=torch.version.cuda), file=sys.stderr)
-        return 2
+        return NO_GPU_STATUS
     report = run(args.device, args.quick)
     checks = [Check(**c) for c in report["checks"]]
     print(table(checks))

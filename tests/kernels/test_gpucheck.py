@@ -22,9 +22,11 @@ def run_cli(*args):
 
 
 @NO_CUDA
-def test_without_cuda_it_says_so_and_exits_2(tmp_path):
+def test_without_cuda_it_says_so_and_exits_3(tmp_path):
+    """Not 2, argparse's status for a usage error (newcomer 36): a script tells
+    "no GPU here" from a mistyped option."""
     out = run_cli("gpucheck", "--json", str(tmp_path / "out.json"))
-    assert out.returncode == 2
+    assert out.returncode == 3
     assert "gpucheck needs a CUDA GPU, and torch sees none here" in out.stderr
     assert "Nothing was checked" in out.stderr
     assert not (tmp_path / "out.json").exists()

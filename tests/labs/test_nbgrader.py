@@ -485,7 +485,7 @@ def test_an_edited_config_is_kept_and_labs_are_added(tmp_path, capsys, keeps_nee
     assert config.read_text() == pagedkits                        # replaced when asked
     capsys.readouterr()
     assert ng.main([str(course), "--labs", "00"]) == 0          # pagedkit's: nothing to say
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err.startswith(f"next, in {course}: ")  # but what to run next
 
 
 def _read_config(path):
@@ -517,7 +517,7 @@ def test_a_course_can_be_moved_and_an_earlier_pinned_config_is_replaced(tmp_path
         str(moved), f"sqlite:///{moved / 'gradebook.db'}")
     capsys.readouterr()
     assert ng.main([str(moved), "--labs", "00"]) == 0            # nothing to change, or say
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err.startswith(f"next, in {moved}: ")  # but what to run next
     for old_root in ["/srv/course", str(course), "/tmp/it's here"]:   # pagedkit's earlier file
         (moved / "nbgrader_config.py").write_text(ng.PINNED_CONFIG.format(
             root=old_root, db=old_root + "/gradebook.db"))
@@ -646,3 +646,20 @@ def test_lang_refuses_an_edition_there_is_not(tmp_path, capsys, form):
     err = capsys.readouterr().err
     assert f"argument --lang: {form!r}: the labs come in en, zh-CN" in err, err
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("on_path", [True, False])
+def test_the_course_lists_its_config_and_says_the_next_command(tmp_path, capsys, monkeypatch,
+                                                               on_path):
+    """Newcomer 36: the files printed left out the config written beside them,
+    and the teacher was not told the next command, nor that ``nbgrader`` is
+    not on PATH when the environment is not activated (then it is this
+    Python's ``-m nbgrader``)."""
+    monkeypatch.setattr(shutil, "which", lambda name: f"/bin/{name}" if on_path else None)
+    course = tmp_path / "course"
+    assert ng.main([str(course), "--labs", "03,02"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == str(course / "nbgrader_config.py")
+    assert [line.split("/")[-2] for line in out.splitlines()[1:]] == ["lab03", "lab02"]
+    nbgrader = "nbgrader" if on_path else f"{sys.executable} -m nbgrader"
+    assert f"next, in {course}: {nbgrader} generate_assignment lab03 " in err

@@ -165,6 +165,18 @@ def test_aborted_requests_are_said_under_the_table(capsys, tmp_path, lengths, ab
         assert (f"  request {i} (prompt_len {p}, output_len {o}): needs {p + o} tokens > "
                 "max_seq_len 2048") in out
     assert ("... and 2 more" in out) == (count == 5)
+    # every request aborted: no mean latency exists, and the row says "-", not nan
+    # (newcomer 36); --json says null and lists each aborted request's reason
+    assert "nan" not in out
+    assert (count == len(lengths)) == (out.splitlines()[1].split()[-3] == "-")
+    main(["--trace", str(path), "--rate", "1", "--manager", "paged", "--no-progress", "--json"])
+    (row,) = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)  # no NaN
+    assert (row["normalized_latency_s_per_token"] is None) == (count == len(lengths))
+    assert [r["request_id"] for r in row["aborted_requests"]] == aborted
+    for r in row["aborted_requests"]:
+        p, o = lengths[r["request_id"]]
+        assert (r["prompt_len"], r["output_len"]) == (p, o)
+        assert r["reason"] == f"needs {p + o} tokens > max_seq_len 2048"
 
 
 def _simulated(argv, capsys):

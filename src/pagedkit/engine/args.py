@@ -77,11 +77,14 @@ VLLM_CALL_ARGS: dict[str, tuple[tuple[Any, ...] | str, str]] = {
 
 
 
-def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -> None:
+def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...],
+                    prompts: int | None = None) -> None:
     """Take the vLLM arguments `args` given to `caller` (of those it `takes`,
     each a `VLLM_CALL_ARGS` name) at values that change nothing; refuse
     another value by name (it is vLLM's, not pagedkit's), and a name
-    `caller` does not take as Python would, with the closest it does."""
+    `caller` does not take as Python would, with the closest it does. A
+    list, one value per prompt, must have one for each of the call's
+    `prompts` (vLLM 0.32 refuses another length too)."""
     for name, value in args.items():
         if name not in takes:
             raise TypeError(f"{caller} got an unexpected keyword argument {name!r}"
@@ -97,6 +100,10 @@ def check_call_args(caller: str, args: dict[str, Any], takes: tuple[str, ...]) -
             raise TypeError(f"{caller}: {name}={value!r} is vLLM's, not pagedkit's ({why}); "
                             f"pagedkit takes {name}={shown} only (docs/api.md, 'vLLM's call "
                             "arguments')")
+        if items is value and prompts is not None and len(value) != prompts:
+            raise ValueError(f"{caller}: {name} is a list of {len(value)}, for "
+                             f"{prompts} prompt{'s' * (prompts != 1)}: give one value per "
+                             f"prompt, or one value (not a list) for all")
 
 
 def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -85,10 +85,10 @@ class LLM:
         model with a chat template, e.g. ``LLM("Qwen/Qwen2.5-0.5B-Instruct")``
         (docs/api.md). vLLM's other arguments (``lora_request``, ``priority``,
         ``tools``, ...) are taken where they change nothing (`VLLM_CALL_ARGS`)."""
+        conversations = _conversations(messages)
         check_call_args("LLM.chat()", vllm_args, (
             "lora_request", "priority", "tools", "chat_template_content_format",
-            "tokenization_kwargs", "mm_processor_kwargs"))
-        conversations = _conversations(messages)
+            "tokenization_kwargs", "mm_processor_kwargs"), prompts=len(conversations))
         check_bool("add_generation_prompt", add_generation_prompt)
         check_bool("continue_final_message", continue_final_message)
         if add_generation_prompt and continue_final_message:
@@ -207,9 +207,10 @@ class LLM:
         vLLM's other arguments (``lora_request``, ``priority``,
         ``tokenization_kwargs``, ``mm_processor_kwargs``) are taken where
         they change nothing (`VLLM_CALL_ARGS`) and refused by name otherwise."""
-        check_call_args("LLM.generate()", vllm_args, (
-            "lora_request", "priority", "tokenization_kwargs", "mm_processor_kwargs"))
         prompts = _prompt_list(prompts)
+        check_call_args("LLM.generate()", vllm_args, (
+            "lora_request", "priority", "tokenization_kwargs", "mm_processor_kwargs"),
+            prompts=len(prompts))
         params = _params_list(sampling_params if sampling_params is not None
                               else self.get_default_sampling_params(), len(prompts))
         _check_use_tqdm(use_tqdm)

@@ -421,11 +421,24 @@ def main(argv: list[str] | None = None) -> int:
         written, note = write_course(args.course, chosen, force=args.force)
     except (FileExistsError, NotADirectoryError) as e:
         p.error(str(e))
-    for target in written:
+    for target in [args.course / "nbgrader_config.py", *written]:
         print(target)
     if note:
         print(note, file=sys.stderr)
+    print(next_step(args.course, chosen[0]), file=sys.stderr)
     return 0
+
+
+def next_step(course: Path, lab: Path) -> str:
+    """What the teacher runs next, with the nbgrader this Python has: the
+    ``nbgrader`` command when it is on PATH, else ``python -m nbgrader`` by
+    this interpreter's path (a virtual environment not activated; newcomer 36)."""
+    import shutil
+
+    nbgrader = "nbgrader" if shutil.which("nbgrader") else f"{sys.executable} -m nbgrader"
+    return (f"next, in {course}: {nbgrader} generate_assignment {assignment_name(lab)}"
+            f" (the students' copy), then {nbgrader} autograde for their submissions "
+            f"(docs/teachers_guide.md, \"Grading with nbgrader\")")
 
 
 if __name__ == "__main__":

@@ -26,12 +26,13 @@ from .trace import DATASETS, load_trace, synthetic_trace
 #: (issue #26) and 1 min 31 s at load 5-7 (the sixth newcomer's run); the quick one
 #: 24 s at load 6-11 and 48 s at load 11-12 (/usr/bin/time), 3.1 s at load 1.3
 #: (2026-12-02); the full one's traces are an hour each.
-#: What --scale quick's numbers are worth: said before the run and under its table.
+#: What --scale quick's numbers are worth: said once, under its table (before the
+#: run, its line points there; newcomer 36 read the caution twice).
 QUICK_ROUGH = N_("its traces are short, so its numbers are rough (a rate ratio may read 1x "
                  "where the default scale separates the managers); run the default scale to "
                  "compare with the paper")
 SCALE_TIMES = {
-    "quick": N_("takes 3-50 s: {rough}"),
+    "quick": N_("takes 3-50 s; its numbers are rough (the note under its table says why)"),
     "default": N_("took 1.5-5 minutes on a 2-core machine (the longer on a busy one); --scale "
                "quick runs the same experiments smaller in 3-50 s (noisier numbers)"),
     "full": N_("runs the paper's hour-long traces: many times the default's 1.5-5 minutes; "
@@ -133,14 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.scale in SCALE_TIMES and not args.json:
         print((_("simulate: the paper comparison at --scale {scale} {how_long}")
                 .format(scale=args.scale,
-                        how_long=_(SCALE_TIMES[args.scale]).format(rough=_(QUICK_ROUGH)))),
+                        how_long=_(SCALE_TIMES[args.scale]))),
               file=sys.stderr, flush=True)
     report = compare(args.scale, seed=args.seed, progress=not (args.no_progress or args.json))
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         print(format_table(report, markdown=args.markdown))
-        if args.scale == "quick":  # the caution beside the numbers it is about, too
+        if args.scale == "quick":  # the caution beside the numbers it is about
             print(_("--scale quick: {rough}").format(rough=_(QUICK_ROUGH)))
     return 0
 
@@ -219,8 +220,11 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                      prefill=args.prefill, batching=args.batching, seed=args.seed,
                      progress=not (args.no_progress or args.json)) for m in managers]
     summaries = [run.summary() for run in runs]
-    if args.json:
-        print(json.dumps(summaries, indent=2))
+    if args.json:  # each row with its aborted requests' reasons, as the table's note says
+        print(json.dumps([{**summary, "aborted_requests": [
+            {"request_id": r.request_id, "prompt_len": r.prompt_len, "output_len": r.output_len,
+             "reason": r.finish_reason.removeprefix("abort: ")} for r in run.aborted]}
+            for run, summary in zip(runs, summaries, strict=True)], indent=2))
     else:
         _print_rows(summaries)
         _print_aborted(runs, summaries)
@@ -263,7 +267,8 @@ HEADERS = {
 
 def _print_rows(rows: list[dict]) -> None:
     keys = list(rows[0])
-    table = [[_(HEADERS[k]) for k in keys], *([str(row[k]) for k in keys] for row in rows)]
+    table = [[_(HEADERS[k]) for k in keys],
+             *(["-" if row[k] is None else str(row[k]) for k in keys] for row in rows)]
     print(aligned(table))
 
 

@@ -161,6 +161,11 @@ class SimResult:
         done = self.finished
         return float(np.mean([r.normalized_latency for r in done])) if done else float("nan")
 
+    def _rounded_latency(self) -> float | None:
+        """The summary's latency: None (JSON null, "-" in a table) when no
+        request finished, where a mean would be nan (invalid JSON)."""
+        return round(self.mean_normalized_latency(), 5) if self.finished else None
+
     def throughput(self) -> float:
         """Finished requests per second of simulated time."""
         return len(self.finished) / self.makespan if self.makespan else 0.0
@@ -170,7 +175,7 @@ class SimResult:
         alone = self.steps.time_average("blocks_alone")
         return 1.0 - self.steps.time_average("used_blocks") / alone if alone else 0.0
 
-    def summary(self) -> dict[str, float | int | str]:
+    def summary(self) -> dict[str, float | int | str | None]:
         b = self.breakdown()
         return {"manager": self.manager, "trace": self.trace, "requests": len(self.requests),
                 "aborted": len(self.aborted), "steps": self.num_steps,
@@ -178,6 +183,6 @@ class SimResult:
                 "mean_batch_size": round(self.mean_batch_size(), 3),
                 "mean_scheduled": round(self.mean_scheduled(), 3),
                 "token_state_share": round(b.token_states, 4),
-                "normalized_latency_s_per_token": round(self.mean_normalized_latency(), 5),
+                "normalized_latency_s_per_token": self._rounded_latency(),
                 "makespan_s": round(self.makespan, 2),
                 "wall_seconds": round(self.wall_seconds, 3)}
