@@ -356,7 +356,8 @@ def test_demo_checks_its_options_before_loading_the_model(capsys, monkeypatch):
     monkeypatch.setattr(pagedkit.models, "load_tiny", lambda *a, **k: pytest.fail("loaded"))
     assert run(cli, ["demo", "--num-blocks", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("demo: loading 'tiny'")
+    assert err.startswith("demo: loading torch and transformers (10-20 s on a busy machine), "
+                          "which the cache-size options' check needs, then 'tiny' ...")
     assert "--num-blocks 2 is too small" in err
 
 

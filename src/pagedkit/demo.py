@@ -189,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_samples(parser, args)
     # importing torch and transformers took 16 s at load 1.5 on 2 cores: say so first
-    print(f"demo: loading {args.model!r} (torch and transformers first: 10-20 s on a busy "
-          "machine) ...", file=sys.stderr, flush=True)
+    # the options that need the tokenizer (the cache's size) are checked after this line
+    print(f"demo: loading torch and transformers (10-20 s on a busy machine), which the "
+          f"cache-size options' check needs, then {args.model!r} ...", file=sys.stderr,
+          flush=True)
     llm = _load(parser, args)
 
     from tqdm.auto import tqdm

@@ -25,7 +25,7 @@ from ..i18n.terminal import HelpFormatter
 #: name -> (module whose ``main(argv)`` runs it, one line of help). The times: on 2
 #: shared cores at load 3-4 (2026-12-02), calls 3.1 s, hash 4.0 s, kernels (CPU) 3.0 s
 #: (3.0-3.4 s at load 4 with its batched row, 2026-12-03),
-#: linears 32 s, study 0.1 s; engine, widgets and labs as their modules measured;
+#: linears 66 s at load 1-2.5 (2026-12-04; newcomer 36: 2 minutes at load 2-3), study 0.1 s; engine, widgets and labs as their modules measured;
 #: vllm as docs/benchmarks.md's "Beside vLLM again" ran (16:46-16:54 UTC).
 BENCHMARKS = {
     "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate (17 minutes on "
@@ -44,7 +44,7 @@ BENCHMARKS = {
     "vllm": ("pagedkit.bench.beside_vllm", "pagedkit and vLLM, batch 1/8/64, two models, "
              "threads (12 runs, 8 minutes at load 1-2; --models tiny: the faster half)"),
     "linears": ("pagedkit.bench.linears", "plain against prepacked linear layers, by shape "
-                "(about 30 s)"),
+                "(1-2 minutes)"),
     "study": ("pagedkit.bench.study", "each lab's estimated student time, by a stated rule "
               "(instant)"),
 }
