@@ -22,7 +22,15 @@ import pytest
 import torch
 
 import pagedkit
-from pagedkit.exercises import as_items, is_sequence, lab02, lab04, same_items, stub_name
+from pagedkit.exercises import (
+    CheckResult,
+    as_items,
+    is_sequence,
+    lab02,
+    lab04,
+    same_items,
+    stub_name,
+)
 
 from .test_exercises import load, pairs
 
@@ -178,7 +186,8 @@ def every_hint():
         real = getattr(module, "check_function", None)
         if real is None:
             continue
-        module.check_function = lambda name, fn, given, cases=cases, **kw: cases.extend(given)
+        module.check_function = (lambda name, fn, given, cases=cases, **kw:
+                                 cases.extend(given) or CheckResult(name, True, ""))
         try:
             module.CHECKS[name](lambda *args: None)
         finally:

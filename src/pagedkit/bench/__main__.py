@@ -25,7 +25,8 @@ from ..i18n.terminal import HelpFormatter
 #: name -> (module whose ``main(argv)`` runs it, one line of help). The times: on 2
 #: shared cores at load 3-4 (2026-12-02), calls 3.1 s, hash 4.0 s, kernels (CPU) 3.0 s
 #: (3.0-3.4 s at load 4 with its batched row, 2026-12-03),
-#: linears 66 s at load 1-2.5 (2026-12-04; newcomer 36: 2 minutes at load 2-3), study 0.1 s; engine, widgets and labs as their modules measured;
+#: linears 66 s at load 1-2.5 (2026-12-04; newcomer 36: 2 minutes at load 2-3),
+#: study 0.1 s; engine, widgets and labs as their modules measured;
 #: vllm as docs/benchmarks.md's "Beside vLLM again" ran (16:46-16:54 UTC).
 BENCHMARKS = {
     "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate (17 minutes on "

@@ -13,6 +13,7 @@ suite runs every check against them, so checks and solutions cannot drift.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import numbers
 import os
@@ -30,12 +31,91 @@ from ..i18n import N_, _, ngettext
 
 __all__ = ["EXPECTED_LATER", "GENERATOR_HINT", "NOT_WRITTEN", "Case", "CheckResult", "as_items",
            "call_learner", "check_function", "formula_mistake", "fresh", "function_name",
-           "hint_text", "is_count", "is_sequence", "not_written", "other_cases", "parting",
+           "hint_text", "in_stub_order", "is_count", "is_sequence", "not_written", "order_mistake",
+           "other_cases",
+           "parting",
            "raised", "require_function",
            "same_items", "same_values", "stranger_or_repeat", "stub_name", "wrong_answer"]
 
 NOT_WRITTEN = N_("not written yet: replace the `...` / NotImplementedError with your code")
 """English, as every message is written; `_(NOT_WRITTEN)` is what the learner reads."""
+
+#: Each Python exercise's parameters, as its stub in the lab writes them (a test
+#: holds this table to both editions' notebooks). A check calls the learner's
+#: function by position, in this order (`order_mistake`); the build track asks
+#: its pieces for these (`track.PARAMETERS`). Lab 04c's kernels are launched
+#: by their checks, not called, and are not here.
+SIGNATURES = {
+    "blocks_for": "num_tokens, block_size",
+    "cached_kv_reads": "prompt_len, new_tokens",
+    "max_batch": "gpu_bytes, num_params, param_bytes, kv_bytes_per_token, seq_len",
+    "kv_bytes_per_token": "config, dtype_bytes",
+    "reservation_size": "policy, prompt_len, output_len, max_len",
+    "first_fit": "regions, capacity, size",
+    "waste_breakdown": "reservations, capacity, next_size",
+    "token_at": "block_table, block_size, num_tokens, slot",
+    "blocks_needed": "num_tokens, num_new_tokens, block_size",
+    "append_slots": "block_table, num_tokens, num_new_tokens, block_size, free_blocks",
+    "gather_kv": "cache, block_table, num_tokens",
+    "paged_decode_attention": "query, k_cache, v_cache, block_table, context_len",
+    "online_softmax_update": "row_max, row_sum, acc, scores, v",
+    "merge_states": "out_a, lse_a, out_b, lse_b",
+    "finish_steps": "output_lens, max_num_seqs, policy",
+    "admit": "waiting, tokens_left, seats_left, free_blocks, block_size, chunked=False",
+    "tokens_to_recompute": "num_tokens, block_size, cached_blocks",
+    "preemption_mode": "tables, recompute_tokens, free_cpu_blocks, block_bytes, "
+                       "link_bytes_per_s, prefill_tokens_per_s",
+    "choose_victims": "running, free_blocks",
+    "copy_on_write": "ref_counts, free_blocks, table",
+    "chain_hashes": "token_ids, block_size",
+    "sharing_blocks": "prompt_len, output_lens, block_size",
+    "pack_step": "scheduled, block_size",
+    "top_p_filter": "logits, top_p",
+    "tokens_that_fit": "memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, "
+                       "block_size",
+    "best_num_drafts": "acceptance_rate, draft_cost, max_drafts",
+}
+
+
+def order_mistake(name: str, fn: Callable) -> str:
+    """The hint for a function whose parameters are the stub's names in another
+    order (newcomer 36: ``token_at(block_table, num_tokens, block_size,
+    slot)``): the check passes values by position, so each lands under
+    another name, and the cases' own hints would send the learner after a
+    mistake in the body. '' for any other signature (names of one's own
+    choosing are fine) and for an exercise not in `SIGNATURES`."""
+    if name not in SIGNATURES:
+        return ""
+    stub = [part.split("=")[0] for part in SIGNATURES[name].split(", ")]
+    try:
+        given = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):  # (no signature to read: a builtin)
+        return ""
+    if given == stub or sorted(given) != sorted(stub):
+        return ""
+    return _("your {name}({given}) takes the stub's parameters in another order: the check "
+             "calls {name}({stub}), by position, so each value lands under another name. Keep "
+             "the stub's order").format(name=name, given=", ".join(given), stub=", ".join(stub))
+
+
+def in_stub_order(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+    """Decorates a lab's ``check_NAME(fn)``: where it fails a function that
+    takes the stub's parameters in another order, `order_mistake` is the
+    hint, in place of the case's (which would send the learner after a
+    mistake in the body). One rule for every exercise, whichever way its
+    check found the failure (a wrong value, an error, a wrong shape)."""
+    name = check.__name__.removeprefix("check_")
+
+    @functools.wraps(check)
+    def checked(fn: Callable, *args: Any, **kwargs: Any) -> CheckResult:
+        result = check(fn, *args, **kwargs)
+        order = "" if result.passed or not callable(fn) else order_mistake(name, fn)
+        if not order:
+            return result
+        verdict = result.message.split(hint_text("{hint}").split("{hint}")[0])[0]
+        return CheckResult(result.name, False, full_stop(verdict) + hint_text(order))
+    return checked
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..i18n import _
-from . import Case, CheckResult, check_function, is_count, same_items
+from . import Case, CheckResult, check_function, in_stub_order, is_count, same_items
 
 __all__ = ["CHECKS", "check_blocks_for"]
 
 
+@in_stub_order
 def check_blocks_for(fn: Callable[[int, int], int]) -> CheckResult:
     """`blocks_for(num_tokens, block_size)`: blocks of `block_size` slots that hold
     `num_tokens` tokens (a partly filled last block counts as a whole one)."""

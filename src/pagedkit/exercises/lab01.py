@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..i18n import _
-from . import Case, CheckResult, check_function, is_count, same_items
+from . import Case, CheckResult, check_function, in_stub_order, is_count, same_items
 from ._count_notes import never_a_count, one_count
 
 __all__ = ["CHECKS", "check_cached_kv_reads", "check_kv_bytes_per_token", "check_max_batch"]
@@ -23,6 +23,7 @@ __all__ = ["CHECKS", "check_cached_kv_reads", "check_kv_bytes_per_token", "check
 GIB = 2**30
 
 
+@in_stub_order
 def check_cached_kv_reads(fn: Callable[[int, int], int]) -> CheckResult:
     """`cached_kv_reads(prompt_len, new_tokens)`: token positions whose K/V the
     decode steps read (per layer and KV head) while a cached generation writes
@@ -72,6 +73,7 @@ def _reads_mistake(fn: Callable, case: Case, got: Any) -> str:
     return ""
 
 
+@in_stub_order
 def check_max_batch(fn: Callable[[int, int, int, int, int], int]) -> CheckResult:
     """`max_batch(gpu_bytes, num_params, param_bytes, kv_bytes_per_token, seq_len)`:
     how many sequences of `seq_len` tokens have room for their whole KV cache in
@@ -162,6 +164,7 @@ def _configs() -> list[tuple[str, Any, int, int, str]]:
     ]
 
 
+@in_stub_order
 def check_kv_bytes_per_token(fn: Callable[[Any, int], int]) -> CheckResult:
     """`kv_bytes_per_token(config, dtype_bytes)` from a transformers config."""
     cases = [Case((_Config(config, name), dtype_bytes), expected, hint)

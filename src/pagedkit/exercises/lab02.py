@@ -19,13 +19,14 @@ from dataclasses import replace
 
 from ..i18n import _, join_clauses, join_names
 from ..memory import ContiguousAllocator, Reservation
-from . import Case, CheckResult, check_function
+from . import Case, CheckResult, check_function, in_stub_order
 
 __all__ = ["CHECKS", "check_first_fit", "check_reservation_size", "check_waste_breakdown"]
 
 PARTS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation")
 
 
+@in_stub_order
 def check_reservation_size(fn: Callable[[str, int, int, int], int]) -> CheckResult:
     """`reservation_size(policy, prompt_len, output_len, max_len)`: slots reserved,
     under policy ``"max"``, ``"pow2"`` or ``"oracle"``, for a request whose prompt
@@ -54,6 +55,7 @@ def check_reservation_size(fn: Callable[[str, int, int, int], int]) -> CheckResu
     return check_function("reservation_size", fn, cases)
 
 
+@in_stub_order
 def check_first_fit(fn: Callable[[list[tuple[int, int]], int, int], int | None]) -> CheckResult:
     """`first_fit(regions, capacity, size)`: the lowest address where `size` free
     slots in a row start, given the live `regions` as ``(start, size)`` pairs in
@@ -133,6 +135,7 @@ def _scenarios() -> list[Case]:
     ]
 
 
+@in_stub_order
 def check_waste_breakdown(fn: Callable[[list[Reservation], int, int], dict]) -> CheckResult:
     """`waste_breakdown(reservations, capacity, next_size)` -> a dict with the slots
     of each part: ``token_states``, ``reservation``, ``internal_fragmentation`` and

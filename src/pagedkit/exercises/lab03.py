@@ -21,6 +21,7 @@ from . import (
     formula_mistake,
     fresh,
     function_name,
+    in_stub_order,
     other_cases,
     require_function,
     same_items,
@@ -30,6 +31,7 @@ from . import (
 __all__ = ["CHECKS", "check_append_slots", "check_blocks_needed", "check_token_at"]
 
 
+@in_stub_order
 def check_token_at(fn: Callable[[list[int], int, int, int], int | None]) -> CheckResult:
     """`token_at(block_table, block_size, num_tokens, slot)`: the position of the
     sequence's token whose K/V sit in physical `slot`, or ``None`` if that slot
@@ -72,6 +74,7 @@ def _sentinel(_fn: Callable, _case: Case, got: object) -> str:
     return ""
 
 
+@in_stub_order
 def check_blocks_needed(fn: Callable[[int, int, int], int]) -> CheckResult:
     """`blocks_needed(num_tokens, num_new_tokens, block_size)`: fresh blocks a
     sequence holding `num_tokens` tokens takes to append `num_new_tokens` more."""
@@ -142,6 +145,7 @@ def _call_text(fn_name: str, args: tuple) -> str:
     return f"{fn_name}({table}, {num_tokens}, {new}, {block_size}, {free})"
 
 
+@in_stub_order
 def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[int] | None]
                        ) -> CheckResult:
     """`append_slots(block_table, num_tokens, num_new_tokens, block_size, free_blocks)`:

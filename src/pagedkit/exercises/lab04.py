@@ -28,6 +28,7 @@ from . import (
     call_learner,
     full_stop,
     function_name,
+    in_stub_order,
     require_function,
     wrong_answer,
 )
@@ -151,6 +152,7 @@ GATHER_CASES = (  # (context_len, block_size)
 )
 
 
+@in_stub_order
 def check_gather_kv(gather_kv: Callable) -> CheckResult:
     """`gather_kv(cache, block_table, num_tokens)` -> the sequence's first
     `num_tokens` vectors, contiguous: ``[num_tokens, num_kv_heads, head_dim]``."""
@@ -234,6 +236,7 @@ def _decode_label(n: int, bs: int, hq: int, hkv: int, d: int, big: float) -> str
     return join_clauses(parts)
 
 
+@in_stub_order
 def check_paged_decode_attention(paged_decode_attention: Callable) -> CheckResult:
     """`paged_decode_attention(query, k_cache, v_cache, block_table, context_len)`:
     one sequence's new token (query ``[num_q_heads, head_dim]``) attending to
@@ -369,6 +372,7 @@ def _softmax_state(seen: torch.Tensor, v: torch.Tensor):
     return m, p.sum(), p @ v
 
 
+@in_stub_order
 def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
     """`online_softmax_update(row_max, row_sum, acc, scores, v)` -> the new
     ``(row_max, row_sum, acc)`` after one tile; folded over the tiles from
@@ -539,6 +543,7 @@ def _merge_order(states: list, order: str, emit: Callable) -> object:
     return acc
 
 
+@in_stub_order
 def check_merge_states(merge_states: Callable) -> CheckResult:
     """`merge_states(out_a, lse_a, out_b, lse_b)` -> ``(out, lse)``: two partial
     attention results for one query row — each normalized over its own keys,

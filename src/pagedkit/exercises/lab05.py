@@ -18,6 +18,7 @@ from . import (
     Case,
     CheckResult,
     check_function,
+    in_stub_order,
     is_sequence,
     parting,
     same_items,
@@ -84,6 +85,7 @@ def finish_grid() -> list[Case]:
                       _finish_by_stepping, _finish_hint)
 
 
+@in_stub_order
 def check_finish_steps(finish_steps: Callable) -> CheckResult:
     """`finish_steps(output_lens, max_num_seqs, policy)` -> for each request,
     the number of steps run when it produced its last token ("static" or
@@ -274,6 +276,7 @@ def admit_grid() -> list[Case]:
     return grid_cases(_admit_grid(), _admit_oracle, _admit_hint)
 
 
+@in_stub_order
 def check_admit(admit: Callable) -> CheckResult:
     """`admit(waiting, tokens_left, seats_left, free_blocks, block_size, chunked=False)`
     -> ``[(request_id, tokens scheduled), ...]`` in admission order. The lab's

@@ -19,6 +19,7 @@ from . import (
     CheckResult,
     check_function,
     formula_mistake,
+    in_stub_order,
     is_sequence,
     parting,
     same_items,
@@ -81,6 +82,7 @@ def recompute_grid() -> list[Case]:
                       _recompute_block_by_block, _recompute_hint)
 
 
+@in_stub_order
 def check_tokens_to_recompute(tokens_to_recompute: Callable) -> CheckResult:
     """`tokens_to_recompute(num_tokens, block_size, cached_blocks)` -> tokens the
     re-admission prefill of a sequence preempted by recomputation computes.
@@ -171,6 +173,7 @@ def mode_grid() -> list[Case]:
     return grid_cases(inputs(), _mode_oracle, _mode_hint)
 
 
+@in_stub_order
 def check_preemption_mode(preemption_mode: Callable) -> CheckResult:
     """`preemption_mode(tables, recompute_tokens, free_cpu_blocks, block_bytes,
     link_bytes_per_s, prefill_tokens_per_s)` -> ``"swap"`` or ``"recompute"``.
@@ -340,6 +343,7 @@ def victims_grid() -> list[Case]:
     return grid_cases(inputs(), lambda r, f: _victims_walk(r, f)[0], _victims_hint)
 
 
+@in_stub_order
 def check_choose_victims(choose_victims: Callable) -> CheckResult:
     """`choose_victims(running, free_blocks)` with running ``[(request_id,
     blocks_needed, blocks_held), ...]`` oldest first -> the preempted request

@@ -22,6 +22,7 @@ from . import (
     check_function,
     fresh,
     function_name,
+    in_stub_order,
     is_count,
     is_sequence,
     not_written,
@@ -43,6 +44,7 @@ def _table_hashes(token_ids: list[int], block_size: int) -> list[int]:
     return table.block_hashes
 
 
+@in_stub_order
 def check_chain_hashes(fn: Callable) -> CheckResult:
     """`chain_hashes(token_ids, block_size)` must equal `BlockTable.block_hashes`."""
     shared = [5, 9, 2, 7, 1, 1, 3, 8]
@@ -287,6 +289,7 @@ def _cow_cases() -> list[tuple]:
     return cases
 
 
+@in_stub_order
 def check_copy_on_write(fn: Callable) -> CheckResult:
     """`copy_on_write(ref_counts, free_blocks, table)` updates a tiny pool in place:
     the lab's cases, then every small pool around the boundaries (`_cow_grid`):
@@ -357,6 +360,7 @@ def _blocks_by_pagedkit(prompt_len: int, output_lens: list[int], block_size: int
     return alone, kv.stats().used_blocks
 
 
+@in_stub_order
 def check_sharing_blocks(fn: Callable) -> CheckResult:
     """`sharing_blocks(prompt_len, output_lens, block_size)` -> (alone, shared)."""
     specs = [

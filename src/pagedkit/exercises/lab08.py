@@ -27,6 +27,7 @@ from . import (
     call_learner,
     fresh,
     function_name,
+    in_stub_order,
     is_sequence,
     other_cases,
     require_function,
@@ -142,6 +143,7 @@ def _apart(mass: float, top_p: float) -> str:
     return repr(mass)
 
 
+@in_stub_order
 def check_top_p_filter(fn: Callable) -> CheckResult:
     """`top_p_filter(logits, top_p)` must match `filter_logits` at temperature 1.
 
@@ -223,6 +225,7 @@ def engine_packing(seqs: list[tuple[int, int]], block_size: int
                      meta.context_lens.tolist())
 
 
+@in_stub_order
 def check_pack_step(fn: Callable) -> CheckResult:
     """`pack_step(scheduled, block_size)` must pack like the engine's `pack_step`."""
     specs = [

@@ -17,7 +17,7 @@ import torch
 
 from ..i18n import N_, _
 from ..model.kv_cache import KVCacheSpec
-from . import Case, CheckResult, _scalar, check_function, same_items
+from . import Case, CheckResult, _scalar, check_function, in_stub_order, same_items
 from ._boundaries import grid_cases
 from ._count_notes import never_a_count, one_count
 
@@ -32,6 +32,7 @@ def _fit(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, block_si
     return spec.num_blocks_for(memory_bytes, block_size) * block_size
 
 
+@in_stub_order
 def check_tokens_that_fit(fn: Callable) -> CheckResult:
     """`tokens_that_fit(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes,
     block_size)`: token slots in the whole blocks a budget holds."""
@@ -113,6 +114,7 @@ def _best_num_drafts(alpha: float, draft_cost: float, max_drafts: int,
     return next(k for k, r in enumerate(rate) if r >= best * (1 - 1e-12))
 
 
+@in_stub_order
 def check_best_num_drafts(fn: Callable) -> CheckResult:
     """`best_num_drafts(acceptance_rate, draft_cost, max_drafts)`: the number of
     draft tokens k (0..max_drafts) that gives speculative decoding the most

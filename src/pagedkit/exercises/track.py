@@ -80,7 +80,7 @@ import torch
 from .. import ops
 from ..i18n import N_, _, join_names, ngettext
 from ..vllm.compare import vllm_missing  # lab 08 asks it (track.vllm_missing)
-from . import SET_FOR_LIST, CheckResult
+from . import SET_FOR_LIST, SIGNATURES, CheckResult
 
 __all__ = ["PIECES", "SCENARIOS", "BrokenEngineError", "Divergence", "LockstepRun", "Pieces",
            "TrackError",
@@ -92,17 +92,9 @@ __all__ = ["PIECES", "SCENARIOS", "BrokenEngineError", "Divergence", "LockstepRu
 PIECES = ("admit", "choose_victims", "chain_hashes", "append_slots", "copy_on_write",
           "paged_decode_attention", "top_p_filter")
 
-#: Each piece's parameters as its lab writes them: the engine calls a piece with
-#: this many arguments, by position.
-PARAMETERS = {
-    "admit": "waiting, tokens_left, seats_left, free_blocks, block_size, chunked=False",
-    "choose_victims": "running, free_blocks",
-    "chain_hashes": "token_ids, block_size",
-    "append_slots": "block_table, num_tokens, num_new_tokens, block_size, free_blocks",
-    "copy_on_write": "ref_counts, free_blocks, table",
-    "paged_decode_attention": "query, k_cache, v_cache, block_table, context_len",
-    "top_p_filter": "logits, top_p",
-}
+#: Each piece's parameters as its lab writes them (`exercises.SIGNATURES`): the
+#: engine calls a piece with this many arguments, by position.
+PARAMETERS = {name: SIGNATURES[name] for name in PIECES}
 
 _LAB = {"append_slots": "03", "paged_decode_attention": "04", "admit": "05",
         "choose_victims": "06", "copy_on_write": "07", "chain_hashes": "07",
