@@ -171,10 +171,17 @@ def test_a_step_output_read_late_keeps_its_steps_counts(llm):
 
 # ------------------------------------------------------------------ beam search
 def test_beam_search_beside_a_request_named_beam_search(llm):
+    """A request queued under any id (here one a beam's could have had) is
+    refused by name before beam search starts (newcomer 37: each beam step's
+    generate would run it and return its output among the beams); once it
+    is gone, beam search runs."""
     engine = llm.llm_engine
     engine.add_request("beam-search", PROMPTS[0], SamplingParams(max_tokens=2))
     try:
-        out = llm.beam_search([PROMPTS[1]], BeamSearchParams(beam_width=2, max_tokens=3))
-        assert len(out[0].sequences) == 2
+        with pytest.raises(ValueError, match="holds 1 request queued with add_request "
+                                             r"\('beam-search'\)"):
+            llm.beam_search([PROMPTS[1]], BeamSearchParams(beam_width=2, max_tokens=3))
     finally:
         engine.abort_request("beam-search", report=False)
+    out = llm.beam_search([PROMPTS[1]], BeamSearchParams(beam_width=2, max_tokens=3))
+    assert len(out[0].sequences) == 2

@@ -111,10 +111,11 @@ class LLM:
                 chat_template=chat_template, add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message, **(chat_template_kwargs or {}))
             prompts.append((text, tokenizer(text, add_special_tokens=False)["input_ids"]))
-        outputs = self.generate([ids for _text, ids in prompts], sampling_params, use_tqdm=use_tqdm)
-        for output, (text, _ids) in zip(outputs, prompts, strict=True):
+        own, earlier = self._generate([ids for _text, ids in prompts], sampling_params,
+                                      use_tqdm, None, {})
+        for output, (text, _ids) in zip(own, prompts, strict=True):
             output.prompt = text
-        return outputs
+        return sorted([*own, *earlier], key=_vllm_order)
 
     def beam_search(self, prompts: Any, params: BeamSearchParams, use_tqdm: bool = False,
                     concurrency_limit: int | None = None, *,
@@ -129,6 +130,15 @@ class LLM:
         if concurrency_limit is not None:
             check_int("concurrency_limit", concurrency_limit, minimum=1)
         self._check_beam_width(params.beam_width)
+        queued = list(self.llm_engine.groups)
+        if queued:  # each step's generate would run them, and their outputs had no place
+            shown = ", ".join(map(repr, queued[:3])) + (", ..." if len(queued) > 3 else "")
+            raise ValueError(f"LLM.beam_search(): the engine holds {len(queued)} request"
+                             f"{'s' * (len(queued) != 1)} queued with add_request ({shown}); "
+                             "beam search runs its beams through generate, which would run "
+                             "those too and return their outputs where beams are expected. "
+                             "Finish them first (llm_engine.step() until "
+                             "has_unfinished_requests() is False) or abort them; nothing ran")
         prompts = _beam_prompts(prompts)
         # an error names a prompt as generate's do: its place in the list, if more than one
         names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
@@ -206,7 +216,18 @@ class LLM:
 
         vLLM's other arguments (``lora_request``, ``priority``,
         ``tokenization_kwargs``, ``mm_processor_kwargs``) are taken where
-        they change nothing (`VLLM_CALL_ARGS`) and refused by name otherwise."""
+        they change nothing (`VLLM_CALL_ARGS`) and refused by name otherwise.
+
+        Requests queued before the call (``llm_engine.add_request``) run to
+        the end too, and their outputs come back with the call's own, as
+        vLLM's generate runs every request of its engine (`_vllm_order`)."""
+        own, earlier = self._generate(prompts, sampling_params, use_tqdm, on_step, vllm_args)
+        return sorted([*own, *earlier], key=_vllm_order)
+
+    def _generate(self, prompts: Any, sampling_params: Any, use_tqdm: Any, on_step: Any,
+                  vllm_args: dict[str, Any]) -> tuple[list[RequestOutput], list[RequestOutput]]:
+        """`generate`'s work: the call's own outputs in prompt order, and those
+        of the requests queued before it, in the order they finished."""
         prompts = _prompt_list(prompts)
         check_call_args("LLM.generate()", vllm_args, (
             "lora_request", "priority", "tokenization_kwargs", "mm_processor_kwargs"),
@@ -217,37 +238,43 @@ class LLM:
         if on_step is not None and not callable(on_step):
             raise TypeError(f"on_step must be a function of a StepOutput, got {on_step!r}")
         engine = self.llm_engine
-        ids = []  # "0", "1", ... on from the last call, past ids queued with add_request
-        while len(ids) < len(prompts):
-            request_id = str(next(self._ids))
-            if request_id not in engine.groups:
-                ids.append(request_id)
+        ids = self._fresh_ids(len(prompts))
         # all or none; an error names a prompt by its place in the caller's list
         names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
                  else ["generate()"] * len(prompts))  # no prompts: nothing to do, [] (vLLM's)
         engine.add_requests(list(zip(ids, prompts, params, strict=True)), names=names)
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}
+        earlier: list[RequestOutput] = []  # requests queued before the call (add_request)
         try:  # the requests a small KV cache cut short are said in one warning
-            with engine.one_warning(names), _progress_bar(use_tqdm, len(prompts)) as bar:
-                while len(done) < len(ids) and engine.has_unfinished_requests():
+            with engine.one_warning(names), _progress_bar(use_tqdm, len(engine.groups)) as bar:
+                while engine.has_unfinished_requests():  # every request, as vLLM runs them
                     step = engine.step(outputs=False)  # only the finished ones are read
                     for output in step.finished:
                         if output.request_id in wanted:
                             done[output.request_id] = output
-                            bar.update(1)
+                        elif not _aborted_before(output):
+                            earlier.append(output)
+                        bar.update(1)
                     if on_step is not None:
                         on_step(step)
         except BaseException as error:
             aborted = self._abort_unfinished([i for i in ids if i not in done])
-            if aborted and hasattr(error, "add_note"):  # Python 3.11+
-                were = "s were" if aborted != 1 else " was"
-                their = "their" if aborted != 1 else "its"
-                error.add_note(f"pagedkit: generate() did not finish; its {aborted} unfinished "
-                               f"request{were} aborted and {their} KV blocks freed (the "
-                               "engine is ready for the next call)")
+            if hasattr(error, "add_note"):  # Python 3.11+
+                for note in _interrupted_notes(aborted, earlier):
+                    error.add_note(note)
             raise
-        return [done[i] for i in ids]
+        return [done[i] for i in ids], earlier
+
+    def _fresh_ids(self, count: int) -> list[str]:
+        """`count` request ids for a call: "0", "1", ... on from the last call,
+        past ids queued with add_request."""
+        ids: list[str] = []
+        while len(ids) < count:
+            request_id = str(next(self._ids))
+            if request_id not in self.llm_engine.groups:
+                ids.append(request_id)
+        return ids
 
     def _abort_unfinished(self, request_ids: list[str]) -> int:
         """End this call's requests that are still in the engine (finish reason
@@ -256,6 +283,42 @@ class LLM:
         not reported."""
         return sum(self.llm_engine.abort_request([request_id], report=False)
                    for request_id in request_ids)
+
+
+def _interrupted_notes(aborted: int, earlier: list[RequestOutput]) -> list[str]:
+    """What an error out of `generate` says it left: the call's `aborted`
+    requests, and the queued requests that finished during it (`earlier`),
+    whose outputs nothing returns."""
+    notes = []
+    if aborted:
+        were, their = ("s were", "their") if aborted != 1 else (" was", "its")
+        notes.append(f"pagedkit: generate() did not finish; its {aborted} unfinished "
+                     f"request{were} aborted and {their} KV blocks freed (the engine is "
+                     "ready for the next call)")
+    if earlier:
+        notes.append("pagedkit: requests queued before generate() finished during it, and "
+                      "their outputs are lost with the error: "
+                      + ", ".join(repr(o.request_id) for o in earlier))
+    return notes
+
+
+def _aborted_before(output: RequestOutput) -> bool:
+    """A request `abort_request` ended before `generate` ran: its output comes
+    with pagedkit's next step (docs/api.md), but vLLM's generate returns only
+    requests that ran, so generate leaves it out too."""
+    return all(c.finish_reason == "abort" for c in output.outputs)
+
+
+def _vllm_order(output: RequestOutput) -> tuple[int, int]:
+    """`generate`'s order, vLLM 0.32's: by request id read as an integer (the
+    call's own ids are "0", "1", ... in prompt order, after any earlier
+    call's). vLLM raises a ValueError for an id that is no integer, once
+    everything ran; pagedkit puts such a request (queued by add_request) last,
+    in the order the requests finished."""
+    try:
+        return 0, int(output.request_id)
+    except ValueError:
+        return 1, 0
 
 
 def _check_use_tqdm(use_tqdm: Any) -> None:
