@@ -319,6 +319,12 @@ def test_bench_says_how_long_and_how_to_run_it_quick(capsys, monkeypatch):
     err = capsys.readouterr().err  # a smoke run says its own duration first (finding 6)
     assert err.startswith(engine_bench.QUICK_LINE) and runs[2:] == ["tiny"]
     assert engine_bench.DEFAULT_RUN_NOTE not in err
+    # under its table, what a smoke run's figures are worth (newcomer 37 ranked by them)
+    assert run(cli, ["bench", "--quick", "--systems", "pagedkit"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(engine_bench.QUICK_CAUTION) and "rank nothing" in out
+    assert run(cli, ["bench", "--systems", "pagedkit"]) == 0
+    assert engine_bench.QUICK_CAUTION not in capsys.readouterr().out
 
 
 def test_simulate_says_how_long_and_how_to_run_it_quick(capsys, monkeypatch):

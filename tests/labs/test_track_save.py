@@ -382,12 +382,12 @@ def test_a_stub_saved_over_a_saved_piece_says_that_piece_keeps_running(tmp_path,
     said = []
     written = _notebook(tmp_path, _piece("admit", "return x[:1]")).admit
     stub = _notebook(tmp_path, _piece("admit", "raise NotImplementedError")).admit
-    track.save(stub, log=said.append)
+    assert track.save(stub, log=said.append) is None  # newcomer 37: it named a file
     assert track.load().plugged() == []
     assert not saved_file.exists()  # newcomer 35: a lab run untouched made the file
-    track.save(written, log=said.append)
+    assert track.save(written, log=said.append) == saved_file
     before = saved_file.read_bytes()
-    track.save(stub, log=said.append)
+    assert track.save(stub, log=said.append) is None  # nothing written, though the file is
     assert saved_file.read_bytes() == before and track.load().admit([3, 4]) == [3]
     track.forget("admit")
     track.save(stub, log=said.append)

@@ -713,6 +713,15 @@ QUICK_NOTE = ("--quick (8 requests, tiny model) took 2 minutes there (13 s at lo
 QUICK_LINE = ("bench --quick: 8 requests on the tiny model, 10 s to 2 minutes (on 2 cores: "
               "13 s at load 3, 1 min 51 s at load 8), most of it start-up")
 
+#: Under --quick's table (newcomer 37 read pagedkit at 170 tok/s beside
+#: transformers' continuous batching at 405, at load 1-2, and took it to rank them;
+#: the same command measured 770 against 365 here at load 0.9, 490 against 320 beside
+#: one busy core, 319 against 220 beside two).
+QUICK_CAUTION = ("--quick: one round of 8 short requests checks that the bench runs; its "
+                 "figures move with whatever else the machine runs and rank nothing. "
+                 "docs/benchmarks.md has the default run's tables; run bench without --quick "
+                 "(--model tiny: the small model alone) to compare the systems")
+
 
 def available_gib() -> float | None:
     """Memory the OS says is available (Linux's MemAvailable), in GiB, or None."""
@@ -815,6 +824,8 @@ def main(argv: list[str] | None = None) -> int:
                            profile=args.profile, workload=args.workload,
                            show_progress=not args.no_progress)
         print(format_report(report), flush=True)
+        if args.quick:  # beside the figures it is about
+            print(QUICK_CAUTION, flush=True)
         reports.append(report.as_dict())
     if args.json:
         with open(args.json, "w") as f:

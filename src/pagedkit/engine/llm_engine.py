@@ -405,8 +405,10 @@ class LLMEngine:
         budget = self.scheduler_config.max_num_batched_tokens
         if n > budget and not self.scheduler_config.enable_chunked_prefill:
             raise ValueError(f"{who}: the prompt has {n} tokens but "
-                             f"max_num_batched_tokens is {budget}; raise it or set "
-                             "enable_chunked_prefill=True")
+                             f"max_num_batched_tokens is {budget}; give max_num_batched_tokens="
+                             f"{n} or more, set enable_chunked_prefill=True (the prompt then "
+                             f"runs in chunks of up to {budget}), or shorten the prompt to "
+                             f"{plural(budget, 'token')} or fewer")
 
     def _check_sequences_fit(self, who: str, prompt_len: int, params: SamplingParams) -> None:
         """n samples (or beams) run together as one group, so each limit on

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from ..i18n import _, join_clauses, join_names
+from ..i18n import N_, _, join_clauses, join_names
 from ..memory import ContiguousAllocator, Reservation
-from . import Case, CheckResult, check_function, in_stub_order
+from . import Case, CheckResult, check_function, in_stub_order, same_items
 
 __all__ = ["CHECKS", "check_first_fit", "check_reservation_size", "check_waste_breakdown"]
 
@@ -141,7 +141,37 @@ def check_waste_breakdown(fn: Callable[[list[Reservation], int, int], dict]) -> 
     of each part: ``token_states``, ``reservation``, ``internal_fragmentation`` and
     ``external_fragmentation`` (for a waiting request of `next_size` slots)."""
     return check_function("waste_breakdown", fn, _scenarios(),  # a dict of counts: same_items
-                          diagnose=_not_the_four_keys)
+                          diagnose=_waste_mistake)
+
+
+#: What each part counts, told where it is the one part wrong (newcomer 37 counted
+#: every free slot as external fragmentation and was told how the other three add up).
+PART_RULES = {
+    "token_states": N_("token states are the slots that hold tokens: each region's prompt and "
+                       "the tokens generated so far"),
+    "reservation": N_("reservation is the slots kept for tokens still to come: need - used, "
+                      "for each region"),
+    "internal_fragmentation": N_("internal fragmentation is the slots a region will never use: "
+                                 "size - need"),
+    "external_fragmentation": N_("external fragmentation is every free slot when the waiting "
+                                 "request (next_size) fits in no free run, and 0 when it fits in "
+                                 "one: the largest free run decides, not the total"),
+}
+
+
+def _waste_mistake(fn: Callable, case: Case, got: object) -> str:
+    """The keys to return (`_not_the_four_keys`), or, for a dict of the four
+    with one part wrong, that part's rule; '' where several parts are wrong
+    (the case's own hint then tells its sum)."""
+    keys = _not_the_four_keys(fn, case, got)
+    if keys:
+        return keys
+    wrong = [part for part in PARTS if not same_items(got[part], case.expected[part])]
+    if len(wrong) != 1:
+        return ""
+    part = wrong[0]
+    return (_("only {part} is wrong here ({got!r}, expected {want!r}): {rule}")
+            .format(part=part, got=got[part], want=case.expected[part], rule=_(PART_RULES[part])))
 
 
 def _not_the_four_keys(_fn: Callable, _case: Case, got: object) -> str:

@@ -1370,7 +1370,9 @@ def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | Non
     again replaces its whole section. A function not named as a piece is
     refused, nothing saved. A stub (not written yet) is not saved: the piece
     saved before keeps running, or pagedkit's own if none was; `forget`
-    drops a saved piece."""
+    drops a saved piece. Returns the file written, or None where nothing
+    was (the track off, or only stubs given: newcomer 37 was handed a
+    path that did not exist)."""
     path = pieces_path()
     if path is None:
         log(_("the build track is off here (PAGEDKIT_TRACK is empty): nothing saved"))
@@ -1392,7 +1394,7 @@ def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | Non
         sections[fn.__name__] = (0, _section(fn))
         written = True
     # only stubs: nothing to keep, and no file made (a lab run untouched writes nothing)
-    return _write(sections) if written else path
+    return _write(sections) if written else None
 
 
 def _need_parameters(fn: Callable) -> None:
