@@ -338,7 +338,9 @@ def test_the_one_trace_table_speaks_chinese_and_its_json_does_not(tmp_path, caps
         tables.append(_run(argv, capsys)[1].splitlines())
         jsons.append([{k: v for k, v in row.items() if k != "wall_seconds"}
                       for row in json.loads(_run([*argv, "--json"], capsys)[1])])
-    assert jsons[0] == jsons[1] and [*jsons[0][0], "wall_seconds"] == tables[1][0].split()
+    # the JSON's rows are the table's columns, and each row's aborted requests
+    assert jsons[0] == jsons[1]
+    assert [*jsons[0][0]] == [*tables[1][0].split()[:-1], "aborted_requests"]
     header = tables[0][0].split("  ")
     assert [h for h in header if h and re.search("[\u4e00-\u9fff]", h)] and \
         not _english_left(" ".join(header)), tables[0][0]
@@ -394,3 +396,40 @@ def test_simulator_doc_fig12_rows_match_the_rule():
         assert cells[3] == (f"{low}-{high}" if dataset == "sharegpt" else "not reported")
     from pagedkit.sim.report import NOTES
     assert f"9. {NOTES['knee']}" in doc
+
+
+@pytest.mark.parametrize("managers, twice", [
+    (["paged", "paged"], "paged:16"), (["paged", "paged:16"], "paged:16"),
+    (["max", "pow2", "max"], "max"), (["paged:32", "oracle", "paged:32"], "paged:32"),
+    (["paged:32", "paged"], None), (["max", "pow2", "oracle", "paged"], None)])
+def test_a_manager_given_twice_is_refused(capsys, managers, twice):
+    """Newcomer 38: the same manager twice printed the same row twice."""
+    argv = ["--dataset", "sharegpt", "--rate", "2", "--requests", "3", "--no-progress", "--json"]
+    argv += [word for m in managers for word in ("--manager", m)]
+    if twice is None:
+        assert main(argv) == 0
+        assert len(json.loads(capsys.readouterr().out)) == len(managers)
+        return
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert (f"argument --manager: {twice} is given twice; each manager runs once, so give it "
+            "once") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("managers", [["max"], ["pow2", "oracle"], ["max", "paged"], ["paged:8"]])
+@pytest.mark.parametrize("preemption", ["swap", "recompute"])
+def test_swap_preemption_needs_a_paged_manager(capsys, managers, preemption):
+    """Newcomer 38: --preemption swap with only contiguous managers (which
+    never preempt) ran as if it meant something."""
+    argv = ["--dataset", "sharegpt", "--rate", "2", "--requests", "3", "--no-progress", "--json",
+            "--preemption", preemption] + [w for m in managers for w in ("--manager", m)]
+    refused = preemption == "swap" and not any(m.startswith("paged") for m in managers)
+    if not refused:
+        assert main(argv) == 0
+        return
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert ("--preemption swap: only the paged manager preempts (max, pow2 and oracle reserve "
+            "a request's memory up front and never preempt); add --manager paged, or leave "
+            "--preemption out") in capsys.readouterr().err

@@ -640,6 +640,12 @@ def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Call
                 call=call, got=got, got_type=type(got).__name__,
                 expected=expected, want_type=type(expected).__name__)
             + hint_text(_type_hint(got, expected)))
+    if (isinstance(got, str) and isinstance(expected, str)
+            and got.strip().casefold() == expected.casefold()):  # newcomer 38: 'Swap'
+        return CheckResult(name, False, _(
+            "{call} returned {got!r}, expected {expected!r}: the word is right, not its "
+            "spelling; return it exactly as the exercise writes it.").format(
+                call=call, got=got, expected=expected))
     wrong_type = next(_differences(got, expected), None)
     if wrong_type is not None and same_values(got, expected):  # an item's type, not its value
         _kind, got_item, want_item = wrong_type

@@ -88,7 +88,24 @@ def check_tokens_to_recompute(tokens_to_recompute: Callable) -> CheckResult:
     re-admission prefill of a sequence preempted by recomputation computes.
     The lab's cases, then every count around a block boundary (`recompute_grid`)."""
     return check_function("tokens_to_recompute", tokens_to_recompute,
-                          RECOMPUTE_CASES + recompute_grid(), diagnose=one_count)
+                          RECOMPUTE_CASES + recompute_grid(),
+                          diagnose=lambda fn, case, got: one_count(fn, case, got)
+                          or formula_mistake(fn, RECOMPUTE_CASES, _RECOMPUTE_FORMULAS))
+
+
+#: Formulas newcomers wrote for tokens_to_recompute, each named where a function
+#: follows it on every one of the lab's cases.
+_RECOMPUTE_FORMULAS = [
+    (lambda n, bs, cached: max(1, n - bs * cached),  # newcomer 38
+     N_("your function reuses every cached block and keeps at least one token, "
+        "max(1, num_tokens - block_size x cached_blocks): but a cached block that holds the "
+        "last token is not reused at all (the cache matches whole blocks, never the last "
+        "token's), so that whole block is computed again")),
+    (lambda n, bs, cached: n - bs * cached,
+     N_("your function reuses every cached block, num_tokens - block_size x cached_blocks: "
+        "a block that holds the last token is not reused (the model must compute at least "
+        "that token), so that whole block is computed again")),
+]
 
 
 _DISTINCT = (N_("blocks shared inside the group travel once: count distinct block ids "

@@ -17,7 +17,15 @@ import torch
 
 from ..i18n import N_, _
 from ..model.kv_cache import KVCacheSpec
-from . import Case, CheckResult, _scalar, check_function, in_stub_order, same_items
+from . import (
+    Case,
+    CheckResult,
+    _scalar,
+    check_function,
+    formula_mistake,
+    in_stub_order,
+    same_items,
+)
 from ._boundaries import grid_cases
 from ._count_notes import never_a_count, one_count
 
@@ -51,7 +59,28 @@ def check_tokens_that_fit(fn: Callable) -> CheckResult:
         ((8 * 2**20, 4, 2, 64, 4, 16), _("pagedkit's tiny model in float32 with 8 MiB")),
     ]
     cases = [Case(args, _fit(*args), hint) for args, hint in specs]
-    return check_function("tokens_that_fit", fn, cases + fit_grid(), diagnose=one_count)
+    return check_function("tokens_that_fit", fn, cases + fit_grid(), diagnose=lambda fn, case, got:
+                          one_count(fn, case, got) or formula_mistake(fn, cases, _FIT_FORMULAS))
+
+
+def _per_token(num_layers, num_kv_heads, head_dim, dtype_bytes) -> int:
+    return 2 * num_layers * num_kv_heads * head_dim * dtype_bytes
+
+
+#: Formulas newcomer 38 wrote for tokens_that_fit, each named where a function
+#: follows it on every one of the lab's cases.
+_FIT_FORMULAS = [
+    (lambda m, nl, nh, hd, db, bs: m // (_per_token(nl, nh, hd, db) * bs),
+     N_("your function counts whole blocks; the answer is token slots: multiply the blocks "
+        "by block_size")),
+    (lambda m, nl, nh, hd, db, bs: m // (_per_token(nl, nh, hd, db) // 2 * bs) * bs,
+     N_("your function stores one tensor per token: each token keeps a key and a value in "
+        "every layer, so a token takes 2 x num_layers x num_kv_heads x head_dim x dtype_bytes "
+        "bytes")),
+    (lambda m, nl, nh, hd, db, bs: m // _per_token(nl, nh, hd, db),
+     N_("your function counts tokens, not whole blocks: the cache is allocated in blocks, so "
+        "count the whole blocks the budget holds (round down), then multiply by block_size")),
+]
 
 
 def _fit_hint(memory_bytes, num_layers, num_kv_heads, head_dim, dtype_bytes, block_size) -> str:
@@ -149,7 +178,9 @@ def check_best_num_drafts(fn: Callable) -> CheckResult:
     cases = [Case(args, _best_num_drafts(*args), hint) for args, hint in specs] + drafts_grid()
 
     def diagnose(fn, case, got) -> str:
-        return never_a_count(got) or _wrong_expected_tokens(fn, got) or _more_or_fewer(got, case)
+        return (never_a_count(got) or _wrong_expected_tokens(fn, got)
+                or formula_mistake(fn, cases[:len(specs)], _DRAFTS_FORMULAS)
+                or _more_or_fewer(got, case))
 
     return check_function("best_num_drafts", fn, cases, diagnose=diagnose)
 
@@ -177,6 +208,23 @@ def _more_or_fewer(got, case: Case) -> str:
         text = _("fewer drafts are not always better either: tokens per unit of time "
                  "{k_rate:.4g} at k = {k}, {best_rate:.4g} at k = {best}; {hint}")
     return text.format(k=k, k_rate=rate[k], best=best, best_rate=rate[best], hint=hint)
+
+
+def _best_of_some_drafts(alpha: float, draft_cost: float, max_drafts: int) -> int:
+    """`_best_num_drafts` searched over 1..max_drafts, leaving out k = 0."""
+    rate = {k: _expected_tokens(alpha, k) / (1 + k * draft_cost)
+            for k in range(1, max_drafts + 1)}
+    best = max(rate.values())
+    return next(k for k, r in rate.items() if r >= best * (1 - 1e-12))
+
+
+#: Searches newcomer 38 wrote for best_num_drafts, each named where a function
+#: follows it on every one of the lab's cases.
+_DRAFTS_FORMULAS = [
+    (_best_of_some_drafts,
+     N_("your function never answers k = 0: drafting nothing is allowed, and it is the best "
+        "choice where drafts cost more than they bring (search k in 0..max_drafts)")),
+]
 
 
 # Formulas for E(a, k) that a learner may take for the expected tokens per step,

@@ -1419,16 +1419,24 @@ def _stub_text(name: str, saved: bool) -> str:
         name=name)
 
 
-def forget(*names: str) -> Path:
-    """Drop saved pieces by name (pagedkit's own runs in their place again)."""
+def forget(*names: str, log: Callable[[str], None] = print) -> Path | None:
+    """Drop saved pieces by name (pagedkit's own runs in their place again).
+    A piece that is not saved is said and left alone, so a cell that forgets
+    runs twice (newcomer 38); a name that is no piece is refused, nothing
+    dropped. Returns the file written, or None where nothing was."""
     path = pieces_path()
     if path is None:
         raise ValueError("the build track is off here (PAGEDKIT_TRACK is empty)")
     sections = _saved_sections(path)
-    unknown = [n for n in names if n not in sections]
+    unknown = [n for n in names if n not in PIECES]
     if unknown:
-        raise ValueError(f"no saved piece named {unknown[0]!r}; saved: "
-                         f"{', '.join(sections) or 'none'}")
+        raise ValueError(f"{unknown[0]!r} is not one of the pieces ({', '.join(PIECES)}); "
+                         f"saved: {', '.join(sections) or 'none'}; nothing forgotten")
+    for name in names:
+        if name not in sections:
+            log(_("{name} is not saved: pagedkit's own runs already").format(name=name))
+    if not any(name in sections for name in names):
+        return None
     return _write({k: v for k, v in sections.items() if k not in names})
 
 

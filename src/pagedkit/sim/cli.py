@@ -209,6 +209,7 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                 "argument_name": f"--dataset {args.dataset}",
                 "message": str(e).replace("num_requests=", "--requests ")})
     managers = args.manager or PAPER_MANAGERS
+    _refuse_manager_mismatch(parser, args, managers)
     slots = PRESETS[args.model].kv_slots
     for spec in managers:  # before any run: a usage error, as the other --manager ones
         problem = spec.paged and block_past_capacity(spec.block_size, slots, args.model)
@@ -229,6 +230,24 @@ def _one_trace(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         _print_rows(summaries)
         _print_aborted(runs, summaries)
     return 0
+
+
+def _refuse_manager_mismatch(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                             managers: list[ManagerSpec]) -> None:
+    """A manager given twice would print the same row twice, and --preemption
+    swap with no paged manager would change nothing (newcomer 38): both are
+    refused, naming what to give instead."""
+    for i, spec in enumerate(managers):
+        if spec in managers[:i]:
+            name = f"paged:{spec.block_size}" if spec.paged else spec.kind
+            parser.error(_("argument %(argument_name)s: %(message)s") % {  # argparse's words
+                "argument_name": "--manager",
+                "message": _("{name} is given twice; each manager runs once, so give it once")
+                .format(name=name)})
+    if args.preemption != parser.get_default("preemption") and not any(m.paged for m in managers):
+        parser.error(_("--preemption {mode}: only the paged manager preempts (max, pow2 and "
+                       "oracle reserve a request's memory up front and never preempt); add "
+                       "--manager paged, or leave --preemption out").format(mode=args.preemption))
 
 
 def _print_aborted(runs: list, summaries: list[dict], shown: int = 3) -> None:
