@@ -193,7 +193,8 @@ class LLM:
                  use_tqdm: bool | Callable[..., Any] = True,
                  on_step: Callable[[StepOutput], Any] | None = None,
                  **vllm_args: Any) -> list[RequestOutput]:
-        """Run prompts to completion; outputs come back in input order.
+        """Run prompts to completion; outputs come back in input order (with
+        those of any requests queued earlier by add_request: below).
 
         A prompt is a string, a list of token ids, ``{"prompt": str}`` or
         ``{"prompt_token_ids": [...]}`` (vLLM's forms; the second may carry
