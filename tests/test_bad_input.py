@@ -1020,7 +1020,8 @@ ENGINE_CASES = [
                           ("[ok, BeamSearchParams]", [GREEDY, BeamSearchParams(2, 3)])]],
     # newcomer42 finding 5: a count of 1 is said in the singular
     ("generate(2 params for 1 prompt)", generate(["a"], [GREEDY, GREEDY]), ValueError,
-     "got 2 sampling params for 1 prompt: give one for all"),
+     "got 2 sampling params for 1 prompt: give one for all (a SamplingParams, not in a "
+     "list), or a list with one per prompt"),
 ]
 
 

@@ -78,10 +78,19 @@ def test_a_waste_breakdown_without_the_four_keys_hears_the_keys(answer, language
 
 
 def test_a_waste_breakdown_with_the_four_keys_keeps_the_cases_hint():
+    """A dict of the four keys gets no keys hint: the case's own (two parts
+    wrong), or, with one part wrong, that part's rule (newcomer 37)."""
+    def waste_wrong_two(reservations, capacity, next_size):
+        return {**_waste(reservations, capacity, next_size), "internal_fragmentation": 0,
+                "reservation": 0}
+    result = lab02.check_waste_breakdown(waste_wrong_two)
+    assert not result.passed and "5 prompt tokens" in result.message
     def waste_wrong_internal(reservations, capacity, next_size):
         return {**_waste(reservations, capacity, next_size), "internal_fragmentation": 0}
     result = lab02.check_waste_breakdown(waste_wrong_internal)
-    assert not result.passed and "5 prompt tokens" in result.message
+    assert not result.passed and result.message.endswith(
+        "only internal_fragmentation is wrong here (0, expected 17): internal fragmentation is "
+        "the slots a region will never use: size - need")
     assert lab02.check_waste_breakdown(_waste).passed
 
 

@@ -130,6 +130,12 @@ class LLM:
         if concurrency_limit is not None:
             check_int("concurrency_limit", concurrency_limit, minimum=1)
         self._check_beam_width(params.beam_width)
+        prompts = _beam_prompts(prompts)
+        # an error names a prompt as generate's do: its place in the list, if more than one
+        names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
+                 else ["beam_search()"] * len(prompts))
+        checked = [self.llm_engine.check_prompt(p, who=who)
+                   for p, who in zip(prompts, names, strict=True)]
         queued = list(self.llm_engine.groups)
         if queued:  # each step's generate would run them, and their outputs had no place
             shown = ", ".join(map(repr, queued[:3])) + (", ..." if len(queued) > 3 else "")
@@ -139,12 +145,6 @@ class LLM:
                              "those too and return their outputs where beams are expected. "
                              "Finish them first (llm_engine.step() until "
                              "has_unfinished_requests() is False) or abort them; nothing ran")
-        prompts = _beam_prompts(prompts)
-        # an error names a prompt as generate's do: its place in the list, if more than one
-        names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
-                 else ["beam_search()"] * len(prompts))
-        checked = [self.llm_engine.check_prompt(p, who=who)
-                   for p, who in zip(prompts, names, strict=True)]
         ids = [token_ids for _prompt, token_ids, *_rest in checked]
         salts = [salt for *_head, salt in checked]  # each beam's requests carry its prompt's
         limit = concurrency_limit or len(ids)
@@ -494,5 +494,6 @@ def _params_list(params: Any, n: int) -> list[SamplingParams]:
                             f"({type(p).__name__})")
     if len(params) != n:
         raise ValueError(f"got {len(params)} sampling params for {plural(n, 'prompt')}: "
-                         "give one for all, or one per prompt")
+                         "give one for all (a SamplingParams, not in a list), or a list "
+                         "with one per prompt")
     return list(params)

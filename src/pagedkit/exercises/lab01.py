@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
-from ..i18n import _
-from . import Case, CheckResult, check_function, in_stub_order, is_count, same_items
+from ..i18n import N_, _
+from . import Case, CheckResult, check_function, fresh, in_stub_order, is_count, same_items
 from ._count_notes import never_a_count, one_count
 
 __all__ = ["CHECKS", "check_cached_kv_reads", "check_kv_bytes_per_token", "check_max_batch"]
@@ -169,7 +170,32 @@ def check_kv_bytes_per_token(fn: Callable[[Any, int], int]) -> CheckResult:
     """`kv_bytes_per_token(config, dtype_bytes)` from a transformers config."""
     cases = [Case((_Config(config, name), dtype_bytes), expected, hint)
              for name, config, dtype_bytes, expected, hint in _configs()]
-    return check_function("kv_bytes_per_token", fn, cases, diagnose=one_count)
+    return check_function("kv_bytes_per_token", fn, cases, diagnose=lambda fn, case, got:
+                          one_count(fn, case, got) or _scale_mistake(fn, cases))
+
+
+#: Answers off by one factor on every case, and what that factor means (newcomer 39
+#: left out the 2 and counted bits, and was told the tiny model's sizes again).
+_SCALES = {
+    Fraction(1, 2): N_("every answer is half the bytes: a token keeps a key AND a value in "
+                       "each layer, so multiply by 2"),
+    Fraction(8): N_("every answer is 8 times the bytes: that counts bits; dtype_bytes is "
+                    "already in bytes"),
+    Fraction(4): N_("every answer is 4 times the bytes, as bits (x 8) with the key-and-value "
+                    "2 left out are: dtype_bytes is already in bytes, and a token keeps a key "
+                    "AND a value"),
+}
+
+
+def _scale_mistake(fn: Callable, cases: list[Case]) -> str:
+    """`_SCALES`' hint where `fn` is off by that one factor on every case
+    (fresh arguments each call); '' otherwise, or where it raises."""
+    try:
+        ratios = {Fraction(fn(*fresh(case.args))) / case.expected for case in cases}
+    except Exception:  # (its error, or an answer that is no number, is a case's to say)
+        return ""
+    (ratio,) = ratios if len(ratios) == 1 else (None,)
+    return _(_SCALES[ratio]) if ratio in _SCALES else ""
 
 
 CHECKS = {

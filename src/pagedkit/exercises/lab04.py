@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import pairwise, permutations
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +28,7 @@ from . import (
     call_learner,
     full_stop,
     function_name,
+    hint_text,
     in_stub_order,
     require_function,
     wrong_answer,
@@ -172,14 +173,42 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
                     precision = _dtype_problem(name, got, want, call)
                     if precision is not None:
                         return precision
-                    hint = (_("  Hint: token i lives in block block_table[i // block_size] at "
-                            "offset i % block_size; after gathering whole blocks, keep only "
-                            "the first num_tokens rows"))
-                    return CheckResult(name, False, full_stop(problem.message) + hint)
+                    return CheckResult(name, False, full_stop(problem.message)
+                                       + hint_text(_gather_hint(got, want)))
         return CheckResult(name, True, _("all {n} cases pass (shuffled blocks, padded tables, "
                                          "block sizes 1 to 16)").format(n=len(GATHER_CASES)))
     require_function(name, gather_kv)
     return body()
+
+
+def _returned_order(got: tuple, want: tuple) -> str:
+    """The names of (row_max, row_sum, acc) in the order `got` holds them, where
+    it is the right three values in another order (newcomer 39 returned
+    (row_max, acc, row_sum) and was told to sum with .sum()); '' otherwise."""
+    names = ("row_max", "row_sum", "acc")
+    for order in permutations(range(3)):
+        if order != (0, 1, 2) and all(
+                x.numel() == want[i].numel()
+                and torch.allclose(x.reshape(want[i].shape), want[i], rtol=1e-6, atol=1e-9)
+                for x, i in zip(got, order, strict=True)):
+            return ", ".join(names[i] for i in order)
+    return ""
+
+
+def _gather_hint(got, want: torch.Tensor) -> str:
+    """What a wrong gather shows by its shape (newcomer 39: too few rows and
+    swapped axes were both told to keep only the first num_tokens rows)."""
+    shape = list(got.shape) if isinstance(got, torch.Tensor) else None
+    if shape is not None and shape != list(want.shape):
+        if sorted(shape) == sorted(want.shape) and shape[1:] != list(want.shape[1:]):
+            return _("the axes are in another order: return [num_tokens, num_kv_heads, "
+                     "head_dim], one row per token")
+        if shape[1:] == list(want.shape[1:]) and shape[0] < want.shape[0]:
+            return (_("{got} rows for {n} tokens: the last block may be partly filled, so "
+                      "read ceil(num_tokens / block_size) blocks (round up), then keep the "
+                      "first num_tokens rows").format(got=shape[0], n=want.shape[0]))
+    return _("token i lives in block block_table[i // block_size] at offset i % block_size; "
+             "after gathering whole blocks, keep only the first num_tokens rows")
 
 
 def _padding_hint(err: Exception, count: str = "num_tokens") -> str:
@@ -412,6 +441,11 @@ def check_online_softmax_update(online_softmax_update: Callable) -> CheckResult:
                                                       "acc) as tensors")
                                                       .format(call=call,
                                                               value=[_brief(x) for x in got])))
+                order = _returned_order((gm, gs, gacc), (want_m, want_s, want_acc))
+                if order:
+                    return CheckResult(name, False, _(
+                        "{call} returned the right values in another order, ({order}): "
+                        "return (row_max, row_sum, acc)").format(call=call, order=order))
                 for what, x, reduce in (
                         ("row_max", gm, _("take the tile's largest score, scores.max(), then "
                                           "the larger of it and row_max")),
