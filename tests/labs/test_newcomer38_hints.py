@@ -23,32 +23,21 @@ SOLUTION = load(SOLUTIONS / "lab06_preemption.py").preemption_mode
     (lab06._RECOMPUTE_FORMULAS, lab06.RECOMPUTE_CASES, lab06._recompute_block_by_block)])
 def test_each_formula_is_a_mistake_on_the_cases_it_is_tried_on(formulas, cases, oracle):
     if cases == "fit":
-        cases = _fit_cases()
+        cases = _cases_of(lab09.check_tokens_that_fit, 7)
     elif cases == "drafts":
-        cases = _drafts_cases()
+        cases = _cases_of(lab09.check_best_num_drafts, 11)
     for formula, hint in formulas:
         assert any(not same(formula(*c.args), oracle(*c.args)) for c in cases), hint
 
 
-def _fit_cases():
+def _cases_of(check, count):
+    """The first `count` cases `check` hands check_function (the lab's own)."""
     captured = []
     real = lab09.check_function
-    lab09.check_function = lambda name, fn, cases, **kw: captured.extend(cases[:7]) or \
+    lab09.check_function = lambda name, fn, cases, **kw: captured.extend(cases[:count]) or \
         lab09.CheckResult(name, True, "")
     try:
-        lab09.check_tokens_that_fit.__wrapped__(lambda *a: 0)
-    finally:
-        lab09.check_function = real
-    return captured
-
-
-def _drafts_cases():
-    captured = []
-    real = lab09.check_function
-    lab09.check_function = lambda name, fn, cases, **kw: captured.extend(cases[:11]) or \
-        lab09.CheckResult(name, True, "")
-    try:
-        lab09.check_best_num_drafts.__wrapped__(lambda *a: 0)
+        check.__wrapped__(lambda *a: 0)
     finally:
         lab09.check_function = real
     return captured
