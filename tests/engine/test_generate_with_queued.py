@@ -109,3 +109,33 @@ def test_an_interrupted_call_names_the_queued_outputs_it_lost(fail_at):
     while engine.has_unfinished_requests():
         engine.step()
     assert engine.memory_stats()["used_blocks"] == 0
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_an_aborted_ids_pending_output_is_never_taken_for_the_calls_own(alone, interrupted):
+    """The review's case: a request aborted under the id generate would number
+    next ("0") still has its abort output pending. generate skips that id, as
+    it skips a queued one, so the stale output is not taken for its own
+    prompt's, and an interrupted call aborts its own request (none left
+    running to come back with the next call)."""
+    llm = LLM("tiny", num_blocks=64)
+    engine = llm.llm_engine
+    engine.add_request("0", "The dog", GREEDY)
+    engine.abort_request(["0"])
+    assert engine.unreported_aborts() == {"0"}
+
+    def stop(step):
+        raise KeyboardInterrupt
+
+    if interrupted:
+        with pytest.raises(KeyboardInterrupt) as info:
+            llm.generate([PROMPTS[0]], GREEDY, use_tqdm=False, on_step=stop)
+        assert "its 1 unfinished request was aborted" in "\n".join(info.value.__notes__)
+        assert not engine.groups and not engine.has_unfinished_requests()
+        outs = llm.generate([PROMPTS[1]], GREEDY, use_tqdm=False)
+        assert [o.prompt for o in outs] == [PROMPTS[1]]
+    else:
+        outs = llm.generate([PROMPTS[0]], GREEDY, use_tqdm=False)
+        assert [o.request_id for o in outs] == ["1"] and outs[0].prompt == PROMPTS[0]
+        assert list(outs[0].outputs[0].token_ids) == alone[PROMPTS[0]]
+    assert engine.memory_stats()["used_blocks"] == 0

@@ -269,11 +269,14 @@ class LLM:
 
     def _fresh_ids(self, count: int) -> list[str]:
         """`count` request ids for a call: "0", "1", ... on from the last call,
-        past ids queued with add_request."""
+        past ids queued with add_request, and past those of aborted requests
+        whose output the next step still reports (it would be taken for the
+        call's own)."""
+        taken = self.llm_engine.unreported_aborts()
         ids: list[str] = []
         while len(ids) < count:
             request_id = str(next(self._ids))
-            if request_id not in self.llm_engine.groups:
+            if request_id not in self.llm_engine.groups and request_id not in taken:
                 ids.append(request_id)
         return ids
 
@@ -304,9 +307,10 @@ def _interrupted_notes(aborted: int, earlier: list[RequestOutput]) -> list[str]:
 
 
 def _aborted_before(output: RequestOutput) -> bool:
-    """A request `abort_request` ended before `generate` ran: its output comes
-    with pagedkit's next step (docs/api.md), but vLLM's generate returns only
-    requests that ran, so generate leaves it out too."""
+    """A queued request `abort_request` ended (before `generate` ran, or from
+    its `on_step`): its output comes with pagedkit's next step (docs/api.md),
+    but vLLM's generate returns only requests that ran to their end, so
+    generate leaves it out too."""
     return all(c.finish_reason == "abort" for c in output.outputs)
 
 

@@ -544,6 +544,11 @@ class LLMEngine:
                             f"{str(wrong)!r}; nothing aborted")
         return all([self._abort(r, report) for r in ids])
 
+    def unreported_aborts(self) -> set[str]:
+        """The ids of aborted requests whose output comes with the next step:
+        not in `groups` any more, and not free for a new request until then."""
+        return {output.request_id for _group, output in self._aborted}
+
     def _abort(self, request_id: str, report: bool) -> bool:
         group = self.scheduler.abort(str(request_id))
         if group is None:

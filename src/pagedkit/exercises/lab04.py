@@ -174,7 +174,7 @@ def check_gather_kv(gather_kv: Callable) -> CheckResult:
                     if precision is not None:
                         return precision
                     return CheckResult(name, False, full_stop(problem.message)
-                                       + hint_text(_gather_hint(got, want)))
+                                       + hint_text(_gather_hint(got, want, bs)))
         return CheckResult(name, True, _("all {n} cases pass (shuffled blocks, padded tables, "
                                          "block sizes 1 to 16)").format(n=len(GATHER_CASES)))
     require_function(name, gather_kv)
@@ -186,6 +186,9 @@ def _returned_order(got: tuple, want: tuple) -> str:
     it is the right three values in another order (newcomer 39 returned
     (row_max, acc, row_sum) and was told to sum with .sum()); '' otherwise."""
     names = ("row_max", "row_sum", "acc")
+    if all(x.numel() == w.numel() and torch.allclose(x.reshape(w.shape), w, rtol=1e-6, atol=1e-9)
+           for x, w in zip(got, want, strict=True)):
+        return ""  # the right order (where two values are equal, others match too)
     for order in permutations(range(3)):
         if order != (0, 1, 2) and all(
                 x.numel() == want[i].numel()
@@ -195,18 +198,21 @@ def _returned_order(got: tuple, want: tuple) -> str:
     return ""
 
 
-def _gather_hint(got, want: torch.Tensor) -> str:
-    """What a wrong gather shows by its shape (newcomer 39: too few rows and
-    swapped axes were both told to keep only the first num_tokens rows)."""
+def _gather_hint(got, want: torch.Tensor, block_size: int) -> str:
+    """What a wrong gather shows by its shape (newcomer 39: whole blocks only,
+    rounded down, and swapped axes were both told to keep only the first
+    num_tokens rows)."""
     shape = list(got.shape) if isinstance(got, torch.Tensor) else None
     if shape is not None and shape != list(want.shape):
         if sorted(shape) == sorted(want.shape) and shape[1:] != list(want.shape[1:]):
             return _("the axes are in another order: return [num_tokens, num_kv_heads, "
                      "head_dim], one row per token")
-        if shape[1:] == list(want.shape[1:]) and shape[0] < want.shape[0]:
-            return (_("{got} rows for {n} tokens: the last block may be partly filled, so "
-                      "read ceil(num_tokens / block_size) blocks (round up), then keep the "
-                      "first num_tokens rows").format(got=shape[0], n=want.shape[0]))
+        if shape[1:] == list(want.shape[1:]) and shape[0] < want.shape[0] \
+                and shape[0] == want.shape[0] // block_size * block_size:
+            return (_("{got} rows for {n} tokens: each token needs its row, so read "
+                      "ceil(num_tokens / block_size) blocks (round up: the last block may be "
+                      "partly filled), then keep the first num_tokens rows")
+                    .format(got=shape[0], n=want.shape[0]))
     return _("token i lives in block block_table[i // block_size] at offset i % block_size; "
              "after gathering whole blocks, keep only the first num_tokens rows")
 

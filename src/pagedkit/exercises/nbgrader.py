@@ -433,9 +433,11 @@ def next_step(course: Path, lab: Path) -> str:
     """What the teacher runs next, with the nbgrader this Python has: the
     ``nbgrader`` command when it is on PATH, else ``python -m nbgrader`` by
     this interpreter's path (a virtual environment not activated; newcomer 36)."""
+    import shlex
     import shutil
 
-    nbgrader = "nbgrader" if shutil.which("nbgrader") else f"{sys.executable} -m nbgrader"
+    nbgrader = ("nbgrader" if shutil.which("nbgrader")
+                else f"{shlex.quote(sys.executable)} -m nbgrader")
     return (f"next, in {course}: {nbgrader} generate_assignment {assignment_name(lab)}"
             f" (the students' copy), then {nbgrader} autograde for their submissions "
             f"(docs/teachers_guide.md, \"Grading with nbgrader\")")
