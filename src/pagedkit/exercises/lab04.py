@@ -186,15 +186,11 @@ def _returned_order(got: tuple, want: tuple) -> str:
     it is the right three values in another order (newcomer 39 returned
     (row_max, acc, row_sum) and was told to sum with .sum()); '' otherwise."""
     names = ("row_max", "row_sum", "acc")
-    if all(x.numel() == w.numel() and torch.allclose(x.reshape(w.shape), w, rtol=1e-6, atol=1e-9)
-           for x, w in zip(got, want, strict=True)):
-        return ""  # the right order (where two values are equal, others match too)
-    for order in permutations(range(3)):
-        if order != (0, 1, 2) and all(
-                x.numel() == want[i].numel()
-                and torch.allclose(x.reshape(want[i].shape), want[i], rtol=1e-6, atol=1e-9)
-                for x, i in zip(got, order, strict=True)):
-            return ", ".join(names[i] for i in order)
+    for order in permutations(range(3)):  # the right order, (0, 1, 2), is tried first
+        if all(x.numel() == want[i].numel()
+               and torch.allclose(x.reshape(want[i].shape), want[i], rtol=1e-6, atol=1e-9)
+               for x, i in zip(got, order, strict=True)):
+            return "" if order == (0, 1, 2) else ", ".join(names[i] for i in order)
     return ""
 
 
