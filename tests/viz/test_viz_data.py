@@ -224,16 +224,16 @@ def test_replay_takes_simulator_traces_with_their_arrival_times():
 
 def test_replay_rejects_what_can_never_run():
     # the simulators' own rule: a prompt of 30 and 9 stored outputs take 10 blocks
-    with pytest.raises(ValueError, match=r"'big' never fits the vLLM \(block 4\) memory of 32 "
+    with pytest.raises(ValueError, match=r"'big' never fits the paged memory of 32 "
                                          r"slots: it needs up to 10 blocks > the pool's 8"):
         replay([TraceRequest("big", 0, 30, 10)], num_blocks=8, block_size=4)
     # paged stores no KV for the last token (33 tokens fit 32 slots); an oracle region
     # reserves it: each side is asked its own rule
-    with pytest.raises(ValueError, match=r"'edge' never fits the Orca \(Oracle\) memory of 32 "
-                                         "slots: it needs a 33-slot region > capacity"):
+    with pytest.raises(ValueError, match=r"'edge' never fits the contiguous \(oracle\) memory "
+                                         "of 32 slots: it needs a 33-slot region > capacity"):
         replay([TraceRequest("edge", 0, 30, 3)], num_blocks=8, block_size=4, policy="oracle")
-    with pytest.raises(ValueError, match=r"'r' never fits the Orca \(Pow2\) memory of 24 slots: "
-                                         "it needs a 36-slot region > capacity"):
+    with pytest.raises(ValueError, match=r"'r' never fits the contiguous \(pow2\) memory of "
+                                         "24 slots: it needs a 36-slot region > capacity"):
         replay([TraceRequest("r", 0, 4, 17)], num_blocks=6, block_size=4, max_seq_len=64)
     with pytest.raises(ValueError, match="needs 21 tokens > max_seq_len 20"):
         replay([TraceRequest("r", 0, 4, 17)], num_blocks=6, block_size=4, max_seq_len=20)

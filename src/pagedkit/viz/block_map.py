@@ -90,7 +90,7 @@ class BlockMap(View):
         extra = _(", {swapped} swapped out").format(swapped=m.swapped) if m.swapped else ""
         extra += _(", {n} copied on write").format(n=len(f.copies)) if f.copies else ""
         return (_("{blocks}, {step_label}: {used} used, {shared} shared, {cached} cached{extra}")
-                  .format(blocks=counted(f.num_blocks, 'block'), step_label=self._step_label(i),
+                  .format(blocks=counted(f.num_blocks, 'block'), step_label=self._step_text(i),
                           used=m.used, shared=m.shared, cached=m.cached, extra=extra))
 
     def text(self, index: int | None = None) -> str:

@@ -32,6 +32,7 @@ class ContiguousVsPaged(View):
 
     def __init__(self, comparison: Comparison, *, player: Player | None = None) -> None:
         self.comparison = comparison
+        self.recorder = comparison.recorder  # the paged side's: where the view opens
         super().__init__(player or Player(comparison.paged))
 
     def figures(self, index: int | None = None) -> dict[str, float]:
@@ -57,7 +58,7 @@ class ContiguousVsPaged(View):
         c, p = self.comparison.contiguous[i], self.comparison.paged[i]
         return (_("{policy} vs paged, {step_label}: contiguous wastes {w:.0%} of {slots} "
                   "({waiting} waiting), paged {w2:.0%} ({waiting2} waiting)")
-                  .format(policy=self.comparison.policy, step_label=self._step_label(i),
+                  .format(policy=self.comparison.policy, step_label=self._step_text(i),
                           w=w['contiguous_wasted_share'],
                           slots=counted(self.comparison.capacity, 'slot'), waiting=c.waiting,
                           w2=w['paged_wasted_share'], waiting2=p.requests.waiting))
@@ -178,7 +179,7 @@ class ContiguousVsPaged(View):
                   "never used, {w4} stranded in holes → <b>{w5:.0%} wasted</b>, {running} "
                   "running, {waiting} waiting<br>paged: {tokens}, {w6} unfilled in last blocks "
                   "→ <b>{w7:.0%} wasted</b>, {running2} running, {waiting2} waiting")
-                  .format(step_label=self._step_label(index), w=w['contiguous_tokens'],
+                  .format(step_label=self._step_text(index), w=w['contiguous_tokens'],
                           w2=w['contiguous_reserved_ahead'], w3=w['contiguous_never_used'],
                           w4=w['contiguous_stranded'], w5=w['contiguous_wasted_share'],
                           running=c.running, waiting=c.waiting,

@@ -88,17 +88,26 @@ class Player:
 
     @index.setter
     def index(self, value: int) -> None:
-        self._check(value)
+        value = self.resolve(value)
         self.opening_settled = True
         if value != self.last:
             self.follow = False  # the learner is looking back: stop following
         self._move(value)
 
+    def resolve(self, value: int) -> int:
+        """`value` as a step index; negative ones count from the end, as in a list
+        (-1 is the last step)."""
+        if isinstance(value, int) and not isinstance(value, bool) and -len(self) <= value < 0:
+            value += len(self)
+        self._check(value)
+        return value
+
     def _check(self, value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"step index must be an integer, got {value!r}")
         if not 0 <= value <= self.last:
-            raise IndexError(f"step index {value} is outside the recording [0, {self.last}]")
+            raise IndexError(f"step index {value} is outside the recording [0, {self.last}] "
+                             f"(or [-{len(self)}, -1] from the end)")
 
     def _move(self, value: int) -> None:
         self._check(value)
@@ -295,15 +304,19 @@ def open_on_busiest(player: Player, recorder: Any) -> None:
     show the same step): looked at after a run that ended with nothing in use
     (every request done: an empty pool, or one of grey cached blocks), it opens
     on the busiest step instead of the last — the last one with the most
-    blocks in use — and says so in its title. A view first looked at before or
-    during a run keeps following it; one a learner moved (set `index`, even to
-    the last step) stays where it is."""
+    blocks in use — and says so in its title and its text. A view of a
+    finished recording (a closed recorder, a replay) opens the same way, from
+    its last step. A view first looked at before or during a run keeps
+    following it; one a learner moved (set `index`, even to the last step)
+    stays where it is."""
     if player.opening_settled:
         return
     player.opening_settled = True
     frames = getattr(recorder, "frames", None)
     if not frames or len(frames) < 2 or player.opened_at is not None:
         return
+    if player.index == 0 and not player.follow:  # a finished recording: from its end
+        player._move(player.last)
     if player.index != player.last or frames[-1].memory.used > 0:
         return
     used = [f.memory.used for f in frames]

@@ -74,7 +74,7 @@ class PageTable(View):
 
     def summary(self, index: int | None = None) -> str:
         i = self._at(index)
-        return _("{step_label}, {what}").format(step_label=self._step_label(i),
+        return _("{step_label}, {what}").format(step_label=self._step_text(i),
                                                 what=self.describe(i))
 
     def describe(self, index: int | None = None) -> str:
@@ -84,8 +84,14 @@ class PageTable(View):
         if data is not None:
             return data.described()
         seq = self.shown_seq(index)
-        return (_("no sequence holds blocks") if seq is None else
-                _("sequence {seq!r} holds no blocks").format(seq=seq))
+        if seq is None:
+            return _("no sequence holds blocks")
+        frames = self.recorder.frames
+        if any(seq in f.sequences for f in frames):
+            return _("sequence {seq!r} holds no blocks").format(seq=seq)
+        seen = list(dict.fromkeys(s for f in frames for s in f.sequences))
+        return (_("sequence {seq!r} holds blocks at no recorded step; the sequences that do: "
+                  "{seen}").format(seq=seq, seen=", ".join(map(repr, seen[:10])) or _("none")))
 
     # ---------------------------------------------------------------- widgets
     def _extra_controls(self) -> list[Any]:

@@ -107,6 +107,13 @@ class Comparison:
     def __len__(self) -> int:
         return len(self.paged)
 
+    def __repr__(self) -> str:
+        """One line (the frames are many: `ContiguousVsPaged` draws them; newcomer 40)."""
+        requests = len(self.recorder.first_seen)
+        return (f"Comparison({self.policy} vs paged, {len(self)} frames, {self.capacity} slots "
+                f"in blocks of {self.block_size}, {requests} request"
+                f"{'' if requests == 1 else 's'}: ContiguousVsPaged(comparison) draws them)")
+
 
 def as_trace(requests: Trace | Iterable[Any]) -> list[TraceRequest]:
     """A `pagedkit.sim.Trace`, `pagedkit.sim.TraceRequest`s, or anything with
@@ -179,7 +186,8 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
                       capacity_slots=capacity, **options)
     contiguous = Simulator(sim_trace, ManagerSpec(policy), model=clock, capacity_slots=capacity,
                            **options)
-    _refuse_what_never_fits(sim_trace, names, (paged, contiguous))
+    _refuse_what_never_fits(sim_trace, names,
+                            {"paged": paged, f"contiguous ({policy})": contiguous})
     # one frame per moment of the replay, not per paged iteration: cut by hand
     recorder = Recorder(paged.memory_manager, paged, request_name=names.__getitem__,
                         cut_on_step=False)
@@ -202,15 +210,15 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
                       recorder, tuple(times))
 
 
-def _refuse_what_never_fits(trace: Trace, names: list[str], sims: tuple[Simulator, ...]) -> None:
-    """A request either side could never hold (too long for ``max_seq_len``, or
-    for its memory) is refused up front, in the simulator's own words (it
-    would otherwise abort it mid-replay)."""
+def _refuse_what_never_fits(trace: Trace, names: list[str], sims: dict[str, Simulator]) -> None:
+    """A request either side (`sims`, by the name the replay gives it) could never
+    hold (too long for ``max_seq_len``, or for its memory) is refused up front,
+    in the simulator's own words (it would otherwise abort it mid-replay)."""
     for r, name in zip(trace.requests, names, strict=True):
         group = Group(r, r.prompt_len, [Seq(0, r.output_len)])
-        for sim in sims:
+        for side, sim in sims.items():
             if (why := sim.never_fits(group)) is not None:
-                raise ValueError(f"request {name!r} never fits the {sim.spec.label} memory of "
+                raise ValueError(f"request {name!r} never fits the {side} memory of "
                                  f"{sim.capacity} slots: it {why}")
 
 

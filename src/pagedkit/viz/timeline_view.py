@@ -41,7 +41,7 @@ class Timeline(View):
         return (_("{n} frames, at {step_label}: {used} used / {free} free / {cached} cached "
                   "blocks, {running} running / {waiting} waiting / {swapped} swapped, "
                   "{preempted} so far")
-                .format(n=len(self.recorder), step_label=self._step_label(i), used=m.used,
+                .format(n=len(self.recorder), step_label=self._step_text(i), used=m.used,
                         free=m.free, cached=m.cached, running=r.running, waiting=r.waiting,
                         swapped=r.swapped, preempted=self._preempted(i)))
 

@@ -60,11 +60,18 @@ class View(Played):
     def _at(self, index: int | None) -> int:
         if index is None:
             return self.index  # after the opening rule (`Played.index`)
-        self.player._check(index)
-        return index
+        return self.player.resolve(index)
 
     def _step_label(self, index: int) -> str:
         return _("step {index}/{last}").format(index=index, last=self.player.last)
+
+    def _step_text(self, index: int) -> str:
+        """`_step_label` for the text forms: on the step a view opened on, it says why
+        (the figure's title says it at length)."""
+        if not self._opening_note(index):
+            return self._step_label(index)
+        return (_("step {index}/{last} (the busiest; the view opened here)")
+                .format(index=index, last=self.player.last))
 
     def _opening_note(self, index: int) -> str:
         """Why the view opened on `index`, while it still shows it (else "")."""
