@@ -247,9 +247,13 @@ class LLM:
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}
         earlier: list[RequestOutput] = []  # requests queued before the call (add_request)
+        total = len(engine.groups) + len(engine.unreported_aborts())  # every output to come
         try:  # the requests a small KV cache cut short are said in one warning
-            with engine.one_warning(names), _progress_bar(use_tqdm, len(engine.groups)) as bar:
-                while engine.has_unfinished_requests():  # every request, as vLLM runs them
+            with engine.one_warning(names), _progress_bar(use_tqdm, total) as bar:
+                # every request, as vLLM runs them, and a last step for the output of
+                # one of the call's own that on_step aborted in the last step
+                while engine.has_unfinished_requests() or \
+                        wanted.difference(done).intersection(engine.unreported_aborts()):
                     step = engine.step(outputs=False)  # only the finished ones are read
                     for output in step.finished:
                         if output.request_id in wanted:

@@ -1,0 +1,103 @@
+"""An ``on_step`` that aborts requests during ``LLM.generate``.
+
+An abort's output comes with the engine's next step (docs/api.md). When
+``on_step`` aborted one of the call's own requests in the step that left
+nothing else to run, no next step came and generate ended in a KeyError
+(review of stop 47). Now generate runs that one more step: every prompt
+comes back, an aborted one with finish reason ``"abort"`` and the tokens it
+had, a prefix of what it gets served alone, and the engine is empty after.
+Every step to abort at (1-5, the last past the end), for every subset of
+1-3 prompts aborted; and the progress bar's total counts every output it
+counts (queued requests aborted before the call included).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import ClassVar
+
+import pytest
+
+from pagedkit import LLM, SamplingParams
+
+MAX_TOKENS = 4
+GREEDY = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+PROMPTS = ["Once upon a time", "A cat", "The sun was"]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM("tiny", num_blocks=64)
+
+
+@pytest.fixture(scope="module")
+def alone(llm):
+    return {p: list(llm.generate(p, GREEDY, use_tqdm=False)[0].outputs[0].token_ids)
+            for p in PROMPTS}
+
+
+CASES = [(n, aborted, at) for n in (1, 2, 3)
+         for k in range(1, n + 1) for aborted in itertools.combinations(range(n), k)
+         for at in range(1, MAX_TOKENS + 2)]
+
+
+@pytest.mark.parametrize(("n", "aborted", "at"), CASES)
+def test_on_step_aborting_the_calls_own_requests_returns_every_prompt(llm, alone, n, aborted,
+                                                                      at):
+    engine = llm.llm_engine
+    steps = 0
+    ids: list[str] = []
+
+    def on_step(step):
+        nonlocal steps
+        steps += 1
+        if not ids:  # the call's ids: the requests in the engine at its first step
+            ids.extend(sorted(engine.groups, key=int))
+        if steps == at:
+            for i in aborted:
+                engine.abort_request([ids[i]])
+
+    outs = llm.generate(PROMPTS[:n], GREEDY, use_tqdm=False, on_step=on_step)
+    assert [o.prompt for o in outs] == PROMPTS[:n]
+    for i, out in enumerate(outs):
+        tokens, reason = list(out.outputs[0].token_ids), out.outputs[0].finish_reason
+        served = alone[PROMPTS[i]]
+        if i in aborted and at < MAX_TOKENS:  # aborted before its last token
+            assert reason == "abort" and tokens == served[:at], (i, tokens)
+        else:
+            assert reason == "length" and tokens == served, (i, reason, tokens)
+    assert not engine.has_unfinished_requests() and not engine.groups
+    assert not engine.unreported_aborts()
+    assert engine.memory_stats()["used_blocks"] == 0
+
+
+class Bar:
+    """A progress bar (`use_tqdm` takes its maker, as vLLM's does) that records
+    its total and its updates."""
+
+    made: ClassVar[list[Bar]] = []
+
+    def __init__(self, total, **_kwargs):
+        self.total, self.n = total, 0
+        Bar.made.append(self)
+
+    def update(self, n=1):
+        self.n += n
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("queued_aborted", [0, 1, 2])
+@pytest.mark.parametrize("prompts", [0, 1, 3])
+def test_the_progress_bar_total_counts_every_output_it_counts(llm, prompts, queued_aborted):
+    Bar.made.clear()
+    engine = llm.llm_engine
+    for k in range(queued_aborted):
+        engine.add_request(f"q{k}", "The dog", GREEDY)
+        engine.abort_request([f"q{k}"])
+    engine.add_request("kept", "She ran", GREEDY)
+    llm.generate(PROMPTS[:prompts], GREEDY, use_tqdm=Bar)
+    (bar,) = Bar.made
+    assert bar.n == bar.total == prompts + queued_aborted + 1
+    assert not engine.groups and not engine.unreported_aborts()
