@@ -649,17 +649,22 @@ def test_lang_refuses_an_edition_there_is_not(tmp_path, capsys, form):
 
 
 @pytest.mark.parametrize("on_path", [True, False])
+@pytest.mark.parametrize(("labs", "generate"), [
+    ("03,02", 'for a in lab03 lab02; do {ng} generate_assignment "$a"; done '),
+    ("05", "{ng} generate_assignment lab05 (the students' copy), "),
+    ("01,04,09", 'for a in lab01 lab04 lab09; do {ng} generate_assignment "$a"; done ')])
 def test_the_course_lists_its_config_and_says_the_next_command(tmp_path, capsys, monkeypatch,
-                                                               on_path):
+                                                               on_path, labs, generate):
     """Newcomer 36: the files printed left out the config written beside them,
     and the teacher was not told the next command, nor that ``nbgrader`` is
     not on PATH when the environment is not activated (then it is this
     Python's ``-m nbgrader``)."""
     monkeypatch.setattr(shutil, "which", lambda name: f"/bin/{name}" if on_path else None)
     course = tmp_path / "course"
-    assert ng.main([str(course), "--labs", "03,02"]) == 0
+    assert ng.main([str(course), "--labs", labs]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == str(course / "nbgrader_config.py")
-    assert [line.split("/")[-2] for line in out.splitlines()[1:]] == ["lab03", "lab02"]
+    names = [f"lab{n}" for n in labs.split(",")]
+    assert [line.split("/")[-2] for line in out.splitlines()[1:]] == names
     nbgrader = "nbgrader" if on_path else f"{sys.executable} -m nbgrader"
-    assert f"next, in {course}: {nbgrader} generate_assignment lab03 " in err
+    assert f"next, in {course}: {generate.format(ng=nbgrader)}" in err

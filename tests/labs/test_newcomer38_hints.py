@@ -53,8 +53,15 @@ def test_a_function_following_a_formula_is_told_it(check, formulas):
         assert not result.passed and result.message.endswith(hint), result.message
 
 
-@pytest.mark.parametrize("word", ["Swap", "SWAP", " swap", "Recompute", "RECOMPUTE "])
-def test_the_right_word_in_another_case_is_told_its_spelling(word):
+FORMS = {"Swap": "in another case", "SWAP": "in another case",
+         " swap": "with blank characters around it", "swap\n": "with blank characters around it",
+         "\trecompute": "with blank characters around it", "Recompute": "in another case",
+         "RECOMPUTE ": "in another case and with blank characters around it",
+         "\nSwap\n": "in another case and with blank characters around it"}
+
+
+@pytest.mark.parametrize("word", FORMS)
+def test_the_right_word_in_another_form_is_told_which(word):
     def preemption_mode(tables, recompute_tokens, free_cpu_blocks, block_bytes,
                         link_bytes_per_s, prefill_tokens_per_s):
         right = SOLUTION(tables, recompute_tokens, free_cpu_blocks, block_bytes,
@@ -64,5 +71,5 @@ def test_the_right_word_in_another_case_is_told_its_spelling(word):
     result = lab06.check_preemption_mode(preemption_mode)
     assert not result.passed
     assert result.message.endswith(f"returned {word!r}, expected {word.strip().lower()!r}: "
-                                   "the word is right, not its spelling; return it exactly as "
+                                   f"the word is right, {FORMS[word]}; return it exactly as "
                                    "the exercise writes it.")

@@ -96,3 +96,21 @@ def test_it_speaks_the_language_pagedkit_language_names(tmp_path):
                          text=True, env=env, timeout=900)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "PAGEDKIT_LANGUAGE='fr' is not a language pagedkit speaks" in out.stderr
+
+
+@pytest.mark.parametrize("steps", [1, 2, 17])
+def test_the_step_count_is_said_in_the_singular_for_one(monkeypatch, steps):
+    """Newcomer 40: "DIFFERS (1 steps)"."""
+    from types import SimpleNamespace
+
+    from pagedkit.exercises import track
+
+    monkeypatch.setattr(track, "lockstep", lambda *a, **k: SimpleNamespace(passed=False,
+                                                                         steps=steps))
+    pieces = SimpleNamespace(plugged=lambda: True, top_p_filter=None)
+    monkeypatch.setattr(track, "_need_pieces", lambda *a: None)
+    said = []
+    scenario = next(s for s in track.CHECK_ORDER if s != "sampling")
+    track.check(pieces, scenarios=[scenario], log=said.append)
+    word = "step" if steps == 1 else "steps"
+    assert said == [f"{scenario:>15}: DIFFERS ({steps} {word})"]

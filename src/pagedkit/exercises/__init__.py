@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
 import numbers
 import os
 import signal
@@ -642,10 +643,9 @@ def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Call
             + hint_text(_type_hint(got, expected)))
     if (isinstance(got, str) and isinstance(expected, str)
             and got.strip().casefold() == expected.casefold()):  # newcomer 38: 'Swap'
-        return CheckResult(name, False, _(
-            "{call} returned {got!r}, expected {expected!r}: the word is right, not its "
-            "spelling; return it exactly as the exercise writes it.").format(
-                call=call, got=got, expected=expected))
+        return CheckResult(name, False, _(_WORD_FORMS[got.strip() != expected,
+                                                      got != got.strip()]).format(
+            call=call, got=got, expected=expected))
     wrong_type = next(_differences(got, expected), None)
     if wrong_type is not None and same_values(got, expected):  # an item's type, not its value
         _kind, got_item, want_item = wrong_type
@@ -698,7 +698,8 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
         if failed is not None:
             return failed
         if not equal(got, case.expected):
-            hint = (diagnose(fn, case, got) if diagnose and got is not None else "") or case.hint
+            hint = ((diagnose(fn, case, got) if diagnose and got is not None else "")
+                    or _fraction_hint(got, case.expected) or case.hint)
             return wrong_answer(name, call, got, case.expected, hint,
                                 none_is_an_answer=none_is_an_answer, show=show)
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
@@ -713,6 +714,11 @@ def other_cases(cases: list[Case], case: Case) -> Iterator[Case]:
 FLOAT_FOR_INT = N_("a count is an int, but `/` (and numpy's ceil) give floats, even 8 / 4 = "
                    "2.0: count with `//`, which keeps an int (to round up: -(-a // b))")
 """The hint for a whole float where an int was expected (`wrong_answer`)."""
+
+FRACTION_FOR_COUNT = N_("a count is a whole number, and a fraction (what `/` gives) is never "
+                        "one: count with `//`, and where a part fills one more, round up: "
+                        "-(-a // b)")
+"""The hint for a fraction where a count was expected (`wrong_answer`)."""
 
 SET_FOR_LIST = N_("a set has no order (and no repeats), so it is never the answer: "
                   "return a list, in the order the exercise asks for")
@@ -736,9 +742,34 @@ def _type_hint(got: Any, expected: Any) -> str:
     return ""
 
 
+def _fraction_hint(got: Any, expected: Any) -> str:
+    """`FRACTION_FOR_COUNT` for a fraction where a count is expected (newcomer 40:
+    ``(n + k) / bs`` was told a case's story); '' otherwise. A check's own
+    diagnosis comes first: it can say what the fraction is of."""
+    return FRACTION_FOR_COUNT if is_count(expected) and _is_fraction(_scalar(got)) else ""
+
+
+def _is_fraction(value: Any) -> bool:
+    """A real number that is not whole (``0.25``, ``np.float32(1.5)``)."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)
+            and math.isfinite(value) and value != int(value))
+
+
 def _numbers_equal(a: Any, b: Any) -> bool:
     """Two numbers of equal value (``2.0`` and ``2``), whatever their types."""
     return isinstance(a, numbers.Number) and isinstance(b, numbers.Number) and a == b
+
+
+#: The right word returned in another form, by (in another case, with blanks around it).
+_WORD_FORMS = {
+    (True, False): N_("{call} returned {got!r}, expected {expected!r}: the word is right, in "
+                      "another case; return it exactly as the exercise writes it."),
+    (False, True): N_("{call} returned {got!r}, expected {expected!r}: the word is right, with "
+                      "blank characters around it; return it exactly as the exercise writes it."),
+    (True, True): N_("{call} returned {got!r}, expected {expected!r}: the word is right, in "
+                     "another case and with blank characters around it; return it exactly as "
+                     "the exercise writes it."),
+}
 
 
 def formula_mistake(fn: Callable, cases: Iterable[Case],
@@ -747,15 +778,27 @@ def formula_mistake(fn: Callable, cases: Iterable[Case],
     `formulas`, ``(wrong_formula, hint)`` pairs, that `fn` agrees with on
     every one of `cases` (fresh arguments each call): a mistake the function
     makes throughout, named whichever case it first fails. '' where it
-    follows none, or raises (that error is a case's to say)."""
+    follows none, or raises (that error is a case's to say); a formula that
+    raises on a case is simply not the one followed."""
     cases = list(cases)
+    try:
+        answers = [fn(*fresh(case.args)) for case in cases]
+    except Exception:
+        return ""
     for formula, hint in formulas:
-        try:
-            if all(same_items(fn(*fresh(case.args)), formula(*case.args)) for case in cases):
-                return _(hint)
-        except Exception:
-            return ""
+        if all(_agrees(answer, formula, case.args) for answer, case in zip(answers, cases,
+                                                                         strict=True)):
+            return _(hint)
     return ""
+
+
+def _agrees(answer: Any, formula: Callable, args: tuple) -> bool:
+    """Whether `answer` is what `formula` gives for `args`; a formula that raises
+    there is not the mistake made (the others are still tried)."""
+    try:
+        return same_items(answer, formula(*fresh(args)))
+    except Exception:
+        return False
 
 
 def full_stop(verdict: str) -> str:

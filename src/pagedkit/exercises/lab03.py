@@ -172,6 +172,12 @@ def check_append_slots(fn: Callable[[list[int], int, int, int, list[int]], list[
                 hint = _("exactly enough is enough: {count} tokens need {needed} fresh "
                          "block(s) and {needed} are free; refuse only when more blocks are "
                          "needed than are free (>, not >=)").format(count=count, needed=needed)
+            elif same_items(got, list(range(held, held + count))) and slots is not None:
+                hint = _("{got} are the new tokens' positions in the sequence (logical); a "
+                         "slot is where one lies in physical memory: the block the table "
+                         "maps its logical block to, times {size}, plus its offset, "
+                         "block_table[pos // {size}] * {size} + pos % {size}").format(
+                             got=got, size=size)  # newcomer 40
             return wrong_answer(name, call, got, slots, hint, none_is_an_answer=True)
         if table != table_after or free != free_after:
             hint = _copied(args, table, free, table_after, free_after) or hint

@@ -270,11 +270,14 @@ VICTIM_CASES = [
 ]
 
 
-def _victims_walk(running, free_blocks) -> tuple[list, list[str], list[int]]:
+def _victims_walk(running, free_blocks, *, takes: bool = True
+                  ) -> tuple[list, list[str], list[int]]:
     """The oracle: ``(victims, what happened, at)``, ``at[i]`` being the line
     of the story that preempts ``victims[i]``. The unserved requests wait in
     a deque, oldest at the left; each is served in turn, the newest unserved
-    one leaving while it does not fit; with none left, it leaves itself."""
+    one leaving while it does not fit; with none left, it leaves itself.
+    (With `takes` false, a served request's blocks are never taken from the
+    free count: a mistake `_victims_mistake` names.)"""
     unserved, victims, story, at, served = deque(running), [], [], [], 0
     while unserved:
         rid, need, _held = unserved.popleft()
@@ -286,7 +289,7 @@ def _victims_walk(running, free_blocks) -> tuple[list, list[str], list[int]]:
             story.append(_("{rid} needs {need}: preempt {victim} (newest, frees {held})")
                            .format(rid=rid, need=need, victim=victim, held=held))
         if need <= free_blocks:
-            free_blocks -= need
+            free_blocks -= need if takes else 0
             served += 1
             story.append(_("{rid} takes {need}, {free_blocks} left")
                            .format(rid=rid, need=need, free_blocks=free_blocks))
@@ -328,6 +331,9 @@ def _victims_mistake(_fn: Callable, case: Case, got: object) -> str:
         return (_("{rid!r} is listed twice: a request is preempted once").format(rid=rid)
                 if twice else _("{rid!r} is not running (the running requests: {ids})")
                 .format(rid=rid, ids=join_names(ids) or _("none")))
+    said = formula_mistake(_fn, VICTIM_CASES + victims_grid(), _VICTIMS_FORMULAS)
+    if said:
+        return said.format(walk=join_clauses(_victims_walk(running, free_blocks)[1]))
     want, story, at = _victims_walk(running, free_blocks)
     k = parting(got, want)
     if k < len(want):
@@ -343,6 +349,13 @@ def _victims_mistake(_fn: Callable, case: Case, got: object) -> str:
     return (_("{walk}: nobody else needs to be preempted, so {extra} stays; preempt only while "
               "a request needs MORE blocks than are free")
             .format(walk=join_clauses(story), extra=got[k]))
+
+
+#: choose_victims never taking a served request's blocks (newcomer 40)
+_VICTIMS_FORMULAS = [(lambda running, free: _victims_walk(running, free, takes=False)[0],
+                      N_("{walk}: each request served takes the blocks it needs from the free "
+                         "count (free_blocks -= blocks_needed); your function never takes "
+                         "them, so later requests seem to fit"))]
 
 
 @cache

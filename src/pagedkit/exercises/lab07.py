@@ -88,14 +88,40 @@ def _hashes_mistake(_fn: Callable, case: Case, got: object) -> str:
                   "{k}: the last full block is named too (it ends at token {end})")
                 .format(n=len(token_ids), full=len(want), block_size=block_size, k=len(got),
                         end=len(want) * block_size - 1))
-    swapped, parent = [], ROOT_HASH
-    for start in range(0, len(want) * block_size, block_size):
-        parent = hash_block(tuple(token_ids[start:start + block_size]), parent)
-        swapped.append(parent)
-    if same_items(got, swapped):
-        return _("hash_block takes the parent's name first, then the block's tokens: "
-                 "hash_block(parent, block_tokens)")
+    for hashed, hint in _CHAIN_MISTAKES:
+        if same_items(got, _chained(token_ids, len(want), block_size, hashed)):
+            return _(hint)
     return ""
+
+
+def _chained(token_ids: list[int], full: int, block_size: int,
+             hashed: Callable[[bytes, list[int], int, int], bytes]) -> list[bytes]:
+    """The names of the `full` blocks, each `hashed(parent, token_ids, start, end)`
+    from the name before it (ROOT_HASH for the first)."""
+    names, parent = [], ROOT_HASH
+    for start in range(0, full * block_size, block_size):
+        parent = hashed(parent, token_ids, start, start + block_size)
+        names.append(parent)
+    return names
+
+
+_SWAPPED = N_("hash_block takes the parent's name first, then the block's tokens: "
+              "hash_block(parent, block_tokens)")
+
+#: Ways newcomers chained the names wrong, each with what it says (the arguments
+#: swapped name a tuple and a list of tokens apart: both are tried).
+_CHAIN_MISTAKES = [
+    (lambda parent, t, start, end: hash_block(tuple(t[start:end]), parent), _SWAPPED),
+    (lambda parent, t, start, end: hash_block(list(t[start:end]), parent), _SWAPPED),
+    (lambda parent, t, start, end: hash_block(ROOT_HASH, tuple(t[:end])),  # newcomer 40
+     N_("each name hashes the whole prefix from ROOT_HASH: a block's name hashes only its own "
+        "tokens, token_ids[start:start + block_size], with the name before it as the parent "
+        "(that chain is what stands for the prefix)")),
+    (lambda parent, t, start, end: hash_block(parent, tuple(t[:end])),
+     N_("the parent is right, but each name hashes the whole prefix: a block's name hashes "
+        "only its own tokens, token_ids[start:start + block_size] (its parent's name already "
+        "stands for the tokens before them)")),
+]
 
 
 def _show_hashes(value: object) -> str:

@@ -425,21 +425,27 @@ def main(argv: list[str] | None = None) -> int:
         print(target)
     if note:
         print(note, file=sys.stderr)
-    print(next_step(args.course, chosen[0]), file=sys.stderr)
+    print(next_step(args.course, chosen), file=sys.stderr)
     return 0
 
 
-def next_step(course: Path, lab: Path) -> str:
-    """What the teacher runs next, with the nbgrader this Python has: the
-    ``nbgrader`` command when it is on PATH, else ``python -m nbgrader`` by
-    this interpreter's path (a virtual environment not activated; newcomer 36)."""
+def next_step(course: Path, labs: list[Path]) -> str:
+    """What the teacher runs next for the course's `labs`, with the nbgrader this
+    Python has: the ``nbgrader`` command when it is on PATH, else ``python -m
+    nbgrader`` by this interpreter's path (a virtual environment not activated;
+    newcomer 36). ``generate_assignment`` takes one assignment: several labs get
+    a loop over all of them."""
     import shlex
     import shutil
 
     nbgrader = ("nbgrader" if shutil.which("nbgrader")
                 else f"{shlex.quote(sys.executable)} -m nbgrader")
-    return (f"next, in {course}: {nbgrader} generate_assignment {assignment_name(lab)}"
-            f" (the students' copy), then {nbgrader} autograde for their submissions "
+    names = [assignment_name(lab) for lab in labs]
+    generate = (f"{nbgrader} generate_assignment {names[0]} (the students' copy)"
+                if len(names) == 1 else
+                f"for a in {' '.join(names)}; do {nbgrader} generate_assignment \"$a\"; done "
+                "(the students' copies)")
+    return (f"next, in {course}: {generate}, then {nbgrader} autograde for their submissions "
             f"(docs/teachers_guide.md, \"Grading with nbgrader\")")
 
 

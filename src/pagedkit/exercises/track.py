@@ -1638,8 +1638,8 @@ def check(pieces: Pieces, *, scenarios: Sequence[str] = CHECK_ORDER,
         special = {"pair": pair_requests, "sampling": sampled_requests}.get(name)
         run = lockstep(pieces, special() if special else requests, **SCENARIOS[name])
         verdict = _("same as pagedkit") if run.passed else _("DIFFERS")
-        log(f"{name:>15}: " + _("{verdict} ({steps} steps)").format(verdict=verdict,
-                                                                   steps=run.steps))
+        log(f"{name:>15}: " + ngettext("{verdict} ({steps} step)", "{verdict} ({steps} steps)",
+                                       run.steps).format(verdict=verdict, steps=run.steps))
         if not run.passed:
             break
     return run
