@@ -235,7 +235,8 @@ def test_replay_rejects_what_can_never_run():
     with pytest.raises(ValueError, match=r"'r' never fits the contiguous \(pow2\) memory of "
                                          "24 slots: it needs a 36-slot region > capacity"):
         replay([TraceRequest("r", 0, 4, 17)], num_blocks=6, block_size=4, max_seq_len=64)
-    with pytest.raises(ValueError, match="needs 21 tokens > max_seq_len 20"):
+    with pytest.raises(ValueError, match=r"needs 21 tokens \(prompt 4 \+ output 17\), more than "
+                                         "max_seq_len=20"):
         replay([TraceRequest("r", 0, 4, 17)], num_blocks=6, block_size=4, max_seq_len=20)
     with pytest.raises(ValueError, match="output_len of request 'r' must be >= 1"):
         replay([TraceRequest("r", 0, 4, 0)], num_blocks=6, block_size=4)
@@ -275,3 +276,28 @@ def test_each_sequence_of_a_request_has_its_shade_of_one_hue():
     shades = colors[2:2 + len(SHADES)]
     assert shades[0] == OWNER_COLORS[0] and len(set(shades)) == len(SHADES)
     assert not set(shades) & {colors[FREE_INDEX], colors[CACHED_INDEX], colors[UNKNOWN_INDEX]}
+
+
+@pytest.mark.parametrize("name", ["watermak", "prefil", "max_num_seq", "premption", "block"])
+def test_replay_refuses_an_option_it_has_not_by_its_own_name(name):
+    """Newcomer 41: a misspelled option was Simulator.__init__'s TypeError."""
+    from pagedkit.viz.replay import REPLAY_OPTIONS
+
+    with pytest.raises(TypeError, match=rf"replay\(\) got an unexpected keyword argument "
+                                        rf"'{name}'.*the simulators' options it passes on: "
+                                        + ", ".join(REPLAY_OPTIONS)):
+        replay([TraceRequest("a", 0, 4, 4)], num_blocks=8, block_size=4, **{name: 1})
+
+
+@pytest.mark.parametrize("max_seq_len", [1, 5, 13])
+def test_replay_names_max_seq_len_when_a_request_is_longer(max_seq_len):
+    """Newcomer 41: the refusal named the paged memory, not the limit."""
+    trace = [TraceRequest("a", 0, 4, 4), TraceRequest("b", 0, 10, 4)]
+    first = next(r for r in trace if r.total_len > max_seq_len)
+    with pytest.raises(ValueError, match=rf"request '{first.request_id}' needs "
+                                         rf"{first.total_len} tokens \(prompt {first.prompt_len} "
+                                         rf"\+ output {first.output_len}\), more than "
+                                         rf"max_seq_len={max_seq_len}: give max_seq_len=14 or "
+                                         "more"):
+        replay(trace, num_blocks=8, block_size=4, max_seq_len=max_seq_len)
+    assert len(replay(trace, num_blocks=8, block_size=4, max_seq_len=14)) > 0

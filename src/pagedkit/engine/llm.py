@@ -46,6 +46,10 @@ class LLM:
         self.llm_engine = LLMEngine(model, tokenizer, **engine_args)
         self._ids = itertools.count()
 
+    def __repr__(self) -> str:
+        """The engine's, under this name (newcomer 41: it was Python's default)."""
+        return "LLM" + repr(self.llm_engine).removeprefix("LLMEngine")
+
     @classmethod
     def from_engine_args(cls, engine_args: Any) -> LLM:
         """vLLM's other way to build an `LLM`: from an `EngineArgs`."""

@@ -431,22 +431,29 @@ def main(argv: list[str] | None = None) -> int:
 
 def next_step(course: Path, labs: list[Path]) -> str:
     """What the teacher runs next for the course's `labs`, with the nbgrader this
-    Python has: the ``nbgrader`` command when it is on PATH, else ``python -m
-    nbgrader`` by this interpreter's path (a virtual environment not activated;
-    newcomer 36). ``generate_assignment`` takes one assignment: several labs get
-    a loop over all of them."""
+    Python has. Where ``nbgrader`` is not on PATH (a virtual environment not
+    activated; newcomer 36), PATH first gets this interpreter's folder: nbgrader
+    runs ``alembic`` from PATH on its first run (newcomer 41: without it, that
+    run failed), and the ``nbgrader`` command is there too (else it is ``python
+    -m nbgrader`` by this interpreter's path). ``generate_assignment`` takes one
+    assignment: several labs get a loop over all of them."""
     import shlex
     import shutil
 
-    nbgrader = ("nbgrader" if shutil.which("nbgrader")
-                else f"{shlex.quote(sys.executable)} -m nbgrader")
+    nbgrader, path = "nbgrader", ""
+    if not shutil.which("nbgrader"):
+        folder = Path(sys.executable).parent
+        path = (f"export PATH={shlex.quote(str(folder))}:\"$PATH\" (nbgrader runs alembic "
+                "from PATH), then ")
+        if not (folder / "nbgrader").is_file():
+            nbgrader = f"{shlex.quote(sys.executable)} -m nbgrader"
     names = [assignment_name(lab) for lab in labs]
     generate = (f"{nbgrader} generate_assignment {names[0]} (the students' copy)"
                 if len(names) == 1 else
                 f"for a in {' '.join(names)}; do {nbgrader} generate_assignment \"$a\"; done "
                 "(the students' copies)")
-    return (f"next, in {course}: {generate}, then {nbgrader} autograde for their submissions "
-            f"(docs/teachers_guide.md, \"Grading with nbgrader\")")
+    return (f"next, in {course}: {path}{generate}, then {nbgrader} autograde for their "
+            "submissions (docs/teachers_guide.md, \"Grading with nbgrader\")")
 
 
 if __name__ == "__main__":

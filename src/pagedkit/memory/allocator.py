@@ -39,7 +39,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._validation import check_bool, check_int
+from .._validation import check_bool, check_int, plural
 from .block_hash import ROOT_HASH, BlockHash, BlockKey, HashFunction, root_hash, sha256
 from .errors import BlockStateError, OutOfBlocksError
 from .events import Event, EventBus, EventKind
@@ -64,6 +64,14 @@ class MemoryStats:
     tokens_stored: int  # token slots holding a token, in used blocks
     slots_allocated: int  # used_blocks * block_size
     kv_usage: float
+
+    def counts(self) -> str:
+        """``"16 blocks of 4 tokens: 3 used, 12 free, 1 cached"`` (and the swapped
+        ones, if any): the pool in a line, for the memory classes' reprs."""
+        swapped = f", {self.swapped_blocks} swapped out" if self.swapped_blocks else ""
+        return (f"{plural(self.total_blocks, 'block')} of {plural(self.block_size, 'token')}: "
+                f"{self.used_blocks} used, {self.free_blocks} free, {self.cached_blocks} "
+                f"cached{swapped}")
 
 
 class BlockAllocator:
@@ -139,6 +147,9 @@ class BlockAllocator:
 
     def is_free(self, block: int) -> bool:
         return self._ref[self._check_id(block)] == 0
+
+    def __repr__(self) -> str:
+        return f"BlockAllocator({self.stats().counts()})"
 
     def stats(self, *, swapped_blocks: int = 0) -> MemoryStats:
         """A snapshot, from counters kept as blocks change hands (O(1)).

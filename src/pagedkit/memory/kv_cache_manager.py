@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 
-from .._validation import check_cache_salt, check_int, check_token_ids
+from .._validation import check_cache_salt, check_int, check_token_ids, plural
 from .allocator import BlockAllocator, MemoryStats
 from .block_hash import HashFunction
 from .block_table import NULL_BLOCK, BlockTable, check_block_list
@@ -105,6 +105,10 @@ class KVCacheManager:
     def num_tokens(self, seq: Hashable) -> int:
         """Tokens with a slot in GPU memory (a swapped-out sequence raises)."""
         return self.gpu_table(seq).num_tokens
+
+    def __repr__(self) -> str:
+        sequences = len(self._tables) + len(self._swapped)
+        return f"KVCacheManager({self.stats().counts()}; {plural(sequences, 'sequence')})"
 
     def stats(self) -> MemoryStats:
         """The GPU pool's `BlockAllocator.stats`, with the blocks parked in the swap pool."""

@@ -29,12 +29,13 @@ its length limit and its memory), asked before anything runs.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._validation import check_choice, check_int
+from .._validation import check_choice, check_int, did_you_mean
 from ..memory import POLICIES, ContiguousAllocator, ContiguousStats
 from ..sim import LatencyModel, ManagerSpec, ModelPreset, Simulator, StepClock, Trace, TraceRequest
 from ..sim.managers import Group, Seq
@@ -134,6 +135,12 @@ def as_trace(requests: Trace | Iterable[Any]) -> list[TraceRequest]:
     return trace
 
 
+#: The `Simulator` options `replay` passes on to both sides (the rest it sets itself).
+REPLAY_OPTIONS = tuple(name for name, p in inspect.signature(Simulator).parameters.items()
+                       if p.kind is p.KEYWORD_ONLY
+                       and name not in ("model", "capacity_slots", "events"))
+
+
 def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
            policy: str = "pow2", max_seq_len: int | None = None,
            model: LatencyModel | ModelPreset | None = None, max_steps: int = 10_000,
@@ -152,6 +159,11 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
     every running request writes one token at every step; pass
     ``prefill="separate"`` for the paper's vLLM.
     """
+    for name in options:
+        if name not in REPLAY_OPTIONS:  # newcomer 40: Simulator.__init__'s TypeError
+            raise TypeError(f"replay() got an unexpected keyword argument {name!r}"
+                            f"{did_you_mean(name, REPLAY_OPTIONS)}; the simulators' options "
+                            f"it passes on: {', '.join(REPLAY_OPTIONS)}")
     check_int("num_blocks", num_blocks, minimum=1)
     check_int("block_size", block_size, minimum=1)
     check_choice("policy", policy, POLICIES)
@@ -169,8 +181,14 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
         check_int(f"output_len of request {name!r}", r.output_len, minimum=1)
         if not (math.isfinite(r.arrival) and r.arrival >= 0):
             raise ValueError(f"request {name!r} arrives at {r.arrival!r}; give a time >= 0")
-    max_seq_len = check_int("max_seq_len", max_seq_len or max(r.total_len for r in trace),
-                            minimum=1)
+    longest = max(r.total_len for r in trace)
+    max_seq_len = check_int("max_seq_len", max_seq_len or longest, minimum=1)
+    for r, name in zip(trace, names, strict=True):
+        if r.total_len > max_seq_len:  # the limit said, not either memory (newcomer 41)
+            raise ValueError(f"request {name!r} needs {r.total_len} tokens (prompt "
+                             f"{r.prompt_len} + output {r.output_len}), more than "
+                             f"max_seq_len={max_seq_len}: give max_seq_len={longest} or more, "
+                             "or leave it out (the longest request's length)")
 
     # The simulators take requests in arrival order, numbered from 0.
     order = sorted(range(len(trace)), key=lambda i: trace[i].arrival)
