@@ -20,8 +20,8 @@ COMMANDS = {
     "demo": ("pagedkit.demo",
              N_("the embedded model serving a batch: outputs, throughput, KV cache use")),
     "bench": ("pagedkit.bench.__main__",
-              N_("benchmarks: {names} (the default: pagedkit against transformers); see bench "
-                 "--help")),
+              N_("benchmarks: {names}; with none named, engine (pagedkit against "
+                 "transformers); see bench --help")),
     "simulate": ("pagedkit.sim.cli",
                  N_("the paper's memory and batching results from the simulator (no GPU)")),
     "lab": ("pagedkit.lab",

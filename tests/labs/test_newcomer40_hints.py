@@ -2,8 +2,10 @@
 story (or the symptom only):
 
 * a count returned as a fraction (``(n + k) / bs - n / bs`` for
-  blocks_needed) was told "an empty sequence has no blocks"; any fraction
-  where a count is expected is now told to count with ``//``;
+  blocks_needed) was told "an empty sequence has no blocks"; any answer of a
+  kind no count is (a fraction, text, a bool; newcomer 42: ``'1'`` for
+  blocks_for) where a count is expected now gets the count notes of
+  `_count_notes.never_a_count`, whatever the check;
 * append_slots returning the tokens' logical positions was told the free
   list's head;
 * choose_victims never taking a served request's blocks from the free count
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from pagedkit.exercises import FRACTION_FOR_COUNT, lab03, lab06, lab07
+from pagedkit.exercises import FLOAT_FOR_INT, lab00, lab03, lab06, lab07
 from pagedkit.memory import ROOT_HASH, hash_block
 
 from .test_exercises import SOLUTIONS, load
@@ -27,7 +29,7 @@ from .wrong_answers import WRONG
 
 LAB03 = load(SOLUTIONS / "lab03_paging.py")
 LAB06 = load(SOLUTIONS / "lab06_preemption.py")
-FRACTION = FRACTION_FOR_COUNT.split(":")[0]
+FRACTION = FLOAT_FOR_INT.split(":")[0]
 
 
 @pytest.mark.parametrize("fraction", [
@@ -40,6 +42,14 @@ def test_a_fraction_where_a_count_is_expected_is_told_to_count_whole(fraction):
 
     result = lab03.check_blocks_needed(blocks_needed)
     assert not result.passed and FRACTION in result.message, result.message
+
+
+@pytest.mark.parametrize(("answer", "note"), [("1", "text (a str) is not a count"),
+                                              (True, "a comparison gives a bool"),
+                                              (1.5, FRACTION)])
+def test_blocks_for_of_a_kind_no_count_is_gets_its_note(answer, note):
+    result = lab00.check_blocks_for(lambda num_tokens, block_size: answer)
+    assert not result.passed and note in result.message, result.message
 
 
 @pytest.mark.parametrize("wrong", WRONG[("lab03", "blocks_needed")])

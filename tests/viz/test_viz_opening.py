@@ -115,3 +115,37 @@ def test_a_comparison_shows_as_one_line(requests):
     assert repr(comparison) == (f"Comparison(pow2 vs paged, {len(comparison)} frames, 64 slots "
                                 f"in blocks of 4, {requests} request{plural}: "
                                 "ContiguousVsPaged(comparison) draws them)")
+
+
+def test_a_dashboard_has_the_views_text_and_summary_at_any_step():
+    """Newcomer 42: `Dashboard.text(3)` was an AttributeError."""
+    from pagedkit.viz import Dashboard
+
+    rec = _comparison().recorder
+    dash = Dashboard(rec)
+    n = len(rec)
+    for i in [*range(n), *range(-n, 0)]:
+        assert dash.text(i) == "\n".join(v.text(i) for v in dash.views)
+        assert dash.summary(i) == (f"{dash.block_map.summary(i)}; "
+                                   f"{dash.page_table.describe(i)}")
+    assert repr(dash) == f"Dashboard({dash.summary()})" and str(dash) == dash.text()
+
+
+@pytest.mark.parametrize("given", [TRACE, TRACE[0], None, "trace"])
+def test_contiguous_vs_paged_of_anything_but_a_replay_says_to_replay(given):
+    with pytest.raises(TypeError, match=r"ContiguousVsPaged takes a replay's Comparison, got "
+                                        rf"{type(given).__name__}: pass replay\(trace, "):
+        ContiguousVsPaged(given)
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ({"num_block": 16, "block_size": 4}, "unexpected keyword argument 'num_block' (did you mean "
+                                          "'num_blocks'?)"),
+    ({"num_blocks": 16, "blocksize": 4}, "unexpected keyword argument 'blocksize' (did you mean "
+                                         "'block_size'?)"),
+    ({"block_size": 4}, "replay() needs num_blocks="),
+    ({"num_blocks": 16}, "replay() needs block_size=")])
+def test_replay_names_a_misspelled_or_missing_size(given, said):
+    with pytest.raises(TypeError) as caught:
+        replay(TRACE, **given)
+    assert said in str(caught.value)

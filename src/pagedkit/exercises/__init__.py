@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import math
 import numbers
 import os
 import signal
@@ -287,8 +286,9 @@ def raised(name: str, fn: Callable, call: str, err: Exception,
 
     Trying the other cases stops at the first that runs; `elsewhere` lists the
     earlier ones first, which ran already."""
-    message = _("{call} raised {error}: {message}").format(
-        call=call, error=type(err).__name__, message=err)
+    message = (_("{call} raised {error}: {message}").format(
+        call=call, error=type(err).__name__, message=err) if str(err) else
+        _("{call} raised {error}").format(call=call, error=type(err).__name__))  # newcomer 42
     known = error_hint(err) if error_hint else ""
     if not known:
         case_hint = hint() if callable(hint) else hint
@@ -619,8 +619,8 @@ def same_values(got: Any, want: Any) -> bool:
 
 
 def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Callable = "", *,
-                 none_is_an_answer: bool = False, show: Callable[[Any], str] = repr
-                 ) -> CheckResult:
+                 none_is_an_answer: bool = False, show: Callable[[Any], str] = repr,
+                 answered_before: bool = False) -> CheckResult:
     """The failure for a wrong return value, in the words every check uses.
 
     `None` from a function that never answers `None` is most likely a missing
@@ -630,8 +630,14 @@ def wrong_answer(name: str, call: str, got: Any, expected: Any, hint: str | Call
     case's hint. A number of the right value but another type (``2.0`` for
     ``2``), alone or as an item of the answer (`same_values`), says that and
     why, not the case's hint; `show` writes the values (``repr`` stands in
-    where it would write the two alike)."""
+    where it would write the two alike). `answered_before`: the function
+    returned a value for an earlier case, so a `None` is one path's missing
+    ``return``."""
     if got is None and not none_is_an_answer:
+        if answered_before:  # newcomer 42: one policy's branch with no return
+            return CheckResult(name, False, _(
+                "{call} returned None, where your function returned a value for the cases "
+                "before it: the path this call takes ends without `return`.").format(call=call))
         return CheckResult(name, False, _("{call} returned None — did you forget `return`?")
                            .format(call=call))
     if _numbers_equal(_scalar(got), _scalar(expected)):  # refused by type alone: say so
@@ -690,6 +696,7 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
     equal = equal or same_items
     cases = list(cases)
     none_is_an_answer = any(case.expected is None for case in cases)
+    answered = False  # a value returned for an earlier case
     for case in cases:
         call = case.call_text(function_name(fn, name))
         args, kwargs = fresh((case.args, case.kwargs))
@@ -699,9 +706,11 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
             return failed
         if not equal(got, case.expected):
             hint = ((diagnose(fn, case, got) if diagnose and got is not None else "")
-                    or _fraction_hint(got, case.expected) or case.hint)
+                    or _count_note(got, case.expected) or case.hint)
             return wrong_answer(name, call, got, case.expected, hint,
-                                none_is_an_answer=none_is_an_answer, show=show)
+                                none_is_an_answer=none_is_an_answer, show=show,
+                                answered_before=answered)
+        answered = answered or got is not None
     return CheckResult(name, True, _("all {n} cases pass").format(n=len(cases)))
 
 
@@ -714,11 +723,6 @@ def other_cases(cases: list[Case], case: Case) -> Iterator[Case]:
 FLOAT_FOR_INT = N_("a count is an int, but `/` (and numpy's ceil) give floats, even 8 / 4 = "
                    "2.0: count with `//`, which keeps an int (to round up: -(-a // b))")
 """The hint for a whole float where an int was expected (`wrong_answer`)."""
-
-FRACTION_FOR_COUNT = N_("a count is a whole number, and a fraction (what `/` gives) is never "
-                        "one: count with `//`, and where a part fills one more, round up: "
-                        "-(-a // b)")
-"""The hint for a fraction where a count was expected (`wrong_answer`)."""
 
 SET_FOR_LIST = N_("a set has no order (and no repeats), so it is never the answer: "
                   "return a list, in the order the exercise asks for")
@@ -742,17 +746,14 @@ def _type_hint(got: Any, expected: Any) -> str:
     return ""
 
 
-def _fraction_hint(got: Any, expected: Any) -> str:
-    """`FRACTION_FOR_COUNT` for a fraction where a count is expected (newcomer 40:
-    ``(n + k) / bs`` was told a case's story); '' otherwise. A check's own
-    diagnosis comes first: it can say what the fraction is of."""
-    return FRACTION_FOR_COUNT if is_count(expected) and _is_fraction(_scalar(got)) else ""
+def _count_note(got: Any, expected: Any) -> str:
+    """Where a count is expected, the note for an answer of a kind no count is
+    (`never_a_count`: text, a bool, a fraction), whatever the check (newcomer
+    40: ``(n + k) / bs`` was told a case's story; newcomer 42: ``'1'``); ''
+    otherwise. A check's own diagnosis comes first: it can say more."""
+    from ._count_notes import never_a_count  # it builds on this module
 
-
-def _is_fraction(value: Any) -> bool:
-    """A real number that is not whole (``0.25``, ``np.float32(1.5)``)."""
-    return (isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)
-            and math.isfinite(value) and value != int(value))
+    return never_a_count(got) if is_count(expected) else ""
 
 
 def _numbers_equal(a: Any, b: Any) -> bool:

@@ -14,12 +14,13 @@ where it has one, so the exercises and the package cannot disagree.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from ..i18n import N_, _, join_clauses, join_names
 from ..memory import ContiguousAllocator, Reservation
-from . import Case, CheckResult, check_function, in_stub_order, same_items
+from . import Case, CheckResult, check_function, fresh, in_stub_order, same_items
 
 __all__ = ["CHECKS", "check_first_fit", "check_reservation_size", "check_waste_breakdown"]
 
@@ -84,8 +85,9 @@ def check_first_fit(fn: Callable[[list[tuple[int, int]], int, int], int | None])
 
 
 def _scenario(capacity: int, policy: str, max_len: int, script: list[tuple],
-              next_size: int, hint: str) -> Case:
-    """Play `script` on a real `ContiguousAllocator`; its stats are the answer."""
+              next_size: int, hint: str, *, backwards: bool = False) -> Case:
+    """Play `script` on a real `ContiguousAllocator`; its stats are the answer.
+    `backwards`: the regions listed last first (the list has no order to rely on)."""
     mem = ContiguousAllocator(capacity, policy, max_len)
     for op, request, *args in script:
         if op == "allocate":
@@ -100,7 +102,7 @@ def _scenario(capacity: int, policy: str, max_len: int, script: list[tuple],
                 "internal_fragmentation": s.internal_fragmentation,
                 "external_fragmentation": s.external_fragmentation(next_size)}
     regions = [replace(r) for r in mem.regions()]  # copies: an answer may not change the next
-    return Case((regions, capacity, next_size), expected, hint)
+    return Case((regions[::-1] if backwards else regions, capacity, next_size), expected, hint)
 
 
 def _scenarios() -> list[Case]:
@@ -126,6 +128,10 @@ def _scenarios() -> list[Case]:
                   _("the same memory, but the next request needs 16: it does not fit in B's "
                   "hole of 10, but it fits in the 19 free slots after D, so no free slot is "
                   "lost (external fragmentation 0: the largest run decides)")),
+        _scenario(64, "pow2", 64, four, 32,
+                  _("the same memory, its regions listed last first (D, C, A): the list is in "
+                    "no order; the largest free run is still the 19 slots after D, and 32 fit "
+                    "in none"), backwards=True),  # newcomer 42
         _scenario(64, "pow2", 64, [], 8, _("no regions at all: nothing used, nothing wasted")),
         _scenario(100, "oracle", 100,
                   [("allocate", "A", 6, 4), ("allocate", "B", 5, 5), ("allocate", "C", 8, 2),
@@ -160,12 +166,22 @@ PART_RULES = {
 
 
 def _waste_mistake(fn: Callable, case: Case, got: object) -> str:
-    """The keys to return (`_not_the_four_keys`), or, for a dict of the four
-    with one part wrong, that part's rule; '' where several parts are wrong
-    (the case's own hint then tells its sum)."""
+    """The keys to return (`_not_the_four_keys`); the regions' order, where
+    the answer is right once they are handed sorted by start (newcomer 42); or,
+    for a dict of the four with one part wrong, that part's rule; '' where
+    several parts are wrong (the case's own hint then tells its sum)."""
     keys = _not_the_four_keys(fn, case, got)
     if keys:
         return keys
+    regions, capacity, next_size = fresh(case.args)
+    in_order = sorted(regions, key=lambda r: r.start)
+    if in_order != regions:
+        with contextlib.suppress(Exception):
+            if same_items(fn(in_order, capacity, next_size), case.expected):
+                return (_("your function is right on these regions sorted by start, and they "
+                          "come in another order here ({order}): the list is in no order, so "
+                          "sort it by start before measuring the free runs between regions")
+                        .format(order=join_names([r.request for r in regions])))
     wrong = [part for part in PARTS if not same_items(got[part], case.expected[part])]
     if len(wrong) != 1:
         return ""

@@ -31,6 +31,10 @@ class ContiguousVsPaged(View):
     """``ContiguousVsPaged(replay(trace, num_blocks=..., block_size=...))``."""
 
     def __init__(self, comparison: Comparison, *, player: Player | None = None) -> None:
+        if not isinstance(comparison, Comparison):  # newcomer 42: the trace itself
+            raise TypeError(f"ContiguousVsPaged takes a replay's Comparison, got "
+                            f"{type(comparison).__name__}: pass replay(trace, num_blocks=..., "
+                            "block_size=...)")
         self.comparison = comparison
         self.recorder = comparison.recorder  # the paged side's: where the view opens
         super().__init__(player or Player(comparison.paged))

@@ -37,10 +37,20 @@ class Dashboard(Played):
         """One line, labelled (a saved notebook shows it in the widget's place):
         the block map's counts at the step, then whose page table and where
         its blocks lie."""
-        return f"Dashboard({join_clauses([self.block_map.summary(), self.page_table.describe()])})"
+        return f"Dashboard({self.summary()})"
 
     def __str__(self) -> str:
-        return "\n".join(v.text() for v in self.views)
+        return self.text()
+
+    def summary(self, index: int | None = None) -> str:
+        """One line, as the repr says it: the block map's counts at step `index`
+        (default: the one shown), and the page table there."""
+        return join_clauses([self.block_map.summary(index), self.page_table.describe(
+            self.block_map._at(index))])
+
+    def text(self, index: int | None = None) -> str:
+        """Every view's text form at step `index` (default: the one shown)."""
+        return "\n".join(v.text(index) for v in self.views)
 
     @property
     def widget(self) -> Any:

@@ -141,7 +141,8 @@ REPLAY_OPTIONS = tuple(name for name, p in inspect.signature(Simulator).paramete
                        and name not in ("model", "capacity_slots", "events"))
 
 
-def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
+def replay(requests: Trace | Iterable[Any], *, num_blocks: int | None = None,
+           block_size: int | None = None,
            policy: str = "pow2", max_seq_len: int | None = None,
            model: LatencyModel | ModelPreset | None = None, max_steps: int = 10_000,
            **options: Any) -> Comparison:
@@ -159,11 +160,16 @@ def replay(requests: Trace | Iterable[Any], *, num_blocks: int, block_size: int,
     every running request writes one token at every step; pass
     ``prefill="separate"`` for the paper's vLLM.
     """
+    own = ("num_blocks", "block_size", "policy", "max_seq_len", "model", "max_steps")
     for name in options:
-        if name not in REPLAY_OPTIONS:  # newcomer 40: Simulator.__init__'s TypeError
+        if name not in REPLAY_OPTIONS:  # newcomer 41: Simulator.__init__'s TypeError
             raise TypeError(f"replay() got an unexpected keyword argument {name!r}"
-                            f"{did_you_mean(name, REPLAY_OPTIONS)}; the simulators' options "
-                            f"it passes on: {', '.join(REPLAY_OPTIONS)}")
+                            f"{did_you_mean(name, own + REPLAY_OPTIONS)}; the simulators' "
+                            f"options it passes on: {', '.join(REPLAY_OPTIONS)}")
+    for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+        if value is None:  # required; a default of None lets a misspelling be named above
+            raise TypeError(f"replay() needs {name}=: the pool both memories get is "
+                            "num_blocks blocks of block_size token slots")
     check_int("num_blocks", num_blocks, minimum=1)
     check_int("block_size", block_size, minimum=1)
     check_choice("policy", policy, POLICIES)
