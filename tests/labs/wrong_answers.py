@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import importlib.util
 import tempfile
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -569,6 +570,23 @@ def victims_never_itself(running, free):
             victims.append(victim)
             free += held
         free -= min(needed, free)               # serves it anyway
+    return victims
+
+
+def victims_never_taking(running, free):    # newcomer 40: the served never take their blocks
+    victims, served, waiting = [], 0, deque(running)
+    while waiting:
+        rid, needed, _ = waiting.popleft()
+        while waiting and needed > free:
+            victim, _, held = waiting.pop()
+            victims += [victim]
+            free += held
+        if needed <= free:
+            served += 1                         # free -= needed is missing
+            continue
+        if not served:
+            raise ValueError(f"{rid} does not fit even alone")
+        victims += [rid]
     return victims
 
 
@@ -1313,7 +1331,7 @@ WRONG[("lab04", "paged_decode_attention")] += [attention_softmax_without_the_max
 WRONG[("lab05", "finish_steps")].append(finish_refills_one_seat_a_step)
 WRONG[("lab05", "admit")].append(admit_chunked_passes_a_blocked_head)
 WRONG[("lab06", "preemption_mode")].append(mode_shares_only_what_all_share)
-WRONG[("lab06", "choose_victims")].append(victims_zero_need_not_served)
+WRONG[("lab06", "choose_victims")] += [victims_zero_need_not_served, victims_never_taking]
 WRONG[("lab07", "copy_on_write")] += [cow_refuses_a_sole_owner_when_the_pool_is_full,
                                       cow_sets_the_old_block_to_one]
 WRONG[("lab07", "sharing_blocks")].append(sharing_keeps_a_partial_block_that_is_not_there)
