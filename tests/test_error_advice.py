@@ -41,7 +41,7 @@ def _engine_cases(llm):
                                                               beam_width=5, temperature=0)),
          "lower beam_width to 4 or less, or build the engine with max_num_seqs=5 or more"),
         ("request id taken", lambda: engine.add_request("taken", [1], SamplingParams()),
-         "give another id, or abort_request(['taken']) first"),
+         "give another id, or abort_request(['taken']) and step() first"),
         ("ids repeat", lambda: engine.add_requests([("a", [1], None), ("a", [2], None)]),
          "give each request an id of its own"),
         ("chat content parts", lambda: llm.chat([{"role": "user", "content": [

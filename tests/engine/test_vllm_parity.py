@@ -157,7 +157,7 @@ def test_a_repeated_request_id_is_refused_saying_why_and_what_to_do(engine):
     message = str(info.value)
     assert "request id 'd' is already in the engine" in message
     assert "name a request by its id" in message
-    assert "give another id, or abort_request(['d']) first" in message
+    assert "give another id, or abort_request(['d']) and step() first" in message
     assert list(run(engine)) == ["d"] and run(engine) == {}
 
 

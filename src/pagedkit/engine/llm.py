@@ -44,7 +44,7 @@ class LLM:
     def __init__(self, model: Any = "tiny", tokenizer: Any = None, **engine_args: Any) -> None:
         split_engine_args("LLM", engine_args)  # a wrong name is the caller's, not the engine's
         self.llm_engine = LLMEngine(model, tokenizer, **engine_args)
-        self._ids = itertools.count()
+        self._next_id = 0  # generate's next request id, "0", "1", ... (vLLM's counter)
 
     def __repr__(self) -> str:
         """The engine's, under this name (newcomer 41: it was Python's default)."""
@@ -248,6 +248,7 @@ class LLM:
         names = ([f"prompts[{i}]" for i in range(len(prompts))] if len(prompts) > 1
                  else ["generate()"] * len(prompts))  # no prompts: nothing to do, [] (vLLM's)
         engine.add_requests(list(zip(ids, prompts, params, strict=True)), names=names)
+        self._next_id = int(ids[-1]) + 1 if ids else self._next_id  # taken once all are in
         wanted = set(ids)
         done: dict[str, RequestOutput] = {}
         earlier: list[RequestOutput] = []  # requests queued before the call (add_request)
@@ -279,11 +280,14 @@ class LLM:
         """`count` request ids for a call: "0", "1", ... on from the last call,
         past ids queued with add_request, and past those of aborted requests
         whose output the next step still reports (it would be taken for the
-        call's own)."""
+        call's own). Asking takes none: `_generate` moves past them once its
+        requests are in (a refused call leaves the numbering as it was;
+        newcomer 43)."""
         taken = self.llm_engine.unreported_aborts()
         ids: list[str] = []
+        candidates = itertools.count(self._next_id)
         while len(ids) < count:
-            request_id = str(next(self._ids))
+            request_id = str(next(candidates))
             if request_id not in self.llm_engine.groups and request_id not in taken:
                 ids.append(request_id)
         return ids

@@ -344,7 +344,13 @@ class LLMEngine:
         if request_id in self.scheduler.requests:
             raise ValueError(f"request id {request_id!r} is already in the engine (outputs and "
                              "abort_request name a request by its id, so each needs one of its "
-                             f"own); give another id, or abort_request([{request_id!r}]) first")
+                             f"own); give another id, or abort_request([{request_id!r}]) and "
+                             "step() first")
+        if request_id in self.unreported_aborts():  # newcomer 43: its output took the step's
+            raise ValueError(f"request id {request_id!r} was aborted and its output (finish "
+                             "reason 'abort') comes with the next step(), which would report "
+                             "it beside this request's under one id; run step() first, then "
+                             "add it, or give another id")
         return self.check_prompt(prompt, params, who or f"request {request_id!r}")
 
     def check_prompt(self, prompt: str | SequenceLike[int], params: SamplingParams | None = None,

@@ -706,7 +706,7 @@ def check_function(name: str, fn: Callable, cases: Iterable[Case], *,
             return failed
         if not equal(got, case.expected):
             hint = ((diagnose(fn, case, got) if diagnose and got is not None else "")
-                    or _count_note(got, case.expected) or case.hint)
+                    or _kind_note(got, case.expected) or case.hint)
             return wrong_answer(name, call, got, case.expected, hint,
                                 none_is_an_answer=none_is_an_answer, show=show,
                                 answered_before=answered)
@@ -723,6 +723,10 @@ def other_cases(cases: list[Case], case: Case) -> Iterator[Case]:
 FLOAT_FOR_INT = N_("a count is an int, but `/` (and numpy's ceil) give floats, even 8 / 4 = "
                    "2.0: count with `//`, which keeps an int (to round up: -(-a // b))")
 """The hint for a whole float where an int was expected (`wrong_answer`)."""
+
+WORD_FOR_OTHER = N_("the answer is a word, a str such as {expected!r}, never a value of type "
+                    "{kind}: return the word itself")
+"""The note for anything but a str where a word was expected (`_kind_note`)."""
 
 SET_FOR_LIST = N_("a set has no order (and no repeats), so it is never the answer: "
                   "return a list, in the order the exercise asks for")
@@ -746,14 +750,20 @@ def _type_hint(got: Any, expected: Any) -> str:
     return ""
 
 
-def _count_note(got: Any, expected: Any) -> str:
-    """Where a count is expected, the note for an answer of a kind no count is
-    (`never_a_count`: text, a bool, a fraction), whatever the check (newcomer
-    40: ``(n + k) / bs`` was told a case's story; newcomer 42: ``'1'``); ''
-    otherwise. A check's own diagnosis comes first: it can say more."""
+def _kind_note(got: Any, expected: Any) -> str:
+    """The note for an answer of a kind the expected one never is, whatever the
+    check: where a count is expected, text, a bool or a fraction
+    (`never_a_count`; newcomer 40: ``(n + k) / bs`` was told a case's story,
+    newcomer 42: ``'1'``); where a word is, anything but a str (newcomer 43:
+    ``True`` for ``'swap'``). '' otherwise. A check's own diagnosis comes
+    first: it can say more."""
     from ._count_notes import never_a_count  # it builds on this module
 
-    return never_a_count(got) if is_count(expected) else ""
+    if is_count(expected):
+        return never_a_count(got)
+    if isinstance(expected, str) and got is not None and not isinstance(got, str):
+        return _(WORD_FOR_OTHER).format(expected=expected, kind=type(got).__name__)
+    return ""
 
 
 def _numbers_equal(a: Any, b: Any) -> bool:

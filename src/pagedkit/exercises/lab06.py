@@ -141,12 +141,13 @@ MODE_CASES = [
 
 
 def _mode_costs(tables, recompute_tokens, free_cpu_blocks, block_bytes, link_bytes_per_s,
-                prefill_tokens_per_s, *, distinct=True, both_ways=2, tokens=sum):
+                prefill_tokens_per_s, *, distinct=True, both_ways=2, tokens=sum,
+                divide=lambda a, b: Fraction(a) / Fraction(b)):
     """(distinct blocks, swap seconds out and back, recompute seconds), exactly;
     the keywords vary the rule as `_MODE_FORMULAS`' mistakes do."""
     blocks = len(set().union(*map(set, tables))) if distinct else sum(map(len, tables))
-    swap = Fraction(both_ways * blocks * block_bytes) / Fraction(link_bytes_per_s)
-    recompute = Fraction(tokens(recompute_tokens)) / Fraction(prefill_tokens_per_s)
+    swap = divide(both_ways * blocks * block_bytes, link_bytes_per_s)
+    recompute = divide(tokens(recompute_tokens), prefill_tokens_per_s)
     return blocks, swap, recompute
 
 
@@ -229,6 +230,9 @@ _MODE_FORMULAS = [
         "block_bytes / link_bytes_per_s)")),
     (lambda *a: _mode(*a, cheaper=Fraction.__le__),
      N_("swap only where it is strictly cheaper: on a tie, recompute")),
+    (lambda *a: _mode(*a, divide=lambda x, y: Fraction(x // y)),  # newcomer 43
+     N_("`//` rounds each time down to whole seconds, and times under a second all become 0: "
+        "divide with `/`, which keeps the fraction")),
 ]
 
 
