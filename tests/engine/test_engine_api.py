@@ -83,7 +83,7 @@ def test_bad_sampling_params(kwargs, message):
 
 def test_generate_validates_every_prompt_before_queueing_any(engine):
     llm = LLM.__new__(LLM)
-    llm.llm_engine, llm._ids = engine, iter(range(100))
+    llm.llm_engine, llm._next_id = engine, 0
     with pytest.raises(ValueError, match="the prompt is empty"):
         llm.generate([[1, 2], []], GREEDY, use_tqdm=False)
     assert not engine.has_unfinished_requests()
