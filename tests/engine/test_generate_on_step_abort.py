@@ -101,3 +101,40 @@ def test_the_progress_bar_total_counts_every_output_it_counts(llm, prompts, queu
     (bar,) = Bar.made
     assert bar.n == bar.total == prompts + queued_aborted + 1
     assert not engine.groups and not engine.unreported_aborts()
+
+
+@pytest.mark.parametrize("abort_first", [False, True])
+def test_a_request_on_step_adds_under_a_calls_own_id_never_replaces_its_output(llm, alone,
+                                                                                abort_first):
+    """Review of stop 48: once one of the call's own ids had ended (or been
+    aborted and reported), an on_step could add a request under it, and its
+    output replaced the call's own. The first output of a call's id is its own;
+    a later one comes back as a queued request's would."""
+    engine = llm.llm_engine
+    longer = SamplingParams(temperature=0, max_tokens=3 * MAX_TOKENS, ignore_eos=True)
+    steps = 0
+    ids: list[str] = []
+    added = []
+
+    def on_step(step):
+        nonlocal steps
+        steps += 1
+        if not ids:
+            ids.extend(sorted(engine.groups, key=int))
+        if abort_first and steps == 1:
+            engine.abort_request([ids[0]])
+        if not added and ids[0] not in engine.groups and not engine.unreported_aborts():
+            engine.add_request(ids[0], "Another prompt entirely", GREEDY)
+            added.append(steps)
+
+    outs = llm.generate(PROMPTS[:2], [GREEDY, longer], use_tqdm=False, on_step=on_step)
+    assert added  # the id was taken again while the call ran
+    own = [o for o in outs if o.prompt in PROMPTS[:2]]
+    assert [o.prompt for o in own] == PROMPTS[:2]
+    first = own[0].outputs[0]
+    if abort_first:
+        assert first.finish_reason == "abort" and list(first.token_ids) == alone[PROMPTS[0]][:1]
+    else:
+        assert first.finish_reason == "length" and list(first.token_ids) == alone[PROMPTS[0]]
+    assert [o.prompt for o in outs if o not in own] == ["Another prompt entirely"]
+    assert not engine.groups and not engine.unreported_aborts()

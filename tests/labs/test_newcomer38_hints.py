@@ -53,11 +53,10 @@ def test_a_function_following_a_formula_is_told_it(check, formulas):
         assert not result.passed and result.message.endswith(hint), result.message
 
 
-FORMS = {"Swap": "in another case", "SWAP": "in another case",
-         " swap": "with blank characters around it", "swap\n": "with blank characters around it",
-         "\trecompute": "with blank characters around it", "Recompute": "in another case",
-         "RECOMPUTE ": "in another case and with blank characters around it",
-         "\nSwap\n": "in another case and with blank characters around it"}
+CAPITALS, BLANKS = "written with other capitals", "with blank characters around it"
+FORMS = {"Swap": CAPITALS, "SWAP": CAPITALS, " swap": BLANKS, "swap\n": BLANKS,
+         "\trecompute": BLANKS, "Recompute": CAPITALS, "RECOMPUTE ": f"{CAPITALS} and {BLANKS}",
+         "\nSwap\n": f"{CAPITALS} and {BLANKS}"}
 
 
 @pytest.mark.parametrize("word", FORMS)

@@ -260,9 +260,9 @@ class LLM:
                 while engine.has_unfinished_requests() or \
                         wanted.difference(done).intersection(engine.unreported_aborts()):
                     step = engine.step(outputs=False)  # only the finished ones are read
-                    for output in step.finished:
-                        if output.request_id in wanted:
-                            done[output.request_id] = output
+                    for output in step.finished:  # a call's own id ends once (an on_step
+                        if output.request_id in wanted and output.request_id not in done:
+                            done[output.request_id] = output  # may add a request under it)
                         elif not _aborted_before(output):
                             earlier.append(output)
                         bar.update(1)

@@ -773,13 +773,14 @@ def _numbers_equal(a: Any, b: Any) -> bool:
 
 #: The right word returned in another form, by (in another case, with blanks around it).
 _WORD_FORMS = {
-    (True, False): N_("{call} returned {got!r}, expected {expected!r}: the word is right, in "
-                      "another case; return it exactly as the exercise writes it."),
+    (True, False): N_("{call} returned {got!r}, expected {expected!r}: the word is right, "
+                      "written with other capitals; return it exactly as the exercise writes "
+                      "it."),
     (False, True): N_("{call} returned {got!r}, expected {expected!r}: the word is right, with "
                       "blank characters around it; return it exactly as the exercise writes it."),
-    (True, True): N_("{call} returned {got!r}, expected {expected!r}: the word is right, in "
-                     "another case and with blank characters around it; return it exactly as "
-                     "the exercise writes it."),
+    (True, True): N_("{call} returned {got!r}, expected {expected!r}: the word is right, "
+                     "written with other capitals and with blank characters around it; return "
+                     "it exactly as the exercise writes it."),
 }
 
 

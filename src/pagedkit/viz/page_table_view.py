@@ -91,7 +91,9 @@ class PageTable(View):
             return _("sequence {seq!r} holds no blocks").format(seq=seq)
         seen = list(dict.fromkeys(s for f in frames for s in f.sequences))
         return (_("sequence {seq!r} holds blocks at no recorded step; the sequences that do: "
-                  "{seen}").format(seq=seq, seen=", ".join(map(repr, seen[:10])) or _("none")))
+                  "{seen}").format(seq=seq, seen=(", ".join(map(repr, seen[:10]))
+                                                  + (", ..." if len(seen) > 10 else ""))
+                                                 or _("none")))
 
     # ---------------------------------------------------------------- widgets
     def _extra_controls(self) -> list[Any]:
