@@ -25,9 +25,10 @@ NOT_INSTALLED = "Triton is not installed (No module named 'triton')"
 INSTALL = "install it (Linux only: pip install triton; Colab has it), or "
 #: each setting that cannot run here: (how it is set, its value, the error it must raise)
 SETTINGS = [
-    ("env", "bogus", "PAGEDKIT_KERNELS must be one of auto, batched, torch, triton; got 'bogus'"),
+    ("env", "bogus",
+     "PAGEDKIT_KERNELS must be one of auto, native, batched, torch, triton; got 'bogus'"),
     ("env", "triton", "PAGEDKIT_KERNELS=triton forces the Triton kernels, but " + NOT_INSTALLED
-     + "; " + INSTALL + "unset PAGEDKIT_KERNELS (auto: the batched torch path here), or set it "
+     + "; " + INSTALL + "unset PAGEDKIT_KERNELS (auto runs what works here), or set it "
      "to batched or torch"),
     ("set_backend", "triton", "set_backend('triton') forces the Triton kernels, but "
      + NOT_INSTALLED + "; " + INSTALL + "call set_backend('batched') or set_backend('torch') "
@@ -90,7 +91,7 @@ def test_the_cpu_reason_offers_no_triton_kernels_where_triton_is_not_installed(m
     monkeypatch.delenv(ops.ENV_VAR, raising=False)
     monkeypatch.setitem(sys.modules, "triton", None)
     reason = ops.backend("cpu").reason
-    assert reason.endswith("(the per-sequence reference with PAGEDKIT_KERNELS=torch; the Triton "
+    assert reason.endswith("the per-sequence reference with PAGEDKIT_KERNELS=torch; the Triton "
                            "kernels need Triton, which is not installed here)"), reason
 
 
@@ -98,7 +99,7 @@ def test_the_cpu_reason_offers_no_triton_kernels_where_triton_is_not_installed(m
 def test_the_cpu_reason_offers_the_triton_kernels_where_triton_is_installed(monkeypatch):
     monkeypatch.delenv(ops.ENV_VAR, raising=False)
     assert ops.backend("cpu").reason.endswith(
-        "(the per-sequence reference with PAGEDKIT_KERNELS=torch; the Triton kernels with "
+        "the per-sequence reference with PAGEDKIT_KERNELS=torch; the Triton kernels with "
         "PAGEDKIT_KERNELS=triton and TRITON_INTERPRET=1)")
 
 

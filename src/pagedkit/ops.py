@@ -1,4 +1,4 @@
-"""The four PagedAttention operations, each run by one of three implementations.
+"""The four PagedAttention operations, each run by one of four implementations.
 
 * the **Triton kernels** (``pagedkit/kernels/paged_decode.py``, ...): follow the block
   table while streaming K/V through on-chip memory (paper §4.1), on a GPU;
@@ -9,16 +9,25 @@
   whole step in one gather and one masked SDPA call per layer and group of
   similar lengths, however many sequences run — what a CPU runs by default,
   because the reference's per-sequence calls cost far more in overhead than
-  in arithmetic there.
+  in arithmetic there;
+* the **C decode kernel** (``pagedkit/kernels/cpu_decode.c``, built on first
+  use by `pagedkit.kernels.cpu_decode`): decode attention following the block
+  tables on CPU threads, as the Triton kernel does on a GPU, no gather; the
+  other operations on the batched path. What a CPU runs by default where a C
+  compiler with OpenMP builds it: faster than the batched path per call and
+  per engine run (docs/benchmarks.md).
 
 Which one runs is decided from the tensors' device by `backend` (once per device
 and setting: a layer's call looks the answer up):
 
 =================  ===========================================================
 ``auto`` (default) CUDA GPU of compute capability >= 8.0 with Triton installed:
-                   Triton. Anything else (CPU, an older GPU such as Colab's T4,
-                   no Triton as on macOS): the batched torch path, with a
-                   one-line notice when a GPU is passed over.
+                   Triton. A CPU: the C decode kernel (``native``) where it
+                   builds, else the batched torch path. Anything else (an
+                   older GPU such as Colab's T4, no Triton as on macOS): the
+                   batched torch path, with a one-line notice when a GPU is
+                   passed over.
+``native``         always the C decode kernel (CPU tensors only).
 ``batched``        always the batched torch path.
 ``torch``          always the per-sequence torch reference.
 ``triton``         always the Triton kernels. On CPU they run in Triton's
@@ -26,8 +35,8 @@ and setting: a layer's call looks the answer up):
                    modules are imported (see below); otherwise this raises.
 =================  ===========================================================
 
-Copying blocks is one batched torch operation already; ``batched`` and
-``torch`` both run the reference for it. Writing K/V into slots has a batched
+Copying blocks is one batched torch operation already; ``native``, ``batched`` and
+``torch`` all run the reference for it. Writing K/V into slots has a batched
 version (one ``index_copy_`` per cache), the reference's boolean-mask
 indexing being the readable one.
 
@@ -39,7 +48,7 @@ plugged in for an op (`override`, and `use_decode_attention` built on it),
 consulted first; then `IMPLEMENTATIONS`, each torch backend's functions (the
 Triton kernels' are imported on first use).
 
-Choose with the environment variable ``PAGEDKIT_KERNELS=auto|batched|torch|triton``
+Choose with the environment variable ``PAGEDKIT_KERNELS=auto|native|batched|torch|triton``
 or, from Python, ``set_backend("triton")`` (``set_backend(None)`` goes back
 to the variable). ``backend(device)`` tells you what a call would run and
 why: ``backend("cpu").reason``.
@@ -85,7 +94,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from pagedkit.kernels import batched, reference
+from pagedkit.kernels import batched, cpu_decode, reference
 from pagedkit.kernels.batched import paged_decode_attention as paged_decode_attention_batched
 from pagedkit.kernels.batched import (
     paged_prefill_attention as paged_prefill_attention_batched,
@@ -124,7 +133,7 @@ __all__ = [
 ]
 
 ENV_VAR = "PAGEDKIT_KERNELS"
-CHOICES = ("auto", "batched", "torch", "triton")
+CHOICES = ("auto", "native", "batched", "torch", "triton")
 # `auto` runs the Triton kernels on Ampere (8.0) and newer, the GPUs Triton
 # supports officially. A T4 (7.5, Colab's free GPU) runs them on request
 # (PAGEDKIT_KERNELS=triton, float16 only): every kernel compiles and fits there
@@ -152,7 +161,7 @@ class KernelFallbackWarning(UserWarning):
 
 
 class Backend(str):
-    """``"triton"``, ``"batched"`` or ``"torch"``, with the `reason` it was chosen."""
+    """``"triton"``, ``"native"``, ``"batched"`` or ``"torch"``, with the `reason` it was chosen."""
 
     reason: str
 
@@ -166,7 +175,8 @@ class Backend(str):
 
 
 def set_backend(name: str | None) -> None:
-    """Force ``"batched"``, ``"torch"`` or ``"triton"`` (or ``"auto"``) for every call from now on;
+    """Force ``"native"``, ``"batched"``, ``"torch"`` or ``"triton"`` (or ``"auto"``) for every
+    call from now on;
     ``None`` defers to the ``PAGEDKIT_KERNELS`` environment variable again."""
     _set_override(name, "set_backend")
 
@@ -235,18 +245,25 @@ def _interpreted(name: str) -> bool:
 
 
 def backend(device: torch.device | str) -> Backend:
-    """What a call on `device` runs, ``"triton"``, ``"batched"`` or ``"torch"``;
-    ``.reason`` says why.
+    """What a call on `device` runs, ``"triton"``, ``"native"``, ``"batched"``
+    or ``"torch"``; ``.reason`` says why.
 
-    Raises when ``triton`` is forced where it cannot run (no Triton, an
-    unsupported GPU, or CPU without the interpreter).
+    Raises when ``triton`` or ``native`` is forced where it cannot run (no
+    Triton, an unsupported GPU, CPU without the interpreter; a GPU, or no C
+    compiler with OpenMP).
     """
     device = torch.device(device)
     mode, source = _mode()
-    if mode == "torch":
-        return Backend("torch", f"forced by {source}")
-    if mode == "batched":
-        return Backend("batched", f"forced by {source}")
+    if mode in ("torch", "batched"):
+        return Backend(mode, f"forced by {source}")
+    if mode == "native":
+        problem = (f"the C decode kernel runs on CPU tensors, not {device.type}"
+                   if device.type != "cpu" else cpu_decode.unavailable())
+        if problem:
+            raise RuntimeError(f"{source} forces the C decode kernel, but {problem}; "
+                               f"{_torch_instead(source)}")
+        return Backend("native", f"forced by {source}; decode attention in C "
+                                 "(kernels/cpu_decode.c), the rest on the batched torch path")
 
     if mode == "triton":
         problem = _forced_triton_problem(device)
@@ -258,14 +275,8 @@ def backend(device: torch.device | str) -> Backend:
         where = "in the interpreter" if device.type == "cpu" else f"on {device}"
         return Backend("triton", f"forced by {source}; running {where}")
 
-    # auto
-    if device.type != "cuda":
-        triton = (f"the Triton kernels with {ENV_VAR}=triton and TRITON_INTERPRET=1"
-                  if importlib.util.find_spec("triton") else  # asked, not imported
-                  "the Triton kernels need Triton, which is not installed here")
-        return Backend("batched", f"{device.type} device: the batched torch path runs, one "
-                                  f"call per layer for all sequences (the per-sequence "
-                                  f"reference with {ENV_VAR}=torch; {triton})")
+    if device.type != "cuda":  # auto
+        return _auto_without_cuda(device)
     problem = _triton_import_error() or _gpu_too_old(device)
     if problem is None:
         return Backend("triton", f"CUDA device {device} with Triton")
@@ -273,12 +284,31 @@ def backend(device: torch.device | str) -> Backend:
     return Backend("batched", f"{problem}: the batched torch path runs instead")
 
 
+def _auto_without_cuda(device: torch.device) -> Backend:
+    """`backend`'s auto choice off CUDA: the C decode kernel on a CPU where it
+    builds, else the batched torch path; the reason names the others."""
+    triton = (f"the Triton kernels with {ENV_VAR}=triton and TRITON_INTERPRET=1"
+              if importlib.util.find_spec("triton") else  # asked, not imported
+              "the Triton kernels need Triton, which is not installed here")
+    problem = cpu_decode.unavailable() if device.type == "cpu" else None
+    if device.type == "cpu" and problem is None:
+        return Backend("native", f"cpu device: decode attention in C (kernels/cpu_decode.c, "
+                                 f"built here), prefill and the KV store on the batched torch "
+                                 f"path, one call per layer for all sequences (the batched "
+                                 f"torch path with {ENV_VAR}=batched, the per-sequence "
+                                 f"reference with {ENV_VAR}=torch; {triton})")
+    why = f"; {problem}" if problem else ""
+    return Backend("batched", f"{device.type} device: the batched torch path runs, one call "
+                              f"per layer for all sequences{why} (the per-sequence reference "
+                              f"with {ENV_VAR}=torch; {triton})")
+
+
 def _torch_instead(source: str) -> str:
-    """How to run a torch path instead of a forced Triton that cannot run here
-    (auto runs the batched path wherever forcing Triton fails)."""
-    if source.startswith("set_backend"):
-        return "call set_backend('batched') or set_backend('torch') for a torch path"
-    return f"unset {ENV_VAR} (auto: the batched torch path here), or set it to batched or torch"
+    """How to run a torch path instead of a forced backend that cannot run here."""
+    call = source.split("(")[0]
+    if call in ("set_backend", "use_backend"):
+        return f"call {call}('batched') or {call}('torch') for a torch path"
+    return f"unset {ENV_VAR} (auto runs what works here), or set it to batched or torch"
 
 
 def _forced_triton_problem(device: torch.device) -> str | None:
@@ -313,6 +343,10 @@ def _triton_op(name: str) -> Callable:
 #: imported on first use: `_triton_op`). The batched path has no copy_blocks
 #: of its own: the reference's is one batched op already.
 IMPLEMENTATIONS: dict[str, dict[str, Callable]] = {
+    "native": {"store_kv": batched.store_kv,
+               "paged_decode_attention": cpu_decode.paged_decode_attention,
+               "paged_prefill_attention": batched.paged_prefill_attention,
+               "copy_blocks": reference.copy_blocks},
     "batched": {"store_kv": batched.store_kv,
                 "paged_decode_attention": batched.paged_decode_attention,
                 "paged_prefill_attention": batched.paged_prefill_attention,
@@ -362,7 +396,8 @@ def _run(name: str, device: torch.device, args: tuple, options: dict,
     """Run operation `name` on `args` and `options`: the function plugged in
     for it (`OVERRIDES`) if there is one, else the backend's for `device`
     (`backend`, decided once per setting: `_CHOSEN`). The batched attention
-    also gets `step_cache`, where it keeps its buckets."""
+    (and the native backend's, which runs it for what C does not take) also
+    gets `step_cache`, where it keeps its buckets."""
     if name in OVERRIDES:
         return OVERRIDES[name](*args, **options)
     setting = (device, _override, os.environ.get(ENV_VAR), os.environ.get("TRITON_INTERPRET"))
@@ -371,8 +406,8 @@ def _run(name: str, device: torch.device, args: tuple, options: dict,
         choice = _CHOSEN[setting] = backend(device)
     if choice == "triton":
         return _triton_op(name)(*args, **options)
-    if step_cache is not None and choice == "batched":
-        return IMPLEMENTATIONS["batched"][name](*args, **options, step_cache=step_cache)
+    if step_cache is not None and choice in ("batched", "native"):
+        return IMPLEMENTATIONS[choice][name](*args, **options, step_cache=step_cache)
     return IMPLEMENTATIONS[choice][name](*args, **options)
 
 

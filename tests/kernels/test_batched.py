@@ -327,7 +327,7 @@ def test_ops_runs_the_batched_path_on_cpu():
     case = make_case([3, 17, 9], block_size=4, num_kv_heads=2, head_dim=16)
     query = torch.randn(3, 4, 16)
     args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
-    with ops.use_backend("auto"):
+    with ops.use_backend("batched"):
         assert ops.backend("cpu") == "batched"
         assert torch.equal(ops.paged_decode_attention(*args),
                            ops.paged_decode_attention_batched(*args))

@@ -81,9 +81,12 @@ def test_no_tokens_and_only_skipped_tokens_write_nothing():
 
 def test_ops_store_kv_runs_the_batched_store_on_cpu(monkeypatch):
     calls = []
-    monkeypatch.setitem(ops.IMPLEMENTATIONS["batched"], "store_kv",
-                        lambda *a, **k: calls.append(a) or None)
     monkeypatch.delenv("PAGEDKIT_KERNELS", raising=False)
+    with ops.use_backend("auto"):
+        auto = str(ops.backend("cpu"))  # native (the C decode kernel) stores as batched does
+    assert ops.IMPLEMENTATIONS[auto]["store_kv"] is ops.store_kv_batched
+    monkeypatch.setitem(ops.IMPLEMENTATIONS[auto], "store_kv",
+                        lambda *a, **k: calls.append(a) or None)
     k_cache = torch.zeros(2, 4, 1, 8)
     key = torch.ones(1, 1, 8)
     with ops.use_backend("auto"):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from pagedkit.bench import kernels as bench
+from pagedkit.kernels import cpu_decode
 
 
 def run_bench(*args):
@@ -36,9 +37,12 @@ def check_rows(rows, rate_key, cpu):
             assert row["paged_over_sdpa"] > 0
         timed = 0
         names = ["paged_triton", "sdpa_contiguous", "gather_sdpa_reference"]
-        if cpu:  # the path the engine runs on a CPU, timed there
+        if cpu:  # the paths the engine runs on a CPU, timed there
             assert row["batched_max_abs_diff"] < 1e-3
             names.append("batched_torch")
+            if "c_kernel_max_abs_diff" in row:  # decode, where the C kernel builds
+                assert row["c_kernel_max_abs_diff"] < 1e-3
+                names.append("c_kernel")
         assert sorted(row["results"]) == sorted(names)
         for name in names:
             result = row["results"][name]
@@ -90,7 +94,8 @@ def test_without_a_gpu_bench_kernels_runs_the_cpu_grid_and_says_so(tmp_path):
     # docs/benchmarks.md ("The kernels") names every implementation a CPU run times
     timed = {name for row in report["decode"] + report["prefill"]
              for name, result in row["results"].items() if "ms" in result}
-    assert timed == {"sdpa_contiguous", "gather_sdpa_reference", "batched_torch"}
+    c_kernel = {"c_kernel"} if cpu_decode.unavailable() is None else set()
+    assert timed == {"sdpa_contiguous", "gather_sdpa_reference", "batched_torch"} | c_kernel
     docs = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
     section = docs.read_text().split("## The kernels", 1)[1].split("\n## ", 1)[0]
     assert all(f"`{name}`" in section for name in timed), timed

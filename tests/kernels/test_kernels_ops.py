@@ -10,6 +10,7 @@ import torch
 from kernel_cases import make_case
 
 from pagedkit import ops
+from pagedkit.kernels import cpu_decode
 
 
 @pytest.fixture(autouse=True)
@@ -30,9 +31,13 @@ def fake_gpu(monkeypatch, capability, name):
     monkeypatch.setattr(ops, "_triton_import_error", lambda: None)
 
 
-def test_cpu_runs_the_batched_path_and_says_how_to_get_the_others():
+def test_cpu_runs_the_c_kernel_and_says_how_to_get_the_others():
     choice = ops.backend("cpu")
-    assert choice == "batched"
+    if cpu_decode.unavailable() is None:
+        assert choice == "native" and "kernels/cpu_decode.c" in choice.reason
+        assert "PAGEDKIT_KERNELS=batched" in choice.reason
+    else:
+        assert choice == "batched" and cpu_decode.unavailable() in choice.reason
     assert "batched torch path" in choice.reason
     assert "PAGEDKIT_KERNELS=torch" in choice.reason  # the per-sequence reference
     assert "PAGEDKIT_KERNELS=triton" in choice.reason and "TRITON_INTERPRET=1" in choice.reason
@@ -55,8 +60,8 @@ def test_environment_variable_and_set_backend(monkeypatch):
     monkeypatch.setenv("PAGEDKIT_KERNELS", "torch")
     assert ops.backend("cpu").reason == "forced by PAGEDKIT_KERNELS=torch"
     monkeypatch.setenv("PAGEDKIT_KERNELS", "fast")
-    with pytest.raises(ValueError, match="PAGEDKIT_KERNELS must be one of auto, batched, torch, "
-                                         "triton; got 'fast'"):
+    with pytest.raises(ValueError, match="PAGEDKIT_KERNELS must be one of auto, native, "
+                                         "batched, torch, triton; got 'fast'"):
         ops.backend("cpu")
     ops.set_backend("torch")  # the function wins over the variable
     assert ops.backend("cpu").reason == "forced by set_backend('torch')"
@@ -99,8 +104,9 @@ def test_the_backend_is_decided_once_per_setting_and_follows_every_change(monkey
     """An op looks its backend up (`ops._CHOSEN`) rather than deciding it on
     every call, so the lookup must follow each thing the choice depends on:
     the variable, `set_backend` and `use_backend` take effect at the next call."""
+    auto = str(ops.backend("cpu"))  # native where the C kernel builds
     ran = []
-    for name in ("batched", "torch"):
+    for name in ("native", "batched", "torch"):
         monkeypatch.setitem(ops.IMPLEMENTATIONS[name], "store_kv",
                             lambda *args, _name=name, **options: ran.append(_name))
     cache = torch.zeros(1)
@@ -118,15 +124,17 @@ def test_the_backend_is_decided_once_per_setting_and_follows_every_change(monkey
     store()
     ops.set_backend("torch")
     store()
-    assert ran == ["batched", "torch", "batched", "torch", "batched", "torch"]
+    assert ran == [auto, "torch", "batched", "torch", "batched", "torch"]
 
 
-def test_ops_on_cpu_run_the_batched_path_and_agree_with_the_references():
+def test_ops_on_cpu_run_the_default_path_and_agree_with_the_references():
     case = make_case([3, 17, 9], block_size=4, num_kv_heads=2, head_dim=16)
     query = torch.randn(3, 4, 16)
     args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
     out = ops.paged_decode_attention(*args)
-    assert torch.equal(out, ops.paged_decode_attention_batched(*args))
+    default = ops.IMPLEMENTATIONS[ops.backend("cpu")]["paged_decode_attention"]
+    assert torch.equal(out, default(*args))
+    torch.testing.assert_close(out, ops.paged_decode_attention_batched(*args))
     torch.testing.assert_close(out, ops.paged_decode_attention_reference(*args))
     cu = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
     prefill = ops.paged_prefill_attention(*args[:4], cu, case.context_lens)

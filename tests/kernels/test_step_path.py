@@ -14,7 +14,7 @@ import torch
 from kernel_cases import PagedCase, make_case
 
 from pagedkit import ops
-from pagedkit.kernels import batched, checks
+from pagedkit.kernels import batched, checks, cpu_decode
 from pagedkit.model.attention import AttentionMetadata, forward_context, paged_attention
 
 BS = 8
@@ -149,24 +149,32 @@ class Counter:
             monkeypatch.setattr(module, name, counted)
 
 
-def test_the_checks_and_the_buckets_happen_once_per_step(monkeypatch):
+@pytest.mark.parametrize("backend", ["batched", "native"])
+def test_the_checks_and_the_buckets_happen_once_per_step(monkeypatch, backend):
     """Three layers, two windows (None and 12) and a mixed step: the metadata
     is checked once, the layers' calls check nothing, and the buckets are
-    built once per kind and window."""
+    built once per kind and window (the C decode kernel needs none)."""
+    if backend == "native" and cpu_decode.unavailable():
+        pytest.skip(cpu_decode.unavailable())
     meta, cases, tokens = step_metadata(*STEPS["mixed"])
     step_checks = Counter(monkeypatch, checks, "check_step")
     block_checks = Counter(monkeypatch, checks, "check_blocks_cover")
     layer_checks = [Counter(monkeypatch, checks, name)
                     for name in ("check_store_kv", "check_decode", "check_prefill")]
     bucketings = Counter(monkeypatch, batched, "length_buckets")
-    stores = Counter(monkeypatch, ops.IMPLEMENTATIONS["batched"], "store_kv")
+    stores = Counter(monkeypatch, ops.IMPLEMENTATIONS[backend], "store_kv")
     attends = Counter(monkeypatch, batched, "attend")
-    through_step(meta, cases, tokens)
+    decodes = Counter(monkeypatch, ops.IMPLEMENTATIONS[backend], "paged_decode_attention")
+    with ops.use_backend(backend):
+        through_step(meta, cases, tokens)
     assert step_checks.calls == 1 and block_checks.calls == 1
     assert [c.calls for c in layer_checks] == [0, 0, 0]
-    # decode and prefill, each without a window (layers 0, 2) and with one (layer 1)
-    assert bucketings.calls == 4
-    assert stores.calls == 3 and attends.calls == 6  # per layer: the work itself
+    assert stores.calls == 3 and decodes.calls == 3  # per layer: the work itself
+    if backend == "batched":
+        # decode and prefill, each without a window (layers 0, 2) and with one (layer 1)
+        assert bucketings.calls == 4 and attends.calls == 6
+    else:  # only the prefills bucket
+        assert bucketings.calls == 2 and attends.calls == 3
 
 
 def bad_slot(meta):

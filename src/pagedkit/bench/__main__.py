@@ -32,8 +32,8 @@ BENCHMARKS = {
     "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate (17 minutes on "
                "2 busy cores; --quick: 10 s to 2 minutes)"),
     "kernels": ("pagedkit.bench.kernels", "the PagedAttention kernels against SDPA (on a CPU: "
-                "the small grid, seconds, timing SDPA, the torch reference and the batched "
-                "path the CPU engine runs, not the Triton kernels)"),
+                "the small grid, seconds, timing SDPA, the torch reference, the batched path "
+                "and the C decode kernel the CPU engine runs, not the Triton kernels)"),
     "widgets": ("pagedkit.bench.widgets", "what recording and drawing the widgets cost "
                 "(3.5-7.5 minutes on 2 busy cores; --steps 300 --rounds 1: a quick look)"),
     "labs": ("pagedkit.bench.labs", "each lab's nbval run time, wall and CPU (needs "

@@ -18,8 +18,10 @@ time, next to the device's peak. These implementations see the same tokens:
 * ``gather_sdpa_reference``: the torch reference, which gathers each
   sequence's blocks and calls SDPA; what paging costs without a kernel;
 * ``batched_torch`` (on a CPU only): the batched torch path
-  (`pagedkit.kernels.batched`), all sequences at once: what the engine runs
-  on a CPU.
+  (`pagedkit.kernels.batched`), all sequences at once;
+* ``c_kernel`` (decode, on a CPU where it builds): the C decode kernel
+  (`pagedkit.kernels.cpu_decode`), which reads through the block tables as
+  the Triton kernel does: what the engine runs on a CPU.
 
 The paper's claim (§4.1, §6) is that the paged kernel costs little over the
 contiguous one; the target here is >= 80% of peak bandwidth at large batch x
@@ -30,8 +32,8 @@ On a GPU the grid is batch {1, 16, 64, 256} x context {512, 2k, 8k, 32k},
 float16 and bfloat16, Llama-3-8B / Mistral-7B-like heads (32 query heads, 8
 KV heads, head dim 128; Llama-2-7B has 32 KV heads); shapes that do not fit
 in free memory are skipped and say so. Without a GPU, ``--quick`` runs small
-float32 shapes and times SDPA, the torch reference and the batched path the
-CPU engine runs, not the Triton kernels (Triton's interpreter is for reading
+float32 shapes and times SDPA, the torch reference, the batched path and
+the C decode kernel the CPU engine runs, not the Triton kernels (Triton's interpreter is for reading
 kernels, not for timing them).
 
 Each GPU timing is the median over repetitions, with the L2 cache flushed
@@ -57,7 +59,7 @@ import torch.nn.functional as F
 
 import pagedkit
 from pagedkit import ops
-from pagedkit.kernels import batched, reference
+from pagedkit.kernels import batched, cpu_decode, reference
 
 from .._validation import PROG, positive_int, writable_file
 from ..i18n import english_error
@@ -310,12 +312,18 @@ def bench_decode(shape: DecodeShape, device: torch.device, timer, decode_kernel,
         (gather_reference().float() - expected.float()).abs().max())
     results["gather_sdpa_reference"] = _result(timer(gather_reference), row["bytes_moved"],
                                                peak=peak)
-    if device.type == "cpu":  # the engine's path on a CPU (on a GPU: the Triton kernels)
+    if device.type == "cpu":  # the engine's paths on a CPU (on a GPU: the Triton kernels)
         def batched_torch():
             return batched.paged_decode_attention(query, k_cache, v_cache, tables, context_lens,
                                                   check=False)
         row["batched_max_abs_diff"] = float((batched_torch() - expected).abs().max())
         results["batched_torch"] = _result(timer(batched_torch), row["bytes_moved"], peak=peak)
+        if cpu_decode.unavailable() is None and dtype == torch.float32:
+            def c_kernel():
+                return cpu_decode.paged_decode_attention(query, k_cache, v_cache, tables,
+                                                         context_lens, check=False)
+            row["c_kernel_max_abs_diff"] = float((c_kernel() - expected).abs().max())
+            results["c_kernel"] = _result(timer(c_kernel), row["bytes_moved"], peak=peak)
     row["results"] = results
     if "ms" in results["paged_triton"]:
         row["paged_over_sdpa"] = round(results["paged_triton"]["ms"]
@@ -490,8 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     if device.type != "cuda" and not args.quick:
         # the GPU grid (up to 256 x 32k) would not fit a CPU's time or memory
         print(f"note: no GPU ({device}): running the small CPU grid (as --quick): SDPA, the "
-              "torch reference and the batched path the CPU engine runs; the Triton kernels "
-              "are timed on a GPU only")
+              "torch reference, the batched path and the C decode kernel the CPU engine runs; "
+              "the Triton kernels are timed on a GPU only")
         args.quick = True
     if device.type == "cpu":
         torch.set_num_threads(args.threads)

@@ -1,0 +1,148 @@
+"""Paged decode attention in C on a CPU: build `cpu_decode.c` once, call it.
+
+`cpu_decode.c` computes `reference.paged_decode_attention` the way the paper's
+GPU kernel does (§4.1): it follows each sequence's block table and reads K/V
+where they lie, one task per (sequence, KV head) on OpenMP threads, no gather
+into a copy. The batched torch path (`batched.py`) computes the same numbers
+with a gather and SDPA per layer; read that one first. This one is what a
+CPU runs by default (`pagedkit.ops`, backend ``"native"``) because it is
+faster: 1.7-5x per call on the decode shapes the benchmarks serve, 4-12% of
+a whole engine run (docs/benchmarks.md, "A decode kernel in C").
+
+**Building.** The first call compiles the C file with the machine's C
+compiler (``$CC``, else ``cc``; ~0.3 s) for this CPU (``-march=native``) with
+OpenMP, into a cache folder (``$PAGEDKIT_CACHE_DIR``, else
+``~/.cache/pagedkit``), named by a hash of the source, the compiler, the flags
+and the CPU: later processes load it. The library links ``libgomp.so.1``, the
+OpenMP runtime torch's CPU wheels load, so both share one pool of threads.
+Where it cannot be built (no compiler, no OpenMP, as with Apple's clang, or
+not Linux-like), `unavailable` says why and the batched path runs.
+
+**What it covers.** float32 caches and queries (what the engine serves on a
+CPU), any block size, grouped-query attention, sliding windows, softcaps and
+sinks. Anything else (another dtype) goes to the batched path, call by call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from . import batched, checks
+
+SOURCE = Path(__file__).with_name("cpu_decode.c")
+CACHE_ENV_VAR = "PAGEDKIT_CACHE_DIR"
+#: -ffast-math lets the exponentials vectorize (the C file uses no infinities).
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
+
+
+def _cpu_description() -> str:
+    """What the compiled code depends on besides the source: the CPU's model and flags."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    lines = [line for line in info.splitlines() if line.startswith(("model name", "flags"))]
+    return "\n".join(dict.fromkeys(lines))
+
+
+def _cache_dir() -> Path:
+    configured = os.environ.get(CACHE_ENV_VAR)
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "pagedkit"
+
+
+def _compile(compiler: str, target: Path) -> None:
+    """Compile `SOURCE` into `target`, atomically (processes may build it at once)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        built = Path(tmp) / target.name
+        command = [compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:
+            raise OSError(f"{' '.join(command)} failed: {run.stderr.strip()[:400]}")
+        os.replace(built, target)
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | str:
+    """The built library, or why there is none (built once per process)."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return "no C compiler was found (set CC, or install gcc)"
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the C compiler {compiler!r} does not run ({exc})"
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(FLAGS),
+                                    _cpu_description()]).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"cpu_decode-{key}.so"
+    try:
+        if not target.exists():
+            _compile(compiler, target)
+        lib = ctypes.CDLL(str(target))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the C decode kernel could not be built with {compiler} ({exc})"
+    fn = lib.paged_decode_f32
+    i32, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, ptr, i32, i32, i32, i32, i32,
+                   ctypes.c_float, i32, ctypes.c_float, ptr, i32]
+    fn.restype = ctypes.c_int
+    return lib
+
+
+def unavailable() -> str | None:
+    """Why the C kernel cannot run here, or None if it can (builds it on first use)."""
+    lib = _library()
+    return lib if isinstance(lib, str) else None
+
+
+def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, context_lens: torch.Tensor,
+                           scale: float | None = None, *, sliding_window: int | None = None,
+                           softcap: float | None = None, sinks: torch.Tensor | None = None,
+                           num_splits: int | None = None, check: bool = True,
+                           step_cache: dict | None = None) -> torch.Tensor:
+    """The contract of `reference.paged_decode_attention`, in C. Calls the C
+    kernel cannot take (not float32, a CUDA tensor) run the batched path,
+    which also gets `step_cache`; the C kernel needs nothing kept per step."""
+    if check:
+        checks.check_decode(query, k_cache, v_cache, block_tables, context_lens, num_splits,
+                            sliding_window=sliding_window, softcap=softcap, sinks=sinks)
+    lib = _library()
+    if (isinstance(lib, str) or k_cache.dtype != torch.float32 or query.dtype != torch.float32
+            or k_cache.device.type != "cpu" or query.stride(2) != 1):
+        return batched.paged_decode_attention(
+            query, k_cache, v_cache, block_tables, context_lens, scale,
+            sliding_window=sliding_window, softcap=softcap, sinks=sinks, check=False,
+            step_cache=step_cache)
+    num_seqs, num_q_heads, head_dim = query.shape
+    out = torch.empty(num_seqs, num_q_heads, head_dim)
+    if not num_seqs:
+        return out
+    tables = block_tables.to(torch.int32).contiguous()
+    lens = context_lens.to(torch.int32).contiguous()
+    sink = None if sinks is None else sinks.detach().to(torch.float32).contiguous()
+    failed = lib.paged_decode_f32(
+        query.data_ptr(), query.stride(0), query.stride(1), k_cache.data_ptr(),
+        v_cache.data_ptr(), tables.data_ptr(), tables.stride(0), lens.data_ptr(),
+        out.data_ptr(), num_seqs, num_q_heads, k_cache.shape[2], head_dim, k_cache.shape[1],
+        head_dim ** -0.5 if scale is None else scale, sliding_window or 0, softcap or 0.0,
+        None if sink is None else sink.data_ptr(), torch.get_num_threads())
+    if failed:
+        raise MemoryError(f"the C decode kernel could not allocate its scratch memory "
+                          f"({num_q_heads // k_cache.shape[2]} x {int(lens.max())} floats "
+                          "per thread)")
+    return out
