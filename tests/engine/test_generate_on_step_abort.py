@@ -138,3 +138,41 @@ def test_a_request_on_step_adds_under_a_calls_own_id_never_replaces_its_output(l
         assert first.finish_reason == "length" and list(first.token_ids) == alone[PROMPTS[0]]
     assert [o.prompt for o in outs if o not in own] == ["Another prompt entirely"]
     assert not engine.groups and not engine.unreported_aborts()
+
+
+REPORT_FALSE_CASES = [(n, aborted, at) for n in (1, 2, 3)
+                      for k in range(1, n + 1) for aborted in itertools.combinations(range(n), k)
+                      for at in range(1, MAX_TOKENS)]
+
+
+@pytest.mark.parametrize(("n", "aborted", "at"), REPORT_FALSE_CASES)
+def test_on_step_aborting_its_own_without_a_report_is_said_by_name(llm, alone, n, aborted, at):
+    """``abort_request(..., report=False)`` (generate's own clean-up) ends a
+    request without an output. From an ``on_step`` that aborts one of the
+    call's own requests so, generate ended in a KeyError (review of stop 48);
+    it now raises a RuntimeError naming the first such request and the call
+    that keeps its output, and leaves the engine empty and serving."""
+    engine = llm.llm_engine
+    steps = 0
+    ids: list[str] = []
+
+    def on_step(step):
+        nonlocal steps
+        steps += 1
+        if not ids:
+            ids.extend(sorted(engine.groups, key=int))
+        if steps == at:
+            for i in aborted:
+                engine.abort_request([ids[i]], report=False)
+
+    with pytest.raises(RuntimeError) as raised:
+        llm.generate(PROMPTS[:n], GREEDY, use_tqdm=False, on_step=on_step)
+    first = ids[aborted[0]]
+    assert str(raised.value).startswith(f"generate(): request {first!r} of this call ended "
+                                        "without an output")
+    assert f"abort_request([{first!r}])" in str(raised.value)
+    assert not engine.has_unfinished_requests() and not engine.groups
+    assert not engine.unreported_aborts()
+    assert engine.memory_stats()["used_blocks"] == 0
+    out = llm.generate(PROMPTS[0], GREEDY, use_tqdm=False)[0]
+    assert list(out.outputs[0].token_ids) == alone[PROMPTS[0]]

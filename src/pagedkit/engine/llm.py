@@ -274,7 +274,7 @@ class LLM:
                 for note in _interrupted_notes(aborted, earlier):
                     error.add_note(note)
             raise
-        return [done[i] for i in ids], earlier
+        return _in_order(done, ids), earlier
 
     def _fresh_ids(self, count: int) -> list[str]:
         """`count` request ids for a call: "0", "1", ... on from the last call,
@@ -299,6 +299,20 @@ class LLM:
         not reported."""
         return sum(self.llm_engine.abort_request([request_id], report=False)
                    for request_id in request_ids)
+
+
+def _in_order(done: dict[str, RequestOutput], ids: list[str]) -> list[RequestOutput]:
+    """The call's outputs in prompt order. One can be missing only if an
+    ``on_step`` aborted that request with ``report=False``, which ends it
+    without an output: said by name, not a KeyError."""
+    missing = [i for i in ids if i not in done]
+    if missing:
+        raise RuntimeError(
+            f"generate(): request {missing[0]!r} of this call ended without an output: on_step "
+            f"aborted it with abort_request(..., report=False), which reports nothing. Abort "
+            f"it with abort_request([{missing[0]!r}]) instead: generate then returns it with "
+            f"finish reason 'abort' and the tokens it had")
+    return [done[i] for i in ids]
 
 
 def _interrupted_notes(aborted: int, earlier: list[RequestOutput]) -> list[str]:
