@@ -1386,15 +1386,19 @@ def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | Non
                              "so the labs after this one would never run it: name it as the "
                              "piece it is (def admit(...), say) and save that; nothing saved")
         _need_parameters(fn)
-    written = False
+    written = []
     for fn in functions:
         if _is_stub(fn):
             log(_stub_text(fn.__name__, fn.__name__ in sections))
             continue
         sections[fn.__name__] = (0, _section(fn))
-        written = True
-    # only stubs: nothing to keep, and no file made (a lab run untouched writes nothing)
-    return _write(sections) if written else None
+        written.append(fn.__name__)
+    if not written:  # only stubs: nothing to keep, and no file made (a lab run untouched
+        return None  # writes nothing)
+    path = _write(sections)
+    log(_("saved {names} in {path}: the labs after this one plug your pieces into the engine "
+          "(track.forget drops one)").format(names=", ".join(written), path=path))
+    return path
 
 
 def _need_parameters(fn: Callable) -> None:
