@@ -350,13 +350,31 @@ def test_seed_none_says_what_to_give(where):
     with pytest.raises(TypeError) as info:
         build()
     message = str(info.value)
-    assert message.startswith("seed must be an integer (0 to 2**64-1), got None")
+    assert message.startswith("seed must be an integer (0 to 2**32-1), got None")
     assert "vLLM 0.32 refuses None too" in message and "seed=random.randrange(2**32)" in message
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2**32, 2**64 - 1])
+@pytest.mark.parametrize("seed", [0, 1, 2**31, 2**32 - 1])
 def test_integer_seeds_are_taken(seed):
     assert LLM("tiny", num_blocks=4, seed=seed).generate(PROMPT, GREEDY, use_tqdm=False)
+
+
+@pytest.mark.parametrize("seed", [2**32, 2**32 + 1, 2**63, 2**64 - 1, 2**64])
+def test_an_engine_seed_vllm_refuses_is_refused_too(seed):
+    """Newcomer 44: LLM(seed=2**32) ran here and vLLM 0.32 refuses it ("Seed
+    must be between 0 and 2**32 - 1"); a request's seed keeps 2**64-1."""
+    from pagedkit import EngineArgs
+    from pagedkit.engine import LLMEngine
+
+    for build in (lambda: LLM("tiny", num_blocks=4, seed=seed),
+                  lambda: LLMEngine.from_engine_args(EngineArgs(model="tiny", num_blocks=4,
+                                                                seed=seed))):
+        with pytest.raises(ValueError) as info:
+            build()
+        assert str(info.value).startswith(f"seed must be 0 to 2**32-1 (4294967295), got {seed}")
+        assert "seed % 2**32" in str(info.value)
+    params = SamplingParams(temperature=1.0, max_tokens=2, seed=2**64 - 1)
+    assert LLM("tiny", num_blocks=4).generate(PROMPT, params, use_tqdm=False)
 
 
 # F14: SamplingParams cannot change once built; the error says how to get the value wanted

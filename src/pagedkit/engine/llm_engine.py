@@ -51,7 +51,7 @@ from ..model.kv_cache import KVCacheSpec
 from ..model.loader import check_dtype, load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
 from ..model.support import LONGROPE_LIMIT, check_supported, position_limit
-from ..sampling_params import MAX_SEED, BeamSearchParams, SamplingParams
+from ..sampling_params import BeamSearchParams, SamplingParams
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from ..sequence import FinishReason, Sequence, SequenceGroup
 from ..vllm_names import vllm_only_attribute
@@ -478,11 +478,12 @@ class LLMEngine:
                 raise ValueError(f"{who}: {name}={asked} asks for more logprobs than the "
                                  f"vocabulary has tokens ({vocab}); {advice}")
             if asked is not None and self.max_logprobs != -1 and asked > self.max_logprobs:
-                raise ValueError(f"{who}: {name}={getattr(params, name)} asks "
+                given = getattr(params, name)  # -1, all of them: max_logprobs=-1 allows it
+                raise ValueError(f"{who}: {name}={given} asks "
                                  f"for {plural(asked, 'logprob')}, more than max_logprobs="
                                  f"{self.max_logprobs} (an engine argument, vLLM's default 20): "
-                                 f"build the engine with LLM(..., max_logprobs={asked}), or ask "
-                                 "for fewer")
+                                 f"build the engine with LLM(..., max_logprobs="
+                                 f"{-1 if given == -1 else asked}), or ask for fewer")
         bad = [t for t in params.stop_token_ids if t >= vocab]
         if bad:
             raise ValueError(f"{who}: stop token id {bad[0]} is outside the "
@@ -521,9 +522,10 @@ class LLMEngine:
         `report` is false (`LLM.generate` ending its own requests after a
         fault). False if it was not in the engine. A list of ids (vLLM's
         form, any iterable of strings) aborts each: True if every one was in
-        the engine; an id that is not a string is refused (vLLM aborts no
-        request by it), nothing aborted, as is a single id that is not a
-        string (vLLM raises a TypeError for it too). One id of
+        the engine (an id named twice counts once); an id that is not a
+        string is refused (vLLM aborts no request by it), nothing aborted,
+        as is a single id that is not a string (vLLM raises a TypeError for
+        it too). One id of
         several characters is taken too, with a warning: vLLM's
         ``abort_request(request_ids: list[str])`` reads it as ids of one
         character each, so the same line would abort nothing there."""
@@ -548,7 +550,8 @@ class LLMEngine:
                             f"({type(wrong).__name__}); vLLM 0.32 aborts no request by it: write "
                             f"abort_request([{str(wrong)!r}]) for the request added as "
                             f"{str(wrong)!r}; nothing aborted")
-        return all([self._abort(r, report) for r in ids])
+        # an id named twice is aborted once: the second would find it gone (newcomer 44)
+        return all([self._abort(r, report) for r in dict.fromkeys(ids)])
 
     def unreported_aborts(self) -> set[str]:
         """The ids of aborted requests whose output comes with the next step:
@@ -968,14 +971,23 @@ def _per_completion(output: RequestOutput, reason: str) -> list[RequestOutput]:
     return [dataclasses.replace(output, outputs=[c], finished=c is ended[-1]) for c in ended]
 
 
+#: The largest engine seed: vLLM 0.32's LLM(seed=...) refuses 2**32 and up (a
+#: request's SamplingParams(seed=...) goes to 2**64-1 on both; newcomer 44).
+MAX_ENGINE_SEED = 2**32 - 1
+
+
 def _check_seed(seed: Any) -> None:
-    """The engine's seed: an integer, 0 to 2**64-1, as vLLM 0.32's (not None)."""
+    """The engine's seed: an integer, 0 to 2**32-1, as vLLM 0.32's (not None)."""
     if seed is None:  # older vLLM's "a random seed"
-        raise TypeError("seed must be an integer (0 to 2**64-1), got None: vLLM 0.32 refuses "
+        raise TypeError("seed must be an integer (0 to 2**32-1), got None: vLLM 0.32 refuses "
                         "None too (its seed is an integer, default 0; older vLLM took None "
                         "as a random seed); leave seed unset (0), or give a random one "
                         "yourself, e.g. seed=random.randrange(2**32)")
-    check_int("seed", seed, minimum=0, maximum=MAX_SEED)
+    check_int("seed", seed, minimum=0)
+    if seed > MAX_ENGINE_SEED:
+        raise ValueError(f"seed must be 0 to 2**32-1 ({MAX_ENGINE_SEED}), got {seed}: vLLM "
+                         "0.32's LLM refuses larger seeds too; give seed % 2**32 (a request's "
+                         "SamplingParams(seed=...) takes up to 2**64-1 on both)")
 
 
 def _check_arrival(arrival_time: float | None) -> None:
