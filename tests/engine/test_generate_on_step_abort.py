@@ -41,10 +41,9 @@ CASES = [(n, aborted, at) for n in (1, 2, 3)
          for at in range(1, MAX_TOKENS + 2)]
 
 
-@pytest.mark.parametrize(("n", "aborted", "at"), CASES)
-def test_on_step_aborting_the_calls_own_requests_returns_every_prompt(llm, alone, n, aborted,
-                                                                      at):
-    engine = llm.llm_engine
+def aborting(engine, aborted, at, **options):
+    """An on_step that aborts the call's requests at places `aborted` in its
+    `at`-th step, and the list of the call's ids it fills."""
     steps = 0
     ids: list[str] = []
 
@@ -55,8 +54,16 @@ def test_on_step_aborting_the_calls_own_requests_returns_every_prompt(llm, alone
             ids.extend(sorted(engine.groups, key=int))
         if steps == at:
             for i in aborted:
-                engine.abort_request([ids[i]])
+                engine.abort_request([ids[i]], **options)
 
+    return on_step, ids
+
+
+@pytest.mark.parametrize(("n", "aborted", "at"), CASES)
+def test_on_step_aborting_the_calls_own_requests_returns_every_prompt(llm, alone, n, aborted,
+                                                                      at):
+    engine = llm.llm_engine
+    on_step, _ids = aborting(engine, aborted, at)
     outs = llm.generate(PROMPTS[:n], GREEDY, use_tqdm=False, on_step=on_step)
     assert [o.prompt for o in outs] == PROMPTS[:n]
     for i, out in enumerate(outs):
@@ -153,18 +160,7 @@ def test_on_step_aborting_its_own_without_a_report_is_said_by_name(llm, alone, n
     it now raises a RuntimeError naming the first such request and the call
     that keeps its output, and leaves the engine empty and serving."""
     engine = llm.llm_engine
-    steps = 0
-    ids: list[str] = []
-
-    def on_step(step):
-        nonlocal steps
-        steps += 1
-        if not ids:
-            ids.extend(sorted(engine.groups, key=int))
-        if steps == at:
-            for i in aborted:
-                engine.abort_request([ids[i]], report=False)
-
+    on_step, ids = aborting(engine, aborted, at, report=False)
     with pytest.raises(RuntimeError) as raised:
         llm.generate(PROMPTS[:n], GREEDY, use_tqdm=False, on_step=on_step)
     first = ids[aborted[0]]

@@ -24,7 +24,7 @@ def engine():
 
 
 IDS = ["x", "y"]
-LISTS = [list(p) for n in range(1, 4) for p in itertools.product(IDS + ["gone"], repeat=n)]
+LISTS = [list(p) for n in range(1, 4) for p in itertools.product([*IDS, "gone"], repeat=n)]
 
 
 @pytest.mark.parametrize("ids", LISTS, ids=lambda ids: "-".join(ids))
