@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#define GRAIN_ELEMENTS 32768  /* at::internal::GRAIN_SIZE */
+
 /* A cache's layout: [num_blocks, block_size, num_kv_heads, head_dim], contiguous. */
 static const float *slot_row(const float *cache, const int32_t *table, int pos, int block_size,
                              int num_kv_heads, int head_dim, int kv_head)
@@ -46,8 +48,15 @@ int paged_decode_f32(const float *query, int64_t q_seq_stride, int64_t q_head_st
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim;  /* one slot to the next */
     int longest = 1;
-    for (int s = 0; s < num_seqs; s++)
+    int64_t keys = 0;
+    for (int s = 0; s < num_seqs; s++) {
         if (context_lens[s] > longest) longest = context_lens[s];
+        keys += context_lens[s];
+    }
+    /* Threads only for work worth a hand-off (torch's rule: 32,768 elements per
+       call); waking a second thread costs more than a small call's work, and far
+       more when it must wait for a busy core. */
+    if (keys * row_stride < GRAIN_ELEMENTS) num_threads = 1;
     int failed = 0;
 
     #pragma omp parallel num_threads(num_threads)
