@@ -27,7 +27,8 @@ and setting: a layer's call looks the answer up):
                    older GPU such as Colab's T4, no Triton as on macOS): the
                    batched torch path, with a one-line notice when a GPU is
                    passed over.
-``native``         always the C decode kernel (CPU tensors only).
+``native``         always the C decode kernel (CPU tensors only; a call it
+                   does not take, not float32, runs the batched path).
 ``batched``        always the batched torch path.
 ``torch``          always the per-sequence torch reference.
 ``triton``         always the Triton kernels. On CPU they run in Triton's
@@ -257,7 +258,7 @@ def backend(device: torch.device | str) -> Backend:
     if mode in ("torch", "batched"):
         return Backend(mode, f"forced by {source}")
     if mode == "native":
-        problem = (f"the C decode kernel runs on CPU tensors, not {device.type}"
+        problem = (f"it runs on CPU tensors, not {device.type}"
                    if device.type != "cpu" else cpu_decode.unavailable())
         if problem:
             raise RuntimeError(f"{source} forces the C decode kernel, but {problem}; "

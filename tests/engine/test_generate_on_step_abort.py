@@ -50,8 +50,8 @@ def aborting(engine, aborted, at, **options):
     def on_step(step):
         nonlocal steps
         steps += 1
-        if not ids:  # the call's ids: the requests in the engine at its first step
-            ids.extend(sorted(engine.groups, key=int))
+        if not ids:  # the call's ids: its numbered requests in the engine at its first step
+            ids.extend(sorted((i for i in engine.groups if i.isdigit()), key=int))
         if steps == at:
             for i in aborted:
                 engine.abort_request([ids[i]], **options)
@@ -165,10 +165,36 @@ def test_on_step_aborting_its_own_without_a_report_is_said_by_name(llm, alone, n
         llm.generate(PROMPTS[:n], GREEDY, use_tqdm=False, on_step=on_step)
     first = ids[aborted[0]]
     assert str(raised.value).startswith(f"generate(): request {first!r} of this call ended "
-                                        "without an output")
+                                        "without its output reaching generate")
     assert f"abort_request([{first!r}])" in str(raised.value)
     assert not engine.has_unfinished_requests() and not engine.groups
     assert not engine.unreported_aborts()
     assert engine.memory_stats()["used_blocks"] == 0
     out = llm.generate(PROMPTS[0], GREEDY, use_tqdm=False)[0]
     assert list(out.outputs[0].token_ids) == alone[PROMPTS[0]]
+
+
+def test_an_on_step_that_steps_the_engine_itself_is_said(llm):
+    """The review's first case: an on_step that runs ``engine.step()`` takes
+    outputs generate waits for; the error names that cause too."""
+    engine = llm.llm_engine
+    with pytest.raises(RuntimeError) as raised:
+        llm.generate(PROMPTS[:2], GREEDY, use_tqdm=False, on_step=lambda step: engine.step())
+    assert "or that runs the engine's step() itself" in str(raised.value)
+    assert not engine.has_unfinished_requests() and not engine.unreported_aborts()
+    assert engine.memory_stats()["used_blocks"] == 0
+
+
+def test_the_missing_output_error_notes_the_queued_outputs_it_drops(llm):
+    """The review's second case: a request queued before the call finished
+    during it; the error takes its output away, and says so in a note, as
+    every other error out of generate does."""
+    engine = llm.llm_engine
+    engine.add_request("queued", PROMPTS[1], GREEDY)
+    on_step, _ids = aborting(engine, (0,), 2, report=False)
+    with pytest.raises(RuntimeError) as raised:
+        llm.generate(PROMPTS[:2], GREEDY, use_tqdm=False, on_step=on_step)
+    assert getattr(raised.value, "__notes__", None) == [
+        "pagedkit: requests queued before generate() finished during it, and their outputs "
+        "are lost with the error: 'queued'"]
+    assert not engine.has_unfinished_requests() and engine.memory_stats()["used_blocks"] == 0

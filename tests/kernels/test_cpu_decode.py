@@ -5,12 +5,14 @@ every slot that holds no token and in the blocks a window lets go, tables
 padded with -1 or a NaN block; the kernel must never read any of them. Every
 option of the contract (grouped-query attention, windows, softcaps, sinks),
 block sizes from 1, head sizes that are not a multiple of a vector, one and
-two threads, and a query that is a strided view as the engine passes it.
+two threads (two even below the grain at which a call runs one), and a
+query that is a strided view as the engine passes it.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 
@@ -60,14 +62,16 @@ def run_case(block_size, heads, head_dim, options, threads, seed):
     # the engine's layout: [1, heads, tokens, head_dim] transposed, a strided view
     query = torch.randn(1, q_heads, len(lens), head_dim, generator=gen)[0].transpose(0, 1)
     scale = 0.3 if seed % 3 == 0 else None
-    previous = torch.get_num_threads()
+    previous = torch.get_num_threads(), cpu_decode.GRAIN_ELEMENTS
     torch.set_num_threads(threads)
+    cpu_decode.GRAIN_ELEMENTS = 0  # two threads mean two, however small the case
     try:
         out = cpu_decode.paged_decode_attention(query, case.k_cache, case.v_cache,
                                                 case.block_tables, case.context_lens, scale,
                                                 **opts)
     finally:
-        torch.set_num_threads(previous)
+        torch.set_num_threads(previous[0])
+        cpu_decode.GRAIN_ELEMENTS = previous[1]
     used = head_dim ** -0.5 if scale is None else scale
     expected = torch.stack([oracle(query[s:s + 1], k, v, used, k.shape[0] - 1, **opts)[0]
                             for s, (k, v) in enumerate(zip(case.keys, case.values,
@@ -132,7 +136,7 @@ def test_no_sequences():
 def test_the_cpu_runs_it_by_default():
     with ops.use_backend(None):
         chosen = ops.backend("cpu")
-    if "PAGEDKIT_KERNELS" not in __import__("os").environ:
+    if "PAGEDKIT_KERNELS" not in os.environ:
         assert chosen == "native" and "cpu_decode.c" in chosen.reason
     with ops.use_backend("native"):
         assert ops.backend("cpu") == "native"
@@ -167,10 +171,10 @@ print("ok")
 
 
 def test_without_a_compiler_the_batched_path_runs_and_says_why(tmp_path):
-    env = {**__import__("os").environ, "PAGEDKIT_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "PAGEDKIT_CACHE_DIR": str(tmp_path)}
     env.pop("PAGEDKIT_KERNELS", None)
     run = subprocess.run([sys.executable, "-c", WITHOUT_COMPILER], capture_output=True,
-                         text=True, env=env, cwd=__import__("os").path.dirname(__file__),
+                         text=True, env=env, cwd=os.path.dirname(__file__),
                          timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
     assert not list(tmp_path.iterdir())  # nothing was built
@@ -179,7 +183,7 @@ def test_without_a_compiler_the_batched_path_runs_and_says_why(tmp_path):
 def test_the_library_is_built_once_into_the_cache_folder(tmp_path):
     script = ("from pagedkit.kernels import cpu_decode; import sys; "
               "sys.exit(cpu_decode.unavailable() is not None)")
-    env = {**__import__("os").environ, "PAGEDKIT_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "PAGEDKIT_CACHE_DIR": str(tmp_path)}
     for _ in range(2):
         run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                              text=True, timeout=300)
@@ -187,3 +191,85 @@ def test_the_library_is_built_once_into_the_cache_folder(tmp_path):
         built = list(tmp_path.iterdir())
         assert len(built) == 1 and built[0].name.startswith("cpu_decode-")
         assert built[0].suffix == ".so"
+
+
+def test_a_small_call_runs_one_thread_and_computes_the_same():
+    """Below the grain (torch's 32,768 elements) the call runs one thread;
+    forced to two, the same numbers."""
+    case = make_case([5, 9], 16, num_kv_heads=2, head_dim=8)
+    query = torch.randn(2, 4, 8)
+    args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        small = cpu_decode.paged_decode_attention(*args)
+        cpu_decode.GRAIN_ELEMENTS, grain = 0, cpu_decode.GRAIN_ELEMENTS
+        try:
+            forced = cpu_decode.paged_decode_attention(*args)
+        finally:
+            cpu_decode.GRAIN_ELEMENTS = grain
+    finally:
+        torch.set_num_threads(previous)
+    assert torch.equal(small, forced)
+
+
+def test_odd_arguments_the_contract_allows():
+    """A window wider than a C int is no window (it used to wrap to a small
+    one); the output is float32 whatever torch's default dtype."""
+    case = make_case([40, 7], 16, num_kv_heads=2, head_dim=64)
+    query = torch.randn(2, 4, 64)
+    args = (query, case.k_cache, case.v_cache, case.block_tables, case.context_lens)
+    plain = cpu_decode.paged_decode_attention(*args)
+    assert torch.equal(cpu_decode.paged_decode_attention(*args, sliding_window=2**32 + 5), plain)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out = cpu_decode.paged_decode_attention(*args)
+    finally:
+        torch.set_default_dtype(previous)
+    assert out.dtype == torch.float32 and torch.equal(out, plain)
+
+
+FLOATING_POINT = """
+import torch
+torch.set_num_threads(2)
+x = torch.full((10**6,), -100.)
+def tiny():  # exp(-100) is a subnormal float32: 0 under flush-to-zero
+    return int((torch.exp(x) == 0).sum()), float(torch.exp(torch.tensor(-100.)))
+before = tiny()
+from pagedkit.kernels import cpu_decode
+assert cpu_decode.unavailable() is None, cpu_decode.unavailable()
+after = tiny()
+assert before == after == (0, float(torch.tensor(-100.).exp())) and after[1] > 0, (before, after)
+print("ok")
+"""
+
+
+def test_loading_the_library_leaves_the_processs_floating_point_alone(tmp_path):
+    """Review of stop 49: linked with -ffast-math, gcc 12 added crtfastmath.o,
+    whose constructor turned flush-to-zero on for the whole process when the
+    library loaded (torch.exp(-100.) became 0 on the thread that loaded it,
+    not on torch's other thread). It is linked without it now."""
+    env = {**os.environ, "PAGEDKIT_CACHE_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", FLOATING_POINT], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+def test_a_compiler_given_as_a_command_and_a_broken_cached_library(tmp_path):
+    """CC may hold a command ("gcc -O2"); a cached library that does not load
+    (cut short) is built again, once."""
+    env = {**os.environ, "PAGEDKIT_CACHE_DIR": str(tmp_path), "CC": "gcc -O2"}
+    script = ("from pagedkit.kernels import cpu_decode; import sys; "
+              "print(cpu_decode.unavailable()); "
+              "sys.exit(cpu_decode.unavailable() is not None)")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    built = list(tmp_path.glob("cpu_decode-*.so"))
+    assert len(built) == 1
+    built[0].write_bytes(b"")  # a library cut short
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    assert built[0].stat().st_size > 0

@@ -6,6 +6,7 @@ labs/nbval_sanitize.cfg."""
 
 import configparser
 import json
+import os
 import re
 import subprocess
 import sys
@@ -30,19 +31,29 @@ def sanitize(text: str) -> str:
     return text
 
 
+@pytest.mark.parametrize("compiler", ["found", "missing"])
 @pytest.mark.parametrize("triton", ["installed", "missing"])
 @pytest.mark.parametrize("edition", [LABS, LABS / "zh-CN"], ids=["en", "zh-CN"])
-def test_the_environment_check_runs_alone_and_its_report_is_committed(edition, triton):
+def test_the_environment_check_runs_alone_and_its_report_is_committed(edition, triton,
+                                                                      compiler, tmp_path):
     source = "".join(cell(edition)["source"])
     assert not source.lstrip().startswith("# NBVAL")
     committed = "".join(t for out in cell(edition)["outputs"] for t in out.get("text", []))
     assert committed.startswith("Python ") and "\ndevice " in committed
     # the cell alone, in a fresh interpreter (a kernel restarted below the setup cell);
-    # where Triton is missing (macOS) the committed report still holds
+    # where Triton is missing (macOS) or no C compiler builds the C decode kernel
+    # (Apple's clang has no OpenMP), the committed report still holds
     block = "import sys; sys.modules['triton'] = None\n" if triton == "missing" else ""
+    env = dict(os.environ)
+    env.pop("PAGEDKIT_KERNELS", None)
+    if compiler == "missing":
+        env.update(CC=str(tmp_path / "no-cc"), PAGEDKIT_CACHE_DIR=str(tmp_path))
     ran = subprocess.run([sys.executable, "-c", block + source], capture_output=True,
-                         text=True, timeout=300, cwd=edition)
+                         text=True, timeout=300, cwd=edition, env=env)
     assert ran.returncode == 0, ran.stderr
+    cpu = next(line for line in ran.stdout.splitlines() if line.startswith("kernels on cpu:"))
+    assert cpu.startswith("kernels on cpu: batched" if compiler == "missing"
+                          else "kernels on cpu: native")
     assert sanitize(ran.stdout) == sanitize(committed)
 
 
@@ -55,6 +66,8 @@ def test_the_environment_check_runs_alone_and_its_report_is_committed(edition, t
     ("device       CUDA: NVIDIA H200, compute capability 9.0, 140 GiB\n",
      "device       DEVICE\n"),
     ("kernels on cuda: triton — CUDA device cuda with Triton\n", ""),
+    ("kernels on cpu: batched — cpu device: the batched torch path runs\n",
+     "kernels on cpu: CPU KERNELS\n"),
     ("pagedkit     0.1.0\n", "pagedkit     0.1.0\n"),  # the rest is compared
 ])
 def test_only_the_machines_own_lines_are_blanked(machine, line):

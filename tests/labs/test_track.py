@@ -292,8 +292,8 @@ def test_a_stub_is_not_saved_and_a_piece_can_be_forgotten(tmp_path, monkeypatch,
     said.clear()
     path = track.save(reference.admit, _notebook(tmp_path).append_slots, reference.chain_hashes,
                       log=said.append)
-    assert said[-1] == (f"saved admit, chain_hashes in {path}: the labs after this one plug "
-                        "your pieces into the engine (track.forget drops one)")  # said nothing
+    assert said[-1] == (f"saved admit, chain_hashes in {path} (track.load() gives your "
+                        "pieces back; track.forget drops one)")  # it said nothing
     assert path == tmp_path / "my_engine.py" and len(said) == 2  # and the stub's line
     track.forget("chain_hashes")
     track.save(reference.admit, reference.append_slots)

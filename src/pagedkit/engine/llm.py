@@ -268,13 +268,14 @@ class LLM:
                         bar.update(1)
                     if on_step is not None:
                         on_step(step)
+            outputs = _in_order(done, ids)
         except BaseException as error:
             aborted = self._abort_unfinished([i for i in ids if i not in done])
             if hasattr(error, "add_note"):  # Python 3.11+
                 for note in _interrupted_notes(aborted, earlier):
                     error.add_note(note)
             raise
-        return _in_order(done, ids), earlier
+        return outputs, earlier
 
     def _fresh_ids(self, count: int) -> list[str]:
         """`count` request ids for a call: "0", "1", ... on from the last call,
@@ -302,16 +303,17 @@ class LLM:
 
 
 def _in_order(done: dict[str, RequestOutput], ids: list[str]) -> list[RequestOutput]:
-    """The call's outputs in prompt order. One can be missing only if an
-    ``on_step`` aborted that request with ``report=False``, which ends it
-    without an output: said by name, not a KeyError."""
+    """The call's outputs in prompt order. One is missing only where an
+    ``on_step`` took it away: said by name, not a KeyError (review of stop 48)."""
     missing = [i for i in ids if i not in done]
     if missing:
         raise RuntimeError(
-            f"generate(): request {missing[0]!r} of this call ended without an output: on_step "
-            f"aborted it with abort_request(..., report=False), which reports nothing. Abort "
-            f"it with abort_request([{missing[0]!r}]) instead: generate then returns it with "
-            f"finish reason 'abort' and the tokens it had")
+            f"generate(): request {missing[0]!r} of this call ended without its output "
+            f"reaching generate: an on_step that aborts it with abort_request(..., "
+            f"report=False), which reports nothing, or that runs the engine's step() itself, "
+            f"which takes the output. Abort it with abort_request([{missing[0]!r}]) instead "
+            f"(generate then returns it with finish reason 'abort' and the tokens it had), "
+            f"and let generate step the engine")
     return [done[i] for i in ids]
 
 

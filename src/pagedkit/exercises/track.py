@@ -1396,8 +1396,8 @@ def save(*functions: Callable, log: Callable[[str], None] = print) -> Path | Non
     if not written:  # only stubs: nothing to keep, and no file made (a lab run untouched
         return None  # writes nothing)
     path = _write(sections)
-    log(_("saved {names} in {path}: the labs after this one plug your pieces into the engine "
-          "(track.forget drops one)").format(names=", ".join(written), path=path))
+    log(_("saved {names} in {path} (track.load() gives your pieces back; track.forget "
+          "drops one)").format(names=", ".join(written), path=path))
     return path
 
 

@@ -18,15 +18,15 @@
  * window; key t sits in block tables[t / block_size], slot t % block_size.
  *
  * float32 only (caller's check), accumulated in float32 as the kernels do.
- * Built with -ffast-math (so exp vectorizes): nothing here relies on
- * infinities or NaN, and the maximum starts at -FLT_MAX, not -inf.
+ * Compiled with -ffast-math (so exp vectorizes): nothing here relies on
+ * infinities or NaN, and the maximum starts at -FLT_MAX, not -inf. (Linked
+ * without it: see cpu_decode.py.) Threads: `num_threads`, or one for a call
+ * of fewer than `grain` elements of K/V.
  */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-#define GRAIN_ELEMENTS 32768  /* at::internal::GRAIN_SIZE */
 
 /* A cache's layout: [num_blocks, block_size, num_kv_heads, head_dim], contiguous. */
 static const float *slot_row(const float *cache, const int32_t *table, int pos, int block_size,
@@ -43,7 +43,7 @@ int paged_decode_f32(const float *query, int64_t q_seq_stride, int64_t q_head_st
                      const int32_t *context_lens, float *out,
                      int num_seqs, int num_q_heads, int num_kv_heads, int head_dim,
                      int block_size, float scale, int sliding_window, float softcap,
-                     const float *sinks, int num_threads)
+                     const float *sinks, int num_threads, int64_t grain)
 {
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim;  /* one slot to the next */
@@ -53,10 +53,10 @@ int paged_decode_f32(const float *query, int64_t q_seq_stride, int64_t q_head_st
         if (context_lens[s] > longest) longest = context_lens[s];
         keys += context_lens[s];
     }
-    /* Threads only for work worth a hand-off (torch's rule: 32,768 elements per
-       call); waking a second thread costs more than a small call's work, and far
-       more when it must wait for a busy core. */
-    if (keys * row_stride < GRAIN_ELEMENTS) num_threads = 1;
+    /* Threads only for work worth a hand-off (`grain` elements of K/V, torch's
+       32,768): waking a second thread costs more than a small call's work, and
+       far more when it must wait for a busy core. */
+    if (keys * row_stride < grain) num_threads = 1;
     int failed = 0;
 
     #pragma omp parallel num_threads(num_threads)

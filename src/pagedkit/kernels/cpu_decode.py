@@ -6,17 +6,22 @@ where they lie, one task per (sequence, KV head) on OpenMP threads, no gather
 into a copy. The batched torch path (`batched.py`) computes the same numbers
 with a gather and SDPA per layer; read that one first. This one is what a
 CPU runs by default (`pagedkit.ops`, backend ``"native"``) because it is
-faster: 1.7-5x per call on the decode shapes the benchmarks serve, 4-12% of
-a whole engine run (docs/benchmarks.md, "A decode kernel in C").
+faster: 1.7-4.7x per call on the decode shapes the benchmarks serve, 2-16%
+of a whole engine run (docs/benchmarks.md, "A decode kernel in C").
 
 **Building.** The first call compiles the C file with the machine's C
 compiler (``$CC``, else ``cc``; ~0.3 s) for this CPU (``-march=native``) with
 OpenMP, into a cache folder (``$PAGEDKIT_CACHE_DIR``, else
-``~/.cache/pagedkit``), named by a hash of the source, the compiler, the flags
-and the CPU: later processes load it. The library links ``libgomp.so.1``, the
-OpenMP runtime torch's CPU wheels load, so both share one pool of threads.
-Where it cannot be built (no compiler, no OpenMP, as with Apple's clang, or
-not Linux-like), `unavailable` says why and the batched path runs.
+``$XDG_CACHE_HOME/pagedkit`` or ``~/.cache/pagedkit``), named by a hash of the
+source, the compiler, the flags and the CPU: later processes load it. It
+compiles with ``-ffast-math`` (so the exponentials vectorize) but links
+without it: gcc would otherwise link ``crtfastmath.o``, whose constructor
+sets the CPU's flush-to-zero flags for the whole process when the library
+loads, and torch's own results would change (tiny values would become 0).
+The library links ``libgomp.so.1``, the OpenMP runtime torch's CPU wheels
+load, so both share one pool of threads. Where it cannot be built (no
+compiler, no OpenMP, as with Apple's clang), `unavailable` says why and the
+batched path runs.
 
 **What it covers.** float32 caches and queries (what the engine serves on a
 CPU), any block size, grouped-query attention, sliding windows, softcaps and
@@ -30,6 +35,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -41,8 +47,17 @@ from . import batched, checks
 
 SOURCE = Path(__file__).with_name("cpu_decode.c")
 CACHE_ENV_VAR = "PAGEDKIT_CACHE_DIR"
-#: -ffast-math lets the exponentials vectorize (the C file uses no infinities).
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC")
+#: Compiling: -ffast-math lets the exponentials vectorize (the C file uses no
+#: infinities). Linking: without it (see the module's docstring).
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
+LINK_FLAGS = ("-shared", "-fopenmp")
+#: Elements of K/V (keys x KV heads x head_dim) below which a call runs one
+#: thread: torch's own grain (``at::internal::GRAIN_SIZE``), below which waking
+#: a second thread costs more than the work (docs/benchmarks.md). The tests
+#: set it to 0 to run two threads on small cases.
+GRAIN_ELEMENTS = 32768
+#: A sliding window as C reads it (an int): a wider one is no window at all.
+MAX_WINDOW = 2**31 - 1
 
 
 def _cpu_description() -> str:
@@ -63,44 +78,56 @@ def _cache_dir() -> Path:
     return Path(base) / "pagedkit"
 
 
-def _compile(compiler: str, target: Path) -> None:
+def _compile(compiler: list[str], target: Path) -> None:
     """Compile `SOURCE` into `target`, atomically (processes may build it at once)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        built = Path(tmp) / target.name
-        command = [compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"]
-        run = subprocess.run(command, capture_output=True, text=True, timeout=120)
-        if run.returncode != 0:
-            raise OSError(f"{' '.join(command)} failed: {run.stderr.strip()[:400]}")
+        built, obj = Path(tmp) / target.name, Path(tmp) / "cpu_decode.o"
+        for command in ([*compiler, *FLAGS, "-c", "-o", str(obj), str(SOURCE)],
+                        [*compiler, *LINK_FLAGS, "-o", str(built), str(obj), "-lm"]):
+            run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            if run.returncode != 0:
+                raise OSError(f"{' '.join(command)} failed: {run.stderr.strip()[:400]}")
         os.replace(built, target)
 
 
 @functools.cache
 def _library() -> ctypes.CDLL | str:
     """The built library, or why there is none (built once per process)."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
+    named = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if named is None:
         return "no C compiler was found (set CC, or install gcc)"
+    compiler = shlex.split(named)  # CC may hold a command: "ccache gcc", "gcc -m64"
     try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+        version = subprocess.run([*compiler, "--version"], capture_output=True, text=True,
                                  timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        return f"the C compiler {compiler!r} does not run ({exc})"
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), compiler, version, " ".join(FLAGS),
-                                    _cpu_description()]).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"cpu_decode-{key}.so"
+        return f"the C compiler {named!r} does not run ({exc})"
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), named, version, " ".join(FLAGS),
+                                    " ".join(LINK_FLAGS), _cpu_description()]).encode())
+    target = _cache_dir() / f"cpu_decode-{key.hexdigest()[:16]}.so"
     try:
-        if not target.exists():
-            _compile(compiler, target)
-        lib = ctypes.CDLL(str(target))
+        lib = _load(compiler, target)
     except (OSError, subprocess.SubprocessError) as exc:
-        return f"the C decode kernel could not be built with {compiler} ({exc})"
+        return f"the C decode kernel could not be built with {named} ({exc})"
     fn = lib.paged_decode_f32
     i32, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
     fn.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, ptr, i32, i32, i32, i32, i32,
-                   ctypes.c_float, i32, ctypes.c_float, ptr, i32]
+                   ctypes.c_float, i32, ctypes.c_float, ptr, i32, i64]
     fn.restype = ctypes.c_int
     return lib
+
+
+def _load(compiler: list[str], target: Path) -> ctypes.CDLL:
+    """The library at `target`, built first if it is not there; built again
+    once if what is there does not load (a file cut short, say)."""
+    if not target.exists():
+        _compile(compiler, target)
+    try:
+        return ctypes.CDLL(str(target))
+    except OSError:
+        _compile(compiler, target)
+        return ctypes.CDLL(str(target))
 
 
 def unavailable() -> str | None:
@@ -129,7 +156,7 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
             sliding_window=sliding_window, softcap=softcap, sinks=sinks, check=False,
             step_cache=step_cache)
     num_seqs, num_q_heads, head_dim = query.shape
-    out = torch.empty(num_seqs, num_q_heads, head_dim)
+    out = torch.empty(num_seqs, num_q_heads, head_dim, dtype=torch.float32)
     if not num_seqs:
         return out
     tables = block_tables.to(torch.int32).contiguous()
@@ -139,8 +166,9 @@ def paged_decode_attention(query: torch.Tensor, k_cache: torch.Tensor, v_cache: 
         query.data_ptr(), query.stride(0), query.stride(1), k_cache.data_ptr(),
         v_cache.data_ptr(), tables.data_ptr(), tables.stride(0), lens.data_ptr(),
         out.data_ptr(), num_seqs, num_q_heads, k_cache.shape[2], head_dim, k_cache.shape[1],
-        head_dim ** -0.5 if scale is None else scale, sliding_window or 0, softcap or 0.0,
-        None if sink is None else sink.data_ptr(), torch.get_num_threads())
+        head_dim ** -0.5 if scale is None else scale, min(sliding_window or 0, MAX_WINDOW),
+        softcap or 0.0, None if sink is None else sink.data_ptr(), torch.get_num_threads(),
+        GRAIN_ELEMENTS)
     if failed:
         raise MemoryError(f"the C decode kernel could not allocate its scratch memory "
                           f"({num_q_heads // k_cache.shape[2]} x {int(lens.max())} floats "
