@@ -398,7 +398,9 @@ def test_a_stub_saved_over_a_saved_piece_says_that_piece_keeps_running(tmp_path,
     track.save(stub, log=said.append)
     assert track.load().plugged() == []
     pagedkits = "admit is not written yet: not saved (pagedkit's own runs in its place)"
-    assert said == [pagedkits, "admit is not written yet: not saved; the admit you saved "
+    assert said == [pagedkits, f"saved admit in {saved_file} (track.load() gives your pieces "
+                    "back; track.forget drops one)",
+                    "admit is not written yet: not saved; the admit you saved "
                     "before keeps running (track.forget('admit') brings back pagedkit's own)",
                     pagedkits]
 
