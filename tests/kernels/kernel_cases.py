@@ -9,7 +9,11 @@ produces NaN and fails the test. Nothing here uses the code under test.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -106,3 +110,14 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
     assert actual.dtype == dtype
     torch.testing.assert_close(actual.cpu().double(), expected.cpu().double(), atol=atol,
                                rtol=rtol)
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter, from this folder (so it can import this
+    module), without the kernel settings of this process (TRITON_INTERPRET,
+    PAGEDKIT_KERNELS) and with `env` added."""
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("TRITON_INTERPRET", "PAGEDKIT_KERNELS")}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=300, cwd=Path(__file__).parent)

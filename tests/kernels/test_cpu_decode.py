@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from kernel_cases import assert_close, make_case
+from kernel_cases import assert_close, make_case, run_python
 
 from pagedkit import ops
 from pagedkit.gpucheck import oracle
@@ -171,22 +169,19 @@ print("ok")
 
 
 def test_without_a_compiler_the_batched_path_runs_and_says_why(tmp_path):
-    env = {**os.environ, "PAGEDKIT_CACHE_DIR": str(tmp_path)}
-    env.pop("PAGEDKIT_KERNELS", None)
-    run = subprocess.run([sys.executable, "-c", WITHOUT_COMPILER], capture_output=True,
-                         text=True, env=env, cwd=os.path.dirname(__file__),
-                         timeout=300)
+    run = run_python(WITHOUT_COMPILER, PAGEDKIT_CACHE_DIR=str(tmp_path))
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
     assert not list(tmp_path.iterdir())  # nothing was built
 
 
+#: exits 0 where the C kernel is available, built into the cache folder if need be
+BUILDS = ("from pagedkit.kernels import cpu_decode; import sys; "
+          "print(cpu_decode.unavailable()); sys.exit(cpu_decode.unavailable() is not None)")
+
+
 def test_the_library_is_built_once_into_the_cache_folder(tmp_path):
-    script = ("from pagedkit.kernels import cpu_decode; import sys; "
-              "sys.exit(cpu_decode.unavailable() is not None)")
-    env = {**os.environ, "PAGEDKIT_CACHE_DIR": str(tmp_path)}
     for _ in range(2):
-        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                             text=True, timeout=300)
+        run = run_python(BUILDS, PAGEDKIT_CACHE_DIR=str(tmp_path))
         assert run.returncode == 0, run.stderr[-2000:]
         built = list(tmp_path.iterdir())
         assert len(built) == 1 and built[0].name.startswith("cpu_decode-")
@@ -250,26 +245,19 @@ def test_loading_the_library_leaves_the_processs_floating_point_alone(tmp_path):
     whose constructor turned flush-to-zero on for the whole process when the
     library loaded (torch.exp(-100.) became 0 on the thread that loaded it,
     not on torch's other thread). It is linked without it now."""
-    env = {**os.environ, "PAGEDKIT_CACHE_DIR": str(tmp_path)}
-    run = subprocess.run([sys.executable, "-c", FLOATING_POINT], capture_output=True,
-                         text=True, env=env, timeout=300)
+    run = run_python(FLOATING_POINT, PAGEDKIT_CACHE_DIR=str(tmp_path))
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
 
 
 def test_a_compiler_given_as_a_command_and_a_broken_cached_library(tmp_path):
     """CC may hold a command ("gcc -O2"); a cached library that does not load
     (cut short) is built again, once."""
-    env = {**os.environ, "PAGEDKIT_CACHE_DIR": str(tmp_path), "CC": "gcc -O2"}
-    script = ("from pagedkit.kernels import cpu_decode; import sys; "
-              "print(cpu_decode.unavailable()); "
-              "sys.exit(cpu_decode.unavailable() is not None)")
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=300)
+    env = {"PAGEDKIT_CACHE_DIR": str(tmp_path), "CC": "gcc -O2"}
+    run = run_python(BUILDS, **env)
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
     built = list(tmp_path.glob("cpu_decode-*.so"))
     assert len(built) == 1
     built[0].write_bytes(b"")  # a library cut short
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=300)
+    run = run_python(BUILDS, **env)
     assert run.returncode == 0, run.stdout + run.stderr[-2000:]
     assert built[0].stat().st_size > 0

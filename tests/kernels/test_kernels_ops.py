@@ -1,13 +1,10 @@
 """pagedkit.ops: which implementation runs where, and that it imports without Triton."""
 
-import os
-import subprocess
-import sys
 import warnings
 
 import pytest
 import torch
-from kernel_cases import make_case
+from kernel_cases import make_case, run_python
 
 from pagedkit import ops
 from pagedkit.kernels import cpu_decode
@@ -144,14 +141,6 @@ def test_ops_on_cpu_run_the_default_path_and_agree_with_the_references():
     with ops.use_backend("torch"):
         assert torch.equal(ops.paged_decode_attention(*args),
                            ops.paged_decode_attention_reference(*args))
-
-
-def run_python(code, **env):
-    full_env = {k: v for k, v in os.environ.items()
-                if k not in ("TRITON_INTERPRET", "PAGEDKIT_KERNELS")}
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full_env, timeout=300)
 
 
 def test_an_override_runs_for_its_op_only_inside_its_block():
