@@ -983,7 +983,12 @@ def _check_seed(seed: Any) -> None:
                         "None too (its seed is an integer, default 0; older vLLM took None "
                         "as a random seed); leave seed unset (0), or give a random one "
                         "yourself, e.g. seed=random.randrange(2**32)")
-    check_int("seed", seed, minimum=0)
+    check_int("seed", seed)
+    if seed < 0:  # SamplingParams(seed=-1) means "no seed"; the engine's has no such value
+        raise ValueError(f"seed must be 0 to 2**32-1 ({MAX_ENGINE_SEED}), got {seed}: the "
+                         "engine always has a seed (vLLM 0.32's LLM refuses negative ones too; "
+                         "-1 means no seed only in SamplingParams); leave seed unset (0) or "
+                         "give an integer in that range")
     if seed > MAX_ENGINE_SEED:
         raise ValueError(f"seed must be 0 to 2**32-1 ({MAX_ENGINE_SEED}), got {seed}: vLLM "
                          "0.32's LLM refuses larger seeds too; give seed % 2**32 (a request's "
