@@ -306,7 +306,7 @@ def test_pagedkit_with_and_without_fused_projections(monkeypatch):
     fused, unfused = report.results
     assert [r.system for r in report.results] == ["pagedkit", "pagedkit_unfused"]
     assert all(r.outputs_differing == 0 for r in report.results)
-    assert "29 of 29, 4 groups fused (on)" in fused.note
+    assert "29 of 29, 8 groups fused (on)" in fused.note
     assert "29 of 29" in unfused.note and "fused" not in unfused.note
     import os
 

@@ -9,13 +9,18 @@ from pagedkit.model import accel
 
 
 @pytest.mark.skipif(accel.prepack_unavailable() is not None, reason="no oneDNN here")
-def test_linears_prints_a_ratio_per_shape_and_rows_and_writes_json(tmp_path, capsys):
+@pytest.mark.parametrize("cold", [False, True])
+def test_linears_prints_a_ratio_per_shape_and_rows_and_writes_json(tmp_path, capsys, cold,
+                                                                   monkeypatch):
+    monkeypatch.setattr(linears, "COLD_BYTES", 8 * 2**20)  # a few copies: still cycled
     path = tmp_path / "linears.json"
     assert linears.main(["--threads", "1", "--widths", "64,512", "--rows", "1,4",
-                         "--json", str(path)]) == 0
+                         "--json", str(path)] + ["--cold"] * cold) == 0
     out = capsys.readouterr().out
-    assert "512 x 512" in out and "from 4 rows" in out and "load" in out
+    assert "512 x 512" in out and "  yes" in out and "load" in out
+    assert ("from memory (--cold)" in out) == cold and ("in cache" in out) != cold
     data = json.loads(path.read_text())
+    assert data["runs"][0]["cold"] == cold
     results = data["runs"][0]["results"]
     assert len(results) == 2 * len(linears.SHAPES)
     packs = {(r["in_features"], r["out_features"]): r["auto_packs"] for r in results}

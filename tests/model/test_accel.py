@@ -67,7 +67,7 @@ def test_auto_leaves_the_tiny_model_as_transformers_built_it(mode):
 def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode):
     mode(None)  # auto is the default
     model = wide_llama()
-    report = prepack_linears(model)
+    report = prepack_linears(model, fuse="off")  # fused groups: tests/model/test_fused.py
     assert report.mode == "auto" and not report.reason
     big = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)
            and m.weight.numel() >= MIN_WEIGHT_ELEMENTS and m.in_features >= MIN_IN_FEATURES}
@@ -76,6 +76,10 @@ def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode):
     assert "model.layers.0.self_attn.k_proj" in report.skipped  # 512 x 128
     assert "run faster unpacked" in str(report)
     assert model.pagedkit_prepack is report
+    # by default k and v are packed as members of their q/k/v group's product
+    report = prepack_linears(model)
+    assert "model.layers.0.self_attn.k_proj" in report.replaced
+    assert list(report.skipped) == ["lm_head"]  # 512 x 256
 
 
 def test_on_packs_every_plain_linear(mode):

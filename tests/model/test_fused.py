@@ -68,30 +68,38 @@ def group(sizes=(24, 8, 8), width=32, bias=False, min_rows=1):
 
 
 # ---------------------------------------------------------------- which groups fuse
-def test_auto_fuses_nothing(switches):
-    """Measured level in the engine (docs/benchmarks.md): each group says why."""
+def test_auto_fuses_the_groups_the_packing_rule_would_pack(switches):
+    """``auto`` fuses a group whose concatenated weight passes `accel`'s shape
+    rule (docs/benchmarks.md, "Fused and packed from one row"); the tiny model,
+    256 wide, keeps its separate layers, and each group says why."""
     switches(None, None)
-    for model in (wide_llama(layers=2), LLM("tiny", num_blocks=8).llm_engine.runner.model):
-        report = prepack_linears(model)
-        assert report.fusion.mode == "auto" and report.fusion.fused == []
-        assert fused_names(model) == [] and "fused" not in str(report)
-        assert set(report.fusion.skipped.values()) == {fused.AUTO_NONE}
-        assert len(report.fusion.skipped) == model.config.num_hidden_layers
+    model = wide_llama(layers=2)
+    report = prepack_linears(model)
+    assert report.fusion.mode == "auto" and report.fusion.skipped == {}
+    assert report.fusion.fused == [f"model.layers.{i}.{group}" for i in range(2) for group in
+                                   ("self_attn.{q_proj,k_proj,v_proj}", "mlp.{gate_proj,up_proj}")]
+    assert "4 groups fused (auto)" in str(report)
+    tiny = LLM("tiny", num_blocks=8).llm_engine.runner.model
+    report = prepack_linears(tiny)
+    assert report.fusion.fused == [] and fused_names(tiny) == [] and "fused" not in str(report)
+    assert set(report.fusion.skipped.values()) == {accel.below_rule(256, 256)}
+    assert len(report.fusion.skipped) == 2 * tiny.config.num_hidden_layers
 
 
-def test_on_fuses_q_k_v_and_keeps_the_model_as_transformers_built_it(switches):
+def test_on_fuses_q_k_v_and_gate_up_and_keeps_the_model_as_transformers_built_it(switches):
     switches(None, "on")
     model = wide_llama(layers=2)
     params = dict(model.named_parameters())
     state = model.state_dict().keys()
     report = prepack_linears(model)
-    assert report.fusion.fused == [f"model.layers.{i}.self_attn.{{q_proj,k_proj,v_proj}}"
-                                   for i in range(2)]
-    assert fused_names(model) == [f"model.layers.{i}.self_attn.{p}_proj"
-                                  for i in range(2) for p in "qkv"]
+    assert report.fusion.fused == [f"model.layers.{i}.{group}" for i in range(2) for group in
+                                   ("self_attn.{q_proj,k_proj,v_proj}", "mlp.{gate_proj,up_proj}")]
+    assert fused_names(model) == [f"model.layers.{i}.{name}" for i in range(2) for name in
+                                  ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                   "mlp.gate_proj", "mlp.up_proj")]
     assert set(fused_names(model)) <= set(report.replaced)  # k and v too: fused, not skipped
-    assert "57 of 57" not in str(report) and "2 groups fused (on)" in str(report)
-    assert all(type(m.mlp.gate_proj) is PackedLinear for m in model.model.layers)  # not fused
+    assert "4 groups fused (on)" in str(report)
+    assert all(type(m.mlp.down_proj) is PackedLinear for m in model.model.layers)  # no group
     # the module tree, the Parameters and the state dict are transformers' own
     assert dict(model.named_parameters()).keys() == params.keys()
     assert all(p is params[n] for n, p in model.named_parameters())
@@ -101,15 +109,16 @@ def test_on_fuses_q_k_v_and_keeps_the_model_as_transformers_built_it(switches):
 
 @pytest.mark.parametrize("pack, fuse", itertools.product(("auto", "on", "off"), repeat=2))
 def test_each_pair_of_switches(pack, fuse, switches):
-    """Only ``PAGEDKIT_FUSE=on`` fuses, and only where layers are packed (fusion
-    is part of packing: ``PAGEDKIT_PREPACK=off`` leaves every layer plain); the
-    fused product is used from the packing's row rule."""
+    """At 64 wide only ``PAGEDKIT_FUSE=on`` fuses (``auto`` keeps the shape rule),
+    and only where layers are packed (fusion is part of packing:
+    ``PAGEDKIT_PREPACK=off`` leaves every layer plain); the fused product is
+    used from the packing's row rule."""
     switches(pack, fuse)
     model = wide_llama(64)
     report = prepack_linears(model)
     fuses = pack != "off" and fuse == "on"
-    assert len(fused_names(model)) == (3 if fuses else 0)
-    assert len(report.fusion.fused if report.fusion else []) == (1 if fuses else 0)
+    assert len(fused_names(model)) == (5 if fuses else 0)
+    assert len(report.fusion.fused if report.fusion else []) == (2 if fuses else 0)
     assert {m.min_rows for m in model.modules() if isinstance(m, FusedLinear)} <= {
         accel.MIN_ROWS if pack == "auto" else 1}
 
@@ -194,12 +203,19 @@ def test_a_group_with_an_unfit_member_stays_separate_and_says_why(case):
 def test_auto_and_on_by_group():
     wide = [nn.Linear(512, 512), nn.Linear(512, 128), nn.Linear(512, 128)]
     qkv = ("q_proj", "k_proj", "v_proj")
-    assert why_not_fuse(wide, qkv, "auto") == fused.AUTO_NONE
+    assert why_not_fuse(wide, qkv, "auto") is None
     assert why_not_fuse(wide, qkv, "on") is None
+    narrow = [nn.Linear(256, 256), nn.Linear(256, 64), nn.Linear(256, 64)]
+    assert why_not_fuse(narrow, qkv, "auto") == accel.below_rule(256, 384)
     assert why_not_fuse([nn.Linear(8, 8)] * 3, qkv, "on") is None  # any width
+    # the rule reads the group's weight: 512 x 256 alone is below it, three of them are not
+    small = [nn.Linear(512, 256)] * 3
+    assert accel.below_rule(512, 256) and why_not_fuse(small, qkv, "auto") is None
+    pair = [nn.Linear(512, 128)] * 2
+    assert why_not_fuse(pair, ("gate_proj", "up_proj"), "auto") == accel.below_rule(512, 256)
     parent = nn.Module()
     parent.gate_proj, parent.up_proj = nn.Linear(64, 96), nn.Linear(64, 96)
-    assert fuse_projections(parent, "on", 1).fused == []  # gate/up: not a group (slower fused)
+    assert fuse_projections(parent, "on", 1).fused == ["{gate_proj,up_proj}"]
 
 
 # ---------------------------------------------------------------- the products
@@ -307,7 +323,7 @@ def test_the_product_class_shares_members_by_group():
 @pytest.mark.parametrize("model_type", SERVED)
 def test_every_served_architecture_gives_generates_tokens_fused(model_type, switches):
     """tests/model/test_architectures.py's three settings with every linear packed
-    and every q/k/v group fused: transformers'
+    and every q/k/v and gate/up group fused: transformers'
     greedy tokens; without fusion the same settings run in test_accel.py and
     test_architectures.py."""
     from test_architectures import check_architecture
@@ -315,7 +331,7 @@ def test_every_served_architecture_gives_generates_tokens_fused(model_type, swit
     switches("on", "on")
     groups = prepack_linears(tiny_model(model_type)).fusion
     if not groups.fused:
-        pytest.skip(f"no group to fuse ({groups.skipped or 'no q/k/v siblings'})")
+        pytest.skip(f"no group to fuse ({groups.skipped or 'no q/k/v or gate/up siblings'})")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = check_architecture(model_type)

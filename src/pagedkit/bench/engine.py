@@ -24,9 +24,10 @@ ignored) — runs through these systems on the same model:
   (`pagedkit.model.accel`); beside ``pagedkit``, what the prepacked
   linear layers change (not run unless named);
 * ``pagedkit_unfused``: the same with ``PAGEDKIT_FUSE=off``: q, k and v
-  multiplied one by one (`pagedkit.model.fused`); beside ``pagedkit``
-  under ``PAGEDKIT_FUSE=on`` (``auto`` fuses none), what the fused
-  projections change (not run unless named);
+  (and gate and up) multiplied one by one (`pagedkit.model.fused`); beside
+  ``pagedkit``, what the fused projections change on a model ``auto``
+  fuses (512 wide and more; ``PAGEDKIT_FUSE=on`` fuses the tiny one too)
+  (not run unless named);
 * ``pagedkit_compiled``: the same with ``PAGEDKIT_COMPILE=on``: the model's
   forward under ``torch.compile`` (`pagedkit.model.compiled`); its note says
   how many graphs it compiled and how long that took, the untimed warm-up's

@@ -1,7 +1,7 @@
 """Where prepacked linear layers pay: F.linear against oneDNN's prepacked product.
 
 ``python -m pagedkit bench linears [--threads 1,2] [--widths 256,384,512,768,1024]
-[--rows 1,2,4,8,16,64,256] [--json PATH]``
+[--rows 1,2,4,8,16,64,256] [--cold] [--json PATH]``
 
 For each width h, the projection shapes of a Llama-style layer (q/o: h x h,
 k/v: h x h/4, gate/up: h x 2.7h, down: 2.7h x h, and an output layer of 4096
@@ -9,8 +9,13 @@ tokens) are multiplied by inputs of each row count (the tokens of a step),
 plain (``F.linear``) and prepacked (`pagedkit.model.accel`); each time is
 the fastest of several repeats, what a shared machine's load disturbs least.
 The table gives plain time / packed time (above 1: packed is faster) and
-whether ``PAGEDKIT_PREPACK=auto`` packs that shape and uses it from which
-row count: the rule in `pagedkit.model.accel` was read from this table.
+whether ``PAGEDKIT_PREPACK=auto`` packs that shape (it then uses the packed
+copy in every call). By default one weight is multiplied again and again,
+in the CPU's caches; ``--cold`` cycles through copies of it (`COLD_BYTES`
+in all), so each product reads its weight from memory, as in a decode step
+of a model larger than the caches. The shape rule in `pagedkit.model.accel`
+was read from the first; its row rule (every call) from the engine, which
+the second resembles (docs/benchmarks.md, "Fused and packed from one row").
 """
 
 from __future__ import annotations
@@ -43,32 +48,48 @@ def fastest(fn, repeats: int, number: int) -> float:
     return best
 
 
+#: ``--cold``: the copies of a weight cycled through, in all (twice a 32 MiB L3).
+COLD_BYTES = 64 * 2**20
+
+
 @torch.inference_mode()
-def measure(width: int, shape: str, rows: list[int], repeats: int = 7) -> dict:
-    """One shape at one width: plain and packed seconds per row count."""
+def measure(width: int, shape: str, rows: list[int], repeats: int = 7,
+            cold: bool = False) -> dict:
+    """One shape at one width: plain and packed seconds per row count, the
+    weight in cache or (`cold`) one of copies read in turn from memory."""
     scale_in, scale_out = SHAPES[shape]
     k = round(width * scale_in)
     n = 4096 if scale_out is None else round(width * scale_out)
-    weight = torch.randn(n, k) * k ** -0.5
-    packed = accel.pack_weight(weight)
+    copies = -(-COLD_BYTES // (4 * n * k)) if cold else 1
+    weights = [torch.randn(n, k) * k ** -0.5 for _ in range(copies)]
+    packed = [accel.pack_weight(w) for w in weights]
     out = {"width": width, "shape": shape, "in_features": k, "out_features": n,
-           "auto_packs": accel.below_rule(k, n) is None, "rows": {}}
+           "auto_packs": accel.below_rule(k, n) is None, "cold": cold, "rows": {}}
     for m in rows:
         x = torch.randn(1, m, k)
-        number = max(3, min(200, int(2e7 / (m * k * n))))
-        plain = fastest(lambda: F.linear(x, weight), repeats, number)  # noqa: B023
-        fast = fastest(lambda: accel.packed_linear(x, packed, None), repeats, number)  # noqa: B023
-        out["rows"][m] = {"plain_s": plain, "packed_s": fast}
+        number = max(3, min(200, int(2e7 / (m * k * n * copies))))
+
+        def plain():
+            for w in weights:
+                F.linear(x, w)  # noqa: B023
+
+        def fast():
+            for w in packed:
+                accel.packed_linear(x, w, None)  # noqa: B023
+        out["rows"][m] = {"plain_s": fastest(plain, repeats, number) / copies,
+                          "packed_s": fastest(fast, repeats, number) / copies}
     return out
 
 
-def format_table(results: list[dict], threads: int, rows: list[int]) -> str:
-    lines = [f"threads={threads}: plain time / packed time (above 1: packed faster), by rows",
+def format_table(results: list[dict], threads: int, rows: list[int], cold: bool = False) -> str:
+    where = "from memory (--cold)" if cold else "in cache"
+    lines = [f"threads={threads}, weights {where}: plain time / packed time (above 1: packed "
+             "faster), by rows",
              f"{'width':>5} {'shape':<17}{'weight':>12}" + "".join(f"{m:>7}" for m in rows)
              + "  auto packs"]
     for r in results:
         ratios = "".join(f"{v['plain_s'] / v['packed_s']:>7.2f}" for v in r["rows"].values())
-        packs = f"from {accel.MIN_ROWS} rows" if r["auto_packs"] else "no"
+        packs = "yes" if r["auto_packs"] else "no"
         weight = f"{r['in_features']:>5} x {r['out_features']:<5}"
         lines.append(f"{r['width']:>5} {r['shape']:<17}{weight}{ratios}  {packs}")
     return "\n".join(lines)
@@ -93,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="hidden sizes (default 256,384,512,768,1024)")
     p.add_argument("--rows", type=_ints, default=[1, 2, 4, 8, 16, 64, 256],
                    help="tokens per call (default 1,2,4,8,16,64,256)")
+    p.add_argument("--cold", action="store_true",
+                   help="read each weight from memory, as a decode step of a large model does "
+                   "(cycles through copies of it, 64 MiB in all)")
     p.add_argument("--json", metavar="PATH", type=writable_file, help="write every time here")
     add_no_progress(p)
     args = p.parse_args(argv)
@@ -103,9 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     report = {"torch": torch.__version__, "load_average": load_average(), "runs": []}
     for threads in args.threads:
         torch.set_num_threads(threads)
-        results = [measure(w, s, args.rows) for w in args.widths for s in SHAPES]
-        report["runs"].append({"threads": threads, "results": results})
-        print(format_table(results, threads, args.rows), flush=True)
+        results = [measure(w, s, args.rows, cold=args.cold) for w in args.widths for s in SHAPES]
+        report["runs"].append({"threads": threads, "cold": args.cold, "results": results})
+        print(format_table(results, threads, args.rows, args.cold), flush=True)
     report["load_average_end"] = load_average()
     print(f"load {report['load_average']} -> {report['load_average_end']}")
     if args.json:

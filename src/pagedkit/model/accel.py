@@ -15,12 +15,13 @@ layout on every call (``torch.ops.mkldnn._linear_pointwise``) — what vLLM's
 CPU build does for its own layers. Measured on 2 AVX2 cores
 (docs/benchmarks.md, "Prepacked linear layers"), that pays for a weight of
 at least ``MIN_WEIGHT_ELEMENTS`` (512 x 512) and ``MIN_IN_FEATURES`` (512)
-inputs, multiplied by at least ``MIN_ROWS`` tokens at once, and costs up to
-5x on a single token or a small weight: oneDNN's fixed cost per call
+inputs, and costs up to 5x on a small weight: oneDNN's fixed cost per call
 (~40 us) is more than a small product. So the rule is per layer (the
-weight's shape, decided once) and per call (the step's token count, one
-comparison). The embedded tiny model (256 wide) stays below it, so the
-engine a learner steps through in a debugger is transformers' own.
+weight's shape, decided once); a per-call rule (``MIN_ROWS`` tokens) is
+there too, at 1: in the engine, where each weight comes from memory, every
+call paid ("Fused and packed from one row"). The embedded tiny model (256
+wide) stays below the rule, so the engine a learner steps through in a
+debugger is transformers' own.
 
 How: each eligible ``nn.Linear`` is replaced, in place in its parent, by a
 `PackedLinear` that holds the very same ``weight`` and ``bias`` Parameters
@@ -66,10 +67,12 @@ MIN_WEIGHT_ELEMENTS = 512 * 512
 #: Fewest inputs of a layer packed under ``auto``: at 256 only the widest
 #: outputs (4096) gained, 256 x 256 to 691 x 256 ran level or slower.
 MIN_IN_FEATURES = 512
-#: Fewest tokens (rows of the input) a call multiplies packed under ``auto``:
-#: below 4, oneDNN's fixed cost per call outweighed the gain on every shape
-#: measured but the widest outputs (h x 4096 at 2 tokens).
-MIN_ROWS = 4
+#: Fewest tokens (rows of the input) a call multiplies packed under ``auto``.
+#: Every call: alone, with the weight in cache, oneDNN's fixed cost per call
+#: made 1-3 tokens slower packed (``bench linears``), but in a decode step a
+#: weight comes from memory, and packing from 4 tokens instead ran the larger
+#: bench model 7-25% slower (docs/benchmarks.md, "Fused and packed from one row").
+MIN_ROWS = 1
 
 
 def prepack_unavailable() -> str | None:

@@ -1,24 +1,23 @@
-"""Fused projections on CPU: q, k and v as one prepacked product.
+"""Fused projections on CPU: q, k and v as one prepacked product, gate and up as another.
 
 Outside the textbook path, like `pagedkit.model.accel` (whose
 `prepack_linears` calls `fuse_projections` first): transformers' attention
 still calls ``self.q_proj(x)``, ``self.k_proj(x)``, ``self.v_proj(x)`` one
-by one, and the module tree, the state dict and each projection's
-Parameters stay as transformers built them. Off unless
-``PAGEDKIT_FUSE=on``.
+by one (and its MLP ``self.gate_proj(x)``, ``self.up_proj(x)``), and the
+module tree, the state dict and each projection's Parameters stay as
+transformers built them. ``PAGEDKIT_FUSE=auto|on|off``.
 
-Why it exists: vLLM multiplies q, k and v by one concatenated weight, and
-on the larger model (512 wide, 128-wide k and v) one packed q/k/v product
-ran 1.05-1.47x faster alone than the three as ``PAGEDKIT_PREPACK=auto``
-runs them, from 4 tokens up (gate with up: level alone, 0.81-0.93x in some
-steps, so never fused). Why ``auto`` fuses none: in the engine it did not
-show (docs/benchmarks.md, "Fused projections"): the larger model's bench
-rows at 8 and 64 requests ran level fused and unfused (0.99-1.00x at one
-thread in one process; 0.95-0.99x in fresh processes beside vLLM); a
-replayed step ran 2-6% faster at one thread and level at two; the fusion
-saves ~1% of a decode step. ``python -m pagedkit bench engine --systems
-pagedkit,pagedkit_unfused`` with ``PAGEDKIT_FUSE=on`` measures it again on
-another machine.
+Why: vLLM multiplies q, k and v by one concatenated weight, and gate and up
+by another. In a decode step each weight of a model larger than the CPU's
+caches comes from memory, and one product over a concatenated weight
+streams it faster than two or three small ones do: on the larger bench
+model (512 wide, 8 layers, 97 MB of linear weights) the engine ran 5-13% faster on
+one thread and 17-33% on two, with both groups fused and every call packed
+(docs/benchmarks.md, "Fused and packed from one row"). ``auto`` fuses a
+group whose members `accel`'s shape rule would pack had they the group's
+width (`accel.below_rule` on the concatenated weight): the embedded tiny
+model (256 wide) keeps its separate layers, which measured level or slower
+fused (one request: 0.83-0.91x).
 
 How: the members of a group are `FusedLinear` layers (`accel.PackedLinear`'s
 subclass: the same Parameters, no packed copy of their own) sharing one
@@ -51,11 +50,8 @@ from . import accel
 from .accel import PackedLinear, why_not
 
 ENV_VAR = "PAGEDKIT_FUSE"
-#: The groups looked for: sibling layers of one module, by transformers' names
-#: (gate with up, ``("gate_proj", "up_proj")``, ran slower fused: docs/benchmarks.md).
-GROUPS = (("q_proj", "k_proj", "v_proj"),)
-#: Why ``auto`` fuses none (docs/benchmarks.md, "Fused projections").
-AUTO_NONE = "auto fuses none: the engine ran level fused (PAGEDKIT_FUSE=on fuses)"
+#: The groups looked for: sibling layers of one module, by transformers' names.
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 def fuse_mode() -> str:
@@ -176,7 +172,9 @@ def why_not_fuse(layers: list[nn.Module], names: tuple[str, ...], mode: str) -> 
         return "their inputs differ in width"
     if len({layer.bias is None for layer in layers}) != 1:
         return "some have a bias and some not"
-    return AUTO_NONE if mode == "auto" else None
+    if mode == "auto":  # the packing's shape rule, on the weight the group multiplies by
+        return accel.below_rule(layers[0].in_features, sum(x.out_features for x in layers))
+    return None
 
 
 def group_name(parent: str, names: tuple[str, ...]) -> str:
