@@ -74,7 +74,7 @@ def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode):
     assert set(packed_names(model)) == set(report.replaced) == big
     assert {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj"} <= big
     assert "model.layers.0.self_attn.k_proj" in report.skipped  # 512 x 128
-    assert "run faster unpacked" in str(report)
+    assert "weights under 262,144 elements stay unpacked (auto's rule" in str(report)
     assert model.pagedkit_prepack is report
     # by default k and v are packed as members of their q/k/v group's product
     report = prepack_linears(model)

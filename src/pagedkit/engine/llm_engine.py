@@ -139,11 +139,12 @@ class LLMEngine:
         prepack, compiled = prepack_mode(), compile_mode()
         self.device = resolve_device(device)
         check_dtype(dtype)  # before the weights load
+        passed_in = isinstance(model, torch.nn.Module)  # the caller's own object
         # skip_tokenizer_init (vLLM's): prompts are token ids, and no tokenizer is loaded
         model, self.tokenizer, self.model_name = load_model(
             model, tokenizer, skip_tokenizer=bool(vllm_args.get("skip_tokenizer_init")),
             progress=vllm_args.get("use_tqdm_on_load", True))
-        self.dtype = resolve_dtype(dtype, model)
+        self.dtype = resolve_dtype(dtype, model, passed_in)
         config = model.config
         self.max_model_len, self._limit_why = _max_model_len(config, max_model_len)
         if not 0 < gpu_memory_utilization <= 1:

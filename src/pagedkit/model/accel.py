@@ -242,12 +242,15 @@ def why_not(module: nn.Module, mode: str) -> str | None:
 
 
 def below_rule(in_features: int, out_features: int) -> str | None:
-    """Why ``auto`` leaves a layer of this shape unpacked (measured to run as
-    fast or faster so: ``python -m pagedkit bench linears``), or None."""
+    """Why ``auto`` leaves a layer of this shape unpacked, or None: the rule
+    docs/benchmarks.md measured, per product (``python -m pagedkit bench
+    linears``) and per model in the engine."""
     if in_features < MIN_IN_FEATURES:
-        return f"layers under {MIN_IN_FEATURES} inputs wide run as fast unpacked"
+        return (f"layers under {MIN_IN_FEATURES} inputs wide stay unpacked (auto's rule, "
+                "measured on whole models: docs/benchmarks.md)")
     if in_features * out_features < MIN_WEIGHT_ELEMENTS:
-        return f"weights under {MIN_WEIGHT_ELEMENTS:,} elements run faster unpacked"
+        return (f"weights under {MIN_WEIGHT_ELEMENTS:,} elements stay unpacked (auto's rule, "
+                "measured on whole models: docs/benchmarks.md)")
     return None
 
 

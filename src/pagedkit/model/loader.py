@@ -65,15 +65,21 @@ def check_dtype(dtype: str | torch.dtype) -> None:
                      f"names, and float64) or one of {', '.join(served)}; got {dtype!r}{hint}")
 
 
-def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module) -> torch.dtype:
-    """``"auto"``: the model's own dtype (so a model passed in is not converted);
-    a name of `DTYPES`; or one of their torch dtypes (`check_dtype`)."""
+def resolve_dtype(dtype: str | torch.dtype, model: torch.nn.Module,
+                  passed_in: bool = False) -> torch.dtype:
+    """``"auto"``: the model's own dtype; a name of `DTYPES`; or one of their
+    torch dtypes (`check_dtype`). A model `passed_in` as an object is served
+    in its own dtype only: converting it would change the caller's model in
+    place, and break any engine already serving it (newcomer 46)."""
     check_dtype(dtype)
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        return next(model.parameters()).dtype
-    return DTYPES[dtype]
+    own = next(model.parameters()).dtype
+    wanted = own if dtype == "auto" else dtype if isinstance(dtype, torch.dtype) else DTYPES[dtype]
+    if passed_in and wanted != own:
+        raise ValueError(f"dtype={dtype!r} is not the model object's own dtype ({own}): serving "
+                         "it so would convert your model in place (and break any LLM already "
+                         f"serving it); convert it yourself first (model.to({wanted})) or leave "
+                         "dtype unset ('auto', the model's own)")
+    return wanted
 
 
 #: What to give instead of a model that cannot load (the command line says it in its own terms)
