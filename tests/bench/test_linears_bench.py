@@ -18,7 +18,8 @@ def test_linears_prints_a_ratio_per_shape_and_rows_and_writes_json(tmp_path, cap
                          "--json", str(path)] + ["--cold"] * cold) == 0
     out = capsys.readouterr().out
     assert "512 x 512" in out and "  yes" in out and "load" in out
-    assert ("from memory (--cold)" in out) == cold and ("in cache" in out) != cold
+    assert ("from memory (--cold: copies of each, 8 MiB in all)" in out) == cold
+    assert ("in cache" in out) != cold
     data = json.loads(path.read_text())
     assert data["runs"][0]["cold"] == cold
     results = data["runs"][0]["results"]
@@ -39,3 +40,20 @@ def test_linears_says_why_without_onednn(monkeypatch, capsys):
     monkeypatch.setattr(accel, "prepack_unavailable", lambda: "no oneDNN in this torch")
     assert linears.main(["--widths", "64"]) == 1
     assert "no oneDNN in this torch" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sizes, expected", [
+    ({"index0": "48K", "index2": "2048K", "index3": "32768K"}, 64 * 2**20),
+    ({"index0": "32K", "index3": "1M"}, 2 * 2**20),
+    ({"index0": "garbage"}, 64 * 2**20),
+    ({}, 64 * 2**20),
+])
+def test_cold_means_twice_the_largest_cache(tmp_path, monkeypatch, sizes, expected):
+    """--cold's copies fill twice the CPU's largest cache (sysfs), 64 MiB where
+    none can be read: on a CPU with a larger L3 a fixed size would stay in it."""
+    for index, size in sizes.items():
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(size + "\n")
+    real = linears.Path
+    monkeypatch.setattr(linears, "Path", lambda p: tmp_path if "cache" in str(p) else real(p))
+    assert linears.cold_bytes() == expected

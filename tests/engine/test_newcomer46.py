@@ -64,7 +64,7 @@ def test_the_packing_rule_says_it_is_a_rule_not_a_law(width, why):
     reason = accel.below_rule(width, 4096)
     assert (reason is not None) == why
     if why:
-        assert reason == ("layers under 512 inputs wide stay unpacked (auto's rule, measured "
-                          "on whole models: docs/benchmarks.md)")
+        assert reason == ("layers under 512 inputs wide stay unpacked (auto's rule: "
+                          "docs/benchmarks.md, 'Prepacked linear layers')")
     assert accel.below_rule(512, 128) == ("weights under 262,144 elements stay unpacked (auto's "
-                                         "rule, measured on whole models: docs/benchmarks.md)")
+                                         "rule: docs/benchmarks.md, 'Prepacked linear layers')")

@@ -74,7 +74,7 @@ def test_auto_packs_the_weights_of_512_x_512_and_more_only(mode):
     assert set(packed_names(model)) == set(report.replaced) == big
     assert {"model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj"} <= big
     assert "model.layers.0.self_attn.k_proj" in report.skipped  # 512 x 128
-    assert "weights under 262,144 elements stay unpacked (auto's rule" in str(report)
+    assert "weights under 262,144 elements stay unpacked (auto's rule:" in str(report)
     assert model.pagedkit_prepack is report
     # by default k and v are packed as members of their q/k/v group's product
     report = prepack_linears(model)
@@ -358,6 +358,29 @@ def test_min_rows_is_what_auto_uses(mode):
     model = wide_llama()
     prepack_linears(model)
     assert {m.min_rows for m in model.modules() if isinstance(m, PackedLinear)} == {MIN_ROWS}
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 9])
+def test_auto_uses_the_packed_product_from_one_row(mode, monkeypatch, rows):
+    """A decode step reads each weight from memory, where packed paid from one
+    row (docs/benchmarks.md, "Fused and packed from one row"): every call of
+    a packed layer, a decode of one sequence too, multiplies packed, fused
+    groups once per group."""
+    mode(None)
+    assert MIN_ROWS == 1
+    model = wide_llama()
+    prepack_linears(model)
+    calls = []
+    real = accel.packed_linear
+    monkeypatch.setattr(accel, "packed_linear", lambda x, *a: calls.append(x.shape) or real(x, *a))
+    ids = torch.randint(0, 256, (1, rows))
+    with torch.inference_mode():
+        model.model.layers[0].self_attn.q_proj(torch.randn(1, rows, 512))
+        model.model.layers[0].mlp.down_proj(torch.randn(1, rows, 512))
+        model(ids)  # its lm_head, 512 x 256, is below the shape rule: plain
+    # q/k/v one product, o, gate/up one product, down: 4 per layer (+ the two above)
+    assert len(calls) == 2 + 4 * model.config.num_hidden_layers
+    assert all(shape[-2] == rows for shape in calls)
 
 
 

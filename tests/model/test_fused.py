@@ -56,10 +56,11 @@ def fused_names(model: nn.Module) -> list[str]:
 
 
 def group(sizes=(24, 8, 8), width=32, bias=False, min_rows=1):
-    """Sibling linear layers fused as `fuse_projections` fuses them."""
+    """Sibling linear layers fused as `fuse_projections` fuses them: q/k/v, or
+    gate/up for two sizes."""
     torch.manual_seed(0)
     parent = nn.Module()
-    names = ("q_proj", "k_proj", "v_proj")[:len(sizes)]
+    names = ("q_proj", "k_proj", "v_proj") if len(sizes) == 3 else ("gate_proj", "up_proj")
     for name, size in zip(names, sizes, strict=True):
         setattr(parent, name, nn.Linear(width, size, bias=bias))
     report = fuse_projections(parent, "on", min_rows)
@@ -220,24 +221,41 @@ def test_auto_and_on_by_group():
 
 # ---------------------------------------------------------------- the products
 @pytest.mark.parametrize("bias", [False, True])
-def test_every_member_gets_its_own_product_in_any_order_of_calls(bias):
-    """Every order of the three calls, each with the same tensor, a copy of it,
-    or a call repeated: each member's output is x @ its weight.T (+ its bias)."""
-    _parent, members = group(bias=bias)
+@pytest.mark.parametrize("sizes", [(24, 8, 8), (40, 40)], ids=["q/k/v", "gate/up"])
+def test_every_member_gets_its_own_product_in_any_order_of_calls(bias, sizes):
+    """Every order of the calls, each with the same tensor, a copy of it, or a
+    call repeated: each member's output is x @ its weight.T (+ its bias)."""
+    _parent, members = group(sizes, bias=bias)
     x = torch.randn(2, 5, 32)
     want = [F.linear(x, m.weight, m.bias) for m in members]
+    every = range(len(members))
     with torch.inference_mode():
-        for order in itertools.permutations(range(3)):
+        for order in itertools.permutations(every):
             for calls in (order, order + order, (order[0], *order), order[:2]):
                 for i, index in enumerate(calls):
                     other = x.clone() if i == 1 else x  # another tensor, equal values
                     torch.testing.assert_close(members[index](other), want[index],
                                                rtol=1e-5, atol=1e-5)
         y = torch.randn(2, 5, 32)  # new values in between: never a stale slice
-        for index in (0, 1, 2):
+        for index in every:
             torch.testing.assert_close(members[index](y), F.linear(y, members[index].weight,
                                        members[index].bias), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(members[index](x), want[index], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("sizes", [(24, 8, 8), (40, 40)], ids=["q/k/v", "gate/up"])
+def test_an_input_written_in_place_between_the_calls_is_multiplied_afresh(sizes):
+    """`gate(x); x.mul_(2); up(x)` gave up a slice of the product of the old x
+    (the same tensor object): outside inference mode x's version counter shows
+    the write, and the next member multiplies again."""
+    _parent, members = group(sizes)
+    x = torch.randn(3, 32)
+    with torch.no_grad():
+        members[0](x)
+        x.mul_(2)
+        for member in members[1:]:
+            torch.testing.assert_close(member(x), F.linear(x, member.weight), rtol=1e-5,
+                                       atol=1e-5)
 
 
 def test_the_product_is_computed_once_for_the_three_and_then_dropped(monkeypatch):

@@ -11,11 +11,12 @@ the fastest of several repeats, what a shared machine's load disturbs least.
 The table gives plain time / packed time (above 1: packed is faster) and
 whether ``PAGEDKIT_PREPACK=auto`` packs that shape (it then uses the packed
 copy in every call). By default one weight is multiplied again and again,
-in the CPU's caches; ``--cold`` cycles through copies of it (`COLD_BYTES`
-in all), so each product reads its weight from memory, as in a decode step
-of a model larger than the caches. The shape rule in `pagedkit.model.accel`
-was read from the first; its row rule (every call) from the engine, which
-the second resembles (docs/benchmarks.md, "Fused and packed from one row").
+in the CPU's caches; ``--cold`` cycles through copies of it (twice the
+CPU's largest cache in all, `cold_bytes`), so each product reads its
+weight from memory, as in a decode step of a model larger than the
+caches. The shape rule in `pagedkit.model.accel` was read from the first;
+its row rule (every call) from the engine, which the second resembles
+(docs/benchmarks.md, "Fused and packed from one row").
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -48,8 +50,19 @@ def fastest(fn, repeats: int, number: int) -> float:
     return best
 
 
-#: ``--cold``: the copies of a weight cycled through, in all (twice a 32 MiB L3).
-COLD_BYTES = 64 * 2**20
+#: ``--cold``: the copies of a weight cycled through, in all; None: `cold_bytes`.
+COLD_BYTES: int | None = None
+
+
+def cold_bytes() -> int:
+    """Twice the CPU's largest cache (Linux's sysfs), or 64 MiB where it cannot be read."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        if text.rstrip("KMG").isdigit():
+            sizes.append(int(text.rstrip("KMG")) * scale)
+    return 2 * max(sizes) if sizes else 64 * 2**20
 
 
 @torch.inference_mode()
@@ -60,7 +73,7 @@ def measure(width: int, shape: str, rows: list[int], repeats: int = 7,
     scale_in, scale_out = SHAPES[shape]
     k = round(width * scale_in)
     n = 4096 if scale_out is None else round(width * scale_out)
-    copies = -(-COLD_BYTES // (4 * n * k)) if cold else 1
+    copies = -(-(COLD_BYTES or cold_bytes()) // (4 * n * k)) if cold else 1
     weights = [torch.randn(n, k) * k ** -0.5 for _ in range(copies)]
     packed = [accel.pack_weight(w) for w in weights]
     out = {"width": width, "shape": shape, "in_features": k, "out_features": n,
@@ -82,7 +95,8 @@ def measure(width: int, shape: str, rows: list[int], repeats: int = 7,
 
 
 def format_table(results: list[dict], threads: int, rows: list[int], cold: bool = False) -> str:
-    where = "from memory (--cold)" if cold else "in cache"
+    where = (f"from memory (--cold: copies of each, {(COLD_BYTES or cold_bytes()) >> 20} MiB "
+             "in all)" if cold else "in cache")
     lines = [f"threads={threads}, weights {where}: plain time / packed time (above 1: packed "
              "faster), by rows",
              f"{'width':>5} {'shape':<17}{'weight':>12}" + "".join(f"{m:>7}" for m in rows)
@@ -116,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="tokens per call (default 1,2,4,8,16,64,256)")
     p.add_argument("--cold", action="store_true",
                    help="read each weight from memory, as a decode step of a large model does "
-                   "(cycles through copies of it, 64 MiB in all)")
+                   "(cycles through copies of it, twice the CPU's largest cache in all)")
     p.add_argument("--json", metavar="PATH", type=writable_file, help="write every time here")
     add_no_progress(p)
     args = p.parse_args(argv)

@@ -70,8 +70,9 @@ MIN_IN_FEATURES = 512
 #: Fewest tokens (rows of the input) a call multiplies packed under ``auto``.
 #: Every call: alone, with the weight in cache, oneDNN's fixed cost per call
 #: made 1-3 tokens slower packed (``bench linears``), but in a decode step a
-#: weight comes from memory, and packing from 4 tokens instead ran the larger
-#: bench model 7-25% slower (docs/benchmarks.md, "Fused and packed from one row").
+#: weight comes from memory, and packing from 4 tokens instead (both fusion
+#: groups fused either way) ran the larger bench model 7-25% slower
+#: (docs/benchmarks.md, "Fused and packed from one row").
 MIN_ROWS = 1
 
 
@@ -204,7 +205,12 @@ class PackedLinear(nn.Linear):
         return state
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, prepacked (oneDNN) from {self.min_rows} rows"
+        return f"{super().extra_repr()}, prepacked (oneDNN) {rows_phrase(self.min_rows)}"
+
+
+def rows_phrase(min_rows: int) -> str:
+    """When a packed product is used: ``in every call``, or from how many rows."""
+    return "in every call" if min_rows <= 1 else f"from {min_rows} rows"
 
 
 @dataclass
@@ -241,16 +247,18 @@ def why_not(module: nn.Module, mode: str) -> str | None:
     return below_rule(module.in_features, module.out_features) if mode == "auto" else None
 
 
+#: Where `below_rule`'s shape rule comes from, as its reasons say.
+RULE = "(auto's rule: docs/benchmarks.md, 'Prepacked linear layers')"
+
+
 def below_rule(in_features: int, out_features: int) -> str | None:
     """Why ``auto`` leaves a layer of this shape unpacked, or None: the rule
     docs/benchmarks.md measured, per product (``python -m pagedkit bench
     linears``) and per model in the engine."""
     if in_features < MIN_IN_FEATURES:
-        return (f"layers under {MIN_IN_FEATURES} inputs wide stay unpacked (auto's rule, "
-                "measured on whole models: docs/benchmarks.md)")
+        return f"layers under {MIN_IN_FEATURES} inputs wide stay unpacked {RULE}"
     if in_features * out_features < MIN_WEIGHT_ELEMENTS:
-        return (f"weights under {MIN_WEIGHT_ELEMENTS:,} elements stay unpacked (auto's rule, "
-                "measured on whole models: docs/benchmarks.md)")
+        return f"weights under {MIN_WEIGHT_ELEMENTS:,} elements stay unpacked {RULE}"
     return None
 
 
@@ -278,7 +286,7 @@ def prepack_linears(model: nn.Module, device: torch.device | None = None,
         warnings.warn(f"{ENV_VAR}=on: {report.reason}; the linear layers run unpacked",
                       stacklevel=2)
     if not report.reason:
-        min_rows = MIN_ROWS if report.mode == "auto" else 1
+        min_rows = MIN_ROWS  # every call (1): the rule's per-call half, kept to be tried
         report.fusion = fuse_projections(model, fuse, min_rows)
         for name, module in list(model.named_modules()):
             if isinstance(module, PackedLinear):  # a member of a fused group

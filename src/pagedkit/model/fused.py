@@ -16,8 +16,9 @@ one thread and 17-33% on two, with both groups fused and every call packed
 (docs/benchmarks.md, "Fused and packed from one row"). ``auto`` fuses a
 group whose members `accel`'s shape rule would pack had they the group's
 width (`accel.below_rule` on the concatenated weight): the embedded tiny
-model (256 wide) keeps its separate layers, which measured level or slower
-fused (one request: 0.83-0.91x).
+model (256 wide) keeps its separate layers (every layer packed and fused
+there: 0.83-0.91x at one request, level at 8, 1.04-1.08x at 64), so the
+model a learner steps through in a debugger is transformers' own.
 
 How: the members of a group are `FusedLinear` layers (`accel.PackedLinear`'s
 subclass: the same Parameters, no packed copy of their own) sharing one
@@ -31,11 +32,12 @@ always returns ``x @ its weight.T`` (+ its bias), whatever the order of the
 calls. Exact as a packed layer is (oneDNN's order of summation,
 ~1e-6 on float32 logits); tokens equal transformers' in every test.
 
-The one thing a slice cannot see is an in-place write to the input between
-the member calls (an inference tensor keeps no version counter): no
-architecture transformers builds writes to the hidden states between its
-projections, and ``tests/model/test_fused.py`` runs every served
-architecture fused against `generate`.
+An in-place write to the input between the member calls makes the next
+member multiply afresh too (the tensor's version counter moved), except
+for an inference tensor, which keeps none (the engine's steps run in
+inference mode): no architecture transformers builds writes to the hidden
+states between its projections, and ``tests/model/test_fused.py`` runs
+every served architecture fused against `generate`.
 """
 
 from __future__ import annotations
@@ -89,9 +91,10 @@ class FusedProduct:
     def slice(self, index: int, x: torch.Tensor) -> torch.Tensor:
         """Member `index`'s product with `x`: its slice of the product computed for
         this very tensor if it has not had it yet, else of a new one."""
-        if self._x is not x or index not in self._waiting:
+        key = accel._weight_key(x)  # an in-place write to x since changes it (not in inference)
+        if self._x is not x or self._x_key != key or index not in self._waiting:
             out = accel.packed_linear(x, self.packed, self.bias)
-            self._x = x
+            self._x, self._x_key = x, key
             self._slices = out.split([m.out_features for m in self.members], dim=-1)
             self._waiting = set(range(len(self.members)))
         self._waiting.discard(index)
@@ -103,12 +106,13 @@ class FusedProduct:
     def forget(self) -> None:
         """Drop the kept input and product."""
         self._x: torch.Tensor | None = None
+        self._x_key: tuple[int, int] | None = None
         self._slices: tuple[torch.Tensor, ...] = ()
         self._waiting: set[int] = set()
 
     def __getstate__(self):  # an opaque oneDNN tensor cannot be copied or pickled
         state = self.__dict__.copy()
-        state.update(packed=None, bias=None, _x=None, _slices=(), _waiting=set())
+        state.update(packed=None, bias=None, _x=None, _x_key=None, _slices=(), _waiting=set())
         return state
 
 
@@ -147,7 +151,7 @@ class FusedLinear(PackedLinear):
 
     def extra_repr(self) -> str:
         return (f"{nn.Linear.extra_repr(self)}, fused with {', '.join(self.names)} "
-                f"(one oneDNN product) from {self.min_rows} rows")
+                f"(one oneDNN product) {accel.rows_phrase(self.min_rows)}")
 
 
 @dataclass
@@ -155,7 +159,7 @@ class FuseReport:
     """Which groups `fuse_projections` fused, and why the others were not."""
 
     mode: str
-    fused: list[str] = field(default_factory=list)  # module.{q_proj,k_proj,v_proj}
+    fused: list[str] = field(default_factory=list)  # module.{q_proj,k_proj,v_proj}, ...
     skipped: dict[str, str] = field(default_factory=dict)  # group -> why not
 
 
