@@ -338,20 +338,43 @@ def test_get_tokenizer_and_model_config(llm):
     assert not hasattr(engine, "model_config")
 
 
-# F5: seed=None is refused as vLLM 0.32 refuses it, saying what to give
-@pytest.mark.parametrize("where", ["LLM", "EngineArgs"])
-def test_seed_none_says_what_to_give(where):
+def build_with_seed(where: str, seed):
+    """An engine with this engine seed, built as `LLM` or from `EngineArgs`."""
     from pagedkit import EngineArgs
     from pagedkit.engine import LLMEngine
 
-    build = {"LLM": lambda: LLM("tiny", num_blocks=4, seed=None),
-             "EngineArgs": lambda: LLMEngine.from_engine_args(
-                 EngineArgs(model="tiny", num_blocks=4, seed=None))}[where]
+    if where == "LLM":
+        return LLM("tiny", num_blocks=4, seed=seed)
+    return LLMEngine.from_engine_args(EngineArgs(model="tiny", num_blocks=4, seed=seed))
+
+
+# F5: seed=None is refused as vLLM 0.32 refuses it, saying what to give
+@pytest.mark.parametrize("where", ["LLM", "EngineArgs"])
+def test_seed_none_says_what_to_give(where):
     with pytest.raises(TypeError) as info:
-        build()
+        build_with_seed(where, None)
     message = str(info.value)
     assert message.startswith("seed must be an integer (0 to 2**32-1), got None")
     assert "vLLM 0.32 refuses None too" in message and "seed=random.randrange(2**32)" in message
+
+
+@pytest.mark.parametrize("seed", [-1, -2, -2**31, -2**32, -2**64])
+@pytest.mark.parametrize("where", ["LLM", "EngineArgs"])
+def test_a_negative_engine_seed_says_the_range_and_what_minus_one_means(seed, where):
+    """Newcomer 45: LLM(seed=-1) said only "seed must be >= 0": a user carrying
+    SamplingParams' -1 ("no seed") over met no range and no way out."""
+    with pytest.raises(ValueError) as info:
+        build_with_seed(where, seed)
+    message = str(info.value)
+    assert message.startswith(f"seed must be 0 to 2**32-1 (4294967295), got {seed}: ")
+    assert "-1 means no seed only in SamplingParams" in message
+    assert "leave seed unset (0)" in message
+
+
+def test_minus_one_still_means_no_seed_in_a_request():
+    params = SamplingParams(temperature=1.0, max_tokens=3, seed=-1)
+    output = LLM("tiny", num_blocks=8).generate("Once upon a time", params, use_tqdm=False)[0]
+    assert len(output.outputs[0].token_ids) == 3
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**31, 2**32 - 1])
@@ -363,14 +386,9 @@ def test_integer_seeds_are_taken(seed):
 def test_an_engine_seed_vllm_refuses_is_refused_too(seed):
     """Newcomer 44: LLM(seed=2**32) ran here and vLLM 0.32 refuses it ("Seed
     must be between 0 and 2**32 - 1"); a request's seed keeps 2**64-1."""
-    from pagedkit import EngineArgs
-    from pagedkit.engine import LLMEngine
-
-    for build in (lambda: LLM("tiny", num_blocks=4, seed=seed),
-                  lambda: LLMEngine.from_engine_args(EngineArgs(model="tiny", num_blocks=4,
-                                                                seed=seed))):
+    for where in ("LLM", "EngineArgs"):
         with pytest.raises(ValueError) as info:
-            build()
+            build_with_seed(where, seed)
         assert str(info.value).startswith(f"seed must be 0 to 2**32-1 (4294967295), got {seed}")
         assert "seed % 2**32" in str(info.value)
     params = SamplingParams(temperature=1.0, max_tokens=2, seed=2**64 - 1)
