@@ -67,17 +67,17 @@ def cold_bytes() -> int:
 
 @torch.inference_mode()
 def measure(width: int, shape: str, rows: list[int], repeats: int = 7,
-            cold: bool = False) -> dict:
+            cold_total: int = 0) -> dict:
     """One shape at one width: plain and packed seconds per row count, the
-    weight in cache or (`cold`) one of copies read in turn from memory."""
+    weight in cache or (`cold_total` bytes) one of copies read in turn from memory."""
     scale_in, scale_out = SHAPES[shape]
     k = round(width * scale_in)
     n = 4096 if scale_out is None else round(width * scale_out)
-    copies = -(-(COLD_BYTES or cold_bytes()) // (4 * n * k)) if cold else 1
+    copies = -(-cold_total // (4 * n * k)) if cold_total else 1
     weights = [torch.randn(n, k) * k ** -0.5 for _ in range(copies)]
     packed = [accel.pack_weight(w) for w in weights]
     out = {"width": width, "shape": shape, "in_features": k, "out_features": n,
-           "auto_packs": accel.below_rule(k, n) is None, "cold": cold, "rows": {}}
+           "auto_packs": accel.below_rule(k, n) is None, "cold": bool(cold_total), "rows": {}}
     for m in rows:
         x = torch.randn(1, m, k)
         number = max(3, min(200, int(2e7 / (m * k * n * copies))))
@@ -94,9 +94,9 @@ def measure(width: int, shape: str, rows: list[int], repeats: int = 7,
     return out
 
 
-def format_table(results: list[dict], threads: int, rows: list[int], cold: bool = False) -> str:
-    where = (f"from memory (--cold: copies of each, {(COLD_BYTES or cold_bytes()) >> 20} MiB "
-             "in all)" if cold else "in cache")
+def format_table(results: list[dict], threads: int, rows: list[int], cold_total: int = 0) -> str:
+    where = (f"from memory (--cold: copies of each, {cold_total >> 20} MiB in all)"
+             if cold_total else "in cache")
     lines = [f"threads={threads}, weights {where}: plain time / packed time (above 1: packed "
              "faster), by rows",
              f"{'width':>5} {'shape':<17}{'weight':>12}" + "".join(f"{m:>7}" for m in rows)
@@ -139,11 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench linears: nothing to compare: {why}")
         return 1
     report = {"torch": torch.__version__, "load_average": load_average(), "runs": []}
+    cold_total = (COLD_BYTES or cold_bytes()) if args.cold else 0  # read once
     for threads in args.threads:
         torch.set_num_threads(threads)
-        results = [measure(w, s, args.rows, cold=args.cold) for w in args.widths for s in SHAPES]
+        results = [measure(w, s, args.rows, cold_total=cold_total)
+                   for w in args.widths for s in SHAPES]
         report["runs"].append({"threads": threads, "cold": args.cold, "results": results})
-        print(format_table(results, threads, args.rows, args.cold), flush=True)
+        print(format_table(results, threads, args.rows, cold_total), flush=True)
     report["load_average_end"] = load_average()
     print(f"load {report['load_average']} -> {report['load_average_end']}")
     if args.json:

@@ -985,15 +985,13 @@ def _check_seed(seed: Any) -> None:
                         "as a random seed); leave seed unset (0), or give a random one "
                         "yourself, e.g. seed=random.randrange(2**32)")
     check_int("seed", seed)
-    if seed < 0:  # SamplingParams(seed=-1) means "no seed"; the engine's has no such value
-        raise ValueError(f"seed must be 0 to 2**32-1 ({MAX_ENGINE_SEED}), got {seed}: the "
-                         "engine always has a seed (vLLM 0.32's LLM refuses negative ones too; "
-                         "-1 means no seed only in SamplingParams); leave seed unset (0) or "
-                         "give an integer in that range")
-    if seed > MAX_ENGINE_SEED:
-        raise ValueError(f"seed must be 0 to 2**32-1 ({MAX_ENGINE_SEED}), got {seed}: vLLM "
-                         "0.32's LLM refuses larger seeds too; give seed % 2**32 (a request's "
-                         "SamplingParams(seed=...) takes up to 2**64-1 on both)")
+    if not 0 <= seed <= MAX_ENGINE_SEED:  # SamplingParams' -1 ("no seed") has no twin here
+        advice = ("the engine always has a seed (vLLM 0.32's LLM refuses negative ones too; -1 "
+                  "means no seed only in SamplingParams); leave seed unset (0) or give an "
+                  "integer in that range" if seed < 0 else
+                  "vLLM 0.32's LLM refuses larger seeds too; give seed % 2**32 (a request's "
+                  "SamplingParams(seed=...) takes up to 2**64-1 on both)")
+        raise ValueError(f"seed must be 0 to 2**32-1 ({MAX_ENGINE_SEED}), got {seed}: {advice}")
 
 
 def _check_arrival(arrival_time: float | None) -> None:
