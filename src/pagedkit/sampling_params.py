@@ -99,6 +99,13 @@ def shown(value: object) -> str:
     return repr(value)
 
 
+#: The options beam search inside one request leaves out, with the values
+#: that mean "not set" (`SamplingParams._check_beam_options`).
+BEAM_DEFAULTS = {"top_p": (1,), "top_k": (0, -1), "min_p": (0,), "presence_penalty": (0,),
+                 "frequency_penalty": (0,), "repetition_penalty": (1,), "stop": ([],),
+                 "logprobs": (None,), "prompt_logprobs": (None,)}
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Decoding settings for one request; checked when built, so a bad value
@@ -212,8 +219,23 @@ class SamplingParams:
                 raise ValueError("beam search is deterministic: use temperature=0, got "
                                  f"{self.temperature}{default}")
             object.__setattr__(self, "beam_width", width)
+            self._check_beam_options()
         elif self.beam_width is not None:
             raise ValueError("beam_width only applies with use_beam_search=True")
+
+    def _check_beam_options(self) -> None:
+        """Beam search ranks whole beams by the model's own log-probabilities:
+        an option that would filter, reshape or report a sampled token's
+        distribution is refused by name, not ignored."""
+        given = [name for name, default in BEAM_DEFAULTS.items()
+                 if getattr(self, name) not in default]
+        if given:
+            values = ", ".join(f"{name}={getattr(self, name)!r}" for name in given)
+            raise ValueError(
+                f"{values}: not used by use_beam_search=True, which ranks whole beams by the "
+                "model's own log-probabilities; leave "
+                f"{'it' if len(given) == 1 else 'them'} at the default "
+                "(docs/api.md, 'Decoding: SamplingParams')")
 
     def _check_real(self, name: str) -> None:
         """A float option is a real number: a string, bool or tensor is a TypeError
@@ -257,10 +279,6 @@ class SamplingParams:
         object.__setattr__(self, "penalized", bool(
             self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1
             or self.min_p))
-        if self.use_beam_search and (self.stop or self.logprobs is not None or self.penalized
-                                     or self.prompt_logprobs is not None):
-            raise ValueError("stop strings, logprobs, penalties and min_p do not apply to "
-                             "use_beam_search=True: use LLM.beam_search (docs/api.md)")
 
     def __getattr__(self, name: str) -> object:
         """Only for a name it has not: vLLM's say so (`VLLM_ONLY_ATTRIBUTES`)."""

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..sequence import FinishReason, Sequence, SequenceGroup
+
+if TYPE_CHECKING:
+    from .sampling import StopRule
 
 
 def length_normalized(seq: Sequence, length_penalty: float) -> float:
@@ -48,14 +52,16 @@ Candidate = tuple[float, int, int, Sequence]  # (cumulative logprob, beam rank, 
 
 
 def beam_step(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
-              stop_ids: set[int], new_seq_id: Callable[[], int]) -> BeamStep:
+              rule: StopRule, new_seq_id: Callable[[], int]) -> BeamStep:
     """Advance the group's beams by one token. `rows` pairs every live beam
-    with its logits; `new_seq_id()` names a new beam or a finished hypothesis."""
+    with its logits; `rule` says which tokens stop a beam; `new_seq_id()`
+    names a new beam or a finished hypothesis."""
     live = group.unfinished_seqs()
     if [seq.seq_id for seq, _ in rows] != [seq.seq_id for seq in live]:
         raise RuntimeError(f"beam search of request {group.request_id} got logits for "
                            f"{len(rows)} of its {len(live)} beams: a group samples whole")
-    chosen = _choose(group, _candidates(group, rows, stop_ids), stop_ids, new_seq_id)
+    stop_ids = rule.stop_ids(group)
+    chosen = _choose(group, _candidates(group, rows, stop_ids), stop_ids, rule, new_seq_id)
     # every parent first keeps its own place; one chosen again forks (before it
     # has its new token: the fork copies its tokens)
     beams: list[Sequence] = []
@@ -96,7 +102,7 @@ def _candidates(group: SequenceGroup, rows: list[tuple[Sequence, torch.Tensor]],
 
 
 def _choose(group: SequenceGroup, candidates: list[Candidate], stop_ids: set[int],
-            new_seq_id: Callable[[], int]) -> list[tuple[float, int, Sequence]]:
+            rule: StopRule, new_seq_id: Callable[[], int]) -> list[tuple[float, int, Sequence]]:
     """The first ``beam_width`` candidates that do not stop, as ``(score,
     token, parent)``; a stop candidate among the first ``beam_width`` overall
     becomes a finished hypothesis."""
@@ -112,6 +118,7 @@ def _choose(group: SequenceGroup, candidates: list[Candidate], stop_ids: set[int
             done.token_ids.append(tok)
             done.cumulative_logprob = score
             done.finish_reason = FinishReason.STOP
+            done.stop_reason = rule.named_stop(group.params, tok)
             group.finished_beams.append(done)
     return chosen
 

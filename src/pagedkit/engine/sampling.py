@@ -60,6 +60,13 @@ class StopRule:
         its ``all_stop_token_ids``, which always hold end-of-sequence)."""
         return self.eos_token_ids.union(group.params.stop_token_ids)
 
+    def named_stop(self, params: SamplingParams, token: int) -> int | None:
+        """What a sequence that `token` stopped names in ``stop_reason``: the
+        token if it is one of the request's own ``stop_token_ids`` and not an
+        end-of-sequence that ends it anyway (vLLM checks end-of-sequence first)."""
+        eos = () if params.ignore_eos else self.eos_token_ids
+        return token if token in params.stop_token_ids and token not in eos else None
+
 
 def sample_step(rows: list[tuple[SequenceGroup, list[tuple[Sequence, int]]]],
                 logits: torch.Tensor, rule: StopRule, new_seq_id: Callable[[], int]) -> Sampled:
@@ -233,8 +240,7 @@ def record_prompt_logprobs(group: SequenceGroup, logits: torch.Tensor, start: in
 def _beam_group(group: SequenceGroup, rows: list[tuple[Sequence, int]], logits: torch.Tensor,
                 rule: StopRule, new_seq_id: Callable[[], int], sampled: Sampled) -> None:
     """One step of a beam search; when it is over, every live beam stops."""
-    beams = beam_step(group, [(seq, logits[row]) for seq, row in rows], rule.stop_ids(group),
-                      new_seq_id)
+    beams = beam_step(group, [(seq, logits[row]) for seq, row in rows], rule, new_seq_id)
     sampled.new_tokens.update(beams.new_tokens)
     sampled.forks += [(group, parent, child) for parent, child in beams.forks]
     sampled.dropped += [(group, seq) for seq in beams.dropped]
@@ -252,16 +258,15 @@ def _check_stops(group: SequenceGroup, rule: StopRule, sampled: Sampled) -> None
     length, as in vLLM) a stop string in the text (`stop_string`). Beam
     search decides when a whole search is over itself (`beam_step`)."""
     params = group.params
-    eos = () if params.ignore_eos else rule.eos_token_ids
+    stop_ids = rule.stop_ids(group)
     for seq in group.unfinished_seqs():
         if seq.seq_id not in sampled.new_tokens:
             continue
         token, generated = seq.token_ids[-1], seq.num_output_tokens
         reason = None
-        if (token in params.stop_token_ids or token in eos) and generated >= params.min_tokens:
+        if token in stop_ids and generated >= params.min_tokens:
             reason = FinishReason.STOP
-            if token not in eos:  # a stop token of the request's own is named
-                seq.stop_reason = token
+            seq.stop_reason = rule.named_stop(params, token)
         elif len(seq.token_ids) >= rule.max_model_len or (
                 params.max_tokens is not None and generated >= params.max_tokens):
             reason = FinishReason.LENGTH
