@@ -22,41 +22,43 @@ class keeps a recent estimate (EWMA) of seconds per step on one thread and on
 all ``N = torch.get_num_threads()``, and a step runs on whichever is faster.
 
 **How the loser is re-tried.** The slower arm's estimate goes stale (the load
-changes), so it is run again — once the faster arm has run ``gap`` steps
-(8, then 16, ... up to 256 while re-tries keep confirming it; back to 8 when
-the choice flips) *and* for ``(loser - winner) / SHARE`` seconds since the
-loser last ran. A re-try is expected to lose ``loser - winner`` seconds, so
-the time lost to re-tries is at most ``SHARE`` (1/20 = 5%) of the time spent
-on the winning arm (as far as the estimates are right), and at most one step
-in ``gap + 1``: 1 in 9 at first, 1 in 257 at the cap. Measured figures make
-this cheap both ways: on the quiet machine the loser (one thread) costs ~15%
-of a step, so the step gap decides (a re-try after 8, 16, ... steps: under 2%
-lost, then under 0.1%); on the loaded one it costs 12-20 steps (13-21x
-measured), so it is re-tried only after 240-400 steps on one thread. The
-dangerous direction is fast: when the machine gets busy under the winner,
-its own estimate rises above the other's and the next step already runs on
-the other arm.
+changes), so it is run again — once faster arms have run ``gap`` steps
+(8, then 16, ... up to 256 while re-tries keep confirming the choice; back
+to 8 when a choice flips) *and* for ``(loser - winner) / SHARE`` seconds
+since a loser last ran, where loser and winner are the estimates of the
+class whose step comes next. The schedule is one for the process, not one
+per class (the load is shared): a run's steps fall into many young classes,
+and per-class schedules ran a 64-request run of the larger model 19-23 of
+its ~160 steps on one thread on a quiet machine, 7-14% slower than two
+threads throughout (issue #25). A re-try is expected to lose ``loser -
+winner`` seconds, so the time lost to re-tries is at most ``SHARE`` (1/20 =
+5%) of the time spent on winning arms (as far as the estimates are right),
+and at most one step in ``gap + 1``: 1 in 9 at first, 1 in 257 at the cap.
+Measured figures make this cheap both ways: on the quiet machine the loser
+(one thread) costs ~15-60% of a step, so the step gap decides; on the
+loaded one it costs 12-20 steps (13-21x measured), so it is re-tried only
+after 240-400 steps on one thread. The dangerous direction is fast: when
+the machine gets busy under the winner, its own estimate rises above the
+other's and the next step already runs on the other arm.
 
-**The first steps of a process.** Before any class has timed both arms there
-is no ratio to borrow, and the first steps were all on one thread: a fresh
-process's prompts (one large step, the first of its class) always ran on
-one, 0.43-0.46 s to first token against 0.25 s on two (the larger model, 64
-prompts, a quiet 2-core Xeon; docs/benchmarks.md, issue #25). So those
-first steps ask the machine instead (`IdleCores`, Linux's ``/proc/stat``):
-if the CPUs this process may run on were free to it since the last look
-(idle or running its own threads: ``IDLE_SHARE`` of ``N`` CPUs), a class
-with no time of its own starts on ``N`` threads and then times one thread at
-once; otherwise it starts on one, as below. Once a class has timed both
-arms, the machine is not asked again.
+**Where a class starts.** A class with no time of its own borrows: its
+untried arm is estimated from its tried one by the ratio of the nearest
+class that has timed both (of the same model if it has one, else of any).
+It starts on ``N`` threads if that nearest class runs fastest there (or
+none has timed both yet) *and* the CPUs this process may run on were free
+to it since the last look (`IdleCores`, Linux's ``/proc/stat``: idle or
+running its own threads, ``IDLE_SHARE`` of ``N`` CPUs); else on one
+thread. Before, every class after the first started on one thread: a
+fresh process's prompts (one large step, the first of its class) ran on
+one, 0.43-0.46 s to first token against 0.25 s on two (the larger model,
+64 prompts, a quiet 2-core Xeon; docs/benchmarks.md, issue #25). Only the
+process's first class has no ratio to borrow: it times its other arm at
+once — on a loaded machine that is ``N`` threads blind, one step, the
+dearest of all: 3.3 s against 0.15 s on one thread (tiny model, 64
+sequences, load 5.6), and 1.0 s against 35 ms at load 1.4.
 
 **What else it costs.** The first step of a class is a warm-up, not timed (a
-new shape allocates): on one thread, or on ``N`` where the free CPUs said so.
-A class's untried arm borrows its ratio to the tried one from the nearest
-class that has timed both (of the same model if it has one, else of any: the
-load is shared); only the process's first class tries ``N`` threads blind
-(unless the free CPUs sent it there), one step — the dearest step of all on a
-loaded machine: 3.3 s against 0.15 s on one thread (tiny model, 64 sequences,
-load 5.6), and 1.0 s against 35 ms at load 1.4. The chooser's own work per
+new shape allocates), on the arm it starts on. The chooser's own work per
 step (two clock readings, its estimates, ``torch.set_num_threads`` there and
 back when the count changes) measured ~20-30 microseconds of Python on the
 loaded 2-core machine, under 0.3% of a 10 ms decode step. With one thread
@@ -126,8 +128,10 @@ class IdleCores:
 
     Calling it gives the CPUs' worth of time (``/proc/stat``, the CPUs of
     ``os.sched_getaffinity``) that sat idle or ran this process's own threads,
-    since the previous call that gave a number or since its creation; None
-    where that cannot be read or the window is under ``MIN_TICKS``. A number,
+    since the previous call that gave a number or since its creation. A
+    window under ``MIN_TICKS`` gives that previous number again (None before
+    the first: a shorter window is a coin toss); None where nothing can be
+    read. A number,
     not a guess: ``N`` of them free is what ``N`` threads would get. (A CPU
     quota, as a container's, is not seen here; the arm it picks is timed at
     once all the same.)"""
@@ -136,6 +140,7 @@ class IdleCores:
         self.cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         self.hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.last = self._read() if self.cpus else None
+        self.reading: float | None = None  # the last number given
 
     def _read(self) -> tuple[int, int, float] | None:
         ticks = _cpu_ticks(self.cpus)
@@ -143,11 +148,14 @@ class IdleCores:
 
     def __call__(self) -> float | None:
         now = self._read() if self.last is not None else None
-        if now is None or now[1] - self.last[1] < MIN_TICKS:
+        if now is None:
             return None
+        if now[1] - self.last[1] < MIN_TICKS:
+            return self.reading
         idle, total, own = (a - b for a, b in zip(now, self.last, strict=True))
         self.last = now
-        return min(len(self.cpus), len(self.cpus) * (idle + own * self.hz) / total)
+        self.reading = min(len(self.cpus), len(self.cpus) * (idle + own * self.hz) / total)
+        return self.reading
 
 
 def step_macs(config, num_tokens: int) -> int:
@@ -181,10 +189,16 @@ class _Class:
 
     seconds: dict[int, float] = field(default_factory=dict)  # arm -> estimate (measured)
     steps: int = 0  # steps seen, the warm-up included
-    since: int = 0  # steps on the faster arm since the slower one last ran ...
-    since_s: float = 0.0  # ... and their seconds
-    gap: int = MIN_GAP  # steps to wait before re-trying the slower arm
     first: int | None = None  # the arm its warm-up and first timed step run on
+
+
+@dataclass
+class _Retries:
+    """When a slower arm is re-tried: one schedule for the process (the load is shared)."""
+
+    since: int = 0  # steps on a faster arm since a slower one last ran ...
+    since_s: float = 0.0  # ... and their seconds
+    gap: int = MIN_GAP  # steps to wait before re-trying a slower arm
 
 
 class ThreadChooser:
@@ -203,6 +217,7 @@ class ThreadChooser:
         self.idle = idle
         self.counts: Counter[int] = Counter()
         self._classes: dict[tuple[Hashable, int, int], _Class] = {}
+        self._retries = _Retries()
 
     @contextmanager
     def step(self, macs: int, key: Hashable = None) -> Iterator[int]:
@@ -230,41 +245,42 @@ class ThreadChooser:
         """Seconds per step on each arm: measured, or for an untried arm the
         tried one's times the ratio of the nearest class (same N; this model's
         first, then any model's: the load is shared) that timed both."""
-        available = where[2]
-        if len(cls.seconds) != 1:
+        near = self._nearest(where) if len(cls.seconds) == 1 else None
+        if near is None:
             return cls.seconds
         (tried, seconds), = cls.seconds.items()
-        other = available if tried == 1 else 1
-        both = [(m != where[0], abs(k - where[1]), k, c) for (m, k, n), c
-                in self._classes.items() if n == available and len(c.seconds) == 2]
-        if not both:
-            return cls.seconds
-        near = min(both, key=lambda t: t[:3])[-1]
+        other = where[2] if tried == 1 else 1
         return {tried: seconds, other: seconds * near.seconds[other] / near.seconds[tried]}
+
+    def _nearest(self, where) -> _Class | None:
+        """The class nearest `where` in work (same N; this model's first, then
+        any model's) that has timed both arms, or None."""
+        both = [(m != where[0], abs(k - where[1]), k, c) for (m, k, n), c
+                in self._classes.items() if n == where[2] and len(c.seconds) == 2]
+        return min(both, key=lambda t: t[:3])[-1] if both else None
 
     def _choose(self, where, cls: _Class) -> tuple[int, bool]:
         """(threads, whether this step re-tries the slower arm)."""
         available = where[2]
         if not cls.seconds:  # the warm-up, then the first timed step
             if cls.first is None:
-                cls.first = self._first_arm(available)
+                cls.first = self._first_arm(where)
             return cls.first, False
-        if 1 not in cls.seconds:
-            return 1, True  # it started on N: one thread's time, at once
         est = self._estimates(where, cls)
-        if available not in est:
-            return available, True  # the process's first class: try N blind
+        if len(est) == 1:  # no ratio to borrow (the process's first class): time the other
+            return (1 if available in est else available), False
         fast, slow = (1, available) if est[1] <= est[available] else (available, 1)
-        if cls.since >= cls.gap and cls.since_s * SHARE >= est[slow] - est[fast]:
+        due = self._retries
+        if due.since >= due.gap and due.since_s * SHARE >= est[slow] - est[fast]:
             return slow, True
         return fast, False
 
-    def _first_arm(self, available: int) -> int:
-        """Where a class with no time of its own starts: on one thread once any
-        class has timed both arms (its ratio is borrowed, module docstring);
-        before that, on all `available` if as many CPUs were free to it."""
-        if self.idle is None or any(n == available and len(c.seconds) == 2
-                                    for (_, _, n), c in self._classes.items()):
+    def _first_arm(self, where) -> int:
+        """Where a class with no time of its own starts: on all N threads if
+        the nearest class that timed both runs fastest there (or none has yet)
+        and as many CPUs were free to this process; else on one thread."""
+        near, available = self._nearest(where), where[2]
+        if self.idle is None or (near is not None and near.seconds[1] <= near.seconds[available]):
             return 1
         free = self.idle()
         return available if free is not None and free >= IDLE_SHARE * available else 1
@@ -273,17 +289,22 @@ class ThreadChooser:
         cls.steps += 1
         if cls.steps == 1:
             return  # the warm-up is not timed
-        before, first = self._fastest(where, cls), threads not in cls.seconds
-        if first or retry:
+        before, new_arm = self._fastest(where, cls), threads not in cls.seconds
+        if new_arm or retry:
             cls.seconds[threads] = seconds  # new, or a re-try: the old figure is stale
         else:
             cls.seconds[threads] += ALPHA * (seconds - cls.seconds[threads])
-        if self._fastest(where, cls) != before or first:  # the arm that lost just ran
-            cls.since, cls.since_s, cls.gap = 0, 0.0, MIN_GAP
+        due = self._retries
+        if before is None:  # a class's first timed step: no choice was made yet
+            return
+        if self._fastest(where, cls) != before:  # the choice flipped
+            due.since, due.since_s, due.gap = 0, 0.0, MIN_GAP
         elif retry:  # a re-try confirmed the choice: wait longer next time
-            cls.since, cls.since_s, cls.gap = 0, 0.0, min(2 * cls.gap, MAX_GAP)
+            due.since, due.since_s, due.gap = 0, 0.0, min(2 * due.gap, MAX_GAP)
+        elif new_arm:  # the first class's other arm, timed at once
+            due.since, due.since_s = 0, 0.0
         else:
-            cls.since, cls.since_s = cls.since + 1, cls.since_s + seconds
+            due.since, due.since_s = due.since + 1, due.since_s + seconds
 
     def _fastest(self, where, cls: _Class) -> int | None:
         est = self._estimates(where, cls)
