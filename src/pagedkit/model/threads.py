@@ -28,9 +28,9 @@ to 8 when a choice flips) *and* for ``(loser - winner) / SHARE`` seconds
 since a loser last ran, where loser and winner are the estimates of the
 class whose step comes next. The schedule is one for the process, not one
 per class (the load is shared): a run's steps fall into many young classes,
-and per-class schedules ran a 64-request run of the larger model 19-23 of
-its ~160 steps on one thread on a quiet machine, 7-14% slower than two
-threads throughout (issue #25). A re-try is expected to lose ``loser -
+and per-class schedules ran a 64-request run of the larger model 17-28 of
+its ~160 steps on one thread on a quiet machine, 8-17% slower than two
+threads throughout (docs/benchmarks.md, "One re-try schedule"). A re-try is expected to lose ``loser -
 winner`` seconds, so the time lost to re-tries is at most ``SHARE`` (1/20 =
 5%) of the time spent on winning arms (as far as the estimates are right),
 and at most one step in ``gap + 1``: 1 in 9 at first, 1 in 257 at the cap.
