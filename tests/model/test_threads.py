@@ -165,14 +165,30 @@ def test_with_the_cpus_free_a_process_starts_on_all_threads(two_threads):
     assert seq[:4] == [2, 2, 1, 2]  # warm-up and first time on two, one thread's time, the faster
     assert free.calls == 1  # asked once for the class, not per step
     # once a class has timed both, a new class starts where the nearest runs fastest, if
-    # the CPUs are still free (asked again), and borrows its ratio: no one-thread step
-    assert clock.run(chooser, 4, macs=10**6) == [2, 2, 2, 2]
+    # the CPUs are still free (asked again), then times one thread at once: the start
+    # is a guess, and a class must not stay on it on a borrowed ratio alone
+    assert clock.run(chooser, 4, macs=10**6) == [2, 2, 1, 2]
     assert free.calls == 2
     # where the nearest runs fastest on one thread, a new class starts there, not asking
     clock.cost[2] = 13.0
     clock.run(chooser, 60, macs=10**6)
     assert clock.run(chooser, 4, macs=10**9) == [1, 1, 1, 1]
     assert free.calls == 2
+
+
+@pytest.mark.parametrize("gap_steps", [0, 10, 30, 100, 600])
+def test_load_after_a_wrong_free_reading_costs_a_new_class_two_steps(two_threads, gap_steps):
+    """Review of issue #25's change: the CPUs look free (a stale reading), the
+    nearest class runs fastest on two threads, but the load has just arrived.
+    A new class pays its warm-up and one timed step on two threads, then
+    times one thread at once and stays there, whatever the process's re-try
+    schedule has grown to (`gap_steps` steps of another class before)."""
+    clock = Machine({1: 1.0, 2: 0.9})
+    chooser = ThreadChooser(clock, idle=Free(2.0))
+    clock.run(chooser, 20 + gap_steps)
+    clock.cost[2] = 13.0
+    seq = clock.run(chooser, 300, macs=10**9)
+    assert seq[:3] == [2, 2, 1] and seq[3:3 + 200].count(2) == 0
 
 
 def test_busy_cpus_send_a_new_class_to_one_thread_whatever_the_nearest_says(two_threads):
@@ -185,11 +201,12 @@ def test_busy_cpus_send_a_new_class_to_one_thread_whatever_the_nearest_says(two_
 
 def test_retries_are_one_schedule_for_the_process_not_one_per_class(two_threads):
     """Issue #25: a run's steps fall into many classes (every power of two of
-    work), most of them young. Timing the slower arm per class ran the
-    64-request bench of the larger model 19-23 of ~160 steps on one thread on
-    a quiet machine (7-14% of its time). With one schedule for the process the
-    time lost to re-tries stays within SHARE of the time on the faster arm,
-    over all classes, plus the first class's one-thread time."""
+    work), most of them young. Starting each on one thread and re-trying
+    the slower arm per class ran a 64-request run of the larger model 17-28
+    of ~160 steps on one thread on a quiet machine. With the CPUs free (as
+    `IdleCores` reads them there) and one schedule for the process, the time
+    lost to one-thread steps stays within SHARE of the time on two threads,
+    plus one step's difference."""
     # bench engine's warm-up, then the prompts (large steps), then decode
     # steps of a shrinking batch
     pattern = ([2**7] * 4 + [2**20] * 5 + [2**19] * 2 + [2**14] * 20 + [2**13] * 30

@@ -27,35 +27,35 @@ changes), so it is run again — once faster arms have run ``gap`` steps
 to 8 when a choice flips) *and* for ``(loser - winner) / SHARE`` seconds
 since a loser last ran, where loser and winner are the estimates of the
 class whose step comes next. The schedule is one for the process, not one
-per class (the load is shared): a run's steps fall into many young classes,
-and per-class schedules ran a 64-request run of the larger model 17-28 of
-its ~160 steps on one thread on a quiet machine, 8-17% slower than two
-threads throughout (docs/benchmarks.md, "One re-try schedule"). A re-try is expected to lose ``loser -
-winner`` seconds, so the time lost to re-tries is at most ``SHARE`` (1/20 =
-5%) of the time spent on winning arms (as far as the estimates are right),
-and at most one step in ``gap + 1``: 1 in 9 at first, 1 in 257 at the cap.
-Measured figures make this cheap both ways: on the quiet machine the loser
-(one thread) costs ~15-60% of a step, so the step gap decides; on the
-loaded one it costs 12-20 steps (13-21x measured), so it is re-tried only
-after 240-400 steps on one thread. The dangerous direction is fast: when
-the machine gets busy under the winner, its own estimate rises above the
+per class: the load is shared, and a run's steps fall into many young
+classes, each of which re-tried on its own schedule before. A re-try is
+expected to lose ``loser - winner`` seconds, so the time lost to re-tries
+is at most ``SHARE`` (1/20 = 5%) of the time spent on winning arms (as far
+as the estimates are right), and at most one step in ``gap + 1``: 1 in 9
+at first, 1 in 257 at the cap. On a loaded machine the loser (``N``
+threads) costs 12-20 steps (13-21x measured), so it is re-tried only after
+240-400 steps on one thread. The dangerous direction is fast: when the
+machine gets busy under the winner, its own estimate rises above the
 other's and the next step already runs on the other arm.
 
-**Where a class starts.** A class with no time of its own borrows: its
-untried arm is estimated from its tried one by the ratio of the nearest
-class that has timed both (of the same model if it has one, else of any).
-It starts on ``N`` threads if that nearest class runs fastest there (or
-none has timed both yet) *and* the CPUs this process may run on were free
-to it since the last look (`IdleCores`, Linux's ``/proc/stat``: idle or
-running its own threads, ``IDLE_SHARE`` of ``N`` CPUs); else on one
-thread. Before, every class after the first started on one thread: a
-fresh process's prompts (one large step, the first of its class) ran on
-one, 0.43-0.46 s to first token against 0.25 s on two (the larger model,
-64 prompts, a quiet 2-core Xeon; docs/benchmarks.md, issue #25). Only the
-process's first class has no ratio to borrow: it times its other arm at
-once — on a loaded machine that is ``N`` threads blind, one step, the
-dearest of all: 3.3 s against 0.15 s on one thread (tiny model, 64
-sequences, load 5.6), and 1.0 s against 35 ms at load 1.4.
+**Where a class starts.** A class with no time of its own starts on ``N``
+threads if the nearest class that has timed both arms (of the same model
+if it has one, else of any) runs fastest there, or none has yet, *and* the
+CPUs this process may run on were free to it since `IdleCores` last read
+them (Linux's ``/proc/stat``: idle or running its own threads,
+``IDLE_SHARE`` of ``N`` CPUs); else on one thread. That start is a guess:
+a class that started on ``N`` times one thread right after its first
+timed step, so a wrong guess (load that arrived after the last reading)
+costs its warm-up and one step. A class that started on one thread
+estimates ``N`` from the nearest class's ratio and runs it when that says
+it is faster; only the process's first class, with no ratio to borrow,
+tries ``N`` blind — one step, on a loaded machine the dearest of all:
+3.3 s against 0.15 s on one thread (tiny model, 64 sequences, load 5.6),
+1.0 s against 35 ms at load 1.4. Before (issue #25, docs/benchmarks.md,
+"One re-try schedule"), every class after the first started on one
+thread and each re-tried on its own schedule: a 64-request run of the
+larger model spent 17-28 of its ~160 steps on one thread on a quiet
+machine, its prompts' step among them.
 
 **What else it costs.** The first step of a class is a warm-up, not timed (a
 new shape allocates), on the arm it starts on. The chooser's own work per
@@ -128,13 +128,15 @@ class IdleCores:
 
     Calling it gives the CPUs' worth of time (``/proc/stat``, the CPUs of
     ``os.sched_getaffinity``) that sat idle or ran this process's own threads,
-    since the previous call that gave a number or since its creation. A
-    window under ``MIN_TICKS`` gives that previous number again (None before
+    since its last fresh reading (or its creation). Asked again before
+    ``MIN_TICKS`` have passed, it gives that last reading again (None before
     the first: a shorter window is a coin toss); None where nothing can be
-    read. A number,
-    not a guess: ``N`` of them free is what ``N`` threads would get. (A CPU
-    quota, as a container's, is not seen here; the arm it picks is timed at
-    once all the same.)"""
+    read. A measured number, not a guess: ``N`` of them free is what ``N``
+    threads would get. (A CPU quota, as a container's, is not seen here;
+    the arm it picks is timed at once all the same.) The window is as long
+    as the time since its last fresh reading, which can be minutes: load
+    that arrived a moment ago may not show, which is why a class it sends
+    to ``N`` threads times one thread at once."""
 
     def __init__(self) -> None:
         self.cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
@@ -266,9 +268,11 @@ class ThreadChooser:
             if cls.first is None:
                 cls.first = self._first_arm(where)
             return cls.first, False
+        if 1 not in cls.seconds:  # started on N, a guess: one thread's time, at once
+            return 1, True
         est = self._estimates(where, cls)
-        if len(est) == 1:  # no ratio to borrow (the process's first class): time the other
-            return (1 if available in est else available), False
+        if available not in est:  # the process's first class, no ratio to borrow: N blind
+            return available, True
         fast, slow = (1, available) if est[1] <= est[available] else (available, 1)
         due = self._retries
         if due.since >= due.gap and due.since_s * SHARE >= est[slow] - est[fast]:
@@ -294,16 +298,16 @@ class ThreadChooser:
             cls.seconds[threads] = seconds  # new, or a re-try: the old figure is stale
         else:
             cls.seconds[threads] += ALPHA * (seconds - cls.seconds[threads])
-        due = self._retries
         if before is None:  # a class's first timed step: no choice was made yet
             return
+        due = self._retries
         if self._fastest(where, cls) != before:  # the choice flipped
             due.since, due.since_s, due.gap = 0, 0.0, MIN_GAP
+        elif new_arm:  # a class's first time on its other arm, and the choice held
+            due.since, due.since_s = 0, 0.0
         elif retry:  # a re-try confirmed the choice: wait longer next time
             due.since, due.since_s, due.gap = 0, 0.0, min(2 * due.gap, MAX_GAP)
-        elif new_arm:  # the first class's other arm, timed at once
-            due.since, due.since_s = 0, 0.0
-        else:
+        else:  # a step on the faster arm
             due.since, due.since_s = due.since + 1, due.since_s + seconds
 
     def _fastest(self, where, cls: _Class) -> int | None:
