@@ -236,8 +236,8 @@ def check_cache_salt(salt: object, name: str = "cache_salt") -> str | None:
     return salt or None
 
 
-#: Keys of vLLM's prompt dicts pagedkit does not serve, and why (None is taken: it
-#: changes nothing).
+#: Keys of vLLM's prompt dicts pagedkit does not serve, and why (None, or an empty
+#: dict or list, is taken: it changes nothing, in vLLM either).
 VLLM_PROMPT_KEYS = {
     "multi_modal_data": "pagedkit serves text-only models",
     "multi_modal_uuids": "pagedkit serves text-only models",
@@ -248,10 +248,12 @@ VLLM_PROMPT_KEYS = {
 
 
 def _without_vllms_keys(prompt: dict, name: str) -> dict:
-    """`prompt` without vLLM's keys that are None; any other value of one is refused
-    by name, as vLLM's arguments are (`engine.args.check_call_args`)."""
+    """`prompt` without vLLM's keys that hold nothing (None, ``{}``, ``[]``); any
+    other value of one is refused by name, as vLLM's arguments are
+    (`engine.args.check_call_args`)."""
     for key, why in VLLM_PROMPT_KEYS.items():
-        if prompt.get(key) is not None:
+        value = prompt.get(key)
+        if value is not None and not (isinstance(value, (dict, list, tuple)) and not value):
             raise TypeError(f"{name}: the key {key!r} is vLLM's, not pagedkit's ({why}); "
                             f"give the prompt without it, as {PROMPT_FORMS}")
     return {k: v for k, v in prompt.items() if k not in VLLM_PROMPT_KEYS}
@@ -391,3 +393,17 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     ('1 block', '3 blocks', '2 copies')
     """
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
+class VllmNames(type):
+    """The metaclass of `LLM`, `LLMEngine`, `RequestOutput`, `CompletionOutput`
+    and `SamplingParams`: one of vLLM's names pagedkit lacks, read on the
+    class itself (``SamplingParams.from_optional``, a classmethod in vLLM),
+    says what pagedkit offers instead, as it does on an instance
+    (`pagedkit.vllm_names`); any other missing name gets Python's message."""
+
+    def __getattr__(cls, name: str) -> object:
+        from .vllm_names import VLLM_ONLY_ATTRIBUTES, missing
+
+        kind = next(c.__name__ for c in cls.__mro__ if c.__name__ in VLLM_ONLY_ATTRIBUTES)
+        raise missing(kind, cls, name, f"type object {cls.__name__!r}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ._validation import (
+    VllmNames,
     check_bool,
     check_int,
     check_number,
@@ -107,7 +108,7 @@ BEAM_DEFAULTS = {"top_p": (1,), "top_k": (0, -1), "min_p": (0,), "presence_penal
 
 
 @dataclass(frozen=True)
-class SamplingParams:
+class SamplingParams(metaclass=VllmNames):
     """Decoding settings for one request; checked when built, so a bad value
     never reaches the engine.
 

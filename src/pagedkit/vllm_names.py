@@ -140,10 +140,15 @@ def vllm_only_attribute(kind: str, obj: object, name: str) -> AttributeError:
             object.__getattribute__(obj, name)
         except AttributeError as inside:
             return inside
+    return missing(kind, obj, name, f"{type(obj).__name__!r} object")
+
+
+def missing(kind: str, obj: object, name: str, what: str) -> AttributeError:
+    """The AttributeError for `name` missing from `obj` (`what` names it)."""
     why = VLLM_ONLY_ATTRIBUTES[kind].get(name)
     if why is None:
-        return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}",
-                              name=name, obj=obj)
+        return AttributeError(f"{what} has no attribute {name!r}", name=name, obj=obj)
     return AttributeError(f"pagedkit's {kind} has no {name} (vLLM 0.32's); "
                           f"{why.format(engine=_ENGINE.get(kind, ''))} (docs/api.md, "
                           "\"vLLM's names pagedkit lacks\")", name=name, obj=obj)
+

@@ -9,6 +9,9 @@ and `LLMEngine` checked against vLLM itself.
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 from pagedkit import LLM, LLMEngine, SamplingParams
@@ -207,3 +210,28 @@ def test_any_other_missing_name_gets_pythons_message(llm, kind):
     own = {"LLM": "get_tokenizer", "LLMEngine": "get_tokenizer", "RequestOutput": "outputs",
            "CompletionOutput": "text", "SamplingParams": "max_tokens"}[kind]
     assert getattr(target, own) is not None  # a name it has is found as ever
+
+
+@pytest.mark.parametrize("kind, name", CASES, ids=[f"{k}.{n}" for k, n in CASES])
+def test_a_vllm_name_read_on_the_class_says_the_same(llm, kind, name):
+    """Newcomer 49: ``SamplingParams.from_optional`` (a classmethod in vLLM) is
+    read on the class, which gave Python's bare message; the class says what
+    its instances say (`pagedkit._validation.VllmNames`)."""
+    cls = type(targets(llm)[kind])
+    with pytest.raises(AttributeError) as info:
+        getattr(cls, name)
+    assert str(info.value).startswith(f"pagedkit's {kind} has no {name} (vLLM 0.32's); ")
+    assert info.value.name == name and info.value.obj is cls
+    with pytest.raises(AttributeError, match=f"^type object '{kind}' has no attribute 'no_such'$"):
+        cls.no_such  # noqa: B018
+
+
+class MyParams(SamplingParams):
+    """A user's subclass."""
+
+
+def test_a_subclass_keeps_the_classs_messages():
+    with pytest.raises(AttributeError, match=r"^pagedkit's SamplingParams has no from_optional"):
+        MyParams.from_optional  # noqa: B018
+    params = MyParams(temperature=0, max_tokens=3)
+    assert copy.deepcopy(params) == params and pickle.loads(pickle.dumps(params)) == params

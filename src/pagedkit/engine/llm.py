@@ -12,7 +12,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._validation import PromptInput, check_bool, check_int, check_prompt, plural
+from .._validation import (
+    PromptInput,
+    VllmNames,
+    check_bool,
+    check_int,
+    check_prompt,
+    plural,
+)
 from ..i18n import _
 from ..sampling_params import SamplingParams
 from ..vllm_names import vllm_only_attribute
@@ -25,7 +32,7 @@ from .outputs import RequestOutput, StepOutput
 Prompt = str | SequenceLike[int] | dict[str, Any]  # see generate
 
 
-class LLM:
+class LLM(metaclass=VllmNames):
     """Generate text with a paged engine.
 
     >>> llm = LLM("tiny", num_blocks=64)                                   # doctest: +SKIP

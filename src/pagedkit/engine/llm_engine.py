@@ -35,6 +35,7 @@ import torch
 
 from .._validation import (
     PromptInput,
+    VllmNames,
     check_bool,
     check_choice,
     check_int,
@@ -99,7 +100,7 @@ def group_past_max_num_seqs(name: str, kind: str, seqs: int, max_num_seqs: int) 
             f"is {max_num_seqs}")
 
 
-class LLMEngine:
+class LLMEngine(metaclass=VllmNames):
     """A paged LLM serving engine, one step at a time (vLLM's ``LLMEngine``)."""
 
     def __init__(self, model: Any = "tiny", tokenizer: Any = None, *,

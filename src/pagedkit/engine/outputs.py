@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .._validation import VllmNames
 from ..sequence import RequestMetrics
 from ..vllm_names import vllm_only_attribute
 
@@ -27,7 +28,7 @@ PositionLogprobs = dict[int, Logprob]
 
 
 @dataclass
-class CompletionOutput:
+class CompletionOutput(metaclass=VllmNames):
     """One of a request's n completions.
 
     `logprobs` (with ``SamplingParams(logprobs=k)``) holds one dict per
@@ -58,7 +59,7 @@ class CompletionOutput:
 
 
 @dataclass
-class RequestOutput:
+class RequestOutput(metaclass=VllmNames):
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
