@@ -11,8 +11,11 @@ message, so the error points at the line the user wrote.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import numbers
+from pathlib import Path
 from typing import Any
 
 from .._validation import did_you_mean, is_value
@@ -48,6 +51,20 @@ ONE_DEVICE_ARGS: dict[str, tuple[tuple[Any, ...] | None, str]] = {
     "max_logprobs": ("int", "the most logprobs a request may ask for (vLLM's default 20)"),
     "kv_cache_memory_bytes": ("int", "vLLM's name for kv_cache_memory"),
 }
+
+#: vLLM 0.32's other engine arguments (its ``EngineArgs`` fields that are
+#: neither pagedkit's own nor above) with vLLM's defaults (None where vLLM's
+#: is a config object: unset). At its default one changes nothing, in vLLM
+#: or here, and is taken; any other value is refused by name. tests/vllm
+#: checks the file against vLLM's own ``EngineArgs``.
+VLLM_DEFAULTS = Path(__file__).with_name("vllm_engine_args.json")
+
+
+@functools.cache
+def vllm_defaults() -> dict[str, Any]:
+    """`VLLM_DEFAULTS`, read once: argument name -> vLLM 0.32's default."""
+    return json.loads(VLLM_DEFAULTS.read_text())
+
 
 #: The values of the integer ones ("int" above): name -> (the least value,
 #: whether None is taken (vLLM's "unset"), the values said in words)
@@ -111,28 +128,47 @@ def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:
     accepts at its value; else a TypeError (unknown name) or ValueError
     (a value that would change something pagedkit does not do)."""
     for name, value in args.items():
-        if name not in ONE_DEVICE_ARGS:
+        if name in ONE_DEVICE_ARGS:
+            _check_one_device_arg(caller, name, value)
+        elif name in vllm_defaults():
+            default = vllm_defaults()[name]
+            if not (is_value(value, default) or _same_number(value, default)):
+                raise ValueError(f"{caller}: {name}={value!r} is vLLM's engine argument, not "
+                                 f"pagedkit's; it is taken only at vLLM's default, {name}="
+                                 f"{default!r}, which changes nothing here: drop it (docs/api.md, "
+                                 "'Engine arguments')")
+        else:
             raise TypeError(f"{caller} got an engine argument pagedkit does not know: {name!r}"
                             f"{_closest(name)}; docs/api.md ('Engine arguments') lists pagedkit's "
                             "and the vLLM ones it accepts")
-        accepted, why = ONE_DEVICE_ARGS[name]
-        if accepted == "int":
-            least, unset, values = INT_ARGS[name]
-            if value is None and unset:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{caller}: {name} must be {values}, got {value!r} "
-                                f"({type(value).__name__})")
-            if value < least:  # the right type, a value out of range
-                raise ValueError(f"{caller}: {name} must be {values}, got {value!r}")
-        elif accepted is None:
-            if not isinstance(value, bool):
-                raise TypeError(f"{caller}: {name} must be True or False, got {value!r}")
-        elif not any(is_value(value, a) for a in accepted):
-            shown = " or ".join(map(repr, accepted))
-            raise ValueError(f"{caller}: {name}={value!r} is not supported ({why}); pagedkit "
-                             f"takes {name}={shown} only (docs/api.md, 'Engine arguments')")
     return dict(args)
+
+
+def _check_one_device_arg(caller: str, name: str, value: Any) -> None:
+    """One `ONE_DEVICE_ARGS` argument: taken at a value that changes nothing."""
+    accepted, why = ONE_DEVICE_ARGS[name]
+    if accepted == "int":
+        least, unset, values = INT_ARGS[name]
+        if value is None and unset:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{caller}: {name} must be {values}, got {value!r} "
+                            f"({type(value).__name__})")
+        if value < least:  # the right type, a value out of range
+            raise ValueError(f"{caller}: {name} must be {values}, got {value!r}")
+    elif accepted is None:
+        if not isinstance(value, bool):
+            raise TypeError(f"{caller}: {name} must be True or False, got {value!r}")
+    elif not any(is_value(value, a) for a in accepted):
+        shown = " or ".join(map(repr, accepted))
+        raise ValueError(f"{caller}: {name}={value!r} is not supported ({why}); pagedkit "
+                         f"takes {name}={shown} only (docs/api.md, 'Engine arguments')")
+
+
+def _same_number(value: Any, default: Any) -> bool:
+    """An int given for a float default of the same value (``watermark=0``)."""
+    return (isinstance(default, float) and isinstance(value, numbers.Real)
+            and not isinstance(value, bool) and value == default)
 
 
 def _closest(name: str) -> str:

@@ -209,10 +209,21 @@ class LLMEngine(metaclass=VllmNames):
         compile_forward(self.runner, self.device, compiled)
 
     @classmethod
-    def from_engine_args(cls, engine_args: Any) -> LLMEngine:
-        """vLLM's way to build an engine: from an `EngineArgs`."""
+    def from_engine_args(cls, engine_args: Any, usage_context: Any = None,
+                         stat_loggers: Any = None, enable_multiprocessing: bool = False
+                         ) -> LLMEngine:
+        """vLLM's way to build an engine: from an `EngineArgs`. vLLM's other
+        arguments are taken where they change nothing: any `usage_context`
+        (it labels vLLM's usage statistics, which pagedkit does not collect),
+        no `stat_loggers`, no `enable_multiprocessing`."""
         from .args import engine_args_kwargs
 
+        if stat_loggers is not None or enable_multiprocessing is not False:
+            raise ValueError("LLMEngine.from_engine_args: pagedkit runs in this process and "
+                             "keeps no stat loggers (each RequestOutput carries its metrics); "
+                             f"got stat_loggers={stat_loggers!r}, enable_multiprocessing="
+                             f"{enable_multiprocessing!r}: leave both out (docs/api.md, "
+                             "'Engine arguments')")
         return cls(**engine_args_kwargs("LLMEngine", engine_args))
 
     @classmethod
