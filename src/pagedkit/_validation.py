@@ -236,8 +236,8 @@ def check_cache_salt(salt: object, name: str = "cache_salt") -> str | None:
     return salt or None
 
 
-#: Keys of vLLM's prompt dicts pagedkit does not serve, and why (None, or an empty
-#: dict or list, is taken: it changes nothing, in vLLM either).
+#: Keys of vLLM's prompt dicts pagedkit does not serve, and why (None is taken: it
+#: changes nothing; so is an empty value of the multi-modal ones, `EMPTY_TAKEN`).
 VLLM_PROMPT_KEYS = {
     "multi_modal_data": "pagedkit serves text-only models",
     "multi_modal_uuids": "pagedkit serves text-only models",
@@ -247,13 +247,18 @@ VLLM_PROMPT_KEYS = {
 }
 
 
+#: Prompt keys whose empty value (``{}``, ``[]``) vLLM serves as a text prompt.
+EMPTY_TAKEN = ("multi_modal_data", "multi_modal_uuids", "mm_processor_kwargs")
+
+
 def _without_vllms_keys(prompt: dict, name: str) -> dict:
-    """`prompt` without vLLM's keys that hold nothing (None, ``{}``, ``[]``); any
-    other value of one is refused by name, as vLLM's arguments are
-    (`engine.args.check_call_args`)."""
+    """`prompt` without vLLM's keys that hold nothing (None; ``{}`` or ``[]`` for
+    `EMPTY_TAKEN`); any other value of one is refused by name, as vLLM's
+    arguments are (`engine.args.check_call_args`)."""
     for key, why in VLLM_PROMPT_KEYS.items():
         value = prompt.get(key)
-        if value is not None and not (isinstance(value, (dict, list, tuple)) and not value):
+        empty = key in EMPTY_TAKEN and isinstance(value, (dict, list, tuple)) and not value
+        if value is not None and not empty:
             raise TypeError(f"{name}: the key {key!r} is vLLM's, not pagedkit's ({why}); "
                             f"give the prompt without it, as {PROMPT_FORMS}")
     return {k: v for k, v in prompt.items() if k not in VLLM_PROMPT_KEYS}
@@ -403,7 +408,14 @@ class VllmNames(type):
     (`pagedkit.vllm_names`); any other missing name gets Python's message."""
 
     def __getattr__(cls, name: str) -> object:
+        if name.startswith("__") and name.endswith("__"):  # Python's and libraries' probes
+            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
+                                 name=name, obj=cls)
         from .vllm_names import VLLM_ONLY_ATTRIBUTES, missing
 
-        kind = next(c.__name__ for c in cls.__mro__ if c.__name__ in VLLM_ONLY_ATTRIBUTES)
+        kind = next((c.__name__ for c in cls.__mro__ if c.__module__.startswith("pagedkit.")
+                     and c.__name__ in VLLM_ONLY_ATTRIBUTES), None)
+        if kind is None:
+            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
+                                 name=name, obj=cls)
         raise missing(kind, cls, name, f"type object {cls.__name__!r}")

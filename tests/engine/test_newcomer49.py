@@ -49,12 +49,14 @@ def test_the_list_is_vllms_others_only():
 def test_taken_at_vllms_default_refused_elsewhere(name):
     default = vllm_defaults()[name]
     assert check_engine_args("LLM", {name: default}) == {name: default}
+    assert check_engine_args("LLM", {name: None}) == {name: None}  # vLLM's "unset"
     value = another(default)
     with pytest.raises(ValueError) as refused:
         check_engine_args("EngineArgs", {name: value})
     message = str(refused.value)
     assert message.startswith(f"EngineArgs: {name}={value!r} is vLLM's engine argument")
-    assert f"vLLM's default, {name}={default!r}" in message and "docs/api.md" in message
+    shown = "None" if default is None else f"{default!r} (vLLM's default) or None"
+    assert f"taken only as {name}={shown}," in message and "docs/api.md" in message
     assert "did you mean" not in message
 
 
@@ -63,7 +65,7 @@ def test_taken_at_vllms_default_refused_elsewhere(name):
      "tokenizer_revision": None, "hf_token": None, "disable_sliding_window": False,
      "num_gpu_blocks_override": None, "kv_events_config": None, "async_scheduling": None,
      "served_model_name": None, "model_impl": "auto", "runner": "auto", "hf_overrides": {}},
-    {"watermark": 0}, {"watermark": 0.0}])
+    {"watermark": 0}, {"watermark": 0.0}, {"hf_overrides": None, "compilation_config": None}])
 def test_the_newcomers_script_builds_and_serves(kwargs):
     llm = LLM("tiny", use_tqdm_on_load=False, num_blocks=16, block_size=4, **kwargs)
     assert llm.generate("Once", use_tqdm=False)[0].outputs[0].token_ids
@@ -76,13 +78,14 @@ def test_a_typo_still_gets_the_closest_name():
 
 
 @pytest.mark.parametrize("usage_context", [None, "ENGINE_CONTEXT", object()])
-def test_from_engine_args_takes_vllms_usage_context(usage_context):
+@pytest.mark.parametrize("stat_loggers", [None, []])
+def test_from_engine_args_takes_vllms_usage_context(usage_context, stat_loggers):
     engine = LLMEngine.from_engine_args(EngineArgs(model="tiny", num_blocks=16),
-                                        usage_context=usage_context)
+                                        usage_context=usage_context, stat_loggers=stat_loggers)
     assert not engine.has_unfinished_requests()
 
 
-@pytest.mark.parametrize("kwargs", [{"stat_loggers": []}, {"enable_multiprocessing": True},
+@pytest.mark.parametrize("kwargs", [{"stat_loggers": [print]}, {"enable_multiprocessing": True},
                                     {"stat_loggers": [object()], "enable_multiprocessing": 1}])
 def test_from_engine_args_refuses_what_would_change_something(kwargs):
     with pytest.raises(ValueError, match="leave both out"):

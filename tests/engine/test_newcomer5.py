@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pagedkit import LLM, SamplingParams
-from pagedkit._validation import VLLM_PROMPT_KEYS
+from pagedkit._validation import EMPTY_TAKEN, VLLM_PROMPT_KEYS
 
 FLOATS = {"temperature": 0.5, "top_p": 0.9, "length_penalty": 0.5, "presence_penalty": 0.5,
           "frequency_penalty": -0.5, "repetition_penalty": 1.5, "min_p": 0.1}
@@ -111,7 +111,7 @@ def test_n_past_the_cache_is_lowered_to_a_value_n_can_take(num_blocks, n, advice
 @pytest.mark.parametrize("key, value", [
     ("multi_modal_data", {"image": 1}), ("multi_modal_uuids", {"image": ["a"]}),
     ("mm_processor_kwargs", {"size": 1}), ("prompt_embeds", [[0.0]]),
-    ("token_type_ids", [0, 0])])
+    ("token_type_ids", [0, 0]), ("prompt_embeds", []), ("token_type_ids", [])])
 @pytest.mark.parametrize("base", [{"prompt": "Once"}, {"prompt_token_ids": [0, 611]}])
 def test_vllms_prompt_keys_are_named_as_vllms(key, value, base):
     llm = LLM("tiny", num_blocks=8, block_size=4)
@@ -120,11 +120,13 @@ def test_vllms_prompt_keys_are_named_as_vllms(key, value, base):
     assert not llm.llm_engine.has_unfinished_requests()
 
 
-@pytest.mark.parametrize("key", sorted(VLLM_PROMPT_KEYS))
-@pytest.mark.parametrize("nothing", [None, {}, [], ()])
+@pytest.mark.parametrize("key, nothing", [
+    *[(key, None) for key in sorted(VLLM_PROMPT_KEYS)],
+    *[(key, empty) for key in EMPTY_TAKEN for empty in ({}, [], ())]])
 @pytest.mark.parametrize("base", [{"prompt": "Once"}, {"prompt_token_ids": [0, 611]}])
 def test_vllms_prompt_keys_holding_nothing_change_nothing(key, nothing, base):
-    """Newcomer 49: vLLM serves a text prompt with ``multi_modal_data={}``; so does pagedkit."""
+    """Newcomer 49: vLLM serves a text prompt with ``multi_modal_data={}``; so does
+    pagedkit (an empty ``prompt_embeds`` is still refused: vLLM reads the key itself)."""
     llm = LLM("tiny", num_blocks=8, block_size=4)
     [out] = llm.generate({**base, key: nothing}, SamplingParams(max_tokens=2, temperature=0),
                          use_tqdm=False)

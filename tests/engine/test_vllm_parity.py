@@ -235,3 +235,35 @@ def test_a_subclass_keeps_the_classs_messages():
         MyParams.from_optional  # noqa: B018
     params = MyParams(temperature=0, max_tokens=3)
     assert copy.deepcopy(params) == params and pickle.loads(pickle.dumps(params)) == params
+
+
+@pytest.mark.parametrize("module", ["pagedkit.vllm_names", "pagedkit.sampling_params",
+                                    "pagedkit.engine.outputs", "pagedkit.engine.llm"])
+def test_each_module_imports_first_in_a_fresh_interpreter(module):
+    """Review: the metaclass's lookup of a missing ``__abstractmethods__`` (made
+    by @dataclass) imported the half-loaded vllm_names."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                         text=True, check=False)
+    assert run.returncode == 0, run.stderr
+
+
+def test_a_dunder_probe_gets_pythons_message_at_once():
+    for cls in (LLM, LLMEngine, SamplingParams):
+        with pytest.raises(AttributeError, match=f"^type object '{cls.__name__}' has no "
+                                                 "attribute '__no_such__'$"):
+            cls.__no_such__  # noqa: B018
+        assert getattr(cls, "__wrapped__", None) is None
+
+
+def test_a_class_of_another_package_with_the_metaclass_gets_pythons_message():
+    from pagedkit._validation import VllmNames
+
+    class LLM2(metaclass=VllmNames):
+        pass
+
+    assert not hasattr(LLM2, "get_metrics")
+    with pytest.raises(AttributeError, match=r"^type object 'LLM2' has no attribute 'x'$"):
+        LLM2.x  # noqa: B018

@@ -54,9 +54,10 @@ ONE_DEVICE_ARGS: dict[str, tuple[tuple[Any, ...] | None, str]] = {
 
 #: vLLM 0.32's other engine arguments (its ``EngineArgs`` fields that are
 #: neither pagedkit's own nor above) with vLLM's defaults (None where vLLM's
-#: is a config object: unset). At its default one changes nothing, in vLLM
-#: or here, and is taken; any other value is refused by name. tests/vllm
-#: checks the file against vLLM's own ``EngineArgs``.
+#: is a config object). At its default, or None (vLLM's "unset", as its
+#: ``LLM()`` signature gives several), one changes nothing here and is
+#: taken; any other value is refused by name. tests/vllm checks the file
+#: against vLLM's own ``EngineArgs``.
 VLLM_DEFAULTS = Path(__file__).with_name("vllm_engine_args.json")
 
 
@@ -132,11 +133,12 @@ def check_engine_args(caller: str, args: dict[str, Any]) -> dict[str, Any]:
             _check_one_device_arg(caller, name, value)
         elif name in vllm_defaults():
             default = vllm_defaults()[name]
-            if not (is_value(value, default) or _same_number(value, default)):
+            if not (value is None or is_value(value, default) or _same_number(value, default)):
+                shown = "None" if default is None else f"{default!r} (vLLM's default) or None"
                 raise ValueError(f"{caller}: {name}={value!r} is vLLM's engine argument, not "
-                                 f"pagedkit's; it is taken only at vLLM's default, {name}="
-                                 f"{default!r}, which changes nothing here: drop it (docs/api.md, "
-                                 "'Engine arguments')")
+                                 f"pagedkit's; it is taken only as {name}={shown}, which "
+                                 "changes nothing here: drop it (docs/api.md, 'Engine "
+                                 "arguments')")
         else:
             raise TypeError(f"{caller} got an engine argument pagedkit does not know: {name!r}"
                             f"{_closest(name)}; docs/api.md ('Engine arguments') lists pagedkit's "

@@ -215,10 +215,10 @@ class LLMEngine(metaclass=VllmNames):
         """vLLM's way to build an engine: from an `EngineArgs`. vLLM's other
         arguments are taken where they change nothing: any `usage_context`
         (it labels vLLM's usage statistics, which pagedkit does not collect),
-        no `stat_loggers`, no `enable_multiprocessing`."""
+        no `stat_loggers` (None or an empty list), no `enable_multiprocessing`."""
         from .args import engine_args_kwargs
 
-        if stat_loggers is not None or enable_multiprocessing is not False:
+        if stat_loggers not in (None, []) or enable_multiprocessing is not False:
             raise ValueError("LLMEngine.from_engine_args: pagedkit runs in this process and "
                              "keeps no stat loggers (each RequestOutput carries its metrics); "
                              f"got stat_loggers={stat_loggers!r}, enable_multiprocessing="

@@ -48,8 +48,9 @@ a class that started on ``N`` times one thread right after its first
 timed step, so a wrong guess (load that arrived after the last reading)
 costs its warm-up and one step. A class that started on one thread
 estimates ``N`` from the nearest class's ratio and runs it when that says
-it is faster; only the process's first class, with no ratio to borrow,
-tries ``N`` blind — one step, on a loaded machine the dearest of all:
+it is faster; a class that starts on one thread before any class has
+timed both arms has no ratio to borrow and tries ``N`` blind — one step,
+on a loaded machine the dearest of all:
 3.3 s against 0.15 s on one thread (tiny model, 64 sequences, load 5.6),
 1.0 s against 35 ms at load 1.4. Before (issue #25, docs/benchmarks.md,
 "One re-try schedule"), every class after the first started on one
