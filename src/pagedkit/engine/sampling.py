@@ -258,13 +258,13 @@ def _check_stops(group: SequenceGroup, rule: StopRule, sampled: Sampled) -> None
     length, as in vLLM) a stop string in the text (`stop_string`). Beam
     search decides when a whole search is over itself (`beam_step`)."""
     params = group.params
-    stop_ids = rule.stop_ids(group)
+    eos = () if params.ignore_eos else rule.eos_token_ids  # no call: the step's hot path
     for seq in group.unfinished_seqs():
         if seq.seq_id not in sampled.new_tokens:
             continue
         token, generated = seq.token_ids[-1], seq.num_output_tokens
         reason = None
-        if token in stop_ids and generated >= params.min_tokens:
+        if (token in params.stop_token_ids or token in eos) and generated >= params.min_tokens:
             reason = FinishReason.STOP
             seq.stop_reason = rule.named_stop(params, token)
         elif len(seq.token_ids) >= rule.max_model_len or (
