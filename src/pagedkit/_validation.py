@@ -399,23 +399,3 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
 
-
-class VllmNames(type):
-    """The metaclass of `LLM`, `LLMEngine`, `RequestOutput`, `CompletionOutput`
-    and `SamplingParams`: one of vLLM's names pagedkit lacks, read on the
-    class itself (``SamplingParams.from_optional``, a classmethod in vLLM),
-    says what pagedkit offers instead, as it does on an instance
-    (`pagedkit.vllm_names`); any other missing name gets Python's message."""
-
-    def __getattr__(cls, name: str) -> object:
-        if name.startswith("__") and name.endswith("__"):  # Python's and libraries' probes
-            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
-                                 name=name, obj=cls)
-        from .vllm_names import VLLM_ONLY_ATTRIBUTES, missing
-
-        kind = next((c.__name__ for c in cls.__mro__ if c.__module__.startswith("pagedkit.")
-                     and c.__name__ in VLLM_ONLY_ATTRIBUTES), None)
-        if kind is None:
-            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
-                                 name=name, obj=cls)
-        raise missing(kind, cls, name, f"type object {cls.__name__!r}")

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ._validation import (
-    VllmNames,
     check_bool,
     check_int,
     check_number,
@@ -29,6 +28,28 @@ MIN_TEMPERATURE = 0.01
 MIN_PENALTY = 1e-30
 #: Seeds a torch.Generator takes: 0 <= seed < 2**64 (-1, vLLM's, is None: no seed).
 MAX_SEED = 2**64 - 1
+
+
+class VllmNames(type):
+    """The metaclass of `LLM`, `LLMEngine`, `RequestOutput`, `CompletionOutput`
+    and `SamplingParams`: one of vLLM's names pagedkit lacks, read on the
+    class itself (``SamplingParams.from_optional``, a classmethod in vLLM),
+    says what pagedkit offers instead, as it does on an instance
+    (`pagedkit.vllm_names`); any other missing name gets Python's message."""
+
+    def __getattr__(cls, name: str) -> object:
+        if name.startswith("__") and name.endswith("__"):  # Python's and libraries' probes
+            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
+                                 name=name, obj=cls)
+        from .vllm_names import VLLM_ONLY_ATTRIBUTES, missing
+
+        kind = next((c.__name__ for c in cls.__mro__ if c.__module__.startswith("pagedkit.")
+                     and c.__name__ in VLLM_ONLY_ATTRIBUTES), None)
+        if kind is None:
+            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
+                                 name=name, obj=cls)
+        raise missing(kind, cls, name, f"type object {cls.__name__!r}")
+
 
 class RequestOutputKind(enum.Enum):
     """vLLM's ``output_kind`` values; pagedkit takes CUMULATIVE (vLLM's

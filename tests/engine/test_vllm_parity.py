@@ -216,7 +216,7 @@ def test_any_other_missing_name_gets_pythons_message(llm, kind):
 def test_a_vllm_name_read_on_the_class_says_the_same(llm, kind, name):
     """Newcomer 49: ``SamplingParams.from_optional`` (a classmethod in vLLM) is
     read on the class, which gave Python's bare message; the class says what
-    its instances say (`pagedkit._validation.VllmNames`)."""
+    its instances say (`pagedkit.sampling_params.VllmNames`)."""
     cls = type(targets(llm)[kind])
     with pytest.raises(AttributeError) as info:
         getattr(cls, name)
@@ -259,7 +259,7 @@ def test_a_dunder_probe_gets_pythons_message_at_once():
 
 
 def test_a_class_of_another_package_with_the_metaclass_gets_pythons_message():
-    from pagedkit._validation import VllmNames
+    from pagedkit.sampling_params import VllmNames
 
     class LLM2(metaclass=VllmNames):
         pass

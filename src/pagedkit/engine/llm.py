@@ -12,16 +12,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._validation import (
-    PromptInput,
-    VllmNames,
-    check_bool,
-    check_int,
-    check_prompt,
-    plural,
-)
+from .._validation import PromptInput, check_bool, check_int, check_prompt, plural
 from ..i18n import _
-from ..sampling_params import SamplingParams
+from ..sampling_params import SamplingParams, VllmNames
 from ..vllm_names import vllm_only_attribute
 from .args import check_call_args, engine_args_kwargs, split_engine_args
 from .llm_engine import LLMEngine

@@ -35,7 +35,6 @@ import torch
 
 from .._validation import (
     PromptInput,
-    VllmNames,
     check_bool,
     check_choice,
     check_int,
@@ -52,7 +51,7 @@ from ..model.kv_cache import KVCacheSpec
 from ..model.loader import check_dtype, load_model, resolve_device, resolve_dtype
 from ..model.runner import ModelRunner
 from ..model.support import LONGROPE_LIMIT, check_supported, position_limit
-from ..sampling_params import BeamSearchParams, SamplingParams
+from ..sampling_params import BeamSearchParams, SamplingParams, VllmNames
 from ..scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from ..sequence import FinishReason, Sequence, SequenceGroup
 from ..vllm_names import vllm_only_attribute

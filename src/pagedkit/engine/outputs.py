@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .._validation import VllmNames
+from ..sampling_params import VllmNames
 from ..sequence import RequestMetrics
 from ..vllm_names import vllm_only_attribute
 
