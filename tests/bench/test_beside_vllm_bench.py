@@ -4,6 +4,7 @@ benchmarks, docs/benchmarks.md)."""
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,70 @@ def test_the_page_is_this_checkouts_wherever_it_runs_from(monkeypatch, tmp_path)
     monkeypatch.setattr(bv, "write_table", lambda doc, table: written.append(doc))
     assert bv.main(["--out", str(tmp_path / "cells"), "--table-only"]) == 0
     assert written == [bv.DOC] and bv.DOC.is_file()
+
+
+def _up(before: float, after: float) -> dict:
+    line = "12:00:00 up 1:00,  0 user,  load average: {:.2f}, 1.00, 1.00"
+    return {"before": line.format(before), "after": line.format(after)}
+
+
+def test_several_runs_of_a_cell_give_medians_ranges_and_the_ratio_within_each_run(tmp_path):
+    """``--repeats``: each figure is the runs' median with their range; the
+    ratio is taken run by run (a slow minute slows both systems of its run)."""
+    runs = [report("larger", 64, (100.0, 200.0), uptime=_up(1.0, 1.5)),
+            report("larger", 64, (300.0, 200.0), differing=(0, 2), uptime=_up(0.5, 0.75)),
+            report("larger", 64, (120.0, 100.0), uptime=_up(2.0, 1.25))]
+    (tmp_path / "larger-b64-tdefault.json").write_text(json.dumps(runs))
+    table = bv.markdown(tmp_path, ("larger",), (64,), ("default",)).splitlines()
+    assert table[2] == ("| larger | 64 | default | pagedkit | 120.0 (100.0-300.0, 3 runs) "
+                        "| 1.00 (1.00-1.00, 3 runs) | 60.0 (50.0-150.0, 3 runs) "
+                        "| 0.25 s (0.25-0.25, 3 runs) | 0 "
+                        "| 1 min: 0.50-2.00 -> 0.75-1.50 |")
+    # ratios 2.0, 0.667, 0.833: the median ratio is not the ratio of the medians (1.67)
+    assert table[3] == ("| larger | 64 | default | vllm | 200.0 (100.0-200.0, 3 runs) "
+                        "| 0.83 (0.67-2.00, 3 runs) | 100.0 (50.0-100.0, 3 runs) "
+                        "| 0.25 s (0.25-0.25, 3 runs) | 2 |  |")
+    assert len(table) == 4
+
+
+def test_a_run_that_failed_among_several_is_counted_not_hidden(tmp_path):
+    runs = [report("tiny", 8, (100.0, 150.0)), report("tiny", 8, (90.0,))]
+    (tmp_path / "tiny-b8-t1.json").write_text(json.dumps(runs))
+    table = bv.markdown(tmp_path, ("tiny",), (8,), ("1",)).splitlines()
+    assert table[2].startswith("| tiny | 8 | 1 | pagedkit | 95.0 (90.0-100.0, 2 runs) |")
+    assert table[3].startswith("| tiny | 8 | 1 | vllm | failed in 1 of 2 runs")
+
+
+def test_repeats_run_the_cells_in_turn_and_each_cell_keeps_its_runs(monkeypatch, tmp_path):
+    """Round after round of cells (not one cell's runs back to back); the first
+    round replaces a cell's old JSON, later rounds add to it."""
+    (tmp_path / "tiny-b1-t1.json").write_text(json.dumps([report("tiny", 1, (1.0, 1.0))]))
+    order = []
+
+    def fake_run(argv, check):
+        model, n = argv[argv.index("--model") + 1], int(argv[argv.index("--requests") + 1])
+        order.append((model, n))
+        rate = 10.0 * len(order)
+        run = [report(model, n, (rate, rate))]
+        Path(argv[argv.index("--json") + 1]).write_text(json.dumps(run))
+
+    monkeypatch.setattr(bv.subprocess, "run", fake_run)
+    monkeypatch.setattr(bv, "uptime", lambda: "up,  load average: 1.00, 1.00, 1.00")
+    monkeypatch.setattr(bv, "write_table", lambda doc, table: None)
+    assert bv.main(["--out", str(tmp_path), "--models", "tiny", "--requests", "1,8",
+                    "--threads", "1", "--repeats", "3", "--no-progress"]) == 0
+    assert order == [("tiny", 1), ("tiny", 8)] * 3
+    rates = {n: [r["results"][0]["tokens_per_s"] for r in
+                 json.loads((tmp_path / f"tiny-b{n}-t1.json").read_text())] for n in (1, 8)}
+    assert rates == {1: [10.0, 30.0, 50.0], 8: [20.0, 40.0, 60.0]}  # the old run replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny-b1-t1.json", "tiny-b8-t1.json"]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0", "--repeats: must be >= 1, got 0"),
+    ("three", "--repeats: expected a whole number >= 1, got 'three'"),
+])
+def test_bad_repeats_are_usage_errors(value, message, capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        bv.main(["--repeats", value, "--out", str(tmp_path), "--table-only"])
+    assert message in capsys.readouterr().err

@@ -27,7 +27,8 @@ from ..i18n.terminal import HelpFormatter
 #: (3.0-3.4 s at load 4 with its batched row, 2026-12-03),
 #: linears 66 s at load 1-2.5 (2026-12-04; newcomer 36: 2 minutes at load 2-3),
 #: study 0.1 s; engine, widgets and labs as their modules measured;
-#: vllm as docs/benchmarks.md's "Beside vLLM again" ran (16:46-16:54 UTC).
+#: vllm as docs/benchmarks.md's "Beside vLLM again" ran (16:46-16:54 UTC), with
+#: --repeats 3 as "A few rows in C" ran (2026-12-05 14:30-14:39 UTC).
 BENCHMARKS = {
     "engine": ("pagedkit.bench.engine", "pagedkit against transformers' generate (17 minutes on "
                "2 busy cores; --quick: 10 s to 2 minutes)"),
@@ -43,7 +44,8 @@ BENCHMARKS = {
     "hash": ("pagedkit.bench.prefix_hash", "what naming and finding a prefix-cache block costs "
              "(seconds)"),
     "vllm": ("pagedkit.bench.beside_vllm", "pagedkit and vLLM, batch 1/8/64, two models, "
-             "threads (12 runs, 8 minutes at load 1-2; --models tiny: the faster half)"),
+             "threads (12 runs, 8 minutes at load 1-2; --repeats 3: each three times, "
+             "9 minutes at load 1; --models tiny: the faster half)"),
     "linears": ("pagedkit.bench.linears", "plain against prepacked linear layers, by shape "
                 "(1-2 minutes)"),
     "study": ("pagedkit.bench.study", "each lab's estimated student time, by a stated rule "

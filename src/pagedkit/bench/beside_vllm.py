@@ -1,24 +1,30 @@
 """pagedkit and vLLM's CPU build on the same requests, one table (docs/benchmarks.md).
 
 ``python -m pagedkit bench vllm [--out DIR] [--requests 1,8,64] [--models tiny,larger]
-[--threads 1,default] [--doc docs/benchmarks.md]`` runs one ``bench engine``
-per cell — ``python -m pagedkit bench engine --model M --requests N
-[--threads 1] --systems pagedkit,vllm --rounds 1 --json DIR/M-bN-tT.json`` —
-each in a fresh process (vLLM's CPU worker replaces ``torch.set_num_threads``
-in the process that builds it, so a thread setting would not survive from
-one cell to the next), records ``uptime`` before and after each, and writes
-the table between the markers in `doc`. ``--table-only`` rewrites the table
-from the JSON already in DIR.
+[--threads 1,default] [--repeats R] [--doc docs/benchmarks.md]`` runs one
+``bench engine`` per cell — ``python -m pagedkit bench engine --model M
+--requests N [--threads 1] --systems pagedkit,vllm --rounds 1 --json
+DIR/M-bN-tT.json`` — each in a fresh process (vLLM's CPU worker replaces
+``torch.set_num_threads`` in the process that builds it, so a thread setting
+would not survive from one cell to the next), records ``uptime`` before and
+after each, and writes the table between the markers in `doc`.
+``--table-only`` rewrites the table from the JSON already in DIR.
 
 One round per cell, counted as it ran (``bench engine`` warms each system
 up with a two-request run first, untimed). On a shared machine the load
-beside each row says how far to trust it.
+beside each row says how far to trust it. One such run of a short cell
+varies by 10-30% here, both systems alike (docs/benchmarks.md, issue #25),
+so ``--repeats R`` runs every cell R times, the cells in turn (each round
+of cells before the next, so a slow minute of the machine falls on many
+cells, not on one cell's runs); a cell's JSON then holds one report per
+run, and the table gives medians, with the range beside them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -57,19 +63,25 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def run_cell(model: str, requests: int, threads: str, out: Path, progress: bool = True) -> Path:
-    """One ``bench engine`` run; its JSON gains ``uptime`` before and after."""
+def run_cell(model: str, requests: int, threads: str, out: Path, progress: bool = True,
+             keep: bool = False) -> Path:
+    """One ``bench engine`` run; its JSON gains ``uptime`` before and after.
+    With `keep`, the cell's JSON keeps the reports of earlier runs and gains
+    this one's (``--repeats``); else this run's replaces them."""
     path = out / f"{cell_name(model, requests, threads)}.json"
-    argv = engine_argv(model, requests, threads, path, progress)
+    run_path = path.with_suffix(".run.json")
+    argv = engine_argv(model, requests, threads, run_path, progress)
     before = uptime()
     print(f"$ {' '.join(argv)}\n  {before}", flush=True)
     subprocess.run(argv, check=True)
     after = uptime()
     print(f"  {after}", flush=True)
-    reports = json.loads(path.read_text())
+    reports = json.loads(run_path.read_text())
+    run_path.unlink()
     for report in reports:
         report["uptime"] = {"before": before, "after": after}
-    path.write_text(json.dumps(reports, indent=2))
+    earlier = json.loads(path.read_text()) if keep and path.exists() else []
+    path.write_text(json.dumps(earlier + reports, indent=2))
     return path
 
 
@@ -78,30 +90,61 @@ def _load(text: str) -> str:
     return text.rsplit("load average:", 1)[-1].strip() if "load average:" in text else "?"
 
 
-def table_rows(report: dict, threads: str) -> list[str]:
-    """Markdown rows of one report: one per system, the load beside them."""
-    results = {r["system"]: r for r in report["results"]}
-    base = results.get("pagedkit")
+def _spread(values: list[float], digits: int = 1, unit: str = "") -> str:
+    """One run's value; several runs' median, their range and count beside it."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}{unit}"
+    lo, mid, hi = min(values), statistics.median(values), max(values)
+    return f"{mid:.{digits}f}{unit} ({lo:.{digits}f}-{hi:.{digits}f}, {len(values)} runs)"
+
+
+def _loads(reports: list[dict]) -> str:
+    """The load beside a cell: one run's averages before and after; several
+    runs' 1-minute averages, before each and after each, as ranges."""
+    def pair(report: dict) -> tuple[str, str]:
+        up = report.get("uptime")
+        if up:
+            return _load(up["before"]), _load(up["after"])
+        env = report["environment"]
+        return str(env.get("load_average")), str(env.get("load_average_end"))
+
+    pairs = [pair(r) for r in reports]
+    if len(pairs) == 1:
+        return " -> ".join(pairs[0])
+    try:
+        before, after = ([float(p[i].strip("[]").split(",")[0]) for p in pairs] for i in (0, 1))
+    except ValueError:
+        return "; ".join(" -> ".join(p) for p in pairs)
+    return f"1 min: {min(before):.2f}-{max(before):.2f} -> {min(after):.2f}-{max(after):.2f}"
+
+
+def table_rows(reports: list[dict], threads: str) -> list[str]:
+    """Markdown rows of one cell's runs (one report each): one row per system,
+    each figure one run's or the runs' median (range beside it), the ratio
+    to pagedkit taken within each run, the load beside them."""
+    first = reports[0]
+    runs = [{r["system"]: r for r in report["results"]} for report in reports]
     rows = []
     for name in ("pagedkit", "vllm"):
-        r = results.get(name)
-        if r is None:
-            rows.append(f"| {report['model']} | {report['num_requests']} | {threads} | {name} "
+        mine = [(run[name], run.get("pagedkit")) for run in runs if name in run]
+        if len(mine) < len(runs):
+            rows.append(f"| {first['model']} | {first['num_requests']} | {threads} | {name} "
+                        f"| failed in {len(runs) - len(mine)} of {len(runs)} runs (see the "
+                        "runs' log) | | | | | |" if len(runs) > 1 else
+                        f"| {first['model']} | {first['num_requests']} | {threads} | {name} "
                         "| failed (see the run's log) | | | | | |")
             continue
-        ratio = r["tokens_per_s"] / base["tokens_per_s"] if base else None
-        cpu = r.get("tokens_per_cpu_s")
-        differ = r.get("outputs_differing")
-        up = report.get("uptime", {})
-        load = (f"{_load(up['before'])} -> {_load(up['after'])}" if up else
-                f"{report['environment'].get('load_average')} -> "
-                f"{report['environment'].get('load_average_end')}")
+        ratios = [r["tokens_per_s"] / base["tokens_per_s"] for r, base in mine if base]
+        cpu = [r["tokens_per_cpu_s"] for r, _ in mine if r.get("tokens_per_cpu_s") is not None]
+        differ = [r["outputs_differing"] for r, _ in mine if r.get("outputs_differing") is not None]
         rows.append(
-            f"| {report['model']} | {report['num_requests']} | {threads} | {name} "
-            f"| {r['tokens_per_s']:.1f} | {'-' if ratio is None else f'{ratio:.2f}'} "
-            f"| {'-' if cpu is None else f'{cpu:.1f}'} | {r['ttft_mean_s']:.2f} s "
-            f"| {'-' if differ is None else differ} "
-            f"| {load if name == 'pagedkit' else ''} |")
+            f"| {first['model']} | {first['num_requests']} | {threads} | {name} "
+            f"| {_spread([r['tokens_per_s'] for r, _ in mine])} "
+            f"| {_spread(ratios, 2) if len(ratios) == len(mine) else '-'} "
+            f"| {_spread(cpu) if len(cpu) == len(mine) else '-'} "
+            f"| {_spread([r['ttft_mean_s'] for r, _ in mine], 2, ' s')} "
+            f"| {max(differ) if len(differ) == len(mine) else '-'} "
+            f"| {_loads(reports) if name == 'pagedkit' else ''} |")
     return rows
 
 
@@ -118,8 +161,7 @@ def markdown(out: Path, models=MODELS, requests=REQUESTS, threads=THREADS) -> st
                     lines.append(f"| {model} | {n} | {t} | | not run ({path.name} missing) "
                                  "| | | | | |")
                     continue
-                for report in json.loads(path.read_text()):
-                    lines += table_rows(report, t)
+                lines += table_rows(json.loads(path.read_text()), t)
     return "\n".join(lines)
 
 
@@ -153,11 +195,11 @@ def _choices(text: str, valid, what: str) -> tuple:
     return items
 
 
-def _batch_size(text: str) -> int:
+def _positive(text: str, option: str) -> int:
     try:
         return positive_int(text)
     except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(f"--requests: {err}") from None
+        raise argparse.ArgumentTypeError(f"{option}: {err}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--doc", type=Path, default=DOC,
                    help="the page whose marked table is rewritten (default: this checkout's "
                    "docs/benchmarks.md, a tracked file)")
+    p.add_argument("--repeats", default="1",
+                   help="runs of every cell, the cells in turn (default 1); the table "
+                   "gives medians and ranges")
     p.add_argument("--table-only", action="store_true",
                    help="only rewrite the table, from the JSON already in --out")
     add_no_progress(p, "each bench engine run's progress lines (it is passed on to them)")
@@ -179,17 +224,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         models = _choices(args.models, MODELS, "--models")
         threads = _choices(args.threads, THREADS, "--threads")
-        requests = tuple(_batch_size(n) for n in _choices(args.requests, None, "--requests"))
+        requests = tuple(_positive(n, "--requests")
+                         for n in _choices(args.requests, None, "--requests"))
+        repeats = _positive(args.repeats, "--repeats")
         check_doc(args.doc)
     except (argparse.ArgumentTypeError, ValueError) as err:
         english_error(p, str(err))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.table_only:
-        for model in models:
-            for n in requests:
-                for t in threads:
-                    run_cell(model, n, t, out, progress=not args.no_progress)
+        for repeat in range(repeats):
+            for model in models:
+                for n in requests:
+                    for t in threads:
+                        run_cell(model, n, t, out, progress=not args.no_progress,
+                                 keep=repeat > 0)
     table = markdown(out, models, requests, threads)
     print(table)
     write_table(args.doc, table)
