@@ -38,17 +38,15 @@ class VllmNames(type):
     (`pagedkit.vllm_names`); any other missing name gets Python's message."""
 
     def __getattr__(cls, name: str) -> object:
+        plain = AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
+                               name=name, obj=cls)
         if name.startswith("__") and name.endswith("__"):  # Python's and libraries' probes
-            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
-                                 name=name, obj=cls)
+            raise plain
         from .vllm_names import VLLM_ONLY_ATTRIBUTES, missing
 
         kind = next((c.__name__ for c in cls.__mro__ if c.__module__.startswith("pagedkit.")
                      and c.__name__ in VLLM_ONLY_ATTRIBUTES), None)
-        if kind is None:
-            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}",
-                                 name=name, obj=cls)
-        raise missing(kind, cls, name, f"type object {cls.__name__!r}")
+        raise plain if kind is None else missing(kind, cls, name, f"type object {cls.__name__!r}")
 
 
 class RequestOutputKind(enum.Enum):
