@@ -9,19 +9,10 @@ CPU runs by default (`pagedkit.ops`, backend ``"native"``) because it is
 faster: 1.7-4.7x per call on the decode shapes the benchmarks serve, 2-16%
 of a whole engine run (docs/benchmarks.md, "A decode kernel in C").
 
-**Building.** The first call compiles the C file with the machine's C
-compiler (``$CC``, else ``cc``; ~0.3 s) for this CPU (``-march=native``) with
-OpenMP, into a cache folder (``$PAGEDKIT_CACHE_DIR``, else
-``$XDG_CACHE_HOME/pagedkit`` or ``~/.cache/pagedkit``), named by a hash of the
-source, the compiler, the flags and the CPU: later processes load it. It
-compiles with ``-ffast-math`` (so the exponentials vectorize) but links
-without it: gcc would otherwise link ``crtfastmath.o``, whose constructor
-sets the CPU's flush-to-zero flags for the whole process when the library
-loads, and torch's own results would change (tiny values would become 0).
-The library links ``libgomp.so.1``, the OpenMP runtime torch's CPU wheels
-load, so both share one pool of threads. Where it cannot be built (no
-compiler, no OpenMP, as with Apple's clang), `unavailable` says why and the
-batched path runs.
+**Building.** The first call compiles the C file for this CPU and later
+processes load it (`cbuild`: the compiler, the cache folder, and why it links
+without ``-ffast-math``). Where it cannot be built (no compiler, no OpenMP,
+as with Apple's clang), `unavailable` says why and the batched path runs.
 
 **What it covers.** float32 caches and queries (what the engine serves on a
 CPU), any block size, grouped-query attention, sliding windows, softcaps and
@@ -32,25 +23,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import platform
-import shlex
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 
-from . import batched, checks
+from . import batched, cbuild, checks
 
 SOURCE = Path(__file__).with_name("cpu_decode.c")
-CACHE_ENV_VAR = "PAGEDKIT_CACHE_DIR"
-#: Compiling: -ffast-math lets the exponentials vectorize (the C file uses no
-#: infinities). Linking: without it (see the module's docstring).
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
-LINK_FLAGS = ("-shared", "-fopenmp")
 #: Elements of K/V (keys x KV heads x head_dim) below which a call runs one
 #: thread: torch's own grain (``at::internal::GRAIN_SIZE``), below which waking
 #: a second thread costs more than the work (docs/benchmarks.md). The tests
@@ -60,74 +39,18 @@ GRAIN_ELEMENTS = 32768
 MAX_WINDOW = 2**31 - 1
 
 
-def _cpu_description() -> str:
-    """What the compiled code depends on besides the source: the CPU's model and flags."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    lines = [line for line in info.splitlines() if line.startswith(("model name", "flags"))]
-    return "\n".join(dict.fromkeys(lines))
-
-
-def _cache_dir() -> Path:
-    configured = os.environ.get(CACHE_ENV_VAR)
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "pagedkit"
-
-
-def _compile(compiler: list[str], target: Path) -> None:
-    """Compile `SOURCE` into `target`, atomically (processes may build it at once)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        built, obj = Path(tmp) / target.name, Path(tmp) / "cpu_decode.o"
-        for command in ([*compiler, *FLAGS, "-c", "-o", str(obj), str(SOURCE)],
-                        [*compiler, *LINK_FLAGS, "-o", str(built), str(obj), "-lm"]):
-            run = subprocess.run(command, capture_output=True, text=True, timeout=120)
-            if run.returncode != 0:
-                raise OSError(f"{' '.join(command)} failed: {run.stderr.strip()[:400]}")
-        os.replace(built, target)
-
-
 @functools.cache
 def _library() -> ctypes.CDLL | str:
     """The built library, or why there is none (built once per process)."""
-    named = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if named is None:
-        return "no C compiler was found (set CC, or install gcc)"
-    compiler = shlex.split(named)  # CC may hold a command: "ccache gcc", "gcc -m64"
-    try:
-        version = subprocess.run([*compiler, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"the C compiler {named!r} does not run ({exc})"
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), named, version, " ".join(FLAGS),
-                                    " ".join(LINK_FLAGS), _cpu_description()]).encode())
-    target = _cache_dir() / f"cpu_decode-{key.hexdigest()[:16]}.so"
-    try:
-        lib = _load(compiler, target)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"the C decode kernel could not be built with {named} ({exc})"
+    lib = cbuild.build(SOURCE, "the C decode kernel")
+    if isinstance(lib, str):
+        return lib
     fn = lib.paged_decode_f32
     i32, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
     fn.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, ptr, i32, i32, i32, i32, i32,
                    ctypes.c_float, i32, ctypes.c_float, ptr, i32, i64]
     fn.restype = ctypes.c_int
     return lib
-
-
-def _load(compiler: list[str], target: Path) -> ctypes.CDLL:
-    """The library at `target`, built first if it is not there; built again
-    once if what is there does not load (a file cut short, say)."""
-    if not target.exists():
-        _compile(compiler, target)
-    try:
-        return ctypes.CDLL(str(target))
-    except OSError:
-        _compile(compiler, target)
-        return ctypes.CDLL(str(target))
 
 
 def unavailable() -> str | None:
