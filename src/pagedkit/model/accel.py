@@ -23,19 +23,27 @@ call paid ("Fused and packed from one row"). The embedded tiny model (256
 wide) stays below the rule, so the engine a learner steps through in a
 debugger is transformers' own.
 
+A call of a few rows (a decode step's tokens, up to ``cpu_linear.MAX_ROWS``)
+runs neither GEMM but `pagedkit.kernels.cpu_linear`, a C kernel that reads
+a weight packed into panels once, straight down: 1.4-2.1x faster than
+oneDNN's product at 1-4 rows on 2 AVX-512 cores, and the larger bench
+model's engine 1.06-1.5x faster (docs/benchmarks.md, "A few rows in C").
+Where no C compiler builds it, every packed call runs oneDNN's product.
+
 How: each eligible ``nn.Linear`` is replaced, in place in its parent, by a
 `PackedLinear` that holds the very same ``weight`` and ``bias`` Parameters
 (state dict, tied weights and ``.to()`` behave as before) plus the packed
-copy, built here, at load (not in the first step, where 41 weights of the
-larger model took 0.06 s of the first request's time to first token on one
-thread, 0.2-0.4 s on two of a busy machine), and rebuilt whenever the weight
-changes (a new tensor, an in-place write, ``.to()``). Anything the packed product does
-not cover — another dtype or device, autograd, autocast, a call below the
-row rule — runs ``F.linear`` on the same weight. The packed weight is a
-second copy of each packed layer's weight in memory.
+copies (oneDNN's and the C kernel's), built here, at load (not in the
+first step, where 41 weights of the larger model took 0.06 s of the first
+request's time to first token on one thread, 0.2-0.4 s on two of a busy
+machine), and rebuilt whenever the weight changes (a new tensor, an
+in-place write, ``.to()``). Anything the packed product does not cover —
+another dtype or device, autograd, autocast, a call below the row rule —
+runs ``F.linear`` on the same weight. The packed copies are a
+second and a third copy of each packed layer's weight in memory.
 
-Exactness: a packed product is not bitwise the plain one (oneDNN sums in
-another order): float32 logits differ by ~1e-6 relative, far below the gap
+Exactness: a packed product is not bitwise the plain one (oneDNN and the
+C kernel sum in other orders than MKL's): float32 logits differ by ~1e-6 relative, far below the gap
 between the top two tokens of the workloads the tests and benches compare,
 whose tokens are equal to transformers' own.
 """
@@ -53,6 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._validation import check_choice
+from ..kernels import cpu_linear
 
 if TYPE_CHECKING:
     from .fused import FuseReport
@@ -91,10 +100,12 @@ def _probe() -> str | None:
     whose oneDNN cannot run it here (an ISA or platform it lacks) says so now,
     not in the middle of a step."""
     try:
-        weight, x = torch.randn(8, 16), torch.randn(4, 16)
+        weight = torch.randn(8, 16)
         with torch.inference_mode():
-            ok = torch.allclose(packed_linear(x, pack_weight(weight), None), F.linear(x, weight),
-                                rtol=1e-4, atol=1e-5)
+            packed = pack_weight(weight)
+            ok = all(torch.allclose(packed_linear(x, packed, None), F.linear(x, weight),
+                                    rtol=1e-4, atol=1e-5)  # a few rows (C), and more (oneDNN)
+                     for x in (torch.randn(1, 16), torch.randn(cpu_linear.MAX_ROWS + 1, 16)))
     except (RuntimeError, AttributeError, NotImplementedError) as err:
         return f"oneDNN's prepacked linear fails here ({type(err).__name__}: {err})"[:300]
     return None if ok else "oneDNN's prepacked linear gave another product than F.linear here"
@@ -120,18 +131,36 @@ def prepack_mode() -> str:
     return switch(ENV_VAR, "Prepacked linear layers")
 
 
-def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+@dataclass(frozen=True)
+class PackedWeight:
+    """A weight packed once, at load, for both products `packed_linear` runs:
+    oneDNN's blocked layout, and the C kernel's panels for calls of up to
+    ``cpu_linear.MAX_ROWS`` rows (None where the C kernel cannot be built)."""
+
+    onednn: torch.Tensor
+    panels: torch.Tensor | None
+    out_features: int
+
+
+def packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | None
                   ) -> torch.Tensor:
-    """``F.linear(x, weight, bias)`` against the weight oneDNN prepacked
-    (`pack_weight`); its own name, so `bench --profile` can time it."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    """``F.linear(x, weight, bias)`` against the weight packed by `pack_weight`:
+    a call of a few rows in C (`pagedkit.kernels.cpu_linear`: it reads the
+    weight once, 1.4-2.1x faster than oneDNN at 1-4 rows), more rows with
+    oneDNN; its own name, so `bench --profile` can time it."""
+    if packed.panels is not None and x.numel() <= cpu_linear.MAX_ROWS * x.shape[-1]:
+        return cpu_linear.linear(x, packed.panels, packed.out_features, bias)
+    return torch.ops.mkldnn._linear_pointwise(x, packed.onednn, bias, "none", [], "")
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+def pack_weight(weight: torch.Tensor) -> PackedWeight:
     """The weight reordered, once, into oneDNN's blocked layout (no batch-size
-    hint: the layout then serves every token count)."""
+    hint: the layout then serves every token count) and into the C kernel's
+    panels (another copy, where the kernel can be built)."""
     with torch.no_grad():
-        return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        onednn = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+    panels = None if cpu_linear.unavailable() else cpu_linear.pack(weight)
+    return PackedWeight(onednn, panels, weight.shape[0])
 
 
 def cannot_pack(weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
@@ -168,7 +197,7 @@ class PackedLinear(nn.Linear):
         self.register_parameter("bias", linear.bias)
         self.min_rows = min_rows
         self.training = linear.training  # an eval() model stays in eval mode
-        self._packed: torch.Tensor | None = None
+        self._packed: PackedWeight | None = None
         self._packed_key: tuple[int, int] | None = None  # the weight `_packed` was built from
         #: why the weight is not packed now (None once it is, or before `repack`)
         self.unpacked_reason: str | None = None

@@ -67,7 +67,7 @@ class FusedProduct:
 
     def __init__(self) -> None:
         self.members: list[FusedLinear] = []  # in the order of the concatenation
-        self.packed: torch.Tensor | None = None
+        self.packed: accel.PackedWeight | None = None
         self.bias: torch.Tensor | None = None
         self.forget()
 

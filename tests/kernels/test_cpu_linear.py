@@ -1,0 +1,146 @@
+"""The C kernel for a linear layer's product of a few rows (kernels/cpu_linear.c)
+against a float64 oracle, and how `accel.packed_linear` uses it.
+
+Every row count from 0 past `MAX_ROWS` (tiles of 4 rows and each remainder),
+output counts below, at and past a 64-wide panel, inputs from 1, with and
+without a bias, inputs that are strided views, one and two threads (two even
+below the grain). The bound is float32's for a sum of K products in any
+order: |error| <= 2 K u sum_k |x_k w_k| (u = 2^-24), which oneDNN's and
+MKL's products meet too.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+from kernel_cases import run_python
+
+from pagedkit.kernels import cpu_linear
+from pagedkit.model import accel
+
+pytestmark = pytest.mark.skipif(cpu_linear.unavailable() is not None,
+                                reason=f"no C linear kernel here: {cpu_linear.unavailable()}")
+
+U = 2.0 ** -24
+ROWS = list(range(0, cpu_linear.MAX_ROWS + 4))
+SHAPES = [(1, 1), (5, 3), (63, 17), (64, 64), (65, 100), (130, 7), (256, 512), (96, 1376)]
+
+
+def check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, got: torch.Tensor):
+    """`got` within float32's bound of the float64 product."""
+    x64, w64 = x.double(), weight.double()
+    want = F.linear(x64, w64, None if bias is None else bias.double())
+    assert got.shape == want.shape and got.dtype == torch.float32
+    if not want.numel():
+        return
+    scale = F.linear(x64.abs(), w64.abs())  # sum_k |x_k w_k|, per output
+    bound = 2 * weight.shape[1] * U * scale + (0 if bias is None else 2 * U * want.abs())
+    assert ((got.double() - want).abs() <= bound + 1e-30).all()
+
+
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("out_features, in_features", SHAPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_product_is_float32s_of_the_exact_one(rows, out_features, in_features, with_bias):
+    gen = torch.Generator().manual_seed(rows * 1000 + out_features + in_features)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    bias = torch.randn(out_features, generator=gen) if with_bias else None
+    x = torch.randn(1, rows, in_features, generator=gen)  # (batch, tokens, hidden), as a model
+    packed = cpu_linear.pack(weight)
+    # a product of other numbers first: an output the kernel leaves unwritten would
+    # hold its numbers (the allocator hands the same memory out again), not these
+    cpu_linear.linear(x + 1, packed, out_features, bias)
+    check(x, weight, bias, cpu_linear.linear(x, packed, out_features, bias))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 7])
+def test_strided_inputs_as_the_model_passes_them(rows):
+    """A slice of a wider tensor (rows apart), a transposed one (columns apart),
+    a strided vector."""
+    weight = torch.randn(70, 40)
+    packed = cpu_linear.pack(weight)
+    wide = torch.randn(rows, 100)[:, 30:70]
+    check(wide, weight, None, cpu_linear.linear(wide, packed, 70, None))
+    transposed = torch.randn(40, rows).t()
+    check(transposed, weight, None, cpu_linear.linear(transposed, packed, 70, None))
+    vector = torch.randn(80)[::2]  # one input, as F.linear takes it
+    check(vector, weight, None, cpu_linear.linear(vector, packed, 70, None))
+
+
+@pytest.mark.parametrize("rows, out_features",
+                         list(itertools.product([1, 4, 6, 8], [64, 200, 1376])))
+def test_two_threads_compute_what_one_does(rows, out_features):
+    """Threads split the panels: each output is one thread's, summed in the same
+    order, so the numbers are bitwise those of one thread (above the grain
+    and, forced, below it)."""
+    weight, x = torch.randn(out_features, 96), torch.randn(rows, 96)
+    packed = cpu_linear.pack(weight)
+    previous, grain = torch.get_num_threads(), cpu_linear.GRAIN_MACS
+    try:
+        torch.set_num_threads(1)
+        one = cpu_linear.linear(x, packed, out_features, None)
+        torch.set_num_threads(2)
+        cpu_linear.GRAIN_MACS = 0
+        two = cpu_linear.linear(x, packed, out_features, None)
+    finally:
+        torch.set_num_threads(previous)
+        cpu_linear.GRAIN_MACS = grain
+    assert torch.equal(one, two)
+
+
+def test_the_packed_layout_is_panels_of_64_outputs_transposed_and_zero_padded():
+    weight = torch.arange(70 * 3, dtype=torch.float32).view(70, 3)
+    packed = cpu_linear.pack(weight)
+    assert packed.shape == (2, 3, 64) and packed.is_contiguous()
+    assert torch.equal(packed[0], weight[:64].t())
+    assert torch.equal(packed[1, :, :6], weight[64:].t())
+    assert not packed[1, :, 6:].any()
+
+
+@pytest.mark.parametrize("rows", [1, cpu_linear.MAX_ROWS, cpu_linear.MAX_ROWS + 1, 40])
+def test_accel_runs_a_few_rows_in_c_and_more_with_onednn(rows, monkeypatch):
+    """`packed_linear`: up to MAX_ROWS rows (of any batch shape) in C, more with oneDNN."""
+    ran = []
+    real = cpu_linear.linear
+    monkeypatch.setattr(cpu_linear, "linear", lambda *a: ran.append("C") or real(*a))
+    weight, bias = torch.randn(300, 512), torch.randn(300)
+    x = torch.randn(1, rows, 512)
+    with torch.inference_mode():
+        got = accel.packed_linear(x, accel.pack_weight(weight), bias)
+    assert ran == (["C"] if rows <= cpu_linear.MAX_ROWS else [])
+    check(x, weight, bias, got)
+
+
+WITHOUT_COMPILER = """
+import os, torch
+os.environ["CC"] = "/nonexistent/cc"
+from pagedkit.kernels import cpu_linear
+from pagedkit.model import accel
+assert "/nonexistent/cc" in cpu_linear.unavailable(), cpu_linear.unavailable()
+weight, x = torch.randn(64, 32), torch.randn(2, 32)
+packed = accel.pack_weight(weight)
+assert packed.panels is None
+with torch.inference_mode():
+    assert torch.allclose(accel.packed_linear(x, packed, None), x @ weight.t(), atol=1e-4)
+print("ok")
+"""
+
+
+def test_without_a_compiler_every_packed_call_runs_onednn(tmp_path):
+    run = run_python(WITHOUT_COMPILER, PAGEDKIT_CACHE_DIR=str(tmp_path))
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+    assert not list(tmp_path.iterdir())  # nothing was built
+
+
+def test_the_library_is_built_once_into_the_cache_folder(tmp_path):
+    code = ("from pagedkit.kernels import cpu_linear; import sys; "
+            "sys.exit(cpu_linear.unavailable() is not None)")
+    for _ in range(2):
+        run = run_python(code, PAGEDKIT_CACHE_DIR=str(tmp_path))
+        assert run.returncode == 0, run.stderr[-2000:]
+        built = list(tmp_path.iterdir())
+        assert len(built) == 1 and built[0].name.startswith("cpu_linear-")
+        assert built[0].suffix == ".so"
