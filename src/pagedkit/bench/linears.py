@@ -1,4 +1,4 @@
-"""Where prepacked linear layers pay: F.linear against oneDNN's prepacked product.
+"""Where prepacked linear layers pay: F.linear against the packed product.
 
 ``python -m pagedkit bench linears [--threads 1,2] [--widths 256,384,512,768,1024]
 [--rows 1,2,4,8,16,64,256] [--cold] [--json PATH]``
@@ -6,7 +6,8 @@
 For each width h, the projection shapes of a Llama-style layer (q/o: h x h,
 k/v: h x h/4, gate/up: h x 2.7h, down: 2.7h x h, and an output layer of 4096
 tokens) are multiplied by inputs of each row count (the tokens of a step),
-plain (``F.linear``) and prepacked (`pagedkit.model.accel`); each time is
+plain (``F.linear``) and prepacked (`pagedkit.model.accel`: up to
+``cpu_linear.MAX_ROWS`` rows in C, more with oneDNN); each time is
 the fastest of several repeats, what a shared machine's load disturbs least.
 The table gives plain time / packed time (above 1: packed is faster) and
 whether ``PAGEDKIT_PREPACK=auto`` packs that shape (it then uses the packed

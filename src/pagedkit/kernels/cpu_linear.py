@@ -6,8 +6,8 @@ the product is bound by reading the weight, and oneDNN's prepacked product
 reads a weight packed once into panels of 64 outputs, straight down, with
 every partial sum in registers (its comment says how). Measured on 2 AVX-512
 cores, weights read from memory (docs/benchmarks.md, "A few rows in C"), it
-ran 1.4-2.1x faster than oneDNN's product at 1-4 rows, about level at 5-6,
-1.1-1.3x at 8 and level at 12: so `accel` runs products of up to
+ran 1.4-2.1x faster than oneDNN's product at 1-2 rows, 1.1-1.9x at 4,
+0.95-1.45x at 6 and 8, and level at 12: so `accel` runs products of up to
 `MAX_ROWS` rows here and larger ones with oneDNN.
 
 Built as `cpu_decode.c` is (`cbuild`); where it cannot be, `unavailable`

@@ -26,7 +26,7 @@ debugger is transformers' own.
 A call of a few rows (a decode step's tokens, up to ``cpu_linear.MAX_ROWS``)
 runs neither GEMM but `pagedkit.kernels.cpu_linear`, a C kernel that reads
 a weight packed into panels once, straight down: 1.4-2.1x faster than
-oneDNN's product at 1-4 rows on 2 AVX-512 cores, and the larger bench
+oneDNN's product at 1-2 rows on 2 AVX-512 cores, and the larger bench
 model's engine 1.06-1.5x faster (docs/benchmarks.md, "A few rows in C").
 Where no C compiler builds it, every packed call runs oneDNN's product.
 
@@ -146,7 +146,7 @@ def packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | No
                   ) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` against the weight packed by `pack_weight`:
     a call of a few rows in C (`pagedkit.kernels.cpu_linear`: it reads the
-    weight once, 1.4-2.1x faster than oneDNN at 1-4 rows), more rows with
+    weight once, 1.4-2.1x faster than oneDNN at 1-2 rows), more rows with
     oneDNN; its own name, so `bench --profile` can time it."""
     if packed.panels is not None and x.numel() <= cpu_linear.MAX_ROWS * x.shape[-1]:
         return cpu_linear.linear(x, packed.panels, packed.out_features, bias)

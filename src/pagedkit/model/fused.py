@@ -22,7 +22,8 @@ model a learner steps through in a debugger is transformers' own.
 
 How: the members of a group are `FusedLinear` layers (`accel.PackedLinear`'s
 subclass: the same Parameters, no packed copy of their own) sharing one
-`FusedProduct`, which holds the concatenated weight packed once, at load.
+`FusedProduct`, which holds the concatenated weight packed once, at load
+(`accel.pack_weight`: for oneDNN and for the C kernel of a few rows).
 The first member called with an input computes the whole product and keeps
 it, with the input tensor itself; each other member called with *that same
 tensor object* gets its slice (a view) without multiplying, and once every
