@@ -179,15 +179,6 @@ BUILDS = ("from pagedkit.kernels import cpu_decode; import sys; "
           "print(cpu_decode.unavailable()); sys.exit(cpu_decode.unavailable() is not None)")
 
 
-def test_the_library_is_built_once_into_the_cache_folder(tmp_path):
-    for _ in range(2):
-        run = run_python(BUILDS, PAGEDKIT_CACHE_DIR=str(tmp_path))
-        assert run.returncode == 0, run.stderr[-2000:]
-        built = list(tmp_path.iterdir())
-        assert len(built) == 1 and built[0].name.startswith("cpu_decode-")
-        assert built[0].suffix == ".so"
-
-
 def test_a_small_call_runs_one_thread_and_computes_the_same():
     """Below the grain (torch's 32,768 elements) the call runs one thread;
     forced to two, the same numbers."""
