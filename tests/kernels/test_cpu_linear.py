@@ -134,3 +134,32 @@ def test_without_a_compiler_every_packed_call_runs_onednn(tmp_path):
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
     assert not list(tmp_path.iterdir())  # nothing was built
 
+
+
+@pytest.mark.parametrize("shape", [(2, 16), (2, 48), (64,), (1, 1, 64), (3, 0)])
+def test_an_input_of_another_width_is_refused_not_read_past(shape):
+    """Review of this stop: the kernel took its width from the packed weight,
+    so a wrong-width input read or wrote past its tensors (a heap error)."""
+    packed = cpu_linear.pack(torch.randn(16, 32))
+    with pytest.raises(ValueError, match=r"inputs per row, the packed weight 32"):
+        cpu_linear.linear(torch.randn(shape), packed, 16, None)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_another_dtype_is_refused_by_name(dtype):
+    packed = cpu_linear.pack(torch.randn(16, 32))
+    with pytest.raises(ValueError, match=f"x is {dtype}.*float32 CPU tensors only"):
+        cpu_linear.linear(torch.randn(2, 32, dtype=dtype), packed, 16, None)
+    with pytest.raises(ValueError, match=f"bias is {dtype}"):
+        cpu_linear.linear(torch.randn(2, 32), packed, 16, torch.randn(16, dtype=dtype))
+
+
+@pytest.mark.parametrize("shape", [(2, 16), (2, 48), (64,), (1, 1, 64)])
+def test_a_packed_layer_refuses_another_width_as_f_linear_does(shape):
+    """Through `PackedLinear`, the C kernel is not even tried: oneDNN's product
+    raises for a wrong width, as F.linear does."""
+    layer = accel.PackedLinear(torch.nn.Linear(32, 16), min_rows=1)
+    with torch.no_grad(), pytest.raises(RuntimeError):
+        F.linear(torch.randn(shape), layer.weight)
+    with torch.no_grad(), pytest.raises(RuntimeError):
+        layer(torch.randn(shape))

@@ -1,8 +1,8 @@
 """Prepacked linear layers (pagedkit.model.accel): who gets them, the switch,
 the fallbacks, and the engine's tokens unchanged with them.
 
-The packed product is not bitwise the plain one (oneDNN sums in another
-order; ~1e-6 on these logits), so engine runs are compared by tokens, on
+The packed product is not bitwise the plain one (oneDNN and the C kernel of
+a few rows sum in other orders; ~1e-6 on these logits), so engine runs are compared by tokens, on
 workloads where the logit differences are far below the gap between each
 step's top two tokens (asserted: the comparison is decisive, not luck).
 """
@@ -20,6 +20,7 @@ from tiny_configs import tiny_model
 from torch import nn
 
 from pagedkit import LLM, SamplingParams
+from pagedkit.kernels.cpu_linear import MAX_ROWS
 from pagedkit.model import accel
 from pagedkit.model.accel import (
     ENV_VAR,
@@ -209,10 +210,26 @@ def test_a_onednn_that_fails_here_is_found_before_any_step(monkeypatch):
     def broken(*args):
         raise RuntimeError("no kernel for this ISA")
 
-    monkeypatch.setattr(accel, "packed_linear", broken)
+    monkeypatch.setattr(accel, "onednn_linear", broken)
     assert "no kernel for this ISA" in accel._probe.__wrapped__()  # uncached: run it again
-    monkeypatch.setattr(accel, "packed_linear", lambda x, packed, bias: x[:, :8] * 0)
+    monkeypatch.setattr(accel, "onednn_linear", lambda x, packed, bias: x[:, :8] * 0)
     assert "another product" in accel._probe.__wrapped__()
+
+
+def test_a_c_kernel_that_fails_here_leaves_onednn_packing(monkeypatch):
+    """Review of this stop: the probe tied oneDNN to the C kernel. A C kernel
+    that cannot run (or computes wrong) only takes the few-rows path away."""
+    from pagedkit.kernels import cpu_linear
+
+    monkeypatch.setattr(cpu_linear, "unavailable", lambda: "it gives another product")
+    assert accel._probe.__wrapped__() is None
+    layer = PackedLinear(nn.Linear(32, 16), min_rows=1)
+    layer.repack()
+    assert layer._packed.panels is None and layer.unpacked_reason is None
+    x = torch.randn(2, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- one layer
@@ -241,10 +258,11 @@ def test_autograd_and_autocast_take_the_plain_product():
         assert layer(x).dtype == torch.bfloat16
 
 
-def test_a_changed_weight_is_packed_again():
+@pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])  # the C kernel's copy, and oneDNN's
+def test_a_changed_weight_is_packed_again(rows):
     torch.manual_seed(0)
     layer = PackedLinear(nn.Linear(32, 16, bias=False), min_rows=1)
-    x = torch.randn(8, 32)
+    x = torch.randn(rows, 32)
     with torch.no_grad():
         layer(x)
         layer.weight.mul_(2)  # in place
@@ -255,10 +273,11 @@ def test_a_changed_weight_is_packed_again():
         torch.testing.assert_close(layer(x), F.linear(x, torch.ones(16, 32)))
 
 
-def test_another_dtype_or_a_round_trip_through_one_is_never_stale():
+@pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])
+def test_another_dtype_or_a_round_trip_through_one_is_never_stale(rows):
     torch.manual_seed(0)
     layer = PackedLinear(nn.Linear(32, 16), min_rows=1)
-    x = torch.randn(8, 32)
+    x = torch.randn(rows, 32)
     with torch.no_grad():
         layer(x)
         layer.to(torch.bfloat16)

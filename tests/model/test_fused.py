@@ -18,6 +18,7 @@ from tiny_configs import tiny_model
 from torch import nn
 
 from pagedkit import LLM
+from pagedkit.kernels.cpu_linear import MAX_ROWS
 from pagedkit.model import accel, fused
 from pagedkit.model.accel import PackedLinear, prepack_linears
 from pagedkit.model.fused import FusedLinear, FusedProduct, fuse_projections, why_not_fuse
@@ -288,9 +289,10 @@ def test_autograd_and_autocast_take_the_plain_product():
         assert all(m(x).dtype == torch.bfloat16 for m in members)
 
 
-def test_a_changed_weight_of_any_member_is_packed_again():
+@pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])  # the C kernel's copy, and oneDNN's
+def test_a_changed_weight_of_any_member_is_packed_again(rows):
     _parent, (q, k, v) = group(bias=True)
-    x = torch.randn(6, 32)
+    x = torch.randn(rows, 32)
     with torch.no_grad():
         q(x), k(x), v(x)
         k.weight.mul_(2)  # in place
@@ -302,9 +304,10 @@ def test_a_changed_weight_of_any_member_is_packed_again():
             torch.testing.assert_close(m(x), F.linear(x, m.weight, m.bias), rtol=1e-5, atol=1e-5)
 
 
-def test_a_round_trip_through_another_dtype_is_never_stale():
+@pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])
+def test_a_round_trip_through_another_dtype_is_never_stale(rows):
     parent, members = group()
-    x = torch.randn(6, 32)
+    x = torch.randn(rows, 32)
     with torch.no_grad():
         [m(x) for m in members]
         parent.to(torch.bfloat16)

@@ -13,7 +13,8 @@ after each, and writes the table between the markers in `doc`.
 One round per cell, counted as it ran (``bench engine`` warms each system
 up with a two-request run first, untimed). On a shared machine the load
 beside each row says how far to trust it. One such run of a short cell
-varies by 10-30% here, both systems alike (docs/benchmarks.md, issue #25),
+varies by 10-30% here, at times more, both systems alike (docs/benchmarks.md,
+issue #25),
 so ``--repeats R`` runs every cell R times, the cells in turn (each round
 of cells before the next, so a slow minute of the machine falls on many
 cells, not on one cell's runs); a cell's JSON then holds one report per

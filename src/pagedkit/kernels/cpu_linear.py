@@ -10,9 +10,10 @@ ran 1.4-2.1x faster than oneDNN's product at 1-2 rows, 1.1-1.9x at 4,
 0.95-1.45x at 6 and 8, and level at 12: so `accel` runs products of up to
 `MAX_ROWS` rows here and larger ones with oneDNN.
 
-Built as `cpu_decode.c` is (`cbuild`); where it cannot be, `unavailable`
-says why and `accel` runs oneDNN's product for every call. float32 only
-(`accel` multiplies nothing else packed).
+Built as `cpu_decode.c` is (`cbuild`), then checked once against
+``F.linear``; where it cannot be built or gives another product,
+`unavailable` says why and `accel` runs oneDNN's product for every call.
+float32 on the CPU only: `linear` refuses anything else by name.
 """
 
 from __future__ import annotations
@@ -37,18 +38,24 @@ GRAIN_MACS = 32768
 
 @functools.cache
 def _library() -> ctypes.CDLL | str:
-    """The built library, or why there is none (built once per process)."""
+    """The built and checked library, or why there is none (once per process)."""
     lib = cbuild.build(SOURCE, "the C linear kernel")
     if isinstance(lib, str):
         return lib
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.linear_rows_f32.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, i64, ctypes.c_int]
     lib.linear_rows_f32.restype = None
+    weight, x = torch.randn(70, 24), torch.randn(5, 24)  # a partial panel, a tile and a rest
+    packed, out = pack(weight), torch.empty(5, 70)  # held: C reads them by address
+    lib.linear_rows_f32(x.data_ptr(), 24, packed.data_ptr(), out.data_ptr(), 70, 5, 24, 70, 1)
+    if not torch.allclose(out, x @ weight.t(), rtol=1e-4, atol=1e-5):
+        return "the C linear kernel built here gives another product than F.linear"
     return lib
 
 
 def unavailable() -> str | None:
-    """Why the C kernel cannot run here, or None if it can (builds it on first use)."""
+    """Why the C kernel cannot run here, or None if it can (builds and checks
+    it on first use)."""
     lib = _library()
     return lib if isinstance(lib, str) else None
 
@@ -65,6 +72,21 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
         return padded.view(panels, PANEL, in_features).transpose(1, 2).contiguous()
 
 
+def _check(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """A ValueError unless the C kernel can read these: float32 CPU tensors,
+    `x` as wide as the weight `packed` holds (the kernel takes the width from
+    `packed`, and would read and write past a narrower or wider `x`)."""
+    if not packed.is_contiguous() or packed.dim() != 3 or packed.shape[2] != PANEL:
+        raise ValueError(f"packed has shape {tuple(packed.shape)}: not what pack() returns")
+    if x.shape[-1:] != packed.shape[1:2]:
+        raise ValueError(f"x has {tuple(x.shape)[-1:] or 'no'} inputs per row, the packed "
+                         f"weight {packed.shape[1]} (shape {tuple(x.shape)})")
+    for name, t in (("x", x), ("packed", packed)) + (() if bias is None else (("bias", bias),)):
+        if t.dtype != torch.float32 or not t.is_cpu:
+            raise ValueError(f"{name} is {t.dtype} on {t.device}: the C linear kernel "
+                             "multiplies float32 CPU tensors only (use F.linear)")
+
+
 def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
            bias: torch.Tensor | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` for float32 CPU tensors, with `packed` =
@@ -72,6 +94,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
     lib = _library()
     if isinstance(lib, str):
         raise RuntimeError(f"the C linear kernel is not available here: {lib}")
+    _check(x, packed, bias)
     in_features = packed.shape[1]
     rows = x if x.dim() == 2 else x.reshape(-1, in_features)
     if rows.stride(-1) != 1:

@@ -21,7 +21,10 @@ weight's shape, decided once); a per-call rule (``MIN_ROWS`` tokens) is
 there too, at 1: in the engine, where each weight comes from memory, every
 call paid ("Fused and packed from one row"). The embedded tiny model (256
 wide) stays below the rule, so the engine a learner steps through in a
-debugger is transformers' own.
+debugger is transformers' own. (The rule was measured for oneDNN's product;
+with the C kernel below taking calls of a few rows, the tiny model packed
+ran 1.16-1.39x faster, docs/benchmarks.md, "A few rows in C": it stays
+plain by choice, as the course's textbook path, not for speed.)
 
 A call of a few rows (a decode step's tokens, up to ``cpu_linear.MAX_ROWS``)
 runs neither GEMM but `pagedkit.kernels.cpu_linear`, a C kernel that reads
@@ -100,12 +103,11 @@ def _probe() -> str | None:
     whose oneDNN cannot run it here (an ISA or platform it lacks) says so now,
     not in the middle of a step."""
     try:
-        weight = torch.randn(8, 16)
-        with torch.inference_mode():
-            packed = pack_weight(weight)
-            ok = all(torch.allclose(packed_linear(x, packed, None), F.linear(x, weight),
-                                    rtol=1e-4, atol=1e-5)  # a few rows (C), and more (oneDNN)
-                     for x in (torch.randn(1, 16), torch.randn(cpu_linear.MAX_ROWS + 1, 16)))
+        weight, x = torch.randn(8, 16), torch.randn(4, 16)
+        with torch.inference_mode():  # oneDNN's product alone (the C kernel checks its own)
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            ok = torch.allclose(onednn_linear(x, packed, None), F.linear(x, weight),
+                                rtol=1e-4, atol=1e-5)
     except (RuntimeError, AttributeError, NotImplementedError) as err:
         return f"oneDNN's prepacked linear fails here ({type(err).__name__}: {err})"[:300]
     return None if ok else "oneDNN's prepacked linear gave another product than F.linear here"
@@ -131,7 +133,7 @@ def prepack_mode() -> str:
     return switch(ENV_VAR, "Prepacked linear layers")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PackedWeight:
     """A weight packed once, at load, for both products `packed_linear` runs:
     oneDNN's blocked layout, and the C kernel's panels for calls of up to
@@ -148,9 +150,16 @@ def packed_linear(x: torch.Tensor, packed: PackedWeight, bias: torch.Tensor | No
     a call of a few rows in C (`pagedkit.kernels.cpu_linear`: it reads the
     weight once, 1.4-2.1x faster than oneDNN at 1-2 rows), more rows with
     oneDNN; its own name, so `bench --profile` can time it."""
-    if packed.panels is not None and x.numel() <= cpu_linear.MAX_ROWS * x.shape[-1]:
+    if (packed.panels is not None and x.shape[-1:] == packed.panels.shape[1:2]
+            and x.numel() <= cpu_linear.MAX_ROWS * x.shape[-1]):
         return cpu_linear.linear(x, packed.panels, packed.out_features, bias)
-    return torch.ops.mkldnn._linear_pointwise(x, packed.onednn, bias, "none", [], "")
+    return onednn_linear(x, packed.onednn, bias)
+
+
+def onednn_linear(x: torch.Tensor, onednn: torch.Tensor, bias: torch.Tensor | None
+                  ) -> torch.Tensor:
+    """oneDNN's product against a weight in its blocked layout (`pack_weight`)."""
+    return torch.ops.mkldnn._linear_pointwise(x, onednn, bias, "none", [], "")
 
 
 def pack_weight(weight: torch.Tensor) -> PackedWeight:
@@ -186,9 +195,10 @@ def _weight_key(weight: torch.Tensor) -> tuple[int, int]:
 
 
 class PackedLinear(nn.Linear):
-    """An ``nn.Linear`` whose products run against a oneDNN-prepacked copy of
-    its weight when they pay (`min_rows` tokens or more) and can (float32 on
-    the CPU, no autograd, no autocast); ``F.linear`` otherwise."""
+    """An ``nn.Linear`` whose products run against prepacked copies of its
+    weight (`PackedWeight`: C up to 8 rows, oneDNN above) when they pay
+    (`min_rows` tokens or more) and can (float32 on the CPU, no autograd, no
+    autocast); ``F.linear`` otherwise."""
 
     def __init__(self, linear: nn.Linear, min_rows: int) -> None:
         nn.Module.__init__(self)  # not nn.Linear's: it would allocate a new weight
@@ -234,7 +244,7 @@ class PackedLinear(nn.Linear):
         return state
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, prepacked (oneDNN) {rows_phrase(self.min_rows)}"
+        return f"{super().extra_repr()}, prepacked {rows_phrase(self.min_rows)}"
 
 
 def rows_phrase(min_rows: int) -> str:

@@ -30,8 +30,8 @@ tensor object* gets its slice (a view) without multiplying, and once every
 member has had its slice the product is dropped. A member called with
 another tensor, or a second time, computes the product afresh: every member
 always returns ``x @ its weight.T`` (+ its bias), whatever the order of the
-calls. Exact as a packed layer is (oneDNN's order of summation,
-~1e-6 on float32 logits); tokens equal transformers' in every test.
+calls. Exact as a packed layer is (oneDNN's or the C kernel's order of
+summation, ~1e-6 on float32 logits); tokens equal transformers' in every test.
 
 An in-place write to the input between the member calls makes the next
 member multiply afresh too (the tensor's version counter moved), except
@@ -152,7 +152,7 @@ class FusedLinear(PackedLinear):
 
     def extra_repr(self) -> str:
         return (f"{nn.Linear.extra_repr(self)}, fused with {', '.join(self.names)} "
-                f"(one oneDNN product) {accel.rows_phrase(self.min_rows)}")
+                f"(one packed product) {accel.rows_phrase(self.min_rows)}")
 
 
 @dataclass
