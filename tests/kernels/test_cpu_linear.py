@@ -154,12 +154,35 @@ def test_another_dtype_is_refused_by_name(dtype):
         cpu_linear.linear(torch.randn(2, 32), packed, 16, torch.randn(16, dtype=dtype))
 
 
-@pytest.mark.parametrize("shape", [(2, 16), (2, 48), (64,), (1, 1, 64)])
-def test_a_packed_layer_refuses_another_width_as_f_linear_does(shape):
-    """Through `PackedLinear`, the C kernel is not even tried: oneDNN's product
-    raises for a wrong width, as F.linear does."""
+@pytest.mark.parametrize("shape", [(2, 16), (2, 48), (64,), (1, 1, 64), (20, 31)])
+def test_a_packed_layer_refuses_another_width_with_f_linears_message(shape):
+    """Through `PackedLinear`, a wrong width goes to F.linear, whose error names
+    the shapes (oneDNN's named a 'primitive descriptor'; newcomer 51)."""
     layer = accel.PackedLinear(torch.nn.Linear(32, 16), min_rows=1)
-    with torch.no_grad(), pytest.raises(RuntimeError):
-        F.linear(torch.randn(shape), layer.weight)
-    with torch.no_grad(), pytest.raises(RuntimeError):
-        layer(torch.randn(shape))
+    x = torch.randn(shape)
+    with torch.no_grad(), pytest.raises(RuntimeError) as plain:
+        F.linear(x, layer.weight, layer.bias)
+    with torch.no_grad(), pytest.raises(RuntimeError) as packed:
+        layer(x)
+    assert str(packed.value) == str(plain.value)
+
+
+@pytest.mark.parametrize("out_features", [200, 5000, 5, 64, 0, -1, 70.0, True])
+def test_out_features_the_packed_weight_does_not_hold_are_refused(out_features):
+    """Newcomer 51: 5000 read past the packed weight (a crash), 200 gave garbage,
+    71-128 zeros. `packed` of 70 outputs holds 2 panels: 65-128 may be asked."""
+    packed = cpu_linear.pack(torch.randn(70, 24))
+    with pytest.raises(ValueError, match=r"out_features=.*2 panels of 64: 65-128 outputs"):
+        cpu_linear.linear(torch.randn(3, 24), packed, out_features, None)
+
+
+def test_a_bias_of_another_length_and_autograd_are_refused():
+    packed = cpu_linear.pack(torch.randn(70, 24))
+    with pytest.raises(ValueError, match=r"bias has shape \(69,\), not \(70,\)"):
+        cpu_linear.linear(torch.randn(3, 24), packed, 70, torch.randn(69))
+    x = torch.randn(3, 24, requires_grad=True)
+    with pytest.raises(ValueError, match="records no autograd graph"):
+        cpu_linear.linear(x, packed, 70, None)
+    with torch.no_grad():
+        check(x.detach(), torch.zeros(70, 24), None, cpu_linear.linear(x, cpu_linear.pack(
+            torch.zeros(70, 24)), 70, None))

@@ -274,6 +274,24 @@ def test_a_changed_weight_is_packed_again(rows):
 
 
 @pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])
+def test_a_weight_replaced_twice_between_calls_is_never_taken_for_the_packed_one(rows):
+    """Newcomer 51: the key (address, version counter) came back when the
+    allocator gave a new weight the freed address of the packed one (23 of
+    120 tries): the layer kept the packed-from tensor, so it cannot be freed."""
+    layer = PackedLinear(nn.Linear(64, 64), min_rows=1)
+    x = torch.randn(rows, 64)
+    with torch.no_grad():
+        for _ in range(30):
+            layer.weight = nn.Parameter(torch.randn(64, 64))
+            layer(x)
+            packed_key = layer._packed_key
+            layer.weight = nn.Parameter(torch.zeros(64, 64))
+            layer.weight = nn.Parameter(torch.full((64, 64), 0.01))
+            assert accel._weight_key(layer.weight) != packed_key
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])
 def test_another_dtype_or_a_round_trip_through_one_is_never_stale(rows):
     torch.manual_seed(0)
     layer = PackedLinear(nn.Linear(32, 16), min_rows=1)

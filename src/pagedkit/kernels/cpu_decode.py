@@ -45,7 +45,10 @@ def _library() -> ctypes.CDLL | str:
     lib = cbuild.build(SOURCE, "the C decode kernel")
     if isinstance(lib, str):
         return lib
-    fn = lib.paged_decode_f32
+    try:
+        fn = lib.paged_decode_f32
+    except AttributeError as exc:  # a foreign or damaged file in the cache folder
+        return f"the C decode kernel's library has no paged_decode_f32 ({exc})"
     i32, i64, ptr = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
     fn.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ptr, ptr, i32, i32, i32, i32, i32,
                    ctypes.c_float, i32, ctypes.c_float, ptr, i32, i64]

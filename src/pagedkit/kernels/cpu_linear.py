@@ -43,7 +43,10 @@ def _library() -> ctypes.CDLL | str:
     if isinstance(lib, str):
         return lib
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.linear_rows_f32.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, i64, ctypes.c_int]
+    try:
+        lib.linear_rows_f32.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, i64, ctypes.c_int]
+    except AttributeError as exc:  # a foreign or damaged file in the cache folder
+        return f"the C linear kernel's library has no linear_rows_f32 ({exc})"
     lib.linear_rows_f32.restype = None
     weight, x = torch.randn(70, 24), torch.randn(5, 24)  # a partial panel, a tile and a rest
     packed, out = pack(weight), torch.empty(5, 70)  # held: C reads them by address
@@ -72,12 +75,25 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
         return padded.view(panels, PANEL, in_features).transpose(1, 2).contiguous()
 
 
-def _check(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> None:
+def _check(x: torch.Tensor, packed: torch.Tensor, out_features: int,
+           bias: torch.Tensor | None) -> None:
     """A ValueError unless the C kernel can read these: float32 CPU tensors,
-    `x` as wide as the weight `packed` holds (the kernel takes the width from
-    `packed`, and would read and write past a narrower or wider `x`)."""
+    `x` as wide as the weight `packed` holds and `out_features` as many as it
+    holds (the kernel takes both from its arguments, and would read and write
+    past the tensors otherwise), no autograd (the kernel records no graph)."""
     if not packed.is_contiguous() or packed.dim() != 3 or packed.shape[2] != PANEL:
         raise ValueError(f"packed has shape {tuple(packed.shape)}: not what pack() returns")
+    if (isinstance(out_features, bool) or not isinstance(out_features, int)
+            or not (packed.shape[0] - 1) * PANEL < out_features <= packed.shape[0] * PANEL):
+        raise ValueError(f"out_features={out_features!r}, but packed holds "
+                         f"{packed.shape[0]} panels of {PANEL}: "
+                         f"{(packed.shape[0] - 1) * PANEL + 1}-{packed.shape[0] * PANEL} outputs")
+    if bias is not None and bias.shape != (out_features,):
+        raise ValueError(f"bias has shape {tuple(bias.shape)}, not ({out_features},)")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in (x, packed, bias)):
+        raise ValueError("the C linear kernel records no autograd graph: use F.linear for "
+                         "inputs that require grad, or call it under torch.no_grad()")
     if x.shape[-1:] != packed.shape[1:2]:
         raise ValueError(f"x has {tuple(x.shape)[-1:] or 'no'} inputs per row, the packed "
                          f"weight {packed.shape[1]} (shape {tuple(x.shape)})")
@@ -94,7 +110,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
     lib = _library()
     if isinstance(lib, str):
         raise RuntimeError(f"the C linear kernel is not available here: {lib}")
-    _check(x, packed, bias)
+    _check(x, packed, out_features, bias)
     in_features = packed.shape[1]
     rows = x if x.dim() == 2 else x.reshape(-1, in_features)
     if rows.stride(-1) != 1:

@@ -190,7 +190,9 @@ def cannot_pack(weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
 
 def _weight_key(weight: torch.Tensor) -> tuple[int, int]:
     """Changes whenever the weight's values may have: a new tensor or an in-place write
-    (an inference tensor keeps no counter: `cannot_pack` refuses it)."""
+    (an inference tensor keeps no counter: `cannot_pack` refuses it). A new tensor
+    can only take the packed one's address once that is freed: whoever keeps
+    this key also keeps the packed-from tensor (``_packed_from``), so it is not."""
     return weight.data_ptr(), (-1 if weight.is_inference() else weight._version)
 
 
@@ -209,6 +211,7 @@ class PackedLinear(nn.Linear):
         self.training = linear.training  # an eval() model stays in eval mode
         self._packed: PackedWeight | None = None
         self._packed_key: tuple[int, int] | None = None  # the weight `_packed` was built from
+        self._packed_from: object = None  # ... held, so no new weight can take its address
         #: why the weight is not packed now (None once it is, or before `repack`)
         self.unpacked_reason: str | None = None
 
@@ -223,6 +226,7 @@ class PackedLinear(nn.Linear):
         """Whether this call must run ``F.linear``: another dtype or device,
         fewer than `min_rows` tokens, autograd or autocast."""
         return (x.dtype != torch.float32 or not x.is_cpu
+                or x.shape[-1:] != (self.in_features,)  # F.linear's error names the shapes
                 or x.numel() < self.min_rows * self.in_features
                 or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
                 or torch.is_autocast_enabled("cpu"))
@@ -231,16 +235,16 @@ class PackedLinear(nn.Linear):
         """Pack the weight as it is now, or note why it cannot be."""
         self.unpacked_reason = cannot_pack(self.weight, self.bias)
         self._packed = pack_weight(self.weight) if self.unpacked_reason is None else None
-        self._packed_key = _weight_key(self.weight)
+        self._packed_key, self._packed_from = _weight_key(self.weight), self.weight.detach()
 
     def _apply(self, fn, recurse=True):  # .to(), .float(), .cuda(), ...: pack again when used
         out = super()._apply(fn, recurse)
-        self._packed, self._packed_key = None, None
+        self._packed, self._packed_key, self._packed_from = None, None, None
         return out
 
     def __getstate__(self):  # an opaque oneDNN tensor cannot be copied or pickled
         state = super().__getstate__()
-        state.update(_packed=None, _packed_key=None)
+        state.update(_packed=None, _packed_key=None, _packed_from=None)
         return state
 
     def extra_repr(self) -> str:

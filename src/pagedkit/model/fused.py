@@ -87,6 +87,7 @@ class FusedProduct:
                     self.bias = torch.cat([m.bias.detach() for m in self.members])
         for m in self.members:  # the group's packed weight is each member's
             m._packed, m._packed_key = self.packed, m.key()
+            m._packed_from = tuple(t.detach() for t in (m.weight, m.bias) if t is not None)
         return why
 
     def slice(self, index: int, x: torch.Tensor) -> torch.Tensor:
