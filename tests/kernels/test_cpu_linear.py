@@ -186,3 +186,48 @@ def test_a_bias_of_another_length_and_autograd_are_refused():
     with torch.no_grad():
         check(x.detach(), torch.zeros(70, 24), None, cpu_linear.linear(x, cpu_linear.pack(
             torch.zeros(70, 24)), 70, None))
+
+
+DEFAULTS = """
+import torch
+torch.set_default_dtype(torch.{dtype})
+torch.manual_seed(0)
+before = torch.rand(1)
+torch.manual_seed(0)
+from pagedkit.kernels import cpu_linear
+assert cpu_linear.unavailable() is None, cpu_linear.unavailable()
+assert torch.equal(torch.rand(1), before)  # the check drew nothing from the user's stream
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64"])
+def test_the_kernels_own_check_ignores_torchs_defaults(dtype, tmp_path):
+    """Review: the check after the build made its tensors with torch's default
+    dtype: float16 corrupted the heap, float64 switched the kernel off."""
+    run = run_python(DEFAULTS.format(dtype=dtype), PAGEDKIT_CACHE_DIR=str(tmp_path))
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr[-2000:]
+
+
+def test_a_library_without_the_kernel_or_with_a_wrong_one_is_a_reason(monkeypatch):
+    """A foreign file in the cache folder (no such symbol), or a kernel whose
+    product is wrong here: `unavailable` says so, nothing raises."""
+    import ctypes
+
+    from pagedkit.kernels import cbuild, cpu_decode
+
+    monkeypatch.setattr(cbuild, "build", lambda source, what: ctypes.CDLL(None))
+    assert "has no linear_rows_f32" in cpu_linear._library.__wrapped__()
+    assert "has no paged_decode_f32" in cpu_decode._library.__wrapped__()
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu_linear, "pack", lambda weight: torch.zeros(
+        -(-weight.shape[0] // 64), weight.shape[1], 64))
+    assert "another product" in cpu_linear._library.__wrapped__()
+
+
+def test_a_lazily_negated_input_is_read_as_its_values():
+    z = torch.randn(3, 24, dtype=torch.complex64)
+    x = z.conj().imag  # a view whose values are the stored ones negated
+    assert x.is_neg()
+    weight = torch.randn(70, 24)
+    check(x, weight, None, cpu_linear.linear(x, cpu_linear.pack(weight), 70, None))

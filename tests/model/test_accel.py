@@ -218,11 +218,13 @@ def test_a_onednn_that_fails_here_is_found_before_any_step(monkeypatch):
 
 def test_a_c_kernel_that_fails_here_leaves_onednn_packing(monkeypatch):
     """Review of this stop: the probe tied oneDNN to the C kernel. A C kernel
-    that cannot run (or computes wrong) only takes the few-rows path away."""
+    that computes wrong does not switch oneDNN's packing off; one that cannot
+    run (or fails its own check) only takes the few-rows path away."""
     from pagedkit.kernels import cpu_linear
 
-    monkeypatch.setattr(cpu_linear, "unavailable", lambda: "it gives another product")
+    monkeypatch.setattr(cpu_linear, "linear", lambda x, *args: x[..., :1] * 0)  # wrong
     assert accel._probe.__wrapped__() is None
+    monkeypatch.setattr(cpu_linear, "unavailable", lambda: "it gives another product")
     layer = PackedLinear(nn.Linear(32, 16), min_rows=1)
     layer.repack()
     assert layer._packed.panels is None and layer.unpacked_reason is None
@@ -289,6 +291,49 @@ def test_a_weight_replaced_twice_between_calls_is_never_taken_for_the_packed_one
             layer.weight = nn.Parameter(torch.full((64, 64), 0.01))
             assert accel._weight_key(layer.weight) != packed_key
             torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])
+def test_a_new_view_of_the_packed_weight_is_packed_again(rows):
+    """Review: a transposed view of a square weight keeps its address and
+    version counter; its shape and strides are in the key too."""
+    layer = PackedLinear(nn.Linear(16, 16), min_rows=1)
+    x = torch.randn(rows, 16)
+    with torch.no_grad():
+        layer(x)
+        layer.weight = nn.Parameter(layer.weight.detach().t())
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])
+def test_a_bias_that_requires_grad_gets_its_gradient(rows):
+    """Review: with the weight frozen and only the bias trained (BitFit), the
+    packed product refused (C) or dropped the bias's gradient (oneDNN)."""
+    layer = PackedLinear(nn.Linear(16, 8), min_rows=1)
+    plain = nn.Linear(16, 8)
+    plain.load_state_dict(layer.state_dict())
+    for m in (layer, plain):
+        m.weight.requires_grad_(False)
+    x = torch.randn(rows, 16)
+    layer(x).sum().backward()
+    plain(x).sum().backward()
+    torch.testing.assert_close(layer.bias.grad, plain.bias.grad)
+
+
+def test_a_layer_given_a_weight_of_another_width_multiplies_by_it():
+    """Review: the width check read `in_features`, which nn.Linear's forward
+    never reads and a new weight leaves stale."""
+    layer = PackedLinear(nn.Linear(32, 16), min_rows=1)
+    with torch.no_grad():
+        layer.weight = nn.Parameter(torch.randn(16, 48))
+        x = torch.randn(2, 48)
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-5)
+        with pytest.raises(RuntimeError) as plain:
+            F.linear(torch.randn(2, 32), layer.weight, layer.bias)
+        with pytest.raises(RuntimeError) as packed:
+            layer(torch.randn(2, 32))
+        assert str(packed.value) == str(plain.value)
 
 
 @pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])

@@ -305,6 +305,25 @@ def test_a_changed_weight_of_any_member_is_packed_again(rows):
 
 
 @pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])
+@pytest.mark.parametrize("which", ["weight", "bias"])
+def test_a_member_replaced_twice_between_calls_is_never_taken_for_the_packed_one(rows, which):
+    """Review of newcomer 51's fix: a member's weight or bias replaced twice could
+    take the freed address (and key) of the packed one (54 of 120 tries on a
+    q/k/v group); each member keeps its packed-from tensors."""
+    _parent, (q, k, v) = group(bias=True)
+    x = torch.randn(rows, 32)
+    shape = tuple(getattr(v, which).shape)
+    with torch.no_grad():
+        for _ in range(30):
+            setattr(v, which, nn.Parameter(torch.randn(shape)))
+            q(x), k(x), v(x)
+            setattr(v, which, nn.Parameter(torch.zeros(shape)))
+            setattr(v, which, nn.Parameter(torch.full(shape, 0.01)))
+            for m in (q, k, v):
+                torch.testing.assert_close(m(x), F.linear(x, m.weight, m.bias))
+
+
+@pytest.mark.parametrize("rows", [1, MAX_ROWS + 1])
 def test_a_round_trip_through_another_dtype_is_never_stale(rows):
     parent, members = group()
     x = torch.randn(rows, 32)

@@ -48,8 +48,12 @@ def _library() -> ctypes.CDLL | str:
     except AttributeError as exc:  # a foreign or damaged file in the cache folder
         return f"the C linear kernel's library has no linear_rows_f32 ({exc})"
     lib.linear_rows_f32.restype = None
-    weight, x = torch.randn(70, 24), torch.randn(5, 24)  # a partial panel, a tile and a rest
-    packed, out = pack(weight), torch.empty(5, 70)  # held: C reads them by address
+    # float32 on the CPU whatever torch's defaults, and a generator of its own
+    # (the user's seeded stream is left alone)
+    make = {"dtype": torch.float32, "device": "cpu", "generator": torch.Generator().manual_seed(0)}
+    weight, x = torch.randn(70, 24, **make), torch.randn(5, 24, **make)  # panels, a tile, a rest
+    packed, out = pack(weight), torch.empty(5, 70, dtype=torch.float32, device="cpu")  # held
+    _check(x, packed, 70, None)
     lib.linear_rows_f32(x.data_ptr(), 24, packed.data_ptr(), out.data_ptr(), 70, 5, 24, 70, 1)
     if not torch.allclose(out, x @ weight.t(), rtol=1e-4, atol=1e-5):
         return "the C linear kernel built here gives another product than F.linear"
@@ -111,6 +115,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
     if isinstance(lib, str):
         raise RuntimeError(f"the C linear kernel is not available here: {lib}")
     _check(x, packed, out_features, bias)
+    x = x.resolve_neg()  # a lazily negated view: C reads the stored values
     in_features = packed.shape[1]
     rows = x if x.dim() == 2 else x.reshape(-1, in_features)
     if rows.stride(-1) != 1:

@@ -103,7 +103,9 @@ def _probe() -> str | None:
     whose oneDNN cannot run it here (an ISA or platform it lacks) says so now,
     not in the middle of a step."""
     try:
-        weight, x = torch.randn(8, 16), torch.randn(4, 16)
+        make = {"dtype": torch.float32, "device": "cpu",
+                "generator": torch.Generator().manual_seed(0)}  # whatever torch's defaults
+        weight, x = torch.randn(8, 16, **make), torch.randn(4, 16, **make)
         with torch.inference_mode():  # oneDNN's product alone (the C kernel checks its own)
             packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
             ok = torch.allclose(onednn_linear(x, packed, None), F.linear(x, weight),
@@ -188,12 +190,13 @@ def cannot_pack(weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
     return None
 
 
-def _weight_key(weight: torch.Tensor) -> tuple[int, int]:
+def _weight_key(weight: torch.Tensor) -> tuple:
     """Changes whenever the weight's values may have: a new tensor or an in-place write
     (an inference tensor keeps no counter: `cannot_pack` refuses it). A new tensor
     can only take the packed one's address once that is freed: whoever keeps
     this key also keeps the packed-from tensor (``_packed_from``), so it is not."""
-    return weight.data_ptr(), (-1 if weight.is_inference() else weight._version)
+    return (weight.data_ptr(), tuple(weight.shape), weight.stride(),  # a new view of it too
+            -1 if weight.is_inference() else weight._version)
 
 
 class PackedLinear(nn.Linear):
@@ -210,7 +213,7 @@ class PackedLinear(nn.Linear):
         self.min_rows = min_rows
         self.training = linear.training  # an eval() model stays in eval mode
         self._packed: PackedWeight | None = None
-        self._packed_key: tuple[int, int] | None = None  # the weight `_packed` was built from
+        self._packed_key: tuple | None = None  # the weight `_packed` was built from
         self._packed_from: object = None  # ... held, so no new weight can take its address
         #: why the weight is not packed now (None once it is, or before `repack`)
         self.unpacked_reason: str | None = None
@@ -226,9 +229,11 @@ class PackedLinear(nn.Linear):
         """Whether this call must run ``F.linear``: another dtype or device,
         fewer than `min_rows` tokens, autograd or autocast."""
         return (x.dtype != torch.float32 or not x.is_cpu
-                or x.shape[-1:] != (self.in_features,)  # F.linear's error names the shapes
+                or x.shape[-1:] != self.weight.shape[1:]  # F.linear's error names the shapes
                 or x.numel() < self.min_rows * self.in_features
-                or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+                or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad
+                                                 or (self.bias is not None
+                                                     and self.bias.requires_grad)))
                 or torch.is_autocast_enabled("cpu"))
 
     def repack(self) -> None:

@@ -108,7 +108,7 @@ class FusedProduct:
     def forget(self) -> None:
         """Drop the kept input and product."""
         self._x: torch.Tensor | None = None
-        self._x_key: tuple[int, int] | None = None
+        self._x_key: tuple | None = None
         self._slices: tuple[torch.Tensor, ...] = ()
         self._waiting: set[int] = set()
 
