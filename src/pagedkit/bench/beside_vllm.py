@@ -14,8 +14,7 @@ One round per cell, counted as it ran (``bench engine`` warms each system
 up with a two-request run first, untimed). On a shared machine the load
 beside each row says how far to trust it. One such run of a short cell
 varies by 10-30% here, at times more, both systems alike (docs/benchmarks.md,
-issue #25),
-so ``--repeats R`` runs every cell R times, the cells in turn (each round
+issue #25), so ``--repeats R`` runs every cell R times, the cells in turn (each round
 of cells before the next, so a slow minute of the machine falls on many
 cells, not on one cell's runs); a cell's JSON then holds one report per
 run, and the table gives medians, with the range beside them.
@@ -127,20 +126,18 @@ def table_rows(reports: list[dict], threads: str) -> list[str]:
     runs = [{r["system"]: r for r in report["results"]} for report in reports]
     rows = []
     for name in ("pagedkit", "vllm"):
+        head = f"| {first['model']} | {first['num_requests']} | {threads} | {name} "
         mine = [(run[name], run.get("pagedkit")) for run in runs if name in run]
         if len(mine) < len(runs):
-            rows.append(f"| {first['model']} | {first['num_requests']} | {threads} | {name} "
-                        f"| failed in {len(runs) - len(mine)} of {len(runs)} runs (see the "
-                        "runs' log) | | | | | |" if len(runs) > 1 else
-                        f"| {first['model']} | {first['num_requests']} | {threads} | {name} "
-                        "| failed (see the run's log) | | | | | |")
+            failed = (f"failed in {len(runs) - len(mine)} of {len(runs)} runs (see the runs' "
+                      "log)" if len(runs) > 1 else "failed (see the run's log)")
+            rows.append(f"{head}| {failed} | | | | | |")
             continue
         ratios = [r["tokens_per_s"] / base["tokens_per_s"] for r, base in mine if base]
         cpu = [r["tokens_per_cpu_s"] for r, _ in mine if r.get("tokens_per_cpu_s") is not None]
         differ = [r["outputs_differing"] for r, _ in mine if r.get("outputs_differing") is not None]
         rows.append(
-            f"| {first['model']} | {first['num_requests']} | {threads} | {name} "
-            f"| {_spread([r['tokens_per_s'] for r, _ in mine])} "
+            f"{head}| {_spread([r['tokens_per_s'] for r, _ in mine])} "
             f"| {_spread(ratios, 2) if len(ratios) == len(mine) else '-'} "
             f"| {_spread(cpu) if len(cpu) == len(mine) else '-'} "
             f"| {_spread([r['ttft_mean_s'] for r, _ in mine], 2, ' s')} "

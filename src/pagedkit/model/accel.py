@@ -227,9 +227,11 @@ class PackedLinear(nn.Linear):
 
     def plain_call(self, x: torch.Tensor) -> bool:
         """Whether this call must run ``F.linear``: another dtype or device,
-        fewer than `min_rows` tokens, autograd or autocast."""
+        another width than the weight's (F.linear's error names the shapes),
+        fewer than `min_rows` tokens, autograd (the input, weight or bias) or
+        autocast."""
         return (x.dtype != torch.float32 or not x.is_cpu
-                or x.shape[-1:] != self.weight.shape[1:]  # F.linear's error names the shapes
+                or x.shape[-1:] != self.weight.shape[1:]
                 or x.numel() < self.min_rows * self.in_features
                 or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad
                                                  or (self.bias is not None
