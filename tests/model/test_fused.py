@@ -21,7 +21,13 @@ from pagedkit import LLM
 from pagedkit.kernels.cpu_linear import MAX_ROWS
 from pagedkit.model import accel, fused
 from pagedkit.model.accel import PackedLinear, prepack_linears
-from pagedkit.model.fused import FusedLinear, FusedProduct, fuse_projections, why_not_fuse
+from pagedkit.model.fused import (
+    FusedLinear,
+    FusedProduct,
+    below_rule,
+    fuse_projections,
+    why_not_fuse,
+)
 
 pytestmark = pytest.mark.skipif(accel.prepack_unavailable() is not None,
                                 reason=f"no prepacked linears here: {accel.prepack_unavailable()}")
@@ -70,10 +76,10 @@ def group(sizes=(24, 8, 8), width=32, bias=False, min_rows=1):
 
 
 # ---------------------------------------------------------------- which groups fuse
-def test_auto_fuses_the_groups_the_packing_rule_would_pack(switches):
-    """``auto`` fuses a group whose concatenated weight passes `accel`'s shape
-    rule (docs/benchmarks.md, "Fused and packed from one row"); the tiny model,
-    256 wide, keeps its separate layers, and each group says why."""
+def test_auto_fuses_the_groups_its_rule_names(switches):
+    """``auto`` fuses a group whose concatenated weight passes `fused.below_rule`
+    (docs/benchmarks.md, "Fused and packed from one row"); the tiny model,
+    256 wide, keeps its separate layers (each packed), and each group says why."""
     switches(None, None)
     model = wide_llama(layers=2)
     report = prepack_linears(model)
@@ -84,7 +90,8 @@ def test_auto_fuses_the_groups_the_packing_rule_would_pack(switches):
     tiny = LLM("tiny", num_blocks=8).llm_engine.runner.model
     report = prepack_linears(tiny)
     assert report.fusion.fused == [] and fused_names(tiny) == [] and "fused" not in str(report)
-    assert set(report.fusion.skipped.values()) == {accel.below_rule(256, 256)}
+    assert set(report.fusion.skipped.values()) == {below_rule(256, 512)}  # too narrow, packed
+    assert len(report.replaced) == 29
     assert len(report.fusion.skipped) == 2 * tiny.config.num_hidden_layers
 
 
@@ -208,13 +215,13 @@ def test_auto_and_on_by_group():
     assert why_not_fuse(wide, qkv, "auto") is None
     assert why_not_fuse(wide, qkv, "on") is None
     narrow = [nn.Linear(256, 256), nn.Linear(256, 64), nn.Linear(256, 64)]
-    assert why_not_fuse(narrow, qkv, "auto") == accel.below_rule(256, 384)
+    assert why_not_fuse(narrow, qkv, "auto") == below_rule(256, 384)
     assert why_not_fuse([nn.Linear(8, 8)] * 3, qkv, "on") is None  # any width
     # the rule reads the group's weight: 512 x 256 alone is below it, three of them are not
     small = [nn.Linear(512, 256)] * 3
-    assert accel.below_rule(512, 256) and why_not_fuse(small, qkv, "auto") is None
+    assert below_rule(512, 256) and why_not_fuse(small, qkv, "auto") is None
     pair = [nn.Linear(512, 128)] * 2
-    assert why_not_fuse(pair, ("gate_proj", "up_proj"), "auto") == accel.below_rule(512, 256)
+    assert why_not_fuse(pair, ("gate_proj", "up_proj"), "auto") == below_rule(512, 256)
     parent = nn.Module()
     parent.gate_proj, parent.up_proj = nn.Linear(64, 96), nn.Linear(64, 96)
     assert fuse_projections(parent, "on", 1).fused == ["{gate_proj,up_proj}"]

@@ -15,9 +15,10 @@ copy in every call). By default one weight is multiplied again and again,
 in the CPU's caches; ``--cold`` cycles through copies of it (twice the
 CPU's largest cache in all, `cold_bytes`), so each product reads its
 weight from memory, as in a decode step of a model larger than the
-caches. The shape rule in `pagedkit.model.accel` was read from the first;
-its row rule (every call) from the engine, which the second resembles
-(docs/benchmarks.md, "Fused and packed from one row").
+caches. `pagedkit.model.accel`'s rule (a layer at least 256 inputs wide,
+every call) was measured in the engine, which the second resembles
+(docs/benchmarks.md, "The tiny model packed"); a shape rule read from the
+first, for oneDNN's product alone, came before it ("Prepacked linear layers").
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def measure(width: int, shape: str, rows: list[int], repeats: int = 7,
     weights = [torch.randn(n, k) * k ** -0.5 for _ in range(copies)]
     packed = [accel.pack_weight(w) for w in weights]
     out = {"width": width, "shape": shape, "in_features": k, "out_features": n,
-           "auto_packs": accel.below_rule(k, n) is None, "cold": bool(cold_total), "rows": {}}
+           "auto_packs": accel.below_rule(k) is None, "cold": bool(cold_total), "rows": {}}
     for m in rows:
         x = torch.randn(1, m, k)
         number = max(3, min(200, int(2e7 / (m * k * n * copies))))

@@ -12,19 +12,16 @@ plain row-major weight to a GEMM that re-blocks it on the fly; oneDNN can
 reorder a weight once into the blocked layout its kernels read
 (``torch.ops.mkldnn._reorder_linear_weight``) and then multiply against that
 layout on every call (``torch.ops.mkldnn._linear_pointwise``) — what vLLM's
-CPU build does for its own layers. Measured on 2 AVX2 cores
-(docs/benchmarks.md, "Prepacked linear layers"), that pays for a weight of
-at least ``MIN_WEIGHT_ELEMENTS`` (512 x 512) and ``MIN_IN_FEATURES`` (512)
-inputs, and costs up to 5x on a small weight: oneDNN's fixed cost per call
-(~40 us) is more than a small product. So the rule is per layer (the
-weight's shape, decided once); a per-call rule (``MIN_ROWS`` tokens) is
-there too, at 1: in the engine, where each weight comes from memory, every
-call paid ("Fused and packed from one row"). The embedded tiny model (256
-wide) stays below the rule, so the engine a learner steps through in a
-debugger is transformers' own. (The rule was measured for oneDNN's product;
-with the C kernel below taking calls of a few rows, the tiny model packed
-ran 1.16-1.39x faster, docs/benchmarks.md, "A few rows in C": it stays
-plain by choice, as the course's textbook path, not for speed.)
+CPU build does for its own layers. And a call of a few rows (a decode
+step's) runs neither GEMM but a C kernel (below). The rule under ``auto`` is
+per layer, on its width, measured in the engine, where each weight comes
+from memory: a layer at least ``MIN_IN_FEATURES`` (256) inputs wide is
+packed and every call of it (``MIN_ROWS``, 1) uses the packed copies. The
+embedded tiny model (256 wide) ran 1.14-1.35x faster so, models 64 and 128
+wide 0.80-0.96x (docs/benchmarks.md, "The tiny model packed"), so
+narrower layers stay plain. (Before the C kernel the rule, measured for
+oneDNN's product alone, packed from 512 inputs and 512 x 512 weights, and
+the tiny model stayed plain: "Prepacked linear layers".)
 
 A call of a few rows (a decode step's tokens, up to ``cpu_linear.MAX_ROWS``)
 runs neither GEMM but `pagedkit.kernels.cpu_linear`, a C kernel that reads
@@ -73,12 +70,10 @@ ENV_VAR = "PAGEDKIT_PREPACK"
 #: ``auto``: the measured rule; ``on``: every eligible layer, every call
 #: (what the tests use on models too small for the rule); ``off``: plain nn.Linear.
 CHOICES = ("auto", "on", "off")
-#: Smallest weight (in_features x out_features) packed under ``auto``: 512 x 512
-#: ran 1.1-1.4x faster packed from 4 tokens up, 384 x 384 and 768 x 192 slower.
-MIN_WEIGHT_ELEMENTS = 512 * 512
-#: Fewest inputs of a layer packed under ``auto``: at 256 only the widest
-#: outputs (4096) gained, 256 x 256 to 691 x 256 ran level or slower.
-MIN_IN_FEATURES = 512
+#: Fewest inputs of a layer packed under ``auto``: in the engine the tiny
+#: model (256 wide) ran 1.14-1.35x faster with every layer packed, models 64
+#: and 128 wide ran 0.80-0.96x (docs/benchmarks.md, "The tiny model packed").
+MIN_IN_FEATURES = 256
 #: Fewest tokens (rows of the input) a call multiplies packed under ``auto``.
 #: Every call: alone, with the weight in cache, oneDNN's fixed cost per call
 #: made 1-3 tokens slower packed (``bench linears``), but in a decode step a
@@ -294,21 +289,18 @@ def why_not(module: nn.Module, mode: str) -> str | None:
     why = cannot_pack(module.weight, module.bias)
     if why:
         return why
-    return below_rule(module.in_features, module.out_features) if mode == "auto" else None
+    return below_rule(module.in_features) if mode == "auto" else None
 
 
-#: Where `below_rule`'s shape rule comes from, as its reasons say.
-RULE = "(auto's rule: docs/benchmarks.md, 'Prepacked linear layers')"
+#: Where `below_rule` comes from, as its reason says.
+RULE = "(auto's rule: docs/benchmarks.md, 'The tiny model packed')"
 
 
-def below_rule(in_features: int, out_features: int) -> str | None:
-    """Why ``auto`` leaves a layer of this shape unpacked, or None: the rule
-    docs/benchmarks.md measured, per product (``python -m pagedkit bench
-    linears``) and per model in the engine."""
+def below_rule(in_features: int) -> str | None:
+    """Why ``auto`` leaves a layer this many inputs wide unpacked, or None: the
+    rule docs/benchmarks.md measured in the engine."""
     if in_features < MIN_IN_FEATURES:
         return f"layers under {MIN_IN_FEATURES} inputs wide stay unpacked {RULE}"
-    if in_features * out_features < MIN_WEIGHT_ELEMENTS:
-        return f"weights under {MIN_WEIGHT_ELEMENTS:,} elements stay unpacked {RULE}"
     return None
 
 

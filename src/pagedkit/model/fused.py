@@ -14,11 +14,11 @@ streams it faster than two or three small ones do: on the larger bench
 model (512 wide, 8 layers, 97 MB of linear weights) the engine ran 5-13% faster on
 one thread and 17-33% on two, with both groups fused and every call packed
 (docs/benchmarks.md, "Fused and packed from one row"). ``auto`` fuses a
-group whose members `accel`'s shape rule would pack had they the group's
-width (`accel.below_rule` on the concatenated weight): the embedded tiny
-model (256 wide) keeps its separate layers (every layer packed and fused
-there: 0.83-0.91x at one request, level at 8, 1.04-1.08x at 64), so the
-model a learner steps through in a debugger is transformers' own.
+group whose concatenated weight is at least ``MIN_IN_FEATURES`` (512) inputs
+wide and ``MIN_WEIGHT_ELEMENTS`` (512 x 512) large (`below_rule`): the
+embedded tiny model (256 wide, every layer packed) ran level fused
+(0.97-1.02x, docs/benchmarks.md, "The tiny model packed"), so it keeps its
+separate layers.
 
 How: the members of a group are `FusedLinear` layers (`accel.PackedLinear`'s
 subclass: the same Parameters, no packed copy of their own) sharing one
@@ -53,6 +53,13 @@ from . import accel
 from .accel import PackedLinear, why_not
 
 ENV_VAR = "PAGEDKIT_FUSE"
+#: Fewest inputs, and fewest elements of the concatenated weight, of a group
+#: fused under ``auto``: the larger bench model's groups (512 wide) ran 5-33%
+#: faster fused; the tiny model's (256 wide) level.
+MIN_IN_FEATURES = 512
+MIN_WEIGHT_ELEMENTS = 512 * 512
+#: Where `below_rule` comes from, as its reasons say.
+RULE = "(auto's rule: docs/benchmarks.md, 'The tiny model packed')"
 #: The groups looked for: sibling layers of one module, by transformers' names.
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
@@ -178,8 +185,18 @@ def why_not_fuse(layers: list[nn.Module], names: tuple[str, ...], mode: str) -> 
         return "their inputs differ in width"
     if len({layer.bias is None for layer in layers}) != 1:
         return "some have a bias and some not"
-    if mode == "auto":  # the packing's shape rule, on the weight the group multiplies by
-        return accel.below_rule(layers[0].in_features, sum(x.out_features for x in layers))
+    if mode == "auto":  # on the weight the group multiplies by
+        return below_rule(layers[0].in_features, sum(x.out_features for x in layers))
+    return None
+
+
+def below_rule(in_features: int, out_features: int) -> str | None:
+    """Why ``auto`` leaves a group whose concatenated weight has this shape
+    separate, or None."""
+    if in_features < MIN_IN_FEATURES:
+        return f"groups under {MIN_IN_FEATURES} inputs wide stay separate {RULE}"
+    if in_features * out_features < MIN_WEIGHT_ELEMENTS:
+        return f"groups of under {MIN_WEIGHT_ELEMENTS:,} weights stay separate {RULE}"
     return None
 
 
