@@ -4,6 +4,7 @@ the benchmark, never asserted: speed lives in benchmarks, not tests)."""
 import json
 
 import pytest
+import torch
 
 from pagedkit.__main__ import main as cli
 from pagedkit.bench.engine import (
@@ -258,22 +259,32 @@ def test_hf_continuous_agrees_and_says_nothing_of_its_own(capfd):
     assert "eos_token_id" not in captured.err + captured.out
 
 
-@pytest.mark.parametrize("mode", ["auto", "on", "off"])
-def test_the_prepack_note_says_why_when_none_are_prepacked(monkeypatch, mode):
+@pytest.mark.parametrize("mode, width", [("auto", 64), ("auto", 256), ("on", 64), ("off", 256)])
+def test_the_prepack_note_says_why_when_none_are_prepacked(monkeypatch, mode, width):
     """Fourth newcomer, F12: 'prepacked linear layers: 0 of 29' alone reads
-    as a fault; with none prepacked the note keeps why (the tiny model's
-    layers are too small to pay under auto), with some it stays short."""
+    as a fault; with none prepacked the note keeps why (a 64-wide model's
+    layers are below auto's rule; off switches packing off), with some it
+    stays short."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     from pagedkit import LLM
     from pagedkit.bench.engine import prepack_note
 
     monkeypatch.setenv("PAGEDKIT_PREPACK", mode)
-    model = LLM("tiny", num_blocks=4).llm_engine.runner.model
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=width, intermediate_size=2 * width,
+                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64)
+    model = LLM(LlamaForCausalLM(config).eval(), num_blocks=4).llm_engine.runner.model
     report, note = model.pagedkit_prepack, prepack_note(model)
     if report.replaced:
         assert note == str(report).split(";")[0] and f"{len(report.replaced)} of" in note
+        assert mode == "on" or width == 256
     else:
         assert note == str(report)
-        assert ("; the others: " in note) or ("none (" in note)
+        why = ("the model's narrowest linear layer has 64 inputs" if mode == "auto"
+               else "none (switched off)")
+        assert why in note, note
 
 
 def test_no_progress_leaves_the_reports_and_the_failures(capsys, monkeypatch):

@@ -61,7 +61,7 @@ def test_the_packing_rule_says_it_is_a_rule_not_a_law(width, why):
     """bench linears (in cache) timed a 256 x 4096 output layer faster packed
     while the report said such layers "run as fast unpacked": the reason now
     names auto's rule and where it was measured, not a speed."""
-    reason = accel.below_rule(width)
+    reason = accel.below_rule(width, 4096)
     assert (reason is not None) == why
     if why:
         assert reason == ("layers under 256 inputs wide stay unpacked (auto's rule: "

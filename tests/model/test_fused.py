@@ -220,6 +220,9 @@ def test_auto_and_on_by_group():
     # the rule reads the group's weight: 512 x 256 alone is below it, three of them are not
     small = [nn.Linear(512, 256)] * 3
     assert below_rule(512, 256) and why_not_fuse(small, qkv, "auto") is None
+    assert below_rule(511, 4096) == ("groups under 512 inputs wide stay separate (auto's rule: "
+                                     "docs/benchmarks.md, 'Fused and packed from one row')")
+    assert below_rule(512, 511) and below_rule(512, 512) is None
     pair = [nn.Linear(512, 128)] * 2
     assert why_not_fuse(pair, ("gate_proj", "up_proj"), "auto") == below_rule(512, 256)
     parent = nn.Module()
@@ -337,7 +340,8 @@ def test_a_round_trip_through_another_dtype_is_never_stale(rows):
     with torch.no_grad():
         [m(x) for m in members]
         parent.to(torch.bfloat16)
-        assert members[0](x.bfloat16()).dtype == torch.bfloat16
+        assert members[0](x.bfloat16()).dtype == torch.bfloat16  # plain: packs nothing
+        members[0].repack()
         assert all("bfloat16" in m.unpacked_reason for m in members)
         parent.float()
         for m in members:

@@ -79,7 +79,8 @@ def measure(width: int, shape: str, rows: list[int], repeats: int = 7,
     weights = [torch.randn(n, k) * k ** -0.5 for _ in range(copies)]
     packed = [accel.pack_weight(w) for w in weights]
     out = {"width": width, "shape": shape, "in_features": k, "out_features": n,
-           "auto_packs": accel.below_rule(k) is None, "cold": bool(cold_total), "rows": {}}
+           "auto_packs": accel.below_rule(k, n, width) is None,  # in a model this wide
+           "cold": bool(cold_total), "rows": {}}
     for m in rows:
         x = torch.randn(1, m, k)
         number = max(3, min(200, int(2e7 / (m * k * n * copies))))

@@ -13,15 +13,18 @@ reorder a weight once into the blocked layout its kernels read
 (``torch.ops.mkldnn._reorder_linear_weight``) and then multiply against that
 layout on every call (``torch.ops.mkldnn._linear_pointwise``) — what vLLM's
 CPU build does for its own layers. And a call of a few rows (a decode
-step's) runs neither GEMM but a C kernel (below). The rule under ``auto`` is
-per layer, on its width, measured in the engine, where each weight comes
-from memory: a layer at least ``MIN_IN_FEATURES`` (256) inputs wide is
-packed and every call of it (``MIN_ROWS``, 1) uses the packed copies. The
-embedded tiny model (256 wide) ran 1.14-1.35x faster so, models 64 and 128
-wide 0.80-0.96x (docs/benchmarks.md, "The tiny model packed"), so
-narrower layers stay plain. (Before the C kernel the rule, measured for
-oneDNN's product alone, packed from 512 inputs and 512 x 512 weights, and
-the tiny model stayed plain: "Prepacked linear layers".)
+step's) runs neither GEMM but a C kernel (below). The rule under ``auto``
+was measured in the engine, where each weight comes from memory, and is the
+model's: its layers are packed, every call of them (``MIN_ROWS``, 1), when
+its narrowest linear layer has at least ``MIN_IN_FEATURES`` (256) inputs.
+The embedded tiny model (256 wide) ran 1.14-1.35x faster so; models 64 and
+128 wide ran 0.80-0.96x packed, and a 128-wide one with only its wider down
+projections packed 0.73-0.98x (docs/benchmarks.md, "The tiny model
+packed"), so such models stay plain. Without the C kernel (no compiler),
+every packed call is oneDNN's, and ``auto`` keeps the rule measured for
+oneDNN's product alone, per layer: 512 inputs and 512 x 512 weights
+(``ONEDNN_MIN_IN_FEATURES``, ``ONEDNN_MIN_WEIGHT_ELEMENTS``; "Prepacked
+linear layers"), which leaves the tiny model plain.
 
 A call of a few rows (a decode step's tokens, up to ``cpu_linear.MAX_ROWS``)
 runs neither GEMM but `pagedkit.kernels.cpu_linear`, a C kernel that reads
@@ -39,8 +42,10 @@ request's time to first token on one thread, 0.2-0.4 s on two of a busy
 machine), and rebuilt whenever the weight changes (a new tensor, an
 in-place write, ``.to()``). Anything the packed product does not cover —
 another dtype or device, autograd, autocast, a call below the row rule —
-runs ``F.linear`` on the same weight. The packed copies are a
-second and a third copy of each packed layer's weight in memory.
+runs ``F.linear`` on the same weight, and so does a call torch must see
+whole: a fake, functional or sparse tensor, a tensor subclass, a JIT trace,
+vmap, a dispatch mode (FakeTensorMode, FlopCounterMode). The packed copies
+are a second and a third copy of each packed layer's weight in memory.
 
 Exactness: a packed product is not bitwise the plain one (oneDNN and the
 C kernel sum in other orders than MKL's): float32 logits differ by ~1e-6 relative, far below the gap
@@ -59,6 +64,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .._validation import check_choice
 from ..kernels import cpu_linear
@@ -70,10 +76,18 @@ ENV_VAR = "PAGEDKIT_PREPACK"
 #: ``auto``: the measured rule; ``on``: every eligible layer, every call
 #: (what the tests use on models too small for the rule); ``off``: plain nn.Linear.
 CHOICES = ("auto", "on", "off")
-#: Fewest inputs of a layer packed under ``auto``: in the engine the tiny
-#: model (256 wide) ran 1.14-1.35x faster with every layer packed, models 64
-#: and 128 wide ran 0.80-0.96x (docs/benchmarks.md, "The tiny model packed").
+#: ``auto`` with the C kernel: a model's layers are packed when its narrowest
+#: linear layer has at least this many inputs. In the engine the tiny model
+#: (256 wide) ran 1.14-1.35x faster with every layer packed; models 64 and 128
+#: wide ran 0.80-0.96x, and a 128-wide one with only its 344-input down
+#: projections packed 0.73-0.98x (docs/benchmarks.md, "The tiny model packed"),
+#: so the rule is the model's, all layers or none.
 MIN_IN_FEATURES = 256
+#: ``auto`` without the C kernel (every packed call oneDNN's): a layer is packed
+#: when it has at least this many inputs and weights, the rule measured for
+#: oneDNN's product (docs/benchmarks.md, "Prepacked linear layers").
+ONEDNN_MIN_IN_FEATURES = 512
+ONEDNN_MIN_WEIGHT_ELEMENTS = 512 * 512
 #: Fewest tokens (rows of the input) a call multiplies packed under ``auto``.
 #: Every call: alone, with the weight in cache, oneDNN's fixed cost per call
 #: made 1-3 tokens slower packed (``bench linears``), but in a decode step a
@@ -214,18 +228,26 @@ class PackedLinear(nn.Linear):
         self.unpacked_reason: str | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plain_call(x):
+            return F.linear(x, self.weight, self.bias)
         if self._packed_key != _weight_key(self.weight):
             self.repack()
-        if self._packed is None or self.plain_call(x):
+        if self._packed is None:
             return F.linear(x, self.weight, self.bias)
         return packed_linear(x, self._packed, self.bias)
 
     def plain_call(self, x: torch.Tensor) -> bool:
-        """Whether this call must run ``F.linear``: another dtype or device,
+        """Whether this call must run ``F.linear``: anything but a plain strided
+        tensor (a fake, functional or traced tensor, a tensor subclass, a
+        sparse one), a JIT trace, a torch dispatch mode (FakeTensorMode,
+        FlopCounterMode: they must see the product), another dtype or device,
         another width than the weight's (F.linear's error names the shapes),
         fewer than `min_rows` tokens, autograd (the input, weight or bias) or
         autocast."""
-        return (x.dtype != torch.float32 or not x.is_cpu
+        return (type(x) is not torch.Tensor or x.layout != torch.strided
+                or torch.jit.is_tracing() or _get_current_dispatch_mode() is not None
+                or torch._C._functorch.is_functorch_wrapped_tensor(x)
+                or x.dtype != torch.float32 or not x.is_cpu
                 or x.shape[-1:] != self.weight.shape[1:]
                 or x.numel() < self.min_rows * self.in_features
                 or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad
@@ -280,8 +302,9 @@ class PrepackReport:
                 + (f"; the others: {'; '.join(why)}" if why else ""))
 
 
-def why_not(module: nn.Module, mode: str) -> str | None:
-    """Why this linear layer stays a plain ``nn.Linear`` under `mode`, or None."""
+def why_not(module: nn.Module, mode: str, narrowest: int | None = None) -> str | None:
+    """Why this linear layer stays a plain ``nn.Linear`` under `mode`, or None
+    (`narrowest`: the inputs of its model's narrowest packable layer, `below_rule`)."""
     if type(module) is not nn.Linear:  # a subclass (quantized, LoRA, ...) has its own forward
         return f"a {type(module).__name__}, not a plain nn.Linear"
     if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
@@ -289,18 +312,36 @@ def why_not(module: nn.Module, mode: str) -> str | None:
     why = cannot_pack(module.weight, module.bias)
     if why:
         return why
-    return below_rule(module.in_features) if mode == "auto" else None
+    if mode != "auto":
+        return None
+    return below_rule(module.in_features, module.out_features, narrowest)
 
 
-#: Where `below_rule` comes from, as its reason says.
+#: Where `below_rule`'s two rules come from, as its reasons say.
 RULE = "(auto's rule: docs/benchmarks.md, 'The tiny model packed')"
+ONEDNN_RULE = "(auto's rule for oneDNN alone: docs/benchmarks.md, 'Prepacked linear layers')"
 
 
-def below_rule(in_features: int) -> str | None:
-    """Why ``auto`` leaves a layer this many inputs wide unpacked, or None: the
-    rule docs/benchmarks.md measured in the engine."""
-    if in_features < MIN_IN_FEATURES:
-        return f"layers under {MIN_IN_FEATURES} inputs wide stay unpacked {RULE}"
+def below_rule(in_features: int, out_features: int, narrowest: int | None = None) -> str | None:
+    """Why ``auto`` leaves a layer of this shape unpacked, or None. With the C
+    kernel the rule is the model's: its layers are packed when its narrowest
+    linear layer (`narrowest` inputs; the layer's own without it) is at least
+    ``MIN_IN_FEATURES`` wide. Without it, oneDNN's rule, per layer."""
+    missing = cpu_linear.unavailable()
+    if missing is None:
+        width = in_features if narrowest is None else narrowest
+        if width >= MIN_IN_FEATURES:
+            return None
+        if narrowest is None:
+            return f"layers under {MIN_IN_FEATURES} inputs wide stay unpacked {RULE}"
+        return (f"the model's narrowest linear layer has {narrowest} inputs: a model's layers "
+                f"are packed when all have at least {MIN_IN_FEATURES} {RULE}")
+    if in_features < ONEDNN_MIN_IN_FEATURES:
+        return (f"without the C kernel ({missing}), layers under {ONEDNN_MIN_IN_FEATURES} "
+                f"inputs wide stay unpacked {ONEDNN_RULE}")
+    if in_features * out_features < ONEDNN_MIN_WEIGHT_ELEMENTS:
+        return (f"without the C kernel ({missing}), weights under "
+                f"{ONEDNN_MIN_WEIGHT_ELEMENTS:,} elements stay unpacked {ONEDNN_RULE}")
     return None
 
 
@@ -330,11 +371,13 @@ def prepack_linears(model: nn.Module, device: torch.device | None = None,
     if not report.reason:
         min_rows = MIN_ROWS  # every call (1): the rule's per-call half, kept to be tried
         report.fusion = fuse_projections(model, fuse, min_rows)
+        narrowest = min((m.in_features for m in model.modules() if isinstance(m, nn.Linear)
+                         and why_not(m, "on") is None), default=None)
         for name, module in list(model.named_modules()):
             if isinstance(module, PackedLinear):  # a member of a fused group
                 report.replaced.append(name)
             elif isinstance(module, nn.Linear):
-                why = why_not(module, report.mode)
+                why = why_not(module, report.mode, narrowest)
                 if why:
                     report.skipped[name] = why
                 else:

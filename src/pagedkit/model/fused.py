@@ -59,7 +59,7 @@ ENV_VAR = "PAGEDKIT_FUSE"
 MIN_IN_FEATURES = 512
 MIN_WEIGHT_ELEMENTS = 512 * 512
 #: Where `below_rule` comes from, as its reasons say.
-RULE = "(auto's rule: docs/benchmarks.md, 'The tiny model packed')"
+RULE = "(auto's rule: docs/benchmarks.md, 'Fused and packed from one row')"
 #: The groups looked for: sibling layers of one module, by transformers' names.
 GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
@@ -136,9 +136,11 @@ class FusedLinear(PackedLinear):
         self.product, self.index, self.names = product, index, names
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plain_call(x):
+            return F.linear(x, self.weight, self.bias)
         if self._packed_key != self.key():  # its own weight or bias changed: pack the group
             self.repack()
-        if self._packed is None or self.plain_call(x):
+        if self._packed is None:
             return F.linear(x, self.weight, self.bias)
         return self.product.slice(self.index, x)
 
