@@ -282,7 +282,7 @@ def test_the_prepack_note_says_why_when_none_are_prepacked(monkeypatch, mode, wi
         assert mode == "on" or width == 256
     else:
         assert note == str(report)
-        why = ("the model's narrowest linear layer has 64 inputs" if mode == "auto"
+        why = ("the model's narrowest packable linear layer has 64 inputs" if mode == "auto"
                else "none (switched off)")
         assert why in note, note
 

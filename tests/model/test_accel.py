@@ -82,8 +82,8 @@ def test_auto_packs_the_layers_at_least_256_inputs_wide_only(mode, width):
     assert set(report.skipped.values()) <= {accel.below_rule(width, width, width)}
     assert model.pagedkit_prepack is report
     if width < 256:
-        assert (f"the model's narrowest linear layer has {width} inputs: a model's layers are "
-                "packed when all have at least 256 (auto's rule:") in str(report)
+        assert (f"the model's narrowest packable linear layer has {width} inputs: a model's "
+                "layers are packed when all have at least 256 (auto's rule:") in str(report)
 
 
 def test_on_packs_every_plain_linear(mode):
@@ -523,7 +523,7 @@ def test_a_model_with_a_narrow_layer_packs_none(mode):
     report = prepack_linears(model, fuse="off")
     assert report.replaced == [] and "model.layers.0.mlp.down_proj" in report.skipped
     assert set(report.skipped.values()) == {accel.below_rule(344, 128, 128)}
-    assert "narrowest linear layer has 128 inputs" in accel.below_rule(344, 128, 128)
+    assert "narrowest packable linear layer has 128 inputs" in accel.below_rule(344, 128, 128)
 
 
 def test_without_the_c_kernel_auto_keeps_onednn_s_own_rule(mode, monkeypatch):
@@ -583,3 +583,55 @@ def test_jit_trace_vmap_fx_and_sparse_inputs_get_the_right_product():
     traced = torch.fx.symbolic_trace(layer)
     with torch.no_grad():
         torch.testing.assert_close(traced(x), want)
+
+
+def test_transforms_forward_ad_nested_and_a_device_context_get_the_right_product():
+    """Review of newcomer 52's fixes: a forward inside ``torch.device("meta")``
+    made the C kernel's output a meta tensor and wrote through it (a segfault);
+    forward-mode AD lost the tangent; vmap over the weights (ensembling) and jvp
+    read a wrapped weight's pointer; a nested tensor was refused; torch.compile
+    broke its graph at the C call."""
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import functional_call, jvp, vmap
+
+    layer = packed_layer()
+    x = torch.randn(4, 64)
+    want = F.linear(x, layer.weight, layer.bias)
+    with torch.no_grad():
+        with torch.device("meta"):
+            out = layer(x)
+        torch.testing.assert_close(out, want)
+        tangent = torch.randn_like(x)
+        with fwAD.dual_level():
+            dual = layer(fwAD.make_dual(x, tangent))
+            torch.testing.assert_close(fwAD.unpack_dual(dual).tangent,
+                                       F.linear(tangent, layer.weight))
+        weights = {"weight": torch.stack([layer.weight, 2 * layer.weight]),
+                   "bias": torch.stack([layer.bias, layer.bias])}
+        both = vmap(lambda p: functional_call(layer, p, (x,)))(weights)
+        torch.testing.assert_close(both[1], F.linear(x, 2 * layer.weight, layer.bias))
+        _, dy = jvp(lambda w: functional_call(layer, {"weight": w, "bias": layer.bias}, (x,)),
+                    (layer.weight,), (torch.ones_like(layer.weight),))
+        torch.testing.assert_close(dy, x.sum(-1, keepdim=True).expand(4, 48))
+        nested = torch.nested.nested_tensor([x[:1], x[1:]])
+        torch.testing.assert_close(layer(nested).unbind()[1], want[1:])
+    compiled = torch.compile(layer, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), want)
+
+
+def test_auto_fuses_nothing_in_a_model_it_leaves_plain(mode, monkeypatch):
+    """Review: a 512-wide model with 128-input down projections had its q/k/v
+    fused (and so packed) while the rule said none of its layers are."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pagedkit.model import fused
+
+    mode(None)
+    monkeypatch.delenv(fused.ENV_VAR, raising=False)
+    config = LlamaConfig(vocab_size=128, hidden_size=512, intermediate_size=128,
+                         num_hidden_layers=1, num_attention_heads=8, num_key_value_heads=2,
+                         max_position_embeddings=64)
+    report = prepack_linears(LlamaForCausalLM(config).eval())
+    assert report.replaced == [] and report.fusion.fused == []
+    assert set(report.fusion.skipped.values()) == {accel.narrow_model(128)}

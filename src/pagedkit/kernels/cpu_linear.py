@@ -120,7 +120,8 @@ def linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
     rows = x if x.dim() == 2 else x.reshape(-1, in_features)
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
-    out = torch.empty(*x.shape[:-1], out_features, dtype=torch.float32)
+    out = torch.empty(*x.shape[:-1], out_features, dtype=torch.float32,
+                      device="cpu")  # not the default device: C writes here
     count = rows.shape[0]
     if count:
         macs = count * in_features * out_features

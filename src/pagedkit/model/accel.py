@@ -16,7 +16,8 @@ CPU build does for its own layers. And a call of a few rows (a decode
 step's) runs neither GEMM but a C kernel (below). The rule under ``auto``
 was measured in the engine, where each weight comes from memory, and is the
 model's: its layers are packed, every call of them (``MIN_ROWS``, 1), when
-its narrowest linear layer has at least ``MIN_IN_FEATURES`` (256) inputs.
+its narrowest packable linear layer has at least ``MIN_IN_FEATURES`` (256)
+inputs (one narrow layer, an adapter's say, leaves the model plain).
 The embedded tiny model (256 wide) ran 1.14-1.35x faster so; models 64 and
 128 wide ran 0.80-0.96x packed, and a 128-wide one with only its wider down
 projections packed 0.73-0.98x (docs/benchmarks.md, "The tiny model
@@ -43,8 +44,9 @@ machine), and rebuilt whenever the weight changes (a new tensor, an
 in-place write, ``.to()``). Anything the packed product does not cover —
 another dtype or device, autograd, autocast, a call below the row rule —
 runs ``F.linear`` on the same weight, and so does a call torch must see
-whole: a fake, functional or sparse tensor, a tensor subclass, a JIT trace,
-vmap, a dispatch mode (FakeTensorMode, FlopCounterMode). The packed copies
+whole: a fake, functional, nested or sparse tensor, a tensor subclass, a
+JIT trace, torch.compile's tracing, a functorch transform (vmap, grad,
+jvp), forward-mode AD, a dispatch mode (FakeTensorMode, FlopCounterMode). The packed copies
 are a second and a third copy of each packed layer's weight in memory.
 
 Exactness: a packed product is not bitwise the plain one (oneDNN and the
@@ -77,7 +79,7 @@ ENV_VAR = "PAGEDKIT_PREPACK"
 #: (what the tests use on models too small for the rule); ``off``: plain nn.Linear.
 CHOICES = ("auto", "on", "off")
 #: ``auto`` with the C kernel: a model's layers are packed when its narrowest
-#: linear layer has at least this many inputs. In the engine the tiny model
+#: packable linear layer has at least this many inputs. In the engine the tiny model
 #: (256 wide) ran 1.14-1.35x faster with every layer packed; models 64 and 128
 #: wide ran 0.80-0.96x, and a 128-wide one with only its 344-input down
 #: projections packed 0.73-0.98x (docs/benchmarks.md, "The tiny model packed"),
@@ -238,15 +240,18 @@ class PackedLinear(nn.Linear):
 
     def plain_call(self, x: torch.Tensor) -> bool:
         """Whether this call must run ``F.linear``: anything but a plain strided
-        tensor (a fake, functional or traced tensor, a tensor subclass, a
-        sparse one), a JIT trace, a torch dispatch mode (FakeTensorMode,
-        FlopCounterMode: they must see the product), another dtype or device,
+        tensor (a fake, functional, nested or traced tensor, a tensor subclass,
+        a sparse one), a JIT trace, torch.compile's tracing, a torch dispatch
+        mode (FakeTensorMode, FlopCounterMode: they must see the product), a
+        functorch transform (vmap, grad, jvp) or forward-mode AD, another dtype or device,
         another width than the weight's (F.linear's error names the shapes),
         fewer than `min_rows` tokens, autograd (the input, weight or bias) or
         autocast."""
-        return (type(x) is not torch.Tensor or x.layout != torch.strided
-                or torch.jit.is_tracing() or _get_current_dispatch_mode() is not None
-                or torch._C._functorch.is_functorch_wrapped_tensor(x)
+        return (type(x) is not torch.Tensor or x.layout != torch.strided or x.is_nested
+                or torch.jit.is_tracing() or torch.compiler.is_compiling()
+                or _get_current_dispatch_mode() is not None
+                or torch._C._functorch.maybe_current_level() is not None  # vmap, grad, jvp
+                or torch.autograd.forward_ad._current_level >= 0  # dual tensors
                 or x.dtype != torch.float32 or not x.is_cpu
                 or x.shape[-1:] != self.weight.shape[1:]
                 or x.numel() < self.min_rows * self.in_features
@@ -324,18 +329,16 @@ ONEDNN_RULE = "(auto's rule for oneDNN alone: docs/benchmarks.md, 'Prepacked lin
 
 def below_rule(in_features: int, out_features: int, narrowest: int | None = None) -> str | None:
     """Why ``auto`` leaves a layer of this shape unpacked, or None. With the C
-    kernel the rule is the model's: its layers are packed when its narrowest
-    linear layer (`narrowest` inputs; the layer's own without it) is at least
-    ``MIN_IN_FEATURES`` wide. Without it, oneDNN's rule, per layer."""
+    kernel the rule is the model's (`narrow_model`: `narrowest`, the inputs of
+    its narrowest packable layer; a layer alone, without it, by its own).
+    Without the C kernel, oneDNN's rule, per layer."""
     missing = cpu_linear.unavailable()
     if missing is None:
-        width = in_features if narrowest is None else narrowest
-        if width >= MIN_IN_FEATURES:
-            return None
-        if narrowest is None:
+        if narrowest is not None:
+            return narrow_model(narrowest)
+        if in_features < MIN_IN_FEATURES:
             return f"layers under {MIN_IN_FEATURES} inputs wide stay unpacked {RULE}"
-        return (f"the model's narrowest linear layer has {narrowest} inputs: a model's layers "
-                f"are packed when all have at least {MIN_IN_FEATURES} {RULE}")
+        return None
     if in_features < ONEDNN_MIN_IN_FEATURES:
         return (f"without the C kernel ({missing}), layers under {ONEDNN_MIN_IN_FEATURES} "
                 f"inputs wide stay unpacked {ONEDNN_RULE}")
@@ -343,6 +346,16 @@ def below_rule(in_features: int, out_features: int, narrowest: int | None = None
         return (f"without the C kernel ({missing}), weights under "
                 f"{ONEDNN_MIN_WEIGHT_ELEMENTS:,} elements stay unpacked {ONEDNN_RULE}")
     return None
+
+
+def narrow_model(narrowest: int | None) -> str | None:
+    """Why ``auto`` packs none of a model's layers, with the C kernel: its
+    narrowest packable linear layer has `narrowest` inputs, under
+    ``MIN_IN_FEATURES``; None when it packs them (or has none, or no C kernel)."""
+    if narrowest is None or narrowest >= MIN_IN_FEATURES or cpu_linear.unavailable():
+        return None
+    return (f"the model's narrowest packable linear layer has {narrowest} inputs: a model's "
+            f"layers are packed when all have at least {MIN_IN_FEATURES} {RULE}")
 
 
 def prepack_linears(model: nn.Module, device: torch.device | None = None,
@@ -370,9 +383,10 @@ def prepack_linears(model: nn.Module, device: torch.device | None = None,
                       stacklevel=2)
     if not report.reason:
         min_rows = MIN_ROWS  # every call (1): the rule's per-call half, kept to be tried
-        report.fusion = fuse_projections(model, fuse, min_rows)
         narrowest = min((m.in_features for m in model.modules() if isinstance(m, nn.Linear)
                          and why_not(m, "on") is None), default=None)
+        report.fusion = fuse_projections(  # under auto a model left plain fuses nothing
+            model, fuse, min_rows, narrow_model(narrowest) if report.mode == "auto" else None)
         for name, module in list(model.named_modules()):
             if isinstance(module, PackedLinear):  # a member of a fused group
                 report.replaced.append(name)

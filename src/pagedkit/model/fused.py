@@ -206,9 +206,12 @@ def group_name(parent: str, names: tuple[str, ...]) -> str:
     return f"{parent + '.' if parent else ''}{{{','.join(names)}}}"
 
 
-def fuse_projections(model: nn.Module, mode: str, min_rows: int) -> FuseReport:
+def fuse_projections(model: nn.Module, mode: str, min_rows: int,
+                     unpacked: str | None = None) -> FuseReport:
     """Replace each group of sibling projections that `mode` fuses by
-    `FusedLinear` members of one `FusedProduct`, packed now; returns what was done."""
+    `FusedLinear` members of one `FusedProduct`, packed now; returns what was
+    done. `unpacked`: why ``PAGEDKIT_PREPACK=auto`` packs none of this model's
+    layers, then ``auto`` fuses no group either (``on`` still fuses)."""
     report = FuseReport(mode)
     if mode == "off":
         return report
@@ -218,7 +221,7 @@ def fuse_projections(model: nn.Module, mode: str, min_rows: int) -> FuseReport:
                 continue
             layers = [getattr(parent, n) for n in names]
             group = group_name(parent_name, names)
-            why = why_not_fuse(layers, names, mode)
+            why = (unpacked if mode == "auto" else None) or why_not_fuse(layers, names, mode)
             if why:
                 report.skipped[group] = why
                 continue
