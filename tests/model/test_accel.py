@@ -39,12 +39,14 @@ def packed_names(model: nn.Module) -> list[str]:
     return [n for n, m in model.named_modules() if isinstance(m, PackedLinear)]
 
 
-def wide_llama(width: int = 512, layers: int = 1):
-    """Wide enough that `auto` packs its larger weights."""
+def wide_llama(width: int = 512, layers: int = 1, intermediate: int | None = None):
+    """Wide enough that `auto` packs its larger weights (its MLP `intermediate`
+    wide, `width` unless given)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=256, hidden_size=width, intermediate_size=width,
+    config = LlamaConfig(vocab_size=256, hidden_size=width,
+                         intermediate_size=intermediate or width,
                          num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=2,
                          max_position_embeddings=256, tie_word_embeddings=False)
     return LlamaForCausalLM(config).eval()
@@ -513,13 +515,8 @@ def test_a_model_with_a_narrow_layer_packs_none(mode):
     """The 256 rule was measured per model: a 128-wide model whose 344-input down
     projections alone were packed ran 0.73-0.98x, so a model is packed whole or not
     at all, by its narrowest packable layer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     mode(None)
-    config = LlamaConfig(vocab_size=128, hidden_size=128, intermediate_size=344,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                         max_position_embeddings=64)
-    model = LlamaForCausalLM(config).eval()
+    model = wide_llama(128, intermediate=344)
     report = prepack_linears(model, fuse="off")
     assert report.replaced == [] and "model.layers.0.mlp.down_proj" in report.skipped
     assert set(report.skipped.values()) == {accel.below_rule(344, 128, 128)}
@@ -623,15 +620,10 @@ def test_transforms_forward_ad_nested_and_a_device_context_get_the_right_product
 def test_auto_fuses_nothing_in_a_model_it_leaves_plain(mode, monkeypatch):
     """Review: a 512-wide model with 128-input down projections had its q/k/v
     fused (and so packed) while the rule said none of its layers are."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from pagedkit.model import fused
 
     mode(None)
     monkeypatch.delenv(fused.ENV_VAR, raising=False)
-    config = LlamaConfig(vocab_size=128, hidden_size=512, intermediate_size=128,
-                         num_hidden_layers=1, num_attention_heads=8, num_key_value_heads=2,
-                         max_position_embeddings=64)
-    report = prepack_linears(LlamaForCausalLM(config).eval())
+    report = prepack_linears(wide_llama(512, intermediate=128))
     assert report.replaced == [] and report.fusion.fused == []
     assert set(report.fusion.skipped.values()) == {accel.narrow_model(128)}

@@ -54,10 +54,11 @@ from .accel import PackedLinear, why_not
 
 ENV_VAR = "PAGEDKIT_FUSE"
 #: Fewest inputs, and fewest elements of the concatenated weight, of a group
-#: fused under ``auto``: the larger bench model's groups (512 wide) ran 5-33%
-#: faster fused; the tiny model's (256 wide) level.
-MIN_IN_FEATURES = 512
-MIN_WEIGHT_ELEMENTS = 512 * 512
+#: fused under ``auto``: oneDNN's shape rule (512, 512 x 512), on the group's
+#: weight; the larger bench model's groups (512 wide) ran 5-33% faster fused,
+#: the tiny model's (256 wide) level.
+MIN_IN_FEATURES = accel.ONEDNN_MIN_IN_FEATURES
+MIN_WEIGHT_ELEMENTS = accel.ONEDNN_MIN_WEIGHT_ELEMENTS
 #: Where `below_rule` comes from, as its reasons say.
 RULE = "(auto's rule: docs/benchmarks.md, 'Fused and packed from one row')"
 #: The groups looked for: sibling layers of one module, by transformers' names.
